@@ -1,0 +1,143 @@
+#include "hardware/collective_cost.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <cmath>
+
+namespace domino {
+namespace {
+
+// bytes / (GB/s) in microseconds.
+double TransferUs(double bytes, double GBps) { return bytes / (GBps * 1e3); }
+
+// Ring steps of a collective over `n` ranks (send/recv: one).
+int RingSteps(Collective kind, int n) {
+  switch (kind) {
+    case Collective::kAllReduce:
+      return 2 * (n - 1);
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+      return n - 1;
+    case Collective::kSendRecv:
+      return 1;
+  }
+  return 0;
+}
+
+// NVLS all-reduce busbw at n of 8 GPUs as a fraction of the 8-GPU figure (DGX-H100, from NCCL
+// issue threads): ~370 at 2-4 GPUs, 420/440/460 at 5/6/7, 480 at 8.
+constexpr std::array<double, 9> kNvlsBusbwAt8{0, 370, 370, 370, 370, 420, 440, 460, 480};
+
+double NvlsFraction(int n, int gpus_per_node) {
+  if (n >= gpus_per_node) return 1.0;
+  // Nodes of another size map onto the 8-GPU curve by the share of the node in use.
+  int at8 = static_cast<int>(std::lround(8.0 * n / gpus_per_node));
+  at8 = std::clamp(at8, 2, 8);
+  return kNvlsBusbwAt8[at8] / kNvlsBusbwAt8[8];
+}
+
+CollectiveEstimate MakeEstimate(const NodeSpec& node, Collective kind, double bytes, int n,
+                                double time_us, std::string_view algorithm) {
+  CollectiveEstimate estimate;
+  double factor = BusbwFactor(kind, n);
+  estimate.time_us = time_us;
+  estimate.algbw_GBps = time_us > 0 ? bytes / (time_us * 1e3) : 0;
+  estimate.busbw_GBps = estimate.algbw_GBps * factor;
+  estimate.algorithm = algorithm;
+  estimate.ctas = node.comm_ctas;
+  estimate.hbm_bytes = bytes * factor * node.comm_hbm_factor;
+  return estimate;
+}
+
+}  // namespace
+
+std::string_view CollectiveName(Collective kind) {
+  switch (kind) {
+    case Collective::kAllReduce:
+      return "all-reduce";
+    case Collective::kReduceScatter:
+      return "reduce-scatter";
+    case Collective::kAllGather:
+      return "all-gather";
+    case Collective::kSendRecv:
+      return "send-recv";
+  }
+  return "?";
+}
+
+double BusbwFactor(Collective kind, int n) {
+  if (n <= 1) return kind == Collective::kSendRecv ? 1.0 : 0.0;
+  switch (kind) {
+    case Collective::kAllReduce:
+      return 2.0 * (n - 1) / n;
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+      return static_cast<double>(n - 1) / n;
+    case Collective::kSendRecv:
+      return 1.0;
+  }
+  return 0.0;
+}
+
+Status CheckCommGroup(const NodeSpec& node, const CommGroup& group) {
+  if (group.size < 1 || group.nodes_spanned < 1 || group.gpus_per_node_in_group < 1) {
+    return Error(
+        fmt::format("communication group {{size {}, nodes {}, per node {}}}: every count "
+                    "must be at least 1",
+                    group.size, group.nodes_spanned, group.gpus_per_node_in_group));
+  }
+  if (group.size != group.nodes_spanned * group.gpus_per_node_in_group) {
+    return Error(fmt::format("communication group of {} ranks: {} nodes x {} per node is {}",
+                             group.size, group.nodes_spanned, group.gpus_per_node_in_group,
+                             group.nodes_spanned * group.gpus_per_node_in_group));
+  }
+  if (group.gpus_per_node_in_group > node.gpus_per_node) {
+    return Error(fmt::format("communication group with {} ranks per node on {} ({} GPUs per node)",
+                             group.gpus_per_node_in_group, node.name, node.gpus_per_node));
+  }
+  return Status::Ok();
+}
+
+CollectiveEstimate EstimateCollective(const NodeSpec& node, Collective kind, double bytes,
+                                      const CommGroup& group) {
+  assert(CheckCommGroup(node, group).ok() && bytes >= 0);
+  const int n = group.size;
+  if (n <= 1) return CollectiveEstimate{};
+  const double factor = BusbwFactor(kind, n);
+  const double nvlink_GBps = node.nvlink.GBps_per_direction * node.nvlink.efficiency;
+
+  if (group.nodes_spanned <= 1) {
+    double ring_us = node.nvlink.base_latency_us +
+                     RingSteps(kind, n) * node.nvlink.step_latency_us +
+                     TransferUs(bytes * factor, nvlink_GBps);
+    if (kind == Collective::kAllReduce && node.nvls && node.nvls_busbw_GBps > 0) {
+      double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(n, node.gpus_per_node);
+      double nvls_us = node.nvls_latency_us + TransferUs(bytes * factor, nvls_GBps);
+      if (nvls_us < ring_us) return MakeEstimate(node, kind, bytes, n, nvls_us, "nvls");
+    }
+    return MakeEstimate(node, kind, bytes, n, ring_us, "ring");
+  }
+
+  const int nodes = group.nodes_spanned;
+  const int k = group.gpus_per_node_in_group;
+  const double network_GBps =
+      std::min(k, node.nics) * node.network.GBps_per_direction * node.network.efficiency;
+  int inter_steps = 1;
+  int intra_steps = 0;
+  double intra_us = 0;
+  double inter_us = TransferUs(bytes * k, network_GBps);
+  if (kind != Collective::kSendRecv) {
+    inter_steps = RingSteps(kind, nodes);
+    intra_steps = RingSteps(kind, n) - inter_steps;
+    if (k > 1) intra_us = TransferUs(bytes * factor, nvlink_GBps);
+    inter_us = TransferUs(bytes * factor, network_GBps);
+  }
+  double time_us = node.network.base_latency_us + inter_steps * node.network.step_latency_us +
+                   intra_steps * node.nvlink.step_latency_us + std::max(intra_us, inter_us);
+  return MakeEstimate(node, kind, bytes, n, time_us, "hierarchical");
+}
+
+}  // namespace domino

@@ -1,0 +1,75 @@
+#ifndef DOMINO_HARDWARE_COLLECTIVE_COST_H_
+#define DOMINO_HARDWARE_COLLECTIVE_COST_H_
+
+#include <string_view>
+
+#include "hardware/hardware_spec.h"
+#include "models/base/result.h"
+
+namespace domino {
+
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
+
+std::string_view CollectiveName(Collective kind);  // "all-reduce", "reduce-scatter", ...
+
+// nccl-tests' bus-bandwidth factor for `n` ranks: 2(n-1)/n for all-reduce, (n-1)/n for
+// reduce-scatter and all-gather, 1 for send/recv; busbw = algbw * factor.
+double BusbwFactor(Collective kind, int n);
+
+// CommGroup is where the ranks of one collective sit: `size` ranks over `nodes_spanned` nodes,
+// `gpus_per_node_in_group` in each (size = nodes_spanned * gpus_per_node_in_group). TP 32 on
+// dgx-h100 is {32, 4, 8}; a DP group strided across nodes is {n, n, 1}; a pipeline send to the
+// next node is {2, 2, 1}.
+struct CommGroup {
+  int size = 1;
+  int nodes_spanned = 1;
+  int gpus_per_node_in_group = 1;
+};
+
+// Checks that `group` is consistent and fits on `node`; says which rule failed.
+Status CheckCommGroup(const NodeSpec& node, const CommGroup& group);
+
+// CollectiveEstimate is the predicted cost of one collective, in nccl-tests' terms: algbw is
+// bytes / time, busbw is algbw * BusbwFactor. While it runs the collective holds `ctas` SMs of
+// each GPU and moves `hbm_bytes` through each GPU's HBM (the contention model's inputs).
+struct CollectiveEstimate {
+  double time_us = 0;
+  double busbw_GBps = 0;  // 1 GB = 1e9 bytes, as NCCL counts
+  double algbw_GBps = 0;
+  std::string_view algorithm = "none";  // "ring", "nvls", "hierarchical" or "none"
+  int ctas = 0;
+  double hbm_bytes = 0;
+};
+
+// Predicts one NCCL-like collective of `bytes` per rank (nccl-tests "size": the full buffer of an
+// all-reduce, the larger of reduce-scatter's and all-gather's two buffers, the message of a
+// send/recv). Precondition: CheckCommGroup(node, group) is ok and bytes >= 0.
+//
+// With B_nv = nvlink.GBps_per_direction * nvlink.efficiency and f = BusbwFactor(kind, n):
+// - one rank: a no-op, all zeros, algorithm "none".
+// - inside one node, "ring": time = nvlink.base_latency_us + steps * nvlink.step_latency_us
+//   + bytes * f / B_nv, with steps 2(n-1) for all-reduce, n-1 for reduce-scatter / all-gather,
+//   1 for send/recv.
+// - inside one node, all-reduce with node.nvls, "nvls": time = nvls_latency_us + bytes * f /
+//   B_nvls, where B_nvls is nvls_busbw_GBps scaled for n below gpus_per_node as measured on
+//   DGX-H100 (370 of 480 GB/s at 2-4 GPUs, 420/440/460 at 5/6/7); the faster of ring and NVLS
+//   is taken, as NCCL's tuner would.
+// - across N > 1 nodes with k ranks in each, "hierarchical": NCCL's rings cross every node
+//   boundary once per channel and spread channels over the NICs, so each node sends bytes * f
+//   over min(k, nics) NICs (each rank's 1/k share gets 1/k of the node's network bandwidth)
+//   while each rank moves at most bytes * f over NVLink. With B_net = min(k, nics) *
+//   network.GBps_per_direction * network.efficiency:
+//     time = network.base_latency_us + inter_steps * network.step_latency_us
+//            + intra_steps * nvlink.step_latency_us
+//            + max(k > 1 ? bytes * f / B_nv : 0, bytes * f / B_net)
+//   where inter_steps are 2(N-1) for all-reduce, N-1 for reduce-scatter / all-gather, and
+//   intra_steps the rest of the ring's steps: 2(n-N), n-N. A send/recv across nodes has one
+//   network step and each rank's message over its share of the NICs: bytes * k / B_net.
+// ctas = node.comm_ctas; hbm_bytes = bytes * f * node.comm_hbm_factor.
+// Time grows with bytes and shrinks with any bandwidth or efficiency.
+CollectiveEstimate EstimateCollective(const NodeSpec& node, Collective kind, double bytes,
+                                      const CommGroup& group);
+
+}  // namespace domino
+
+#endif  // DOMINO_HARDWARE_COLLECTIVE_COST_H_

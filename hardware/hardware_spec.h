@@ -1,0 +1,102 @@
+#ifndef DOMINO_HARDWARE_HARDWARE_SPEC_H_
+#define DOMINO_HARDWARE_HARDWARE_SPEC_H_
+
+#include <array>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "models/base/embedded_file.h"
+#include "models/base/result.h"
+
+namespace domino {
+
+enum class Dtype { kFp32, kTf32, kBf16, kFp16, kFp8 };
+inline constexpr int kDtypeCount = 5;
+std::string_view DtypeName(Dtype dtype);  // "fp32", "tf32", "bf16", "fp16", "fp8"
+int DtypeBytes(Dtype dtype);              // 4, 4, 2, 2, 1
+// Every dtype with its name, in Dtype order; fits YamlMap::Enum.
+std::span<const std::pair<std::string_view, Dtype>> DtypeNames();
+
+// GpuSpec is one GPU model from hardware/catalog/gpus/NAME.yaml: datasheet figures plus the
+// efficiencies the compute cost model uses. Peak 0 means the GPU lacks that dtype (A100: fp8).
+struct GpuSpec {
+  std::string name;
+  int sms = 0;
+  double memory_GB = 0;
+  double hbm_GBps = 0;                            // datasheet HBM bandwidth
+  std::array<double, kDtypeCount> peak_tflops{};  // dense, indexed by Dtype
+  double max_gemm_efficiency = 0.8;  // best achieved fraction of peak on a friendly shape
+  double hbm_efficiency = 0.85;      // achieved fraction of hbm_GBps for streaming kernels
+  double kernel_launch_us = 4.0;     // per kernel, eager launches
+  double graph_launch_us = 1.0;      // per kernel inside a CUDA graph
+  int gemm_tile_m = 128;              // GEMM output tile rows per SM (wave quantization)
+  int gemm_tile_n = 128;              // GEMM output tile columns per SM
+  double attention_efficiency = 0.5;  // fused (flash) attention: achieved fraction of peak
+
+  double peak(Dtype dtype) const { return peak_tflops[static_cast<int>(dtype)]; }
+};
+
+// LinkSpec says how NCCL-like collectives perform on one fabric (NVLink inside a node, or the
+// network between nodes): line rate, the fraction of it a large ring collective achieves as
+// busbw, and latencies from NCCL's tuning model for the Simple protocol (src/graph/tuning.cc).
+struct LinkSpec {
+  double GBps_per_direction = 0;  // line rate per GPU (NVLink) or per NIC (network)
+  double efficiency = 0.8;        // achieved busbw / line rate for large ring collectives
+  double base_latency_us = 8.4;   // per collective (Simple protocol)
+  double step_latency_us = 3.4;   // per ring step (NVLink 3.4; network 14)
+};
+
+// NodeSpec is a node type from hardware/catalog/nodes/NAME.yaml: GPUs joined by NVLink/NVSwitch
+// inside the node and NICs to the network between nodes, plus the contention parameters of a
+// collective running beside compute on those GPUs.
+struct NodeSpec {
+  std::string name;
+  GpuSpec gpu;
+  int gpus_per_node = 8;
+  LinkSpec nvlink;                          // per GPU, per direction
+  bool nvls = false;                        // NVLink SHARP (NVSwitch in-network all-reduce)
+  double nvls_busbw_GBps = 0;               // achieved NVLS all-reduce busbw at gpus_per_node GPUs
+  double nvls_latency_us = 25;              // per NVLS all-reduce
+  int nics = 8;                             // per node; one per GPU on DGX
+  LinkSpec network{.step_latency_us = 14};  // per NIC, per direction
+  // Contention: while a collective runs beside compute it holds `comm_ctas` SMs and moves
+  // `comm_hbm_factor` bytes of HBM traffic per byte it sends.
+  int comm_ctas = 16;
+  double comm_hbm_factor = 2.5;
+};
+
+// ClusterSpec is the machine a plan runs on: `nodes` nodes of one type, using `gpus_per_node` GPUs
+// of each (at most the node's).
+struct ClusterSpec {
+  std::string name;  // as given: "dgx-h100:4", or the YAML file's name
+  NodeSpec node;
+  int nodes = 1;
+  int gpus_per_node = 8;
+  int total_gpus() const { return nodes * gpus_per_node; }
+};
+
+// Parsers of the YAML formats in hardware/README.md. `file` names the source in messages
+// ("FILE:LINE:COLUMN: KEY: RULE") and is the folder that relative paths inside the text (a node's
+// `gpu`, a cluster's `node`) are tried against before the working directory. A node's GPU and a
+// cluster's node are loaded as LoadGpu / LoadNode do; their errors are reported at that key.
+Result<GpuSpec> ParseGpu(std::string_view text, std::string_view file);
+Result<NodeSpec> ParseNode(std::string_view text, std::string_view file);
+Result<ClusterSpec> ParseCluster(std::string_view text, std::string_view file);
+
+// Loaders by catalog name (tried first) or YAML path. An unknown name lists the catalog.
+Result<GpuSpec> LoadGpu(std::string_view name_or_path);
+Result<NodeSpec> LoadNode(std::string_view name_or_path);
+// "NODE:COUNT", "NODE:COUNT:GPUS" (GPUS per node, at most the node's; NODE a name or a path), or
+// a cluster YAML path (a spec ending in .yaml/.yml, or without ':'). ClusterSpec.name is `spec` for
+// the string forms and the file's `name` key (default: the path) for a YAML file.
+Result<ClusterSpec> LoadCluster(std::string_view spec);
+
+// The embedded catalogs (hardware/catalog/{gpus,nodes}/*.yaml), generated by cmake.
+std::span<const EmbeddedFile> GpuCatalog();
+std::span<const EmbeddedFile> NodeCatalog();
+
+}  // namespace domino
+
+#endif  // DOMINO_HARDWARE_HARDWARE_SPEC_H_

@@ -1,0 +1,271 @@
+#include "models/base/yaml_reader.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace domino {
+namespace {
+
+bool IsNullScalar(const std::string& s) { return s == "~" || s == "null" || s == "Null" || s == "NULL"; }
+
+std::string Quote(std::string_view s) {
+  constexpr size_t kMax = 40;
+  if (s.size() > kMax) return fmt::format("'{}...'", s.substr(0, kMax));
+  return fmt::format("'{}'", s);
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+Result<YAML::Node> ParseYaml(std::string_view text, std::string_view file) {
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return Error(fmt::format("{}:{}:{}: invalid YAML: {}", file, e.mark.line + 1,
+                             e.mark.column + 1, e.msg));
+  }
+}
+
+std::string NearestWord(std::string_view word, std::span<const std::string> candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& candidate : candidates) {
+    size_t d = EditDistance(word, candidate);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+YamlMap::YamlMap(YAML::Node node, std::string file, std::string key_path)
+    : node_(std::move(node)),
+      file_(std::move(file)),
+      key_path_(std::move(key_path)),
+      error_(std::make_shared<std::optional<Error>>()) {
+  if (!node_.IsMap()) {
+    std::string what = key_path_.empty() ? "the document" : key_path_;
+    *error_ = Error(fmt::format("{}: {}: expected a mapping of keys to values", Where(node_.Mark()),
+                                what));
+  }
+}
+
+std::string YamlMap::Where(const YAML::Mark& mark) const {
+  if (mark.is_null()) return fmt::format("{}:1:1", file_);
+  return fmt::format("{}:{}:{}", file_, mark.line + 1, mark.column + 1);
+}
+
+std::string YamlMap::PathOf(std::string_view key) const {
+  if (key_path_.empty()) return std::string(key);
+  if (key.empty()) return key_path_;
+  return fmt::format("{}.{}", key_path_, key);
+}
+
+void YamlMap::FailAt(const YAML::Mark& mark, std::string_view key, std::string_view rule) {
+  if (error_->has_value()) return;
+  std::string path = PathOf(key);
+  if (path.empty()) {
+    *error_ = Error(fmt::format("{}: {}", Where(mark), rule));
+  } else {
+    *error_ = Error(fmt::format("{}: {}: {}", Where(mark), path, rule));
+  }
+}
+
+void YamlMap::Fail(std::string_view key, std::string_view rule) {
+  YAML::Mark mark = node_.Mark();
+  if (!key.empty() && node_.IsMap()) {
+    for (const auto& entry : node_)
+      if (entry.first.IsScalar() && entry.first.Scalar() == key) mark = entry.second.Mark();
+  }
+  FailAt(mark, key, rule);
+}
+
+bool YamlMap::Has(std::string_view key) const {
+  if (!node_.IsMap()) return false;
+  for (const auto& entry : node_)
+    if (entry.first.IsScalar() && entry.first.Scalar() == key) return true;
+  return false;
+}
+
+YAML::Node YamlMap::Lookup(std::string_view key, Need need) {
+  known_.emplace_back(key);
+  if (error_->has_value() || !node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+  for (const auto& entry : node_) {
+    if (entry.first.IsScalar() && entry.first.Scalar() == key) {
+      if (entry.second.IsNull() ||
+          (entry.second.IsScalar() && entry.second.Tag() != "!" && IsNullScalar(entry.second.Scalar()))) {
+        // An empty value's mark is the next token's, often on the next line: point at the key.
+        FailAt(entry.first.Mark(), key, "has no value");
+        return YAML::Node(YAML::NodeType::Undefined);
+      }
+      return entry.second;
+    }
+  }
+  if (need == Need::kRequired) {
+    missing_key_ = std::string(key);
+    FailAt(node_.Mark(), key, "missing required key");
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+void YamlMap::Int(std::string_view key, int64_t* out, Need need, IntRange range) {
+  YAML::Node value = Lookup(key, need);
+  if (!value.IsDefined()) return;
+  if (!value.IsScalar()) return FailAt(value.Mark(), key, "expected an integer");
+  const std::string& s = value.Scalar();
+  int64_t parsed = 0;
+  const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+  auto [end, ec] = std::from_chars(begin, s.data() + s.size(), parsed);
+  if (ec == std::errc::result_out_of_range)
+    return FailAt(value.Mark(), key, fmt::format("{} is out of range", Quote(s)));
+  if (ec != std::errc() || end != s.data() + s.size() || begin == s.data() + s.size())
+    return FailAt(value.Mark(), key, fmt::format("expected an integer, got {}", Quote(s)));
+  if (parsed < range.min || parsed > range.max) {
+    std::string rule = range.min == 1 && parsed <= 0
+                           ? fmt::format("must be a positive integer, got {}", parsed)
+                           : fmt::format("must be between {} and {}, got {}", range.min, range.max,
+                                         parsed);
+    return FailAt(value.Mark(), key, rule);
+  }
+  *out = parsed;
+}
+
+void YamlMap::Int(std::string_view key, int* out, Need need, IntRange range) {
+  range.max = std::min<int64_t>(range.max, std::numeric_limits<int>::max());
+  int64_t wide = *out;
+  Int(key, &wide, need, range);
+  *out = static_cast<int>(wide);
+}
+
+void YamlMap::Real(std::string_view key, double* out, Need need, RealRange range) {
+  YAML::Node value = Lookup(key, need);
+  if (!value.IsDefined()) return;
+  if (!value.IsScalar()) return FailAt(value.Mark(), key, "expected a number");
+  const std::string& s = value.Scalar();
+  double parsed = 0;
+  const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+  auto [end, ec] = std::from_chars(begin, s.data() + s.size(), parsed);
+  if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(parsed))
+    return FailAt(value.Mark(), key, fmt::format("expected a finite number, got {}", Quote(s)));
+  bool below = range.min_exclusive ? parsed <= range.min : parsed < range.min;
+  if (below || parsed > range.max) {
+    std::string rule =
+        range.min_exclusive && range.min == 0.0 && parsed <= 0
+            ? fmt::format("must be greater than 0, got {}", s)
+            : fmt::format("must be {} {} and at most {}, got {}",
+                          range.min_exclusive ? "greater than" : "at least", range.min, range.max, s);
+    return FailAt(value.Mark(), key, rule);
+  }
+  *out = parsed;
+}
+
+void YamlMap::Bool(std::string_view key, bool* out, Need need) {
+  YAML::Node value = Lookup(key, need);
+  if (!value.IsDefined()) return;
+  const std::string s = value.IsScalar() ? value.Scalar() : "";
+  if (s == "true" || s == "True" || s == "TRUE") {
+    *out = true;
+  } else if (s == "false" || s == "False" || s == "FALSE") {
+    *out = false;
+  } else {
+    FailAt(value.Mark(), key, fmt::format("expected true or false, got {}", Quote(s)));
+  }
+}
+
+void YamlMap::String(std::string_view key, std::string* out, Need need) {
+  YAML::Node value = Lookup(key, need);
+  if (!value.IsDefined()) return;
+  if (!value.IsScalar() || value.Scalar().empty())
+    return FailAt(value.Mark(), key, "expected a non-empty string");
+  *out = value.Scalar();
+}
+
+bool YamlMap::ReadEnumText(std::string_view key, Need need, size_t count,
+                           const std::function<std::string_view(size_t)>& name_at,
+                           std::string* out) {
+  YAML::Node value = Lookup(key, need);
+  if (!value.IsDefined()) return false;
+  std::string text = value.IsScalar() ? value.Scalar() : "";
+  std::vector<std::string> names;
+  for (size_t i = 0; i < count; ++i) {
+    names.emplace_back(name_at(i));
+    if (names.back() == text) {
+      *out = text;
+      return true;
+    }
+  }
+  std::string allowed;
+  for (const std::string& name : names) allowed += (allowed.empty() ? "" : " | ") + name;
+  FailAt(value.Mark(), key, fmt::format("unknown value {} (expected {})", Quote(text), allowed));
+  return false;
+}
+
+std::optional<YamlMap> YamlMap::Map(std::string_view key, Need need) {
+  YAML::Node value = Lookup(key, need);
+  if (!value.IsDefined()) return std::nullopt;
+  YamlMap child(value, file_, PathOf(key));
+  if (child.failed()) {
+    FailAt(value.Mark(), key, "expected a mapping of keys to values");
+    return std::nullopt;
+  }
+  child.error_ = error_;
+  return child;
+}
+
+Status YamlMap::Finish() {
+  if (!error_->has_value() && node_.IsMap()) {
+    std::set<std::string> seen;
+    for (const auto& entry : node_) {
+      if (!entry.first.IsScalar()) {
+        FailAt(entry.first.Mark(), "", "keys must be plain strings");
+        break;
+      }
+      const std::string& key = entry.first.Scalar();
+      if (!seen.insert(key).second) {
+        FailAt(entry.first.Mark(), key, "duplicate key");
+        break;
+      }
+      if (std::find(known_.begin(), known_.end(), key) == known_.end()) {
+        std::string nearest = NearestWord(key, known_);
+        std::string hint = nearest.empty() ? "" : fmt::format(" (did you mean '{}'?)", nearest);
+        FailAt(entry.first.Mark(), key, fmt::format("unknown key{}", hint));
+        break;
+      }
+    }
+  }
+  if (missing_key_.has_value() && node_.IsMap()) {
+    for (const auto& entry : node_) {
+      if (!entry.first.IsScalar()) continue;
+      const std::string& key = entry.first.Scalar();
+      if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
+      if (NearestWord(key, known_) == *missing_key_) {
+        error_->reset();
+        FailAt(entry.first.Mark(), key, fmt::format("unknown key (did you mean '{}'?)", *missing_key_));
+        break;
+      }
+    }
+  }
+  if (error_->has_value()) return **error_;
+  return Status::Ok();
+}
+
+}  // namespace domino

@@ -1,0 +1,57 @@
+#include "models/model_counts.h"
+
+namespace domino {
+namespace {
+
+// Weights and biases of one norm: LayerNorm has a scale and a shift, RMSNorm only a scale.
+int64_t NormParameters(const ModelSpec& model) {
+  const int64_t h = model.hidden;
+  return model.norm == Norm::kLayerNorm ? 2 * h : h;
+}
+
+// Weight matrices of one layer: QKV (Q is hidden wide, K and V kv_hidden each), the output
+// projection, and the MLP (two matrices for GeLU, three for SwiGLU's gate, up and down).
+int64_t LayerMatmulParameters(const ModelSpec& model) {
+  const int64_t h = model.hidden;
+  const int64_t kv = model.kv_hidden();
+  const int64_t f = model.ffn;
+  const int64_t attention = h * (h + 2 * kv) + h * h;
+  const int64_t mlp = (model.activation == Activation::kSwiglu ? 3 : 2) * h * f;
+  return attention + mlp;
+}
+
+int64_t LayerBiasParameters(const ModelSpec& model) {
+  if (!model.bias) return 0;
+  const int64_t h = model.hidden;
+  const int64_t kv = model.kv_hidden();
+  const int64_t f = model.ffn;
+  const int64_t attention = (h + 2 * kv) + h;
+  const int64_t mlp = (model.activation == Activation::kSwiglu ? 2 * f : f) + h;
+  return attention + mlp;
+}
+
+}  // namespace
+
+ParameterCounts CountParameters(const ModelSpec& model) {
+  const int64_t h = model.hidden;
+  ParameterCounts counts;
+  counts.per_layer =
+      LayerMatmulParameters(model) + LayerBiasParameters(model) + 2 * NormParameters(model);
+  counts.layers = counts.per_layer * model.layers;
+  counts.embedding = model.vocab * h;
+  counts.position_embedding = model.learned_positions() ? int64_t{model.seq_len} * h : 0;
+  counts.final_norm = NormParameters(model);
+  counts.lm_head = model.tied_embeddings ? 0 : model.vocab * h;
+  counts.total = counts.layers + counts.embedding + counts.position_embedding + counts.final_norm +
+                 counts.lm_head;
+  counts.matmul = LayerMatmulParameters(model) * model.layers + model.vocab * h;
+  return counts;
+}
+
+double TrainingFlopsPerToken(const ModelSpec& model, int seq_len) {
+  const double matmul = static_cast<double>(CountParameters(model).matmul);
+  const double attention_width = static_cast<double>(model.heads) * model.head_dim();
+  return 6.0 * matmul + 12.0 * model.layers * static_cast<double>(seq_len) * attention_width;
+}
+
+}  // namespace domino

@@ -1,0 +1,100 @@
+#include "models/model_spec.h"
+
+#include <array>
+#include <filesystem>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "models/base/file_io.h"
+#include "models/base/yaml_reader.h"
+
+namespace domino {
+namespace {
+
+constexpr std::array<std::pair<std::string_view, Activation>, 2> kActivations{{
+    {"gelu", Activation::kGelu},
+    {"swiglu", Activation::kSwiglu},
+}};
+constexpr std::array<std::pair<std::string_view, Norm>, 2> kNorms{{
+    {"layernorm", Norm::kLayerNorm},
+    {"rmsnorm", Norm::kRmsNorm},
+}};
+
+// Upper bounds far above any real model, low enough that every count in model_counts.h fits in
+// an int64: layers * (4 * hidden^2 + 3 * hidden * ffn) stays below 4e18.
+constexpr IntRange kLayersRange{1, 100'000};
+constexpr IntRange kHiddenRange{1, 1'000'000};
+constexpr IntRange kHeadsRange{1, 1'000'000};
+constexpr IntRange kFfnRange{1, 10'000'000};
+constexpr IntRange kVocabRange{1, 100'000'000};
+constexpr IntRange kSeqLenRange{1, 100'000'000};
+
+}  // namespace
+
+std::string_view ActivationName(Activation activation) {
+  for (const auto& [name, value] : kActivations)
+    if (value == activation) return name;
+  return "unknown";
+}
+
+std::string_view NormName(Norm norm) {
+  for (const auto& [name, value] : kNorms)
+    if (value == norm) return name;
+  return "unknown";
+}
+
+Result<ModelSpec> ParseModel(std::string_view text, std::string_view file) {
+  Result<YAML::Node> root = ParseYaml(text, file);
+  if (!root.ok()) return root.error();
+
+  ModelSpec model;
+  YamlMap map(*root, std::string(file));
+  map.String("name", &model.name, Need::kRequired);
+  map.Int("layers", &model.layers, Need::kRequired, kLayersRange);
+  map.Int("hidden", &model.hidden, Need::kRequired, kHiddenRange);
+  map.Int("heads", &model.heads, Need::kRequired, kHeadsRange);
+  model.kv_heads = model.heads;
+  map.Int("kv_heads", &model.kv_heads, Need::kOptional, kHeadsRange);
+  map.Int("ffn", &model.ffn, Need::kRequired, kFfnRange);
+  map.Int("vocab", &model.vocab, Need::kRequired, kVocabRange);
+  map.Int("seq_len", &model.seq_len, Need::kRequired, kSeqLenRange);
+  map.Enum<Activation>("activation", &model.activation, Need::kRequired, kActivations);
+  map.Enum<Norm>("norm", &model.norm, Need::kRequired, kNorms);
+  map.Bool("bias", &model.bias, Need::kOptional);
+  map.Bool("tied_embeddings", &model.tied_embeddings, Need::kOptional);
+
+  // Cross-field rules need every size read successfully (and so nonzero) first.
+  if (!map.failed()) {
+    if (model.hidden % model.heads != 0) {
+      map.Fail("hidden", fmt::format("hidden ({}) must be divisible by heads ({})", model.hidden,
+                                     model.heads));
+    } else if (model.heads % model.kv_heads != 0) {
+      map.Fail("kv_heads", fmt::format("heads ({}) must be divisible by kv_heads ({})",
+                                       model.heads, model.kv_heads));
+    }
+  }
+  DOMINO_RETURN_IF_ERROR(map.Finish());
+  return model;
+}
+
+Result<ModelSpec> LoadModel(std::string_view name_or_path) {
+  if (const EmbeddedFile* entry = FindEmbedded(ModelCatalog(), name_or_path))
+    return ParseModel(entry->text, entry->path);
+
+  std::string path(name_or_path);
+  std::error_code ec;
+  if (!path.empty() && std::filesystem::exists(path, ec)) {
+    Result<std::string> text = ReadTextFile(path);
+    if (!text.ok()) return text.error();
+    return ParseModel(*text, path);
+  }
+
+  std::string names;
+  for (const EmbeddedFile& file : ModelCatalog())
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", file.name);
+  return Error(fmt::format("unknown model '{}': not a catalog name ({}) nor a readable file",
+                           name_or_path, names));
+}
+
+}  // namespace domino

@@ -1,0 +1,60 @@
+#ifndef DOMINO_MODELS_MODEL_SPEC_H_
+#define DOMINO_MODELS_MODEL_SPEC_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/base/embedded_file.h"
+#include "models/base/result.h"
+
+namespace domino {
+
+enum class Activation { kGelu, kSwiglu };
+enum class Norm { kLayerNorm, kRmsNorm };
+
+std::string_view ActivationName(Activation activation);
+std::string_view NormName(Norm norm);
+
+// ModelSpec is the shape of a decoder-only transformer, as written in a model YAML file
+// (models/catalog/NAME.yaml; keys named after its fields). It holds no parallelism or batch: those
+// belong to a Plan. Models with `norm: layernorm` (the GPT family) have learned absolute position
+// embeddings of `seq_len` rows; models with `norm: rmsnorm` (Llama) use rotary positions, which
+// have no parameters.
+struct ModelSpec {
+  std::string name;
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;  // = heads without grouped-query attention
+  int ffn = 0;       // MLP inner size
+  int64_t vocab = 0;
+  int seq_len = 0;  // default sequence length, used when a plan gives none
+  Activation activation = Activation::kGelu;
+  Norm norm = Norm::kLayerNorm;
+  bool bias = true;  // biases on every linear layer
+  bool tied_embeddings = true;
+
+  int head_dim() const { return hidden / heads; }
+  int kv_hidden() const { return kv_heads * head_dim(); }  // width of K (and of V)
+  bool learned_positions() const { return norm == Norm::kLayerNorm; }
+};
+
+// Parses and validates model YAML. `file` names the source in messages
+// ("FILE:LINE:COLUMN: KEY: RULE"). Rules: every key known and present (kv_heads defaults to
+// heads, bias to true, tied_embeddings to true); sizes positive; hidden divisible by heads;
+// heads divisible by kv_heads; activation gelu|swiglu; norm layernorm|rmsnorm.
+Result<ModelSpec> ParseModel(std::string_view text, std::string_view file);
+
+// Loads a catalog model by name ("gpt3-13b") or a YAML file by path. A string that names no
+// catalog model and no file gets an error listing the catalog.
+Result<ModelSpec> LoadModel(std::string_view name_or_path);
+
+// The embedded catalog, one entry per models/catalog/*.yaml, in name order.
+std::span<const EmbeddedFile> ModelCatalog();
+
+}  // namespace domino
+
+#endif  // DOMINO_MODELS_MODEL_SPEC_H_

@@ -1,0 +1,424 @@
+#include "planner/lower.h"
+
+#include <array>
+#include <initializer_list>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace domino {
+namespace {
+
+// Issue order. One compute stream and one TP comm stream run in issue order, so the order in
+// which slices are issued decides what each collective can hide behind. Lowering walks the layer
+// stack in blocks (attention, then MLP; reversed in backward) and, inside a block, slice by slice:
+//
+//   for block b: for slice i: entry(b, i); compute(b, i); collective(b, i)
+//
+// where entry is the residual add and norm that consume the previous block's collective of the
+// same slice. The collective of slice i then runs under the compute of slices i+1..p-1 of the same
+// block and, for the last slices, under the next block's first slices: every collective gets p-1
+// slices of independent work before anything waits for it, which is the most one comm stream can
+// hide without reordering blocks (a slice's next block must wait for its own collective, and
+// issuing the next block's slice 0 earlier would only delay the collectives queued behind it).
+// For p = 2 this is DeepSpeed-Domino's forward schedule. Column chunks of one slice follow the
+// same rule inside the row-parallel GEMM: chunk j's all-reduce runs under chunk j+1's GEMM.
+// Backward issues each column-parallel layer's input-gradient collective before its
+// weight-gradient GEMM, so that GEMM always hides it (Megatron's async TP all-reduce).
+//
+// Scope none makes the next compute op wait for each forward collective (and each backward one
+// after its weight-gradient GEMM): the Megatron baseline. Scope intra-layer adds a barrier at
+// every layer boundary: no slice enters layer l+1 (l-1 in backward) before every collective of
+// layer l is done. Scope inter-layer has only the data dependencies.
+//
+// With sequence parallelism a block begins with an all-gather of the norm output and ends with a
+// reduce-scatter; the entry of slice i+1 is issued before the compute of slice i, so the
+// all-gather of slice i+1 runs under slice i's GEMMs.
+
+enum class Block { kAttention, kMlp };
+
+struct LayerTensors {
+  int32_t x, ln1, qkv, ctx, proj, mid, ln2, fc1, act, fc2;
+  int32_t w_qkv, w_proj, w_fc1, w_fc2, w_ln1, w_ln2;
+  int32_t g_x, g_ln1, g_qkv, g_ctx, g_proj, g_mid, g_ln2, g_fc1, g_act, g_fc2;
+  int32_t g_w_qkv, g_w_proj, g_w_fc1, g_w_fc2;
+};
+
+class Lowering {
+ public:
+  explicit Lowering(const Plan& plan)
+      : plan_(plan),
+        p_(plan.row_split),
+        q_(plan.col_split),
+        layers_(plan.model.layers / plan.pp),
+        sp_(plan.sequence_parallel),
+        scope_(plan.scope) {
+    const ModelSpec& m = plan.model;
+    int t = plan.tp;
+    h_ = m.hidden;
+    d_ = m.head_dim();
+    a_ = m.heads / t;
+    g_ = m.kv_heads / t;
+    f_ = m.ffn / t;
+    f1_ = m.activation == Activation::kSwiglu ? 2 * f_ : f_;
+    qkv_n_ = (a_ + 2 * g_) * d_;
+    e_ = DtypeBytes(plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision);
+    tokens_ = static_cast<int64_t>(plan.micro_batch) * plan.seq_len;
+    slice_tokens_ = tokens_ / p_;
+    waits_.assign(p_, {});
+  }
+
+  Schedule Run() {
+    s_.Reserve(static_cast<size_t>(layers_) * p_ * (24 + 8 * q_));
+    for (int l = 0; l < layers_; ++l) tensors_.push_back(MakeTensors(l));
+    for (int l = 0; l < layers_; ++l) {
+      Barrier();
+      ForwardBlock(l, Block::kAttention);
+      ForwardBlock(l, Block::kMlp);
+    }
+    for (int l = layers_ - 1; l >= 0; --l) {
+      Barrier();
+      BackwardBlock(l, Block::kMlp);
+      BackwardBlock(l, Block::kAttention);
+    }
+    // The first layer's input gradient completes the stack.
+    for (int i = 0; i < p_; ++i) BackwardEntry(0, Block::kAttention, i, /*final=*/true);
+    return std::move(s_);
+  }
+
+ private:
+  using Deps = std::vector<int32_t>;
+
+  LayerTensors MakeTensors(int l) {
+    LayerTensors t{};
+    auto act = [&](const char* name, int64_t cols) {
+      return s_.AddTensor(fmt::format("l{}.{}", l, name), tokens_, cols);
+    };
+    auto weight = [&](const char* name, int64_t rows, int64_t cols) {
+      return s_.AddTensor(fmt::format("l{}.{}", l, name), rows, cols);
+    };
+    t.x = act("x", h_), t.ln1 = act("ln1", h_), t.qkv = act("qkv", qkv_n_), t.ctx = act("ctx", a_ * d_);
+    t.proj = act("proj", h_), t.mid = act("mid", h_), t.ln2 = act("ln2", h_), t.fc1 = act("fc1", f1_);
+    t.act = act("act", f_), t.fc2 = act("fc2", h_);
+    t.g_x = act("x.grad", h_), t.g_ln1 = act("ln1.grad", h_), t.g_qkv = act("qkv.grad", qkv_n_);
+    t.g_ctx = act("ctx.grad", a_ * d_), t.g_proj = act("proj.grad", h_), t.g_mid = act("mid.grad", h_);
+    t.g_ln2 = act("ln2.grad", h_), t.g_fc1 = act("fc1.grad", f1_), t.g_act = act("act.grad", f_);
+    t.g_fc2 = act("fc2.grad", h_);
+    t.w_qkv = weight("qkv.w", h_, qkv_n_), t.w_proj = weight("proj.w", a_ * d_, h_);
+    t.w_fc1 = weight("fc1.w", h_, f1_), t.w_fc2 = weight("fc2.w", f_, h_);
+    t.w_ln1 = weight("ln1.w", 1, h_), t.w_ln2 = weight("ln2.w", 1, h_);
+    t.g_w_qkv = weight("qkv.w.grad", h_, qkv_n_), t.g_w_proj = weight("proj.w.grad", a_ * d_, h_);
+    t.g_w_fc1 = weight("fc1.w.grad", h_, f1_), t.g_w_fc2 = weight("fc2.w.grad", f_, h_);
+    return t;
+  }
+
+  View Rows(int slice, int64_t cols) const {
+    return View{slice * slice_tokens_, (slice + 1) * slice_tokens_, 0, cols};
+  }
+  View Chunk(int slice, int chunk, int64_t cols) const {
+    int64_t width = cols / q_;
+    return View{slice * slice_tokens_, (slice + 1) * slice_tokens_, chunk * width, (chunk + 1) * width};
+  }
+  static View Whole(int64_t rows, int64_t cols) { return View{0, rows, 0, cols}; }
+  TensorUse Use(int32_t tensor, View view) const { return TensorUse{tensor, view}; }
+  TensorUse SliceOf(int32_t tensor, int slice) const {
+    return TensorUse{tensor, Rows(slice, s_.tensors()[tensor].cols)};
+  }
+  TensorUse WholeOf(int32_t tensor) const {
+    const Tensor& t = s_.tensors()[tensor];
+    return TensorUse{tensor, Whole(t.rows, t.cols)};
+  }
+
+  OpTags Tags(int layer, int slice, int chunk, Phase phase) const {
+    OpTags tags;
+    tags.layer = static_cast<int16_t>(layer);
+    tags.micro_batch = 0;
+    tags.row_slice = static_cast<int8_t>(p_ > 1 ? slice : -1);
+    tags.col_chunk = static_cast<int8_t>(chunk);
+    tags.phase = phase;
+    return tags;
+  }
+
+  // Appends a compute op; it also waits for whatever the scope says must be done first.
+  int32_t Compute(Op op, Deps deps, std::initializer_list<TensorUse> reads,
+                  std::initializer_list<TensorUse> writes) {
+    op.stream = Stream::kCompute;
+    deps.insert(deps.end(), sync_.begin(), sync_.end());
+    sync_.clear();
+    return s_.Add(op, deps, std::span(reads.begin(), reads.size()),
+                  std::span(writes.begin(), writes.size()));
+  }
+
+  int32_t Gemm(OpFunc func, const OpTags& tags, int64_t m, int64_t n, int64_t k, Deps deps,
+               std::initializer_list<TensorUse> reads, std::initializer_list<TensorUse> writes) {
+    Op op;
+    op.kind = OpKind::kGemm;
+    op.func = func;
+    op.tags = tags;
+    op.m = m, op.n = n, op.k = k;
+    op.flops = 2.0 * m * n * k;
+    op.bytes = static_cast<double>(m * k + k * n + m * n) * e_;
+    return Compute(op, std::move(deps), reads, writes);
+  }
+
+  int32_t Elementwise(OpFunc func, const OpTags& tags, double bytes, Deps deps,
+                      std::initializer_list<TensorUse> reads, std::initializer_list<TensorUse> writes) {
+    Op op;
+    op.kind = OpKind::kElementwise;
+    op.func = func;
+    op.tags = tags;
+    op.bytes = bytes;
+    return Compute(op, std::move(deps), reads, writes);
+  }
+
+  int32_t Attention(OpFunc func, const OpTags& tags, double flops_factor,
+                    std::initializer_list<TensorUse> reads, std::initializer_list<TensorUse> writes) {
+    Op op;
+    op.kind = OpKind::kAttention;
+    op.func = func;
+    op.tags = tags;
+    op.sequences = plan_.micro_batch / p_;
+    op.seq_len = plan_.seq_len;
+    op.heads = a_, op.kv_heads = g_, op.head_dim = d_;
+    op.flops = flops_factor * 4.0 * op.sequences * op.seq_len * op.seq_len * a_ * d_;
+    op.bytes = static_cast<double>(slice_tokens_) * (2 * a_ + 2 * g_) * d_ * e_ * flops_factor;
+    return Compute(op, {}, reads, writes);
+  }
+
+  // Appends a TP collective over `bytes` (nccl-tests size) that waits for `producer`.
+  int32_t Collective(OpFunc func, CollectiveOp kind, const OpTags& tags, double bytes,
+                     int32_t producer, std::initializer_list<TensorUse> buffers) {
+    Op op;
+    op.kind = OpKind::kCollective;
+    op.stream = Stream::kTpComm;
+    op.func = func;
+    op.collective = kind;
+    op.group = Group::kTp;
+    op.tags = tags;
+    op.bytes = bytes;
+    int32_t deps[] = {producer};
+    int32_t id = s_.Add(op, deps, std::span(buffers.begin(), buffers.size()),
+                        std::span(buffers.begin(), buffers.size()));
+    layer_comms_.push_back(id);
+    return id;
+  }
+
+  // Scope intra-layer: everything of the next layer waits for this layer's collectives.
+  void Barrier() {
+    if (scope_ == OverlapScope::kIntraLayer) sync_.insert(sync_.end(), layer_comms_.begin(), layer_comms_.end());
+    layer_comms_.clear();
+  }
+
+  // Scope none: the next compute op waits for `comm`.
+  void SyncIfNoOverlap(int32_t comm) {
+    if (scope_ == OverlapScope::kNone) sync_.push_back(comm);
+  }
+
+  double RowBytes(int64_t cols) const { return static_cast<double>(slice_tokens_) * cols * e_; }
+  // Rows a norm or residual touches: a sequence-parallel shard, or the whole slice.
+  double NormRows() const { return sp_ ? static_cast<double>(slice_tokens_) / plan_.tp : slice_tokens_; }
+
+  // Forward entry of (block, slice): residual add of the previous block's result and the norm.
+  // Returns the op the block's first GEMM must wait for (the norm, or its all-gather).
+  int32_t ForwardEntry(int l, Block block, int i) {
+    const LayerTensors& t = tensors_[l];
+    Deps deps = std::move(waits_[i]);
+    waits_[i].clear();
+    double hb = NormRows() * h_ * e_;
+    OpTags tags = Tags(l, i, -1, Phase::kForward);
+    int32_t norm;
+    if (block == Block::kAttention) {
+      if (l > 0) {
+        const LayerTensors& prev = tensors_[l - 1];
+        Elementwise(OpFunc::kResidual2, Tags(l - 1, i, -1, Phase::kForward), 3 * hb, std::move(deps),
+                    {SliceOf(prev.mid, i), SliceOf(prev.fc2, i)}, {SliceOf(t.x, i)});
+        deps = {};
+      }
+      norm = Elementwise(OpFunc::kLn1, tags, 2 * hb, std::move(deps), {SliceOf(t.x, i), WholeOf(t.w_ln1)},
+                         {SliceOf(t.ln1, i)});
+    } else {
+      Elementwise(OpFunc::kResidual1, tags, 3 * hb, std::move(deps), {SliceOf(t.x, i), SliceOf(t.proj, i)},
+                  {SliceOf(t.mid, i)});
+      norm = Elementwise(OpFunc::kLn2, tags, 2 * hb, {}, {SliceOf(t.mid, i), WholeOf(t.w_ln2)},
+                         {SliceOf(t.ln2, i)});
+    }
+    if (!sp_) return norm;
+    int32_t out = block == Block::kAttention ? t.ln1 : t.ln2;
+    return Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), norm,
+                      {SliceOf(out, i)});
+  }
+
+  // Forward compute of (block, slice) after its entry, ending in the row-parallel GEMM's
+  // collective(s), which the slice's next entry waits for.
+  void ForwardCompute(int l, Block block, int i, int32_t entry) {
+    const LayerTensors& t = tensors_[l];
+    OpTags tags = Tags(l, i, -1, Phase::kForward);
+    Deps first = {entry};
+    int32_t in, w_out, out;
+    int64_t k;
+    if (block == Block::kAttention) {
+      Gemm(OpFunc::kQkv, tags, slice_tokens_, qkv_n_, h_, first, {SliceOf(t.ln1, i), WholeOf(t.w_qkv)},
+           {SliceOf(t.qkv, i)});
+      Attention(OpFunc::kAttn, tags, 1.0, {SliceOf(t.qkv, i)}, {SliceOf(t.ctx, i)});
+      in = t.ctx, w_out = t.w_proj, out = t.proj, k = a_ * d_;
+    } else {
+      Gemm(OpFunc::kFc1, tags, slice_tokens_, f1_, h_, first, {SliceOf(t.ln2, i), WholeOf(t.w_fc1)},
+           {SliceOf(t.fc1, i)});
+      double act_bytes = (f1_ + f_) * RowBytes(1);
+      Elementwise(OpFunc::kAct, tags, act_bytes, {}, {SliceOf(t.fc1, i)}, {SliceOf(t.act, i)});
+      in = t.act, w_out = t.w_fc2, out = t.fc2, k = f_;
+    }
+    OpFunc func = block == Block::kAttention ? OpFunc::kProj : OpFunc::kFc2;
+    for (int j = 0; j < q_; ++j) {
+      OpTags chunk_tags = Tags(l, i, q_ > 1 ? j : -1, Phase::kForward);
+      View w_cols{0, k, j * (h_ / q_), (j + 1) * (h_ / q_)};
+      int32_t gemm = Gemm(func, chunk_tags, slice_tokens_, h_ / q_, k, {},
+                          {SliceOf(in, i), Use(w_out, w_cols)}, {Use(out, Chunk(i, j, h_))});
+      int32_t comm = sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, chunk_tags,
+                                      RowBytes(h_), gemm, {SliceOf(out, i)})
+                         : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, chunk_tags,
+                                      RowBytes(h_ / q_), gemm, {Use(out, Chunk(i, j, h_))});
+      waits_[i].push_back(comm);
+      SyncIfNoOverlap(comm);
+    }
+  }
+
+  void ForwardBlock(int l, Block block) {
+    if (!sp_) {
+      for (int i = 0; i < p_; ++i) ForwardCompute(l, block, i, ForwardEntry(l, block, i));
+      return;
+    }
+    int32_t next = ForwardEntry(l, block, 0);
+    for (int i = 0; i < p_; ++i) {
+      int32_t entry = next;
+      if (i + 1 < p_) next = ForwardEntry(l, block, i + 1);
+      ForwardCompute(l, block, i, entry);
+    }
+  }
+
+  // Backward entry of (block, slice): the norm backward (with the residual's gradient) that
+  // consumes the previous block's input-gradient collective. With sequence parallelism the
+  // gradient is then all-gathered for the row-parallel GEMM. Returns what that GEMM waits for.
+  int32_t BackwardEntry(int l, Block block, int i, bool final = false) {
+    Deps deps = std::move(waits_[i]);
+    waits_[i].clear();
+    double hb = NormRows() * h_ * e_;
+    OpTags tags;
+    int32_t grad_out;
+    if (block == Block::kMlp && l + 1 >= layers_) {
+      // The top layer's output gradient arrives from the loss (or the next stage).
+      tags = Tags(l, i, -1, Phase::kBackward);
+      grad_out = Elementwise(OpFunc::kResidualGrad, tags, hb, std::move(deps), {},
+                             {SliceOf(tensors_[l].g_fc2, i)});
+    } else if (block == Block::kMlp) {
+      // Entering layer l's MLP from layer l+1's attention: ln1 backward of layer l+1.
+      const LayerTensors& up = tensors_[l + 1];
+      tags = Tags(l + 1, i, -1, Phase::kBackward);
+      grad_out = Elementwise(OpFunc::kLn1Grad, tags, 5 * hb, std::move(deps),
+                             {SliceOf(up.x, i), SliceOf(up.g_ln1, i), WholeOf(up.w_ln1)},
+                             {SliceOf(up.g_x, i)});
+    } else {
+      const LayerTensors& t = tensors_[l];
+      tags = Tags(l, i, -1, Phase::kBackward);
+      OpFunc func = final ? OpFunc::kLn1Grad : OpFunc::kLn2Grad;
+      grad_out = final ? Elementwise(func, tags, 5 * hb, std::move(deps),
+                                     {SliceOf(t.x, i), SliceOf(t.g_ln1, i), WholeOf(t.w_ln1)},
+                                     {SliceOf(t.g_x, i)})
+                       : Elementwise(func, tags, 5 * hb, std::move(deps),
+                                     {SliceOf(t.mid, i), SliceOf(t.g_ln2, i), WholeOf(t.w_ln2)},
+                                     {SliceOf(t.g_mid, i)});
+    }
+    if (!sp_ || final) return grad_out;
+    return Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), grad_out, {});
+  }
+
+  void BackwardCompute(int l, Block block, int i, int32_t entry) {
+    const LayerTensors& t = tensors_[l];
+    OpTags tags = Tags(l, i, -1, Phase::kBackward);
+    bool attn = block == Block::kAttention;
+    // Row-parallel GEMM (proj or fc2): input gradient, then weight gradient. No collective.
+    int64_t k_in = attn ? a_ * d_ : f_;
+    int32_t grad_y = attn ? t.g_mid : t.g_fc2;
+    int32_t x_in = attn ? t.ctx : t.act, g_in = attn ? t.g_ctx : t.g_act;
+    Gemm(attn ? OpFunc::kProjGradInput : OpFunc::kFc2GradInput, tags, slice_tokens_, k_in, h_, {entry},
+         {SliceOf(grad_y, i), WholeOf(attn ? t.w_proj : t.w_fc2)}, {SliceOf(g_in, i)});
+    Gemm(attn ? OpFunc::kProjGradWeight : OpFunc::kFc2GradWeight, tags, k_in, h_, slice_tokens_, {},
+         {SliceOf(x_in, i), SliceOf(grad_y, i)}, {WholeOf(attn ? t.g_w_proj : t.g_w_fc2)});
+    // Middle: attention core or activation backward.
+    if (attn) {
+      Attention(OpFunc::kAttnGrad, tags, 2.0, {SliceOf(t.qkv, i), SliceOf(t.g_ctx, i)},
+                {SliceOf(t.g_qkv, i)});
+    } else {
+      double bytes = (2 * f1_ + f_) * RowBytes(1);
+      Elementwise(OpFunc::kActGrad, tags, bytes, {}, {SliceOf(t.fc1, i), SliceOf(t.g_act, i)},
+                  {SliceOf(t.g_fc1, i)});
+    }
+    // Column-parallel GEMM (qkv or fc1): input gradient in column chunks, each followed by its
+    // collective; then the weight gradient, which runs under them.
+    int64_t n_out = attn ? qkv_n_ : f1_;
+    int32_t g_out = attn ? t.g_qkv : t.g_fc1, w = attn ? t.w_qkv : t.w_fc1;
+    int32_t g_norm = attn ? t.g_ln1 : t.g_ln2, norm_out = attn ? t.ln1 : t.ln2;
+    int32_t gather = -1;
+    if (sp_) {
+      // The weight gradient needs the full norm output, which sequence parallelism keeps sharded.
+      int32_t last = static_cast<int32_t>(s_.size()) - 1;
+      gather = Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), last, {});
+    }
+    std::vector<int32_t> comms;
+    for (int j = 0; j < q_; ++j) {
+      OpTags chunk_tags = Tags(l, i, q_ > 1 ? j : -1, Phase::kBackward);
+      View w_rows{j * (h_ / q_), (j + 1) * (h_ / q_), 0, n_out};
+      int32_t gemm = Gemm(attn ? OpFunc::kQkvGradInput : OpFunc::kFc1GradInput, chunk_tags, slice_tokens_,
+                          h_ / q_, n_out, {}, {SliceOf(g_out, i), Use(w, w_rows)},
+                          {Use(g_norm, Chunk(i, j, h_))});
+      comms.push_back(sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, chunk_tags,
+                                       RowBytes(h_), gemm, {SliceOf(g_norm, i)})
+                          : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, chunk_tags,
+                                       RowBytes(h_ / q_), gemm, {Use(g_norm, Chunk(i, j, h_))}));
+    }
+    Deps wgrad_deps;
+    if (gather >= 0) wgrad_deps.push_back(gather);
+    Gemm(attn ? OpFunc::kQkvGradWeight : OpFunc::kFc1GradWeight, tags, h_, n_out, slice_tokens_,
+         std::move(wgrad_deps), {SliceOf(norm_out, i), SliceOf(g_out, i)},
+         {WholeOf(attn ? t.g_w_qkv : t.g_w_fc1)});
+    for (int32_t comm : comms) {
+      waits_[i].push_back(comm);
+      SyncIfNoOverlap(comm);
+    }
+  }
+
+  void BackwardBlock(int l, Block block) {
+    if (!sp_) {
+      for (int i = 0; i < p_; ++i) BackwardCompute(l, block, i, BackwardEntry(l, block, i));
+      return;
+    }
+    int32_t next = BackwardEntry(l, block, 0);
+    for (int i = 0; i < p_; ++i) {
+      int32_t entry = next;
+      if (i + 1 < p_) next = BackwardEntry(l, block, i + 1);
+      BackwardCompute(l, block, i, entry);
+    }
+  }
+
+  const Plan& plan_;
+  int p_, q_, layers_;
+  bool sp_;
+  OverlapScope scope_;
+  int64_t h_ = 0, d_ = 0, a_ = 0, g_ = 0, f_ = 0, f1_ = 0, qkv_n_ = 0, e_ = 2;
+  int64_t tokens_ = 0, slice_tokens_ = 0;
+  Schedule s_;
+  std::vector<LayerTensors> tensors_;
+  std::vector<Deps> waits_;         // per slice: collectives its next entry consumes
+  std::vector<int32_t> sync_;       // collectives the next compute op must wait for
+  std::vector<int32_t> layer_comms_;  // collectives of the current layer (intra-layer barrier)
+};
+
+}  // namespace
+
+Result<Schedule> Lower(const Plan& plan) {
+  if (auto failure = CheckPlanRules(plan))
+    return Error(fmt::format("{}: {}", failure->key, failure->rule));
+  return Lowering(plan).Run();
+}
+
+}  // namespace domino

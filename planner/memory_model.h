@@ -1,0 +1,27 @@
+#ifndef DOMINO_PLANNER_MEMORY_MODEL_H_
+#define DOMINO_PLANNER_MEMORY_MODEL_H_
+
+#include "planner/plan.h"
+
+namespace domino {
+
+// Per-GPU memory of a plan on its most loaded pipeline stage (the first), in bytes, following
+// Megatron-LM's theoretical_memory_usage.py and Korthikanti et al. 2022:
+// - weights, gradients and Adam states: 18 bytes per parameter held by the GPU (6 + 12/dp with
+//   the distributed optimizer); a GPU holds its 1/tp share of its stage's layers (1/pp of them),
+//   and the first stage also the vocab-parallel embedding;
+// - activations per layer: s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes with TP, s*b*h/t*(34 + 5*a*s/h)
+//   with sequence parallelism (b = micro_batch, a = heads); flash attention drops the a*s/h term;
+//   selective recompute drops it too; full recompute keeps only the 2*s*b*h layer input; the
+//   first stage keeps up to pp micro-batches in flight under 1F1B.
+struct MemoryEstimate {
+  double weights_and_optimizer_bytes = 0;
+  double activation_bytes = 0;
+  double total_bytes() const { return weights_and_optimizer_bytes + activation_bytes; }
+};
+
+MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention = true);
+
+}  // namespace domino
+
+#endif  // DOMINO_PLANNER_MEMORY_MODEL_H_

@@ -1,0 +1,238 @@
+#include "planner/plan.h"
+
+#include <array>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "models/base/file_io.h"
+#include "models/base/yaml_reader.h"
+
+namespace domino {
+namespace {
+
+constexpr std::array<std::pair<std::string_view, OverlapScope>, 3> kScopes = {{
+    {"none", OverlapScope::kNone},
+    {"intra-layer", OverlapScope::kIntraLayer},
+    {"inter-layer", OverlapScope::kInterLayer},
+}};
+constexpr std::array<std::pair<std::string_view, Recompute>, 3> kRecomputes = {{
+    {"none", Recompute::kNone},
+    {"selective", Recompute::kSelective},
+    {"full", Recompute::kFull},
+}};
+constexpr std::array<std::pair<std::string_view, Dtype>, 3> kPrecisions = {{
+    {"bf16", Dtype::kBf16},
+    {"fp16", Dtype::kFp16},
+    {"fp8", Dtype::kFp8},
+}};
+
+void ReadFigures(YamlMap& parent, std::string_view key, std::optional<PlanFigures>* out) {
+  std::optional<YamlMap> map = parent.Map(key, Need::kOptional);
+  if (!map) return;
+  PlanFigures f;
+  RealRange any{.min = -1e300, .max = 1e300, .min_exclusive = false};
+  map->Real("iteration_ms", &f.iteration_ms, Need::kOptional, any);
+  map->Real("ideal_ms", &f.ideal_ms, Need::kOptional, any);
+  map->Real("exposed_comm_ms", &f.exposed_comm_ms, Need::kOptional, any);
+  map->Real("hidden_comm_fraction", &f.hidden_comm_fraction, Need::kOptional, any);
+  map->Real("tokens_per_s", &f.tokens_per_s, Need::kOptional, any);
+  map->Real("tflops_per_gpu", &f.tflops_per_gpu, Need::kOptional, any);
+  map->Real("mfu", &f.mfu, Need::kOptional, any);
+  map->Real("memory_gib_per_gpu", &f.memory_gib_per_gpu, Need::kOptional, any);
+  (void)map->Finish();
+  *out = f;
+}
+
+std::string FiguresToYaml(std::string_view key, const PlanFigures& f) {
+  return fmt::format(
+      "{}:\n"
+      "  iteration_ms: {:.4f}\n"
+      "  ideal_ms: {:.4f}\n"
+      "  exposed_comm_ms: {:.4f}\n"
+      "  hidden_comm_fraction: {:.4f}\n"
+      "  tokens_per_s: {:.1f}\n"
+      "  tflops_per_gpu: {:.2f}\n"
+      "  mfu: {:.4f}\n"
+      "  memory_gib_per_gpu: {:.2f}\n",
+      key, f.iteration_ms, f.ideal_ms, f.exposed_comm_ms, f.hidden_comm_fraction, f.tokens_per_s,
+      f.tflops_per_gpu, f.mfu, f.memory_gib_per_gpu);
+}
+
+}  // namespace
+
+std::string_view ScopeName(OverlapScope scope) {
+  for (const auto& [name, value] : kScopes)
+    if (value == scope) return name;
+  return "none";
+}
+
+std::string_view RecomputeName(Recompute recompute) {
+  for (const auto& [name, value] : kRecomputes)
+    if (value == recompute) return name;
+  return "none";
+}
+
+std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
+  const ModelSpec& m = p.model;
+  auto fail = [](std::string key, std::string rule) {
+    return std::optional<PlanRuleFailure>(PlanRuleFailure{std::move(key), std::move(rule)});
+  };
+  int64_t gpus = static_cast<int64_t>(p.tp) * p.pp * p.dp;
+  if (gpus != p.cluster.total_gpus())
+    return fail("parallel.tp", fmt::format("tp*pp*dp = {}*{}*{} = {} must equal the cluster's {} GPUs",
+                                           p.tp, p.pp, p.dp, gpus, p.cluster.total_gpus()));
+  if (m.heads % p.tp != 0)
+    return fail("parallel.tp", fmt::format("tp ({}) must divide the model's heads ({})", p.tp, m.heads));
+  if (m.kv_heads % p.tp != 0)
+    return fail("parallel.tp",
+                fmt::format("tp ({}) must divide the model's kv_heads ({})", p.tp, m.kv_heads));
+  if (m.ffn % p.tp != 0)
+    return fail("parallel.tp", fmt::format("tp ({}) must divide the model's ffn ({})", p.tp, m.ffn));
+  if (m.layers % (p.pp * p.virtual_stages) != 0)
+    return fail("parallel.pp", fmt::format("pp*virtual_stages = {}*{} must divide the model's {} layers",
+                                           p.pp, p.virtual_stages, m.layers));
+  if (p.virtual_stages > 1 && p.pp == 1)
+    return fail("parallel.virtual_stages", "virtual_stages > 1 needs pp >= 2");
+  if (p.row_split > kMaxSplit)
+    return fail("overlap.row_split", fmt::format("must be at most {}, got {}", kMaxSplit, p.row_split));
+  if (p.col_split > kMaxSplit)
+    return fail("overlap.col_split", fmt::format("must be at most {}, got {}", kMaxSplit, p.col_split));
+  if (p.micro_batch % p.row_split != 0)
+    return fail("overlap.row_split", fmt::format("row_split ({}) must divide micro_batch ({})",
+                                                 p.row_split, p.micro_batch));
+  if (m.hidden % p.col_split != 0)
+    return fail("overlap.col_split", fmt::format("col_split ({}) must divide the model's hidden ({})",
+                                                 p.col_split, m.hidden));
+  if (p.scope == OverlapScope::kInterLayer && p.row_split < 2)
+    return fail("overlap.scope",
+                "inter-layer overlap needs row_split >= 2 (only independent row slices can cross a "
+                "layer boundary)");
+  if (p.sequence_parallel && p.col_split > 1)
+    return fail("overlap.col_split", "column split is not supported with sequence_parallel");
+  if (p.sequence_parallel && p.seq_len % p.tp != 0)
+    return fail("parallel.sequence_parallel",
+                fmt::format("sequence parallelism needs tp ({}) to divide seq_len ({})", p.tp, p.seq_len));
+  if (p.global_batch % (static_cast<int64_t>(p.micro_batch) * p.dp) != 0)
+    return fail("training.global_batch",
+                fmt::format("micro_batch*dp = {}*{} must divide global_batch ({})", p.micro_batch,
+                            p.dp, p.global_batch));
+  return std::nullopt;
+}
+
+Status ResolvePlan(Plan& plan) {
+  Result<ModelSpec> model = LoadModel(plan.model_ref);
+  if (!model.ok()) return model.error();
+  Result<ClusterSpec> cluster = LoadCluster(plan.cluster_ref);
+  if (!cluster.ok()) return cluster.error();
+  plan.model = std::move(model).value();
+  plan.cluster = std::move(cluster).value();
+  if (plan.seq_len <= 0) plan.seq_len = plan.model.seq_len;
+  if (auto failure = CheckPlanRules(plan))
+    return Error(fmt::format("{}: {}", failure->key, failure->rule));
+  return Status::Ok();
+}
+
+Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
+  Result<YAML::Node> doc = ParseYaml(text, file);
+  if (!doc.ok()) return doc.error();
+  YamlMap root(*doc, std::string(file));
+  Plan plan;
+  root.String("model", &plan.model_ref, Need::kRequired);
+  root.String("cluster", &plan.cluster_ref, Need::kRequired);
+  root.Enum("precision", &plan.precision, Need::kOptional, kPrecisions);
+  plan.seq_len = 0;
+  if (auto training = root.Map("training", Need::kOptional)) {
+    training->Int("seq_len", &plan.seq_len, Need::kOptional, {.min = 1, .max = 1 << 24});
+    training->Int("micro_batch", &plan.micro_batch, Need::kOptional, {.min = 1, .max = 1 << 20});
+    training->Int("global_batch", &plan.global_batch, Need::kOptional, {.min = 1, .max = 1 << 24});
+    (void)training->Finish();
+  }
+  if (auto parallel = root.Map("parallel", Need::kOptional)) {
+    IntRange degree{.min = 1, .max = 1 << 20};
+    parallel->Int("tp", &plan.tp, Need::kOptional, degree);
+    parallel->Int("pp", &plan.pp, Need::kOptional, degree);
+    parallel->Int("dp", &plan.dp, Need::kOptional, degree);
+    parallel->Bool("sequence_parallel", &plan.sequence_parallel, Need::kOptional);
+    parallel->Int("virtual_stages", &plan.virtual_stages, Need::kOptional, {.min = 1, .max = 1024});
+    (void)parallel->Finish();
+  }
+  if (auto overlap = root.Map("overlap", Need::kOptional)) {
+    overlap->Int("row_split", &plan.row_split, Need::kOptional, {.min = 1, .max = 1 << 20});
+    overlap->Int("col_split", &plan.col_split, Need::kOptional, {.min = 1, .max = 1 << 20});
+    overlap->Enum("scope", &plan.scope, Need::kOptional, kScopes);
+    (void)overlap->Finish();
+  }
+  if (auto memory = root.Map("memory", Need::kOptional)) {
+    memory->Enum("recompute", &plan.recompute, Need::kOptional, kRecomputes);
+    memory->Bool("distributed_optimizer", &plan.distributed_optimizer, Need::kOptional);
+    (void)memory->Finish();
+  }
+  ReadFigures(root, "predicted", &plan.predicted);
+  ReadFigures(root, "measured", &plan.measured);
+  DOMINO_RETURN_IF_ERROR(root.Finish());
+
+  Result<ModelSpec> model = LoadModel(plan.model_ref);
+  if (!model.ok()) {
+    root.Fail("model", model.message());
+    return root.Finish().error();
+  }
+  Result<ClusterSpec> cluster = LoadCluster(plan.cluster_ref);
+  if (!cluster.ok()) {
+    root.Fail("cluster", cluster.message());
+    return root.Finish().error();
+  }
+  plan.model = std::move(model).value();
+  plan.cluster = std::move(cluster).value();
+  if (plan.seq_len == 0) plan.seq_len = plan.model.seq_len;
+  if (auto failure = CheckPlanRules(plan)) {
+    // Point at the innermost key that exists in the file, else at its section, else the root.
+    std::string section = failure->key.substr(0, failure->key.find('.'));
+    std::string leaf = failure->key.substr(failure->key.find('.') + 1);
+    std::optional<YamlMap> map = root.Has(section) ? root.Map(section, Need::kOptional) : std::nullopt;
+    if (map && map->Has(leaf)) {
+      map->Fail(leaf, failure->rule);
+    } else if (map) {
+      map->Fail("", fmt::format("{}: {}", leaf, failure->rule));
+    } else {
+      root.Fail("", fmt::format("{}: {}", failure->key, failure->rule));
+    }
+    return root.Finish().error();
+  }
+  return plan;
+}
+
+Result<Plan> LoadPlan(const std::string& path) {
+  Result<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.error();
+  return ParsePlan(*text, path);
+}
+
+std::string PlanToYaml(const Plan& p, std::string_view comment) {
+  std::string out;
+  if (!comment.empty()) {
+    size_t start = 0;
+    while (start <= comment.size()) {
+      size_t end = comment.find('\n', start);
+      if (end == std::string_view::npos) end = comment.size();
+      out += fmt::format("# {}\n", comment.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  out += fmt::format(
+      "model: {}\n"
+      "cluster: {}\n"
+      "precision: {}\n"
+      "training: {{seq_len: {}, micro_batch: {}, global_batch: {}}}\n"
+      "parallel: {{tp: {}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}}}\n"
+      "overlap: {{row_split: {}, col_split: {}, scope: {}}}\n"
+      "memory: {{recompute: {}, distributed_optimizer: {}}}\n",
+      p.model_ref, p.cluster_ref, DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch,
+      p.tp, p.pp, p.dp, p.sequence_parallel, p.virtual_stages, p.row_split, p.col_split,
+      ScopeName(p.scope), RecomputeName(p.recompute), p.distributed_optimizer);
+  if (p.predicted) out += FiguresToYaml("predicted", *p.predicted);
+  if (p.measured) out += FiguresToYaml("measured", *p.measured);
+  return out;
+}
+
+}  // namespace domino

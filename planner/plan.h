@@ -1,0 +1,100 @@
+#ifndef DOMINO_PLANNER_PLAN_H_
+#define DOMINO_PLANNER_PLAN_H_
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "hardware/hardware_spec.h"
+#include "models/base/result.h"
+#include "models/model_spec.h"
+
+namespace domino {
+
+// How far a TP collective may overlap: not at all, with independent work of the same layer, or
+// also with the next layer's work (row slices only).
+enum class OverlapScope { kNone, kIntraLayer, kInterLayer };
+enum class Recompute { kNone, kSelective, kFull };
+
+std::string_view ScopeName(OverlapScope scope);   // "none", "intra-layer", "inter-layer"
+std::string_view RecomputeName(Recompute recompute);
+
+// Predicted (or measured) figures of a plan: the `predicted:` and `measured:` blocks of a report.
+// Times in milliseconds per training iteration on the critical rank.
+struct PlanFigures {
+  double iteration_ms = 0;
+  double ideal_ms = 0;              // same schedule, TP collectives free
+  double exposed_comm_ms = 0;       // iteration_ms - ideal_ms
+  double hidden_comm_fraction = 0;  // 1 - exposed / total TP communication time
+  double tokens_per_s = 0;
+  double tflops_per_gpu = 0;        // model FLOPs (recompute excluded)
+  double mfu = 0;                   // against the GPU's dense peak for the precision
+  double memory_gib_per_gpu = 0;
+};
+
+// Plan is what a user reads, edits and hands to `simulate` and `execute`: a model on a cluster,
+// the batch, the parallel degrees, the Domino slicing and the memory options. It is written as
+// YAML (docs/formats.md); loading resolves the model and cluster and checks every rule a user
+// could get wrong.
+struct Plan {
+  std::string model_ref = "gpt3-13b";      // as written: catalog name or path
+  std::string cluster_ref = "dgx-h100:4";  // as written: NODE:COUNT[:GPUS] or path
+  ModelSpec model;
+  ClusterSpec cluster;
+  Dtype precision = Dtype::kBf16;
+  // training
+  int seq_len = 1024;
+  int micro_batch = 16;   // sequences per micro-batch (per DP rank)
+  int global_batch = 16;  // sequences per iteration, over all DP ranks and micro-batches
+  // parallel
+  int tp = 32;
+  int pp = 1;
+  int dp = 1;
+  bool sequence_parallel = false;
+  int virtual_stages = 1;
+  // overlap
+  int row_split = 1;
+  int col_split = 1;
+  OverlapScope scope = OverlapScope::kNone;
+  // memory
+  Recompute recompute = Recompute::kNone;
+  bool distributed_optimizer = false;
+
+  std::optional<PlanFigures> predicted;  // read back from a report; never trusted on input
+  std::optional<PlanFigures> measured;
+
+  int micro_batches() const { return global_batch / (micro_batch * dp); }
+  bool is_baseline() const {
+    return row_split == 1 && col_split == 1 && scope == OverlapScope::kNone;
+  }
+};
+
+inline constexpr int kMaxSplit = 16;
+
+// Checks the rules that tie a plan to its model and cluster: tp*pp*dp = the cluster's GPUs; tp
+// divides heads, kv_heads and ffn; row_split divides micro_batch; col_split divides hidden;
+// pp*virtual_stages divides layers; micro_batch*dp divides global_batch; splits between 1 and 16;
+// inter-layer scope needs row_split >= 2; sequence parallelism needs tp dividing seq_len/row.
+// `key_of` maps each failure to the YAML key it concerns ("parallel.tp").
+struct PlanRuleFailure {
+  std::string key;   // "parallel.tp"
+  std::string rule;  // "tp*pp*dp (16) must equal the cluster's 32 GPUs"
+};
+std::optional<PlanRuleFailure> CheckPlanRules(const Plan& plan);
+
+// Parses plan YAML; resolves `model` and `cluster` through the catalogs; applies CheckPlanRules,
+// reporting the failing key's file:line:column. Missing sections take the defaults above, with
+// training.seq_len defaulting to the model's.
+Result<Plan> ParsePlan(std::string_view text, std::string_view file);
+Result<Plan> LoadPlan(const std::string& path);
+
+// Resolves model_ref and cluster_ref and checks the rules, for plans built in code or from flags.
+Status ResolvePlan(Plan& plan);
+
+// Writes the plan as YAML, with its predicted/measured blocks when present. Deterministic: the
+// same plan gives the same bytes. `comment` (may be empty) becomes leading `#` lines.
+std::string PlanToYaml(const Plan& plan, std::string_view comment = "");
+
+}  // namespace domino
+
+#endif  // DOMINO_PLANNER_PLAN_H_

@@ -1,0 +1,78 @@
+#include "planner/schedule.h"
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+
+#include <fmt/format.h>
+
+namespace domino {
+
+std::string_view StreamName(Stream stream) {
+  static constexpr std::array<std::string_view, kStreamCount> kNames = {"compute", "tp-comm",
+                                                                        "dp-comm", "pp-comm"};
+  return kNames[static_cast<int>(stream)];
+}
+
+std::string_view OpFuncName(OpFunc func) {
+  static constexpr std::array<std::string_view, static_cast<int>(OpFunc::kCount)> kNames = {
+      "ln1",        "qkv",        "attn",       "proj",       "residual1",  "ln2",
+      "fc1",        "act",        "fc2",        "residual2",  "ln1.grad",   "qkv.dgrad",
+      "qkv.wgrad",  "attn.grad",  "proj.dgrad", "proj.wgrad", "ln2.grad",   "fc1.dgrad",
+      "fc1.wgrad",  "act.grad",   "fc2.dgrad",  "fc2.wgrad",  "residual.grad",
+      "tp.allreduce", "tp.reducescatter", "tp.allgather"};
+  int index = static_cast<int>(func);
+  return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
+}
+
+int32_t Schedule::Add(const Op& op, std::span<const int32_t> deps,
+                      std::span<const TensorUse> reads, std::span<const TensorUse> writes) {
+  int32_t id = static_cast<int32_t>(ops_.size());
+  Op stored = op;
+  stored.dep_begin = static_cast<uint32_t>(deps_.size());
+  stored.dep_count = 0;
+  for (int32_t dep : deps) {
+    assert(dep >= 0 && dep < id && "dependencies must precede the op");
+    if (ops_[dep].stream == op.stream) continue;  // implied by stream order
+    deps_.push_back(dep);
+    ++stored.dep_count;
+  }
+  stored.use_begin = static_cast<uint32_t>(uses_.size());
+  stored.read_count = static_cast<uint32_t>(reads.size());
+  stored.write_count = static_cast<uint32_t>(writes.size());
+  uses_.insert(uses_.end(), reads.begin(), reads.end());
+  uses_.insert(uses_.end(), writes.begin(), writes.end());
+  ops_.push_back(stored);
+  return id;
+}
+
+int32_t Schedule::AddTensor(std::string name, int64_t rows, int64_t cols) {
+  tensors_.push_back(Tensor{std::move(name), rows, cols});
+  return static_cast<int32_t>(tensors_.size() - 1);
+}
+
+void Schedule::Reserve(size_t ops) {
+  ops_.reserve(ops);
+  deps_.reserve(ops * 2);
+  uses_.reserve(ops * 3);
+}
+
+std::string Schedule::Label(int32_t id) const {
+  const Op& o = ops_[id];
+  std::string label(OpFuncName(o.func));
+  if (o.tags.layer >= 0) label += fmt::format(" L{}", o.tags.layer);
+  if (o.tags.micro_batch >= 0) label += fmt::format(" mb{}", o.tags.micro_batch);
+  if (o.tags.row_slice >= 0) label += fmt::format(" s{}", o.tags.row_slice);
+  if (o.tags.col_chunk >= 0) label += fmt::format(" c{}", o.tags.col_chunk);
+  static constexpr std::array<std::string_view, 4> kPhases = {"fwd", "bwd", "recompute", "optim"};
+  label += fmt::format(" {}", kPhases[static_cast<int>(o.tags.phase)]);
+  return label;
+}
+
+double Timeline::end_us() const {
+  double end = 0;
+  for (const OpTime& t : ops) end = std::max(end, t.end_us);
+  return end;
+}
+
+}  // namespace domino

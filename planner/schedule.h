@@ -1,0 +1,140 @@
+#ifndef DOMINO_PLANNER_SCHEDULE_H_
+#define DOMINO_PLANNER_SCHEDULE_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace domino {
+
+// Streams of one rank, as CUDA streams with CUDA_DEVICE_MAX_CONNECTIONS=1: each runs its ops in
+// issue order, one at a time.
+enum class Stream : uint8_t { kCompute, kTpComm, kDpComm, kPpComm };
+inline constexpr int kStreamCount = 4;
+std::string_view StreamName(Stream stream);  // "compute", "tp-comm", "dp-comm", "pp-comm"
+
+enum class OpKind : uint8_t {
+  kGemm,         // C[m,n] = A[m,k] B[k,n]
+  kAttention,    // attention core of `sequences` x `seq_len` tokens
+  kElementwise,  // memory-bound: `bytes` read plus written
+  kCollective,   // `bytes` per rank over a group
+  kSendRecv,     // point-to-point between pipeline stages
+  kOptimizer,    // memory-bound optimizer step
+};
+
+enum class CollectiveOp : uint8_t { kAllReduce, kReduceScatter, kAllGather, kNone };
+enum class Group : uint8_t { kNone, kTp, kDp, kPp };
+enum class Phase : uint8_t { kForward, kBackward, kRecompute, kOptimizer };
+
+// What an op computes, for traces and for an executor that runs the schedule numerically. The
+// layer functions follow models/layer_ops.h; backward GEMMs split into input and weight gradient.
+enum class OpFunc : uint8_t {
+  kLn1, kQkv, kAttn, kProj, kResidual1, kLn2, kFc1, kAct, kFc2, kResidual2,
+  kLn1Grad, kQkvGradInput, kQkvGradWeight, kAttnGrad, kProjGradInput, kProjGradWeight,
+  kLn2Grad, kFc1GradInput, kFc1GradWeight, kActGrad, kFc2GradInput, kFc2GradWeight,
+  kResidualGrad,
+  kTpAllReduce, kTpReduceScatter, kTpAllGather,
+  kCount,
+};
+std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce", ...
+
+// A rectangle of a 2D tensor: rows [row_begin, row_end) and columns [col_begin, col_end).
+struct View {
+  int64_t row_begin = 0, row_end = 0;
+  int64_t col_begin = 0, col_end = 0;
+};
+
+// A named 2D tensor of one rank: activations are tokens x features (rows = a micro-batch's
+// tokens), weights are in_features x out_features of this rank's shard.
+struct Tensor {
+  std::string name;  // "l3.fc1.out", "l3.fc1.w", "l3.fc1.w.grad"
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+struct TensorUse {
+  int32_t tensor = -1;
+  View view;
+};
+
+// Tags locate an op in the model and the iteration; -1 means "not applicable".
+struct OpTags {
+  int16_t layer = -1;
+  int16_t micro_batch = -1;
+  int8_t row_slice = -1;
+  int8_t col_chunk = -1;
+  Phase phase = Phase::kForward;
+};
+
+// One op of a Schedule. Costs are given as shapes and byte counts, not times: the simulator's cost
+// models turn them into durations. Dependencies and tensor uses are ranges into the Schedule's
+// shared pools so an op stays small.
+struct Op {
+  OpKind kind = OpKind::kElementwise;
+  Stream stream = Stream::kCompute;
+  OpFunc func = OpFunc::kCount;
+  CollectiveOp collective = CollectiveOp::kNone;
+  Group group = Group::kNone;
+  OpTags tags;
+  int64_t m = 0, n = 0, k = 0;  // GEMM shape
+  int64_t sequences = 0, seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;  // attention
+  double flops = 0;             // attention and elementwise
+  double bytes = 0;             // elementwise traffic, or a collective's buffer per rank
+  uint32_t dep_begin = 0, dep_count = 0;
+  uint32_t use_begin = 0, read_count = 0, write_count = 0;
+};
+
+// Schedule is the one source of truth for what runs where and in which order: the ops of one
+// representative rank (TP ranks are symmetric) in global issue order. Each stream runs its ops in
+// the order they appear here; an op also waits for its dependencies, which always precede it
+// (like a CUDA event recorded before it is waited on). The simulator and the executor are two
+// interpreters of it.
+class Schedule {
+ public:
+  // Appends an op with its dependencies (indices of earlier ops) and tensor uses; returns its id.
+  int32_t Add(const Op& op, std::span<const int32_t> deps, std::span<const TensorUse> reads = {},
+              std::span<const TensorUse> writes = {});
+  int32_t AddTensor(std::string name, int64_t rows, int64_t cols);
+
+  const std::vector<Op>& ops() const { return ops_; }
+  const Op& op(int32_t id) const { return ops_[id]; }
+  std::span<const int32_t> deps(const Op& op) const {
+    return {deps_.data() + op.dep_begin, op.dep_count};
+  }
+  std::span<const TensorUse> reads(const Op& op) const {
+    return {uses_.data() + op.use_begin, op.read_count};
+  }
+  std::span<const TensorUse> writes(const Op& op) const {
+    return {uses_.data() + op.use_begin + op.read_count, op.write_count};
+  }
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  size_t size() const { return ops_.size(); }
+
+  // A readable label: "fc2.dgrad L3 mb0 s1 c0 bwd".
+  std::string Label(int32_t id) const;
+
+  void Reserve(size_t ops);
+
+ private:
+  std::vector<Op> ops_;
+  std::vector<int32_t> deps_;
+  std::vector<TensorUse> uses_;
+  std::vector<Tensor> tensors_;
+};
+
+// Start and end of every op of a Schedule, in microseconds from the iteration's start; predicted
+// by the simulator or measured by the executor. `ops[i]` belongs to the schedule's op i.
+struct OpTime {
+  double start_us = 0;
+  double end_us = 0;
+};
+struct Timeline {
+  std::vector<OpTime> ops;
+  double end_us() const;
+};
+
+}  // namespace domino
+
+#endif  // DOMINO_PLANNER_SCHEDULE_H_

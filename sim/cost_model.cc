@@ -1,0 +1,124 @@
+#include "sim/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace domino::sim {
+namespace {
+
+constexpr double kInnerHalfEfficiencyK = 64;  // k at which a GEMM reaches half its best efficiency
+
+Collective ToCollective(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce: return Collective::kAllReduce;
+    case CollectiveOp::kReduceScatter: return Collective::kReduceScatter;
+    case CollectiveOp::kAllGather: return Collective::kAllGather;
+    case CollectiveOp::kNone: break;
+  }
+  return Collective::kSendRecv;
+}
+
+}  // namespace
+
+CommGroup TpGroup(const Plan& plan) {
+  int per_node = std::min(plan.tp, plan.cluster.gpus_per_node);
+  return CommGroup{plan.tp, (plan.tp + per_node - 1) / per_node, per_node};
+}
+
+CostModel::CostModel(const Plan& plan, const CostOptions& options)
+    : gpu_(plan.cluster.node.gpu),
+      node_(plan.cluster.node),
+      options_(options),
+      tp_group_(TpGroup(plan)) {
+  Dtype dtype = plan.precision;
+  if (gpu_.peak(dtype) <= 0) dtype = Dtype::kBf16;  // fp8 on a GPU without it runs as bf16
+  peak_tflops_ = gpu_.peak(dtype);
+  hbm_GBps_ = gpu_.hbm_GBps * gpu_.hbm_efficiency;
+  launch_us_ = options.cuda_graphs ? gpu_.graph_launch_us : gpu_.kernel_launch_us;
+}
+
+DeviceResources CostModel::device() const { return DeviceResources{gpu_.sms, hbm_GBps_}; }
+
+OpCost CostModel::GemmCost(double m, double n, double k) const {
+  OpCost cost;
+  double tile_m = gpu_.gemm_tile_m, tile_n = gpu_.gemm_tile_n;
+  cost.tiles = std::ceil(m / tile_m) * std::ceil(n / tile_n);
+  double efficiency = gpu_.max_gemm_efficiency * k / (k + kInnerHalfEfficiencyK);
+  double flops_per_sm_us = peak_tflops_ * 1e6 / gpu_.sms * efficiency;
+  cost.wave_us = 2.0 * tile_m * tile_n * k / flops_per_sm_us;
+  cost.launch_us = launch_us_;
+  return cost;
+}
+
+OpCost CostModel::AttentionCost(const Op& op) const {
+  const double s = static_cast<double>(op.seq_len);
+  const double d = static_cast<double>(op.head_dim);
+  const double batch_heads = static_cast<double>(op.sequences) * op.heads;
+  const bool backward = op.tags.phase == Phase::kBackward;
+  const double e = 2;  // attention runs in 16-bit
+  OpCost cost;
+  if (options_.attention == AttentionKernel::kFlash) {
+    constexpr double kBlock = 128;
+    cost.tiles = batch_heads * std::ceil(s / kBlock);
+    // Each query block attends to s/2 keys on average under the causal mask.
+    double work = (backward ? 2.5 : 1.0) * 4.0 * kBlock * (s / 2) * d;
+    cost.wave_us = work / (peak_tflops_ * 1e6 / gpu_.sms * gpu_.attention_efficiency);
+    cost.hbm_bytes = op.bytes;
+  } else {
+    // QK^T and PV as batched GEMMs (two tiles' worth of s x s per head), scores through HBM.
+    OpCost gemm = GemmCost(s, s, d);
+    cost.tiles = batch_heads * gemm.tiles * 2 * (backward ? 2 : 1);
+    cost.wave_us = gemm.wave_us;
+    cost.hbm_bytes = op.bytes + batch_heads * s * s * e * 4 * (backward ? 2 : 1);
+  }
+  cost.launch_us = launch_us_;
+  return cost;
+}
+
+OpCost CostModel::Cost(const Op& op) const {
+  OpCost cost;
+  switch (op.kind) {
+    case OpKind::kGemm:
+      cost = GemmCost(static_cast<double>(op.m), static_cast<double>(op.n), static_cast<double>(op.k));
+      cost.hbm_bytes = op.bytes;
+      break;
+    case OpKind::kAttention:
+      cost = AttentionCost(op);
+      break;
+    case OpKind::kElementwise:
+    case OpKind::kOptimizer:
+      cost.hbm_bytes = op.bytes;
+      cost.launch_us = launch_us_;
+      break;
+    case OpKind::kCollective:
+    case OpKind::kSendRecv: {
+      cost.is_comm = true;
+      if (op.group == Group::kTp && options_.tp_comm_free) return cost;
+      CollectiveEstimate estimate =
+          EstimateCollective(node_, ToCollective(op.collective), op.bytes, tp_group_);
+      cost.alone_us = estimate.time_us;
+      cost.ctas = estimate.ctas;
+      cost.hbm_bytes = estimate.hbm_bytes;
+      return cost;
+    }
+  }
+  cost.alone_us = cost.launch_us + cost.BodyUs(gpu_.sms, hbm_GBps_);
+  return cost;
+}
+
+std::vector<OpCost> CostModel::CostAll(const Schedule& schedule) const {
+  std::vector<OpCost> costs;
+  costs.reserve(schedule.size());
+  for (const Op& op : schedule.ops()) costs.push_back(Cost(op));
+  return costs;
+}
+
+double CostModel::TpCommUs(const Schedule& schedule) const {
+  double total = 0;
+  for (const Op& op : schedule.ops())
+    if (op.kind == OpKind::kCollective && op.group == Group::kTp)
+      total += EstimateCollective(node_, ToCollective(op.collective), op.bytes, tp_group_).time_us;
+  return total;
+}
+
+}  // namespace domino::sim

@@ -1,0 +1,38 @@
+#ifndef DOMINO_SIM_OP_COST_H_
+#define DOMINO_SIM_OP_COST_H_
+
+#include <cmath>
+
+namespace domino::sim {
+
+// OpCost is what the engine needs to time one op alone and beside others. A compute op's body is
+// a roofline of two parts: compute, `ceil(tiles / sms) * wave_us` over the SMs it gets (tile and
+// wave quantization: fewer SMs mean more waves), and memory, `hbm_bytes / hbm_GBps`; the launch
+// overhead adds to either. A collective holds `ctas` SMs and moves `hbm_bytes` through HBM while
+// it runs for `alone_us`. Times in microseconds, bandwidths in GB/s (= 1e3 bytes/us).
+struct OpCost {
+  double alone_us = 0;   // duration when nothing else runs
+  double launch_us = 0;  // compute ops: not subject to contention
+  double tiles = 0;      // compute ops: output tiles (0: memory-bound only)
+  double wave_us = 0;    // compute ops: time of one wave of tiles on all SMs at full efficiency
+  double hbm_bytes = 0;  // HBM traffic of the op
+  int ctas = 0;          // collectives: SMs held while running
+  bool is_comm = false;
+
+  // Compute body on `sms` SMs with `hbm_GBps` of HBM bandwidth, excluding launch.
+  double BodyUs(int sms, double hbm_GBps) const {
+    double compute = tiles > 0 ? std::ceil(tiles / sms) * wave_us : 0.0;
+    double memory = hbm_bytes > 0 ? hbm_bytes / (hbm_GBps * 1e3) : 0.0;
+    return compute > memory ? compute : memory;
+  }
+};
+
+// The device resources contention is computed against.
+struct DeviceResources {
+  int sms = 132;
+  double hbm_GBps = 3000;  // achieved, not datasheet
+};
+
+}  // namespace domino::sim
+
+#endif  // DOMINO_SIM_OP_COST_H_

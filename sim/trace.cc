@@ -1,0 +1,40 @@
+#include "sim/trace.h"
+
+#include <nlohmann/json.hpp>
+
+namespace domino::sim {
+
+std::string TraceJson(const Schedule& schedule, const Timeline& timeline, int rank_class,
+                      const std::string& process_name) {
+  using nlohmann::json;
+  json events = json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_class}, {"tid", 0},
+                    {"args", {{"name", process_name}}}});
+  for (int s = 0; s < kStreamCount; ++s)
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_class}, {"tid", s},
+                      {"args", {{"name", std::string(StreamName(static_cast<Stream>(s)))}}}});
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    const Op& op = schedule.ops()[i];
+    const OpTime& t = timeline.ops[i];
+    json args = {{"layer", op.tags.layer}, {"micro_batch", op.tags.micro_batch}};
+    if (op.tags.row_slice >= 0) args["row_slice"] = op.tags.row_slice;
+    if (op.tags.col_chunk >= 0) args["col_chunk"] = op.tags.col_chunk;
+    if (op.kind == OpKind::kGemm) {
+      args["m"] = op.m, args["n"] = op.n, args["k"] = op.k;
+    } else {
+      args["bytes"] = op.bytes;
+    }
+    events.push_back({{"name", schedule.Label(static_cast<int32_t>(i))},
+                      {"cat", std::string(OpFuncName(op.func))},
+                      {"ph", "X"},
+                      {"ts", t.start_us},
+                      {"dur", t.end_us - t.start_us},
+                      {"pid", rank_class},
+                      {"tid", static_cast<int>(op.stream)},
+                      {"args", std::move(args)}});
+  }
+  json trace = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  return trace.dump() + "\n";
+}
+
+}  // namespace domino::sim

@@ -1,0 +1,181 @@
+#include "hardware/collective_cost.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace domino {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr Collective kAllKinds[] = {Collective::kAllReduce, Collective::kReduceScatter,
+                                    Collective::kAllGather, Collective::kSendRecv};
+
+// A DGX-H100-like node with NVLS off, so every figure below is checkable by hand.
+NodeSpec TestNode() {
+  NodeSpec node;
+  node.name = "test-node";
+  node.gpus_per_node = 8;
+  node.nvlink = {.GBps_per_direction = 450,
+                 .efficiency = 0.81,
+                 .base_latency_us = 8.4,
+                 .step_latency_us = 3.4};
+  node.nvls = false;
+  node.nics = 8;
+  node.network = {
+      .GBps_per_direction = 50, .efficiency = 0.93, .base_latency_us = 8.4, .step_latency_us = 14};
+  node.comm_ctas = 16;
+  node.comm_hbm_factor = 2.5;
+  return node;
+}
+
+NodeSpec WithNvls(NodeSpec node) {
+  node.nvls = true;
+  node.nvls_busbw_GBps = 480;
+  node.nvls_latency_us = 25;
+  return node;
+}
+
+void ExpectRelNear(double actual, double expected) {
+  EXPECT_NEAR(actual, expected, std::abs(expected) * 1e-6);
+}
+
+TEST(CollectiveCostTest, BusbwFactors) {
+  EXPECT_DOUBLE_EQ(BusbwFactor(Collective::kAllReduce, 8), 1.75);
+  EXPECT_DOUBLE_EQ(BusbwFactor(Collective::kReduceScatter, 8), 0.875);
+  EXPECT_DOUBLE_EQ(BusbwFactor(Collective::kAllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(BusbwFactor(Collective::kSendRecv, 2), 1.0);
+  EXPECT_EQ(CollectiveName(Collective::kReduceScatter), "reduce-scatter");
+}
+
+TEST(CollectiveCostTest, OneRankIsANoOp) {
+  for (Collective kind : kAllKinds) {
+    CollectiveEstimate e = EstimateCollective(TestNode(), kind, kGiB, {1, 1, 1});
+    EXPECT_EQ(e.time_us, 0);
+    EXPECT_EQ(e.busbw_GBps, 0);
+    EXPECT_EQ(e.algorithm, "none");
+    EXPECT_EQ(e.ctas, 0);
+    EXPECT_EQ(e.hbm_bytes, 0);
+  }
+}
+
+TEST(CollectiveCostTest, RingAllReduceInsideANode) {
+  CollectiveEstimate e = EstimateCollective(TestNode(), Collective::kAllReduce, kGiB, {8, 1, 8});
+  double expected_us = 8.4 + 14 * 3.4 + 2.0 * 7 / 8 * kGiB / (450e9 * 0.81) * 1e6;
+  ExpectRelNear(e.time_us, expected_us);
+  EXPECT_EQ(e.algorithm, "ring");
+  ExpectRelNear(e.algbw_GBps, kGiB / (expected_us * 1e-6) / 1e9);
+  ExpectRelNear(e.busbw_GBps, e.algbw_GBps * 1.75);
+  EXPECT_EQ(e.ctas, 16);
+  ExpectRelNear(e.hbm_bytes, kGiB * 1.75 * 2.5);
+  // Large rings approach the line rate times the efficiency (~365 GB/s busbw on DGX-H100).
+  EXPECT_GT(e.busbw_GBps, 360);
+  EXPECT_LT(e.busbw_GBps, 364.5);
+}
+
+TEST(CollectiveCostTest, RingReduceScatterAllGatherAndSendRecv) {
+  double bytes = 64 * kMiB;
+  CollectiveEstimate rs =
+      EstimateCollective(TestNode(), Collective::kReduceScatter, bytes, {4, 1, 4});
+  ExpectRelNear(rs.time_us, 8.4 + 3 * 3.4 + 0.75 * bytes / (364.5e9) * 1e6);
+  CollectiveEstimate ag = EstimateCollective(TestNode(), Collective::kAllGather, bytes, {4, 1, 4});
+  ExpectRelNear(ag.time_us, rs.time_us);
+  CollectiveEstimate p2p = EstimateCollective(TestNode(), Collective::kSendRecv, bytes, {2, 1, 2});
+  ExpectRelNear(p2p.time_us, 8.4 + 3.4 + bytes / 364.5e9 * 1e6);
+  ExpectRelNear(p2p.busbw_GBps, p2p.algbw_GBps);
+  ExpectRelNear(p2p.hbm_bytes, bytes * 2.5);
+}
+
+TEST(CollectiveCostTest, NvlsAllReduceWhenFaster) {
+  NodeSpec node = WithNvls(TestNode());
+  CollectiveEstimate big = EstimateCollective(node, Collective::kAllReduce, kGiB, {8, 1, 8});
+  EXPECT_EQ(big.algorithm, "nvls");
+  ExpectRelNear(big.time_us, 25 + 1.75 * kGiB / 480e9 * 1e6);
+  // At 4 GPUs NVLS gives ~370 GB/s busbw: still ahead of the ring for large buffers.
+  CollectiveEstimate four = EstimateCollective(node, Collective::kAllReduce, kGiB, {4, 1, 4});
+  EXPECT_EQ(four.algorithm, "nvls");
+  ExpectRelNear(four.time_us, 25 + 1.5 * kGiB / 370e9 * 1e6);
+  CollectiveEstimate seven = EstimateCollective(node, Collective::kAllReduce, kGiB, {7, 1, 7});
+  ExpectRelNear(seven.time_us, 25 + 2.0 * 6 / 7 * kGiB / 460e9 * 1e6);
+  // Small buffers on two GPUs: the ring's lower latency (8.4 + 2 * 3.4 us) beats NVLS's 25 us.
+  CollectiveEstimate small = EstimateCollective(node, Collective::kAllReduce, 1024, {2, 1, 2});
+  EXPECT_EQ(small.algorithm, "ring");
+  ExpectRelNear(small.time_us, 8.4 + 2 * 3.4 + 1.0 * 1024 / 364.5e9 * 1e6);
+  // On eight GPUs the Simple ring's 14 steps cost more than NVLS even for tiny buffers.
+  EXPECT_EQ(EstimateCollective(node, Collective::kAllReduce, 1024, {8, 1, 8}).algorithm, "nvls");
+  // NVLS helps all-reduce only.
+  CollectiveEstimate rs = EstimateCollective(node, Collective::kReduceScatter, kGiB, {8, 1, 8});
+  EXPECT_EQ(rs.algorithm, "ring");
+}
+
+TEST(CollectiveCostTest, TensorParallelAcrossNodes) {
+  // TP 32 on four nodes: NVLink (364.5 GB/s) is narrower than a node's 8 NICs (372 GB/s).
+  CollectiveEstimate e = EstimateCollective(TestNode(), Collective::kAllReduce, kGiB, {32, 4, 8});
+  EXPECT_EQ(e.algorithm, "hierarchical");
+  double f = 2.0 * 31 / 32;
+  ExpectRelNear(e.time_us, 8.4 + 2 * 3 * 14 + 2 * 28 * 3.4 + f * kGiB / 364.5e9 * 1e6);
+  // Two GPUs per node: two NICs (93 GB/s) are the bottleneck.
+  CollectiveEstimate two = EstimateCollective(TestNode(), Collective::kAllReduce, kGiB, {4, 2, 2});
+  ExpectRelNear(two.time_us, 8.4 + 2 * 1 * 14 + 2 * 2 * 3.4 + 1.5 * kGiB / 93e9 * 1e6);
+  CollectiveEstimate ag = EstimateCollective(TestNode(), Collective::kAllGather, kGiB, {16, 2, 8});
+  ExpectRelNear(ag.time_us, 8.4 + 1 * 14 + 14 * 3.4 + 15.0 / 16 * kGiB / 364.5e9 * 1e6);
+}
+
+TEST(CollectiveCostTest, OneRankPerNodeUsesOneNic) {
+  double bytes = 256 * kMiB;
+  CollectiveEstimate dp = EstimateCollective(TestNode(), Collective::kAllReduce, bytes, {4, 4, 1});
+  EXPECT_EQ(dp.algorithm, "hierarchical");
+  ExpectRelNear(dp.time_us, 8.4 + 6 * 14 + 1.5 * bytes / 46.5e9 * 1e6);
+  CollectiveEstimate p2p = EstimateCollective(TestNode(), Collective::kSendRecv, bytes, {2, 2, 1});
+  ExpectRelNear(p2p.time_us, 8.4 + 14 + bytes / 46.5e9 * 1e6);
+}
+
+TEST(CollectiveCostTest, MonotoneInBytesAndBandwidth) {
+  const CommGroup groups[] = {{2, 1, 2}, {8, 1, 8}, {16, 2, 8}, {32, 4, 8}, {4, 4, 1}, {4, 2, 2}};
+  for (NodeSpec node : {TestNode(), WithNvls(TestNode())}) {
+    for (Collective kind : kAllKinds) {
+      for (const CommGroup& group : groups) {
+        if (kind == Collective::kSendRecv && group.size != 2) continue;
+        double previous_us = 0;
+        for (double bytes = 0; bytes <= 4 * kGiB; bytes = bytes * 4 + 1024) {
+          double t = EstimateCollective(node, kind, bytes, group).time_us;
+          EXPECT_GE(t, previous_us);
+          previous_us = t;
+
+          NodeSpec faster = node;
+          faster.nvlink.GBps_per_direction *= 2;
+          faster.network.GBps_per_direction *= 2;
+          faster.nvls_busbw_GBps *= 2;
+          EXPECT_LE(EstimateCollective(faster, kind, bytes, group).time_us, t);
+          NodeSpec efficient = node;
+          efficient.nvlink.efficiency = 1.0;
+          efficient.network.efficiency = 1.0;
+          EXPECT_LE(EstimateCollective(efficient, kind, bytes, group).time_us, t);
+          NodeSpec slower_network = node;
+          slower_network.network.GBps_per_direction /= 2;
+          EXPECT_GE(EstimateCollective(slower_network, kind, bytes, group).time_us, t);
+        }
+      }
+    }
+  }
+}
+
+TEST(CollectiveCostTest, CheckCommGroup) {
+  NodeSpec node = TestNode();
+  EXPECT_TRUE(CheckCommGroup(node, {32, 4, 8}).ok());
+  EXPECT_TRUE(CheckCommGroup(node, {1, 1, 1}).ok());
+  Status mismatch = CheckCommGroup(node, {32, 4, 4});
+  ASSERT_FALSE(mismatch.ok());
+  EXPECT_THAT(mismatch.message(), HasSubstr("4 nodes x 4 per node is 16"));
+  Status too_many = CheckCommGroup(node, {16, 1, 16});
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_THAT(too_many.message(), HasSubstr("16 ranks per node on test-node (8 GPUs per node)"));
+  EXPECT_FALSE(CheckCommGroup(node, {0, 0, 0}).ok());
+}
+
+}  // namespace
+}  // namespace domino

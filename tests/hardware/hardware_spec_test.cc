@@ -1,0 +1,292 @@
+#include "hardware/hardware_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/hardware/test_util.h"
+
+namespace domino {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using testing_util::FreshDir;
+using testing_util::Replace;
+using testing_util::WriteFile;
+
+TEST(DtypeTest, NamesAndBytes) {
+  EXPECT_EQ(DtypeName(Dtype::kFp32), "fp32");
+  EXPECT_EQ(DtypeName(Dtype::kTf32), "tf32");
+  EXPECT_EQ(DtypeName(Dtype::kBf16), "bf16");
+  EXPECT_EQ(DtypeName(Dtype::kFp16), "fp16");
+  EXPECT_EQ(DtypeName(Dtype::kFp8), "fp8");
+  EXPECT_EQ(DtypeBytes(Dtype::kFp32), 4);
+  EXPECT_EQ(DtypeBytes(Dtype::kTf32), 4);
+  EXPECT_EQ(DtypeBytes(Dtype::kBf16), 2);
+  EXPECT_EQ(DtypeBytes(Dtype::kFp16), 2);
+  EXPECT_EQ(DtypeBytes(Dtype::kFp8), 1);
+  ASSERT_EQ(DtypeNames().size(), static_cast<size_t>(kDtypeCount));
+  for (const auto& [name, dtype] : DtypeNames()) EXPECT_EQ(DtypeName(dtype), name);
+}
+
+TEST(CatalogTest, EveryEntryLoadsUnderItsOwnName) {
+  EXPECT_EQ(GpuCatalog().size(), 4u);
+  EXPECT_EQ(NodeCatalog().size(), 4u);
+  for (const EmbeddedFile& file : GpuCatalog()) {
+    Result<GpuSpec> gpu = LoadGpu(file.name);
+    ASSERT_TRUE(gpu.ok()) << gpu.message();
+    EXPECT_EQ(gpu->name, file.name);
+    EXPECT_GT(gpu->peak(Dtype::kBf16), gpu->peak(Dtype::kFp32));
+  }
+  for (const EmbeddedFile& file : NodeCatalog()) {
+    Result<NodeSpec> node = LoadNode(file.name);
+    ASSERT_TRUE(node.ok()) << node.message();
+    EXPECT_EQ(node->name, file.name);
+    EXPECT_EQ(node->gpus_per_node, 8);
+    EXPECT_EQ(node->nics, 8);
+    EXPECT_EQ(node->comm_ctas, 16);
+    EXPECT_DOUBLE_EQ(node->comm_hbm_factor, 2.5);
+    EXPECT_DOUBLE_EQ(node->nvlink.base_latency_us, 8.4);
+    EXPECT_DOUBLE_EQ(node->nvlink.step_latency_us, 3.4);
+    EXPECT_DOUBLE_EQ(node->network.step_latency_us, 14);
+  }
+}
+
+TEST(CatalogTest, GpuFiguresMatchDatasheets) {
+  Result<GpuSpec> a100 = LoadGpu("a100-sxm-80gb");
+  ASSERT_TRUE(a100.ok()) << a100.message();
+  EXPECT_EQ(a100->sms, 108);
+  EXPECT_DOUBLE_EQ(a100->memory_GB, 80);
+  EXPECT_DOUBLE_EQ(a100->hbm_GBps, 2039);
+  EXPECT_DOUBLE_EQ(a100->peak(Dtype::kBf16), 312);
+  EXPECT_DOUBLE_EQ(a100->peak(Dtype::kTf32), 156);
+  EXPECT_DOUBLE_EQ(a100->peak(Dtype::kFp8), 0);
+
+  Result<GpuSpec> h100 = LoadGpu("h100-sxm");
+  ASSERT_TRUE(h100.ok()) << h100.message();
+  EXPECT_EQ(h100->sms, 132);
+  EXPECT_DOUBLE_EQ(h100->hbm_GBps, 3350);
+  EXPECT_DOUBLE_EQ(h100->peak(Dtype::kBf16), 989);
+  EXPECT_DOUBLE_EQ(h100->peak(Dtype::kFp16), 989);
+  EXPECT_DOUBLE_EQ(h100->peak(Dtype::kFp8), 1979);
+  EXPECT_DOUBLE_EQ(h100->peak(Dtype::kFp32), 67);
+  // ml-engineering's best H100 GEMM: ~792 TFLOP/s.
+  EXPECT_NEAR(h100->max_gemm_efficiency * h100->peak(Dtype::kBf16), 792, 10);
+
+  Result<GpuSpec> h200 = LoadGpu("h200-sxm");
+  ASSERT_TRUE(h200.ok()) << h200.message();
+  EXPECT_EQ(h200->sms, 132);
+  EXPECT_DOUBLE_EQ(h200->memory_GB, 141);
+  EXPECT_DOUBLE_EQ(h200->hbm_GBps, 4800);
+  EXPECT_DOUBLE_EQ(h200->peak(Dtype::kBf16), 989);
+  // Measured: 769-798 TFLOP/s bf16, ~4.3 TB/s copy.
+  EXPECT_NEAR(h200->max_gemm_efficiency * 989, 783, 20);
+  EXPECT_NEAR(h200->hbm_efficiency * 4800, 4300, 150);
+
+  Result<GpuSpec> b200 = LoadGpu("b200");
+  ASSERT_TRUE(b200.ok()) << b200.message();
+  EXPECT_EQ(b200->sms, 148);
+  EXPECT_DOUBLE_EQ(b200->memory_GB, 180);
+  EXPECT_DOUBLE_EQ(b200->hbm_GBps, 8000);
+  EXPECT_DOUBLE_EQ(b200->peak(Dtype::kBf16), 2250);
+  EXPECT_DOUBLE_EQ(b200->peak(Dtype::kFp8), 4500);
+}
+
+TEST(CatalogTest, NodeFiguresMatchFacts) {
+  Result<NodeSpec> h100 = LoadNode("dgx-h100");
+  ASSERT_TRUE(h100.ok()) << h100.message();
+  EXPECT_EQ(h100->gpu.name, "h100-sxm");
+  EXPECT_DOUBLE_EQ(h100->nvlink.GBps_per_direction, 450);
+  EXPECT_TRUE(h100->nvls);
+  EXPECT_DOUBLE_EQ(h100->nvls_busbw_GBps, 480);
+  EXPECT_DOUBLE_EQ(h100->network.GBps_per_direction, 50);
+  // Ring busbw ~365-370 GB/s; ~46-49 GB/s achieved per NIC.
+  double ring_GBps = h100->nvlink.GBps_per_direction * h100->nvlink.efficiency;
+  EXPECT_GE(ring_GBps, 360);
+  EXPECT_LE(ring_GBps, 372);
+  double nic_GBps = h100->network.GBps_per_direction * h100->network.efficiency;
+  EXPECT_GE(nic_GBps, 46);
+  EXPECT_LE(nic_GBps, 49);
+
+  Result<NodeSpec> a100 = LoadNode("dgx-a100");
+  ASSERT_TRUE(a100.ok()) << a100.message();
+  EXPECT_EQ(a100->gpu.name, "a100-sxm-80gb");
+  EXPECT_DOUBLE_EQ(a100->nvlink.GBps_per_direction, 300);
+  EXPECT_FALSE(a100->nvls);
+  EXPECT_DOUBLE_EQ(a100->nvls_busbw_GBps, 0);
+  EXPECT_DOUBLE_EQ(a100->network.GBps_per_direction, 25);
+
+  Result<NodeSpec> h200 = LoadNode("hgx-h200");
+  ASSERT_TRUE(h200.ok()) << h200.message();
+  EXPECT_EQ(h200->gpu.name, "h200-sxm");
+  EXPECT_DOUBLE_EQ(h200->gpu.memory_GB, 141);
+  EXPECT_DOUBLE_EQ(h200->nvlink.GBps_per_direction, 450);
+  EXPECT_TRUE(h200->nvls);
+
+  Result<NodeSpec> b200 = LoadNode("dgx-b200");
+  ASSERT_TRUE(b200.ok()) << b200.message();
+  EXPECT_EQ(b200->gpu.name, "b200");
+  EXPECT_DOUBLE_EQ(b200->nvlink.GBps_per_direction, 900);
+  EXPECT_TRUE(b200->nvls);
+  EXPECT_GT(b200->nvls_busbw_GBps, h100->nvls_busbw_GBps);
+}
+
+TEST(CatalogTest, UnknownNamesListTheCatalog) {
+  Result<GpuSpec> gpu = LoadGpu("h900");
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_THAT(gpu.message(), AllOf(HasSubstr("unknown GPU 'h900'"), HasSubstr("h100-sxm"),
+                                   HasSubstr("a100-sxm-80gb")));
+  Result<NodeSpec> node = LoadNode("dgx-h900");
+  ASSERT_FALSE(node.ok());
+  EXPECT_THAT(node.message(), AllOf(HasSubstr("unknown node 'dgx-h900'"), HasSubstr("dgx-h100")));
+  Result<NodeSpec> missing = LoadNode("no/such/node.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.message(), HasSubstr("no/such/node.yaml"));
+}
+
+constexpr std::string_view kGpu = R"(name: test-gpu
+sms: 100
+memory_GB: 80
+hbm_GBps: 3000
+peak_tflops: {fp32: 60, tf32: 400, bf16: 900, fp16: 900, fp8: 1800}
+max_gemm_efficiency: 0.8
+hbm_efficiency: 0.9
+kernel_launch_us: 4
+graph_launch_us: 1
+)";
+
+struct BadCase {
+  std::string_view from, to;
+  std::string_view where;  // "bad.yaml:LINE:"
+  std::string_view key;
+  std::string_view rule;
+};
+
+TEST(ParseGpuTest, ValidAndOptionalKeys) {
+  Result<GpuSpec> gpu = ParseGpu(kGpu, "gpu.yaml");
+  ASSERT_TRUE(gpu.ok()) << gpu.message();
+  EXPECT_EQ(gpu->sms, 100);
+  EXPECT_DOUBLE_EQ(gpu->peak(Dtype::kFp8), 1800);
+  Result<GpuSpec> defaults =
+      ParseGpu(Replace(std::string(kGpu), "hbm_efficiency: 0.9\n", ""), "gpu.yaml");
+  ASSERT_TRUE(defaults.ok()) << defaults.message();
+  EXPECT_DOUBLE_EQ(defaults->hbm_efficiency, GpuSpec{}.hbm_efficiency);
+}
+
+TEST(ParseGpuTest, BadInputNamesFileLineAndKey) {
+  const BadCase cases[] = {
+      {"sms: 100", "sms: 0", "bad.yaml:2:", "sms", "positive integer"},
+      {"sms: 100", "sms: many", "bad.yaml:2:", "sms", "expected an integer"},
+      {"memory_GB: 80", "memory_GB: -1", "bad.yaml:3:", "memory_GB", "greater than 0"},
+      {"fp32: 60", "fp32: 0", "bad.yaml:5:", "peak_tflops.fp32", "greater than 0"},
+      {"bf16: 900", "bf16: -5", "bad.yaml:5:", "peak_tflops.bf16", "at least 0"},
+      {", fp8: 1800", "", "bad.yaml:5:", "peak_tflops.fp8", "missing required key"},
+      {"fp8: 1800", "fp8: 1800, fp4: 1", "bad.yaml:5:", "peak_tflops.fp4", "unknown key"},
+      {"max_gemm_efficiency: 0.8", "max_gemm_efficiency: 1.2", "bad.yaml:6:", "max_gemm_efficiency",
+       "at most 1"},
+      {"hbm_efficiency: 0.9", "hbm_efficiency: 0", "bad.yaml:7:", "hbm_efficiency",
+       "greater than 0"},
+      {"graph_launch_us: 1", "graph_launch_us: 10", "bad.yaml:9:", "graph_launch_us",
+       "at most kernel_launch_us"},
+      {"hbm_GBps: 3000", "hbm_GBps: 3000\nsmss: 3", "bad.yaml:5:", "smss", "did you mean 'sms'?"},
+      {"name: test-gpu\n", "", "bad.yaml:1:", "name", "missing required key"},
+      {"sms: 100", "sms: [100", "bad.yaml:", "", "invalid YAML"},
+  };
+  for (const BadCase& c : cases) {
+    Result<GpuSpec> gpu = ParseGpu(Replace(std::string(kGpu), c.from, c.to), "bad.yaml");
+    ASSERT_FALSE(gpu.ok()) << c.to;
+    EXPECT_THAT(gpu.message(), AllOf(StartsWith(c.where), HasSubstr(c.key), HasSubstr(c.rule)));
+  }
+}
+
+constexpr std::string_view kNode = R"(name: test-node
+gpu: h100-sxm
+gpus_per_node: 8
+nvlink:
+  GBps_per_direction: 450
+  efficiency: 0.81
+  base_latency_us: 8.4
+  step_latency_us: 3.4
+nvls: true
+nvls_busbw_GBps: 480
+nics: 8
+network:
+  GBps_per_direction: 50
+  efficiency: 0.93
+contention:
+  comm_ctas: 16
+  comm_hbm_factor: 2.5
+)";
+
+TEST(ParseNodeTest, ValidAndDefaults) {
+  Result<NodeSpec> node = ParseNode(kNode, "node.yaml");
+  ASSERT_TRUE(node.ok()) << node.message();
+  EXPECT_EQ(node->gpu.sms, 132);
+  EXPECT_DOUBLE_EQ(node->nvls_latency_us, 25);
+  // Network latencies were left out: NCCL's Simple-protocol defaults.
+  EXPECT_DOUBLE_EQ(node->network.base_latency_us, 8.4);
+  EXPECT_DOUBLE_EQ(node->network.step_latency_us, 14);
+  Result<NodeSpec> no_nvls =
+      ParseNode(Replace(Replace(std::string(kNode), "nvls: true", "nvls: false"),
+                        "nvls_busbw_GBps: 480", "nvls_busbw_GBps: 0"),
+                "node.yaml");
+  ASSERT_TRUE(no_nvls.ok()) << no_nvls.message();
+  EXPECT_FALSE(no_nvls->nvls);
+}
+
+TEST(ParseNodeTest, BadInputNamesFileLineAndKey) {
+  const BadCase cases[] = {
+      {"gpu: h100-sxm", "gpu: x100", "bad.yaml:2:", "gpu: unknown GPU 'x100'", "h100-sxm"},
+      {"gpus_per_node: 8", "gpus_per_node: 0", "bad.yaml:3:", "gpus_per_node", "positive"},
+      {"  GBps_per_direction: 450", "  GBps_per_direction: 0",
+       "bad.yaml:5:", "nvlink.GBps_per_direction", "greater than 0"},
+      {"efficiency: 0.81", "efficiency: 1.5", "bad.yaml:6:", "nvlink.efficiency", "at most 1"},
+      {"  step_latency_us: 3.4", "  step_latency_us: -1", "bad.yaml:8:", "nvlink.step_latency_us",
+       "at least 0"},
+      {"nvls: true", "nvls: maybe", "bad.yaml:9:", "nvls", "true or false"},
+      {"nvls_busbw_GBps: 480\n", "", "bad.yaml:1:", "nvls_busbw_GBps", "missing required key"},
+      {"nvls: true", "nvls: false", "bad.yaml:10:", "nvls_busbw_GBps",
+       "must be 0 or absent when nvls is false"},
+      {"nics: 8", "nics: 0", "bad.yaml:11:", "nics", "positive"},
+      {"efficiency: 0.93", "efficiency: 0", "bad.yaml:14:", "network.efficiency", "greater than 0"},
+      {"comm_ctas: 16", "comm_ctas: 200", "bad.yaml:16:", "contention.comm_ctas",
+       "between 1 and 132"},
+      {"comm_hbm_factor: 2.5", "comm_hbm_factor: -1", "bad.yaml:17:", "contention.comm_hbm_factor",
+       "greater than 0"},
+      {"nics: 8", "nics: 8\nnicks: 8", "bad.yaml:12:", "nicks", "did you mean 'nics'?"},
+      {"network:\n  GBps_per_direction: 50\n  efficiency: 0.93\n", "", "bad.yaml:1:", "network",
+       "missing required key"},
+  };
+  for (const BadCase& c : cases) {
+    Result<NodeSpec> node = ParseNode(Replace(std::string(kNode), c.from, c.to), "bad.yaml");
+    ASSERT_FALSE(node.ok()) << c.to;
+    EXPECT_THAT(node.message(), AllOf(StartsWith(c.where), HasSubstr(c.key), HasSubstr(c.rule)));
+  }
+}
+
+TEST(ParseNodeTest, GpuFileNextToTheNodeFile) {
+  std::filesystem::path dir = FreshDir();
+  WriteFile(dir / "my-gpu.yaml", kGpu);
+  std::string node_path = WriteFile(
+      dir / "node.yaml", Replace(std::string(kNode), "gpu: h100-sxm", "gpu: my-gpu.yaml"));
+  Result<NodeSpec> node = LoadNode(node_path);
+  ASSERT_TRUE(node.ok()) << node.message();
+  EXPECT_EQ(node->gpu.name, "test-gpu");
+  EXPECT_EQ(node->gpu.sms, 100);
+}
+
+TEST(ParseNodeTest, BadGpuFileNamesBothFiles) {
+  std::filesystem::path dir = FreshDir();
+  WriteFile(dir / "my-gpu.yaml", Replace(std::string(kGpu), "sms: 100", "sms: -3"));
+  std::string node_path = WriteFile(
+      dir / "node.yaml", Replace(std::string(kNode), "gpu: h100-sxm", "gpu: my-gpu.yaml"));
+  Result<NodeSpec> node = LoadNode(node_path);
+  ASSERT_FALSE(node.ok());
+  EXPECT_THAT(node.message(),
+              AllOf(StartsWith(node_path + ":2:"), HasSubstr("gpu: "),
+                    HasSubstr((dir / "my-gpu.yaml").string() + ":2:"), HasSubstr("sms")));
+}
+
+}  // namespace
+}  // namespace domino

@@ -1,0 +1,235 @@
+#include "models/model_spec.h"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "models/base/file_io.h"
+
+namespace domino {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A valid model, one key per line, so a test can replace line N and expect "bad.yaml:N:".
+const std::vector<std::string> kGoodLines = {
+    "name: tiny",        // 1
+    "layers: 2",         // 2
+    "hidden: 8",         // 3
+    "heads: 2",          // 4
+    "ffn: 32",           // 5
+    "vocab: 10",         // 6
+    "seq_len: 16",       // 7
+    "activation: gelu",  // 8
+    "norm: layernorm",   // 9
+};
+
+std::string Join(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  return text;
+}
+
+// The good model with line `line` (1-based) replaced by `replacement`.
+std::string WithLine(int line, const std::string& replacement) {
+  std::vector<std::string> lines = kGoodLines;
+  lines[line - 1] = replacement;
+  return Join(lines);
+}
+
+// Parses `text` as "bad.yaml" and expects an error at `line` that names `key`.
+void ExpectError(const std::string& text, int line, const std::string& key,
+                 const std::string& rule) {
+  Result<ModelSpec> model = ParseModel(text, "bad.yaml");
+  ASSERT_FALSE(model.ok()) << text;
+  EXPECT_THAT(model.message(), HasSubstr("bad.yaml:" + std::to_string(line) + ":")) << text;
+  EXPECT_THAT(model.message(), HasSubstr(key)) << text;
+  EXPECT_THAT(model.message(), HasSubstr(rule)) << text;
+}
+
+TEST(ParseModel, ReadsEveryKeyAndDefaults) {
+  Result<ModelSpec> model = ParseModel(Join(kGoodLines), "good.yaml");
+  ASSERT_TRUE(model.ok()) << model.message();
+  EXPECT_EQ(model->name, "tiny");
+  EXPECT_EQ(model->layers, 2);
+  EXPECT_EQ(model->hidden, 8);
+  EXPECT_EQ(model->heads, 2);
+  EXPECT_EQ(model->kv_heads, 2);  // defaults to heads
+  EXPECT_EQ(model->ffn, 32);
+  EXPECT_EQ(model->vocab, 10);
+  EXPECT_EQ(model->seq_len, 16);
+  EXPECT_EQ(model->activation, Activation::kGelu);
+  EXPECT_EQ(model->norm, Norm::kLayerNorm);
+  EXPECT_TRUE(model->bias);
+  EXPECT_TRUE(model->tied_embeddings);
+  EXPECT_EQ(model->head_dim(), 4);
+}
+
+TEST(ParseModel, ReadsOptionalKeys) {
+  std::vector<std::string> lines = kGoodLines;
+  lines[7] = "activation: swiglu";
+  lines[8] = "norm: rmsnorm";
+  lines.push_back("kv_heads: 1");
+  lines.push_back("bias: false");
+  lines.push_back("tied_embeddings: false");
+  Result<ModelSpec> model = ParseModel(Join(lines), "good.yaml");
+  ASSERT_TRUE(model.ok()) << model.message();
+  EXPECT_EQ(model->kv_heads, 1);
+  EXPECT_EQ(model->kv_hidden(), 4);
+  EXPECT_EQ(model->activation, Activation::kSwiglu);
+  EXPECT_EQ(model->norm, Norm::kRmsNorm);
+  EXPECT_FALSE(model->bias);
+  EXPECT_FALSE(model->tied_embeddings);
+  EXPECT_FALSE(model->learned_positions());
+}
+
+TEST(ParseModel, EnumNames) {
+  EXPECT_EQ(ActivationName(Activation::kGelu), "gelu");
+  EXPECT_EQ(ActivationName(Activation::kSwiglu), "swiglu");
+  EXPECT_EQ(NormName(Norm::kLayerNorm), "layernorm");
+  EXPECT_EQ(NormName(Norm::kRmsNorm), "rmsnorm");
+}
+
+TEST(ParseModelErrors, MalformedYaml) {
+  ExpectError(WithLine(3, "hidden: 8: 9"), 3, "bad.yaml", "invalid YAML");
+}
+
+TEST(ParseModelErrors, UnknownKeySuggestsNearest) {
+  ExpectError(WithLine(3, "hiden: 8"), 3, "hiden", "did you mean 'hidden'");
+  ExpectError(Join(kGoodLines) + "biass: true\n", 10, "biass", "did you mean 'bias'");
+  ExpectError(Join(kGoodLines) + "colour: red\n", 10, "colour", "unknown key");
+}
+
+TEST(ParseModelErrors, MissingRequiredKey) {
+  std::vector<std::string> lines = kGoodLines;
+  lines.erase(lines.begin() + 4);  // ffn
+  ExpectError(Join(lines), 1, "ffn", "missing required key");
+}
+
+TEST(ParseModelErrors, ZeroAndNegativeSizes) {
+  ExpectError(WithLine(2, "layers: 0"), 2, "layers", "must be a positive integer, got 0");
+  ExpectError(WithLine(3, "hidden: -8"), 3, "hidden", "must be a positive integer, got -8");
+  ExpectError(WithLine(6, "vocab: 0"), 6, "vocab", "positive");
+  ExpectError(WithLine(7, "seq_len: -1"), 7, "seq_len", "positive");
+  ExpectError(Join(kGoodLines) + "kv_heads: 0\n", 10, "kv_heads", "positive");
+}
+
+TEST(ParseModelErrors, HiddenNotDivisibleByHeads) {
+  ExpectError(WithLine(3, "hidden: 9"), 3, "hidden",
+              "hidden (9) must be divisible by heads (2)");
+}
+
+TEST(ParseModelErrors, HeadsNotDivisibleByKvHeads) {
+  std::vector<std::string> lines = kGoodLines;
+  lines[3] = "heads: 4";
+  lines.push_back("kv_heads: 3");
+  ExpectError(Join(lines), 10, "kv_heads", "heads (4) must be divisible by kv_heads (3)");
+}
+
+TEST(ParseModelErrors, UnknownEnumValues) {
+  ExpectError(WithLine(8, "activation: relu"), 8, "activation",
+              "unknown value 'relu' (expected gelu | swiglu)");
+  ExpectError(WithLine(9, "norm: batchnorm"), 9, "norm",
+              "unknown value 'batchnorm' (expected layernorm | rmsnorm)");
+}
+
+TEST(ParseModelErrors, WrongTypes) {
+  ExpectError(WithLine(2, "layers: abc"), 2, "layers", "expected an integer, got 'abc'");
+  ExpectError(WithLine(2, "layers: 1.5"), 2, "layers", "expected an integer, got '1.5'");
+  ExpectError(WithLine(2, "layers: [1, 2]"), 2, "layers", "expected an integer");
+  ExpectError(WithLine(2, "layers: nan"), 2, "layers", "expected an integer");
+  ExpectError(Join(kGoodLines) + "bias: yes please\n", 10, "bias", "expected true or false");
+  ExpectError(WithLine(1, "name: {a: 1}"), 1, "name", "expected a non-empty string");
+  ExpectError(WithLine(1, "name: ''"), 1, "name", "expected a non-empty string");
+  ExpectError(WithLine(1, "name:"), 1, "name", "has no value");
+}
+
+TEST(ParseModelErrors, DuplicateKey) {
+  ExpectError(Join(kGoodLines) + "layers: 3\n", 10, "layers", "duplicate key");
+}
+
+TEST(ParseModelErrors, NonMappingDocument) {
+  Result<ModelSpec> model = ParseModel("- a\n- b\n", "bad.yaml");
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.message(), HasSubstr("bad.yaml:1:1:"));
+  EXPECT_THAT(model.message(), HasSubstr("expected a mapping"));
+  EXPECT_FALSE(ParseModel("", "empty.yaml").ok());
+}
+
+TEST(ParseModelErrors, OutOfRangeIntegers) {
+  ExpectError(WithLine(2, "layers: 99999999999999999999"), 2, "layers", "out of range");
+  ExpectError(WithLine(2, "layers: 100001"), 2, "layers", "must be between 1 and 100000");
+  ExpectError(WithLine(3, "hidden: 4294967296"), 3, "hidden", "must be between 1 and 1000000");
+  ExpectError(WithLine(6, "vocab: 100000001"), 6, "vocab", "must be between 1 and 100000000");
+}
+
+TEST(LoadModel, EveryCatalogModelLoadsUnderItsOwnName) {
+  ASSERT_EQ(ModelCatalog().size(), 14u);
+  for (const EmbeddedFile& file : ModelCatalog()) {
+    std::string stem = std::filesystem::path(std::string(file.path)).stem().string();
+    EXPECT_EQ(file.name, stem) << "embedded catalog name differs from the file stem of "
+                               << file.path;
+    Result<ModelSpec> model = LoadModel(stem);
+    ASSERT_TRUE(model.ok()) << model.message();
+    EXPECT_EQ(model->name, stem);
+    EXPECT_EQ(model->hidden % model->heads, 0);
+  }
+}
+
+TEST(LoadModel, CatalogShapes) {
+  Result<ModelSpec> gpt = LoadModel("gpt3-13b");
+  ASSERT_TRUE(gpt.ok()) << gpt.message();
+  EXPECT_EQ(gpt->layers, 40);
+  EXPECT_EQ(gpt->hidden, 5120);
+  EXPECT_EQ(gpt->heads, 64);
+  EXPECT_EQ(gpt->ffn, 4 * 5120);
+  EXPECT_EQ(gpt->vocab, 50257);
+  Result<ModelSpec> llama = LoadModel("llama3-70b");
+  ASSERT_TRUE(llama.ok()) << llama.message();
+  EXPECT_EQ(llama->kv_heads, 8);
+  EXPECT_EQ(llama->activation, Activation::kSwiglu);
+  EXPECT_EQ(llama->norm, Norm::kRmsNorm);
+  EXPECT_FALSE(llama->bias);
+  EXPECT_FALSE(llama->tied_embeddings);
+  ASSERT_TRUE(LoadModel("gpt3-2.7b").ok());
+}
+
+TEST(LoadModel, UnknownNameListsCatalog) {
+  Result<ModelSpec> model = LoadModel("gpt4-1t");
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.message(), HasSubstr("unknown model 'gpt4-1t'"));
+  EXPECT_THAT(model.message(), HasSubstr("gpt3-13b"));
+  EXPECT_THAT(model.message(), HasSubstr("gpt3-2.7b"));
+  EXPECT_THAT(model.message(), HasSubstr("llama3-405b"));
+}
+
+TEST(LoadModel, ReadsAFileByPath) {
+  std::string dir = testing::TempDir();
+  std::string path = (std::filesystem::path(dir) /
+                      ("domino_model_" + std::to_string(getpid()) + ".yaml"))
+                         .string();
+  ASSERT_TRUE(WriteFileAtomically(path, Join(kGoodLines), /*overwrite=*/true).ok());
+  Result<ModelSpec> model = LoadModel(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(model.ok()) << model.message();
+  EXPECT_EQ(model->name, "tiny");
+  EXPECT_EQ(model->layers, 2);
+}
+
+TEST(LoadModel, ErrorsInAFileNameThePath) {
+  std::string path = (std::filesystem::path(testing::TempDir()) /
+                      ("domino_bad_" + std::to_string(getpid()) + ".yaml"))
+                         .string();
+  ASSERT_TRUE(WriteFileAtomically(path, WithLine(3, "hidden: 9"), true).ok());
+  Result<ModelSpec> model = LoadModel(path);
+  std::filesystem::remove(path);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.message(), HasSubstr(path + ":3:"));
+}
+
+}  // namespace
+}  // namespace domino

@@ -1,0 +1,210 @@
+#include "models/base/yaml_reader.h"
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace domino {
+namespace {
+
+using ::testing::HasSubstr;
+
+enum class Color { kRed, kGreen };
+constexpr std::array<std::pair<std::string_view, Color>, 2> kColors{{
+    {"red", Color::kRed},
+    {"green", Color::kGreen},
+}};
+
+YamlMap MapOf(const std::string& text) {
+  Result<YAML::Node> node = ParseYaml(text, "t.yaml");
+  EXPECT_TRUE(node.ok()) << node.message();
+  return YamlMap(*node, "t.yaml");
+}
+
+TEST(ParseYaml, SyntaxErrorNamesFileLineAndColumn) {
+  Result<YAML::Node> node = ParseYaml("a: 1\nb: [1, 2\n", "s.yaml");
+  ASSERT_FALSE(node.ok());
+  EXPECT_THAT(node.message(), HasSubstr("s.yaml:3:"));
+  EXPECT_THAT(node.message(), HasSubstr("invalid YAML"));
+}
+
+TEST(YamlMap, ReadsEveryType) {
+  YamlMap map = MapOf("n: 7\nx: 2.5\nflag: false\ns: hello\ncolor: green\n");
+  int n = 0;
+  double x = 0;
+  bool flag = true;
+  std::string s;
+  Color color = Color::kRed;
+  map.Int("n", &n, Need::kRequired);
+  map.Real("x", &x, Need::kRequired);
+  map.Bool("flag", &flag, Need::kRequired);
+  map.String("s", &s, Need::kRequired);
+  map.Enum<Color>("color", &color, Need::kRequired, kColors);
+  ASSERT_TRUE(map.Finish().ok());
+  EXPECT_EQ(n, 7);
+  EXPECT_DOUBLE_EQ(x, 2.5);
+  EXPECT_FALSE(flag);
+  EXPECT_EQ(s, "hello");
+  EXPECT_EQ(color, Color::kGreen);
+}
+
+TEST(YamlMap, OptionalKeysLeaveDefaults) {
+  YamlMap map = MapOf("a: 1\n");
+  int a = 0;
+  int64_t b = 42;
+  double c = 1.5;
+  map.Int("a", &a, Need::kRequired);
+  map.Int("b", &b, Need::kOptional);
+  map.Real("c", &c, Need::kOptional);
+  ASSERT_TRUE(map.Finish().ok());
+  EXPECT_EQ(b, 42);
+  EXPECT_DOUBLE_EQ(c, 1.5);
+  EXPECT_TRUE(map.Has("a"));
+  EXPECT_FALSE(map.Has("b"));
+}
+
+TEST(YamlMap, RealRanges) {
+  double x = 0;
+  YamlMap zero = MapOf("x: 0\n");
+  zero.Real("x", &x, Need::kRequired);  // > 0 by default
+  EXPECT_THAT(zero.Finish().message(), HasSubstr("t.yaml:1:4: x: must be greater than 0, got 0"));
+
+  YamlMap inclusive = MapOf("x: 0\n");
+  inclusive.Real("x", &x, Need::kRequired, RealRange{.min = 0, .max = 1, .min_exclusive = false});
+  EXPECT_TRUE(inclusive.Finish().ok());
+
+  YamlMap above = MapOf("x: 1.5\n");
+  above.Real("x", &x, Need::kRequired, RealRange{.min = 0, .max = 1, .min_exclusive = false});
+  EXPECT_THAT(above.Finish().message(), HasSubstr("at most 1, got 1.5"));
+
+  for (const char* bad : {"x: nan\n", "x: inf\n", "x: .inf\n", "x: 1e999\n", "x: 3 GB\n"}) {
+    YamlMap map = MapOf(bad);
+    map.Real("x", &x, Need::kRequired);
+    EXPECT_THAT(map.Finish().message(), HasSubstr("expected a finite number")) << bad;
+  }
+}
+
+TEST(YamlMap, IntRanges) {
+  int64_t v = 0;
+  YamlMap map = MapOf("v: 11\n");
+  map.Int("v", &v, Need::kRequired, IntRange{.min = 0, .max = 10});
+  EXPECT_THAT(map.Finish().message(), HasSubstr("v: must be between 0 and 10, got 11"));
+  EXPECT_EQ(v, 0);  // untouched on error
+
+  YamlMap plus = MapOf("v: +5\n");
+  plus.Int("v", &v, Need::kRequired);
+  EXPECT_TRUE(plus.Finish().ok());
+  EXPECT_EQ(v, 5);
+
+  int narrow = 0;
+  YamlMap wide = MapOf("v: 3000000000\n");
+  wide.Int("v", &narrow, Need::kRequired);
+  EXPECT_THAT(wide.Finish().message(), HasSubstr("must be between 1 and 2147483647"));
+}
+
+TEST(YamlMap, Bool) {
+  bool b = false;
+  YamlMap ok = MapOf("b: True\n");
+  ok.Bool("b", &b, Need::kRequired);
+  EXPECT_TRUE(ok.Finish().ok());
+  EXPECT_TRUE(b);
+  YamlMap bad = MapOf("b: 1\n");
+  bad.Bool("b", &b, Need::kRequired);
+  EXPECT_THAT(bad.Finish().message(), HasSubstr("t.yaml:1:4: b: expected true or false, got '1'"));
+}
+
+TEST(YamlMap, Enum) {
+  Color color = Color::kRed;
+  YamlMap map = MapOf("\ncolor: blue\n");
+  map.Enum<Color>("color", &color, Need::kRequired, kColors);
+  EXPECT_THAT(map.Finish().message(),
+              HasSubstr("t.yaml:2:8: color: unknown value 'blue' (expected red | green)"));
+  EXPECT_EQ(color, Color::kRed);
+}
+
+TEST(YamlMap, NestedMapsNameTheKeyPath) {
+  YamlMap map = MapOf("model: x\ntraining:\n  seq_len: -4\n  micro_batch: 2\n");
+  std::string model;
+  map.String("model", &model, Need::kRequired);
+  std::optional<YamlMap> training = map.Map("training", Need::kRequired);
+  ASSERT_TRUE(training.has_value());
+  int seq_len = 0, micro_batch = 0;
+  training->Int("seq_len", &seq_len, Need::kRequired);
+  training->Int("micro_batch", &micro_batch, Need::kRequired);
+  EXPECT_TRUE(map.failed());  // the child shares its parent's error
+  EXPECT_THAT(map.Finish().message(),
+              HasSubstr("t.yaml:3:12: training.seq_len: must be a positive integer, got -4"));
+}
+
+TEST(YamlMap, NestedUnknownKeyAndWrongShape) {
+  YamlMap map = MapOf("training:\n  seq_lne: 4\n");
+  std::optional<YamlMap> training = map.Map("training", Need::kRequired);
+  ASSERT_TRUE(training.has_value());
+  int seq_len = 0;
+  training->Int("seq_len", &seq_len, Need::kOptional);
+  EXPECT_THAT(training->Finish().message(),
+              HasSubstr("t.yaml:2:3: training.seq_lne: unknown key (did you mean 'seq_len'?)"));
+
+  YamlMap scalar = MapOf("training: 3\n");
+  EXPECT_FALSE(scalar.Map("training", Need::kRequired).has_value());
+  EXPECT_THAT(scalar.Finish().message(), HasSubstr("training: expected a mapping"));
+}
+
+TEST(YamlMap, MisspelledRequiredKeyIsReportedAsTheTypo) {
+  YamlMap map = MapOf("name: x\nhiden: 8\n");
+  std::string name;
+  int hidden = 0;
+  map.String("name", &name, Need::kRequired);
+  map.Int("hidden", &hidden, Need::kRequired);
+  EXPECT_THAT(map.Finish().message(),
+              HasSubstr("t.yaml:2:1: hiden: unknown key (did you mean 'hidden'?)"));
+
+  YamlMap unrelated = MapOf("name: x\nzzz: 8\n");
+  unrelated.String("name", &name, Need::kRequired);
+  unrelated.Int("hidden", &hidden, Need::kRequired);
+  EXPECT_THAT(unrelated.Finish().message(), HasSubstr("t.yaml:1:1: hidden: missing required key"));
+}
+
+TEST(YamlMap, DuplicateKeyAndNullValue) {
+  int a = 0;
+  YamlMap dup = MapOf("a: 1\nb: 2\na: 3\n");
+  dup.Int("a", &a, Need::kRequired);
+  dup.Int("b", &a, Need::kRequired);
+  EXPECT_THAT(dup.Finish().message(), HasSubstr("t.yaml:3:1: a: duplicate key"));
+
+  YamlMap null = MapOf("a: ~\n");
+  null.Int("a", &a, Need::kOptional);
+  EXPECT_THAT(null.Finish().message(), HasSubstr("a: has no value"));
+}
+
+TEST(YamlMap, FailKeepsTheFirstErrorAndPointsAtTheKey) {
+  YamlMap map = MapOf("a: 1\nb: 2\n");
+  int a = 0, b = 0;
+  map.Int("a", &a, Need::kRequired);
+  map.Int("b", &b, Need::kRequired);
+  map.Fail("b", "b must exceed a");
+  map.Fail("a", "second error");
+  EXPECT_EQ(map.Finish().message(), "t.yaml:2:4: b: b must exceed a");
+}
+
+TEST(YamlMap, NonMappingDocument) {
+  YamlMap map = MapOf("- 1\n- 2\n");
+  EXPECT_TRUE(map.failed());
+  EXPECT_THAT(map.Finish().message(), HasSubstr("t.yaml:1:1: the document: expected a mapping"));
+}
+
+TEST(NearestWord, SuggestsOnlyPlausibleTypos) {
+  const std::vector<std::string> keys = {"hidden", "heads", "kv_heads", "layers", "seq_len"};
+  EXPECT_EQ(NearestWord("hiden", keys), "hidden");
+  EXPECT_EQ(NearestWord("head", keys), "heads");
+  EXPECT_EQ(NearestWord("kvheads", keys), "kv_heads");
+  EXPECT_EQ(NearestWord("layer", keys), "layers");
+  EXPECT_EQ(NearestWord("colour", keys), "");
+  EXPECT_EQ(NearestWord("x", std::vector<std::string>{}), "");
+}
+
+}  // namespace
+}  // namespace domino

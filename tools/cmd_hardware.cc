@@ -1,0 +1,119 @@
+// `domino hardware [NAME]`: GPUs and node types as tables, or one GPU, node or cluster in detail.
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "hardware/hardware_spec.h"
+#include "tools/command.h"
+#include "tools/table.h"
+
+namespace domino::cli {
+namespace {
+
+std::string Peak(const GpuSpec& gpu, Dtype dtype) {
+  return gpu.peak(dtype) > 0 ? fmt::format("{:g}", gpu.peak(dtype)) : "-";
+}
+
+void AddGpuRow(Table& table, const GpuSpec& gpu) {
+  table.AddRow({gpu.name, std::to_string(gpu.sms), fmt::format("{:g}", gpu.memory_GB),
+                fmt::format("{:g}", gpu.hbm_GBps), Peak(gpu, Dtype::kFp32), Peak(gpu, Dtype::kTf32),
+                Peak(gpu, Dtype::kBf16), Peak(gpu, Dtype::kFp8)});
+}
+
+Table GpuTable() {
+  return Table({"gpu", "SMs", "memory GB", "HBM GB/s", "fp32 TF/s", "tf32", "bf16", "fp8"});
+}
+
+Table NodeTable() {
+  return Table({"node", "gpu", "gpus", "NVLink GB/s/dir", "NVLS", "NVLS busbw", "NICs",
+                "NIC GB/s/dir", "node net GB/s"});
+}
+
+void AddNodeRow(Table& table, const NodeSpec& node) {
+  table.AddRow({node.name, node.gpu.name, std::to_string(node.gpus_per_node),
+                fmt::format("{:g}", node.nvlink.GBps_per_direction), node.nvls ? "yes" : "no",
+                node.nvls ? fmt::format("{:g}", node.nvls_busbw_GBps) : "-",
+                std::to_string(node.nics), fmt::format("{:g}", node.network.GBps_per_direction),
+                fmt::format("{:g}", node.nics * node.network.GBps_per_direction)});
+}
+
+void ListHardware() {
+  Table gpus = GpuTable();
+  for (const EmbeddedFile& file : GpuCatalog()) {
+    Result<GpuSpec> gpu = LoadGpu(file.name);
+    if (!gpu.ok()) Fail("hardware", gpu.message());
+    AddGpuRow(gpus, *gpu);
+  }
+  gpus.Print(std::cout);
+  std::cout << "\n";
+  Table nodes = NodeTable();
+  for (const EmbeddedFile& file : NodeCatalog()) {
+    Result<NodeSpec> node = LoadNode(file.name);
+    if (!node.ok()) Fail("hardware", node.message());
+    AddNodeRow(nodes, *node);
+  }
+  nodes.Print(std::cout);
+  std::cout << "\nTF/s are dense peaks. A cluster is NODE:COUNT (dgx-h100:4), NODE:COUNT:GPUS "
+               "(dgx-h100:1:2) or a YAML file.\n";
+}
+
+void PrintLink(std::string_view what, const LinkSpec& link) {
+  std::cout << fmt::format(
+      "{}: {:g} GB/s per direction, efficiency {:g}, latency {:g} us + {:g} us per step\n", what,
+      link.GBps_per_direction, link.efficiency, link.base_latency_us, link.step_latency_us);
+}
+
+void ShowNode(const NodeSpec& node) {
+  Table nodes = NodeTable();
+  AddNodeRow(nodes, node);
+  nodes.Print(std::cout);
+  PrintLink("NVLink", node.nvlink);
+  PrintLink("network (per NIC)", node.network);
+  std::cout << fmt::format("contention: a collective holds {} SMs and moves {:g}x its bytes in HBM\n\n",
+                           node.comm_ctas, node.comm_hbm_factor);
+  Table gpus = GpuTable();
+  AddGpuRow(gpus, node.gpu);
+  gpus.Print(std::cout);
+}
+
+void ShowHardware(const std::string& name) {
+  if (Result<GpuSpec> gpu = LoadGpu(name); gpu.ok()) {
+    Table gpus = GpuTable();
+    AddGpuRow(gpus, *gpu);
+    gpus.Print(std::cout);
+    std::cout << fmt::format("GEMM efficiency at best {:g}, HBM efficiency {:g}, launch {:g} us "
+                             "({:g} us in a CUDA graph)\n",
+                             gpu->max_gemm_efficiency, gpu->hbm_efficiency, gpu->kernel_launch_us,
+                             gpu->graph_launch_us);
+    return;
+  }
+  if (FindEmbedded(NodeCatalog(), name) != nullptr) {
+    Result<NodeSpec> node = LoadNode(name);
+    if (!node.ok()) Fail("hardware", node.message());
+    ShowNode(*node);
+    return;
+  }
+  Result<ClusterSpec> cluster = LoadCluster(name);
+  if (!cluster.ok()) Fail("hardware", cluster.message());
+  std::cout << fmt::format("# cluster {}: {} node(s) x {} GPU(s) = {} GPUs\n\n", cluster->name,
+                           cluster->nodes, cluster->gpus_per_node, cluster->total_gpus());
+  ShowNode(cluster->node);
+}
+
+}  // namespace
+
+void SetupHardware(CLI::App* sub) {
+  auto name = std::make_shared<std::string>();
+  sub->add_option("name", *name,
+                  "GPU or node name (h100-sxm, dgx-h100), a cluster (dgx-h100:4) or a YAML file");
+  sub->callback([name] {
+    if (name->empty()) {
+      ListHardware();
+    } else {
+      ShowHardware(*name);
+    }
+  });
+}
+
+}  // namespace domino::cli

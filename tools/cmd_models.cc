@@ -1,0 +1,89 @@
+// `domino models [NAME|FILE]`: the model catalog as a table, or one model in detail.
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "models/layer_ops.h"
+#include "models/model_counts.h"
+#include "models/model_spec.h"
+#include "tools/command.h"
+#include "tools/table.h"
+
+namespace domino::cli {
+namespace {
+
+std::string Billions(int64_t count) { return fmt::format("{:.2f}B", count / 1e9); }
+
+void ListModels() {
+  Table table({"model", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq", "mlp", "norm",
+               "params", "GFLOP/token"});
+  for (const EmbeddedFile& file : ModelCatalog()) {
+    Result<ModelSpec> model = LoadModel(file.name);
+    if (!model.ok()) Fail("models", model.message());
+    ParameterCounts counts = CountParameters(*model);
+    table.AddRow({model->name, std::to_string(model->layers), std::to_string(model->hidden),
+                  std::to_string(model->heads), std::to_string(model->kv_heads),
+                  std::to_string(model->ffn), std::to_string(model->vocab),
+                  std::to_string(model->seq_len), std::string(ActivationName(model->activation)),
+                  std::string(NormName(model->norm)), Billions(counts.total),
+                  fmt::format("{:.1f}", TrainingFlopsPerToken(*model, model->seq_len) / 1e9)});
+  }
+  table.Print(std::cout);
+  std::cout << "\nGFLOP/token: training (forward + backward) at the model's seq_len; "
+               "`domino models NAME` for details.\n";
+}
+
+void ShowModel(const std::string& name) {
+  Result<ModelSpec> model = LoadModel(name);
+  if (!model.ok()) Fail("models", model.message());
+  const ModelSpec& m = *model;
+  ParameterCounts counts = CountParameters(m);
+  std::cout << fmt::format(
+      "# {}\nlayers {}  hidden {}  heads {}  kv_heads {}  head_dim {}  ffn {}  vocab {}  seq_len {}\n"
+      "mlp {}  norm {}  bias {}  tied_embeddings {}  positions {}\n\n",
+      m.name, m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim(), m.ffn, m.vocab, m.seq_len,
+      ActivationName(m.activation), NormName(m.norm), m.bias, m.tied_embeddings,
+      m.learned_positions() ? "learned" : "rotary");
+  Table params({"parameters", "count"});
+  params.AddRow({"per layer", fmt::format("{}", counts.per_layer)});
+  params.AddRow({"all layers", fmt::format("{}", counts.layers)});
+  params.AddRow({"token embedding", fmt::format("{}", counts.embedding)});
+  params.AddRow({"position embedding", fmt::format("{}", counts.position_embedding)});
+  params.AddRow({"final norm", fmt::format("{}", counts.final_norm)});
+  params.AddRow({"lm head (untied)", fmt::format("{}", counts.lm_head)});
+  params.AddRow({"total", fmt::format("{} ({})", counts.total, Billions(counts.total))});
+  params.Print(std::cout);
+  std::cout << fmt::format("\ntraining FLOPs per token at seq {}: {:.4g} (6N = {:.4g}, attention {:.4g})\n\n",
+                           m.seq_len, TrainingFlopsPerToken(m, m.seq_len), 6.0 * counts.matmul,
+                           TrainingFlopsPerToken(m, m.seq_len) - 6.0 * counts.matmul);
+  LayerShape shape{.sequences = 1, .seq_len = m.seq_len, .tp = 1, .bytes_per_element = 2};
+  Table ops({"layer op", "kind", "m", "n", "k", "fwd GFLOP", "bwd GFLOP", "fwd MB"});
+  for (const LayerOp& op : LayerOps(m, shape)) {
+    const char* kind = op.kind == LayerOpKind::kGemm        ? "gemm"
+                       : op.kind == LayerOpKind::kAttention ? "attention"
+                                                            : "elementwise";
+    auto dim = [](int64_t v) { return v ? std::to_string(v) : std::string("-"); };
+    ops.AddRow({std::string(op.name), kind, dim(op.m), dim(op.n), dim(op.k),
+                fmt::format("{:.2f}", op.fwd_flops / 1e9), fmt::format("{:.2f}", op.bwd_flops / 1e9),
+                fmt::format("{:.1f}", op.fwd_bytes / 1e6)});
+  }
+  std::cout << "one layer, one sequence of " << m.seq_len << " tokens, bf16, no tensor parallelism:\n";
+  ops.Print(std::cout);
+}
+
+}  // namespace
+
+void SetupModels(CLI::App* sub) {
+  auto name = std::make_shared<std::string>();
+  sub->add_option("model", *name, "catalog name (e.g. gpt3-13b) or path to a model YAML file");
+  sub->callback([name] {
+    if (name->empty()) {
+      ListModels();
+    } else {
+      ShowModel(*name);
+    }
+  });
+}
+
+}  // namespace domino::cli

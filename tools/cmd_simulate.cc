@@ -1,0 +1,162 @@
+// `domino simulate`: predict one plan (or compare strategies) and write its report and trace.
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "models/base/file_io.h"
+#include "sim/predict.h"
+#include "sim/trace.h"
+#include "tools/command.h"
+#include "tools/plan_flags.h"
+#include "tools/table.h"
+
+namespace domino::cli {
+namespace {
+
+struct SimulateFlags {
+  PlanFlags plan;
+  std::string report_path, trace_path;
+  bool force = false;
+  bool compare_strategies = false;
+  bool cuda_graphs = false;
+  std::string attention = "flash";
+};
+
+std::string Describe(const Plan& p) {
+  return fmt::format(
+      "# {} on {} ({} x {}), {}, seq {}, micro-batch {}, global batch {} ({} micro-batch(es))\n"
+      "# tp {}, pp {}, dp {}, sequence parallel {} | row split {}, col split {}, scope {}\n",
+      p.model.name, p.cluster.name, p.cluster.total_gpus(), p.cluster.node.gpu.name,
+      DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch, p.micro_batches(), p.tp,
+      p.pp, p.dp, p.sequence_parallel ? "on" : "off", p.row_split, p.col_split, ScopeName(p.scope));
+}
+
+void PrintPrediction(const Plan& plan, const sim::Prediction& p) {
+  const PlanFigures& f = p.figures;
+  std::cout << Describe(plan) << "\n";
+  Table summary({"figure", "value"});
+  summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
+  summary.AddRow({"ideal (TP comm free)", fmt::format("{:.2f} ms", f.ideal_ms)});
+  summary.AddRow({"exposed TP comm", fmt::format("{:.2f} ms", f.exposed_comm_ms)});
+  summary.AddRow({"comm share", fmt::format("{:.1f}%", 100 * f.exposed_comm_ms / f.iteration_ms)});
+  summary.AddRow({"TP comm (uncontended)", fmt::format("{:.2f} ms", p.tp_comm_ms)});
+  summary.AddRow({"hidden fraction", fmt::format("{:.1f}%", 100 * f.hidden_comm_fraction)});
+  summary.AddRow({"tokens/s", fmt::format("{:.0f}", f.tokens_per_s)});
+  summary.AddRow({"TFLOP/s per GPU", fmt::format("{:.1f}", f.tflops_per_gpu)});
+  summary.AddRow({"MFU", fmt::format("{:.1f}%", 100 * f.mfu)});
+  summary.AddRow({"memory per GPU", fmt::format("{:.1f} GiB", f.memory_gib_per_gpu)});
+  summary.Print(std::cout);
+  std::cout << "\n";
+  Table classes({"op class", "busy ms", "% of iteration"});
+  for (int c = 0; c < sim::kOpClassCount; ++c) {
+    if (p.busy_ms[c] <= 0) continue;
+    classes.AddRow({std::string(sim::OpClassName(static_cast<sim::OpClass>(c))),
+                    fmt::format("{:.2f}", p.busy_ms[c]),
+                    fmt::format("{:.1f}", 100 * p.busy_ms[c] / f.iteration_ms)});
+  }
+  classes.Print(std::cout);
+  std::cout << fmt::format(
+      "\n{} ops per micro-batch; serialized (nothing overlapped) {:.2f} ms. Simulated: the layer "
+      "stack, forward and backward;\nembedding, LM head, optimizer and DP/PP communication are not "
+      "included yet.\n",
+      p.schedule.size(), p.serial_ms);
+}
+
+struct Strategy {
+  const char* name;
+  bool sp;
+  int p, q;
+  OverlapScope scope;
+};
+
+void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
+  static const Strategy kStrategies[] = {
+      {"baseline (Megatron)", false, 1, 1, OverlapScope::kNone},
+      {"sequence parallel", true, 1, 1, OverlapScope::kNone},
+      {"row p=2 (DeepSpeed-Domino)", false, 2, 1, OverlapScope::kInterLayer},
+      {"row p=4", false, 4, 1, OverlapScope::kInterLayer},
+      {"row p=8", false, 8, 1, OverlapScope::kInterLayer},
+      {"row p=2 intra-layer", false, 2, 1, OverlapScope::kIntraLayer},
+      {"column q=2", false, 1, 2, OverlapScope::kIntraLayer},
+      {"column q=4", false, 1, 4, OverlapScope::kIntraLayer},
+      {"2D p=2 q=2", false, 2, 2, OverlapScope::kInterLayer},
+      {"2D p=4 q=2", false, 4, 2, OverlapScope::kInterLayer},
+      {"SP + row p=2", true, 2, 1, OverlapScope::kInterLayer},
+  };
+  std::cout << Describe(base) << "\n";
+  Table table({"strategy", "iteration ms", "exposed ms", "comm share", "hidden", "tokens/s",
+               "MFU", "vs baseline"});
+  double baseline_ms = 0, ideal_ms = 0;
+  std::vector<std::string> skipped;
+  for (const Strategy& s : kStrategies) {
+    Plan plan = base;
+    plan.sequence_parallel = s.sp;
+    plan.row_split = s.p;
+    plan.col_split = s.q;
+    plan.scope = s.scope;
+    if (auto failure = CheckPlanRules(plan)) {
+      skipped.push_back(fmt::format("{}: {}", s.name, failure->rule));
+      continue;
+    }
+    Result<sim::Prediction> p = sim::Predict(plan, options);
+    if (!p.ok()) Fail("simulate", p.message());
+    const PlanFigures& f = p->figures;
+    if (baseline_ms == 0) baseline_ms = f.iteration_ms, ideal_ms = f.ideal_ms;
+    table.AddRow({s.name, fmt::format("{:.2f}", f.iteration_ms), fmt::format("{:.2f}", f.exposed_comm_ms),
+                  fmt::format("{:.1f}%", 100 * f.exposed_comm_ms / f.iteration_ms),
+                  fmt::format("{:.1f}%", 100 * f.hidden_comm_fraction), fmt::format("{:.0f}", f.tokens_per_s),
+                  fmt::format("{:.1f}%", 100 * f.mfu), fmt::format("{:.3f}x", baseline_ms / f.iteration_ms)});
+  }
+  table.Print(std::cout);
+  if (ideal_ms > 0)
+    std::cout << fmt::format("\nideal (baseline schedule, TP comm free): {:.2f} ms = {:.3f}x over the baseline\n",
+                             ideal_ms, baseline_ms / ideal_ms);
+  for (const std::string& line : skipped) std::cout << "skipped " << line << "\n";
+}
+
+void Run(const SimulateFlags& flags) {
+  Result<Plan> plan = BuildPlan(flags.plan);
+  if (!plan.ok()) Fail("simulate", plan.message());
+  sim::CostOptions options;
+  options.cuda_graphs = flags.cuda_graphs;
+  options.attention = flags.attention == "unfused" ? sim::AttentionKernel::kUnfused : sim::AttentionKernel::kFlash;
+  if (flags.compare_strategies) {
+    if (!flags.report_path.empty() || !flags.trace_path.empty())
+      Fail("simulate", "--compare-strategies writes no report or trace; drop --report/--trace");
+    CompareStrategies(*plan, options);
+    return;
+  }
+  Result<sim::Prediction> prediction = sim::Predict(*plan, options);
+  if (!prediction.ok()) Fail("simulate", prediction.message());
+  // Check outputs can be written before printing anything, so a bad path leaves nothing behind.
+  Plan report = *plan;
+  report.predicted = prediction->figures;
+  if (!flags.report_path.empty())
+    CheckOk("simulate", WriteFileAtomically(flags.report_path,
+                                            PlanToYaml(report, "domino simulate report"), flags.force));
+  if (!flags.trace_path.empty())
+    CheckOk("simulate", WriteFileAtomically(flags.trace_path,
+                                            sim::TraceJson(prediction->schedule, prediction->timeline),
+                                            flags.force));
+  PrintPrediction(*plan, *prediction);
+}
+
+}  // namespace
+
+void SetupSimulate(CLI::App* sub) {
+  auto flags = std::make_shared<SimulateFlags>();
+  AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
+  sub->add_option("--report", flags->report_path, "write the plan with its predicted: block (YAML)");
+  sub->add_option("--trace", flags->trace_path, "write the predicted timeline (Perfetto/Chrome JSON)");
+  sub->add_flag("--force", flags->force, "overwrite existing output files");
+  sub->add_flag("--compare-strategies", flags->compare_strategies,
+                "simulate baseline, SP, row, column and 2D splits side by side");
+  sub->add_flag("--cuda-graphs", flags->cuda_graphs, "launch kernels from CUDA graphs");
+  sub->add_option("--attention", flags->attention, "flash | unfused")
+      ->check(CLI::IsMember({"flash", "unfused"}));
+  sub->callback([flags] { Run(*flags); });
+}
+
+}  // namespace domino::cli

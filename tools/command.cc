@@ -1,0 +1,28 @@
+#include "tools/command.h"
+
+#include <array>
+#include <iostream>
+
+namespace domino::cli {
+
+void SetupModels(CLI::App* sub);
+void SetupHardware(CLI::App* sub);
+void SetupSimulate(CLI::App* sub);
+
+std::span<const Command> Commands() {
+  static const std::array kCommands = {
+      Command{"models", "List the model catalog, or show one model (name or YAML file)", SetupModels},
+      Command{"hardware", "List GPUs and node types, or show one (name, NODE:COUNT or YAML file)",
+              SetupHardware},
+      Command{"simulate", "Predict a plan's iteration time and exposed TP communication",
+              SetupSimulate},
+  };
+  return kCommands;
+}
+
+void Fail(std::string_view command, const std::string& message, int exit_code) {
+  std::cerr << "domino " << command << ": " << message << "\n";
+  throw CLI::RuntimeError(exit_code);
+}
+
+}  // namespace domino::cli

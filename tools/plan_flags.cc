@@ -1,0 +1,129 @@
+#include "tools/plan_flags.h"
+
+#include <fmt/format.h>
+
+namespace domino::cli {
+namespace {
+
+template <typename T>
+Status ApplyEnum(const std::string& flag, const std::string& text,
+                 std::initializer_list<std::pair<const char*, T>> names, T* out) {
+  if (text.empty()) return Status::Ok();
+  std::string allowed;
+  for (const auto& [name, value] : names) {
+    if (text == name) {
+      *out = value;
+      return Status::Ok();
+    }
+    allowed += (allowed.empty() ? "" : " | ") + std::string(name);
+  }
+  return Error(fmt::format("--{}: unknown value '{}' (expected {})", flag, text, allowed));
+}
+
+}  // namespace
+
+bool ParseBoolFlag(const std::string& text, bool* out) {
+  if (text == "true" || text == "1" || text == "yes") return *out = true, true;
+  if (text == "false" || text == "0" || text == "no") return *out = false, true;
+  return text.empty();
+}
+
+void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
+  if (with_plan_file)
+    app->add_option("--plan", f->plan_path, "plan or report YAML to start from")->check(CLI::ExistingFile);
+  app->add_option("--model", f->model, "catalog model (domino models) or model YAML");
+  app->add_option("--cluster", f->cluster, "NODE:COUNT, NODE:COUNT:GPUS or cluster YAML");
+  app->add_option("--precision", f->precision, "bf16 | fp16 | fp8");
+  app->add_option("--seq-len", f->seq_len, "sequence length (default: the model's)")->check(CLI::PositiveNumber);
+  app->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch")->check(CLI::PositiveNumber);
+  app->add_option("--global-batch", f->global_batch, "sequences per iteration")->check(CLI::PositiveNumber);
+  app->add_option("--tp", f->tp, "tensor-parallel degree (default: the GPUs left by pp and dp)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--pp", f->pp, "pipeline-parallel degree")->check(CLI::PositiveNumber);
+  app->add_option("--dp", f->dp, "data-parallel degree")->check(CLI::PositiveNumber);
+  app->add_option("--virtual-stages", f->virtual_stages, "interleaved pipeline stages per GPU")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--sp", f->sequence_parallel, "sequence parallelism: true | false");
+  app->add_option("--row-split", f->row_split, "row split p (Domino's micro-batch slices), 1-16")
+      ->check(CLI::Range(1, kMaxSplit));
+  app->add_option("--col-split", f->col_split, "column split q of the row-parallel weights, 1-16")
+      ->check(CLI::Range(1, kMaxSplit));
+  app->add_option("--scope", f->scope, "overlap scope: none | intra-layer | inter-layer");
+  app->add_option("--recompute", f->recompute, "none | selective | full");
+  app->add_option("--distributed-optimizer", f->distributed_optimizer, "true | false");
+}
+
+Result<Plan> BuildPlan(const PlanFlags& f) {
+  Plan plan;
+  bool from_file = !f.plan_path.empty();
+  if (from_file) {
+    Result<Plan> loaded = LoadPlan(f.plan_path);
+    if (!loaded.ok()) return loaded.error();
+    plan = std::move(loaded).value();
+    plan.predicted.reset();
+    plan.measured.reset();
+  }
+  bool built_in = !from_file && f.model.empty() && f.cluster.empty();
+  if (!f.model.empty()) plan.model_ref = f.model;
+  if (!f.cluster.empty()) plan.cluster_ref = f.cluster;
+  DOMINO_RETURN_IF_ERROR(ApplyEnum("precision", f.precision,
+                                   {{"bf16", Dtype::kBf16}, {"fp16", Dtype::kFp16}, {"fp8", Dtype::kFp8}},
+                                   &plan.precision));
+  DOMINO_RETURN_IF_ERROR(ApplyEnum("scope", f.scope,
+                                   {{"none", OverlapScope::kNone},
+                                    {"intra-layer", OverlapScope::kIntraLayer},
+                                    {"inter-layer", OverlapScope::kInterLayer}},
+                                   &plan.scope));
+  DOMINO_RETURN_IF_ERROR(ApplyEnum("recompute", f.recompute,
+                                   {{"none", Recompute::kNone},
+                                    {"selective", Recompute::kSelective},
+                                    {"full", Recompute::kFull}},
+                                   &plan.recompute));
+  if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))
+    return Error(fmt::format("--sp: expected true or false, got '{}'", f.sequence_parallel));
+  if (!ParseBoolFlag(f.distributed_optimizer, &plan.distributed_optimizer))
+    return Error(fmt::format("--distributed-optimizer: expected true or false, got '{}'",
+                             f.distributed_optimizer));
+  // Resolve the model and cluster first: defaults below depend on them.
+  Plan probe = plan;
+  Result<ModelSpec> model = LoadModel(plan.model_ref);
+  if (!model.ok()) return model.error();
+  Result<ClusterSpec> cluster = LoadCluster(plan.cluster_ref);
+  if (!cluster.ok()) return cluster.error();
+  if (!from_file && !built_in) {
+    plan.seq_len = model->seq_len;
+    plan.micro_batch = 1;
+    plan.tp = 0;
+    plan.global_batch = 0;
+  }
+  auto set = [](int value, int* out) {
+    if (value > 0) *out = value;
+  };
+  set(f.seq_len, &plan.seq_len);
+  set(f.micro_batch, &plan.micro_batch);
+  set(f.pp, &plan.pp);
+  set(f.dp, &plan.dp);
+  set(f.virtual_stages, &plan.virtual_stages);
+  set(f.row_split, &plan.row_split);
+  set(f.col_split, &plan.col_split);
+  set(f.tp, &plan.tp);
+  if (built_in && (f.pp > 0 || f.dp > 0) && f.tp == 0) plan.tp = 0;
+  if (plan.tp == 0) {
+    int per_tp = plan.pp * plan.dp;
+    if (cluster->total_gpus() % per_tp != 0)
+      return Error(fmt::format("pp*dp = {} does not divide the cluster's {} GPUs", per_tp,
+                               cluster->total_gpus()));
+    plan.tp = cluster->total_gpus() / per_tp;
+  }
+  if (plan.global_batch == 0 || (!from_file && f.global_batch == 0 && (f.micro_batch > 0 || f.dp > 0)))
+    plan.global_batch = plan.micro_batch * plan.dp;
+  set(f.global_batch, &plan.global_batch);
+  // Slicing without a scope means the user wants overlap: pick the widest the split allows.
+  if (f.scope.empty() && (f.row_split > 1 || f.col_split > 1) && plan.scope == OverlapScope::kNone)
+    plan.scope = plan.row_split > 1 ? OverlapScope::kInterLayer : OverlapScope::kIntraLayer;
+  (void)probe;
+  DOMINO_RETURN_IF_ERROR(ResolvePlan(plan));
+  return plan;
+}
+
+}  // namespace domino::cli

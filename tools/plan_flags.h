@@ -1,0 +1,41 @@
+#ifndef DOMINO_TOOLS_PLAN_FLAGS_H_
+#define DOMINO_TOOLS_PLAN_FLAGS_H_
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "models/base/result.h"
+#include "planner/plan.h"
+
+namespace domino::cli {
+
+// The flags that describe or override a plan, shared by `simulate`, `plan` and `sweep`. Zero or
+// empty means "not given".
+struct PlanFlags {
+  std::string plan_path;
+  std::string model;
+  std::string cluster;
+  std::string precision;
+  int seq_len = 0, micro_batch = 0, global_batch = 0;
+  int tp = 0, pp = 0, dp = 0, virtual_stages = 0;
+  std::string sequence_parallel;  // "true" / "false"
+  int row_split = 0, col_split = 0;
+  std::string scope, recompute, distributed_optimizer;
+};
+
+// Declares the flags on `app`. With `with_plan_file`, also --plan.
+void AddPlanFlags(CLI::App* app, PlanFlags* flags, bool with_plan_file);
+
+// Builds a resolved plan: from --plan (then flags override its values) or from --model/--cluster
+// and flags. Without either, the built-in default: GPT-3 13B on 4 DGX-H100, seq 1024, micro-batch
+// 16, TP over all 32 GPUs (DeepSpeed-Domino's setting). An unset tp spans the GPUs left by pp and
+// dp; an unset global_batch is one micro-batch per DP rank; an unset seq_len is the model's.
+Result<Plan> BuildPlan(const PlanFlags& flags);
+
+// Applies `text` ("true"/"false"/"") to `out`; false on anything else.
+bool ParseBoolFlag(const std::string& text, bool* out);
+
+}  // namespace domino::cli
+
+#endif  // DOMINO_TOOLS_PLAN_FLAGS_H_
