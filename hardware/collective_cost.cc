@@ -110,9 +110,13 @@ CollectiveEstimate EstimateCollective(const NodeSpec& node, Collective kind, dou
   const double nvlink_GBps = node.nvlink.GBps_per_direction * node.nvlink.efficiency;
 
   if (group.nodes_spanned <= 1) {
-    double ring_us = node.nvlink.base_latency_us +
-                     RingSteps(kind, n) * node.nvlink.step_latency_us +
-                     TransferUs(bytes * factor, nvlink_GBps);
+    double simple_us = node.nvlink.base_latency_us +
+                       RingSteps(kind, n) * node.nvlink.step_latency_us +
+                       TransferUs(bytes * factor, nvlink_GBps);
+    double ll128_us = node.ll128.base_latency_us +
+                      RingSteps(kind, n) * node.ll128.nvlink_step_latency_us +
+                      TransferUs(bytes * factor, nvlink_GBps * node.ll128.bandwidth_factor);
+    double ring_us = std::min(simple_us, ll128_us);
     if (kind == Collective::kAllReduce && node.nvls && node.nvls_busbw_GBps > 0) {
       double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(n, node.gpus_per_node);
       double nvls_us = node.nvls_latency_us + TransferUs(bytes * factor, nvls_GBps);
@@ -135,9 +139,13 @@ CollectiveEstimate EstimateCollective(const NodeSpec& node, Collective kind, dou
     if (k > 1) intra_us = TransferUs(bytes * factor, nvlink_GBps);
     inter_us = TransferUs(bytes * factor, network_GBps);
   }
-  double time_us = node.network.base_latency_us + inter_steps * node.network.step_latency_us +
-                   intra_steps * node.nvlink.step_latency_us + std::max(intra_us, inter_us);
-  return MakeEstimate(node, kind, bytes, n, time_us, "hierarchical");
+  double transfer_us = std::max(intra_us, inter_us);
+  double simple_us = node.network.base_latency_us + inter_steps * node.network.step_latency_us +
+                     intra_steps * node.nvlink.step_latency_us + transfer_us;
+  double ll128_us = node.ll128.base_latency_us + inter_steps * node.ll128.network_step_latency_us +
+                    intra_steps * node.ll128.nvlink_step_latency_us +
+                    transfer_us / node.ll128.bandwidth_factor;
+  return MakeEstimate(node, kind, bytes, n, std::min(simple_us, ll128_us), "hierarchical");
 }
 
 }  // namespace domino

@@ -65,6 +65,9 @@ struct CollectiveEstimate {
 //   where inter_steps are 2(N-1) for all-reduce, N-1 for reduce-scatter / all-gather, and
 //   intra_steps the rest of the ring's steps: 2(n-N), n-N. A send/recv across nodes has one
 //   network step and each rank's message over its share of the NICs: bytes * k / B_net.
+// Every ring time above (inside and across nodes) is computed twice, with the Simple protocol's
+// latencies (LinkSpec) and with LL128's (node.ll128: lower latencies, bandwidths times
+// ll128.bandwidth_factor), and the faster is taken, as NCCL's tuner picks a protocol per size.
 // ctas = node.comm_ctas; hbm_bytes = bytes * f * node.comm_hbm_factor.
 // Time grows with bytes and shrinks with any bandwidth or efficiency.
 CollectiveEstimate EstimateCollective(const NodeSpec& node, Collective kind, double bytes,

@@ -227,6 +227,15 @@ Result<NodeSpec> ParseNode(std::string_view text, std::string_view file) {
     ReadLink(*network, &node.network);
     (void)network->Finish();
   }
+  if (std::optional<YamlMap> ll128 = map.Map("ll128", Need::kOptional)) {
+    ll128->Real("base_latency_us", &node.ll128.base_latency_us, Need::kOptional, kLatency);
+    ll128->Real("nvlink_step_latency_us", &node.ll128.nvlink_step_latency_us, Need::kOptional,
+                kLatency);
+    ll128->Real("network_step_latency_us", &node.ll128.network_step_latency_us, Need::kOptional,
+                kLatency);
+    ll128->Real("bandwidth_factor", &node.ll128.bandwidth_factor, Need::kOptional, kFraction);
+    (void)ll128->Finish();
+  }
   if (std::optional<YamlMap> contention = map.Map("contention", Need::kOptional)) {
     contention->Int("comm_ctas", &node.comm_ctas, Need::kOptional,
                     {.min = 1, .max = std::max(1, node.gpu.sms)});

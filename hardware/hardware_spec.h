@@ -48,6 +48,16 @@ struct LinkSpec {
   double step_latency_us = 3.4;   // per ring step (NVLink 3.4; network 14)
 };
 
+// The LL128 protocol's figures from NCCL's tuning model: lower latency per ring step than Simple
+// (LinkSpec's latencies) at a fraction of its bandwidth (120 of every 128 bytes carry data). A
+// collective takes whichever protocol is faster for its size, as NCCL's tuner does.
+struct Ll128Spec {
+  double base_latency_us = 14;
+  double nvlink_step_latency_us = 1.9;
+  double network_step_latency_us = 4;
+  double bandwidth_factor = 0.9375;
+};
+
 // NodeSpec is a node type from hardware/catalog/nodes/NAME.yaml: GPUs joined by NVLink/NVSwitch
 // inside the node and NICs to the network between nodes, plus the contention parameters of a
 // collective running beside compute on those GPUs.
@@ -61,6 +71,7 @@ struct NodeSpec {
   double nvls_latency_us = 25;              // per NVLS all-reduce
   int nics = 8;                             // per node; one per GPU on DGX
   LinkSpec network{.step_latency_us = 14};  // per NIC, per direction
+  Ll128Spec ll128;
   // Contention: while a collective runs beside compute it holds `comm_ctas` SMs and moves
   // `comm_hbm_factor` bytes of HBM traffic per byte it sends.
   int comm_ctas = 16;

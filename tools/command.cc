@@ -8,9 +8,12 @@ namespace domino::cli {
 void SetupModels(CLI::App* sub);
 void SetupHardware(CLI::App* sub);
 void SetupSimulate(CLI::App* sub);
+void SetupPlan(CLI::App* sub);
 
 std::span<const Command> Commands() {
   static const std::array kCommands = {
+      Command{"plan", "Search tp/dp, sequence parallelism and Domino row/column splits for the "
+              "fastest plan", SetupPlan},
       Command{"models", "List the model catalog, or show one model (name or YAML file)", SetupModels},
       Command{"hardware", "List GPUs and node types, or show one (name, NODE:COUNT or YAML file)",
               SetupHardware},

@@ -2,14 +2,28 @@
 
 #include <algorithm>
 #include <cctype>
+#include <string_view>
 
 namespace domino::cli {
 namespace {
 
+// A number with an optional short unit suffix: "12.5", "-3", "40.3%", "1.181x", "2.65B".
 bool LooksNumeric(const std::string& cell) {
-  if (cell.empty()) return false;
-  char c = cell[0];
-  return std::isdigit(static_cast<unsigned char>(c)) || ((c == '-' || c == '+' || c == '.') && cell.size() > 1);
+  size_t end = cell.size();
+  while (end > 0 && std::string_view("%xBMGKT").find(cell[end - 1]) != std::string_view::npos &&
+         cell.size() - end < 1)
+    --end;
+  if (end == 0) return false;
+  size_t digits = 0;
+  for (size_t i = 0; i < end; ++i) {
+    char c = cell[i];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      ++digits;
+    } else if (!(c == '.' || ((c == '-' || c == '+') && i == 0))) {
+      return false;
+    }
+  }
+  return digits > 0;
 }
 
 }  // namespace
