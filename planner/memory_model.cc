@@ -9,8 +9,11 @@ namespace domino {
 MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const ModelSpec& m = plan.model;
   ParameterCounts counts = CountParameters(m);
+  // The first stage holds the vocab-parallel embedding and, with one stage, the untied LM head;
+  // learned position embeddings are replicated, and like Megatron's count they are left out.
   double stage_params = static_cast<double>(counts.layers) / plan.pp / plan.tp +
-                        static_cast<double>(counts.embedding + counts.position_embedding) / plan.tp;
+                        static_cast<double>(counts.embedding) / plan.tp;
+  if (plan.pp == 1) stage_params += static_cast<double>(counts.lm_head) / plan.tp;
   double bytes_per_param = plan.distributed_optimizer ? 6.0 + 12.0 / plan.dp : 18.0;
   MemoryEstimate estimate;
   estimate.weights_and_optimizer_bytes = stage_params * bytes_per_param;

@@ -9,7 +9,7 @@ namespace domino {
 // Megatron-LM's theoretical_memory_usage.py and Korthikanti et al. 2022:
 // - weights, gradients and Adam states: 18 bytes per parameter held by the GPU (6 + 12/dp with
 //   the distributed optimizer); a GPU holds its 1/tp share of its stage's layers (1/pp of them),
-//   and the first stage also the vocab-parallel embedding;
+//   the first stage also the vocab-parallel embedding (and the untied LM head when pp = 1);
 // - activations per layer: s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes with TP, s*b*h/t*(34 + 5*a*s/h)
 //   with sequence parallelism (b = micro_batch, a = heads); flash attention drops the a*s/h term;
 //   selective recompute drops it too; full recompute keeps only the 2*s*b*h layer input; the

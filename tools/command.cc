@@ -9,6 +9,10 @@ void SetupModels(CLI::App* sub);
 void SetupHardware(CLI::App* sub);
 void SetupSimulate(CLI::App* sub);
 void SetupPlan(CLI::App* sub);
+void SetupSweep(CLI::App* sub);
+void SetupExecute(CLI::App* sub);
+void SetupCalibrate(CLI::App* sub);
+void SetupCompare(CLI::App* sub);
 
 std::span<const Command> Commands() {
   static const std::array kCommands = {
@@ -19,6 +23,11 @@ std::span<const Command> Commands() {
               SetupHardware},
       Command{"simulate", "Predict a plan's iteration time and exposed TP communication",
               SetupSimulate},
+      Command{"sweep", "What-if studies: vary bandwidth, nodes, sequence length, batch or model",
+              SetupSweep},
+      Command{"execute", "Run a plan on CPU or CUDA ranks and measure its timeline", SetupExecute},
+      Command{"calibrate", "Measure this machine into a hardware profile", SetupCalibrate},
+      Command{"compare", "Compare a predicted and a measured report op by op", SetupCompare},
   };
   return kCommands;
 }

@@ -1,0 +1,272 @@
+#include "planner/lower.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "models/model_counts.h"
+#include "tests/planner/test_plans.h"
+
+namespace domino {
+namespace {
+
+using testing_util::MakePlan;
+using testing_util::PlanKnobs;
+
+constexpr OverlapScope kNone = OverlapScope::kNone;
+constexpr OverlapScope kIntra = OverlapScope::kIntraLayer;
+constexpr OverlapScope kInter = OverlapScope::kInterLayer;
+
+// gpt3-2.7b on one DGX-H100 node, tp 8, 4 sequences of 256 tokens: 32 layers, hidden 2560.
+Schedule LowerOk(const PlanKnobs& knobs) {
+  Result<Schedule> s = Lower(MakePlan(knobs));
+  EXPECT_TRUE(s.ok()) << s.message();
+  return s.ok() ? std::move(s).value() : Schedule();
+}
+
+PlanKnobs Knobs(int p, int q, OverlapScope scope, bool sp = false) {
+  PlanKnobs k;
+  k.row_split = p;
+  k.col_split = q;
+  k.scope = scope;
+  k.sequence_parallel = sp;
+  return k;
+}
+
+int Count(const Schedule& s, CollectiveOp kind) {
+  return static_cast<int>(std::count_if(s.ops().begin(), s.ops().end(), [&](const Op& op) {
+    return op.kind == OpKind::kCollective && op.group == Group::kTp && op.collective == kind;
+  }));
+}
+
+double GemmFlops(const Schedule& s) {
+  double total = 0;
+  for (const Op& op : s.ops())
+    if (op.kind == OpKind::kGemm) total += op.flops;
+  return total;
+}
+
+double AllReduceBytes(const Schedule& s) {
+  double total = 0;
+  for (const Op& op : s.ops())
+    if (op.kind == OpKind::kCollective && op.collective == CollectiveOp::kAllReduce) total += op.bytes;
+  return total;
+}
+
+bool DependsOn(const Schedule& s, int32_t op, int32_t dep) {
+  auto deps = s.deps(s.op(op));
+  return std::find(deps.begin(), deps.end(), dep) != deps.end();
+}
+
+struct Strategy {
+  int p, q;
+  OverlapScope scope;
+};
+constexpr Strategy kStrategies[] = {{1, 1, kNone},  {1, 1, kIntra}, {2, 1, kInter}, {4, 1, kIntra},
+                                    {1, 2, kIntra}, {2, 2, kInter}, {2, 2, kNone},  {4, 4, kInter}};
+
+TEST(LowerTest, FourAllReducesPerLayerSliceAndChunk) {
+  const int layers = 32;
+  for (const Strategy& st : kStrategies) {
+    SCOPED_TRACE(testing::Message() << "p=" << st.p << " q=" << st.q);
+    Schedule s = LowerOk(Knobs(st.p, st.q, st.scope));
+    // 2 forward (proj, fc2) + 2 backward (qkv.dgrad, fc1.dgrad) per layer, slice and chunk.
+    EXPECT_EQ(Count(s, CollectiveOp::kAllReduce), 4 * layers * st.p * st.q);
+    EXPECT_EQ(Count(s, CollectiveOp::kReduceScatter), 0);
+    EXPECT_EQ(Count(s, CollectiveOp::kAllGather), 0);
+  }
+}
+
+TEST(LowerTest, SequenceParallelUsesAllGatherAndReduceScatter) {
+  const int layers = 32;
+  for (int p : {1, 2, 4}) {
+    SCOPED_TRACE(p);
+    Schedule s = LowerOk(Knobs(p, 1, p > 1 ? kInter : kNone, /*sp=*/true));
+    EXPECT_EQ(Count(s, CollectiveOp::kAllReduce), 0);
+    // Per layer and slice: forward AG+RS per block; backward per block an AG of the output
+    // gradient, an AG of the norm output for the weight gradient and an RS of the input gradient.
+    EXPECT_EQ(Count(s, CollectiveOp::kReduceScatter), (2 + 2) * layers * p);
+    EXPECT_EQ(Count(s, CollectiveOp::kAllGather), (2 + 4) * layers * p);
+    const double full_bytes = 4.0 * 256 * 2560 * 2 / p;  // a slice's tokens x hidden, bf16
+    for (const Op& op : s.ops()) {
+      if (op.kind == OpKind::kCollective) {
+        EXPECT_EQ(op.bytes, full_bytes);
+      }
+    }
+  }
+}
+
+TEST(LowerTest, DepsPrecedeAndCrossStreams) {
+  for (const Strategy& st : kStrategies) {
+    for (bool sp : {false, true}) {
+      if (sp && st.q > 1) continue;
+      SCOPED_TRACE(testing::Message() << "p=" << st.p << " q=" << st.q << " sp=" << sp);
+      Schedule s = LowerOk(Knobs(st.p, st.q, st.scope, sp));
+      ASSERT_GT(s.size(), 0u);
+      for (size_t i = 0; i < s.size(); ++i) {
+        const Op& op = s.op(static_cast<int32_t>(i));
+        for (int32_t dep : s.deps(op)) {
+          ASSERT_GE(dep, 0);
+          ASSERT_LT(dep, static_cast<int32_t>(i)) << s.Label(static_cast<int32_t>(i));
+          EXPECT_NE(s.op(dep).stream, op.stream);
+        }
+        // Collectives wait for their producer; compute ops live on the compute stream.
+        if (op.kind == OpKind::kCollective) {
+          EXPECT_EQ(op.stream, Stream::kTpComm);
+          EXPECT_EQ(op.dep_count, 1u) << s.Label(static_cast<int32_t>(i));
+        } else {
+          EXPECT_EQ(op.stream, Stream::kCompute);
+        }
+        for (const TensorUse& use : s.reads(op)) ASSERT_LT(use.tensor, static_cast<int32_t>(s.tensors().size()));
+        for (const TensorUse& use : s.writes(op)) ASSERT_LT(use.tensor, static_cast<int32_t>(s.tensors().size()));
+      }
+    }
+  }
+}
+
+TEST(LowerTest, SlicingDoesNotChangeGemmWork) {
+  for (const char* model : {"gpt3-2.7b", "llama2-7b"}) {
+    SCOPED_TRACE(model);
+    PlanKnobs base = Knobs(1, 1, kNone);
+    base.model = model;
+    Plan plan = MakePlan(base);
+    // Forward GEMM FLOPs of one rank: 2 * tokens * (layer matmul parameters / tp) per layer.
+    ParameterCounts counts = CountParameters(plan.model);
+    const double layer_matmul = static_cast<double>(counts.matmul - plan.model.vocab * plan.model.hidden) /
+                                plan.model.layers;
+    const double tokens = 4.0 * 256;
+    const double forward = 2.0 * tokens * layer_matmul / 8 * plan.model.layers;
+    for (const Strategy& st : kStrategies) {
+      for (bool sp : {false, true}) {
+        if (sp && st.q > 1) continue;
+        SCOPED_TRACE(testing::Message() << "p=" << st.p << " q=" << st.q << " sp=" << sp);
+        PlanKnobs k = Knobs(st.p, st.q, st.scope, sp);
+        k.model = model;
+        Schedule s = LowerOk(k);
+        double fwd = 0;
+        for (const Op& op : s.ops())
+          if (op.kind == OpKind::kGemm && op.tags.phase == Phase::kForward) fwd += op.flops;
+        EXPECT_DOUBLE_EQ(fwd, forward);
+        EXPECT_DOUBLE_EQ(GemmFlops(s), 3 * forward);  // backward: input and weight gradients
+      }
+    }
+  }
+}
+
+TEST(LowerTest, AllReduceBytesDoNotDependOnSlicing) {
+  // Per layer: four all-reduces of the micro-batch's tokens x hidden activations in bf16.
+  const double expected = 4.0 * 32 * (4 * 256) * 2560 * 2;
+  for (const Strategy& st : kStrategies) {
+    SCOPED_TRACE(testing::Message() << "p=" << st.p << " q=" << st.q);
+    EXPECT_EQ(AllReduceBytes(LowerOk(Knobs(st.p, st.q, st.scope))), expected);
+  }
+}
+
+TEST(LowerTest, SlicesAndChunksShapeTheGemms) {
+  const int64_t tokens = 4 * 256, hidden = 2560;
+  for (const Strategy& st : kStrategies) {
+    SCOPED_TRACE(testing::Message() << "p=" << st.p << " q=" << st.q);
+    Schedule s = LowerOk(Knobs(st.p, st.q, st.scope));
+    int chunked = 0;
+    for (const Op& op : s.ops()) {
+      if (op.kind != OpKind::kGemm) continue;
+      bool wgrad = op.func == OpFunc::kQkvGradWeight || op.func == OpFunc::kProjGradWeight ||
+                   op.func == OpFunc::kFc1GradWeight || op.func == OpFunc::kFc2GradWeight;
+      // Weight gradients reduce over the slice's tokens; every other GEMM has them as rows.
+      EXPECT_EQ(wgrad ? op.k : op.m, tokens / st.p) << OpFuncName(op.func);
+      if (op.func == OpFunc::kProj || op.func == OpFunc::kFc2 || op.func == OpFunc::kQkvGradInput ||
+          op.func == OpFunc::kFc1GradInput) {
+        EXPECT_EQ(op.n, hidden / st.q) << OpFuncName(op.func);
+        EXPECT_EQ(op.tags.col_chunk, st.q > 1 ? op.tags.col_chunk : -1);
+        ++chunked;
+      }
+      EXPECT_EQ(op.tags.row_slice >= 0, st.p > 1);
+    }
+    EXPECT_EQ(chunked, 4 * 32 * st.p * st.q);
+  }
+}
+
+TEST(LowerTest, ScopeNoneWaitsForEveryCollective) {
+  for (const Strategy& st : {Strategy{1, 1, kNone}, Strategy{2, 1, kNone}, Strategy{1, 2, kNone},
+                             Strategy{2, 2, kNone}}) {
+    for (bool sp : {false, true}) {
+      if (sp && st.q > 1) continue;
+      SCOPED_TRACE(testing::Message() << "p=" << st.p << " q=" << st.q << " sp=" << sp);
+      Schedule s = LowerOk(Knobs(st.p, st.q, st.scope, sp));
+      const auto n = static_cast<int32_t>(s.size());
+      int checked = 0;
+      for (int32_t c = 0; c < n; ++c) {
+        const Op& comm = s.op(c);
+        if (comm.kind != OpKind::kCollective) continue;
+        // Forward: the next compute op waits. Backward (input-gradient collectives): the weight
+        // gradient GEMM and later chunks' GEMMs run beside it; the next other compute op waits.
+        bool backward_dgrad = comm.tags.phase == Phase::kBackward &&
+                              comm.collective != CollectiveOp::kAllGather;
+        if (comm.tags.phase == Phase::kBackward && !backward_dgrad) continue;
+        if (sp && comm.collective == CollectiveOp::kAllGather && st.p > 1) continue;  // prefetched
+        int32_t next = c + 1;
+        while (next < n) {
+          const Op& op = s.op(next);
+          bool skip = op.stream != Stream::kCompute ||
+                      (backward_dgrad &&
+                       (op.func == OpFunc::kQkvGradWeight || op.func == OpFunc::kFc1GradWeight ||
+                        op.func == OpFunc::kQkvGradInput || op.func == OpFunc::kFc1GradInput));
+          if (!skip) break;
+          ++next;
+        }
+        if (next == n) continue;  // the stack's last collective
+        EXPECT_TRUE(DependsOn(s, next, c)) << s.Label(c) << " -> " << s.Label(next);
+        ++checked;
+      }
+      EXPECT_GT(checked, 4 * 32 * st.p * st.q - 2);
+    }
+  }
+}
+
+TEST(LowerTest, InterLayerHasOnlyDataDependencies) {
+  // With inter-layer scope a collective is waited on only by the entry of its own slice, so the
+  // compute op right after slice 0's forward all-reduce (slice 1's work) does not wait for it.
+  Schedule s = LowerOk(Knobs(2, 1, kInter));
+  int independent = 0;
+  for (int32_t c = 0; c + 1 < static_cast<int32_t>(s.size()); ++c) {
+    const Op& comm = s.op(c);
+    if (comm.kind != OpKind::kCollective || comm.tags.phase != Phase::kForward || comm.tags.row_slice != 0)
+      continue;
+    EXPECT_FALSE(DependsOn(s, c + 1, c)) << s.Label(c + 1);
+    ++independent;
+  }
+  EXPECT_EQ(independent, 2 * 32);
+}
+
+TEST(LowerTest, IntraLayerBarrierHoldsTheNextLayer) {
+  // Scope intra-layer: the first compute op issued after layer 1's last forward collective (the
+  // residual that feeds layer 2) waits for every collective of layer 1, of both slices.
+  for (OverlapScope scope : {kIntra, kInter}) {
+    Schedule s = LowerOk(Knobs(2, 1, scope));
+    std::vector<int32_t> layer1_comms;
+    for (int32_t i = 0; i < static_cast<int32_t>(s.size()); ++i) {
+      const Op& op = s.op(i);
+      if (op.kind == OpKind::kCollective && op.tags.phase == Phase::kForward && op.tags.layer == 1)
+        layer1_comms.push_back(i);
+    }
+    ASSERT_EQ(layer1_comms.size(), 4u);  // proj and fc2 of two slices
+    int32_t waiter = layer1_comms.back() + 1;
+    while (s.op(waiter).stream != Stream::kCompute) ++waiter;
+    int waited = 0;
+    for (int32_t c : layer1_comms) waited += DependsOn(s, waiter, c);
+    // Inter-layer: only its own slice's fc2 all-reduce (slice 0's residual enters layer 2).
+    EXPECT_EQ(waited, scope == kIntra ? 4 : 1) << s.Label(waiter);
+  }
+}
+
+TEST(LowerTest, RejectsABrokenPlan) {
+  Plan plan = MakePlan(Knobs(1, 1, kNone));
+  plan.row_split = 3;  // does not divide micro_batch 4
+  Result<Schedule> s = Lower(plan);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message().rfind("overlap.row_split: ", 0), 0u) << s.message();
+}
+
+}  // namespace
+}  // namespace domino

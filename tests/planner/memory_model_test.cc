@@ -1,0 +1,115 @@
+#include "planner/memory_model.h"
+
+#include <gtest/gtest.h>
+
+namespace domino {
+namespace {
+
+// A tiny GPT: 2 layers, h 64, 4 heads, ffn 256, vocab 100, learned positions of 32 rows.
+// Parameters per layer: QKV 64*192 + proj 64*64 + MLP 2*64*256 = 49152 matmul, biases
+// 192 + 64 + 256 + 64 = 576, two LayerNorms 2*128 = 256: 49984; two layers 99968.
+// Embedding 100*64 = 6400, positions 32*64 = 2048.
+Plan TinyPlan() {
+  Plan plan;
+  plan.model.name = "tiny";
+  plan.model.layers = 2;
+  plan.model.hidden = 64;
+  plan.model.heads = 4;
+  plan.model.kv_heads = 4;
+  plan.model.ffn = 256;
+  plan.model.vocab = 100;
+  plan.model.seq_len = 32;
+  plan.model.activation = Activation::kGelu;
+  plan.model.norm = Norm::kLayerNorm;
+  plan.model.bias = true;
+  plan.model.tied_embeddings = true;
+  plan.seq_len = 32;
+  plan.micro_batch = 4;
+  plan.global_batch = 4;
+  plan.tp = 2;
+  plan.pp = 1;
+  plan.dp = 1;
+  return plan;
+}
+
+// s*b*h = 32*4*64 = 8192 bytes per unit below.
+
+TEST(MemoryModelTest, WeightsAndOptimizerTake18BytesPerParameter) {
+  Plan plan = TinyPlan();
+  // (99968 layer + 6400 embedding) / tp 2 = 53184 parameters, 18 bytes each; learned
+  // positions are replicated and, as in Megatron's count, left out.
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 18);
+  plan.distributed_optimizer = true;  // dp 1: 6 + 12/1 = 18, no saving
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 18);
+  plan.dp = 2;
+  plan.global_batch = 8;
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 12);
+  plan.distributed_optimizer = false;
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 18);
+}
+
+TEST(MemoryModelTest, TensorParallelActivations) {
+  Plan plan = TinyPlan();
+  // sbh (10 + 24/t + 5as/(ht)) = 8192 * (10 + 12 + 5*4*32/128) = 8192 * 27 per layer.
+  EXPECT_EQ(EstimateMemory(plan, /*flash_attention=*/false).activation_bytes, 8192.0 * 27 * 2);
+  // Flash attention keeps no scores: 8192 * 22.
+  EXPECT_EQ(EstimateMemory(plan, /*flash_attention=*/true).activation_bytes, 8192.0 * 22 * 2);
+  plan.recompute = Recompute::kSelective;
+  EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 8192.0 * 22 * 2);
+  plan.recompute = Recompute::kFull;  // only the layer input: 2 sbh
+  EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 8192.0 * 2 * 2);
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 8192.0 * 2 * 2);
+}
+
+TEST(MemoryModelTest, SequenceParallelActivations) {
+  Plan plan = TinyPlan();
+  plan.sequence_parallel = true;
+  // sbh/t (34 + 5as/h) = 4096 * (34 + 5*4*32/64) = 4096 * 44 per layer.
+  EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 4096.0 * 44 * 2);
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 34 * 2);
+  plan.recompute = Recompute::kSelective;
+  EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 4096.0 * 34 * 2);
+  plan.recompute = Recompute::kFull;  // 2 sbh / t
+  EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 4096.0 * 2 * 2);
+}
+
+TEST(MemoryModelTest, PipelineStageHoldsItsLayersAndMicroBatchesInFlight) {
+  Plan plan = TinyPlan();
+  plan.pp = 2;
+  plan.global_batch = 16;  // 4 micro-batches: the first stage holds pp = 2 of them
+  MemoryEstimate m = EstimateMemory(plan, true);
+  // One layer per stage: 99968/2/2 + 6400/2 = 28192 parameters.
+  EXPECT_EQ(m.weights_and_optimizer_bytes, 28192.0 * 18);
+  EXPECT_EQ(m.activation_bytes, 8192.0 * 22 * 1 * 2);
+  EXPECT_EQ(m.total_bytes(), 28192.0 * 18 + 8192.0 * 22 * 2);
+  plan.global_batch = 4;  // a single micro-batch: one in flight
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 8192.0 * 22);
+}
+
+TEST(MemoryModelTest, UntiedLmHeadLivesOnTheOnlyStage) {
+  Plan plan = TinyPlan();
+  plan.model.tied_embeddings = false;
+  // pp 1: the one stage holds the embedding and the LM head, 6400/2 more parameters.
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, (53184.0 + 3200) * 18);
+  // pp 2: the first stage has no LM head.
+  plan.pp = 2;
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 28192.0 * 18);
+}
+
+TEST(MemoryModelTest, MoreTensorParallelismNeverNeedsMore) {
+  Plan plan = TinyPlan();
+  for (bool sp : {false, true}) {
+    plan.sequence_parallel = sp;
+    plan.tp = 1;
+    double previous = EstimateMemory(plan, false).total_bytes();
+    for (int tp : {2, 4}) {
+      plan.tp = tp;
+      double now = EstimateMemory(plan, false).total_bytes();
+      EXPECT_LT(now, previous) << "tp " << tp << " sp " << sp;
+      previous = now;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace domino

@@ -1,0 +1,46 @@
+#ifndef DOMINO_TESTS_PLANNER_TEST_PLANS_H_
+#define DOMINO_TESTS_PLANNER_TEST_PLANS_H_
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "planner/plan.h"
+
+namespace domino::testing_util {
+
+// The knobs the planner and simulator tests vary; everything else keeps Plan's defaults.
+struct PlanKnobs {
+  std::string model = "gpt3-2.7b";
+  std::string cluster = "dgx-h100:1";
+  int tp = 8;
+  int seq_len = 256;
+  int micro_batch = 4;
+  int global_batch = 4;
+  int row_split = 1;
+  int col_split = 1;
+  OverlapScope scope = OverlapScope::kNone;
+  bool sequence_parallel = false;
+};
+
+// A resolved plan; fails the test (and returns the unresolved plan) when it breaks a rule.
+inline Plan MakePlan(const PlanKnobs& k) {
+  Plan plan;
+  plan.model_ref = k.model;
+  plan.cluster_ref = k.cluster;
+  plan.tp = k.tp;
+  plan.seq_len = k.seq_len;
+  plan.micro_batch = k.micro_batch;
+  plan.global_batch = k.global_batch;
+  plan.row_split = k.row_split;
+  plan.col_split = k.col_split;
+  plan.scope = k.scope;
+  plan.sequence_parallel = k.sequence_parallel;
+  Status status = ResolvePlan(plan);
+  EXPECT_TRUE(status.ok()) << status.message();
+  return plan;
+}
+
+}  // namespace domino::testing_util
+
+#endif  // DOMINO_TESTS_PLANNER_TEST_PLANS_H_

@@ -1,0 +1,201 @@
+#include "sim/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "planner/lower.h"
+#include "tests/planner/test_plans.h"
+
+namespace domino::sim {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+Op Gemm(int64_t m, int64_t n, int64_t k) {
+  Op op;
+  op.kind = OpKind::kGemm;
+  op.m = m, op.n = n, op.k = k;
+  op.flops = 2.0 * m * n * k;
+  op.bytes = 2.0 * (m * k + k * n + m * n);
+  return op;
+}
+
+Op TpCollective(CollectiveOp kind, double bytes) {
+  Op op;
+  op.kind = OpKind::kCollective;
+  op.stream = Stream::kTpComm;
+  op.collective = kind;
+  op.group = Group::kTp;
+  op.bytes = bytes;
+  return op;
+}
+
+TEST(CostModelTest, GemmTilesAndWavesOnH100) {
+  Plan plan = testing_util::MakePlan({});  // gpt3-2.7b, dgx-h100:1, tp 8
+  CostModel model(plan, {});
+  EXPECT_EQ(model.device().sms, 132);
+  EXPECT_DOUBLE_EQ(model.device().hbm_GBps, 3350 * 0.88);
+
+  OpCost c = model.Cost(Gemm(4096, 2560, 2560));
+  EXPECT_EQ(c.tiles, 32 * 20);  // ceil(4096/128) * ceil(2560/128)
+  // One wave: 2 * 128 * 128 * k FLOPs per SM at 989e6/132 FLOP/us * 0.8 * k / (k + 64).
+  const double efficiency = 0.8 * 2560 / (2560 + 64);
+  const double wave_us = 2.0 * 128 * 128 * 2560 / (989e6 / 132 * efficiency);
+  EXPECT_NEAR(c.wave_us, wave_us, 1e-12);
+  EXPECT_NEAR(c.wave_us, 14.34502859453994, 1e-9);
+  EXPECT_EQ(c.launch_us, 4);
+  EXPECT_EQ(c.hbm_bytes, 2.0 * (4096 * 2560 * 2 + 2560 * 2560));
+  EXPECT_FALSE(c.is_comm);
+  // 640 tiles are ceil(640/132) = 5 waves; compute-bound (memory ~ 18 us).
+  EXPECT_NEAR(c.alone_us, 4 + 5 * wave_us, 1e-9);
+  EXPECT_NEAR(c.alone_us, 75.7251429726997, 1e-9);
+
+  // A partial tile counts whole.
+  EXPECT_EQ(model.Cost(Gemm(129, 1, 64)).tiles, 2);
+}
+
+TEST(CostModelTest, NarrowSlicesLoseEfficiency) {
+  Plan plan = testing_util::MakePlan({});
+  CostModel model(plan, {});
+  auto us_per_flop = [&](const Op& op) { return model.Cost(op).alone_us / op.flops; };
+  const double full = us_per_flop(Gemm(4096, 2560, 2560));
+  EXPECT_GT(us_per_flop(Gemm(4096, 2560 / 4, 2560)), full);  // column chunk: 160 tiles, 2 waves
+  EXPECT_GT(us_per_flop(Gemm(4096 / 8, 2560, 2560)), full);  // row slice: 80 tiles, 1 wave
+  EXPECT_GT(us_per_flop(Gemm(4096, 2560, 256)), full);       // short inner dimension
+  // Slicing never makes the total faster: p slices cost at least the whole.
+  for (int p : {2, 4, 8}) EXPECT_GE(p * model.Cost(Gemm(4096 / p, 2560, 2560)).alone_us,
+                                    model.Cost(Gemm(4096, 2560, 2560)).alone_us);
+}
+
+TEST(CostModelTest, ElementwiseAndLaunchOverhead) {
+  Plan plan = testing_util::MakePlan({});
+  Op op;
+  op.kind = OpKind::kElementwise;
+  op.bytes = 3350 * 0.88 * 1e3 * 10;  // 10 us of achieved HBM bandwidth
+  OpCost eager = CostModel(plan, {}).Cost(op);
+  EXPECT_NEAR(eager.alone_us, 4 + 10, 1e-9);
+  EXPECT_EQ(eager.tiles, 0);
+  CostOptions graphs;
+  graphs.cuda_graphs = true;
+  EXPECT_NEAR(CostModel(plan, graphs).Cost(op).alone_us, 1 + 10, 1e-9);
+}
+
+TEST(CostModelTest, TpGroupFollowsMegatronPlacement) {
+  struct Expect {
+    testing_util::PlanKnobs knobs;
+    CommGroup group;
+  };
+  testing_util::PlanKnobs two;
+  two.cluster = "dgx-h100:1:2", two.tp = 2;
+  testing_util::PlanKnobs thirty_two;
+  thirty_two.model = "gpt3-13b", thirty_two.cluster = "dgx-h100:4", thirty_two.tp = 32;
+  for (const Expect& e : {Expect{{}, {8, 1, 8}}, Expect{two, {2, 1, 2}}, Expect{thirty_two, {32, 4, 8}}}) {
+    CommGroup g = TpGroup(testing_util::MakePlan(e.knobs));
+    EXPECT_EQ(g.size, e.group.size);
+    EXPECT_EQ(g.nodes_spanned, e.group.nodes_spanned);
+    EXPECT_EQ(g.gpus_per_node_in_group, e.group.gpus_per_node_in_group);
+  }
+}
+
+TEST(CostModelTest, TpCollectivesCostWhatEstimateCollectiveSays) {
+  testing_util::PlanKnobs thirty_two;
+  thirty_two.model = "gpt3-13b", thirty_two.cluster = "dgx-h100:4", thirty_two.tp = 32;
+  testing_util::PlanKnobs a100;
+  a100.cluster = "dgx-a100:1";
+  for (const auto& knobs : {testing_util::PlanKnobs{}, thirty_two, a100}) {
+    Plan plan = testing_util::MakePlan(knobs);
+    CostModel model(plan, {});
+    for (CollectiveOp kind : {CollectiveOp::kAllReduce, CollectiveOp::kReduceScatter, CollectiveOp::kAllGather}) {
+      for (double bytes : {64.0 * 1024, 4 * kMiB, 80 * kMiB}) {
+        Collective c = kind == CollectiveOp::kAllReduce       ? Collective::kAllReduce
+                       : kind == CollectiveOp::kReduceScatter ? Collective::kReduceScatter
+                                                              : Collective::kAllGather;
+        CollectiveEstimate e = EstimateCollective(plan.cluster.node, c, bytes, TpGroup(plan));
+        OpCost cost = model.Cost(TpCollective(kind, bytes));
+        EXPECT_TRUE(cost.is_comm);
+        EXPECT_EQ(cost.alone_us, e.time_us);
+        EXPECT_EQ(cost.ctas, e.ctas);
+        EXPECT_EQ(cost.hbm_bytes, e.hbm_bytes);
+        EXPECT_EQ(cost.tiles, 0);
+        EXPECT_GT(cost.alone_us, 0);
+      }
+    }
+  }
+}
+
+TEST(CostModelTest, TpCommFreeIsTheIdeal) {
+  Plan plan = testing_util::MakePlan({});
+  CostOptions ideal;
+  ideal.tp_comm_free = true;
+  CostModel model(plan, ideal);
+  OpCost c = model.Cost(TpCollective(CollectiveOp::kAllReduce, 64 * kMiB));
+  EXPECT_TRUE(c.is_comm);
+  EXPECT_EQ(c.alone_us, 0);
+  EXPECT_EQ(c.ctas, 0);
+  EXPECT_EQ(c.hbm_bytes, 0);
+  // Compute is priced as without the option.
+  EXPECT_EQ(model.Cost(Gemm(1024, 1024, 1024)).alone_us, CostModel(plan, {}).Cost(Gemm(1024, 1024, 1024)).alone_us);
+
+  // TpCommUs prices the collectives even in the ideal; it sums them.
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok());
+  CostModel real(plan, {});
+  double sum = 0;
+  for (const Op& op : s->ops())
+    if (op.kind == OpKind::kCollective) sum += real.Cost(op).alone_us;
+  EXPECT_GT(sum, 0);
+  EXPECT_NEAR(real.TpCommUs(*s), sum, 1e-9 * sum);
+  EXPECT_NEAR(model.TpCommUs(*s), sum, 1e-9 * sum);
+}
+
+// A DGX-H100 node without NVLS, so ring figures can be checked by hand.
+Plan RingPlan(int nodes) {
+  Plan plan;
+  NodeSpec& node = plan.cluster.node;
+  Result<GpuSpec> gpu = LoadGpu("h100-sxm");
+  EXPECT_TRUE(gpu.ok());
+  if (gpu.ok()) node.gpu = *gpu;
+  node.name = "ring-node";
+  node.gpus_per_node = 8;
+  node.nvlink = {.GBps_per_direction = 450, .efficiency = 0.81, .base_latency_us = 8.4, .step_latency_us = 3.4};
+  node.nvls = false;
+  node.nics = 8;
+  node.network = {.GBps_per_direction = 50, .efficiency = 0.93, .base_latency_us = 8.4, .step_latency_us = 14};
+  node.comm_ctas = 16;
+  node.comm_hbm_factor = 2.5;
+  plan.cluster.nodes = nodes;
+  plan.cluster.gpus_per_node = 8;
+  plan.tp = 8 * nodes;
+  return plan;
+}
+
+TEST(CostModelTest, RingAllReduceByHand) {
+  Plan plan = RingPlan(1);
+  CostModel model(plan, {});
+  // 8 ranks: busbw factor 2*7/8 = 1.75, 14 ring steps, NVLink busbw 450 * 0.81 = 364.5 GB/s.
+  // 64 MiB: Simple 8.4 + 14*3.4 + 67108864*1.75/364.5e3 = 378.196 beats LL128's 384.276.
+  OpCost big = model.Cost(TpCollective(CollectiveOp::kAllReduce, 64 * kMiB));
+  EXPECT_NEAR(big.alone_us, 8.4 + 14 * 3.4 + 64 * kMiB * 1.75 / 364.5e3, 1e-9);
+  EXPECT_NEAR(big.alone_us, 378.19619204389573, 1e-9);
+  EXPECT_EQ(big.ctas, 16);
+  EXPECT_DOUBLE_EQ(big.hbm_bytes, 64 * kMiB * 1.75 * 2.5);
+  // 1 MiB: LL128 14 + 14*1.9 + 1048576*1.75/(364.5e3*0.9375) = 45.970 beats Simple's 61.034.
+  OpCost small = model.Cost(TpCollective(CollectiveOp::kAllReduce, kMiB));
+  EXPECT_NEAR(small.alone_us, 14 + 14 * 1.9 + kMiB * 1.75 / (364.5e3 * 0.9375), 1e-9);
+  EXPECT_NEAR(small.alone_us, 45.96993653406492, 1e-9);
+}
+
+TEST(CostModelTest, HierarchicalAllReduceByHand) {
+  Plan plan = RingPlan(2);  // tp 16 over two nodes, 8 per node
+  CostModel model(plan, {});
+  // f = 2*15/16 = 1.875; network 8 NICs * 50 * 0.93 = 372 GB/s > NVLink's 364.5, so NVLink
+  // bounds the transfer; 2 network steps and 28 NVLink steps. LL128 wins at 64 MiB:
+  // 14 + 2*4 + 28*1.9 + (67108864*1.875/364.5e3) / 0.9375 = 443.424.
+  OpCost c = model.Cost(TpCollective(CollectiveOp::kAllReduce, 64 * kMiB));
+  EXPECT_NEAR(c.alone_us, 14 + 2 * 4 + 28 * 1.9 + 64 * kMiB * 1.875 / 364.5e3 / 0.9375, 1e-9);
+  EXPECT_NEAR(c.alone_us, 443.424219478738, 1e-9);
+}
+
+}  // namespace
+}  // namespace domino::sim

@@ -1,0 +1,283 @@
+#include "sim/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <tuple>
+#include <vector>
+
+#include "planner/lower.h"
+#include "sim/cost_model.h"
+#include "tests/planner/test_plans.h"
+
+namespace domino::sim {
+namespace {
+
+constexpr double kEps = 1e-9;
+
+// 100 SMs and 1000 GB/s (1e6 bytes per microsecond): round numbers for hand-computed times.
+constexpr DeviceResources kDevice{.sms = 100, .hbm_GBps = 1000};
+
+OpCost Compute(double tiles, double wave_us, double hbm_bytes = 0, double launch_us = 0) {
+  OpCost c;
+  c.tiles = tiles;
+  c.wave_us = wave_us;
+  c.hbm_bytes = hbm_bytes;
+  c.launch_us = launch_us;
+  c.alone_us = launch_us + c.BodyUs(kDevice.sms, kDevice.hbm_GBps);
+  return c;
+}
+
+OpCost Comm(double alone_us, int ctas = 0, double hbm_bytes = 0) {
+  OpCost c;
+  c.alone_us = alone_us;
+  c.ctas = ctas;
+  c.hbm_bytes = hbm_bytes;
+  c.is_comm = true;
+  return c;
+}
+
+// A hand-built schedule with its costs.
+struct Case {
+  Schedule schedule;
+  std::vector<OpCost> costs;
+
+  int32_t Add(Stream stream, const OpCost& cost, std::vector<int32_t> deps = {}) {
+    Op op;
+    op.stream = stream;
+    op.kind = cost.is_comm ? OpKind::kCollective : OpKind::kGemm;
+    costs.push_back(cost);
+    return schedule.Add(op, deps);
+  }
+  Timeline Run() const { return Simulate(schedule, costs, kDevice); }
+};
+
+TEST(EngineTest, IndependentStreamsRunConcurrently) {
+  Case c;
+  int32_t gemm = c.Add(Stream::kCompute, Compute(100, 10));  // one wave: 10 us
+  int32_t comm = c.Add(Stream::kTpComm, Comm(6));
+  Timeline t = c.Run();
+  EXPECT_NEAR(t.ops[gemm].start_us, 0, kEps);
+  EXPECT_NEAR(t.ops[gemm].end_us, 10, kEps);
+  EXPECT_NEAR(t.ops[comm].start_us, 0, kEps);
+  EXPECT_NEAR(t.ops[comm].end_us, 6, kEps);
+  EXPECT_NEAR(t.end_us(), 10, kEps);  // max, not sum
+}
+
+TEST(EngineTest, DependencySerializesStreams) {
+  Case c;
+  int32_t comm = c.Add(Stream::kTpComm, Comm(6));
+  int32_t gemm = c.Add(Stream::kCompute, Compute(100, 10), {comm});
+  Timeline t = c.Run();
+  EXPECT_NEAR(t.ops[gemm].start_us, 6, kEps);
+  EXPECT_NEAR(t.ops[gemm].end_us, 16, kEps);
+  EXPECT_NEAR(t.end_us(), 16, kEps);
+}
+
+TEST(EngineTest, SameStreamRunsInIssueOrder) {
+  Case c;
+  int32_t a = c.Add(Stream::kCompute, Compute(150, 4));            // 2 waves: 8 us
+  int32_t b = c.Add(Stream::kCompute, Compute(0, 0, 0, 7));         // launch only: 7 us
+  int32_t x = c.Add(Stream::kTpComm, Comm(3));
+  int32_t y = c.Add(Stream::kTpComm, Comm(2));
+  Timeline t = c.Run();
+  EXPECT_NEAR(t.ops[a].end_us, 8, kEps);
+  EXPECT_NEAR(t.ops[b].start_us, 8, kEps);
+  EXPECT_NEAR(t.ops[b].end_us, 15, kEps);
+  EXPECT_NEAR(t.ops[x].end_us, 3, kEps);
+  EXPECT_NEAR(t.ops[y].start_us, 3, kEps);
+  EXPECT_NEAR(t.ops[y].end_us, 5, kEps);
+}
+
+TEST(EngineTest, ZeroCostOpsTakeNoTime) {
+  Case c;
+  int32_t free_first = c.Add(Stream::kTpComm, Comm(0));
+  int32_t a = c.Add(Stream::kCompute, Compute(100, 10), {free_first});
+  int32_t free_mid = c.Add(Stream::kTpComm, Comm(0), {a});
+  int32_t b = c.Add(Stream::kCompute, Compute(100, 10), {free_mid});
+  Timeline t = c.Run();
+  EXPECT_EQ(t.ops[free_first].start_us, 0);
+  EXPECT_EQ(t.ops[free_first].end_us, 0);
+  EXPECT_NEAR(t.ops[a].start_us, 0, kEps);
+  EXPECT_NEAR(t.ops[free_mid].start_us, 10, kEps);
+  EXPECT_NEAR(t.ops[free_mid].end_us, 10, kEps);
+  EXPECT_NEAR(t.ops[b].start_us, 10, kEps);
+  EXPECT_NEAR(t.ops[b].end_us, 20, kEps);
+}
+
+TEST(EngineTest, CollectiveTakesSmsFromTheGemm) {
+  // 100 tiles: one wave on 100 SMs (10 us), two waves on the 80 SMs a 20-CTA collective leaves.
+  {
+    Case c;
+    int32_t gemm = c.Add(Stream::kCompute, Compute(100, 10));
+    int32_t comm = c.Add(Stream::kTpComm, Comm(100, 20));
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[gemm].end_us, 20, kEps);  // ceil(100/80) * 10 throughout
+    EXPECT_NEAR(t.ops[comm].end_us, 100, kEps);
+  }
+  {
+    // The collective ends first: 5 us at 1/20 per us does 0.25 of the GEMM; the remaining 0.75
+    // at 1/10 per us takes 7.5 us: 12.5.
+    Case c;
+    int32_t gemm = c.Add(Stream::kCompute, Compute(100, 10));
+    int32_t comm = c.Add(Stream::kTpComm, Comm(5, 20));
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[comm].end_us, 5, kEps);
+    EXPECT_NEAR(t.ops[gemm].end_us, 12.5, kEps);
+  }
+  {
+    // The launch (2 us) is not slowed: 5 us at 1/(2+20) does 5/22; 17/22 left at 1/12 per us.
+    Case c;
+    int32_t gemm = c.Add(Stream::kCompute, Compute(100, 10, 0, 2));
+    c.Add(Stream::kTpComm, Comm(5, 20));
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[gemm].end_us, 5 + 12.0 * 17 / 22, kEps);
+  }
+  {
+    // 150 tiles need 2 waves on 100 SMs and on 80 SMs alike: no slowdown.
+    Case c;
+    int32_t gemm = c.Add(Stream::kCompute, Compute(150, 10));
+    c.Add(Stream::kTpComm, Comm(5, 20));
+    EXPECT_NEAR(c.Run().ops[gemm].end_us, 20, kEps);
+  }
+}
+
+TEST(EngineTest, HbmIsSharedWhenOversubscribed) {
+  {
+    // Memory-bound op: 20e6 bytes in 20 us (demand 1000 GB/s); collective 10 us moving 10e6 bytes
+    // (1000 GB/s). Demand 2000 > 1000: both run at half speed. The collective ends at 20 us with
+    // half the op done; the other half at full speed takes 10 us: 30.
+    Case c;
+    int32_t op = c.Add(Stream::kCompute, Compute(0, 0, 20e6));
+    int32_t comm = c.Add(Stream::kTpComm, Comm(10, 0, 10e6));
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[comm].end_us, 20, kEps);
+    EXPECT_NEAR(t.ops[op].end_us, 30, kEps);
+  }
+  {
+    // Compute-bound GEMM (10 us) moving 4e6 bytes (400 GB/s) beside 500 GB/s: fits, no slowdown.
+    Case c;
+    int32_t gemm = c.Add(Stream::kCompute, Compute(100, 10, 4e6));
+    int32_t comm = c.Add(Stream::kTpComm, Comm(10, 0, 5e6));
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[gemm].end_us, 10, kEps);
+    EXPECT_NEAR(t.ops[comm].end_us, 10, kEps);
+  }
+  {
+    // 800 + 600 GB/s: both scale by 1000/1400 = 5/7, so both take 14 us.
+    Case c;
+    int32_t gemm = c.Add(Stream::kCompute, Compute(100, 10, 8e6));
+    int32_t comm = c.Add(Stream::kTpComm, Comm(10, 0, 6e6));
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[gemm].end_us, 14, kEps);
+    EXPECT_NEAR(t.ops[comm].end_us, 14, kEps);
+  }
+  {
+    // SMs and HBM together: on 80 SMs the GEMM takes 20 us, so it needs 8e6 / 20 = 400 GB/s;
+    // with the collective's 700 GB/s that is 1100: share 10/11. The collective ends at 11 us;
+    // the GEMM ran at 1/22 per us (0.5 done), then alone at 1/10 per us (800 GB/s fits): 16.
+    Case c;
+    int32_t gemm = c.Add(Stream::kCompute, Compute(100, 10, 8e6));
+    int32_t comm = c.Add(Stream::kTpComm, Comm(10, 20, 7e6));
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[comm].end_us, 11, kEps);
+    EXPECT_NEAR(t.ops[gemm].end_us, 16, kEps);
+  }
+}
+
+TEST(EngineTest, AFasterCollectiveTakesMoreHbmFromWhatItOverlaps) {
+  // A memory-bound op of 10 us (1000 GB/s) beside a collective moving 10e6 HBM bytes. The same
+  // bytes moved faster demand more bandwidth while they overlap the op, so the op slows more:
+  // 40 us collective: 250 GB/s, share 1000/1250 = 0.8, the op takes 10/0.8 = 12.5 us; the
+  //   collective did 0.8 * 12.5/40 = 0.25 by then, the rest alone: 12.5 + 30 = 42.5.
+  // 10 us collective: 1000 GB/s, share 0.5, the op takes 20 us and the collective ends with it.
+  for (auto [comm_us, op_end, comm_end] : {std::tuple{40.0, 12.5, 42.5}, std::tuple{10.0, 20.0, 20.0}}) {
+    Case c;
+    int32_t op = c.Add(Stream::kCompute, Compute(0, 0, 10e6));
+    int32_t comm = c.Add(Stream::kTpComm, Comm(comm_us, 0, 10e6));
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[op].end_us, op_end, kEps) << comm_us;
+    EXPECT_NEAR(t.ops[comm].end_us, comm_end, kEps) << comm_us;
+  }
+}
+
+TEST(EngineTest, TwoCollectivesTakeTheirCtasTogether) {
+  // TP and DP collectives of 20 CTAs each leave 60 SMs for the GEMM while both run.
+  Case c;
+  int32_t gemm = c.Add(Stream::kCompute, Compute(130, 10));  // 2 waves alone: 20 us
+  c.Add(Stream::kTpComm, Comm(100, 20));
+  c.Add(Stream::kDpComm, Comm(4, 20));
+  // 130 tiles: ceil(130/60) = 3 waves (30 us) for 4 us, then ceil(130/80) = 2 waves (20 us).
+  // 4/30 done at 4 us; 26/30 left at 1/20 per us: 4 + 52/3.
+  EXPECT_NEAR(c.Run().ops[gemm].end_us, 4 + 52.0 / 3, kEps);
+}
+
+// A lowered schedule costed by the real cost model.
+struct Lowered {
+  Plan plan;
+  Schedule schedule;
+  std::vector<OpCost> costs;
+  DeviceResources device;
+};
+
+Lowered LowerAndCost(const testing_util::PlanKnobs& knobs) {
+  Lowered l;
+  l.plan = testing_util::MakePlan(knobs);
+  Result<Schedule> s = Lower(l.plan);
+  EXPECT_TRUE(s.ok()) << s.message();
+  if (s.ok()) l.schedule = std::move(s).value();
+  CostModel model(l.plan, {});
+  l.costs = model.CostAll(l.schedule);
+  l.device = model.device();
+  return l;
+}
+
+TEST(EngineTest, LoweredScheduleRespectsStreamsAndDeps) {
+  for (auto [p, q, scope] : {std::tuple{2, 1, OverlapScope::kInterLayer},
+                             std::tuple{2, 2, OverlapScope::kIntraLayer},
+                             std::tuple{1, 1, OverlapScope::kNone}}) {
+    testing_util::PlanKnobs knobs;
+    knobs.row_split = p, knobs.col_split = q, knobs.scope = scope;
+    Lowered l = LowerAndCost(knobs);
+    Timeline t = Simulate(l.schedule, l.costs, l.device);
+    Timeline again = Simulate(l.schedule, l.costs, l.device);
+    ASSERT_EQ(t.ops.size(), l.schedule.size());
+    std::array<double, kStreamCount> stream_end{};
+    for (size_t i = 0; i < l.schedule.size(); ++i) {
+      const Op& op = l.schedule.ops()[i];
+      const OpTime& ot = t.ops[i];
+      EXPECT_EQ(ot.start_us, again.ops[i].start_us);  // deterministic, bit for bit
+      EXPECT_EQ(ot.end_us, again.ops[i].end_us);
+      // An op starts as soon as its stream and its dependencies let it, and never runs faster
+      // than alone.
+      double ready = stream_end[static_cast<int>(op.stream)];
+      for (int32_t dep : l.schedule.deps(op)) ready = std::max(ready, t.ops[dep].end_us);
+      EXPECT_NEAR(ot.start_us, ready, kEps * std::max(1.0, ready)) << l.schedule.Label(static_cast<int32_t>(i));
+      EXPECT_GE(ot.end_us - ot.start_us, l.costs[i].alone_us * (1 - 1e-9));
+      stream_end[static_cast<int>(op.stream)] = ot.end_us;
+    }
+  }
+}
+
+TEST(EngineTest, WithoutSlicesIntraLayerEqualsNone) {
+  // p = q = 1: a layer has no independent work, so the intra-layer barrier waits only for what
+  // the data already waits for, and the timelines are identical (also with SP).
+  for (bool sp : {false, true}) {
+    testing_util::PlanKnobs knobs;
+    knobs.sequence_parallel = sp;
+    Lowered none = LowerAndCost(knobs);
+    knobs.scope = OverlapScope::kIntraLayer;
+    Lowered intra = LowerAndCost(knobs);
+    ASSERT_EQ(none.schedule.size(), intra.schedule.size());
+    Timeline a = Simulate(none.schedule, none.costs, none.device);
+    Timeline b = Simulate(intra.schedule, intra.costs, intra.device);
+    for (size_t i = 0; i < a.ops.size(); ++i) {
+      EXPECT_EQ(a.ops[i].start_us, b.ops[i].start_us) << sp << " " << none.schedule.Label(static_cast<int32_t>(i));
+      EXPECT_EQ(a.ops[i].end_us, b.ops[i].end_us);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace domino::sim

