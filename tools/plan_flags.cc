@@ -85,7 +85,6 @@ Result<Plan> BuildPlan(const PlanFlags& f) {
     return Error(fmt::format("--distributed-optimizer: expected true or false, got '{}'",
                              f.distributed_optimizer));
   // Resolve the model and cluster first: defaults below depend on them.
-  Plan probe = plan;
   Result<ModelSpec> model = LoadModel(plan.model_ref);
   if (!model.ok()) return model.error();
   Result<ClusterSpec> cluster = LoadCluster(plan.cluster_ref);
@@ -121,7 +120,6 @@ Result<Plan> BuildPlan(const PlanFlags& f) {
   // Slicing without a scope means the user wants overlap: pick the widest the split allows.
   if (f.scope.empty() && (f.row_split > 1 || f.col_split > 1) && plan.scope == OverlapScope::kNone)
     plan.scope = plan.row_split > 1 ? OverlapScope::kInterLayer : OverlapScope::kIntraLayer;
-  (void)probe;
   DOMINO_RETURN_IF_ERROR(ResolvePlan(plan));
   return plan;
 }
