@@ -44,16 +44,18 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   const double us_to_ms = 1e-3;
   double model_flops = 0;  // per rank, one micro-batch
   double serial_us = 0;
+  double tp_comm_us = 0;  // the plan's own costs already price every TP collective
   for (size_t i = 0; i < p.schedule.size(); ++i) {
     const Op& op = p.schedule.ops()[i];
     const OpTime& t = p.timeline.ops[i];
     p.busy_ms[static_cast<int>(ClassOf(op))] += (t.end_us - t.start_us) * us_to_ms * micro_batches;
     serial_us += costs[i].alone_us;
+    if (ClassOf(op) == OpClass::kTpComm) tp_comm_us += costs[i].alone_us;
     if (op.tags.phase != Phase::kRecompute && (op.kind == OpKind::kGemm || op.kind == OpKind::kAttention))
       model_flops += op.flops;
   }
   p.serial_ms = serial_us * us_to_ms * micro_batches;
-  p.tp_comm_ms = model.TpCommUs(p.schedule) * us_to_ms * micro_batches;
+  p.tp_comm_ms = tp_comm_us * us_to_ms * micro_batches;
 
   PlanFigures& f = p.figures;
   f.iteration_ms = p.timeline.end_us() * us_to_ms * micro_batches;
