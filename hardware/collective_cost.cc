@@ -145,7 +145,27 @@ CollectiveEstimate EstimateCollective(const NodeSpec& node, Collective kind, dou
   double ll128_us = node.ll128.base_latency_us + inter_steps * node.ll128.network_step_latency_us +
                     intra_steps * node.ll128.nvlink_step_latency_us +
                     transfer_us / node.ll128.bandwidth_factor;
-  return MakeEstimate(node, kind, bytes, n, std::min(simple_us, ll128_us), "hierarchical");
+  const double ring_us = std::min(simple_us, ll128_us);
+  if (kind == Collective::kAllReduce) {
+    // Tree: up and down a chain of k - 1 NVLink hops and ceil(log2 N) network hops.
+    const int depth = static_cast<int>(std::ceil(std::log2(nodes)));
+    const double tree_transfer_us =
+        TransferUs(2.0 * bytes, std::min(k > 1 ? nvlink_GBps : network_GBps, network_GBps) *
+                                    node.tree.bandwidth_factor);
+    const double tree_simple_us =
+        node.network.base_latency_us +
+        2 * ((k - 1) * node.tree.nvlink_step_latency_us +
+             depth * node.tree.network_step_latency_us) +
+        tree_transfer_us;
+    const double tree_ll128_us =
+        node.ll128.base_latency_us +
+        2 * ((k - 1) * node.tree.ll128_nvlink_step_latency_us +
+             depth * node.tree.ll128_network_step_latency_us) +
+        tree_transfer_us / node.ll128.bandwidth_factor;
+    const double tree_us = std::min(tree_simple_us, tree_ll128_us);
+    if (tree_us < ring_us) return MakeEstimate(node, kind, bytes, n, tree_us, "tree");
+  }
+  return MakeEstimate(node, kind, bytes, n, ring_us, "hierarchical");
 }
 
 }  // namespace domino

@@ -68,6 +68,11 @@ struct CollectiveEstimate {
 // Every ring time above (inside and across nodes) is computed twice, with the Simple protocol's
 // latencies (LinkSpec) and with LL128's (node.ll128: lower latencies, bandwidths times
 // ll128.bandwidth_factor), and the faster is taken, as NCCL's tuner picks a protocol per size.
+// An all-reduce across nodes may also take NCCL's tree (node.tree), when faster for its size:
+//     time = base_latency + 2 * ((k - 1) * tree nvlink step + ceil(log2 N) * tree network step)
+//            + 2 * bytes / (min(B_nv if k > 1, B_net) * tree.bandwidth_factor)
+// with the Simple (network.base_latency_us) and LL128 (ll128.base_latency_us, bandwidth times
+// ll128.bandwidth_factor) figures; "tree" then names the algorithm.
 // ctas = node.comm_ctas; hbm_bytes = bytes * f * node.comm_hbm_factor.
 // Time grows with bytes and shrinks with any bandwidth or efficiency.
 CollectiveEstimate EstimateCollective(const NodeSpec& node, Collective kind, double bytes,

@@ -236,6 +236,18 @@ Result<NodeSpec> ParseNode(std::string_view text, std::string_view file) {
     ll128->Real("bandwidth_factor", &node.ll128.bandwidth_factor, Need::kOptional, kFraction);
     (void)ll128->Finish();
   }
+  if (std::optional<YamlMap> tree = map.Map("tree", Need::kOptional)) {
+    tree->Real("nvlink_step_latency_us", &node.tree.nvlink_step_latency_us, Need::kOptional,
+               kLatency);
+    tree->Real("network_step_latency_us", &node.tree.network_step_latency_us, Need::kOptional,
+               kLatency);
+    tree->Real("ll128_nvlink_step_latency_us", &node.tree.ll128_nvlink_step_latency_us,
+               Need::kOptional, kLatency);
+    tree->Real("ll128_network_step_latency_us", &node.tree.ll128_network_step_latency_us,
+               Need::kOptional, kLatency);
+    tree->Real("bandwidth_factor", &node.tree.bandwidth_factor, Need::kOptional, kFraction);
+    (void)tree->Finish();
+  }
   if (std::optional<YamlMap> contention = map.Map("contention", Need::kOptional)) {
     contention->Int("comm_ctas", &node.comm_ctas, Need::kOptional,
                     {.min = 1, .max = std::max(1, node.gpu.sms)});

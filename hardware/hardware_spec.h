@@ -58,6 +58,18 @@ struct Ll128Spec {
   double bandwidth_factor = 0.9375;
 };
 
+// NCCL's tree all-reduce across nodes (a double binary tree between nodes, a chain inside each):
+// latency grows with log2 of the node count instead of the ring's 2(N-1) network steps, at
+// `bandwidth_factor` of the ring's bandwidth (NCCL's tuning model: tree busbw x 0.9, and every
+// byte goes up and down the tree). Step latencies per protocol from the same model.
+struct TreeSpec {
+  double nvlink_step_latency_us = 4;        // Simple
+  double network_step_latency_us = 14;      // Simple
+  double ll128_nvlink_step_latency_us = 1.25;
+  double ll128_network_step_latency_us = 8.5;
+  double bandwidth_factor = 0.9;
+};
+
 // NodeSpec is a node type from hardware/catalog/nodes/NAME.yaml: GPUs joined by NVLink/NVSwitch
 // inside the node and NICs to the network between nodes, plus the contention parameters of a
 // collective running beside compute on those GPUs.
@@ -72,6 +84,7 @@ struct NodeSpec {
   int nics = 8;                             // per node; one per GPU on DGX
   LinkSpec network{.step_latency_us = 14};  // per NIC, per direction
   Ll128Spec ll128;
+  TreeSpec tree;
   // Contention: while a collective runs beside compute it holds `comm_ctas` SMs and moves
   // `comm_hbm_factor` bytes of HBM traffic per byte it sends.
   int comm_ctas = 16;

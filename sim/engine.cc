@@ -15,6 +15,56 @@ struct Running {
   double rate = 0;       // fraction per microsecond
 };
 
+// One op's claim on HBM bandwidth: what it would move at full speed (GB/s) and its weight, the SMs
+// issuing its memory traffic.
+struct HbmParty {
+  double weight = 0;
+  double demand = 0;
+  double granted = 0;
+};
+
+// Weighted max-min fair sharing (water-filling): bandwidth is offered in proportion to weight; an
+// op that needs less than its offer keeps only its demand and the rest is offered again to the
+// others. Memory controllers serve outstanding requests, and an op keeps requests outstanding in
+// proportion to the SMs issuing them, so a collective on 16 CTAs cannot take more than its part of
+// the bandwidth from a memory-bound kernel on the remaining SMs, however fast its links are.
+// When total demand fits, everyone gets its demand.
+template <size_t N>
+void ShareHbm(double capacity, std::array<HbmParty, N>& parties) {
+  std::array<bool, N> open{};
+  for (size_t i = 0; i < N; ++i) {
+    parties[i].granted = 0;
+    open[i] = parties[i].weight > 0 && parties[i].demand > 0;
+  }
+  double left = capacity;
+  for (size_t round = 0; round < N; ++round) {
+    double weight = 0;
+    for (size_t i = 0; i < N; ++i)
+      if (open[i]) weight += parties[i].weight;
+    if (weight <= 0 || left <= 0) return;
+    // Close every op whose offer covers its demand; if none does, split what is left and stop.
+    bool closed = false;
+    for (size_t i = 0; i < N; ++i) {
+      if (!open[i]) continue;
+      double offer = left * parties[i].weight / weight;
+      if (parties[i].demand <= offer) {
+        closed = true;
+        open[i] = false;
+      }
+    }
+    if (!closed) {
+      for (size_t i = 0; i < N; ++i)
+        if (open[i]) parties[i].granted += left * parties[i].weight / weight;
+      return;
+    }
+    left = capacity;
+    for (size_t i = 0; i < N; ++i) {
+      parties[i].granted = open[i] ? 0 : parties[i].demand;
+      left -= parties[i].granted;
+    }
+  }
+}
+
 }  // namespace
 
 Timeline Simulate(const Schedule& schedule, const std::vector<OpCost>& costs,
@@ -63,28 +113,38 @@ Timeline Simulate(const Schedule& schedule, const std::vector<OpCost>& costs,
     }
     if (finished == n) break;
 
-    // Rates for the current set of running ops.
+    // Rates for the current set of running ops. Collectives take their CTAs from the compute op;
+    // then HBM bandwidth is shared (see ShareHbm).
     int ctas = 0;
-    double comm_demand = 0;  // GB/s
-    for (const Running& r : running) {
-      if (r.op < 0 || !costs[r.op].is_comm) continue;
-      ctas += costs[r.op].ctas;
-      comm_demand += costs[r.op].hbm_bytes / costs[r.op].alone_us / 1e3;
-    }
-    Running& compute = running[static_cast<int>(Stream::kCompute)];
-    double compute_body_us = 0, compute_demand = 0;
-    if (compute.op >= 0) {
-      const OpCost& c = costs[compute.op];
-      int sms = std::max(1, device.sms - ctas);
-      compute_body_us = c.BodyUs(sms, device.hbm_GBps);
-      if (compute_body_us > 0) compute_demand = c.hbm_bytes / compute_body_us / 1e3;
-    }
-    double share = 1.0;
-    if (compute_demand + comm_demand > device.hbm_GBps)
-      share = device.hbm_GBps / (compute_demand + comm_demand);
-    for (Running& r : running) {
+    for (const Running& r : running)
+      if (r.op >= 0 && costs[r.op].is_comm) ctas += costs[r.op].ctas;
+    const int compute_sms = std::max(1, device.sms - ctas);
+    double compute_body_us = 0;
+    int parties = 0;
+    std::array<HbmParty, kStreamCount> hbm{};
+    for (int s = 0; s < kStreamCount; ++s) {
+      const Running& r = running[s];
       if (r.op < 0) continue;
       const OpCost& c = costs[r.op];
+      HbmParty& party = hbm[s];
+      if (c.is_comm) {
+        party.weight = std::max(1, c.ctas);
+        party.demand = c.hbm_bytes / c.alone_us / 1e3;
+      } else {
+        compute_body_us = c.BodyUs(compute_sms, device.hbm_GBps);
+        party.weight = compute_sms;
+        if (compute_body_us > 0) party.demand = c.hbm_bytes / compute_body_us / 1e3;
+      }
+      ++parties;
+    }
+    if (parties > 1) ShareHbm(device.hbm_GBps, hbm);
+    for (int s = 0; s < kStreamCount; ++s) {
+      Running& r = running[s];
+      if (r.op < 0) continue;
+      const OpCost& c = costs[r.op];
+      // The fraction of its demand an op gets; 1 when it runs alone or fits.
+      const double share =
+          parties > 1 && hbm[s].demand > 0 ? std::min(1.0, hbm[s].granted / hbm[s].demand) : 1.0;
       if (c.is_comm) {
         r.rate = share / c.alone_us;
       } else {

@@ -12,7 +12,9 @@ namespace domino::sim {
 // next op when the previous one on that stream has finished and the op's dependencies are done.
 // Ops that run at the same time share the device: collectives take `ctas` SMs from the compute op
 // (which then needs more waves), and when the compute op's and collectives' HBM demand exceeds
-// the device's bandwidth, all of them slow by the same factor. Rates change whenever an op starts
+// the device's bandwidth, it is shared max-min fairly in proportion to the SMs each op runs on
+// (a collective's CTAs; the compute op's remaining SMs), and an op short of bandwidth slows in
+// proportion. Rates change whenever an op starts
 // or ends; between those events every op progresses at a constant rate, so the result is exact
 // for the model. `costs[i]` belongs to op i.
 //

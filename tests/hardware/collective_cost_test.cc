@@ -125,6 +125,32 @@ TEST(CollectiveCostTest, TensorParallelAcrossNodes) {
   ExpectRelNear(ag.time_us, 8.4 + 1 * 14 + 14 * 3.4 + 15.0 / 16 * kGiB / 364.5e9 * 1e6);
 }
 
+TEST(CollectiveCostTest, TreeAllReduceAcrossNodesForSmallerBuffers) {
+  // TP 32 on four nodes, 64 MiB. Ring latency: Simple 8.4 + 6 * 14 + 56 * 3.4 = 282.8 us, LL128
+  // 14 + 6 * 4 + 56 * 1.9 = 144.4 us; tree: Simple 8.4 + 2 * (7 * 4 + 2 * 14) = 120.4 us, LL128
+  // 14 + 2 * (7 * 1.25 + 2 * 8.5) = 65.5 us, at 0.9 of the bandwidth for 2 bytes per byte.
+  // Fastest: the tree with LL128 (502 us; ring LL128 525, tree Simple 530, ring Simple 639).
+  const double bytes = 64 * kMiB;
+  const double bw = 364.5e9 / 1e6;  // bytes per us
+  CollectiveEstimate e = EstimateCollective(TestNode(), Collective::kAllReduce, bytes, {32, 4, 8});
+  EXPECT_EQ(e.algorithm, "tree");
+  ExpectRelNear(e.time_us, 65.5 + 2 * bytes / (bw * 0.9 * 0.9375));
+  EXPECT_LT(e.time_us, 144.4 + 2.0 * 31 / 32 * bytes / (bw * 0.9375));
+  EXPECT_LT(e.time_us, 120.4 + 2 * bytes / (bw * 0.9));
+  // A gigabyte goes back to the ring (Simple: TensorParallelAcrossNodes).
+  CollectiveEstimate big = EstimateCollective(TestNode(), Collective::kAllReduce, kGiB, {32, 4, 8});
+  EXPECT_EQ(big.algorithm, "hierarchical");
+  // The tree is for all-reduce only.
+  EXPECT_EQ(EstimateCollective(TestNode(), Collective::kAllGather, bytes, {32, 4, 8}).algorithm,
+            "hierarchical");
+  // The tree's latency is in the node's YAML: make its network hops dear and the ring wins.
+  NodeSpec slow_tree = TestNode();
+  slow_tree.tree.network_step_latency_us = 1000;
+  slow_tree.tree.ll128_network_step_latency_us = 1000;
+  EXPECT_EQ(EstimateCollective(slow_tree, Collective::kAllReduce, bytes, {32, 4, 8}).algorithm,
+            "hierarchical");
+}
+
 TEST(CollectiveCostTest, OneRankPerNodeUsesOneNic) {
   double bytes = 256 * kMiB;
   CollectiveEstimate dp = EstimateCollective(TestNode(), Collective::kAllReduce, bytes, {4, 4, 1});

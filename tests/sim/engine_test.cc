@@ -144,16 +144,18 @@ TEST(EngineTest, CollectiveTakesSmsFromTheGemm) {
 }
 
 TEST(EngineTest, HbmIsSharedWhenOversubscribed) {
+  // HBM (1000 GB/s) is offered in proportion to SMs: 80 to the compute op, 20 to a 20-CTA
+  // collective, so 800 : 200 GB/s, and what one side does not need goes to the other.
   {
-    // Memory-bound op: 20e6 bytes in 20 us (demand 1000 GB/s); collective 10 us moving 10e6 bytes
-    // (1000 GB/s). Demand 2000 > 1000: both run at half speed. The collective ends at 20 us with
-    // half the op done; the other half at full speed takes 10 us: 30.
+    // Memory-bound op: 20e6 bytes in 20 us (demand 1000 GB/s); collective 10 us moving 10e6
+    // bytes (1000 GB/s). The op gets 800: done at 25 us. The collective gets 200, a fifth of its
+    // demand: 0.2 * 25/10 = 0.5 done by then, the other half alone in 5 us: 30.
     Case c;
     int32_t op = c.Add(Stream::kCompute, Compute(0, 0, 20e6));
-    int32_t comm = c.Add(Stream::kTpComm, Comm(10, 0, 10e6));
+    int32_t comm = c.Add(Stream::kTpComm, Comm(10, 20, 10e6));
     Timeline t = c.Run();
-    EXPECT_NEAR(t.ops[comm].end_us, 20, kEps);
-    EXPECT_NEAR(t.ops[op].end_us, 30, kEps);
+    EXPECT_NEAR(t.ops[op].end_us, 25, kEps);
+    EXPECT_NEAR(t.ops[comm].end_us, 30, kEps);
   }
   {
     // Compute-bound GEMM (10 us) moving 4e6 bytes (400 GB/s) beside 500 GB/s: fits, no slowdown.
@@ -165,41 +167,63 @@ TEST(EngineTest, HbmIsSharedWhenOversubscribed) {
     EXPECT_NEAR(t.ops[comm].end_us, 10, kEps);
   }
   {
-    // 800 + 600 GB/s: both scale by 1000/1400 = 5/7, so both take 14 us.
+    // 150 tiles take 2 waves (20 us) on 100 or 80 SMs alike. Moving 18e6 bytes the GEMM needs
+    // 900 GB/s, the collective (10 us, 6e6 bytes) 600: both are short. The GEMM gets 800 and
+    // takes 20 * 9/8 = 22.5 us; the collective gets 200 (1/3 speed): 0.75 done by then, the
+    // rest alone in 2.5 us: 25.
     Case c;
-    int32_t gemm = c.Add(Stream::kCompute, Compute(100, 10, 8e6));
-    int32_t comm = c.Add(Stream::kTpComm, Comm(10, 0, 6e6));
+    int32_t gemm = c.Add(Stream::kCompute, Compute(150, 10, 18e6));
+    int32_t comm = c.Add(Stream::kTpComm, Comm(10, 20, 6e6));
     Timeline t = c.Run();
-    EXPECT_NEAR(t.ops[gemm].end_us, 14, kEps);
-    EXPECT_NEAR(t.ops[comm].end_us, 14, kEps);
+    EXPECT_NEAR(t.ops[gemm].end_us, 22.5, kEps);
+    EXPECT_NEAR(t.ops[comm].end_us, 25, kEps);
   }
   {
-    // SMs and HBM together: on 80 SMs the GEMM takes 20 us, so it needs 8e6 / 20 = 400 GB/s;
-    // with the collective's 700 GB/s that is 1100: share 10/11. The collective ends at 11 us;
-    // the GEMM ran at 1/22 per us (0.5 done), then alone at 1/10 per us (800 GB/s fits): 16.
+    // SMs and HBM together: on 80 SMs the GEMM takes 20 us, so it needs 8e6 / 20 = 400 GB/s of
+    // its 800; the collective gets the other 600 of its 700 and runs at 6/7 speed: 70/6 us. The
+    // GEMM did (70/6)/20 = 7/12 by then and the rest alone at 1/10 per us (800 GB/s fits):
+    // 70/6 + 50/12 = 95/6.
     Case c;
     int32_t gemm = c.Add(Stream::kCompute, Compute(100, 10, 8e6));
     int32_t comm = c.Add(Stream::kTpComm, Comm(10, 20, 7e6));
     Timeline t = c.Run();
-    EXPECT_NEAR(t.ops[comm].end_us, 11, kEps);
-    EXPECT_NEAR(t.ops[gemm].end_us, 16, kEps);
+    EXPECT_NEAR(t.ops[comm].end_us, 70.0 / 6, kEps);
+    EXPECT_NEAR(t.ops[gemm].end_us, 95.0 / 6, kEps);
   }
 }
 
-TEST(EngineTest, AFasterCollectiveTakesMoreHbmFromWhatItOverlaps) {
-  // A memory-bound op of 10 us (1000 GB/s) beside a collective moving 10e6 HBM bytes. The same
-  // bytes moved faster demand more bandwidth while they overlap the op, so the op slows more:
-  // 40 us collective: 250 GB/s, share 1000/1250 = 0.8, the op takes 10/0.8 = 12.5 us; the
-  //   collective did 0.8 * 12.5/40 = 0.25 by then, the rest alone: 12.5 + 30 = 42.5.
-  // 10 us collective: 1000 GB/s, share 0.5, the op takes 20 us and the collective ends with it.
-  for (auto [comm_us, op_end, comm_end] : {std::tuple{40.0, 12.5, 42.5}, std::tuple{10.0, 20.0, 20.0}}) {
+TEST(EngineTest, AFasterCollectiveTakesNoMoreThanItsShareOfHbm) {
+  // A memory-bound op of 10 us (1000 GB/s) beside a 20-CTA collective moving 10e6 HBM bytes.
+  // 100 us collective: 100 GB/s fits in its 200; the op gets 900 and takes 100/9 us.
+  // 40 us collective: 250 GB/s, capped at 200; the op gets 800 and takes 12.5 us; the collective
+  //   did 0.8 * 12.5/40 = 0.25 by then, the rest alone: 12.5 + 30 = 42.5.
+  // 10 us collective: 1000 GB/s, still 200; the op again takes 12.5 us; the collective did
+  //   0.2 * 12.5/10 = 0.25, the rest alone: 12.5 + 7.5 = 20.
+  for (auto [comm_us, op_end, comm_end] :
+       {std::tuple{100.0, 100.0 / 9, 100.0}, std::tuple{40.0, 12.5, 42.5},
+        std::tuple{10.0, 12.5, 20.0}}) {
     Case c;
     int32_t op = c.Add(Stream::kCompute, Compute(0, 0, 10e6));
-    int32_t comm = c.Add(Stream::kTpComm, Comm(comm_us, 0, 10e6));
+    int32_t comm = c.Add(Stream::kTpComm, Comm(comm_us, 20, 10e6));
     Timeline t = c.Run();
     EXPECT_NEAR(t.ops[op].end_us, op_end, kEps) << comm_us;
     EXPECT_NEAR(t.ops[comm].end_us, comm_end, kEps) << comm_us;
   }
+}
+
+TEST(EngineTest, HbmLeftByACollectiveThatFitsGoesToTheOthers) {
+  // A memory-bound op (10e6 bytes, 1000 GB/s) beside two 20-CTA collectives: TP needs 100 GB/s,
+  // DP 1000. Offers by SMs (60 : 20 : 20) are 600 : 200 : 200; TP keeps its 100 and the other
+  // 900 is split 60 : 20, so the op gets 675 and takes 10 / 0.675 us; DP (225 GB/s, 10 us alone)
+  // has done 0.3333 by then and is still running.
+  Case c;
+  int32_t op = c.Add(Stream::kCompute, Compute(0, 0, 10e6));
+  int32_t tp = c.Add(Stream::kTpComm, Comm(100, 20, 10e6));
+  int32_t dp = c.Add(Stream::kDpComm, Comm(10, 20, 10e6));
+  Timeline t = c.Run();
+  EXPECT_NEAR(t.ops[op].end_us, 10 / 0.675, kEps);
+  EXPECT_GT(t.ops[dp].end_us, t.ops[op].end_us);
+  EXPECT_NEAR(t.ops[tp].end_us, 100, kEps);  // never short of bandwidth
 }
 
 TEST(EngineTest, TwoCollectivesTakeTheirCtasTogether) {

@@ -144,9 +144,6 @@ TEST(PredictTest, FasterLinksNeverExposeMoreWithoutHbmContention) {
 }
 
 TEST(PredictTest, FasterLinksNeverExposeMore) {
-  GTEST_SKIP() << "known bug: with HBM contention on, faster links can expose more (gpt3-2.7b, "
-                  "dgx-h100:1, p=2 inter-layer: exposed 4.1669 ms at 2x NVLink, 4.2751 ms at 4x); "
-                  "see the report";
   ExpectFasterLinksNeverExposeMore(/*hbm_contention=*/true);
 }
 
