@@ -37,11 +37,18 @@ namespace {
 
 enum class Block { kAttention, kMlp };
 
+// The tensors of one layer. Residual-stream tensors (x, mid and their gradients) are whole on
+// every rank, or sequence shards with sequence parallelism (SP); norm outputs are whole on every
+// rank (SP: all-gathered from the `*_s` shards); column-parallel outputs are column shards. The
+// row-parallel outputs proj and fc2 hold partial sums until their all-reduce (in place) or their
+// reduce-scatter (SP: into proj_s, fc2_s). A layer's output is the next layer's x; its gradient
+// is the next layer's g_x (the top layer's: out_grad). Unused ids are -1.
 struct LayerTensors {
-  int32_t x, ln1, qkv, ctx, proj, mid, ln2, fc1, act, fc2;
+  int32_t x, ln1, ln1_s, qkv, ctx, proj, proj_s, mid, ln2, ln2_s, fc1, act, fc2, fc2_s;
   int32_t w_qkv, w_proj, w_fc1, w_fc2, w_ln1, w_ln2;
-  int32_t g_x, g_ln1, g_qkv, g_ctx, g_proj, g_mid, g_ln2, g_fc1, g_act, g_fc2;
-  int32_t g_w_qkv, g_w_proj, g_w_fc1, g_w_fc2;
+  int32_t g_x, g_ln1, g_ln1_s, g_qkv, g_ctx, g_mid, g_mid_full, g_ln2, g_ln2_s, g_fc1, g_act;
+  int32_t g_out_full;
+  int32_t g_w_qkv, g_w_proj, g_w_fc1, g_w_fc2, g_w_ln1, g_w_ln2;
 };
 
 class Lowering {
@@ -71,6 +78,7 @@ class Lowering {
   Schedule Run() {
     s_.Reserve(static_cast<size_t>(layers_) * p_ * (24 + 8 * q_));
     for (int l = 0; l < layers_; ++l) tensors_.push_back(MakeTensors(l));
+    out_grad_ = ResidualTensor(fmt::format("l{}.out.grad", layers_ - 1));
     for (int l = 0; l < layers_; ++l) {
       Barrier();
       ForwardBlock(l, Block::kAttention);
@@ -89,40 +97,76 @@ class Lowering {
  private:
   using Deps = std::vector<int32_t>;
 
+  // A residual-stream tensor: whole, or this rank's sequence shard.
+  int32_t ResidualTensor(std::string name) {
+    if (!sp_) return s_.AddTensor(std::move(name), tokens_, h_);
+    return s_.AddTensor(std::move(name), tokens_ / plan_.tp, h_, Shard::kSequence, p_);
+  }
+
   LayerTensors MakeTensors(int l) {
     LayerTensors t{};
-    auto act = [&](const char* name, int64_t cols) {
-      return s_.AddTensor(fmt::format("l{}.{}", l, name), tokens_, cols);
+    auto name = [l](const char* what) { return fmt::format("l{}.{}", l, what); };
+    auto act = [&](const char* what, int64_t cols, Shard shard = Shard::kReplicated,
+                   int64_t part = 0) { return s_.AddTensor(name(what), tokens_, cols, shard, part); };
+    auto weight = [&](const char* what, int64_t rows, int64_t cols, Shard shard, int64_t part = 0) {
+      return s_.AddTensor(name(what), rows, cols, shard, part);
     };
-    auto weight = [&](const char* name, int64_t rows, int64_t cols) {
-      return s_.AddTensor(fmt::format("l{}.{}", l, name), rows, cols);
-    };
-    t.x = act("x", h_), t.ln1 = act("ln1", h_), t.qkv = act("qkv", qkv_n_), t.ctx = act("ctx", a_ * d_);
-    t.proj = act("proj", h_), t.mid = act("mid", h_), t.ln2 = act("ln2", h_), t.fc1 = act("fc1", f1_);
-    t.act = act("act", f_), t.fc2 = act("fc2", h_);
-    t.g_x = act("x.grad", h_), t.g_ln1 = act("ln1.grad", h_), t.g_qkv = act("qkv.grad", qkv_n_);
-    t.g_ctx = act("ctx.grad", a_ * d_), t.g_proj = act("proj.grad", h_), t.g_mid = act("mid.grad", h_);
-    t.g_ln2 = act("ln2.grad", h_), t.g_fc1 = act("fc1.grad", f1_), t.g_act = act("act.grad", f_);
-    t.g_fc2 = act("fc2.grad", h_);
-    t.w_qkv = weight("qkv.w", h_, qkv_n_), t.w_proj = weight("proj.w", a_ * d_, h_);
-    t.w_fc1 = weight("fc1.w", h_, f1_), t.w_fc2 = weight("fc2.w", f_, h_);
-    t.w_ln1 = weight("ln1.w", 1, h_), t.w_ln2 = weight("ln2.w", 1, h_);
-    t.g_w_qkv = weight("qkv.w.grad", h_, qkv_n_), t.g_w_proj = weight("proj.w.grad", a_ * d_, h_);
-    t.g_w_fc1 = weight("fc1.w.grad", h_, f1_), t.g_w_fc2 = weight("fc2.w.grad", f_, h_);
+    const bool glu = f1_ != f_;
+    const Shard fc1_shard = glu ? Shard::kGluCols : Shard::kCols;
+    const int64_t kv = g_ * d_;
+    // Partial sums before their collective: whole afterwards without SP (in place).
+    const Shard partial = sp_ ? Shard::kPartialSum : Shard::kReplicated;
+    t.x = ResidualTensor(name("x")), t.mid = ResidualTensor(name("mid"));
+    t.ln1 = act("ln1", h_), t.ln2 = act("ln2", h_);
+    t.qkv = act("qkv", qkv_n_, Shard::kQkvCols, kv), t.ctx = act("ctx", a_ * d_, Shard::kCols);
+    t.proj = act("proj", h_, partial), t.fc1 = act("fc1", f1_, fc1_shard);
+    t.act = act("act", f_, Shard::kCols), t.fc2 = act("fc2", h_, partial);
+    t.g_x = ResidualTensor(name("x.grad")), t.g_mid = ResidualTensor(name("mid.grad"));
+    t.g_ln1 = act("ln1.grad", h_, partial), t.g_ln2 = act("ln2.grad", h_, partial);
+    t.g_qkv = act("qkv.grad", qkv_n_, Shard::kQkvCols, kv);
+    t.g_ctx = act("ctx.grad", a_ * d_, Shard::kCols);
+    t.g_fc1 = act("fc1.grad", f1_, fc1_shard), t.g_act = act("act.grad", f_, Shard::kCols);
+    t.ln1_s = t.ln2_s = t.proj_s = t.fc2_s = t.g_ln1_s = t.g_ln2_s = -1;
+    t.g_mid_full = t.g_out_full = -1;
+    if (sp_) {
+      t.ln1_s = ResidualTensor(name("ln1.shard")), t.ln2_s = ResidualTensor(name("ln2.shard"));
+      t.proj_s = ResidualTensor(name("proj.shard")), t.fc2_s = ResidualTensor(name("fc2.shard"));
+      t.g_ln1_s = ResidualTensor(name("ln1.grad.shard"));
+      t.g_ln2_s = ResidualTensor(name("ln2.grad.shard"));
+      t.g_mid_full = act("mid.grad.full", h_), t.g_out_full = act("out.grad.full", h_);
+    }
+    t.w_qkv = weight("qkv.w", h_, qkv_n_, Shard::kQkvCols, kv);
+    t.w_proj = weight("proj.w", a_ * d_, h_, Shard::kRows);
+    t.w_fc1 = weight("fc1.w", h_, f1_, fc1_shard), t.w_fc2 = weight("fc2.w", f_, h_, Shard::kRows);
+    t.w_ln1 = weight("ln1.w", 1, h_, Shard::kReplicated);
+    t.w_ln2 = weight("ln2.w", 1, h_, Shard::kReplicated);
+    t.g_w_qkv = weight("qkv.w.grad", h_, qkv_n_, Shard::kQkvCols, kv);
+    t.g_w_proj = weight("proj.w.grad", a_ * d_, h_, Shard::kRows);
+    t.g_w_fc1 = weight("fc1.w.grad", h_, f1_, fc1_shard);
+    t.g_w_fc2 = weight("fc2.w.grad", f_, h_, Shard::kRows);
+    // Each rank's norms see its own tokens under SP: their weight gradients are partial sums.
+    t.g_w_ln1 = weight("ln1.w.grad", 1, h_, partial);
+    t.g_w_ln2 = weight("ln2.w.grad", 1, h_, partial);
     return t;
   }
 
-  View Rows(int slice, int64_t cols) const {
-    return View{slice * slice_tokens_, (slice + 1) * slice_tokens_, 0, cols};
-  }
+  // Gradient of layer l's output: the next layer's input gradient.
+  int32_t OutGrad(int l) const { return l + 1 < layers_ ? tensors_[l + 1].g_x : out_grad_; }
+  // What reaches the residual stream after a row-parallel GEMM's collective.
+  int32_t Reduced(int32_t whole, int32_t shard) const { return sp_ ? shard : whole; }
+
+  // Column chunk `chunk` of row slice `slice` of a whole-token tensor `cols` wide.
   View Chunk(int slice, int chunk, int64_t cols) const {
     int64_t width = cols / q_;
     return View{slice * slice_tokens_, (slice + 1) * slice_tokens_, chunk * width, (chunk + 1) * width};
   }
   static View Whole(int64_t rows, int64_t cols) { return View{0, rows, 0, cols}; }
   TensorUse Use(int32_t tensor, View view) const { return TensorUse{tensor, view}; }
+  // Row slice `slice` of a tensor of activations, whole or a sequence shard.
   TensorUse SliceOf(int32_t tensor, int slice) const {
-    return TensorUse{tensor, Rows(slice, s_.tensors()[tensor].cols)};
+    const Tensor& t = s_.tensors()[tensor];
+    int64_t rows = t.rows / p_;
+    return TensorUse{tensor, View{slice * rows, (slice + 1) * rows, 0, t.cols}};
   }
   TensorUse WholeOf(int32_t tensor) const {
     const Tensor& t = s_.tensors()[tensor];
@@ -185,9 +229,11 @@ class Lowering {
     return Compute(op, {}, reads, writes);
   }
 
-  // Appends a TP collective over `bytes` (nccl-tests size) that waits for `producer`.
+  // Appends a TP collective over `bytes` (nccl-tests size) that waits for `producer`. It reads
+  // `in` and writes `out` (the same view for an in-place all-reduce): a reduce-scatter reads the
+  // whole slice and writes this rank's shard of it, an all-gather the reverse.
   int32_t Collective(OpFunc func, CollectiveOp kind, const OpTags& tags, double bytes,
-                     int32_t producer, std::initializer_list<TensorUse> buffers) {
+                     int32_t producer, TensorUse in, TensorUse out) {
     Op op;
     op.kind = OpKind::kCollective;
     op.stream = Stream::kTpComm;
@@ -197,8 +243,7 @@ class Lowering {
     op.tags = tags;
     op.bytes = bytes;
     int32_t deps[] = {producer};
-    int32_t id = s_.Add(op, deps, std::span(buffers.begin(), buffers.size()),
-                        std::span(buffers.begin(), buffers.size()));
+    int32_t id = s_.Add(op, deps, std::span(&in, 1), std::span(&out, 1));
     layer_comms_.push_back(id);
     return id;
   }
@@ -231,21 +276,22 @@ class Lowering {
       if (l > 0) {
         const LayerTensors& prev = tensors_[l - 1];
         Elementwise(OpFunc::kResidual2, Tags(l - 1, i, -1, Phase::kForward), 3 * hb, std::move(deps),
-                    {SliceOf(prev.mid, i), SliceOf(prev.fc2, i)}, {SliceOf(t.x, i)});
+                    {SliceOf(prev.mid, i), SliceOf(Reduced(prev.fc2, prev.fc2_s), i)},
+                    {SliceOf(t.x, i)});
         deps = {};
       }
       norm = Elementwise(OpFunc::kLn1, tags, 2 * hb, std::move(deps), {SliceOf(t.x, i), WholeOf(t.w_ln1)},
-                         {SliceOf(t.ln1, i)});
+                         {SliceOf(Reduced(t.ln1, t.ln1_s), i)});
     } else {
-      Elementwise(OpFunc::kResidual1, tags, 3 * hb, std::move(deps), {SliceOf(t.x, i), SliceOf(t.proj, i)},
-                  {SliceOf(t.mid, i)});
+      Elementwise(OpFunc::kResidual1, tags, 3 * hb, std::move(deps),
+                  {SliceOf(t.x, i), SliceOf(Reduced(t.proj, t.proj_s), i)}, {SliceOf(t.mid, i)});
       norm = Elementwise(OpFunc::kLn2, tags, 2 * hb, {}, {SliceOf(t.mid, i), WholeOf(t.w_ln2)},
-                         {SliceOf(t.ln2, i)});
+                         {SliceOf(Reduced(t.ln2, t.ln2_s), i)});
     }
     if (!sp_) return norm;
-    int32_t out = block == Block::kAttention ? t.ln1 : t.ln2;
+    bool attn = block == Block::kAttention;
     return Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), norm,
-                      {SliceOf(out, i)});
+                      SliceOf(attn ? t.ln1_s : t.ln2_s, i), SliceOf(attn ? t.ln1 : t.ln2, i));
   }
 
   // Forward compute of (block, slice) after its entry, ending in the row-parallel GEMM's
@@ -274,10 +320,12 @@ class Lowering {
       View w_cols{0, k, j * (h_ / q_), (j + 1) * (h_ / q_)};
       int32_t gemm = Gemm(func, chunk_tags, slice_tokens_, h_ / q_, k, {},
                           {SliceOf(in, i), Use(w_out, w_cols)}, {Use(out, Chunk(i, j, h_))});
+      int32_t shard = block == Block::kAttention ? t.proj_s : t.fc2_s;
       int32_t comm = sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, chunk_tags,
-                                      RowBytes(h_), gemm, {SliceOf(out, i)})
+                                      RowBytes(h_), gemm, SliceOf(out, i), SliceOf(shard, i))
                          : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, chunk_tags,
-                                      RowBytes(h_ / q_), gemm, {Use(out, Chunk(i, j, h_))});
+                                      RowBytes(h_ / q_), gemm, Use(out, Chunk(i, j, h_)),
+                                      Use(out, Chunk(i, j, h_)));
       waits_[i].push_back(comm);
       SyncIfNoOverlap(comm);
     }
@@ -304,32 +352,45 @@ class Lowering {
     waits_[i].clear();
     double hb = NormRows() * h_ * e_;
     OpTags tags;
-    int32_t grad_out;
+    int32_t grad_out, grad_tensor;
     if (block == Block::kMlp && l + 1 >= layers_) {
       // The top layer's output gradient arrives from the loss (or the next stage).
       tags = Tags(l, i, -1, Phase::kBackward);
+      grad_tensor = out_grad_;
       grad_out = Elementwise(OpFunc::kResidualGrad, tags, hb, std::move(deps), {},
-                             {SliceOf(tensors_[l].g_fc2, i)});
+                             {SliceOf(out_grad_, i)});
     } else if (block == Block::kMlp) {
-      // Entering layer l's MLP from layer l+1's attention: ln1 backward of layer l+1.
+      // Entering layer l's MLP from layer l+1's attention: ln1 backward of layer l+1, plus the
+      // gradient that reached layer l+1's mid through the residual.
       const LayerTensors& up = tensors_[l + 1];
       tags = Tags(l + 1, i, -1, Phase::kBackward);
+      grad_tensor = up.g_x;
       grad_out = Elementwise(OpFunc::kLn1Grad, tags, 5 * hb, std::move(deps),
-                             {SliceOf(up.x, i), SliceOf(up.g_ln1, i), WholeOf(up.w_ln1)},
-                             {SliceOf(up.g_x, i)});
+                             {SliceOf(up.x, i), SliceOf(Reduced(up.g_ln1, up.g_ln1_s), i),
+                              WholeOf(up.w_ln1), SliceOf(up.g_mid, i)},
+                             {SliceOf(up.g_x, i), WholeOf(up.g_w_ln1)});
     } else {
       const LayerTensors& t = tensors_[l];
       tags = Tags(l, i, -1, Phase::kBackward);
-      OpFunc func = final ? OpFunc::kLn1Grad : OpFunc::kLn2Grad;
-      grad_out = final ? Elementwise(func, tags, 5 * hb, std::move(deps),
-                                     {SliceOf(t.x, i), SliceOf(t.g_ln1, i), WholeOf(t.w_ln1)},
-                                     {SliceOf(t.g_x, i)})
-                       : Elementwise(func, tags, 5 * hb, std::move(deps),
-                                     {SliceOf(t.mid, i), SliceOf(t.g_ln2, i), WholeOf(t.w_ln2)},
-                                     {SliceOf(t.g_mid, i)});
+      if (final) {
+        grad_tensor = t.g_x;
+        grad_out = Elementwise(OpFunc::kLn1Grad, tags, 5 * hb, std::move(deps),
+                               {SliceOf(t.x, i), SliceOf(Reduced(t.g_ln1, t.g_ln1_s), i),
+                                WholeOf(t.w_ln1), SliceOf(t.g_mid, i)},
+                               {SliceOf(t.g_x, i), WholeOf(t.g_w_ln1)});
+      } else {
+        grad_tensor = t.g_mid;
+        grad_out = Elementwise(OpFunc::kLn2Grad, tags, 5 * hb, std::move(deps),
+                               {SliceOf(t.mid, i), SliceOf(Reduced(t.g_ln2, t.g_ln2_s), i),
+                                WholeOf(t.w_ln2), SliceOf(OutGrad(l), i)},
+                               {SliceOf(t.g_mid, i), WholeOf(t.g_w_ln2)});
+      }
     }
     if (!sp_ || final) return grad_out;
-    return Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), grad_out, {});
+    const LayerTensors& t = tensors_[l];
+    int32_t full = block == Block::kMlp ? t.g_out_full : t.g_mid_full;
+    return Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), grad_out,
+                      SliceOf(grad_tensor, i), SliceOf(full, i));
   }
 
   void BackwardCompute(int l, Block block, int i, int32_t entry) {
@@ -338,7 +399,7 @@ class Lowering {
     bool attn = block == Block::kAttention;
     // Row-parallel GEMM (proj or fc2): input gradient, then weight gradient. No collective.
     int64_t k_in = attn ? a_ * d_ : f_;
-    int32_t grad_y = attn ? t.g_mid : t.g_fc2;
+    int32_t grad_y = attn ? Reduced(t.g_mid, t.g_mid_full) : Reduced(OutGrad(l), t.g_out_full);
     int32_t x_in = attn ? t.ctx : t.act, g_in = attn ? t.g_ctx : t.g_act;
     Gemm(attn ? OpFunc::kProjGradInput : OpFunc::kFc2GradInput, tags, slice_tokens_, k_in, h_, {entry},
          {SliceOf(grad_y, i), WholeOf(attn ? t.w_proj : t.w_fc2)}, {SliceOf(g_in, i)});
@@ -358,11 +419,14 @@ class Lowering {
     int64_t n_out = attn ? qkv_n_ : f1_;
     int32_t g_out = attn ? t.g_qkv : t.g_fc1, w = attn ? t.w_qkv : t.w_fc1;
     int32_t g_norm = attn ? t.g_ln1 : t.g_ln2, norm_out = attn ? t.ln1 : t.ln2;
+    int32_t g_norm_s = attn ? t.g_ln1_s : t.g_ln2_s, norm_s = attn ? t.ln1_s : t.ln2_s;
     int32_t gather = -1;
     if (sp_) {
-      // The weight gradient needs the full norm output, which sequence parallelism keeps sharded.
+      // The weight gradient needs the whole norm output, which SP keeps only as shards (Megatron
+      // gathers it again rather than keep it from the forward pass).
       int32_t last = static_cast<int32_t>(s_.size()) - 1;
-      gather = Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), last, {});
+      gather = Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), last,
+                          SliceOf(norm_s, i), SliceOf(norm_out, i));
     }
     std::vector<int32_t> comms;
     for (int j = 0; j < q_; ++j) {
@@ -372,9 +436,10 @@ class Lowering {
                           h_ / q_, n_out, {}, {SliceOf(g_out, i), Use(w, w_rows)},
                           {Use(g_norm, Chunk(i, j, h_))});
       comms.push_back(sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, chunk_tags,
-                                       RowBytes(h_), gemm, {SliceOf(g_norm, i)})
+                                       RowBytes(h_), gemm, SliceOf(g_norm, i), SliceOf(g_norm_s, i))
                           : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, chunk_tags,
-                                       RowBytes(h_ / q_), gemm, {Use(g_norm, Chunk(i, j, h_))}));
+                                       RowBytes(h_ / q_), gemm, Use(g_norm, Chunk(i, j, h_)),
+                                       Use(g_norm, Chunk(i, j, h_))));
     }
     Deps wgrad_deps;
     if (gather >= 0) wgrad_deps.push_back(gather);
@@ -408,6 +473,7 @@ class Lowering {
   int64_t tokens_ = 0, slice_tokens_ = 0;
   Schedule s_;
   std::vector<LayerTensors> tensors_;
+  int32_t out_grad_ = -1;  // gradient of the top layer's output
   std::vector<Deps> waits_;         // per slice: collectives its next entry consumes
   std::vector<int32_t> sync_;       // collectives the next compute op must wait for
   std::vector<int32_t> layer_comms_;  // collectives of the current layer (intra-layer barrier)

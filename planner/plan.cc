@@ -170,6 +170,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   }
   ReadFigures(root, "predicted", &plan.predicted);
   ReadFigures(root, "measured", &plan.measured);
+  (void)root.Raw("timeline");  // a report's per-op timeline: read by `domino compare` only
   DOMINO_RETURN_IF_ERROR(root.Finish());
 
   Result<ModelSpec> model = LoadModel(plan.model_ref);

@@ -46,9 +46,16 @@ int32_t Schedule::Add(const Op& op, std::span<const int32_t> deps,
   return id;
 }
 
-int32_t Schedule::AddTensor(std::string name, int64_t rows, int64_t cols) {
-  tensors_.push_back(Tensor{std::move(name), rows, cols});
+int32_t Schedule::AddTensor(std::string name, int64_t rows, int64_t cols, Shard shard,
+                            int64_t part_cols) {
+  tensors_.push_back(Tensor{std::move(name), rows, cols, shard, part_cols});
   return static_cast<int32_t>(tensors_.size() - 1);
+}
+
+int32_t Schedule::FindTensor(std::string_view name) const {
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (tensors_[i].name == name) return static_cast<int32_t>(i);
+  return -1;
 }
 
 void Schedule::Reserve(size_t ops) {
@@ -67,6 +74,51 @@ std::string Schedule::Label(int32_t id) const {
   static constexpr std::array<std::string_view, 4> kPhases = {"fwd", "bwd", "recompute", "optim"};
   label += fmt::format(" {}", kPhases[static_cast<int>(o.tags.phase)]);
   return label;
+}
+
+Shape2 WholeShape(const Tensor& t, int tp) {
+  switch (t.shard) {
+    case Shard::kRows:
+    case Shard::kSequence:
+      return {t.rows * tp, t.cols};
+    case Shard::kCols:
+    case Shard::kQkvCols:
+    case Shard::kGluCols:
+      return {t.rows, t.cols * tp};
+    case Shard::kReplicated:
+    case Shard::kPartialSum:
+      break;
+  }
+  return {t.rows, t.cols};
+}
+
+Shape2 WholeIndex(const Tensor& t, int rank, int tp, int64_t row, int64_t col) {
+  switch (t.shard) {
+    case Shard::kRows:
+      return {rank * t.rows + row, col};
+    case Shard::kCols:
+      return {row, rank * t.cols + col};
+    case Shard::kQkvCols: {
+      const int64_t kv = t.part_cols, q = t.cols - 2 * kv;
+      if (col < q) return {row, rank * q + col};
+      if (col < q + kv) return {row, q * tp + rank * kv + (col - q)};
+      return {row, q * tp + kv * tp + rank * kv + (col - q - kv)};
+    }
+    case Shard::kGluCols: {
+      const int64_t half = t.cols / 2;
+      if (col < half) return {row, rank * half + col};
+      return {row, half * tp + rank * half + (col - half)};
+    }
+    case Shard::kSequence: {
+      const int64_t per_slice = t.rows / t.part_cols;  // this rank's rows of each slice
+      const int64_t slice = row / per_slice, j = row % per_slice;
+      return {slice * per_slice * tp + rank * per_slice + j, col};
+    }
+    case Shard::kReplicated:
+    case Shard::kPartialSum:
+      break;
+  }
+  return {row, col};
 }
 
 double Timeline::end_us() const {

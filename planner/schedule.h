@@ -46,13 +46,39 @@ struct View {
   int64_t col_begin = 0, col_end = 0;
 };
 
+// How the representative rank's tensor maps onto the unsharded model's tensor of the same name,
+// for TP rank r of t. This is what an executor initializes weights by and gathers results by.
+enum class Shard : uint8_t {
+  kReplicated,  // every rank holds the whole tensor
+  kRows,        // rank r holds rows [r * rows, (r + 1) * rows)
+  kCols,        // rank r holds columns [r * cols, (r + 1) * cols)
+  // Columns [Q | K | V] with K and V `part_cols` wide each (per rank): each part is split by
+  // columns, so rank r's Q is columns r * |Q| of the whole Q, and so on (heads stay whole).
+  kQkvCols,
+  kGluCols,  // columns [gate | up], each half split by columns like kCols
+  // Sequence parallelism: the tokens of each of `part_cols` row slices are split over ranks;
+  // local row i * (rows / slices) + j is row i * (rows * t / slices) + r * (rows / slices) + j.
+  kSequence,
+  kPartialSum,  // each rank holds a partial sum; the whole tensor is the sum over ranks
+};
+
 // A named 2D tensor of one rank: activations are tokens x features (rows = a micro-batch's
-// tokens), weights are in_features x out_features of this rank's shard.
+// tokens, sequence-major), weights are in_features x out_features of this rank's shard.
 struct Tensor {
-  std::string name;  // "l3.fc1.out", "l3.fc1.w", "l3.fc1.w.grad"
+  std::string name;  // "l3.fc1", "l3.fc1.w", "l3.fc1.w.grad"
   int64_t rows = 0;
   int64_t cols = 0;
+  Shard shard = Shard::kReplicated;
+  int64_t part_cols = 0;  // kQkvCols: width of K (= of V); kSequence: row slices
 };
+
+// The unsharded tensor's shape (rows, cols) for a TP group of `tp`.
+struct Shape2 {
+  int64_t rows = 0, cols = 0;
+};
+Shape2 WholeShape(const Tensor& tensor, int tp);
+// Where element (row, col) of rank `rank`'s tensor lies in the unsharded tensor.
+Shape2 WholeIndex(const Tensor& tensor, int rank, int tp, int64_t row, int64_t col);
 
 struct TensorUse {
   int32_t tensor = -1;
@@ -96,7 +122,10 @@ class Schedule {
   // Appends an op with its dependencies (indices of earlier ops) and tensor uses; returns its id.
   int32_t Add(const Op& op, std::span<const int32_t> deps, std::span<const TensorUse> reads = {},
               std::span<const TensorUse> writes = {});
-  int32_t AddTensor(std::string name, int64_t rows, int64_t cols);
+  int32_t AddTensor(std::string name, int64_t rows, int64_t cols,
+                    Shard shard = Shard::kReplicated, int64_t part_cols = 0);
+  // The tensor named `name`, or -1.
+  int32_t FindTensor(std::string_view name) const;
 
   const std::vector<Op>& ops() const { return ops_; }
   const Op& op(int32_t id) const { return ops_[id]; }

@@ -1,10 +1,132 @@
-// `domino compare PREDICTED MEASURED`: predicted and measured timelines side by side.
-#include "tools/cmd_pending.h"
+// `domino compare PREDICTED MEASURED`: two reports side by side, by figure, op class and op.
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "sim/report.h"
+#include "tools/command.h"
+#include "tools/table.h"
 
 namespace domino::cli {
+namespace {
+
+struct CompareFlags {
+  std::string predicted_path, measured_path;
+  int top = 15;
+};
+
+// (b - a) / a as a signed percentage, or "-" when a is zero.
+std::string Error(double predicted, double measured) {
+  if (measured == 0) return "-";
+  return fmt::format("{:+.1f}%", 100 * (predicted - measured) / measured);
+}
+
+// The figures a report stands for: its measured: block, else its predicted: block.
+std::optional<PlanFigures> FiguresOf(const Plan& plan, bool prefer_measured) {
+  if (prefer_measured && plan.measured) return plan.measured;
+  if (plan.predicted) return plan.predicted;
+  return plan.measured;
+}
+
+void Run(const CompareFlags& flags) {
+  Result<sim::Report> predicted = sim::LoadReport(flags.predicted_path);
+  if (!predicted.ok()) Fail("compare", predicted.message());
+  Result<sim::Report> measured = sim::LoadReport(flags.measured_path);
+  if (!measured.ok()) Fail("compare", measured.message());
+  std::optional<PlanFigures> p = FiguresOf(predicted->plan, false);
+  std::optional<PlanFigures> m = FiguresOf(measured->plan, true);
+  if (!p || !m)
+    Fail("compare", fmt::format("{}: no predicted: or measured: block; pass reports written by "
+                                "`domino simulate --report` and `domino execute --report`",
+                                !p ? flags.predicted_path : flags.measured_path));
+  std::cout << fmt::format("# predicted: {} ({})\n# measured:  {} ({})\n"
+                           "# error = (predicted - measured) / measured\n\n",
+                           flags.predicted_path, predicted->plan.model.name, flags.measured_path,
+                           measured->plan.model.name);
+  Table figures({"figure", "predicted", "measured", "error"});
+  auto row = [&](const char* name, double a, double b, const char* format) {
+    figures.AddRow({name, fmt::format(fmt::runtime(format), a), fmt::format(fmt::runtime(format), b),
+                    Error(a, b)});
+  };
+  row("iteration ms", p->iteration_ms, m->iteration_ms, "{:.3f}");
+  row("ideal ms", p->ideal_ms, m->ideal_ms, "{:.3f}");
+  row("exposed TP comm ms", p->exposed_comm_ms, m->exposed_comm_ms, "{:.3f}");
+  row("hidden fraction", p->hidden_comm_fraction, m->hidden_comm_fraction, "{:.3f}");
+  row("tokens/s", p->tokens_per_s, m->tokens_per_s, "{:.0f}");
+  figures.Print(std::cout);
+
+  if (predicted->ops.empty() || measured->ops.empty()) {
+    std::cout << "\n(no per-op comparison: "
+              << (predicted->ops.empty() ? flags.predicted_path : flags.measured_path)
+              << " has no timeline: block)\n";
+    return;
+  }
+  // Match ops by label and occurrence: the k-th "tp.allreduce L0 mb0 fwd" of one report with the
+  // k-th of the other.
+  std::map<std::pair<std::string, int>, const sim::ReportOp*> by_key;
+  std::map<std::string, int> seen;
+  for (const sim::ReportOp& op : measured->ops) by_key[{op.label, seen[op.label]++}] = &op;
+  seen.clear();
+  struct Pair {
+    const sim::ReportOp* p;
+    const sim::ReportOp* m;
+  };
+  std::vector<Pair> pairs;
+  size_t unmatched = 0;
+  std::map<std::string, std::pair<double, double>> classes;  // busy us: predicted, measured
+  for (const sim::ReportOp& op : predicted->ops) {
+    auto it = by_key.find({op.label, seen[op.label]++});
+    if (it == by_key.end()) {
+      ++unmatched;
+      continue;
+    }
+    pairs.push_back({&op, it->second});
+    classes[op.op_class].first += op.end_us - op.start_us;
+    classes[op.op_class].second += it->second->end_us - it->second->start_us;
+  }
+  std::cout << "\n";
+  Table by_class({"op class", "predicted us", "measured us", "error"});
+  for (const auto& [name, t] : classes)
+    by_class.AddRow({name, fmt::format("{:.1f}", t.first), fmt::format("{:.1f}", t.second),
+                     Error(t.first, t.second)});
+  by_class.Print(std::cout);
+
+  std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
+    auto gap = [](const Pair& x) {
+      return std::fabs((x.p->end_us - x.p->start_us) - (x.m->end_us - x.m->start_us));
+    };
+    return gap(a) > gap(b);
+  });
+  std::cout << fmt::format("\n{} ops matched ({} of {} predicted ops unmatched, {} measured); "
+                           "the {} with the largest duration gaps:\n",
+                           pairs.size(), unmatched, predicted->ops.size(), measured->ops.size(),
+                           std::min<size_t>(flags.top, pairs.size()));
+  Table ops({"op", "predicted us", "measured us", "error"});
+  for (size_t i = 0; i < pairs.size() && i < static_cast<size_t>(flags.top); ++i) {
+    double a = pairs[i].p->end_us - pairs[i].p->start_us;
+    double b = pairs[i].m->end_us - pairs[i].m->start_us;
+    ops.AddRow({pairs[i].p->label, fmt::format("{:.2f}", a), fmt::format("{:.2f}", b), Error(a, b)});
+  }
+  ops.Print(std::cout);
+}
+
+}  // namespace
 
 void SetupCompare(CLI::App* sub) {
-  InstallPending(sub, "compare", "measured timelines come with `domino execute`");
+  auto flags = std::make_shared<CompareFlags>();
+  sub->add_option("predicted", flags->predicted_path, "report from `domino simulate --report`")
+      ->required();
+  sub->add_option("measured", flags->measured_path, "report from `domino execute --report`")
+      ->required();
+  sub->add_option("--top", flags->top, "ops listed, largest duration gaps first")
+      ->check(CLI::PositiveNumber);
+  sub->callback([flags] { Run(*flags); });
 }
 
 }  // namespace domino::cli

@@ -1,22 +1,230 @@
-// `domino execute PLAN`: run a plan for real and measure its timeline.
+// `domino execute PLAN`: run a plan's layer stack for real, measure its timeline, and (--check)
+// compare it numerically with the unsharded reference.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
 #include <memory>
 
+#include <fmt/format.h>
+
+#include "exec/communicator.h"
+#include "exec/cpu_backend.h"
 #include "exec/cuda_device.h"
-#include "tools/cmd_pending.h"
+#include "exec/execute.h"
+#include "exec/launch_env.h"
+#include "exec/mpi_communicator.h"
+#include "models/base/file_io.h"
+#include "planner/lower.h"
+#include "sim/predict.h"
+#include "sim/report.h"
+#include "sim/trace.h"
 #include "tools/command.h"
+#include "tools/plan_flags.h"
+#include "tools/table.h"
 
 namespace domino::cli {
+namespace {
+
+struct ExecuteFlags {
+  PlanFlags plan;
+  std::string positional_plan;
+  std::string backend = "cpu";
+  bool check = false;
+  double tolerance = 1e-4;
+  uint64_t seed = 1;
+  double max_memory_gib = 8;
+  std::string report_path, trace_path;
+  bool force = false;
+};
+
+// Ends the command: rank 0 says why; the other ranks exit with the same code silently, so a
+// launch of N ranks prints one line, not N.
+[[noreturn]] void FailOnRank(int rank, const std::string& message, int exit_code = 1) {
+  if (rank == 0) Fail("execute", message, exit_code);
+  throw CLI::RuntimeError(exit_code);
+}
+
+PlanFigures MeasuredFigures(const Plan& plan, const exec::ExecuteResult& r, double* comm_ms) {
+  const double micro_batches = plan.micro_batches();
+  double compute_us = 0, comm_us = 0, flops = 0;
+  for (size_t i = 0; i < r.schedule.size(); ++i) {
+    const Op& op = r.schedule.ops()[i];
+    const double us = r.timeline.ops[i].end_us - r.timeline.ops[i].start_us;
+    (sim::ClassOf(op) == sim::OpClass::kTpComm ? comm_us : compute_us) += us;
+    if (op.kind == OpKind::kGemm || op.kind == OpKind::kAttention) flops += op.flops;
+  }
+  PlanFigures f;
+  f.iteration_ms = r.timeline.end_us() * 1e-3 * micro_batches;
+  // One op at a time: without the collectives the run would take its compute time.
+  f.ideal_ms = compute_us * 1e-3 * micro_batches;
+  f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;
+  *comm_ms = comm_us * 1e-3 * micro_batches;
+  f.hidden_comm_fraction = *comm_ms > 0 ? std::max(0.0, 1.0 - f.exposed_comm_ms / *comm_ms) : 1.0;
+  const double seconds = f.iteration_ms * 1e-3;
+  f.tokens_per_s = static_cast<double>(plan.global_batch) * plan.seq_len / seconds;
+  f.tflops_per_gpu = flops * micro_batches / seconds / 1e12;
+  double peak = plan.cluster.node.gpu.peak(plan.precision);
+  if (peak <= 0) peak = plan.cluster.node.gpu.peak(Dtype::kBf16);
+  f.mfu = f.tflops_per_gpu / peak;
+  return f;
+}
+
+void PrintRun(const Plan& plan, const exec::LaunchEnv& env, const exec::ExecuteResult& r,
+              const PlanFigures& f, double comm_ms) {
+  std::cout << fmt::format(
+      "# {} executed on the CPU backend (fp32): {} rank(s), launcher: {}\n"
+      "# tp {} | row split {}, col split {}, scope {}, sequence parallel {} | {} layers, "
+      "micro-batch {} x seq {}, forward + backward, {} ops per rank\n\n",
+      plan.model.name, env.size, env.source, plan.tp, plan.row_split, plan.col_split,
+      ScopeName(plan.scope), plan.sequence_parallel ? "on" : "off", plan.model.layers / plan.pp,
+      plan.micro_batch, plan.seq_len, r.schedule.size());
+  Table summary({"measured on rank 0", "value"});
+  summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
+  summary.AddRow({"compute (ops run one at a time)", fmt::format("{:.2f} ms", f.ideal_ms)});
+  summary.AddRow({"TP comm", fmt::format("{:.2f} ms", comm_ms)});
+  summary.AddRow({"tokens/s", fmt::format("{:.0f}", f.tokens_per_s)});
+  summary.AddRow({"GFLOP/s per rank", fmt::format("{:.2f}", f.tflops_per_gpu * 1e3)});
+  summary.Print(std::cout);
+  std::cout << "\n";
+  if (r.checks.empty()) return;
+  Table table({"tensor", "shape", "max abs error", "rel error", "verdict"});
+  for (const exec::TensorCheck& c : r.checks)
+    table.AddRow({c.name, fmt::format("{}x{}", c.rows, c.cols), fmt::format("{:.3g}", c.max_abs_error),
+                  fmt::format("{:.3g}", c.rel_error), c.ok ? "ok" : "DIFFERS"});
+  std::cout << "numeric check against the unsharded single-rank reference "
+               "(rel error = max abs error / largest reference value)\n";
+  table.Print(std::cout);
+}
+
+void Run(ExecuteFlags& flags) {
+  Result<exec::LaunchEnv> env = exec::ReadLaunchEnv();
+  if (!env.ok()) Fail("execute", env.message());
+  const int rank = env->rank;
+  if (!flags.positional_plan.empty()) {
+    if (!flags.plan.plan_path.empty() && flags.plan.plan_path != flags.positional_plan)
+      FailOnRank(rank, "give the plan once: as PLAN or as --plan, not both");
+    flags.plan.plan_path = flags.positional_plan;
+  }
+  if (flags.plan.plan_path.empty() && flags.plan.model.empty())
+    FailOnRank(rank, "no plan: give PLAN.yaml (from `domino plan --out`), or --model and --cluster "
+                     "with plan flags");
+  if (flags.backend == "cuda")
+    FailOnRank(rank, "the CUDA backend is not available in this version of domino yet; "
+                     "use --backend cpu", 2);
+  Result<Plan> plan = BuildPlan(flags.plan);
+  if (!plan.ok()) FailOnRank(rank, plan.message());
+  const std::string what = flags.plan.plan_path.empty() ? "the plan" : flags.plan.plan_path;
+  if (env->size != plan->tp) {
+    FailOnRank(rank, fmt::format(
+        "{}: parallel.tp is {}, so it runs on {} ranks (one per TP rank; pipeline and data "
+        "parallelism are simulated, not executed), but {} rank(s) were launched ({}); launch "
+        "with `mpirun -np {} domino execute ...`",
+        what, plan->tp, plan->tp, env->size, env->source, plan->tp));
+  }
+  Result<Schedule> schedule = Lower(*plan);
+  if (!schedule.ok()) FailOnRank(rank, schedule.message());
+  double gib = exec::CpuBackend::BytesFor(*schedule) / (1 << 30);
+  if (flags.check) gib += exec::CpuBackend::BytesFor(*schedule) * plan->tp / (1 << 30);
+  if (gib > flags.max_memory_gib) {
+    FailOnRank(rank, fmt::format(
+        "{}: the CPU backend would hold {:.1f} GiB per rank for {} ({} layers, hidden {}), over "
+        "--max-memory-gib {}; use a small model (e.g. models/examples/tiny-gpt.yaml) or raise "
+        "the limit", what, gib, plan->model.name, plan->model.layers / plan->pp,
+        plan->model.hidden, flags.max_memory_gib));
+  }
+  if (rank == 0) {
+    for (const std::string& path : {flags.report_path, flags.trace_path})
+      if (!path.empty() && !flags.force && access(path.c_str(), F_OK) == 0)
+        Fail("execute", fmt::format("{}: exists; pass --force to overwrite it", path));
+  }
+
+  std::unique_ptr<exec::Communicator> comm;
+  if (env->size == 1) {
+    comm = std::make_unique<exec::SelfCommunicator>();
+  } else {
+    Result<std::unique_ptr<exec::Communicator>> mpi = exec::MakeMpiCommunicator();
+    if (!mpi.ok()) FailOnRank(rank, mpi.message());
+    comm = std::move(mpi).value();
+    if (comm->size() != env->size || comm->rank() != rank)
+      FailOnRank(rank, fmt::format("MPI reports rank {} of {}, the launcher rank {} of {} ({})",
+                                   comm->rank(), comm->size(), rank, env->size, env->source));
+  }
+
+  exec::ExecuteOptions options;
+  options.seed = flags.seed;
+  options.check = flags.check;
+  options.tolerance = flags.tolerance;
+  const bool tty = rank == 0 && isatty(STDERR_FILENO);
+  if (tty) {
+    options.progress = [](size_t done, size_t total) {
+      if (done % 64 == 0 || done == total)
+        std::cerr << fmt::format("\rexecuting: {}/{} ops", done, total) << (done == total ? "\n" : "")
+                  << std::flush;
+    };
+  }
+  Result<exec::ExecuteResult> result =
+      exec::ExecuteCpuSchedule(*plan, std::move(schedule).value(), *comm, options);
+  if (!result.ok()) FailOnRank(rank, result.message());
+  if (rank != 0) {
+    if (!result->passed) throw CLI::RuntimeError(1);
+    return;
+  }
+  double comm_ms = 0;
+  PlanFigures figures = MeasuredFigures(*plan, *result, &comm_ms);
+  Plan report = *plan;
+  report.measured = figures;
+  if (!flags.report_path.empty())
+    CheckOk("execute", WriteFileAtomically(flags.report_path,
+                                           PlanToYaml(report, "domino execute report (rank 0)") +
+                                               sim::TimelineYaml(result->schedule, result->timeline),
+                                           true));
+  if (!flags.trace_path.empty())
+    CheckOk("execute", WriteFileAtomically(flags.trace_path,
+                                           sim::TraceJson(result->schedule, result->timeline, 0,
+                                                          "rank 0 (measured, cpu)"),
+                                           true));
+  PrintRun(*plan, *env, *result, figures, comm_ms);
+  if (!result->passed) {
+    int bad = 0;
+    for (const exec::TensorCheck& c : result->checks) bad += c.ok ? 0 : 1;
+    Fail("execute", fmt::format("numeric check failed: {} of {} tensors differ from the reference "
+                                "by more than {:g} of their largest value",
+                                bad, result->checks.size(), flags.tolerance));
+  }
+  if (flags.check)
+    std::cout << fmt::format("\ncheck passed: {} tensors within {:g} of the reference\n",
+                             result->checks.size(), flags.tolerance);
+}
+
+}  // namespace
 
 void SetupExecute(CLI::App* sub) {
-  auto backend = std::make_shared<std::string>("cpu");
-  sub->add_option("--backend", *backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  InstallPending(sub, "execute", "`domino simulate --plan` predicts the same plan");
+  auto flags = std::make_shared<ExecuteFlags>();
+  sub->add_option("plan_file", flags->positional_plan, "plan YAML (from `domino plan --out`)");
+  AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
+  sub->add_option("--backend", flags->backend, "cpu (Eigen, fp32) | cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_flag("--check", flags->check,
+                "compare output, input gradient and every weight gradient with the unsharded "
+                "single-rank reference");
+  sub->add_option("--tolerance", flags->tolerance,
+                  "largest error allowed by --check, relative to the reference's largest value")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--seed", flags->seed, "seed of the weights, inputs and output gradient");
+  sub->add_option("--max-memory-gib", flags->max_memory_gib,
+                  "refuse plans whose CPU tensors exceed this per rank")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--report", flags->report_path, "write the plan with its measured: block (YAML)");
+  sub->add_option("--trace", flags->trace_path, "write rank 0's measured timeline (Perfetto JSON)");
+  sub->add_flag("--force", flags->force, "overwrite existing output files");
   // A CUDA run needs a GPU whatever else is missing: say so first, as the executor will.
-  sub->parse_complete_callback([backend] {
-    if (*backend != "cuda") return;
+  sub->parse_complete_callback([flags] {
+    if (flags->backend != "cuda") return;
     Result<std::vector<exec::CudaDevice>> devices = exec::ListCudaDevices();
     if (!devices.ok()) Fail("execute", devices.message());
   });
+  sub->callback([flags] { Run(*flags); });
 }
 
 }  // namespace domino::cli

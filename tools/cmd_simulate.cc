@@ -7,6 +7,7 @@
 
 #include "models/base/file_io.h"
 #include "sim/predict.h"
+#include "sim/report.h"
 #include "sim/trace.h"
 #include "tools/command.h"
 #include "tools/plan_flags.h"
@@ -135,7 +136,10 @@ void Run(const SimulateFlags& flags) {
   report.predicted = prediction->figures;
   if (!flags.report_path.empty())
     CheckOk("simulate", WriteFileAtomically(flags.report_path,
-                                            PlanToYaml(report, "domino simulate report"), flags.force));
+                                            PlanToYaml(report, "domino simulate report") +
+                                                sim::TimelineYaml(prediction->schedule,
+                                                                  prediction->timeline),
+                                            flags.force));
   if (!flags.trace_path.empty())
     CheckOk("simulate", WriteFileAtomically(flags.trace_path,
                                             sim::TraceJson(prediction->schedule, prediction->timeline),

@@ -69,6 +69,10 @@ class YamlMap {
 
   bool Has(std::string_view key) const;
 
+  // Accepts `key` (optional) without reading it, and returns its node (undefined when absent):
+  // for a block another reader parses, such as a report's timeline.
+  YAML::Node Raw(std::string_view key) { return Lookup(key, Need::kOptional); }
+
   // Records an error at `key` (or at this map when `key` is empty) for rules a loader checks
   // itself, such as "hidden must be divisible by heads". Keeps the first error only.
   void Fail(std::string_view key, std::string_view rule);

@@ -1,0 +1,112 @@
+#include "exec/communicator.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+
+namespace domino::exec {
+
+Status SelfCommunicator::AllReduce(float*, int64_t) { return Status::Ok(); }
+
+Status SelfCommunicator::ReduceScatter(const float* in, float* out, int64_t count) {
+  std::copy(in, in + count, out);
+  return Status::Ok();
+}
+
+Status SelfCommunicator::AllGather(const float* in, float* out, int64_t count) {
+  std::copy(in, in + count, out);
+  return Status::Ok();
+}
+
+Status SelfCommunicator::Gather(const float* in, float* out, int64_t count) {
+  std::copy(in, in + count, out);
+  return Status::Ok();
+}
+
+// Each collective is two phases separated by barriers: every rank publishes its input pointer,
+// then every rank reads what it needs from the others, then a barrier before anyone may reuse
+// or free its buffer.
+struct LocalGroup::Shared {
+  explicit Shared(int n) : size(n), inputs(n, nullptr) {}
+  void Barrier() {
+    std::unique_lock lock(mutex);
+    const uint64_t generation = barrier_generation;
+    if (++arrived == size) {
+      arrived = 0;
+      ++barrier_generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return barrier_generation != generation; });
+    }
+  }
+  int size;
+  std::vector<const float*> inputs;
+  std::mutex mutex;
+  std::condition_variable cv;
+  int arrived = 0;
+  uint64_t barrier_generation = 0;
+};
+
+class LocalGroup::Member final : public Communicator {
+ public:
+  Member(Shared* shared, int rank) : shared_(shared), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return shared_->size; }
+
+  Status AllReduce(float* data, int64_t count) override {
+    std::vector<float> sum(static_cast<size_t>(count));
+    Publish(data);
+    SumBlock(0, count, sum.data());
+    shared_->Barrier();  // everyone has read every input
+    std::copy(sum.begin(), sum.end(), data);
+    return Status::Ok();
+  }
+  Status ReduceScatter(const float* in, float* out, int64_t count) override {
+    Publish(in);
+    SumBlock(rank_ * count, count, out);
+    shared_->Barrier();
+    return Status::Ok();
+  }
+  Status AllGather(const float* in, float* out, int64_t count) override {
+    Publish(in);
+    for (int r = 0; r < shared_->size; ++r)
+      std::copy(shared_->inputs[r], shared_->inputs[r] + count, out + r * count);
+    shared_->Barrier();
+    return Status::Ok();
+  }
+  Status Gather(const float* in, float* out, int64_t count) override {
+    Publish(in);
+    if (rank_ == 0)
+      for (int r = 0; r < shared_->size; ++r)
+        std::copy(shared_->inputs[r], shared_->inputs[r] + count, out + r * count);
+    shared_->Barrier();
+    return Status::Ok();
+  }
+
+ private:
+  void Publish(const float* in) {
+    shared_->inputs[rank_] = in;
+    shared_->Barrier();
+  }
+  // out[i] = sum over ranks, in rank order, of input[offset + i].
+  void SumBlock(int64_t offset, int64_t count, float* out) const {
+    for (int64_t i = 0; i < count; ++i) {
+      float sum = 0;
+      for (int r = 0; r < shared_->size; ++r) sum += shared_->inputs[r][offset + i];
+      out[i] = sum;
+    }
+  }
+
+  Shared* shared_;
+  int rank_;
+};
+
+LocalGroup::LocalGroup(int size) : shared_(std::make_unique<Shared>(size)) {
+  for (int r = 0; r < size; ++r) members_.push_back(std::make_unique<Member>(shared_.get(), r));
+}
+
+LocalGroup::~LocalGroup() = default;
+
+Communicator& LocalGroup::member(int rank) { return *members_[rank]; }
+
+}  // namespace domino::exec

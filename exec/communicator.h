@@ -1,0 +1,62 @@
+#ifndef DOMINO_EXEC_COMMUNICATOR_H_
+#define DOMINO_EXEC_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/base/result.h"
+
+namespace domino::exec {
+
+// Communicator runs the collectives of one TP group on contiguous fp32 host buffers, summing in
+// reductions. Every rank calls the same collectives in the same order (the Schedule is the same
+// on every rank). Counts are per rank; ranks are 0..size()-1 and a rank's part of a scattered or
+// gathered buffer is the rank-th block of `count` elements.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // data[0, count) = sum over ranks, in place.
+  virtual Status AllReduce(float* data, int64_t count) = 0;
+  // out[0, count) = block `rank` of the sum over ranks of in[0, size * count).
+  virtual Status ReduceScatter(const float* in, float* out, int64_t count) = 0;
+  // out[r * count, (r + 1) * count) = rank r's in[0, count), on every rank.
+  virtual Status AllGather(const float* in, float* out, int64_t count) = 0;
+  // As AllGather, but only rank 0 receives; `out` may be null elsewhere.
+  virtual Status Gather(const float* in, float* out, int64_t count) = 0;
+};
+
+// The group of one: every collective is a copy.
+class SelfCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Status AllReduce(float* data, int64_t count) override;
+  Status ReduceScatter(const float* in, float* out, int64_t count) override;
+  Status AllGather(const float* in, float* out, int64_t count) override;
+  Status Gather(const float* in, float* out, int64_t count) override;
+};
+
+// Ranks as threads of one process, for tests: LocalGroup(n).member(r) is rank r's communicator;
+// each member must be used by one thread. Reductions add in rank order, so every rank gets
+// bit-identical results, like NCCL and MPI.
+class LocalGroup {
+ public:
+  explicit LocalGroup(int size);
+  ~LocalGroup();
+  LocalGroup(const LocalGroup&) = delete;
+  LocalGroup& operator=(const LocalGroup&) = delete;
+  Communicator& member(int rank);
+
+ private:
+  struct Shared;
+  class Member;
+  std::unique_ptr<Shared> shared_;
+  std::vector<std::unique_ptr<Member>> members_;
+};
+
+}  // namespace domino::exec
+
+#endif  // DOMINO_EXEC_COMMUNICATOR_H_

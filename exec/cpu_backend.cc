@@ -1,0 +1,206 @@
+#include "exec/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "exec/cpu_kernels.h"
+
+namespace domino::exec {
+namespace {
+
+constexpr float kNormEps = 1e-5f;
+
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t HashName(std::string_view name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+bool IsNormWeight(std::string_view name) { return EndsWith(name, "ln1.w") || EndsWith(name, "ln2.w"); }
+
+}  // namespace
+
+float ReferenceValue(uint64_t seed, std::string_view tensor, int64_t whole_rows, int64_t row,
+                     int64_t col) {
+  uint64_t bits = SplitMix(seed ^ SplitMix(HashName(tensor) ^ SplitMix(row * 0x100000001b3ull + col)));
+  float u = static_cast<float>(bits >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;  // [-1, 1)
+  if (IsNormWeight(tensor)) return 1.0f + 0.1f * u;
+  if (EndsWith(tensor, ".w")) return u / std::sqrt(static_cast<float>(whole_rows));
+  return u;
+}
+
+CpuBackend::CpuBackend(const Schedule& schedule, const ModelSpec& model, int rank, int tp,
+                       uint64_t seed)
+    : schedule_(schedule), model_(model), rank_(rank), tp_(tp), seed_(seed) {
+  const std::vector<Tensor>& tensors = schedule.tensors();
+  data_.resize(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    data_[i].assign(static_cast<size_t>(t.rows * t.cols), 0.0f);
+    if (EndsWith(t.name, ".w") || t.name == "l0.x") Fill(t, data_[i], View{0, t.rows, 0, t.cols});
+  }
+}
+
+double CpuBackend::BytesFor(const Schedule& schedule) {
+  double bytes = 0;
+  for (const Tensor& t : schedule.tensors()) bytes += 4.0 * t.rows * t.cols;
+  return bytes;
+}
+
+void CpuBackend::Fill(const Tensor& t, std::vector<float>& values, const View& view) const {
+  const int64_t whole_rows = WholeShape(t, tp_).rows;
+  for (int64_t r = view.row_begin; r < view.row_end; ++r) {
+    for (int64_t c = view.col_begin; c < view.col_end; ++c) {
+      Shape2 at = WholeIndex(t, rank_, tp_, r, c);
+      values[r * t.cols + c] = ReferenceValue(seed_, t.name, whole_rows, at.rows, at.cols);
+    }
+  }
+}
+
+void CpuBackend::Pack(const TensorUse& use, float* out) const {
+  const Tensor& t = schedule_.tensors()[use.tensor];
+  const std::vector<float>& values = data_[use.tensor];
+  const View& v = use.view;
+  for (int64_t r = v.row_begin; r < v.row_end; ++r) {
+    const float* row = values.data() + r * t.cols;
+    out = std::copy(row + v.col_begin, row + v.col_end, out);
+  }
+}
+
+void CpuBackend::Unpack(const TensorUse& use, const float* in) {
+  const Tensor& t = schedule_.tensors()[use.tensor];
+  std::vector<float>& values = data_[use.tensor];
+  const View& v = use.view;
+  const int64_t width = v.col_end - v.col_begin;
+  for (int64_t r = v.row_begin; r < v.row_end; ++r, in += width)
+    std::copy(in, in + width, values.data() + r * t.cols + v.col_begin);
+}
+
+Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
+  const Op& op = schedule.op(id);
+  std::span<const TensorUse> reads = schedule.reads(op), writes = schedule.writes(op);
+  auto fail = [&](std::string_view why) {
+    return Error(fmt::format("op {} ({}): {}", id, schedule.Label(id), why));
+  };
+  auto in = [&](size_t i) {
+    const TensorUse& u = reads[i];
+    const Tensor& t = schedule.tensors()[u.tensor];
+    return cpu::ConstMat(data_[u.tensor].data() + u.view.row_begin * t.cols + u.view.col_begin,
+                         u.view.row_end - u.view.row_begin, u.view.col_end - u.view.col_begin,
+                         t.cols);
+  };
+  auto out = [&](size_t i) {
+    const TensorUse& u = writes[i];
+    const Tensor& t = schedule.tensors()[u.tensor];
+    return cpu::Mat{data_[u.tensor].data() + u.view.row_begin * t.cols + u.view.col_begin,
+                    u.view.row_end - u.view.row_begin, u.view.col_end - u.view.col_begin, t.cols};
+  };
+  auto need = [&](size_t r, size_t w) { return reads.size() == r && writes.size() == w; };
+  const cpu::NormKind norm =
+      model_.norm == Norm::kRmsNorm ? cpu::NormKind::kRmsNorm : cpu::NormKind::kLayerNorm;
+
+  switch (op.func) {
+    case OpFunc::kQkv:
+    case OpFunc::kProj:
+    case OpFunc::kFc1:
+    case OpFunc::kFc2:
+    case OpFunc::kQkvGradInput:
+    case OpFunc::kProjGradInput:
+    case OpFunc::kFc1GradInput:
+    case OpFunc::kFc2GradInput:
+    case OpFunc::kQkvGradWeight:
+    case OpFunc::kProjGradWeight:
+    case OpFunc::kFc1GradWeight:
+    case OpFunc::kFc2GradWeight: {
+      if (!need(2, 1)) return fail("a GEMM reads two tensors and writes one");
+      const bool dgrad = op.func == OpFunc::kQkvGradInput || op.func == OpFunc::kProjGradInput ||
+                         op.func == OpFunc::kFc1GradInput || op.func == OpFunc::kFc2GradInput;
+      const bool wgrad = op.func == OpFunc::kQkvGradWeight || op.func == OpFunc::kProjGradWeight ||
+                         op.func == OpFunc::kFc1GradWeight || op.func == OpFunc::kFc2GradWeight;
+      // Forward C = A B; input gradient dX = dY W^T; weight gradient dW += X^T dY.
+      cpu::ConstMat a = in(0), b = in(1);
+      cpu::Mat c = out(0);
+      const int64_t m = wgrad ? a.cols : a.rows, k = wgrad ? a.rows : a.cols;
+      const int64_t n = dgrad ? b.rows : b.cols, kb = dgrad ? b.cols : b.rows;
+      if (k != kb || c.rows != m || c.cols != n) return fail("GEMM shapes do not agree");
+      cpu::Gemm(a, wgrad, b, dgrad, c, wgrad);
+      return Status::Ok();
+    }
+    case OpFunc::kAttn:
+    case OpFunc::kAttnGrad: {
+      const bool backward = op.func == OpFunc::kAttnGrad;
+      if (!need(backward ? 2 : 1, 1)) return fail("attention reads qkv (and the output gradient)");
+      cpu::AttentionShape shape{op.sequences, op.seq_len, op.heads, op.kv_heads, op.head_dim};
+      cpu::ConstMat qkv = in(0);
+      if (qkv.rows != shape.sequences * shape.seq_len ||
+          qkv.cols != (shape.heads + 2 * shape.kv_heads) * shape.head_dim)
+        return fail("attention shape does not match its qkv view");
+      if (backward)
+        cpu::AttentionBackward(shape, qkv, in(1), out(0));
+      else
+        cpu::AttentionForward(shape, qkv, out(0));
+      return Status::Ok();
+    }
+    case OpFunc::kAct:
+    case OpFunc::kActGrad: {
+      const bool backward = op.func == OpFunc::kActGrad;
+      if (!need(backward ? 2 : 1, 1)) return fail("an activation reads its input (and gradient)");
+      cpu::ConstMat x = in(0);
+      // SwiGLU's input is twice as wide as its output: [gate | up].
+      const bool glu = backward ? x.cols == 2 * in(1).cols : x.cols == 2 * out(0).cols;
+      if (backward)
+        glu ? cpu::SwigluBackward(x, in(1), out(0)) : cpu::GeluBackward(x, in(1), out(0));
+      else
+        glu ? cpu::SwigluForward(x, out(0)) : cpu::GeluForward(x, out(0));
+      return Status::Ok();
+    }
+    case OpFunc::kLn1:
+    case OpFunc::kLn2:
+      if (!need(2, 1)) return fail("a norm reads its input and weight and writes one tensor");
+      cpu::NormForward(norm, in(0), in(1).data, kNormEps, out(0));
+      return Status::Ok();
+    case OpFunc::kLn1Grad:
+    case OpFunc::kLn2Grad: {
+      // dx = (gradient through the residual) + norm backward of dy; dgamma accumulates.
+      if (!need(4, 2)) return fail("a norm backward reads x, dy, gamma and the residual gradient");
+      cpu::Mat dx = out(0);
+      cpu::ConstMat residual = in(3);
+      for (int64_t r = 0; r < dx.rows; ++r)
+        std::copy(residual.data + r * residual.stride, residual.data + r * residual.stride + dx.cols,
+                  dx.data + r * dx.stride);
+      cpu::NormBackward(norm, in(0), in(2).data, kNormEps, in(1), dx, /*accumulate_dx=*/true,
+                        out(1).data);
+      return Status::Ok();
+    }
+    case OpFunc::kResidual1:
+    case OpFunc::kResidual2:
+      if (!need(2, 1)) return fail("a residual add reads two tensors and writes one");
+      cpu::Add(in(0), in(1), out(0));
+      return Status::Ok();
+    case OpFunc::kResidualGrad: {
+      // The loss gradient of the stack's output: reference values of the written tensor.
+      if (!need(0, 1)) return fail("the output gradient writes one tensor");
+      const TensorUse& u = writes[0];
+      Fill(schedule.tensors()[u.tensor], data_[u.tensor], u.view);
+      return Status::Ok();
+    }
+    default:
+      break;
+  }
+  return fail("not a compute op the CPU backend runs");
+}
+
+}  // namespace domino::exec

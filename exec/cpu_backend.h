@@ -1,0 +1,52 @@
+#ifndef DOMINO_EXEC_CPU_BACKEND_H_
+#define DOMINO_EXEC_CPU_BACKEND_H_
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "exec/interpreter.h"
+#include "models/model_spec.h"
+#include "planner/schedule.h"
+
+namespace domino::exec {
+
+// The reference values of the unsharded model: weights, the first layer's input and the top
+// layer's output gradient, as a function of (seed, tensor name, whole row, whole column) only, so
+// every sharding of a tensor holds the same numbers as the unsharded one. GEMM weights are
+// uniform in +-1/sqrt(rows), norm weights in 1 +- 0.1, inputs and output gradients in +-1.
+float ReferenceValue(uint64_t seed, std::string_view tensor, int64_t whole_rows, int64_t row,
+                     int64_t col);
+
+// The CPU reference backend: fp32 tensors in host memory, kernels on Eigen (exec/cpu_kernels.h).
+// It holds rank `rank`'s shard (of a TP group of `tp`) of every tensor of the schedule:
+// weights (names ending in ".w") and the first layer's input ("l0.x") filled with
+// ReferenceValue through the tensors' Shard rules, everything else zero. Weight-gradient GEMMs
+// accumulate, as the row slices of a micro-batch add to one gradient. Biases are not modelled.
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const Schedule& schedule, const ModelSpec& model, int rank, int tp, uint64_t seed);
+
+  Status Run(const Schedule& schedule, int32_t id) override;
+  void Pack(const TensorUse& use, float* out) const override;
+  void Unpack(const TensorUse& use, const float* in) override;
+
+  // This rank's values of tensor `id` (rows x cols, row-major).
+  const std::vector<float>& data(int32_t id) const { return data_[id]; }
+
+  // Bytes the backend would allocate for `schedule`.
+  static double BytesFor(const Schedule& schedule);
+
+ private:
+  void Fill(const Tensor& tensor, std::vector<float>& values, const View& view) const;
+
+  const Schedule& schedule_;
+  ModelSpec model_;
+  int rank_, tp_;
+  uint64_t seed_;
+  std::vector<std::vector<float>> data_;
+};
+
+}  // namespace domino::exec
+
+#endif  // DOMINO_EXEC_CPU_BACKEND_H_

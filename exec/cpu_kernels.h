@@ -1,0 +1,58 @@
+#ifndef DOMINO_EXEC_CPU_KERNELS_H_
+#define DOMINO_EXEC_CPU_KERNELS_H_
+
+#include <cstdint>
+
+// fp32 reference kernels of one transformer layer, forward and backward, on row-major views.
+// Eigen stays inside cpu_kernels.cc.
+namespace domino::exec::cpu {
+
+// A row-major fp32 matrix view: element (r, c) at data[r * stride + c]; stride >= cols.
+struct Mat {
+  float* data = nullptr;
+  int64_t rows = 0, cols = 0, stride = 0;
+};
+struct ConstMat {
+  const float* data = nullptr;
+  int64_t rows = 0, cols = 0, stride = 0;
+  ConstMat() = default;
+  ConstMat(const float* d, int64_t r, int64_t c, int64_t s) : data(d), rows(r), cols(c), stride(s) {}
+  ConstMat(const Mat& m) : data(m.data), rows(m.rows), cols(m.cols), stride(m.stride) {}  // NOLINT
+};
+
+// c = op(a) * op(b) (or c += ... when accumulate), op = transpose when the flag is set.
+void Gemm(ConstMat a, bool transpose_a, ConstMat b, bool transpose_b, Mat c, bool accumulate);
+// c = a + b (c may alias a or b).
+void Add(ConstMat a, ConstMat b, Mat c);
+
+enum class NormKind { kLayerNorm, kRmsNorm };
+// Per row: LayerNorm y = (x - mean) / sqrt(var + eps) * gamma (no bias; var is the biased
+// variance); RMSNorm y = x / sqrt(mean(x^2) + eps) * gamma. gamma has x.cols entries.
+void NormForward(NormKind kind, ConstMat x, const float* gamma, float eps, Mat y);
+// dx = d/dx given dy; when accumulate_dx, dx += that instead of =. dgamma (x.cols entries) is
+// always accumulated: dgamma += sum over rows of dy * normalized(x).
+void NormBackward(NormKind kind, ConstMat x, const float* gamma, float eps, ConstMat dy, Mat dx,
+                  bool accumulate_dx, float* dgamma);
+
+// GeLU, tanh approximation: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void GeluForward(ConstMat x, Mat y);
+void GeluBackward(ConstMat x, ConstMat dy, Mat dx);
+// SwiGLU on x = [gate | up] (x.cols = 2 f, y.cols = f): y = silu(gate) * up, silu(g) = g sigmoid(g).
+void SwigluForward(ConstMat x, Mat y);
+void SwigluBackward(ConstMat x, ConstMat dy, Mat dx);  // dx.cols = 2 f: [dgate | dup]
+
+// Causal self-attention with grouped-query attention over `sequences` sequences of `seq_len`
+// tokens: qkv.rows = out.rows = sequences * seq_len, sequence-major. A row of qkv is [Q | K | V]:
+// Q has `heads` heads of `head_dim` columns, K and V `kv_heads` heads each; query head h uses
+// key/value head h / (heads / kv_heads). A row of out is the heads' outputs side by side. Scores
+// are scaled by 1/sqrt(head_dim); token t attends to tokens 0..t of its sequence.
+struct AttentionShape {
+  int64_t sequences = 0, seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
+};
+void AttentionForward(const AttentionShape& shape, ConstMat qkv, Mat out);
+// dqkv (qkv's layout) = gradient of sum(out * dout) with respect to qkv; recomputes the softmax.
+void AttentionBackward(const AttentionShape& shape, ConstMat qkv, ConstMat dout, Mat dqkv);
+
+}  // namespace domino::exec::cpu
+
+#endif  // DOMINO_EXEC_CPU_KERNELS_H_

@@ -1,0 +1,165 @@
+#include "exec/execute.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "exec/cpu_backend.h"
+#include "exec/interpreter.h"
+#include "planner/lower.h"
+
+namespace domino::exec {
+namespace {
+
+// A whole (unsharded) tensor on rank 0.
+struct Whole {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> values;
+};
+
+// Gathers tensor `name` from every rank and assembles the unsharded tensor on rank 0 by its Shard
+// rule (partial sums add up; replicated tensors are taken from rank 0).
+Result<Whole> GatherWhole(const Schedule& schedule, const CpuBackend& backend, Communicator& comm,
+                          std::string_view name) {
+  const int32_t id = schedule.FindTensor(name);
+  if (id < 0) return Error(fmt::format("the schedule has no tensor {}", name));
+  const Tensor& t = schedule.tensors()[id];
+  const int tp = comm.size();
+  const int64_t count = t.rows * t.cols;
+  std::vector<float> all(comm.rank() == 0 ? static_cast<size_t>(count * tp) : 0);
+  DOMINO_RETURN_IF_ERROR(comm.Gather(backend.data(id).data(), all.data(), count));
+  Whole whole;
+  if (comm.rank() != 0) return whole;
+  Shape2 shape = WholeShape(t, tp);
+  whole.rows = shape.rows, whole.cols = shape.cols;
+  whole.values.assign(static_cast<size_t>(shape.rows * shape.cols), 0.0f);
+  const int ranks = t.shard == Shard::kReplicated ? 1 : tp;
+  for (int r = 0; r < ranks; ++r) {
+    const float* local = all.data() + r * count;
+    for (int64_t i = 0; i < t.rows; ++i) {
+      for (int64_t j = 0; j < t.cols; ++j) {
+        Shape2 at = WholeIndex(t, r, tp, i, j);
+        whole.values[at.rows * shape.cols + at.cols] += local[i * t.cols + j];
+      }
+    }
+  }
+  return whole;
+}
+
+// The stack's output: the top layer's mid plus its MLP output after the collective.
+Result<Whole> GatherOutput(const Schedule& schedule, const CpuBackend& backend, Communicator& comm,
+                           int top, bool sp) {
+  Result<Whole> mid = GatherWhole(schedule, backend, comm, fmt::format("l{}.mid", top));
+  if (!mid.ok()) return mid;
+  Result<Whole> mlp =
+      GatherWhole(schedule, backend, comm,
+                  sp ? fmt::format("l{}.fc2.shard", top) : fmt::format("l{}.fc2", top));
+  if (!mlp.ok()) return mlp;
+  for (size_t i = 0; i < mid->values.size(); ++i) mid->values[i] += mlp->values[i];
+  return mid;
+}
+
+TensorCheck Compare(std::string name, const Whole& got, const Whole& want, double tolerance) {
+  TensorCheck check;
+  check.name = std::move(name);
+  check.rows = want.rows, check.cols = want.cols;
+  if (got.rows != want.rows || got.cols != want.cols) {
+    check.max_abs_error = check.rel_error = INFINITY;
+    return check;
+  }
+  for (size_t i = 0; i < want.values.size(); ++i) {
+    check.reference_max = std::max(check.reference_max, std::fabs(double{want.values[i]}));
+    double error = std::fabs(double{got.values[i]} - want.values[i]);
+    if (!(error <= check.max_abs_error)) check.max_abs_error = error;  // NaN sticks
+  }
+  check.rel_error = check.max_abs_error / std::max(check.reference_max, 1e-30);
+  check.ok = check.rel_error <= tolerance;
+  return check;
+}
+
+std::vector<std::string> ComparedTensors(int layers) {
+  std::vector<std::string> names = {"l0.x.grad"};
+  for (int l = 0; l < layers; ++l)
+    for (const char* w : {"ln1", "qkv", "proj", "ln2", "fc1", "fc2"})
+      names.push_back(fmt::format("l{}.{}.w.grad", l, w));
+  return names;
+}
+
+}  // namespace
+
+Plan ReferencePlan(const Plan& plan) {
+  Plan ref = plan;
+  ref.tp = ref.pp = ref.dp = 1;
+  ref.cluster.nodes = 1;
+  ref.cluster.gpus_per_node = 1;
+  ref.model.layers = plan.model.layers / plan.pp;  // one stage's layers
+  ref.global_batch = ref.micro_batch;
+  ref.row_split = ref.col_split = 1;
+  ref.scope = OverlapScope::kNone;
+  ref.sequence_parallel = false;
+  ref.virtual_stages = 1;
+  ref.predicted.reset();
+  ref.measured.reset();
+  return ref;
+}
+
+Result<ExecuteResult> ExecuteCpu(const Plan& plan, Communicator& comm, const ExecuteOptions& options) {
+  Result<Schedule> schedule = Lower(plan);
+  if (!schedule.ok()) return schedule.error();
+  return ExecuteCpuSchedule(plan, std::move(schedule).value(), comm, options);
+}
+
+Result<ExecuteResult> ExecuteCpuSchedule(const Plan& plan, Schedule schedule, Communicator& comm,
+                                         const ExecuteOptions& options) {
+  if (comm.size() != plan.tp)
+    return Error(fmt::format("the plan's TP group has {} ranks; the communicator has {}", plan.tp,
+                             comm.size()));
+  ExecuteResult result;
+  result.schedule = std::move(schedule);
+  const Schedule& s = result.schedule;
+  CpuBackend backend(s, plan.model, comm.rank(), comm.size(), options.seed);
+  Result<Timeline> timeline = Interpret(s, backend, comm, options.progress);
+  if (!timeline.ok()) return timeline.error();
+  result.timeline = std::move(timeline).value();
+  if (!options.check) return result;
+
+  // Every rank takes part in the gathers; rank 0 then runs the reference and compares.
+  const int layers = plan.model.layers / plan.pp;
+  std::vector<Whole> got;
+  Result<Whole> output = GatherOutput(s, backend, comm, layers - 1, plan.sequence_parallel);
+  if (!output.ok()) return output.error();
+  got.push_back(std::move(output).value());
+  const std::vector<std::string> names = ComparedTensors(layers);
+  for (const std::string& name : names) {
+    Result<Whole> whole = GatherWhole(s, backend, comm, name);
+    if (!whole.ok()) return whole.error();
+    got.push_back(std::move(whole).value());
+  }
+
+  float failed = 0;
+  if (comm.rank() == 0) {
+    Plan ref_plan = ReferencePlan(plan);
+    Result<Schedule> ref_schedule = Lower(ref_plan);
+    if (!ref_schedule.ok()) return ref_schedule.error();
+    SelfCommunicator self;
+    CpuBackend ref(*ref_schedule, ref_plan.model, 0, 1, options.seed);
+    Result<Timeline> ref_timeline = Interpret(*ref_schedule, ref, self);
+    if (!ref_timeline.ok()) return ref_timeline.error();
+    Result<Whole> want = GatherOutput(*ref_schedule, ref, self, layers - 1, false);
+    if (!want.ok()) return want.error();
+    result.checks.push_back(Compare("output", got[0], *want, options.tolerance));
+    for (size_t i = 0; i < names.size(); ++i) {
+      Result<Whole> w = GatherWhole(*ref_schedule, ref, self, names[i]);
+      if (!w.ok()) return w.error();
+      std::string label = names[i] == "l0.x.grad" ? "input.grad" : names[i];
+      result.checks.push_back(Compare(label, got[i + 1], *w, options.tolerance));
+    }
+    for (const TensorCheck& c : result.checks) failed += c.ok ? 0.0f : 1.0f;
+  }
+  DOMINO_RETURN_IF_ERROR(comm.AllReduce(&failed, 1));
+  result.passed = failed == 0;
+  return result;
+}
+
+}  // namespace domino::exec

@@ -1,0 +1,37 @@
+#ifndef DOMINO_EXEC_INTERPRETER_H_
+#define DOMINO_EXEC_INTERPRETER_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "exec/communicator.h"
+#include "models/base/result.h"
+#include "planner/schedule.h"
+
+namespace domino::exec {
+
+// Backend runs a Schedule's compute ops on the tensors it holds for this rank, and moves views of
+// them to and from contiguous buffers for the communicator.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Runs compute op `id` (a GEMM, attention, norm, activation, residual).
+  virtual Status Run(const Schedule& schedule, int32_t id) = 0;
+  // Copies a view, row by row, to `out` (rows * cols floats), or back from `in`.
+  virtual void Pack(const TensorUse& use, float* out) const = 0;
+  virtual void Unpack(const TensorUse& use, const float* in) = 0;
+};
+
+// Interpret runs every op of `schedule` in issue order: compute ops on `backend`, TP collectives
+// on `communicator` (a collective packs its read view, reduces or gathers it, and unpacks into its
+// write view). Issue order respects every stream's order and every dependency, and every rank
+// issues the same collectives in the same order, so the run is deterministic and cannot deadlock.
+// This interpreter runs one op at a time: the measured timeline (wall-clock microseconds from the
+// first op) shows no overlap; overlap is the CUDA backend's business. `progress`, if set, is
+// called after each op with (ops done, ops in total).
+Result<Timeline> Interpret(const Schedule& schedule, Backend& backend, Communicator& communicator,
+                           const std::function<void(size_t, size_t)>& progress = {});
+
+}  // namespace domino::exec
+
+#endif  // DOMINO_EXEC_INTERPRETER_H_

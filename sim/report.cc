@@ -1,0 +1,60 @@
+#include "sim/report.h"
+
+#include <fmt/format.h>
+
+#include "models/base/file_io.h"
+#include "models/base/yaml_reader.h"
+#include "sim/predict.h"
+
+namespace domino::sim {
+
+std::string TimelineYaml(const Schedule& schedule, const Timeline& timeline) {
+  std::string out =
+      "timeline:  # one micro-batch on one rank, in issue order: [op, class, start_us, end_us]\n"
+      "  ops:\n";
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    const int32_t id = static_cast<int32_t>(i);
+    out += fmt::format("    - [{}, {}, {:.3f}, {:.3f}]\n", schedule.Label(id),
+                       OpClassName(ClassOf(schedule.op(id))), timeline.ops[i].start_us,
+                       timeline.ops[i].end_us);
+  }
+  return out;
+}
+
+Result<Report> LoadReport(const std::string& path) {
+  Result<Plan> plan = LoadPlan(path);
+  if (!plan.ok()) return plan.error();
+  Report report;
+  report.plan = std::move(plan).value();
+  Result<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.error();
+  Result<YAML::Node> root = ParseYaml(*text, path);
+  if (!root.ok()) return root.error();
+  YAML::Node timeline = (*root)["timeline"];
+  if (!timeline) return report;
+  auto fail = [&](const YAML::Node& node, const std::string& rule) {
+    return Error(fmt::format("{}:{}:{}: timeline.ops: {}", path, node.Mark().line + 1,
+                             node.Mark().column + 1, rule));
+  };
+  YAML::Node ops = timeline.IsMap() ? timeline["ops"] : YAML::Node();
+  if (!ops || !ops.IsSequence())
+    return fail(timeline, "expected a list of [op, class, start_us, end_us]");
+  for (const YAML::Node& entry : ops) {
+    if (!entry.IsSequence() || entry.size() != 4)
+      return fail(entry, "each entry is [op, class, start_us, end_us]");
+    ReportOp op;
+    try {
+      op.label = entry[0].as<std::string>();
+      op.op_class = entry[1].as<std::string>();
+      op.start_us = entry[2].as<double>();
+      op.end_us = entry[3].as<double>();
+    } catch (const YAML::Exception&) {
+      return fail(entry, "each entry is [op, class, start_us, end_us] with numbers for the times");
+    }
+    if (!(op.end_us >= op.start_us)) return fail(entry, "an op must not end before it starts");
+    report.ops.push_back(std::move(op));
+  }
+  return report;
+}
+
+}  // namespace domino::sim

@@ -1,0 +1,116 @@
+#include "exec/communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "exec/launch_env.h"
+
+namespace domino::exec {
+namespace {
+
+// Runs fn(rank, communicator) on `n` threads of one LocalGroup.
+template <typename Fn>
+void OnRanks(int n, Fn fn) {
+  LocalGroup group(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { fn(r, group.member(r)); });
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(LocalGroupTest, AllReduceSumsOverRanks) {
+  OnRanks(3, [](int r, Communicator& c) {
+    EXPECT_EQ(c.rank(), r);
+    EXPECT_EQ(c.size(), 3);
+    std::vector<float> v = {1.0f * r, 10.0f + r};
+    ASSERT_TRUE(c.AllReduce(v.data(), 2).ok());
+    EXPECT_EQ(v[0], 0 + 1 + 2);
+    EXPECT_EQ(v[1], 10 + 11 + 12);
+    // Twice in a row: buffers are reused safely.
+    ASSERT_TRUE(c.AllReduce(v.data(), 2).ok());
+    EXPECT_EQ(v[0], 9);
+  });
+}
+
+TEST(LocalGroupTest, ReduceScatterGivesEachRankItsBlockOfTheSum) {
+  OnRanks(2, [](int r, Communicator& c) {
+    std::vector<float> in = {1.0f + r, 2.0f + r, 3.0f + r, 4.0f + r};  // two blocks of two
+    std::vector<float> out(2);
+    ASSERT_TRUE(c.ReduceScatter(in.data(), out.data(), 2).ok());
+    if (r == 0) EXPECT_EQ(out, (std::vector<float>{3, 5}));
+    if (r == 1) EXPECT_EQ(out, (std::vector<float>{7, 9}));
+  });
+}
+
+TEST(LocalGroupTest, AllGatherAndGatherConcatenateInRankOrder) {
+  OnRanks(3, [](int r, Communicator& c) {
+    std::vector<float> in = {static_cast<float>(r), static_cast<float>(10 * r)};
+    std::vector<float> all(6);
+    ASSERT_TRUE(c.AllGather(in.data(), all.data(), 2).ok());
+    EXPECT_EQ(all, (std::vector<float>{0, 0, 1, 10, 2, 20}));
+    std::vector<float> root(r == 0 ? 6 : 0);
+    ASSERT_TRUE(c.Gather(in.data(), root.data(), 2).ok());
+    if (r == 0) EXPECT_EQ(root, (std::vector<float>{0, 0, 1, 10, 2, 20}));
+  });
+}
+
+TEST(SelfCommunicatorTest, CollectivesOfOneAreCopies) {
+  SelfCommunicator c;
+  std::vector<float> v = {1, 2}, out(2);
+  ASSERT_TRUE(c.AllReduce(v.data(), 2).ok());
+  EXPECT_EQ(v, (std::vector<float>{1, 2}));
+  ASSERT_TRUE(c.AllGather(v.data(), out.data(), 2).ok());
+  EXPECT_EQ(out, v);
+  ASSERT_TRUE(c.ReduceScatter(v.data(), out.data(), 2).ok());
+  EXPECT_EQ(out, v);
+}
+
+using Env = std::map<std::string, std::string>;
+Result<LaunchEnv> Read(const Env& env) {
+  return ReadLaunchEnv([&](std::string_view name) -> std::optional<std::string> {
+    auto it = env.find(std::string(name));
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+TEST(LaunchEnvTest, ReadsEachLauncher) {
+  Result<LaunchEnv> none = Read({});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->size, 1);
+  EXPECT_EQ(none->rank, 0);
+  Result<LaunchEnv> ompi = Read({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "3"},
+                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
+  ASSERT_TRUE(ompi.ok());
+  EXPECT_EQ(ompi->size, 4);
+  EXPECT_EQ(ompi->rank, 3);
+  EXPECT_EQ(ompi->local_rank, 1);
+  EXPECT_NE(ompi->source.find("OpenMPI"), std::string::npos);
+  Result<LaunchEnv> slurm = Read({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "5"}});
+  ASSERT_TRUE(slurm.ok());
+  EXPECT_EQ(slurm->size, 8);
+  EXPECT_NE(slurm->source.find("Slurm"), std::string::npos);
+  Result<LaunchEnv> torch = Read({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"LOCAL_RANK", "1"}});
+  ASSERT_TRUE(torch.ok());
+  EXPECT_EQ(torch->rank, 1);
+  EXPECT_NE(torch->source.find("torchrun"), std::string::npos);
+}
+
+TEST(LaunchEnvTest, RejectsMalformedValues) {
+  Result<LaunchEnv> text = Read({{"WORLD_SIZE", "two"}, {"RANK", "0"}});
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.message().find("WORLD_SIZE"), std::string::npos) << text.message();
+  Result<LaunchEnv> outside = Read({{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "2"}});
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.message().find("SLURM_PROCID"), std::string::npos) << outside.message();
+  Result<LaunchEnv> half = Read({{"PMI_SIZE", "2"}});
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(half.message().find("PMI_RANK"), std::string::npos) << half.message();
+}
+
+}  // namespace
+}  // namespace domino::exec

@@ -1,0 +1,215 @@
+#include "exec/execute.h"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "exec/communicator.h"
+#include "planner/lower.h"
+#include "tests/planner/test_plans.h"
+
+namespace domino::exec {
+namespace {
+
+using testing_util::MakePlan;
+using testing_util::PlanKnobs;
+
+std::string ModelPath(const char* name) {
+  return std::string(DOMINO_SOURCE_DIR) + "/models/examples/" + name + ".yaml";
+}
+
+struct Strategy {
+  const char* name;
+  int p, q;
+  OverlapScope scope;
+  bool sp;
+};
+
+// Every strategy the executor must get right: baseline, SP, row split p = 1..4 in both scopes,
+// column split, 2D, SP with row split.
+constexpr Strategy kStrategies[] = {
+    {"baseline", 1, 1, OverlapScope::kNone, false},
+    {"sp", 1, 1, OverlapScope::kNone, true},
+    {"row1-intra", 1, 1, OverlapScope::kIntraLayer, false},
+    {"row2-inter", 2, 1, OverlapScope::kInterLayer, false},
+    {"row2-intra", 2, 1, OverlapScope::kIntraLayer, false},
+    {"row3-inter", 3, 1, OverlapScope::kInterLayer, false},
+    {"row4-inter", 4, 1, OverlapScope::kInterLayer, false},
+    {"row4-intra", 4, 1, OverlapScope::kIntraLayer, false},
+    {"col2", 1, 2, OverlapScope::kIntraLayer, false},
+    {"col4", 1, 4, OverlapScope::kIntraLayer, false},
+    {"2d-inter", 2, 2, OverlapScope::kInterLayer, false},
+    {"2d-intra", 2, 4, OverlapScope::kIntraLayer, false},
+    {"sp-row2", 2, 1, OverlapScope::kInterLayer, true},
+};
+
+Plan TinyPlan(const char* model, int tp, const Strategy& st) {
+  PlanKnobs k;
+  k.model = ModelPath(model);
+  k.cluster = "dgx-h100:1:" + std::to_string(tp);
+  k.tp = tp;
+  k.seq_len = 16;
+  k.micro_batch = 12;  // divisible by every p above
+  k.global_batch = 12;
+  k.row_split = st.p;
+  k.col_split = st.q;
+  k.scope = st.scope;
+  k.sequence_parallel = st.sp;
+  return MakePlan(k);
+}
+
+// Runs `schedule` of `plan` on `ranks` threads, one rank each; returns every rank's result.
+std::vector<Result<ExecuteResult>> RunRanks(const Plan& plan, const Schedule& schedule, int ranks) {
+  LocalGroup group(ranks);
+  std::vector<std::optional<Result<ExecuteResult>>> results(ranks);
+  std::vector<std::thread> threads;
+  ExecuteOptions options;
+  options.check = true;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      results[r].emplace(ExecuteCpuSchedule(plan, schedule, group.member(r), options));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<Result<ExecuteResult>> out;
+  for (auto& r : results) out.push_back(std::move(*r));
+  return out;
+}
+
+Schedule LowerOk(const Plan& plan) {
+  Result<Schedule> s = Lower(plan);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return s.ok() ? std::move(s).value() : Schedule{};
+}
+
+TEST(ExecuteTest, EveryStrategyMatchesTheReference) {
+  for (const char* model : {"tiny-gpt", "tiny-llama"}) {
+    for (int tp : {2, 4}) {
+      for (const Strategy& st : kStrategies) {
+        SCOPED_TRACE(testing::Message() << model << " tp " << tp << " " << st.name);
+        Plan plan = TinyPlan(model, tp, st);
+        std::vector<Result<ExecuteResult>> results = RunRanks(plan, LowerOk(plan), tp);
+        for (int r = 0; r < tp; ++r) {
+          ASSERT_TRUE(results[r].ok()) << results[r].message();
+          EXPECT_TRUE(results[r]->passed) << "rank " << r;
+        }
+        const std::vector<TensorCheck>& checks = results[0]->checks;
+        ASSERT_EQ(checks.size(), 2u + 6 * plan.model.layers);  // output, input grad, weights
+        for (const TensorCheck& c : checks) {
+          EXPECT_TRUE(c.ok) << c.name << ": rel error " << c.rel_error;
+          EXPECT_GT(c.reference_max, 0) << c.name << " is all zero: nothing was compared";
+        }
+        EXPECT_TRUE(results[1]->checks.empty());
+      }
+    }
+  }
+}
+
+// A copy of `schedule` without op `drop`; ops that depended on it depend on its dependencies.
+Schedule Without(const Schedule& schedule, int32_t drop) {
+  Schedule out;
+  for (const Tensor& t : schedule.tensors()) out.AddTensor(t.name, t.rows, t.cols, t.shard, t.part_cols);
+  std::vector<int32_t> remap(schedule.size(), -1);
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    const Op& op = schedule.ops()[i];
+    if (static_cast<int32_t>(i) == drop) continue;
+    std::vector<int32_t> deps;
+    for (int32_t d : schedule.deps(op)) {
+      if (d == drop) {
+        for (int32_t dd : schedule.deps(schedule.op(drop)))
+          if (remap[dd] >= 0) deps.push_back(remap[dd]);
+      } else if (remap[d] >= 0) {
+        deps.push_back(remap[d]);
+      }
+    }
+    std::span<const TensorUse> reads = schedule.reads(op), writes = schedule.writes(op);
+    remap[i] = out.Add(op, deps, reads, writes);
+  }
+  return out;
+}
+
+TEST(ExecuteTest, ALoweringThatDropsOneAllReduceFailsTheCheck) {
+  Plan plan = TinyPlan("tiny-gpt", 2, kStrategies[3]);  // row split 2, inter-layer
+  Schedule schedule = LowerOk(plan);
+  int32_t victim = -1;
+  for (size_t i = 0; i < schedule.size() && victim < 0; ++i)
+    if (schedule.ops()[i].collective == CollectiveOp::kAllReduce) victim = static_cast<int32_t>(i);
+  ASSERT_GE(victim, 0);
+  Schedule broken = Without(schedule, victim);
+  ASSERT_EQ(broken.size(), schedule.size() - 1);
+  std::vector<Result<ExecuteResult>> results = RunRanks(plan, broken, 2);
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_FALSE(r->passed);
+  }
+  int differing = 0;
+  for (const TensorCheck& c : results[0]->checks) differing += c.ok ? 0 : 1;
+  EXPECT_GT(differing, 0);
+  // The intact schedule passes with the same seed and ranks: the drop is what broke it.
+  std::vector<Result<ExecuteResult>> intact = RunRanks(plan, schedule, 2);
+  ASSERT_TRUE(intact[0].ok());
+  EXPECT_TRUE(intact[0]->passed);
+}
+
+TEST(ExecuteTest, TimelineCoversEveryOpInIssueOrder) {
+  Plan plan = TinyPlan("tiny-gpt", 2, kStrategies[3]);
+  Schedule schedule = LowerOk(plan);
+  std::vector<Result<ExecuteResult>> results = RunRanks(plan, schedule, 2);
+  ASSERT_TRUE(results[0].ok());
+  const Timeline& t = results[0]->timeline;
+  ASSERT_EQ(t.ops.size(), schedule.size());
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    EXPECT_LE(t.ops[i].start_us, t.ops[i].end_us);
+    if (i > 0) EXPECT_GE(t.ops[i].start_us, t.ops[i - 1].end_us);
+  }
+  EXPECT_GT(t.end_us(), 0);
+}
+
+TEST(ExecuteTest, CommunicatorMustMatchTheTpGroup) {
+  Plan plan = TinyPlan("tiny-gpt", 2, kStrategies[0]);
+  SelfCommunicator self;
+  Result<ExecuteResult> r = ExecuteCpu(plan, self, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("2 ranks"), std::string::npos) << r.message();
+}
+
+TEST(ExecuteTest, SingleRankRunEqualsItsReference) {
+  PlanKnobs k;
+  k.model = ModelPath("tiny-llama");
+  k.cluster = "dgx-h100:1:1";
+  k.tp = 1;
+  k.seq_len = 16;
+  k.micro_batch = 4;
+  k.global_batch = 4;
+  k.row_split = 2;
+  k.scope = OverlapScope::kInterLayer;
+  Plan plan = MakePlan(k);
+  SelfCommunicator self;
+  ExecuteOptions options;
+  options.check = true;
+  Result<ExecuteResult> r = ExecuteCpu(plan, self, options);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_TRUE(r->passed);
+  // Same kernels in the same order on the same rows: row slices only split the GEMMs' rows, so
+  // the output is bit-identical (gradients add slice by slice and may round differently).
+  EXPECT_EQ(r->checks[0].name, "output");
+  EXPECT_EQ(r->checks[0].max_abs_error, 0);
+}
+
+TEST(ReferencePlanTest, IsUnshardedAndUnsliced) {
+  Plan plan = TinyPlan("tiny-gpt", 4, kStrategies[12]);
+  Plan ref = ReferencePlan(plan);
+  EXPECT_EQ(ref.tp, 1);
+  EXPECT_EQ(ref.row_split, 1);
+  EXPECT_EQ(ref.col_split, 1);
+  EXPECT_FALSE(ref.sequence_parallel);
+  EXPECT_EQ(ref.scope, OverlapScope::kNone);
+  EXPECT_EQ(ref.micro_batch, plan.micro_batch);
+  EXPECT_FALSE(CheckPlanRules(ref).has_value());
+}
+
+}  // namespace
+}  // namespace domino::exec
