@@ -33,6 +33,7 @@ class CpuBackend final : public Backend {
 
   // This rank's values of tensor `id` (rows x cols, row-major).
   const std::vector<float>& data(int32_t id) const { return data_[id]; }
+  std::vector<float>& mutable_data(int32_t id) { return data_[id]; }
 
   // Bytes the backend would allocate for `schedule`.
   static double BytesFor(const Schedule& schedule);
