@@ -9,7 +9,8 @@ trap 'rm -rf "$tmp"' EXIT
 flags=(--model "$src/models/examples/tiny-llama.yaml" --cluster dgx-h100:1:2 --tp 2 --seq-len 16
        --micro-batch 12 --row-split 2 --col-split 2 --scope inter-layer)
 "$domino" simulate "${flags[@]}" --report "$tmp/predicted.yaml" >/dev/null
-"$mpiexec" -np 2 --oversubscribe "$domino" execute "${flags[@]}" --check \
+# The predicted report is a plan: execute it as one, given as PLAN.
+"$mpiexec" -np 2 --oversubscribe "$domino" execute --backend cpu "$tmp/predicted.yaml" --check \
   --report "$tmp/measured.yaml" --trace "$tmp/measured.json" >"$tmp/execute.txt"
 grep -q "check passed" "$tmp/execute.txt"
 grep -q "^measured:" "$tmp/measured.yaml"
