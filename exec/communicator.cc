@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <deque>
+#include <map>
 #include <mutex>
+#include <utility>
+
+#include <fmt/format.h>
 
 namespace domino::exec {
 
@@ -20,6 +25,12 @@ Status SelfCommunicator::AllGather(const float* in, float* out, int64_t count) {
 
 Status SelfCommunicator::Gather(const float* in, float* out, int64_t count) {
   std::copy(in, in + count, out);
+  return Status::Ok();
+}
+
+Status SelfCommunicator::SendRecv(const float* send, int to, float* recv, int from, int64_t count) {
+  if (to != 0 || from != 0) return Error("send/recv: a group of one has only rank 0");
+  std::copy(send, send + count, recv);
   return Status::Ok();
 }
 
@@ -45,6 +56,8 @@ struct LocalGroup::Shared {
   std::condition_variable cv;
   int arrived = 0;
   uint64_t barrier_generation = 0;
+  // Point-to-point messages in flight, by (from, to), in send order.
+  std::map<std::pair<int, int>, std::deque<std::vector<float>>> mail;
 };
 
 class LocalGroup::Member final : public Communicator {
@@ -80,6 +93,23 @@ class LocalGroup::Member final : public Communicator {
       for (int r = 0; r < shared_->size; ++r)
         std::copy(shared_->inputs[r], shared_->inputs[r] + count, out + r * count);
     shared_->Barrier();
+    return Status::Ok();
+  }
+  Status SendRecv(const float* send, int to, float* recv, int from, int64_t count) override {
+    const int n = shared_->size;
+    if (to < 0 || to >= n || from < 0 || from >= n)
+      return Error(fmt::format("send/recv: peers {} and {} are not ranks of {}", to, from, n));
+    std::unique_lock lock(shared_->mutex);
+    shared_->mail[{rank_, to}].emplace_back(send, send + count);
+    shared_->cv.notify_all();
+    auto& inbox = shared_->mail[{from, rank_}];
+    shared_->cv.wait(lock, [&] { return !inbox.empty(); });
+    std::vector<float> message = std::move(inbox.front());
+    inbox.pop_front();
+    if (static_cast<int64_t>(message.size()) != count)
+      return Error(fmt::format("send/recv: rank {} sent {} elements, rank {} expected {}", from,
+                               message.size(), rank_, count));
+    std::copy(message.begin(), message.end(), recv);
     return Status::Ok();
   }
 

@@ -26,6 +26,9 @@ class Communicator {
   virtual Status AllGather(const float* in, float* out, int64_t count) = 0;
   // As AllGather, but only rank 0 receives; `out` may be null elsewhere.
   virtual Status Gather(const float* in, float* out, int64_t count) = 0;
+  // Sends send[0, count) to rank `to` and receives recv[0, count) from rank `from` (pipeline
+  // activations and gradients); deadlock-free when every rank of a ring or chain calls it.
+  virtual Status SendRecv(const float* send, int to, float* recv, int from, int64_t count) = 0;
 };
 
 // The group of one: every collective is a copy.
@@ -37,6 +40,7 @@ class SelfCommunicator final : public Communicator {
   Status ReduceScatter(const float* in, float* out, int64_t count) override;
   Status AllGather(const float* in, float* out, int64_t count) override;
   Status Gather(const float* in, float* out, int64_t count) override;
+  Status SendRecv(const float* send, int to, float* recv, int from, int64_t count) override;
 };
 
 // Ranks as threads of one process, for tests: LocalGroup(n).member(r) is rank r's communicator;

@@ -54,6 +54,13 @@ class MpiCommunicator final : public Communicator {
                             MPI_FLOAT, 0, MPI_COMM_WORLD),
                  "gather");
   }
+  Status SendRecv(const float* send, int to, float* recv, int from, int64_t count) override {
+    DOMINO_RETURN_IF_ERROR(CheckCount(count));
+    return Check(MPI_Sendrecv(send, static_cast<int>(count), MPI_FLOAT, to, /*tag=*/0, recv,
+                              static_cast<int>(count), MPI_FLOAT, from, 0, MPI_COMM_WORLD,
+                              MPI_STATUS_IGNORE),
+                 "send/recv");
+  }
 
  private:
   int rank_, size_;

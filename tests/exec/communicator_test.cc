@@ -58,6 +58,14 @@ TEST(LocalGroupTest, AllGatherAndGatherConcatenateInRankOrder) {
   });
 }
 
+TEST(LocalGroupTest, SendRecvPassesAlongARing) {
+  OnRanks(4, [](int r, Communicator& c) {
+    std::vector<float> send = {static_cast<float>(r), 100.0f + r}, recv(2);
+    ASSERT_TRUE(c.SendRecv(send.data(), (r + 1) % 4, recv.data(), (r + 3) % 4, 2).ok());
+    EXPECT_EQ(recv, (std::vector<float>{static_cast<float>((r + 3) % 4), 100.0f + (r + 3) % 4}));
+  });
+}
+
 TEST(SelfCommunicatorTest, CollectivesOfOneAreCopies) {
   SelfCommunicator c;
   std::vector<float> v = {1, 2}, out(2);
@@ -67,6 +75,10 @@ TEST(SelfCommunicatorTest, CollectivesOfOneAreCopies) {
   EXPECT_EQ(out, v);
   ASSERT_TRUE(c.ReduceScatter(v.data(), out.data(), 2).ok());
   EXPECT_EQ(out, v);
+  std::vector<float> got(2);
+  ASSERT_TRUE(c.SendRecv(v.data(), 0, got.data(), 0, 2).ok());
+  EXPECT_EQ(got, v);
+  EXPECT_FALSE(c.SendRecv(v.data(), 1, got.data(), 0, 2).ok());
 }
 
 using Env = std::map<std::string, std::string>;
