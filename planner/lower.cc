@@ -53,11 +53,12 @@ struct LayerTensors {
 
 class Lowering {
  public:
-  explicit Lowering(const Plan& plan)
+  Lowering(const Plan& plan, const LowerOptions& options)
       : plan_(plan),
+        options_(options),
         p_(plan.row_split),
         q_(plan.col_split),
-        layers_(plan.model.layers / plan.pp),
+        layers_(options.layers > 0 ? options.layers : plan.model.layers / plan.pp),
         sp_(plan.sequence_parallel),
         scope_(plan.scope) {
     const ModelSpec& m = plan.model;
@@ -72,6 +73,8 @@ class Lowering {
     e_ = DtypeBytes(plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision);
     tokens_ = static_cast<int64_t>(plan.micro_batch) * plan.seq_len;
     slice_tokens_ = tokens_ / p_;
+    // Megatron pads the vocabulary to a multiple of 128 per TP rank.
+    vocab_ = (m.vocab + 128 * t - 1) / (128 * t) * 128;
     waits_.assign(p_, {});
   }
 
@@ -79,18 +82,36 @@ class Lowering {
     s_.Reserve(static_cast<size_t>(layers_) * p_ * (24 + 8 * q_));
     for (int l = 0; l < layers_; ++l) tensors_.push_back(MakeTensors(l));
     out_grad_ = ResidualTensor(fmt::format("l{}.out.grad", layers_ - 1));
-    for (int l = 0; l < layers_; ++l) {
-      Barrier();
-      ForwardBlock(l, Block::kAttention);
-      ForwardBlock(l, Block::kMlp);
+    if (options_.head) MakeHeadTensors();
+    if (options_.forward) {
+      if (options_.embedding)
+        for (int i = 0; i < p_; ++i) EmbeddingForward(i);
+      for (int l = 0; l < layers_; ++l) {
+        Barrier();
+        ForwardBlock(l, Block::kAttention);
+        ForwardBlock(l, Block::kMlp);
+      }
+      if (options_.head)
+        for (int i = 0; i < p_; ++i) HeadForward(i);
     }
-    for (int l = layers_ - 1; l >= 0; --l) {
-      Barrier();
-      BackwardBlock(l, Block::kMlp);
-      BackwardBlock(l, Block::kAttention);
+    if (options_.backward) {
+      if (options_.head)
+        for (int i = 0; i < p_; ++i) HeadBackward(i);
+      for (int l = layers_ - 1; l >= 0; --l) {
+        Barrier();
+        if (plan_.recompute == Recompute::kFull) RecomputeLayer(l);
+        BackwardBlock(l, Block::kMlp);
+        BackwardBlock(l, Block::kAttention);
+      }
+      // The first layer's input gradient completes the stack.
+      for (int i = 0; i < p_; ++i) {
+        int32_t grad = BackwardEntry(0, Block::kAttention, i, /*final=*/true);
+        if (options_.embedding) {
+          Elementwise(OpFunc::kEmbedGrad, Tags(0, i, -1, Phase::kBackward), 2 * RowBytes(h_), {grad},
+                      {SliceOf(tensors_[0].g_x, i)}, {});
+        }
+      }
     }
-    // The first layer's input gradient completes the stack.
-    for (int i = 0; i < p_; ++i) BackwardEntry(0, Block::kAttention, i, /*final=*/true);
     return std::move(s_);
   }
 
@@ -270,12 +291,12 @@ class Lowering {
     Deps deps = std::move(waits_[i]);
     waits_[i].clear();
     double hb = NormRows() * h_ * e_;
-    OpTags tags = Tags(l, i, -1, Phase::kForward);
+    OpTags tags = Tags(l, i, -1, fwd_phase_);
     int32_t norm;
     if (block == Block::kAttention) {
-      if (l > 0) {
+      if (l > 0 && !recomputing_) {  // a recomputed layer starts from its saved input
         const LayerTensors& prev = tensors_[l - 1];
-        Elementwise(OpFunc::kResidual2, Tags(l - 1, i, -1, Phase::kForward), 3 * hb, std::move(deps),
+        Elementwise(OpFunc::kResidual2, Tags(l - 1, i, -1, fwd_phase_), 3 * hb, std::move(deps),
                     {SliceOf(prev.mid, i), SliceOf(Reduced(prev.fc2, prev.fc2_s), i)},
                     {SliceOf(t.x, i)});
         deps = {};
@@ -298,7 +319,7 @@ class Lowering {
   // collective(s), which the slice's next entry waits for.
   void ForwardCompute(int l, Block block, int i, int32_t entry) {
     const LayerTensors& t = tensors_[l];
-    OpTags tags = Tags(l, i, -1, Phase::kForward);
+    OpTags tags = Tags(l, i, -1, fwd_phase_);
     Deps first = {entry};
     int32_t in, w_out, out;
     int64_t k;
@@ -316,7 +337,7 @@ class Lowering {
     }
     OpFunc func = block == Block::kAttention ? OpFunc::kProj : OpFunc::kFc2;
     for (int j = 0; j < q_; ++j) {
-      OpTags chunk_tags = Tags(l, i, q_ > 1 ? j : -1, Phase::kForward);
+      OpTags chunk_tags = Tags(l, i, q_ > 1 ? j : -1, fwd_phase_);
       View w_cols{0, k, j * (h_ / q_), (j + 1) * (h_ / q_)};
       int32_t gemm = Gemm(func, chunk_tags, slice_tokens_, h_ / q_, k, {},
                           {SliceOf(in, i), Use(w_out, w_cols)}, {Use(out, Chunk(i, j, h_))});
@@ -353,7 +374,12 @@ class Lowering {
     double hb = NormRows() * h_ * e_;
     OpTags tags;
     int32_t grad_out, grad_tensor;
-    if (block == Block::kMlp && l + 1 >= layers_) {
+    if (block == Block::kMlp && l + 1 >= layers_ && head_grad_[i] >= 0) {
+      // The top layer's output gradient comes from the final norm's backward.
+      tags = Tags(l, i, -1, Phase::kBackward);
+      grad_tensor = out_grad_;
+      grad_out = head_grad_[i];
+    } else if (block == Block::kMlp && l + 1 >= layers_) {
       // The top layer's output gradient arrives from the loss (or the next stage).
       tags = Tags(l, i, -1, Phase::kBackward);
       grad_tensor = out_grad_;
@@ -407,6 +433,9 @@ class Lowering {
          {SliceOf(x_in, i), SliceOf(grad_y, i)}, {WholeOf(attn ? t.g_w_proj : t.g_w_fc2)});
     // Middle: attention core or activation backward.
     if (attn) {
+      if (plan_.recompute == Recompute::kSelective)  // the attention core, not kept in forward
+        Attention(OpFunc::kAttn, Tags(l, i, -1, Phase::kRecompute), 1.0, {SliceOf(t.qkv, i)},
+                  {SliceOf(t.ctx, i)});
       Attention(OpFunc::kAttnGrad, tags, 2.0, {SliceOf(t.qkv, i), SliceOf(t.g_ctx, i)},
                 {SliceOf(t.g_qkv, i)});
     } else {
@@ -465,12 +494,109 @@ class Lowering {
     }
   }
 
+  // Full recompute: layer l's forward again (from its saved input), just before its backward.
+  // The backward's pending collectives are set aside meanwhile; the recomputed forward's last
+  // collectives join them, so the backward entry also waits for the recomputed layer.
+  void RecomputeLayer(int l) {
+    std::vector<Deps> backward_waits = std::move(waits_);
+    waits_.assign(p_, {});
+    fwd_phase_ = Phase::kRecompute;
+    recomputing_ = true;
+    ForwardBlock(l, Block::kAttention);
+    ForwardBlock(l, Block::kMlp);
+    recomputing_ = false;
+    fwd_phase_ = Phase::kForward;
+    for (int i = 0; i < p_; ++i)
+      backward_waits[i].insert(backward_waits[i].end(), waits_[i].begin(), waits_[i].end());
+    waits_ = std::move(backward_waits);
+  }
+
+  void MakeHeadTensors() {
+    head_x_ = ResidualTensor("final.x");
+    head_ln_ = s_.AddTensor("final.ln", tokens_, h_);
+    logits_ = s_.AddTensor("logits", tokens_, vocab_, Shard::kCols);
+    g_logits_ = s_.AddTensor("logits.grad", tokens_, vocab_, Shard::kCols);
+    g_head_ln_ = s_.AddTensor("final.ln.grad", tokens_, h_, sp_ ? Shard::kPartialSum : Shard::kReplicated);
+    g_head_ln_s_ = sp_ ? ResidualTensor("final.ln.grad.shard") : -1;
+    w_head_ = s_.AddTensor("lm_head.w", h_, vocab_, Shard::kCols);
+    g_w_head_ = s_.AddTensor("lm_head.w.grad", h_, vocab_, Shard::kCols);
+  }
+
+  // Vocab-parallel embedding of slice i: each rank looks up the tokens of its vocabulary part,
+  // then the partial rows are summed over TP (reduce-scattered with SP) into layer 0's input.
+  void EmbeddingForward(int i) {
+    OpTags tags = Tags(0, i, -1, Phase::kForward);
+    const LayerTensors& t = tensors_[0];
+    int32_t partial = s_.AddTensor(fmt::format("embed.s{}", i), slice_tokens_, h_, Shard::kPartialSum);
+    TensorUse whole{partial, View{0, slice_tokens_, 0, h_}};
+    int32_t lookup = Elementwise(OpFunc::kEmbed, tags, 2 * RowBytes(h_), {}, {}, {whole});
+    int32_t comm = sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, tags,
+                                    RowBytes(h_), lookup, whole, SliceOf(t.x, i))
+                       : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags,
+                                    RowBytes(h_), lookup, whole, SliceOf(t.x, i));
+    waits_[i].push_back(comm);
+    SyncIfNoOverlap(comm);
+  }
+
+  // Slice i's final residual add, final norm, LM head (vocab-parallel columns) and cross-entropy,
+  // whose max and sum over the vocabulary take two small all-reduces (counted as one).
+  void HeadForward(int i) {
+    const int l = layers_ - 1;
+    const LayerTensors& t = tensors_[l];
+    OpTags tags = Tags(l, i, -1, Phase::kForward);
+    Deps deps = std::move(waits_[i]);
+    waits_[i].clear();
+    const double hb = NormRows() * h_ * e_;
+    Elementwise(OpFunc::kResidual2, tags, 3 * hb, std::move(deps),
+                {SliceOf(t.mid, i), SliceOf(Reduced(t.fc2, t.fc2_s), i)}, {SliceOf(head_x_, i)});
+    int32_t norm = Elementwise(OpFunc::kFinalNorm, tags, 2 * hb, {}, {SliceOf(head_x_, i)},
+                               {sp_ ? SliceOf(head_x_, i) : SliceOf(head_ln_, i)});
+    if (sp_)
+      norm = Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), norm,
+                        SliceOf(head_x_, i), SliceOf(head_ln_, i));
+    Gemm(OpFunc::kLmHead, tags, slice_tokens_, vocab_, h_, {norm},
+         {SliceOf(head_ln_, i), WholeOf(w_head_)}, {SliceOf(logits_, i)});
+    int32_t loss = Elementwise(OpFunc::kLoss, tags, 2 * RowBytes(vocab_), {}, {SliceOf(logits_, i)}, {});
+    int32_t comm = Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags,
+                              static_cast<double>(slice_tokens_) * 2 * 4, loss,
+                              SliceOf(logits_, i), SliceOf(logits_, i));
+    SyncIfNoOverlap(comm);
+  }
+
+  // Slice i's loss gradient, LM head input gradient (all-reduced over TP, or reduce-scattered
+  // with SP) and weight gradient, then the final norm's backward into the top layer's output
+  // gradient. The weight-gradient GEMM runs under the collective.
+  void HeadBackward(int i) {
+    const int l = layers_ - 1;
+    OpTags tags = Tags(l, i, -1, Phase::kBackward);
+    Elementwise(OpFunc::kLossGrad, tags, 2 * RowBytes(vocab_), {}, {SliceOf(logits_, i)},
+                {SliceOf(g_logits_, i)});
+    int32_t dgrad = Gemm(OpFunc::kLmHeadGradInput, tags, slice_tokens_, h_, vocab_, {},
+                         {SliceOf(g_logits_, i), WholeOf(w_head_)}, {SliceOf(g_head_ln_, i)});
+    int32_t comm = sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, tags,
+                                    RowBytes(h_), dgrad, SliceOf(g_head_ln_, i), SliceOf(g_head_ln_s_, i))
+                       : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags,
+                                    RowBytes(h_), dgrad, SliceOf(g_head_ln_, i), SliceOf(g_head_ln_, i));
+    Gemm(OpFunc::kLmHeadGradWeight, tags, h_, vocab_, slice_tokens_, {},
+         {SliceOf(head_ln_, i), SliceOf(g_logits_, i)}, {WholeOf(g_w_head_)});
+    const double hb = NormRows() * h_ * e_;
+    head_grad_[i] = Elementwise(OpFunc::kFinalNormGrad, tags, 5 * hb, {comm},
+                                {SliceOf(head_x_, i), SliceOf(sp_ ? g_head_ln_s_ : g_head_ln_, i)},
+                                {SliceOf(out_grad_, i)});
+  }
+
   const Plan& plan_;
+  LowerOptions options_;
   int p_, q_, layers_;
   bool sp_;
   OverlapScope scope_;
   int64_t h_ = 0, d_ = 0, a_ = 0, g_ = 0, f_ = 0, f1_ = 0, qkv_n_ = 0, e_ = 2;
-  int64_t tokens_ = 0, slice_tokens_ = 0;
+  int64_t tokens_ = 0, slice_tokens_ = 0, vocab_ = 0;
+  Phase fwd_phase_ = Phase::kForward;  // kRecompute while a layer's forward is redone
+  bool recomputing_ = false;
+  int32_t head_x_ = -1, head_ln_ = -1, logits_ = -1, g_logits_ = -1, g_head_ln_ = -1;
+  int32_t g_head_ln_s_ = -1, w_head_ = -1, g_w_head_ = -1;
+  std::vector<int32_t> head_grad_ = std::vector<int32_t>(kMaxSplit + 1, -1);
   Schedule s_;
   std::vector<LayerTensors> tensors_;
   int32_t out_grad_ = -1;  // gradient of the top layer's output
@@ -484,7 +610,15 @@ class Lowering {
 Result<Schedule> Lower(const Plan& plan) {
   if (auto failure = CheckPlanRules(plan))
     return Error(fmt::format("{}: {}", failure->key, failure->rule));
-  return Lowering(plan).Run();
+  return Lowering(plan, {}).Run();
+}
+
+Result<Schedule> LowerStage(const Plan& plan, const LowerOptions& options) {
+  if (auto failure = CheckPlanRules(plan))
+    return Error(fmt::format("{}: {}", failure->key, failure->rule));
+  if (options.layers == 0 || options.layers > plan.model.layers)
+    return Error(fmt::format("a pipeline chunk of {} layers of {}", options.layers, plan.model.layers));
+  return Lowering(plan, options).Run();
 }
 
 }  // namespace domino

@@ -15,6 +15,20 @@ namespace domino {
 // CheckPlanRules.
 Result<Schedule> Lower(const Plan& plan);
 
+// What LowerStage emits: a model chunk of `layers` layers (-1: model.layers / pp), with the
+// vocab-parallel embedding in front (the first virtual stage) and/or the final norm, LM head and
+// cross-entropy loss behind (the last), its forward pass, its backward pass, or both. The
+// plan's recompute adds forward ops (phase recompute) to the backward pass: the attention core
+// (selective) or each whole layer (full).
+struct LowerOptions {
+  int layers = -1;
+  bool embedding = false;
+  bool head = false;
+  bool forward = true;
+  bool backward = true;
+};
+Result<Schedule> LowerStage(const Plan& plan, const LowerOptions& options);
+
 }  // namespace domino
 
 #endif  // DOMINO_PLANNER_LOWER_H_

@@ -20,7 +20,9 @@ std::string_view OpFuncName(OpFunc func) {
       "fc1",        "act",        "fc2",        "residual2",  "ln1.grad",   "qkv.dgrad",
       "qkv.wgrad",  "attn.grad",  "proj.dgrad", "proj.wgrad", "ln2.grad",   "fc1.dgrad",
       "fc1.wgrad",  "act.grad",   "fc2.dgrad",  "fc2.wgrad",  "residual.grad",
-      "tp.allreduce", "tp.reducescatter", "tp.allgather"};
+      "tp.allreduce", "tp.reducescatter", "tp.allgather", "embed",     "embed.grad",
+      "final_norm", "lm_head",    "loss",       "loss.grad",  "lm_head.dgrad", "lm_head.wgrad",
+      "final_norm.grad"};
   int index = static_cast<int>(func);
   return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
 }

@@ -36,6 +36,9 @@ enum class OpFunc : uint8_t {
   kLn2Grad, kFc1GradInput, kFc1GradWeight, kActGrad, kFc2GradInput, kFc2GradWeight,
   kResidualGrad,
   kTpAllReduce, kTpReduceScatter, kTpAllGather,
+  // First and last pipeline stage: vocab-parallel embedding, final norm, LM head, loss.
+  kEmbed, kEmbedGrad, kFinalNorm, kLmHead, kLoss, kLossGrad, kLmHeadGradInput, kLmHeadGradWeight,
+  kFinalNormGrad,
   kCount,
 };
 std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce", ...
