@@ -73,6 +73,18 @@ std::string_view RecomputeName(Recompute recompute) {
   return "none";
 }
 
+std::vector<int> ChunkLayers(const Plan& plan) {
+  const int pp = plan.pp, v = plan.virtual_stages, layers = plan.model.layers;
+  if (v > 1) return std::vector<int>(pp * v, layers / (pp * v));
+  std::vector<int> out(pp, layers / pp);
+  int extra = layers % pp;
+  // The first stage also embeds and the last also runs the LM head: they take the remainder last.
+  for (int s = 1; s + 1 < pp && extra > 0; ++s, --extra) ++out[s];
+  if (extra > 0 && pp > 1) ++out[pp - 1], --extra;
+  if (extra > 0) ++out[0];
+  return out;
+}
+
 std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   const ModelSpec& m = p.model;
   auto fail = [](std::string key, std::string rule) {
@@ -89,11 +101,21 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                 fmt::format("tp ({}) must divide the model's kv_heads ({})", p.tp, m.kv_heads));
   if (m.ffn % p.tp != 0)
     return fail("parallel.tp", fmt::format("tp ({}) must divide the model's ffn ({})", p.tp, m.ffn));
-  if (m.layers % (p.pp * p.virtual_stages) != 0)
-    return fail("parallel.pp", fmt::format("pp*virtual_stages = {}*{} must divide the model's {} layers",
-                                           p.pp, p.virtual_stages, m.layers));
+  if (p.pp > m.layers)
+    return fail("parallel.pp", fmt::format("pp ({}) must not exceed the model's {} layers", p.pp,
+                                           m.layers));
+  if (p.virtual_stages > 1 && m.layers % (p.pp * p.virtual_stages) != 0)
+    return fail("parallel.virtual_stages",
+                fmt::format("pp*virtual_stages = {}*{} must divide the model's {} layers", p.pp,
+                            p.virtual_stages, m.layers));
   if (p.virtual_stages > 1 && p.pp == 1)
     return fail("parallel.virtual_stages", "virtual_stages > 1 needs pp >= 2");
+  if (p.virtual_stages > 1 && p.dp > 0 && p.micro_batch > 0 &&
+      (p.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp)) % p.pp != 0)
+    return fail("parallel.virtual_stages",
+                fmt::format("the interleaved schedule needs the micro-batches per iteration ({}) "
+                            "to be a multiple of pp ({})",
+                            p.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp), p.pp));
   if (p.row_split > kMaxSplit)
     return fail("overlap.row_split", fmt::format("must be at most {}, got {}", kMaxSplit, p.row_split));
   if (p.col_split > kMaxSplit)

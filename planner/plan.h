@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "hardware/hardware_spec.h"
 #include "models/base/result.h"
@@ -81,6 +82,12 @@ struct PlanRuleFailure {
   std::string rule;  // "tp*pp*dp (16) must equal the cluster's 32 GPUs"
 };
 std::optional<PlanRuleFailure> CheckPlanRules(const Plan& plan);
+
+// Layers of each virtual pipeline stage (pp * virtual_stages of them; virtual stage c * pp + s is
+// chunk c of stage s). Interleaved: equal chunks. Otherwise layers / pp each, the remainder going
+// to the middle stages first, since the first stage also embeds and the last runs the LM head
+// (126 layers on 16 stages: 7, 8 x 14, 7).
+std::vector<int> ChunkLayers(const Plan& plan);
 
 // Parses plan YAML; resolves `model` and `cluster` through the catalogs; applies CheckPlanRules,
 // reporting the failing key's file:line:column. Missing sections take the defaults above, with

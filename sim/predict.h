@@ -17,19 +17,35 @@ inline constexpr int kOpClassCount = 5;
 std::string_view OpClassName(OpClass op_class);  // "gemm", "attention", "elementwise", ...
 OpClass ClassOf(const Op& op);
 
-// Prediction is the simulator's answer for one plan: the schedule it ran, the predicted timeline
-// and its ideal twin (TP collectives free), and the plan's figures (DESIGN.md "Definitions").
-// Times cover one iteration: the micro-batches of one pipeline stage run one after another, each
-// a forward and backward pass through the stage's layer stack. Embedding, LM head, optimizer and
-// pipeline/data-parallel communication are not simulated yet.
+// Where one iteration's time goes on the critical pipeline stage (the one that finishes last),
+// in milliseconds; the parts add up to the iteration time.
+struct IterationBreakdown {
+  int critical_stage = 0;
+  double compute_ms = 0;      // its chunks' forward and backward with TP collectives free
+  double exposed_tp_ms = 0;   // what its TP collectives add to that
+  double bubble_ms = 0;       // idle in the pipeline schedule itself (with free transfers)
+  double exposed_pp_ms = 0;   // idle added by pipeline transfers
+  double exposed_dp_ms = 0;   // DP gradient reduction (and parameter all-gather) after backward
+  double optimizer_ms = 0;    // Adam step
+};
+
+// Prediction is the simulator's answer for one plan (DESIGN.md "Definitions"). The iteration is
+// simulated in two levels without simulating identical work twice: each distinct model chunk
+// (layers, with or without embedding / LM head) is lowered and simulated once per pass (forward,
+// backward; real and with free TP collectives); the pipeline simulator then runs every stage's
+// 1F1B or interleaved schedule over those chunk times and the point-to-point transfers; DP
+// gradient buckets are reduced as each chunk's last backward releases them; the optimizer ends
+// the iteration.
 struct Prediction {
-  Schedule schedule;
-  Timeline timeline;        // one micro-batch
-  Timeline ideal_timeline;  // one micro-batch, TP collectives free
+  Schedule schedule;        // stage 0's first chunk, one micro-batch, forward and backward
+  Timeline timeline;        // its predicted timeline
+  Timeline ideal_timeline;  // the same with TP collectives free
   PlanFigures figures;
-  double tp_comm_ms = 0;     // uncontended TP collective time per iteration
-  double serial_ms = 0;      // every op back to back, uncontended, per iteration
-  // Per iteration, the time ops of each class ran (contended durations summed).
+  IterationBreakdown breakdown;
+  double tp_comm_ms = 0;     // uncontended TP collective time per iteration on stage 0
+  double dp_comm_ms = 0;     // uncontended DP collective time per iteration (stage 0)
+  double serial_ms = 0;      // nothing overlapped: every op, transfer and collective in turn
+  // Per iteration on stage 0, the time ops of each class ran (contended durations summed).
   std::array<double, kOpClassCount> busy_ms{};
 };
 
