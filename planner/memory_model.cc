@@ -9,15 +9,6 @@ namespace domino {
 MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const ModelSpec& m = plan.model;
   ParameterCounts counts = CountParameters(m);
-  // The first stage holds the vocab-parallel embedding and, with one stage, the untied LM head;
-  // learned position embeddings are replicated, and like Megatron's count they are left out.
-  double stage_params = static_cast<double>(counts.layers) / plan.pp / plan.tp +
-                        static_cast<double>(counts.embedding) / plan.tp;
-  if (plan.pp == 1) stage_params += static_cast<double>(counts.lm_head) / plan.tp;
-  double bytes_per_param = plan.distributed_optimizer ? 6.0 + 12.0 / plan.dp : 18.0;
-  MemoryEstimate estimate;
-  estimate.weights_and_optimizer_bytes = stage_params * bytes_per_param;
-
   const double s = plan.seq_len, b = plan.micro_batch, h = m.hidden, a = m.heads, t = plan.tp;
   const bool drop_scores = flash_attention || plan.recompute == Recompute::kSelective;
   double per_layer;
@@ -28,10 +19,29 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   } else {
     per_layer = s * b * h * (10 + 24 / t + (drop_scores ? 0 : 5 * a * s / (h * t)));
   }
-  double layers = static_cast<double>(m.layers) / plan.pp;
-  double in_flight = std::min(plan.pp, plan.micro_batches());
-  estimate.activation_bytes = per_layer * layers * std::max(1.0, in_flight);
-  return estimate;
+  const double bytes_per_param = plan.distributed_optimizer ? 6.0 + 12.0 / plan.dp : 18.0;
+  const std::vector<int> chunk_layers = ChunkLayers(plan);
+  // Every stage: its layers' 1/tp share; the first also the vocab-parallel embedding, the last
+  // the untied LM head (learned position embeddings are replicated and, like Megatron's count,
+  // left out). Stage s keeps up to pp - s micro-batches in flight under 1F1B; the interleaved
+  // schedule holds 1 + (pp - 1) / (pp * v) times more (Korthikanti et al. 2022). The estimate is
+  // the most loaded stage's.
+  MemoryEstimate worst;
+  for (int stage = 0; stage < plan.pp; ++stage) {
+    double layers = 0;
+    for (int c = 0; c < plan.virtual_stages; ++c) layers += chunk_layers[c * plan.pp + stage];
+    double params = static_cast<double>(counts.per_layer) * layers / t;
+    if (stage == 0) params += static_cast<double>(counts.embedding) / t;
+    if (stage == plan.pp - 1) params += static_cast<double>(counts.lm_head) / t;
+    double in_flight = std::max(1, std::min(plan.pp - stage, plan.micro_batches()));
+    if (plan.virtual_stages > 1)
+      in_flight *= 1.0 + (plan.pp - 1.0) / (static_cast<double>(plan.pp) * plan.virtual_stages);
+    MemoryEstimate estimate;
+    estimate.weights_and_optimizer_bytes = params * bytes_per_param;
+    estimate.activation_bytes = per_layer * layers * in_flight;
+    if (estimate.total_bytes() > worst.total_bytes()) worst = estimate;
+  }
+  return worst;
 }
 
 }  // namespace domino

@@ -46,13 +46,16 @@ struct ChunkKey {
 struct ChunkSim {
   ChunkTimes real, ideal, serial;  // serial: every op's uncontended time, summed
   double tp_comm_us = 0;
+  // With one stage, the chunk's schedule and timelines are the prediction's representative.
+  Schedule schedule;
+  Timeline timeline, ideal_timeline;
 };
 
-double Run(const Schedule& s, const CostModel& model, double* serial_us = nullptr) {
+Timeline Run(const Schedule& s, const CostModel& model, double* serial_us = nullptr) {
   std::vector<OpCost> costs = model.CostAll(s);
   if (serial_us)
     for (const OpCost& c : costs) *serial_us += c.alone_us;
-  return Simulate(s, costs, model.device()).end_us();
+  return Simulate(s, costs, model.device());
 }
 
 Result<ChunkSim> SimulateChunk(const Plan& plan, const ChunkKey& key, const CostModel& real,
@@ -64,9 +67,12 @@ Result<ChunkSim> SimulateChunk(const Plan& plan, const ChunkKey& key, const Cost
     // collectives may overlap the first backward work); the pipeline sees it as one block.
     Result<Schedule> both = LowerStage(plan, options);
     if (!both.ok()) return both.error();
-    sim.real.fwd_us = Run(*both, real, &sim.serial.fwd_us);
-    sim.ideal.fwd_us = Run(*both, ideal);
+    sim.timeline = Run(*both, real, &sim.serial.fwd_us);
+    sim.ideal_timeline = Run(*both, ideal);
+    sim.real.fwd_us = sim.timeline.end_us();
+    sim.ideal.fwd_us = sim.ideal_timeline.end_us();
     sim.tp_comm_us = real.TpCommUs(*both);
+    sim.schedule = std::move(both).value();
     return sim;
   }
   for (bool forward : {true, false}) {
@@ -75,8 +81,8 @@ Result<ChunkSim> SimulateChunk(const Plan& plan, const ChunkKey& key, const Cost
     Result<Schedule> pass = LowerStage(plan, options);
     if (!pass.ok()) return pass.error();
     (forward ? sim.real.fwd_us : sim.real.bwd_us) =
-        Run(*pass, real, forward ? &sim.serial.fwd_us : &sim.serial.bwd_us);
-    (forward ? sim.ideal.fwd_us : sim.ideal.bwd_us) = Run(*pass, ideal);
+        Run(*pass, real, forward ? &sim.serial.fwd_us : &sim.serial.bwd_us).end_us();
+    (forward ? sim.ideal.fwd_us : sim.ideal.bwd_us) = Run(*pass, ideal).end_us();
     sim.tp_comm_us += real.TpCommUs(*pass);
   }
   return sim;
@@ -166,7 +172,7 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
     if (sims.count(key)) continue;
     Result<ChunkSim> sim = SimulateChunk(plan, key, model, ideal_model);
     if (!sim.ok()) return sim.error();
-    sims.emplace(key, *sim);
+    sims.emplace(key, std::move(sim).value());
   }
 
   PipelineSpec spec;
@@ -249,20 +255,35 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   const StageEnd& ce = ends[critical];
   b.compute_ms = ideal_busy * kUsToMs;
   b.exposed_tp_ms = (real_busy - ideal_busy) * kUsToMs;
-  b.bubble_ms = std::max(0.0, pipe_free->stage_end_us[critical] - real_busy) * kUsToMs;
-  b.exposed_pp_ms = (pipe->stage_end_us[critical] - real_busy) * kUsToMs - b.bubble_ms;
   b.optimizer_ms = ce.optimizer_us * kUsToMs;
-  b.exposed_dp_ms = (ce.finish_us - pipe->stage_end_us[critical] - ce.optimizer_us) * kUsToMs;
+  b.exposed_dp_ms =
+      std::max(0.0, (ce.finish_us - pipe->stage_end_us[critical] - ce.optimizer_us) * kUsToMs);
+  if (pp > 1) {  // (with one stage the pipeline is the busy time itself, up to rounding)
+    b.bubble_ms = std::max(0.0, pipe_free->stage_end_us[critical] - real_busy) * kUsToMs;
+    b.exposed_pp_ms =
+        std::max(0.0, (pipe->stage_end_us[critical] - real_busy) * kUsToMs - b.bubble_ms);
+  }
+  // Whatever rounding is left goes to compute, so that the parts add up to the iteration.
+  b.compute_ms = iteration_us * kUsToMs - b.exposed_tp_ms - b.bubble_ms - b.exposed_pp_ms -
+                 b.optimizer_ms - b.exposed_dp_ms;
+
 
   // The representative micro-batch: stage 0's first chunk, forward and backward together.
   {
     const ChunkKey& key = keys[0];
-    Result<Schedule> schedule = LowerStage(plan, LowerOptions{key.layers, key.embedding, key.head, true, true});
-    if (!schedule.ok()) return schedule.error();
-    p.schedule = std::move(schedule).value();
-    std::vector<OpCost> costs = model.CostAll(p.schedule);
-    p.timeline = Simulate(p.schedule, costs, model.device());
-    p.ideal_timeline = Simulate(p.schedule, ideal_model.CostAll(p.schedule), ideal_model.device());
+    if (pp == 1) {  // already simulated as the only chunk
+      ChunkSim& only = sims.at(key);
+      p.schedule = std::move(only.schedule);
+      p.timeline = std::move(only.timeline);
+      p.ideal_timeline = std::move(only.ideal_timeline);
+    } else {
+      Result<Schedule> schedule =
+          LowerStage(plan, LowerOptions{key.layers, key.embedding, key.head, true, true});
+      if (!schedule.ok()) return schedule.error();
+      p.schedule = std::move(schedule).value();
+      p.timeline = Run(p.schedule, model);
+      p.ideal_timeline = Run(p.schedule, ideal_model);
+    }
     const double per_iteration = static_cast<double>(m) * v;
     for (size_t i = 0; i < p.schedule.size(); ++i) {
       const OpTime& t = p.timeline.ops[i];
@@ -292,7 +313,10 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   f.iteration_ms = iteration_us * kUsToMs;
   f.ideal_ms = ideal_us * kUsToMs;
   f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;
-  f.hidden_comm_fraction = p.tp_comm_ms > 0 ? 1.0 - f.exposed_comm_ms / p.tp_comm_ms : 1.0;
+  // With pipeline stages, TP time lengthens the fill and drain too, so the exposure can exceed
+  // one stage's TP time: nothing is hidden then.
+  f.hidden_comm_fraction =
+      p.tp_comm_ms > 0 ? std::clamp(1.0 - f.exposed_comm_ms / p.tp_comm_ms, 0.0, 1.0) : 1.0;
   const double seconds = f.iteration_ms * 1e-3;
   const double tokens = static_cast<double>(plan.global_batch) * plan.seq_len;
   f.tokens_per_s = tokens / seconds;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "models/base/file_io.h"
+#include "planner/memory_model.h"
 #include "sim/predict.h"
 #include "sim/report.h"
 #include "sim/trace.h"
@@ -21,6 +22,7 @@ struct SimulateFlags {
   std::string report_path, trace_path;
   bool force = false;
   bool compare_strategies = false;
+  bool ignore_memory = false;
   bool cuda_graphs = false;
   std::string attention = "flash";
 };
@@ -58,11 +60,23 @@ void PrintPrediction(const Plan& plan, const sim::Prediction& p) {
                     fmt::format("{:.1f}", 100 * p.busy_ms[c] / f.iteration_ms)});
   }
   classes.Print(std::cout);
+  std::cout << "\n";
+  const sim::IterationBreakdown& b = p.breakdown;
+  Table parts({fmt::format("iteration on stage {} (critical)", b.critical_stage), "ms", "%"});
+  auto part = [&](const char* name, double ms) {
+    parts.AddRow({name, fmt::format("{:.2f}", ms), fmt::format("{:.1f}", 100 * ms / f.iteration_ms)});
+  };
+  part("compute (TP comm free)", b.compute_ms);
+  part("exposed TP comm", b.exposed_tp_ms);
+  part("pipeline bubble", b.bubble_ms);
+  part("exposed PP transfers", b.exposed_pp_ms);
+  part("exposed DP comm", std::max(0.0, b.exposed_dp_ms));
+  part("optimizer step", b.optimizer_ms);
+  parts.Print(std::cout);
   std::cout << fmt::format(
-      "\n{} ops per micro-batch; serialized (nothing overlapped) {:.2f} ms. Simulated: the layer "
-      "stack, forward and backward;\nembedding, LM head, optimizer and DP/PP communication are not "
-      "included yet.\n",
-      p.schedule.size(), p.serial_ms);
+      "\n{} ops per micro-batch on stage 0; serialized (nothing overlapped) {:.2f} ms; DP "
+      "collectives {:.2f} ms uncontended.\n",
+      p.schedule.size(), p.serial_ms, p.dp_comm_ms);
 }
 
 struct Strategy {
@@ -131,6 +145,20 @@ void Run(const SimulateFlags& flags) {
   }
   Result<sim::Prediction> prediction = sim::Predict(*plan, options);
   if (!prediction.ok()) Fail("simulate", prediction.message());
+  if (!flags.ignore_memory) {
+    const MemoryEstimate mem = EstimateMemory(*plan, options.attention == sim::AttentionKernel::kFlash);
+    const double capacity_gib = plan->cluster.node.gpu.memory_GB * 1e9 / (1 << 30);
+    const double gib = 1.0 / (1 << 30);
+    if (mem.total_bytes() * gib > capacity_gib)
+      Fail("simulate", fmt::format(
+          "{}: does not fit: {:.1f} GiB per GPU on the most loaded stage (weights, gradients and "
+          "optimizer {:.1f} GiB + activations {:.1f} GiB) exceeds the {}'s {:.1f} GiB; use "
+          "recompute, sequence parallelism, a larger tp or pp, the distributed optimizer or a "
+          "smaller micro-batch (or --ignore-memory)",
+          flags.plan.plan_path.empty() ? "the plan" : flags.plan.plan_path, mem.total_bytes() * gib,
+          mem.weights_and_optimizer_bytes * gib, mem.activation_bytes * gib,
+          plan->cluster.node.gpu.name, capacity_gib));
+  }
   // Check outputs can be written before printing anything, so a bad path leaves nothing behind.
   Plan report = *plan;
   report.predicted = prediction->figures;
@@ -158,6 +186,8 @@ void SetupSimulate(CLI::App* sub) {
   sub->add_flag("--compare-strategies", flags->compare_strategies,
                 "simulate baseline, SP, row, column and 2D splits side by side");
   sub->add_flag("--cuda-graphs", flags->cuda_graphs, "launch kernels from CUDA graphs");
+  sub->add_flag("--ignore-memory", flags->ignore_memory,
+                "predict even a plan that does not fit in GPU memory");
   sub->add_option("--attention", flags->attention, "flash | unfused")
       ->check(CLI::IsMember({"flash", "unfused"}));
   sub->callback([flags] { Run(*flags); });

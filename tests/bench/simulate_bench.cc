@@ -62,6 +62,50 @@ void BM_LowerGpt3_13B(benchmark::State& state) {
 }
 BENCHMARK(BM_LowerGpt3_13B)->Arg(4)->Unit(benchmark::kMicrosecond);
 
+// Whole iterations of 3D-parallel plans: every distinct pipeline chunk simulated once per pass,
+// then the pipeline, DP buckets and the optimizer.
+Plan ThreeD(const char* model, const char* cluster, int pp, int dp, int v, int micro_batches,
+            int seq_len) {
+  Plan plan;
+  plan.model_ref = model;
+  plan.cluster_ref = cluster;
+  plan.tp = 8;
+  plan.pp = pp;
+  plan.dp = dp;
+  plan.virtual_stages = v;
+  plan.seq_len = seq_len;
+  plan.micro_batch = 1;
+  plan.global_batch = micro_batches * dp;
+  plan.sequence_parallel = true;
+  plan.distributed_optimizer = true;
+  plan.recompute = Recompute::kSelective;
+  if (!ResolvePlan(plan).ok()) std::abort();
+  return plan;
+}
+
+// GPT-3 175B on 1,024 A100s: tp 8, pp 8, dp 16, interleaved (3 chunks), 128 micro-batches.
+void BM_PredictGpt3_175B_1024Gpus(benchmark::State& state) {
+  Plan plan = ThreeD("gpt3-175b", "dgx-a100:128", 8, 16, 3, 128, 2048);
+  for (auto _ : state) {
+    Result<sim::Prediction> p = sim::Predict(plan);
+    if (!p.ok()) std::abort();
+    benchmark::DoNotOptimize(p->figures.iteration_ms);
+  }
+}
+BENCHMARK(BM_PredictGpt3_175B_1024Gpus)->Unit(benchmark::kMillisecond);
+
+// Llama 3 405B on 16,384 H100s: tp 8, pp 16 (uneven: 7, 8 x 14, 7 layers), dp 128, 16
+// micro-batches of 8192 tokens.
+void BM_PredictLlama3_405B_16384Gpus(benchmark::State& state) {
+  Plan plan = ThreeD("llama3-405b", "dgx-h100:2048", 16, 128, 1, 16, 8192);
+  for (auto _ : state) {
+    Result<sim::Prediction> p = sim::Predict(plan);
+    if (!p.ok()) std::abort();
+    benchmark::DoNotOptimize(p->figures.iteration_ms);
+  }
+}
+BENCHMARK(BM_PredictLlama3_405B_16384Gpus)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace domino
 

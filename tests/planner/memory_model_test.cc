@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace domino {
 namespace {
 
@@ -109,6 +111,49 @@ TEST(MemoryModelTest, MoreTensorParallelismNeverNeedsMore) {
       previous = now;
     }
   }
+}
+
+}  // namespace
+}  // namespace domino
+
+namespace domino {
+namespace {
+
+TEST(MemoryModelTest, InterleavingHoldsMoreMicroBatches) {
+  Plan plan = TinyPlan();
+  plan.model.layers = 4;
+  plan.pp = 2;
+  plan.global_batch = 16;  // 4 micro-batches
+  // Two layers per stage, pp = 2 micro-batches in flight on the first stage.
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 8192.0 * 22 * 2 * 2);
+  plan.virtual_stages = 2;  // times 1 + (pp - 1) / (pp * v) = 1.25
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 8192.0 * 22 * 2 * 2 * 1.25);
+}
+
+TEST(MemoryModelTest, UnevenStagesTakeTheMostLoaded) {
+  Plan plan = TinyPlan();
+  plan.model.layers = 5;
+  plan.pp = 2;
+  plan.global_batch = 4;  // one micro-batch: one in flight everywhere
+  ASSERT_EQ(ChunkLayers(plan), (std::vector<int>{2, 3}));
+  // The last stage's three layers outweigh the first's two plus the embedding:
+  // 3 * 49984 / 2 = 74976 parameters against 2 * 49984 / 2 + 3200 = 53184.
+  MemoryEstimate m = EstimateMemory(plan, true);
+  EXPECT_EQ(m.weights_and_optimizer_bytes, 74976.0 * 18);
+  EXPECT_EQ(m.activation_bytes, 8192.0 * 22 * 3);
+}
+
+TEST(ChunkLayersTest, RemainderGoesToTheMiddleStages) {
+  Plan plan = TinyPlan();
+  plan.model.layers = 126;
+  plan.pp = 16;
+  std::vector<int> want(16, 8);
+  want.front() = want.back() = 7;  // Llama 3 405B's layout
+  EXPECT_EQ(ChunkLayers(plan), want);
+  plan.model.layers = 96;
+  plan.pp = 8;
+  plan.virtual_stages = 3;
+  EXPECT_EQ(ChunkLayers(plan), std::vector<int>(24, 4));
 }
 
 }  // namespace
