@@ -21,6 +21,10 @@ constexpr std::array<std::pair<std::string_view, Recompute>, 3> kRecomputes = {{
     {"selective", Recompute::kSelective},
     {"full", Recompute::kFull},
 }};
+constexpr std::array<std::pair<std::string_view, Placement>, 2> kPlacements = {{
+    {"tp-dp-pp", Placement::kTpDpPp},
+    {"tp-pp-dp", Placement::kTpPpDp},
+}};
 constexpr std::array<std::pair<std::string_view, Dtype>, 3> kPrecisions = {{
     {"bf16", Dtype::kBf16},
     {"fp16", Dtype::kFp16},
@@ -65,6 +69,12 @@ std::string_view ScopeName(OverlapScope scope) {
   for (const auto& [name, value] : kScopes)
     if (value == scope) return name;
   return "none";
+}
+
+std::string_view PlacementName(Placement placement) {
+  for (const auto& [name, value] : kPlacements)
+    if (value == placement) return name;
+  return "?";
 }
 
 std::string_view RecomputeName(Recompute recompute) {
@@ -176,6 +186,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     parallel->Int("pp", &plan.pp, Need::kOptional, degree);
     parallel->Int("dp", &plan.dp, Need::kOptional, degree);
     parallel->Bool("sequence_parallel", &plan.sequence_parallel, Need::kOptional);
+    parallel->Enum("placement", &plan.placement, Need::kOptional, kPlacements);
     parallel->Int("virtual_stages", &plan.virtual_stages, Need::kOptional, {.min = 1, .max = 1024});
     (void)parallel->Finish();
   }
@@ -247,11 +258,13 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       "cluster: {}\n"
       "precision: {}\n"
       "training: {{seq_len: {}, micro_batch: {}, global_batch: {}}}\n"
-      "parallel: {{tp: {}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}}}\n"
+      "parallel: {{tp: {}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}}}\n"
       "overlap: {{row_split: {}, col_split: {}, scope: {}}}\n"
       "memory: {{recompute: {}, distributed_optimizer: {}}}\n",
       p.model_ref, p.cluster_ref, DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch,
-      p.tp, p.pp, p.dp, p.sequence_parallel, p.virtual_stages, p.row_split, p.col_split,
+      p.tp, p.pp, p.dp, p.sequence_parallel, p.virtual_stages,
+      p.placement == Placement::kTpDpPp ? "" : fmt::format(", placement: {}", PlacementName(p.placement)),
+      p.row_split, p.col_split,
       ScopeName(p.scope), RecomputeName(p.recompute), p.distributed_optimizer);
   if (p.predicted) out += FiguresToYaml("predicted", *p.predicted);
   if (p.measured) out += FiguresToYaml("measured", *p.measured);

@@ -16,9 +16,14 @@ namespace domino {
 // also with the next layer's work (row slices only).
 enum class OverlapScope { kNone, kIntraLayer, kInterLayer };
 enum class Recompute { kNone, kSelective, kFull };
+// How ranks are laid out over the cluster, innermost first: Megatron's default puts TP inside a
+// node, then DP, then PP (pipeline neighbours tp * dp ranks apart); tp-pp-dp keeps pipeline
+// neighbours close and spreads DP instead.
+enum class Placement { kTpDpPp, kTpPpDp };
 
 std::string_view ScopeName(OverlapScope scope);   // "none", "intra-layer", "inter-layer"
 std::string_view RecomputeName(Recompute recompute);
+std::string_view PlacementName(Placement placement);  // "tp-dp-pp", "tp-pp-dp"
 
 // Predicted (or measured) figures of a plan: the `predicted:` and `measured:` blocks of a report.
 // Times in milliseconds per training iteration on the critical rank.
@@ -53,6 +58,7 @@ struct Plan {
   int dp = 1;
   bool sequence_parallel = false;
   int virtual_stages = 1;
+  Placement placement = Placement::kTpDpPp;
   // overlap
   int row_split = 1;
   int col_split = 1;

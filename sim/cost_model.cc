@@ -33,6 +33,8 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
   Dtype dtype = plan.precision;
   if (gpu_.peak(dtype) <= 0) dtype = Dtype::kBf16;  // fp8 on a GPU without it runs as bf16
   peak_tflops_ = gpu_.peak(dtype);
+  // Attention runs in 16-bit even when the GEMMs use fp8.
+  attention_tflops_ = dtype == Dtype::kFp8 ? gpu_.peak(Dtype::kBf16) : peak_tflops_;
   hbm_GBps_ = gpu_.hbm_GBps * gpu_.hbm_efficiency;
   launch_us_ = options.cuda_graphs ? gpu_.graph_launch_us : gpu_.kernel_launch_us;
 }
@@ -62,7 +64,7 @@ OpCost CostModel::AttentionCost(const Op& op) const {
     cost.tiles = batch_heads * std::ceil(s / kBlock);
     // Each query block attends to s/2 keys on average under the causal mask.
     double work = (backward ? 2.5 : 1.0) * 4.0 * kBlock * (s / 2) * d;
-    cost.wave_us = work / (peak_tflops_ * 1e6 / gpu_.sms * gpu_.attention_efficiency);
+    cost.wave_us = work / (attention_tflops_ * 1e6 / gpu_.sms * gpu_.attention_efficiency);
     cost.hbm_bytes = op.bytes;
   } else {
     // QK^T and PV as batched GEMMs (two tiles' worth of s x s per head), scores through HBM.

@@ -58,6 +58,7 @@ class CostModel {
   CostOptions options_;
   CommGroup tp_group_;
   double peak_tflops_ = 0;
+  double attention_tflops_ = 0;
   double hbm_GBps_ = 0;  // achieved
   double launch_us_ = 0;
 };

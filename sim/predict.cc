@@ -24,14 +24,19 @@ constexpr double kUsToMs = 1e-3;
 constexpr double kAdamBytesPerParam = 32;
 constexpr double kGradBytes = 4;  // Megatron accumulates and reduces gradients in fp32
 
-// The groups of a plan on the cluster, Megatron's placement: TP ranks innermost, then DP, then PP.
+// The groups of a plan on the cluster: TP ranks innermost, then DP and PP in the plan's order.
+// A DP group's ranks are `stride` apart (tp, or tp * pp); pipeline neighbours tp * dp (or tp).
 CommGroup DpGroup(const Plan& plan) {
-  const int per_node = std::clamp(plan.cluster.gpus_per_node / plan.tp, 1, plan.dp);
+  const int64_t stride = plan.placement == Placement::kTpDpPp ? plan.tp
+                                                                : static_cast<int64_t>(plan.tp) * plan.pp;
+  const int per_node = static_cast<int>(
+      std::clamp<int64_t>(plan.cluster.gpus_per_node / stride, 1, plan.dp));
   return CommGroup{plan.dp, (plan.dp + per_node - 1) / per_node, per_node};
 }
 CommGroup PpPair(const Plan& plan) {
-  // Neighbouring stages are tp * dp ranks apart.
-  if (static_cast<int64_t>(plan.tp) * plan.dp < plan.cluster.gpus_per_node) return CommGroup{2, 1, 2};
+  const int64_t stride = plan.placement == Placement::kTpDpPp ? static_cast<int64_t>(plan.tp) * plan.dp
+                                                                : plan.tp;
+  if (stride < plan.cluster.gpus_per_node) return CommGroup{2, 1, 2};
   return CommGroup{2, 2, 1};
 }
 

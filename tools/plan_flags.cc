@@ -50,6 +50,8 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
       ->check(CLI::Range(1, kMaxSplit));
   app->add_option("--scope", f->scope, "overlap scope: none | intra-layer | inter-layer");
   app->add_option("--recompute", f->recompute, "none | selective | full");
+  app->add_option("--placement", f->placement,
+                  "rank layout, innermost first: tp-dp-pp (Megatron's) | tp-pp-dp");
   app->add_option("--distributed-optimizer", f->distributed_optimizer, "true | false");
 }
 
@@ -79,6 +81,9 @@ Result<Plan> BuildPlan(const PlanFlags& f) {
                                     {"selective", Recompute::kSelective},
                                     {"full", Recompute::kFull}},
                                    &plan.recompute));
+  DOMINO_RETURN_IF_ERROR(ApplyEnum("placement", f.placement,
+                                   {{"tp-dp-pp", Placement::kTpDpPp}, {"tp-pp-dp", Placement::kTpPpDp}},
+                                   &plan.placement));
   if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))
     return Error(fmt::format("--sp: expected true or false, got '{}'", f.sequence_parallel));
   if (!ParseBoolFlag(f.distributed_optimizer, &plan.distributed_optimizer))

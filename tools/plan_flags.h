@@ -21,7 +21,7 @@ struct PlanFlags {
   int tp = 0, pp = 0, dp = 0, virtual_stages = 0;
   std::string sequence_parallel;  // "true" / "false"
   int row_split = 0, col_split = 0;
-  std::string scope, recompute, distributed_optimizer;
+  std::string scope, recompute, distributed_optimizer, placement;
 };
 
 // Declares the flags on `app`. With `with_plan_file`, also --plan.
