@@ -1,0 +1,37 @@
+#!/bin/bash
+# `domino simulate` on whole iterations: the breakdown of a 3D plan adds up, and a plan that
+# does not fit in GPU memory is refused with its numbers and no report written.
+# Usage: simulate_cli.sh DOMINO
+set -uo pipefail
+domino=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+out=$("$domino" simulate --model gpt3-175b --cluster dgx-a100:8 --tp 8 --pp 8 --micro-batch 1 \
+  --global-batch 64 --seq-len 2048 --recompute full --virtual-stages 3) || fail "175B plan failed"
+for part in "compute (TP comm free)" "exposed TP comm" "pipeline bubble" "exposed PP transfers" \
+            "exposed DP comm" "optimizer step"; do
+  grep -q "^$part " <<<"$out" || fail "no '$part' line"
+done
+# The parts add up to the iteration.
+python3 - "$out" <<'PY' || fail "breakdown does not add up"
+import re, sys
+text = sys.argv[1]
+iteration = float(re.search(r"^iteration\s+([\d.]+) ms", text, re.M).group(1))
+start = text.index("iteration on stage")
+parts = [float(m.group(1)) for m in re.finditer(r"^[a-zA-Z (]+[a-z)]\s+(-?[\d.]+)\s+-?[\d.]+$", text[start:], re.M)]
+assert len(parts) == 6, parts
+assert abs(sum(parts) - iteration) < 0.05, (parts, iteration)
+PY
+
+big=(--model llama3-405b --cluster dgx-h100:2048 --tp 8 --pp 16 --dp 128 --seq-len 8192
+     --micro-batch 1 --global-batch 2048)
+if "$domino" simulate "${big[@]}" --report "$tmp/r.yaml" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+  fail "a plan that does not fit was predicted"
+fi
+grep -q "does not fit: .* GiB per GPU .* exceeds the h100-sxm's 74.5 GiB" "$tmp/err.txt" ||
+  fail "unclear refusal: $(cat "$tmp/err.txt")"
+[[ ! -e "$tmp/r.yaml" ]] || fail "a report was written for a refused plan"
+"$domino" simulate "${big[@]}" --ignore-memory >/dev/null || fail "--ignore-memory did not predict"
+echo "simulate cli ok"
