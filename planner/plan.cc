@@ -152,7 +152,7 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   return std::nullopt;
 }
 
-Status ResolvePlan(Plan& plan) {
+Status ResolvePlan(Plan& plan, bool check_rules) {
   Result<ModelSpec> model = LoadModel(plan.model_ref);
   if (!model.ok()) return model.error();
   Result<ClusterSpec> cluster = LoadCluster(plan.cluster_ref);
@@ -160,6 +160,7 @@ Status ResolvePlan(Plan& plan) {
   plan.model = std::move(model).value();
   plan.cluster = std::move(cluster).value();
   if (plan.seq_len <= 0) plan.seq_len = plan.model.seq_len;
+  if (!check_rules) return Status::Ok();
   if (auto failure = CheckPlanRules(plan))
     return Error(fmt::format("{}: {}", failure->key, failure->rule));
   return Status::Ok();
@@ -204,6 +205,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   ReadFigures(root, "predicted", &plan.predicted);
   ReadFigures(root, "measured", &plan.measured);
   (void)root.Raw("timeline");  // a report's per-op timeline: read by `domino compare` only
+  (void)root.Raw("search");    // how `domino plan` chose the plan: for people
   DOMINO_RETURN_IF_ERROR(root.Finish());
 
   Result<ModelSpec> model = LoadModel(plan.model_ref);

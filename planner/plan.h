@@ -102,7 +102,9 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file);
 Result<Plan> LoadPlan(const std::string& path);
 
 // Resolves model_ref and cluster_ref and checks the rules, for plans built in code or from flags.
-Status ResolvePlan(Plan& plan);
+// Without `check_rules`, only resolves (for a search's starting point, which may break rules the
+// search varies).
+Status ResolvePlan(Plan& plan, bool check_rules = true);
 
 // Writes the plan as YAML, with its predicted/measured blocks when present. Deterministic: the
 // same plan gives the same bytes. `comment` (may be empty) becomes leading `#` lines.

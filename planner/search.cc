@@ -1,84 +1,243 @@
 #include "planner/search.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include <fmt/format.h>
+
+#include "planner/memory_model.h"
 
 namespace domino {
 namespace {
 
-std::string Describe(const Plan& p) {
-  return fmt::format("tp={} dp={} sp={} p={} q={} scope={}", p.tp, p.dp, p.sequence_parallel,
-                     p.row_split, p.col_split, ScopeName(p.scope));
+std::vector<int> Divisors(int64_t n, int64_t cap) {
+  std::vector<int> out;
+  for (int64_t d = 1; d <= n && d <= cap; ++d)
+    if (n % d == 0) out.push_back(static_cast<int>(d));
+  return out;
+}
+
+bool ParseInt(std::string_view text, int* out) {
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && ptr == text.data() + text.size() && *out > 0;
+}
+
+// The order candidates are ranked in: better first, then by YAML for determinism.
+bool Better(const Candidate& a, const Candidate& b, Objective objective) {
+  const double x = objective == Objective::kThroughput ? -a.figures.tokens_per_s : a.figures.iteration_ms;
+  const double y = objective == Objective::kThroughput ? -b.figures.tokens_per_s : b.figures.iteration_ms;
+  if (x != y) return x < y;
+  return PlanToYaml(a.plan) < PlanToYaml(b.plan);
 }
 
 }  // namespace
 
+std::string DescribeCandidate(const Plan& p) {
+  std::string out = fmt::format("tp {} pp {} dp {}", p.tp, p.pp, p.dp);
+  if (p.virtual_stages > 1) out += fmt::format(" v {}", p.virtual_stages);
+  out += fmt::format(" mb {}", p.micro_batch);
+  if (p.sequence_parallel) out += " sp";
+  if (p.recompute != Recompute::kNone) out += fmt::format(" rc-{}", RecomputeName(p.recompute));
+  if (p.distributed_optimizer) out += " distopt";
+  out += fmt::format(" p {} q {} {}", p.row_split, p.col_split, ScopeName(p.scope));
+  return out;
+}
+
+Status ApplyFix(std::string_view fix, SearchSpace* space) {
+  size_t start = 0;
+  while (start < fix.size()) {
+    size_t end = fix.find(',', start);
+    if (end == std::string_view::npos) end = fix.size();
+    std::string_view item = fix.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      return Error(fmt::format("--fix: '{}' is not KEY=VALUE", item));
+    std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
+    auto bad = [&](std::string_view rule) {
+      return Error(fmt::format("--fix: {}={}: {}", key, value, rule));
+    };
+    int n = 0;
+    auto as_bool = [&](std::optional<bool>* out) -> Status {
+      if (value == "true") *out = true;
+      else if (value == "false") *out = false;
+      else return bad("expected true or false");
+      return Status::Ok();
+    };
+    if (key == "tp" || key == "pp" || key == "dp" || key == "v" || key == "mb" || key == "p" ||
+        key == "q") {
+      if (!ParseInt(value, &n)) return bad("expected a positive integer");
+      if (key == "tp") space->tp = n;
+      if (key == "pp") space->pp = n;
+      if (key == "dp") space->dp = n;
+      if (key == "v") space->virtual_stages = n;
+      if (key == "mb") space->micro_batch = n;
+      if (key == "p") space->row_splits = {n};
+      if (key == "q") space->col_splits = {n};
+    } else if (key == "sp") {
+      DOMINO_RETURN_IF_ERROR(as_bool(&space->sequence_parallel));
+    } else if (key == "distopt") {
+      DOMINO_RETURN_IF_ERROR(as_bool(&space->distributed_optimizer));
+    } else if (key == "recompute") {
+      if (value == "none") space->recompute = Recompute::kNone;
+      else if (value == "selective") space->recompute = Recompute::kSelective;
+      else if (value == "full") space->recompute = Recompute::kFull;
+      else return bad("expected none, selective or full");
+    } else if (key == "scope") {
+      if (value == "none") space->scopes = {OverlapScope::kNone};
+      else if (value == "intra-layer") space->scopes = {OverlapScope::kIntraLayer};
+      else if (value == "inter-layer") space->scopes = {OverlapScope::kInterLayer};
+      else return bad("expected none, intra-layer or inter-layer");
+    } else {
+      return Error(fmt::format("--fix: unknown key '{}' (tp, pp, dp, v, mb, sp, distopt, "
+                               "recompute, p, q, scope)", key));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ApplyStrategy(std::string_view s, SearchSpace* space) {
+  auto keep = [](std::vector<int>& v, auto pred) {
+    v.erase(std::remove_if(v.begin(), v.end(), [&](int x) { return !pred(x); }), v.end());
+  };
+  if (s == "baseline") {
+    keep(space->row_splits, [](int p) { return p == 1; });
+    keep(space->col_splits, [](int q) { return q == 1; });
+  } else if (s == "row") {
+    keep(space->row_splits, [](int p) { return p > 1; });
+    keep(space->col_splits, [](int q) { return q == 1; });
+  } else if (s == "col") {
+    keep(space->row_splits, [](int p) { return p == 1; });
+    keep(space->col_splits, [](int q) { return q > 1; });
+  } else if (s == "2d") {
+    keep(space->row_splits, [](int p) { return p > 1; });
+    keep(space->col_splits, [](int q) { return q > 1; });
+  } else if (s != "any") {
+    return Error(fmt::format("--strategy: unknown '{}' (baseline, row, col, 2d, any)", s));
+  }
+  if (space->row_splits.empty() || space->col_splits.empty())
+    return Error(fmt::format("--strategy {} contradicts the pinned row/column split", s));
+  return Status::Ok();
+}
+
 Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Evaluator& evaluator,
+                                 Objective objective,
                                  const std::function<void(int, int)>& progress) {
-  const int gpus = base.cluster.total_gpus() / space.pp;
-  std::vector<Plan> candidates;
   SearchResult result;
-  for (int tp = 1; tp <= gpus; ++tp) {
-    if (gpus % tp != 0 || (space.tp > 0 && tp != space.tp)) continue;
-    int dp = gpus / tp;
-    if (space.dp > 0 && dp != space.dp) continue;
-    for (int sp = 0; sp <= (space.try_sequence_parallel ? 1 : 0); ++sp) {
-      for (int p : space.row_splits) {
-        for (int q : space.col_splits) {
-          std::vector<OverlapScope> scopes;
-          if (p == 1 && q == 1) scopes = {OverlapScope::kNone};
-          else if (p == 1) scopes = {OverlapScope::kIntraLayer};
-          else scopes = {OverlapScope::kIntraLayer, OverlapScope::kInterLayer};
-          for (OverlapScope scope : scopes) {
-            Plan plan = base;
-            plan.tp = tp, plan.pp = space.pp, plan.dp = dp;
-            plan.sequence_parallel = sp == 1;
-            plan.row_split = p, plan.col_split = q, plan.scope = scope;
-            // The global batch is the user's; each DP rank takes its share in micro-batches of
-            // at most the base plan's size.
-            if (base.global_batch % dp == 0) {
-              int per_rank = base.global_batch / dp;
-              plan.micro_batch = std::min(base.micro_batch, per_rank);
-              while (per_rank % plan.micro_batch != 0) --plan.micro_batch;
+  const int64_t gpus = base.cluster.total_gpus();
+  const double capacity = base.cluster.node.gpu.memory_GB * 1e9;
+  auto reject = [&](const Plan& plan, const std::string& rule) {
+    ++result.rejected;
+    result.rejections.push_back(fmt::format("{}: {}", DescribeCandidate(plan), rule));
+  };
+
+  // Outer configurations: everything but the Domino dimensions.
+  std::vector<Plan> outers;
+  for (int tp : Divisors(gpus, gpus)) {
+    if (space.tp > 0 && tp != space.tp) continue;
+    for (int pp : Divisors(gpus / tp, base.model.layers)) {
+      if (space.pp > 0 && pp != space.pp) continue;
+      const int dp = static_cast<int>(gpus / tp / pp);
+      if (space.dp > 0 && dp != space.dp) continue;
+      const int max_v = pp == 1 ? 1 : space.max_virtual_stages;
+      for (int v = 1; v <= max_v; ++v) {
+        if (space.virtual_stages > 0 && v != space.virtual_stages) continue;
+        if (v > 1 && base.model.layers % (pp * v) != 0) continue;
+        std::vector<int> micro_batches =
+            base.global_batch % dp == 0 ? Divisors(base.global_batch / dp, space.max_micro_batch)
+                                        : std::vector<int>{1};
+        for (int mb : micro_batches) {
+          if (space.micro_batch > 0 && mb != space.micro_batch) continue;
+          for (int sp = 0; sp <= 1; ++sp) {
+            if (space.sequence_parallel && *space.sequence_parallel != (sp == 1)) continue;
+            for (int dist = 0; dist <= (dp > 1 ? 1 : 0); ++dist) {
+              if (space.distributed_optimizer && *space.distributed_optimizer != (dist == 1))
+                continue;
+              Plan plan = base;
+              plan.tp = tp, plan.pp = pp, plan.dp = dp, plan.virtual_stages = v;
+              plan.micro_batch = mb;
+              plan.sequence_parallel = sp == 1;
+              plan.distributed_optimizer = dist == 1;
+              plan.row_split = plan.col_split = 1;
+              plan.scope = OverlapScope::kNone;
+              plan.predicted.reset();
+              plan.measured.reset();
+              outers.push_back(std::move(plan));
             }
-            if (auto failure = CheckPlanRules(plan)) {
-              ++result.rejected;
-              result.rejections.push_back(fmt::format("{}: {}", Describe(plan), failure->rule));
-              continue;
-            }
-            candidates.push_back(std::move(plan));
           }
         }
       }
     }
   }
-  if (candidates.empty())
-    return Error("no candidate plan satisfies the rules; first rejection: " +
-                 (result.rejections.empty() ? std::string("none") : result.rejections.front()));
-  int total = static_cast<int>(candidates.size());
-  for (Plan& plan : candidates) {
-    Result<PlanFigures> figures = evaluator.Evaluate(plan);
-    ++result.evaluated;
-    if (progress) progress(result.evaluated, total);
-    if (!figures.ok()) {
-      result.rejections.push_back(fmt::format("{}: {}", Describe(plan), figures.message()));
-      continue;
+  if (space.dp > 0 && space.tp > 0 && space.pp > 0 &&
+      static_cast<int64_t>(space.tp) * space.pp * space.dp != gpus)
+    return Error(fmt::format("--fix: tp*pp*dp = {}*{}*{} must equal the cluster's {} GPUs",
+                             space.tp, space.pp, space.dp, gpus));
+
+  double best_ms = 1e300;  // best iteration found so far, for pruning
+  int done = 0;
+  for (Plan& outer : outers) {
+    if (progress) progress(done++, static_cast<int>(outers.size()));
+    // The lightest recompute that fits: heavier recompute only adds work.
+    std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+    if (space.recompute) recomputes = {*space.recompute};
+    bool fits = false;
+    for (Recompute rc : recomputes) {
+      outer.recompute = rc;
+      if (auto failure = CheckPlanRules(outer)) {
+        reject(outer, failure->rule);
+        break;
+      }
+      const double need = EstimateMemory(outer).total_bytes();
+      if (need <= capacity) {
+        fits = true;
+        break;
+      }
+      reject(outer, fmt::format("memory: needs {:.1f} GiB per GPU, the {} has {:.1f}",
+                                need / (1 << 30), outer.cluster.node.gpu.name, capacity / (1 << 30)));
     }
-    double capacity_gib = plan.cluster.node.gpu.memory_GB * 1e9 / (1 << 30);
-    if (figures->memory_gib_per_gpu > capacity_gib) {
-      ++result.rejected;
-      result.rejections.push_back(fmt::format("{}: needs {:.1f} GiB per GPU, the GPU has {:.1f}",
-                                              Describe(plan), figures->memory_gib_per_gpu,
-                                              capacity_gib));
-      continue;
+    if (!fits) continue;
+    // The unsliced plan first: its ideal bounds every sliced variant from below.
+    double bound_ms = 0;
+    bool first = true;
+    for (int p : space.row_splits) {
+      for (int q : space.col_splits) {
+        for (OverlapScope scope : space.scopes) {
+          if ((p == 1 && q == 1) != (scope == OverlapScope::kNone)) continue;
+          if (scope == OverlapScope::kInterLayer && p == 1) continue;
+          Plan plan = outer;
+          plan.row_split = p, plan.col_split = q, plan.scope = scope;
+          if (auto failure = CheckPlanRules(plan)) {
+            reject(plan, failure->rule);
+            continue;
+          }
+          if (space.prune && !first && bound_ms > best_ms) {
+            ++result.pruned;
+            continue;
+          }
+          Result<PlanFigures> figures = evaluator.Evaluate(plan);
+          ++result.evaluated;
+          if (!figures.ok()) {
+            reject(plan, figures.message());
+            continue;
+          }
+          if (first) bound_ms = figures->ideal_ms;
+          first = false;
+          best_ms = std::min(best_ms, figures->iteration_ms);
+          result.ranked.push_back(Candidate{std::move(plan), *figures});
+        }
+      }
     }
-    result.ranked.push_back(Candidate{std::move(plan), *figures});
   }
-  std::stable_sort(result.ranked.begin(), result.ranked.end(),
-                   [](const Candidate& a, const Candidate& b) {
-                     return a.figures.tokens_per_s > b.figures.tokens_per_s;
-                   });
+  if (progress) progress(done, static_cast<int>(outers.size()));
+  if (result.ranked.empty()) {
+    return Error(fmt::format("no plan fits: {} candidates rejected; first: {}", result.rejected,
+                             result.rejections.empty() ? std::string("none")
+                                                       : result.rejections.front()));
+  }
+  std::sort(result.ranked.begin(), result.ranked.end(),
+            [&](const Candidate& a, const Candidate& b) { return Better(a, b, objective); });
   return result;
 }
 

@@ -2,7 +2,9 @@
 #define DOMINO_PLANNER_SEARCH_H_
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/base/result.h"
@@ -11,23 +13,43 @@
 namespace domino {
 
 // Evaluator scores a candidate plan. The planner never links the simulator: tools/ wires this
-// interface to it, and tests can pass a fake.
+// interface to it, and tests can pass a fake. `ideal_ms` of the figures must be a lower bound of
+// `iteration_ms` that slicing (row or column splits, any scope) can only raise; the search prunes
+// with it.
 class Evaluator {
  public:
   virtual ~Evaluator() = default;
   virtual Result<PlanFigures> Evaluate(const Plan& plan) = 0;
 };
 
-// What the search may vary. Degrees not pinned are enumerated over the divisors that satisfy
-// CheckPlanRules; pinned ones (> 0) are fixed.
+// What the search varies. A pinned value (> 0, or set) is fixed; the rest are enumerated:
+// tp * pp * dp = the cluster's GPUs, virtual stages 1..max_virtual_stages, micro-batches that
+// divide the global batch per DP rank (up to max_micro_batch), sequence parallelism, the
+// distributed optimizer (dp > 1), recompute (the lightest that fits in memory: heavier recompute
+// only adds work), and the Domino dimensions.
 struct SearchSpace {
-  // pp > 1 is not searched yet; dp defaults to 1 because data-parallel gradient communication
-  // is not simulated yet, which would flatter every dp > 1.
-  int tp = 0, pp = 1, dp = 1;
+  int tp = 0, pp = 0, dp = 0, virtual_stages = 0, micro_batch = 0;
+  std::optional<bool> sequence_parallel, distributed_optimizer;
+  std::optional<Recompute> recompute;
   std::vector<int> row_splits = {1, 2, 4, 8};
   std::vector<int> col_splits = {1, 2, 4};
-  bool try_sequence_parallel = true;
+  std::vector<OverlapScope> scopes = {OverlapScope::kNone, OverlapScope::kIntraLayer,
+                                      OverlapScope::kInterLayer};
+  int max_virtual_stages = 4;
+  int max_micro_batch = 32;
+  bool prune = true;  // false: evaluate every feasible candidate (brute force)
 };
+
+// Applies "--fix" pins, "tp=8,pp=1,sp=true,recompute=none,p=2,q=1,scope=inter-layer,mb=4,v=2,
+// dp=4,distopt=false" (keys tp, pp, dp, v, mb, sp, distopt, recompute, p, q, scope). Errors name
+// the key and the rule.
+Status ApplyFix(std::string_view fix, SearchSpace* space);
+
+// Limits the Domino dimensions: "baseline" (p = q = 1), "row" (p > 1, q = 1), "col" (q > 1,
+// p = 1), "2d" (p, q > 1), "any".
+Status ApplyStrategy(std::string_view strategy, SearchSpace* space);
+
+enum class Objective { kThroughput, kIterationTime };
 
 struct Candidate {
   Plan plan;
@@ -35,17 +57,26 @@ struct Candidate {
 };
 
 struct SearchResult {
-  std::vector<Candidate> ranked;  // best first, by tokens/s, ties broken by the plan's YAML
-  int evaluated = 0;
-  int rejected = 0;  // candidates that broke a plan rule
-  std::vector<std::string> rejections;  // "tp=3: tp (3) must divide the model's heads (64)"
+  std::vector<Candidate> ranked;  // every feasible candidate evaluated, best first
+  int evaluated = 0;  // simulated
+  int rejected = 0;   // broke a plan rule or did not fit in memory
+  int pruned = 0;     // skipped: bounded out by a faster plan found earlier
+  std::vector<std::string> rejections;  // "tp 3 pp 1 dp 1 ...: tp (3) must divide ..."
 };
 
-// Enumerates plans around `base` (its model, cluster, batch and memory options) and ranks them by
-// predicted tokens/s. Deterministic. `progress`, when set, is called after each evaluation with
-// (done, total).
+// Enumerates plans around `base` (its model, cluster, precision, sequence length and global
+// batch) and ranks them by `objective` (the global batch is fixed, so tokens/s and iteration
+// time rank alike; ties are broken by the plan's YAML). Exact: pruning only skips a candidate
+// whose lower bound (its unsliced twin's ideal time) exceeds a plan already found, so the best
+// plan equals brute force's. Deterministic. `progress` is called with (outer configurations
+// done, in total).
 Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Evaluator& evaluator,
+                                 Objective objective = Objective::kThroughput,
                                  const std::function<void(int, int)>& progress = {});
+
+// "tp 8 pp 2 dp 4 v 1 mb 2 sp p 2 q 1 inter-layer" (recompute and the distributed optimizer when
+// on).
+std::string DescribeCandidate(const Plan& plan);
 
 }  // namespace domino
 

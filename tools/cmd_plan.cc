@@ -1,6 +1,7 @@
 // `domino plan`: search the plan space for the fastest plan and write it as YAML.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -21,9 +22,12 @@ struct PlanCommandFlags {
   PlanFlags plan;
   std::string out_path;
   std::string strategy = "any";
+  std::string fix;
+  std::string objective = "throughput";
   int top = 5;
   bool force = false;
   bool explain = false;
+  bool exhaustive = false;
 };
 
 // Scores candidates with the simulator.
@@ -36,85 +40,134 @@ class SimulatorEvaluator : public Evaluator {
   }
 };
 
-SearchSpace SpaceFor(const PlanCommandFlags& flags) {
+// Plan flags given on the command line pin their dimension, as --fix does.
+Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   SearchSpace space;
-  space.tp = flags.plan.tp;
-  if (flags.plan.dp > 0) space.dp = flags.plan.dp;
-  if (flags.plan.pp > 1) space.pp = flags.plan.pp;
-  const std::string& s = flags.strategy;
-  if (s == "baseline" || s == "col") space.row_splits = {1};
-  if (s == "baseline" || s == "row") space.col_splits = {1};
-  if (s == "col") space.col_splits = {2, 4};
-  if (s == "row") space.row_splits = {2, 4, 8};
-  if (s == "2d") space.row_splits = {2, 4, 8}, space.col_splits = {2, 4};
-  if (!flags.plan.sequence_parallel.empty()) space.try_sequence_parallel = false;
+  const PlanFlags& f = flags.plan;
+  space.tp = f.tp, space.pp = f.pp, space.dp = f.dp, space.virtual_stages = f.virtual_stages;
+  space.micro_batch = f.micro_batch;
+  if (f.row_split > 0) space.row_splits = {f.row_split};
+  if (f.col_split > 0) space.col_splits = {f.col_split};
+  std::string fix;
+  if (!f.sequence_parallel.empty()) fix += ",sp=" + f.sequence_parallel;
+  if (!f.distributed_optimizer.empty()) fix += ",distopt=" + f.distributed_optimizer;
+  if (!f.recompute.empty()) fix += ",recompute=" + f.recompute;
+  if (!f.scope.empty()) fix += ",scope=" + f.scope;
+  DOMINO_RETURN_IF_ERROR(ApplyFix(fix, &space));
+  DOMINO_RETURN_IF_ERROR(ApplyFix(flags.fix, &space));
+  DOMINO_RETURN_IF_ERROR(ApplyStrategy(flags.strategy, &space));
+  space.prune = !flags.exhaustive;
   return space;
 }
 
-std::string Row(const Candidate& c) {
-  return fmt::format("tp {} dp {}{} p {} q {} {}", c.plan.tp, c.plan.dp,
-                     c.plan.sequence_parallel ? " sp" : "", c.plan.row_split, c.plan.col_split,
-                     ScopeName(c.plan.scope));
+bool SameOuter(const Plan& a, const Plan& b) {
+  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.virtual_stages == b.virtual_stages &&
+         a.micro_batch == b.micro_batch && a.sequence_parallel == b.sequence_parallel &&
+         a.distributed_optimizer == b.distributed_optimizer && a.recompute == b.recompute;
+}
+
+std::string FiguresFlow(const Candidate& c) {
+  return fmt::format("{{plan: \"{}\", iteration_ms: {:.4f}, tokens_per_s: {:.1f}, mfu: {:.4f}}}",
+                     DescribeCandidate(c.plan), c.figures.iteration_ms, c.figures.tokens_per_s,
+                     c.figures.mfu);
 }
 
 void Run(const PlanCommandFlags& flags) {
-  Result<Plan> base = BuildPlan(flags.plan);
+  // Flags describe the base plan; the defaults of the built-in plan must not pin anything.
+  PlanFlags base_flags = flags.plan;
+  base_flags.tp = base_flags.pp = base_flags.dp = base_flags.virtual_stages = 0;
+  if (base_flags.micro_batch == 0 && base_flags.model.empty()) base_flags.micro_batch = 16;
+  // The starting point only names the model, cluster, batch and precision: its degrees may
+  // break rules the search varies anyway.
+  Result<Plan> base = BuildPlan(base_flags, /*check_rules=*/false);
   if (!base.ok()) Fail("plan", base.message());
+  Result<SearchSpace> space = SpaceFor(flags);
+  if (!space.ok()) Fail("plan", space.message());
+  const Objective objective =
+      flags.objective == "time" ? Objective::kIterationTime : Objective::kThroughput;
   SimulatorEvaluator evaluator;
-  bool tty = isatty(fileno(stderr));
+  const bool tty = isatty(fileno(stderr));
   auto progress = [tty](int done, int total) {
-    if (tty) std::cerr << fmt::format("\rdomino plan: {}/{} candidates", done, total) << std::flush;
+    if (tty && (done % 8 == 0 || done == total))
+      std::cerr << fmt::format("\rdomino plan: {}/{} configurations", done, total) << std::flush;
   };
-  Result<SearchResult> result = SearchPlans(*base, SpaceFor(flags), evaluator, progress);
+  const auto start = std::chrono::steady_clock::now();
+  Result<SearchResult> result = SearchPlans(*base, *space, evaluator, objective, progress);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (tty) std::cerr << "\r\033[K";
   if (!result.ok()) Fail("plan", result.message());
-  if (result->ranked.empty())
-    Fail("plan", "every candidate was rejected; first: " + result->rejections.front());
   const Candidate& best = result->ranked.front();
-  // The same tp/dp with no Domino slicing, for the gain of each dimension.
+  // The Megatron baseline with the same degrees and memory options as the best plan.
   const Candidate* baseline = nullptr;
   for (const Candidate& c : result->ranked)
-    if (c.plan.tp == best.plan.tp && c.plan.dp == best.plan.dp && c.plan.is_baseline() &&
-        !c.plan.sequence_parallel)
-      baseline = &c;
+    if (SameOuter(c.plan, best.plan) && c.plan.is_baseline()) baseline = &c;
 
-  std::cout << fmt::format("# {} on {} ({} GPUs), seq {}, micro-batch {}, global batch {}\n",
-                           base->model.name, base->cluster.name, base->cluster.total_gpus(),
-                           base->seq_len, base->micro_batch, base->global_batch);
-  std::cout << fmt::format("# {} candidates evaluated, {} rejected by a rule or memory{}\n\n",
-                           result->evaluated, result->rejected,
-                           flags.plan.dp > 0 ? "" : "; dp = 1 (pin --dp to search others)");
+  std::cout << fmt::format("# {} on {} ({} GPUs), seq {}, global batch {}\n", base->model.name,
+                           base->cluster.name, base->cluster.total_gpus(), base->seq_len,
+                           base->global_batch);
+  std::cout << fmt::format(
+      "# {} plans simulated, {} rejected by a rule or memory, {} pruned by a bound, in {:.2f} s "
+      "({:.0f} plans/s)\n\n",
+      result->evaluated, result->rejected, result->pruned, seconds,
+      result->evaluated / std::max(seconds, 1e-9));
   Table table({"rank", "plan", "iteration ms", "exposed ms", "hidden", "tokens/s", "MFU", "GiB/GPU"});
-  int shown = 0;
-  for (const Candidate& c : result->ranked) {
-    if (shown++ >= flags.top) break;
+  auto add = [&](const std::string& rank, const Candidate& c) {
     const PlanFigures& f = c.figures;
-    table.AddRow({std::to_string(shown), Row(c), fmt::format("{:.2f}", f.iteration_ms),
-                  fmt::format("{:.2f}", f.exposed_comm_ms), fmt::format("{:.1f}%", 100 * f.hidden_comm_fraction),
+    table.AddRow({rank, DescribeCandidate(c.plan), fmt::format("{:.2f}", f.iteration_ms),
+                  fmt::format("{:.2f}", f.exposed_comm_ms),
+                  fmt::format("{:.1f}%", 100 * f.hidden_comm_fraction),
                   fmt::format("{:.0f}", f.tokens_per_s), fmt::format("{:.1f}%", 100 * f.mfu),
                   fmt::format("{:.1f}", f.memory_gib_per_gpu)});
-  }
-  if (baseline)
-    table.AddRow({"base", Row(*baseline), fmt::format("{:.2f}", baseline->figures.iteration_ms),
-                  fmt::format("{:.2f}", baseline->figures.exposed_comm_ms),
-                  fmt::format("{:.1f}%", 100 * baseline->figures.hidden_comm_fraction),
-                  fmt::format("{:.0f}", baseline->figures.tokens_per_s),
-                  fmt::format("{:.1f}%", 100 * baseline->figures.mfu),
-                  fmt::format("{:.1f}", baseline->figures.memory_gib_per_gpu)});
+  };
+  for (int i = 0; i < flags.top && i < static_cast<int>(result->ranked.size()); ++i)
+    add(std::to_string(i + 1), result->ranked[i]);
+  if (baseline) add("base", *baseline);
   table.Print(std::cout);
-  if (flags.explain)
-    for (const std::string& line : result->rejections) std::cout << "rejected " << line << "\n";
 
-  std::string comment = "domino plan: the fastest of the plans searched";
-  if (baseline)
-    comment += fmt::format("\nspeedup over the Megatron baseline with the same tp/dp: {:.3f}x",
-                           baseline->figures.iteration_ms / best.figures.iteration_ms);
-  for (size_t i = 1; i < result->ranked.size() && i < static_cast<size_t>(flags.top); ++i)
-    comment += fmt::format("\nrunner-up {}: {} -> {:.0f} tokens/s", i, Row(result->ranked[i]),
-                           result->ranked[i].figures.tokens_per_s);
+  // Gain of each Domino dimension over that baseline: the best plan using only it.
+  std::string gains;
+  if (baseline) {
+    struct Dimension {
+      const char* name;
+      bool (*uses)(const Plan&);
+    };
+    const Dimension dimensions[] = {
+        {"row", [](const Plan& p) { return p.row_split > 1 && p.col_split == 1; }},
+        {"col", [](const Plan& p) { return p.row_split == 1 && p.col_split > 1; }},
+        {"2d", [](const Plan& p) { return p.row_split > 1 && p.col_split > 1; }},
+        {"inter_layer", [](const Plan& p) { return p.scope == OverlapScope::kInterLayer; }},
+    };
+    std::string lines;
+    for (const Dimension& d : dimensions) {
+      const Candidate* top = nullptr;
+      for (const Candidate& c : result->ranked)
+        if (SameOuter(c.plan, best.plan) && d.uses(c.plan) && !top) top = &c;
+      if (!top) continue;
+      const double gain = baseline->figures.iteration_ms / top->figures.iteration_ms;
+      lines += fmt::format("  {:<12} {:.3f}x  ({})\n", d.name, gain, DescribeCandidate(top->plan));
+      gains += fmt::format("    {}: {:.4f}\n", d.name, gain);
+    }
+    if (!lines.empty())
+      std::cout << "\ngain over the baseline with the same degrees (best plan using only):\n" << lines;
+  }
+  if (flags.explain) {
+    std::cout << "\nrejected:\n";
+    for (const std::string& line : result->rejections) std::cout << "  " << line << "\n";
+  }
+
   Plan chosen = best.plan;
   chosen.predicted = best.figures;
-  std::string yaml = PlanToYaml(chosen, comment);
+  std::string yaml = PlanToYaml(chosen, "domino plan: the best of the plans searched");
+  yaml += fmt::format("search:\n  objective: {}\n  evaluated: {}\n  rejected: {}\n  pruned: {}\n",
+                      flags.objective, result->evaluated, result->rejected, result->pruned);
+  if (baseline) {
+    yaml += "  baseline: " + FiguresFlow(*baseline) + "\n";
+    if (!gains.empty()) yaml += "  gains:  # over the baseline, best plan using only this dimension\n" + gains;
+  }
+  yaml += "  runners_up:\n";
+  for (int i = 1; i <= flags.top && i < static_cast<int>(result->ranked.size()); ++i)
+    yaml += "    - " + FiguresFlow(result->ranked[i]) + "\n";
   if (!flags.out_path.empty()) {
     CheckOk("plan", WriteFileAtomically(flags.out_path, yaml, flags.force));
     std::cout << "\nwrote " << flags.out_path << "\n";
@@ -131,9 +184,17 @@ void SetupPlan(CLI::App* sub) {
   sub->add_option("--out", flags->out_path, "write the chosen plan (YAML) here instead of stdout");
   sub->add_option("--strategy", flags->strategy, "limit Domino slicing: baseline | row | col | 2d | any")
       ->check(CLI::IsMember({"baseline", "row", "col", "2d", "any"}));
-  sub->add_option("--top", flags->top, "runners-up to show")->check(CLI::PositiveNumber);
+  sub->add_option("--fix", flags->fix,
+                  "pin dimensions: tp=8,pp=1,dp=4,v=2,mb=4,sp=true,distopt=false,recompute=none,"
+                  "p=2,q=1,scope=inter-layer");
+  sub->add_option("--objective", flags->objective,
+                  "throughput (tokens/s, default) | time (iteration time; the same ranking for a "
+                  "fixed global batch)")
+      ->check(CLI::IsMember({"throughput", "time"}));
+  sub->add_option("--top", flags->top, "runners-up to show and write")->check(CLI::PositiveNumber);
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
   sub->add_flag("--explain", flags->explain, "list every rejected candidate and the rule it broke");
+  sub->add_flag("--exhaustive", flags->exhaustive, "simulate every feasible plan (no pruning)");
   sub->callback([flags] { Run(*flags); });
 }
 

@@ -55,7 +55,7 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   app->add_option("--distributed-optimizer", f->distributed_optimizer, "true | false");
 }
 
-Result<Plan> BuildPlan(const PlanFlags& f) {
+Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   Plan plan;
   bool from_file = !f.plan_path.empty();
   if (from_file) {
@@ -125,7 +125,7 @@ Result<Plan> BuildPlan(const PlanFlags& f) {
   // Slicing without a scope means the user wants overlap: pick the widest the split allows.
   if (f.scope.empty() && (f.row_split > 1 || f.col_split > 1) && plan.scope == OverlapScope::kNone)
     plan.scope = plan.row_split > 1 ? OverlapScope::kInterLayer : OverlapScope::kIntraLayer;
-  DOMINO_RETURN_IF_ERROR(ResolvePlan(plan));
+  DOMINO_RETURN_IF_ERROR(ResolvePlan(plan, check_rules));
   return plan;
 }
 

@@ -31,7 +31,8 @@ void AddPlanFlags(CLI::App* app, PlanFlags* flags, bool with_plan_file);
 // and flags. Without either, the built-in default: GPT-3 13B on 4 DGX-H100, seq 1024, micro-batch
 // 16, TP over all 32 GPUs (DeepSpeed-Domino's setting). An unset tp spans the GPUs left by pp and
 // dp; an unset global_batch is one micro-batch per DP rank; an unset seq_len is the model's.
-Result<Plan> BuildPlan(const PlanFlags& flags);
+// Without `check_rules` the plan is only resolved (see ResolvePlan).
+Result<Plan> BuildPlan(const PlanFlags& flags, bool check_rules = true);
 
 // Applies `text` ("true"/"false"/"") to `out`; false on anything else.
 bool ParseBoolFlag(const std::string& text, bool* out);

@@ -1,0 +1,160 @@
+#include "planner/search.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "sim/predict.h"
+
+namespace domino {
+namespace {
+
+class Simulator : public Evaluator {
+ public:
+  Result<PlanFigures> Evaluate(const Plan& plan) override {
+    ++calls;
+    Result<sim::Prediction> p = sim::Predict(plan);
+    if (!p.ok()) return p.error();
+    return p->figures;
+  }
+  int calls = 0;
+};
+
+Plan Base(const char* model, const char* cluster, int global_batch, int seq_len = 1024) {
+  Plan plan;
+  plan.model_ref = model;
+  plan.cluster_ref = cluster;
+  plan.tp = 1;
+  plan.dp = 0;  // resolved below
+  plan.seq_len = seq_len;
+  plan.micro_batch = 1;
+  plan.global_batch = global_batch;
+  plan.dp = 1;
+  plan.pp = 1;
+  // Resolve the model and cluster with a plan that satisfies the rules, whatever the search does.
+  Result<ClusterSpec> cluster_spec = LoadCluster(cluster);
+  EXPECT_TRUE(cluster_spec.ok());
+  plan.dp = cluster_spec->total_gpus();
+  plan.global_batch = global_batch;
+  Status status = ResolvePlan(plan);
+  EXPECT_TRUE(status.ok()) << status.message();
+  return plan;
+}
+
+TEST(SearchTest, PruningFindsTheBruteForceOptimum) {
+  struct Case {
+    const char* model;
+    const char* cluster;
+    int global_batch;
+  };
+  int pruned_somewhere = 0;
+  for (Case c : {Case{"gpt3-2.7b", "dgx-h100:1", 8}, Case{"llama2-7b", "dgx-h100:1:4", 8},
+                 Case{"gpt3-6.7b", "dgx-a100:2", 16}}) {
+    SCOPED_TRACE(c.model);
+    Plan base = Base(c.model, c.cluster, c.global_batch, 1024);
+    SearchSpace space;
+    space.max_micro_batch = 4;
+    Simulator pruned_eval, brute_eval;
+    Result<SearchResult> pruned = SearchPlans(base, space, pruned_eval);
+    space.prune = false;
+    Result<SearchResult> brute = SearchPlans(base, space, brute_eval);
+    ASSERT_TRUE(pruned.ok()) << pruned.message();
+    ASSERT_TRUE(brute.ok()) << brute.message();
+    EXPECT_EQ(brute->pruned, 0);
+    EXPECT_EQ(PlanToYaml(pruned->ranked.front().plan), PlanToYaml(brute->ranked.front().plan));
+    EXPECT_EQ(pruned->ranked.front().figures.tokens_per_s, brute->ranked.front().figures.tokens_per_s);
+    // Brute force ranks every feasible plan; the pruned search simulates fewer.
+    EXPECT_EQ(brute->evaluated, brute_eval.calls);
+    EXPECT_LE(pruned_eval.calls, brute_eval.calls);
+    EXPECT_EQ(pruned_eval.calls + pruned->pruned, brute_eval.calls);
+    pruned_somewhere += pruned->pruned;
+    // Best first.
+    for (size_t i = 1; i < brute->ranked.size(); ++i)
+      EXPECT_GE(brute->ranked[i - 1].figures.tokens_per_s, brute->ranked[i].figures.tokens_per_s);
+  }
+  EXPECT_GT(pruned_somewhere, 0) << "the bound never pruned: the test proves nothing";
+}
+
+TEST(SearchTest, EveryCandidateRespectsTheRulesAndTheGpuCount) {
+  Plan base = Base("gpt3-13b", "dgx-h100:2", 16);
+  SearchSpace space;
+  space.prune = false;
+  Simulator eval;
+  Result<SearchResult> r = SearchPlans(base, space, eval);
+  ASSERT_TRUE(r.ok()) << r.message();
+  for (const Candidate& c : r->ranked) {
+    EXPECT_FALSE(CheckPlanRules(c.plan).has_value()) << DescribeCandidate(c.plan);
+    EXPECT_EQ(c.plan.tp * c.plan.pp * c.plan.dp, 16);
+    EXPECT_EQ(c.plan.global_batch, 16);
+    EXPECT_LE(c.figures.memory_gib_per_gpu, c.plan.cluster.node.gpu.memory_GB * 1e9 / (1 << 30));
+  }
+  // Every rejection names the candidate and the rule it broke.
+  ASSERT_GT(r->rejected, 0);
+  for (const std::string& line : r->rejections) {
+    EXPECT_NE(line.find("tp "), std::string::npos) << line;
+    EXPECT_NE(line.find(": "), std::string::npos) << line;
+  }
+}
+
+TEST(SearchTest, FixAndStrategyPinDimensions) {
+  Plan base = Base("gpt3-13b", "dgx-h100:2", 16);
+  SearchSpace space;
+  ASSERT_TRUE(ApplyFix("tp=8,pp=1,sp=false", &space).ok());
+  ASSERT_TRUE(ApplyStrategy("row", &space).ok());
+  Simulator eval;
+  Result<SearchResult> r = SearchPlans(base, space, eval);
+  ASSERT_TRUE(r.ok()) << r.message();
+  for (const Candidate& c : r->ranked) {
+    EXPECT_EQ(c.plan.tp, 8);
+    EXPECT_EQ(c.plan.pp, 1);
+    EXPECT_FALSE(c.plan.sequence_parallel);
+    EXPECT_GT(c.plan.row_split, 1);
+    EXPECT_EQ(c.plan.col_split, 1);
+  }
+}
+
+TEST(SearchTest, BadFixesNameTheKey) {
+  SearchSpace space;
+  Status s = ApplyFix("tp=eight", &space);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tp=eight"), std::string::npos) << s.message();
+  s = ApplyFix("tensor=8", &space);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("unknown key 'tensor'"), std::string::npos) << s.message();
+  s = ApplyFix("recompute=some", &space);
+  ASSERT_FALSE(s.ok());
+  s = ApplyFix("p=1", &space);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(ApplyStrategy("row", &space).ok());  // row needs p > 1
+  EXPECT_FALSE(ApplyStrategy("diagonal", &space).ok());
+}
+
+TEST(SearchTest, Deterministic) {
+  Plan base = Base("gpt3-2.7b", "dgx-h100:1", 8);
+  SearchSpace space;
+  Simulator a, b;
+  Result<SearchResult> x = SearchPlans(base, space, a), y = SearchPlans(base, space, b);
+  ASSERT_TRUE(x.ok() && y.ok());
+  ASSERT_EQ(x->ranked.size(), y->ranked.size());
+  for (size_t i = 0; i < x->ranked.size(); ++i)
+    EXPECT_EQ(PlanToYaml(x->ranked[i].plan), PlanToYaml(y->ranked[i].plan));
+}
+
+TEST(SearchTest, NoPlanFitsSaysWhy) {
+  // 5,128 = 8 x 641 GPUs: every dp is a multiple of 641, which cannot divide a batch of 2,520.
+  Plan base = Base("gpt-530b", "dgx-a100:5", 40);  // resolve on a small cluster first
+  Result<ClusterSpec> huge = LoadCluster("dgx-a100:641");
+  ASSERT_TRUE(huge.ok());
+  base.cluster = *huge;
+  base.cluster_ref = "dgx-a100:641";
+  base.global_batch = 2520;
+  SearchSpace space;
+  Simulator eval;
+  Result<SearchResult> r = SearchPlans(base, space, eval);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("no plan fits"), std::string::npos) << r.message();
+  EXPECT_EQ(eval.calls, 0);
+}
+
+}  // namespace
+}  // namespace domino

@@ -1,0 +1,39 @@
+#!/bin/bash
+# `domino plan` and `domino sweep` end to end. Usage: plan_sweep_cli.sh DOMINO SOURCE_DIR
+set -uo pipefail
+domino=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# The same inputs give byte-identical plans; the plan loads back and predicts the same.
+args=(--model gpt3-2.7b --cluster dgx-h100:1 --global-batch 8 --seq-len 1024)
+"$domino" plan "${args[@]}" --out "$tmp/a.yaml" >/dev/null || fail "plan failed"
+"$domino" plan "${args[@]}" --out "$tmp/b.yaml" >/dev/null || fail "plan failed twice"
+cmp -s "$tmp/a.yaml" "$tmp/b.yaml" || fail "two runs wrote different plans"
+grep -q "^search:" "$tmp/a.yaml" || fail "no search: block"
+grep -q "runners_up:" "$tmp/a.yaml" || fail "no runners-up"
+"$domino" simulate --plan "$tmp/a.yaml" --report "$tmp/r.yaml" >/dev/null || fail "plan does not load"
+planned=$(awk '/^predicted:/{p=1} p && /iteration_ms/{print $2; exit}' "$tmp/a.yaml")
+simulated=$(awk '/^predicted:/{p=1} p && /iteration_ms/{print $2; exit}' "$tmp/r.yaml")
+[[ -n $planned && $planned == "$simulated" ]] || fail "planned $planned ms, simulated $simulated ms"
+# --explain names the rule that rejected each candidate; --fix pins.
+"$domino" plan "${args[@]}" --explain --fix tp=8 >"$tmp/explain.txt" || fail "--explain failed"
+grep -q "^rejected:" "$tmp/explain.txt" || fail "no rejected list"
+grep -Eq "^  tp [0-9]+ pp .*: .*must" "$tmp/explain.txt" || fail "a rejection without its rule"
+! grep -Eq "^ +[0-9]+  tp [1-7] " "$tmp/explain.txt" || fail "--fix tp=8 not honoured"
+"$domino" plan "${args[@]}" --fix tp=eight >/dev/null 2>"$tmp/err.txt" && fail "bad --fix accepted"
+grep -q "tp=eight" "$tmp/err.txt" || fail "bad --fix not named: $(cat "$tmp/err.txt")"
+
+# A sweep of two keys writes one row per point and strategy, and tools/plot draws it.
+"$domino" sweep --model gpt3-2.7b --cluster dgx-h100:1 --seq-len 1024 --micro-batch 8 \
+  --vary nodes=1,2 --vary network_GBps=25,50 --out "$tmp/s.csv" >/dev/null || fail "sweep failed"
+head -1 "$tmp/s.csv" | grep -q "^nodes,network_GBps,strategy,plan,iteration_ms" || fail "CSV header"
+rows=$(($(wc -l <"$tmp/s.csv") - 1))
+((rows == 16)) || fail "expected 4 points x 4 strategies, got $rows rows"
+"$domino" sweep --vary bandwidth=1 --out "$tmp/x.csv" >/dev/null 2>"$tmp/err.txt" && fail "bad key"
+grep -q "unknown key 'bandwidth'" "$tmp/err.txt" || fail "bad key not named"
+[[ ! -e "$tmp/x.csv" ]] || fail "a failed sweep wrote its CSV"
+"$src/tools/plot" "$tmp/s.csv" --out "$tmp/s.png" >/dev/null || fail "plot failed"
+[[ $(head -c 4 "$tmp/s.png" | od -An -c | tr -d ' ') == "211PNG" ]] || fail "not a PNG"
+echo "plan and sweep cli ok"
