@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include "models/base/file_io.h"
+#include "models/base/yaml_reader.h"
+#include "planner/memory_model.h"
 #include "planner/search.h"
 #include "sim/predict.h"
 #include "tools/command.h"
@@ -28,6 +30,7 @@ struct Axis {
 
 struct SweepFlags {
   PlanFlags plan;
+  std::string study_path;
   std::vector<std::string> vary;
   std::string out_path;
   bool force = false;
@@ -54,6 +57,64 @@ Result<Axis> ParseAxis(const std::string& text) {
   }
   if (axis.values.empty()) return Error(fmt::format("--vary {}: no values", text));
   return axis;
+}
+
+bool KnownKey(const std::string& key) {
+  for (const char* k : kKeys)
+    if (key == k) return true;
+  return false;
+}
+
+// A study file: `name`, `grid` (key: [values], varied in the order given, the last fastest) and
+// `fixed` (key: value). Keys as for --vary.
+struct Study {
+  std::string name;
+  std::vector<Axis> axes;
+  std::vector<std::pair<std::string, std::string>> fixed;
+};
+
+Result<Study> LoadStudy(const std::string& path) {
+  Result<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.error();
+  Result<YAML::Node> root = ParseYaml(*text, path);
+  if (!root.ok()) return root.error();
+  YamlMap map(*root, path);
+  Study study;
+  map.String("name", &study.name, Need::kRequired);
+  YAML::Node grid = map.Raw("grid");
+  YAML::Node fixed = map.Raw("fixed");
+  DOMINO_RETURN_IF_ERROR(map.Finish());
+  auto where = [&](const YAML::Node& n, const std::string& key, const std::string& rule) {
+    return Error(fmt::format("{}:{}:{}: {}: {}", path, n.Mark().line + 1, n.Mark().column + 1,
+                             key, rule));
+  };
+  if (!grid || !grid.IsMap() || grid.size() == 0)
+    return where(*root, "grid", "expected a mapping of keys to lists of values");
+  for (const auto& entry : grid) {
+    const std::string key = entry.first.Scalar();
+    if (!KnownKey(key))
+      return where(entry.first, "grid." + key,
+                   "unknown key (network_GBps, nvlink_GBps, nodes, node, seq_len, micro_batch, model)");
+    if (!entry.second.IsSequence() || entry.second.size() == 0)
+      return where(entry.second, "grid." + key, "expected a non-empty list of values");
+    Axis axis;
+    axis.key = key;
+    for (const auto& v : entry.second) {
+      if (!v.IsScalar()) return where(v, "grid." + key, "expected a scalar value");
+      axis.values.push_back(v.Scalar());
+    }
+    study.axes.push_back(std::move(axis));
+  }
+  if (fixed) {
+    if (!fixed.IsMap()) return where(fixed, "fixed", "expected a mapping of keys to values");
+    for (const auto& entry : fixed) {
+      const std::string key = entry.first.Scalar();
+      if (!KnownKey(key)) return where(entry.first, "fixed." + key, "unknown key");
+      if (!entry.second.IsScalar()) return where(entry.second, "fixed." + key, "expected a value");
+      study.fixed.emplace_back(key, entry.second.Scalar());
+    }
+  }
+  return study;
 }
 
 bool PositiveNumber(const std::string& text, double* out) {
@@ -95,6 +156,8 @@ Status ApplyToPlan(const std::string& key, const std::string& value, Plan* plan)
   return Status::Ok();
 }
 
+double MemoryGib(const Plan& plan) { return EstimateMemory(plan).total_bytes() / (1 << 30); }
+
 class Simulator : public Evaluator {
  public:
   Result<PlanFigures> Evaluate(const Plan& plan) override {
@@ -112,46 +175,80 @@ std::string Csv(const std::string& text) {
 }
 
 void Run(const SweepFlags& flags) {
-  if (flags.vary.empty() || flags.vary.size() > 2)
-    Fail("sweep", "give one or two --vary KEY=V1,V2,... (keys: network_GBps, nvlink_GBps, nodes, "
-                  "node, seq_len, micro_batch, model)");
+  std::vector<Axis> axes;
+  std::vector<std::pair<std::string, std::string>> fixed;
+  if (!flags.study_path.empty()) {
+    if (!flags.vary.empty()) Fail("sweep", "give --study or --vary, not both");
+    Result<Study> study = LoadStudy(flags.study_path);
+    if (!study.ok()) Fail("sweep", study.message());
+    axes = study->axes;
+    fixed = study->fixed;
+  } else {
+    if (flags.vary.empty() || flags.vary.size() > 2)
+      Fail("sweep", "give one or two --vary KEY=V1,V2,... (keys: network_GBps, nvlink_GBps, "
+                    "nodes, node, seq_len, micro_batch, model), or --study S.yaml");
+    for (const std::string& v : flags.vary) {
+      Result<Axis> axis = ParseAxis(v);
+      if (!axis.ok()) Fail("sweep", axis.message());
+      axes.push_back(*axis);
+    }
+  }
+  for (size_t i = 0; i < axes.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (axes[i].key == axes[j].key) Fail("sweep", fmt::format("{} is varied twice", axes[i].key));
   if (flags.out_path.empty()) Fail("sweep", "--out sweep.csv is required");
   if (!flags.force && access(flags.out_path.c_str(), F_OK) == 0)
     Fail("sweep", fmt::format("{}: exists; pass --force to overwrite it", flags.out_path));
-  std::vector<Axis> axes;
-  for (const std::string& v : flags.vary) {
-    Result<Axis> axis = ParseAxis(v);
-    if (!axis.ok()) Fail("sweep", axis.message());
-    axes.push_back(*axis);
-  }
-  if (axes.size() == 2 && axes[0].key == axes[1].key) Fail("sweep", "vary two different keys");
   PlanFlags base = flags.plan;
   if (base.model.empty() && base.plan_path.empty()) base.model = "gpt3-13b";
   if (base.cluster.empty() && base.plan_path.empty()) base.cluster = "dgx-h100:4";
   if (base.seq_len == 0 && base.plan_path.empty()) base.seq_len = 1024;
   if (base.micro_batch == 0 && base.plan_path.empty()) base.micro_batch = 16;
 
+  // The node type first: a node count applies to it.
+  std::stable_sort(fixed.begin(), fixed.end(),
+                   [](const auto& a, const auto& b) { return a.first == "node" && b.first != "node"; });
+  for (const auto& [key, value] : fixed) CheckOk("sweep", ApplyToFlags(key, value, &base));
   std::string csv;
   for (const Axis& a : axes) csv += a.key + ",";
   csv += "strategy,plan,iteration_ms,ideal_ms,exposed_comm_ms,comm_share,tokens_per_s,mfu,"
-         "speedup_vs_baseline\n";
-  const size_t inner = axes.size() == 2 ? axes[1].values.size() : 1;
-  const size_t total = axes[0].values.size() * inner;
+         "speedup_vs_baseline,memory_gib,fits\n";
+  size_t total = 1;
+  for (const Axis& a : axes) total *= a.values.size();
   const bool tty = isatty(fileno(stderr));
   Simulator simulator;
   for (size_t point = 0; point < total; ++point) {
     if (tty) std::cerr << fmt::format("\rdomino sweep: point {}/{}", point + 1, total) << std::flush;
-    std::vector<std::string> values = {axes[0].values[point / inner]};
-    if (axes.size() == 2) values.push_back(axes[1].values[point % inner]);
+    std::vector<std::string> values(axes.size());
+    size_t rest = point;
+    for (size_t i = axes.size(); i-- > 0;) {
+      values[i] = axes[i].values[rest % axes[i].values.size()];
+      rest /= axes[i].values.size();
+    }
     PlanFlags f = base;
     std::string where;
-    for (size_t i = 0; i < axes.size(); ++i) {
-      CheckOk("sweep", ApplyToFlags(axes[i].key, values[i], &f));
+    // The node type before the node count, whatever the axis order.
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t i = 0; i < axes.size(); ++i)
+        if ((axes[i].key == "node") == (pass == 0))
+          CheckOk("sweep", ApplyToFlags(axes[i].key, values[i], &f));
+    for (size_t i = 0; i < axes.size(); ++i)
       where += fmt::format("{}{}={}", i ? ", " : "", axes[i].key, values[i]);
-    }
+    if (f.micro_batch > 0 && flags.plan.global_batch == 0) f.global_batch = f.micro_batch;
     Result<Plan> plan = BuildPlan(f);
-    if (!plan.ok()) Fail("sweep", where + ": " + plan.message());
+    if (!plan.ok()) {
+      // A point the rules exclude (tp not dividing the heads, say) is recorded, not fatal.
+      Result<Plan> loose = BuildPlan(f, /*check_rules=*/false);
+      if (!loose.ok()) Fail("sweep", where + ": " + plan.message());
+      for (const std::string& v : values) csv += Csv(v) + ",";
+      csv += fmt::format("infeasible,{},,,,,,,,,false\n", Csv(plan.message()));
+      continue;
+    }
+    for (const auto& [key, value] : fixed) CheckOk("sweep", ApplyToPlan(key, value, &*plan));
     for (size_t i = 0; i < axes.size(); ++i) CheckOk("sweep", ApplyToPlan(axes[i].key, values[i], &*plan));
+    const double memory_gib = MemoryGib(*plan);
+    const double capacity_gib = plan->cluster.node.gpu.memory_GB * 1e9 / (1 << 30);
+    const char* fits = memory_gib <= capacity_gib ? "true" : "false";
     // Megatron's baseline, DeepSpeed-Domino (row split 2, inter-layer), and the best Domino
     // slicing for the same degrees.
     struct Row {
@@ -185,22 +282,23 @@ void Run(const SweepFlags& flags) {
     for (const Row& r : rows) {
       const PlanFigures& x = r.figures;
       for (const std::string& v : values) csv += Csv(v) + ",";
-      csv += fmt::format("{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.1f},{:.4f},{:.4f}\n", r.strategy,
-                         Csv(DescribeCandidate(r.plan)), x.iteration_ms, x.ideal_ms,
+      csv += fmt::format("{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.1f},{:.4f},{:.4f},{:.2f},{}\n",
+                         r.strategy, Csv(DescribeCandidate(r.plan)), x.iteration_ms, x.ideal_ms,
                          x.exposed_comm_ms, x.exposed_comm_ms / x.iteration_ms, x.tokens_per_s,
-                         x.mfu, b->iteration_ms / x.iteration_ms);
+                         x.mfu, b->iteration_ms / x.iteration_ms, memory_gib, fits);
     }
     // The ideal: the baseline with TP communication free.
     for (const std::string& v : values) csv += Csv(v) + ",";
-    csv += fmt::format("ideal,{},{:.4f},{:.4f},0,0,{:.1f},{:.4f},{:.4f}\n",
+    csv += fmt::format("ideal,{},{:.4f},{:.4f},0,0,{:.1f},{:.4f},{:.4f},{:.2f},{}\n",
                        Csv(DescribeCandidate(baseline)), b->ideal_ms, b->ideal_ms,
                        b->tokens_per_s * b->iteration_ms / b->ideal_ms,
-                       b->mfu * b->iteration_ms / b->ideal_ms, b->iteration_ms / b->ideal_ms);
+                       b->mfu * b->iteration_ms / b->ideal_ms, b->iteration_ms / b->ideal_ms,
+                       memory_gib, fits);
   }
   if (tty) std::cerr << "\r\033[K";
   CheckOk("sweep", WriteFileAtomically(flags.out_path, csv, true));
-  std::cout << fmt::format("wrote {} ({} points x 4 strategies); plot it with tools/plot {}\n",
-                           flags.out_path, total, flags.out_path);
+  std::cout << fmt::format("wrote {} ({} points); plot it with tools/plot {}\n", flags.out_path,
+                           total, flags.out_path);
 }
 
 }  // namespace
@@ -208,6 +306,8 @@ void Run(const SweepFlags& flags) {
 void SetupSweep(CLI::App* sub) {
   auto flags = std::make_shared<SweepFlags>();
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
+  sub->add_option("--study", flags->study_path,
+                  "study YAML: name, grid (key: [values]) and fixed (key: value)");
   sub->add_option("--vary", flags->vary,
                   "KEY=V1,V2,... (once or twice): network_GBps, nvlink_GBps (per direction), nodes, "
                   "node (node type), seq_len, micro_batch, model");
