@@ -1,7 +1,9 @@
 #include "tools/command.h"
 
 #include <array>
+#include <cstdio>
 #include <iostream>
+#include <string>
 
 namespace domino::cli {
 
@@ -33,7 +35,10 @@ std::span<const Command> Commands() {
 }
 
 void Fail(std::string_view command, const std::string& message, int exit_code) {
-  std::cerr << "domino " << command << ": " << message << "\n";
+  // One write, so that a launcher forwarding stderr (mpirun) cannot split the line.
+  const std::string line = "domino " + std::string(command) + ": " + message + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
   throw CLI::RuntimeError(exit_code);
 }
 
