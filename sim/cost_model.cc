@@ -79,6 +79,24 @@ OpCost CostModel::AttentionCost(const Op& op) const {
 
 OpCost CostModel::Cost(const Op& op) const {
   OpCost cost;
+  if (options_.profile != nullptr && !(op.group == Group::kTp && options_.tp_comm_free &&
+                                       op.kind == OpKind::kCollective)) {
+    const double us = options_.profile->Lookup(op, tp_group_.size);
+    if (us >= 0 && op.kind != OpKind::kCollective && op.kind != OpKind::kSendRecv) {
+      // A measured kernel: its whole time as an uncontended fixed cost.
+      cost.alone_us = cost.launch_us = us;
+      return cost;
+    }
+    if (us >= 0 && op.kind == OpKind::kCollective) {
+      CollectiveEstimate estimate =
+          EstimateCollective(node_, ToCollective(op.collective), op.bytes, tp_group_);
+      cost.is_comm = true;
+      cost.alone_us = us;
+      cost.ctas = options_.profile->contention ? estimate.ctas : 0;
+      cost.hbm_bytes = options_.profile->contention ? estimate.hbm_bytes : 0;
+      return cost;
+    }
+  }
   switch (op.kind) {
     case OpKind::kGemm:
       cost = GemmCost(static_cast<double>(op.m), static_cast<double>(op.n), static_cast<double>(op.k));
@@ -116,10 +134,13 @@ std::vector<OpCost> CostModel::CostAll(const Schedule& schedule) const {
 }
 
 double CostModel::TpCommUs(const Schedule& schedule) const {
+  CostOptions priced = options_;
+  priced.tp_comm_free = false;
+  CostModel model(*this);
+  model.options_ = priced;
   double total = 0;
   for (const Op& op : schedule.ops())
-    if (op.kind == OpKind::kCollective && op.group == Group::kTp)
-      total += EstimateCollective(node_, ToCollective(op.collective), op.bytes, tp_group_).time_us;
+    if (op.kind == OpKind::kCollective && op.group == Group::kTp) total += model.Cost(op).alone_us;
   return total;
 }
 

@@ -6,6 +6,7 @@
 #include "hardware/collective_cost.h"
 #include "hardware/hardware_spec.h"
 #include "planner/plan.h"
+#include "planner/profile.h"
 #include "planner/schedule.h"
 #include "sim/op_cost.h"
 
@@ -18,6 +19,8 @@ struct CostOptions {
   bool cuda_graphs = false;  // launch overhead per kernel: graph_launch_us instead of kernel_launch_us
   AttentionKernel attention = AttentionKernel::kFlash;
   bool tp_comm_free = false;  // the ideal: TP collectives cost nothing
+  // Measured op times (`domino calibrate`); ops it lacks fall back to the models. Not owned.
+  const HardwareProfile* profile = nullptr;
 };
 
 // Where a plan's TP group sits on the cluster (Megatron placement: TP ranks innermost, inside a

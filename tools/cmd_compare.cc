@@ -103,6 +103,17 @@ void Run(const CompareFlags& flags) {
     };
     return gap(a) > gap(b);
   });
+  std::vector<double> errors;
+  for (const Pair& pair : pairs) {
+    const double measured_us = pair.m->end_us - pair.m->start_us;
+    if (measured_us > 0)
+      errors.push_back(std::fabs((pair.p->end_us - pair.p->start_us) - measured_us) / measured_us);
+  }
+  if (!errors.empty()) {
+    std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
+    std::cout << fmt::format("\nmedian per-op error: {:.1f}% over {} ops\n",
+                             100 * errors[errors.size() / 2], errors.size());
+  }
   std::cout << fmt::format("\n{} ops matched ({} of {} predicted ops unmatched, {} measured); "
                            "the {} with the largest duration gaps:\n",
                            pairs.size(), unmatched, predicted->ops.size(), measured->ops.size(),

@@ -23,6 +23,7 @@ struct SimulateFlags {
   bool force = false;
   bool compare_strategies = false;
   bool ignore_memory = false;
+  std::string profile_path;
   bool cuda_graphs = false;
   std::string attention = "flash";
 };
@@ -135,6 +136,13 @@ void Run(const SimulateFlags& flags) {
   Result<Plan> plan = BuildPlan(flags.plan);
   if (!plan.ok()) Fail("simulate", plan.message());
   sim::CostOptions options;
+  HardwareProfile profile;
+  if (!flags.profile_path.empty()) {
+    Result<HardwareProfile> loaded = LoadProfile(flags.profile_path);
+    if (!loaded.ok()) Fail("simulate", loaded.message());
+    profile = std::move(loaded).value();
+    options.profile = &profile;
+  }
   options.cuda_graphs = flags.cuda_graphs;
   options.attention = flags.attention == "unfused" ? sim::AttentionKernel::kUnfused : sim::AttentionKernel::kFlash;
   if (flags.compare_strategies) {
@@ -186,6 +194,8 @@ void SetupSimulate(CLI::App* sub) {
   sub->add_flag("--compare-strategies", flags->compare_strategies,
                 "simulate baseline, SP, row, column and 2D splits side by side");
   sub->add_flag("--cuda-graphs", flags->cuda_graphs, "launch kernels from CUDA graphs");
+  sub->add_option("--hardware-profile", flags->profile_path,
+                  "measured op times from `domino calibrate` (ops it lacks use the models)");
   sub->add_flag("--ignore-memory", flags->ignore_memory,
                 "predict even a plan that does not fit in GPU memory");
   sub->add_option("--attention", flags->attention, "flash | unfused")

@@ -1,0 +1,131 @@
+#include "planner/profile.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "models/base/file_io.h"
+#include "models/base/yaml_reader.h"
+
+namespace domino {
+
+std::string OpSignature(const Op& op) {
+  return fmt::format("{}|m={}|n={}|k={}|seqs={}|seq={}|heads={}|kv={}|dim={}|bytes={:.0f}",
+                     OpFuncName(op.func), op.m, op.n, op.k, op.sequences, op.seq_len, op.heads,
+                     op.kv_heads, op.head_dim, op.bytes);
+}
+
+std::string_view CollectiveKindName(CollectiveOp kind) {
+  switch (kind) {
+    case CollectiveOp::kAllReduce: return "allreduce";
+    case CollectiveOp::kReduceScatter: return "reducescatter";
+    case CollectiveOp::kAllGather: return "allgather";
+    case CollectiveOp::kNone: break;
+  }
+  return "none";
+}
+
+double HardwareProfile::Lookup(const Op& op, int ranks) const {
+  if (op.kind != OpKind::kCollective) {
+    auto it = compute_us.find(OpSignature(op));
+    return it == compute_us.end() ? -1.0 : it->second;
+  }
+  const std::string_view kind = CollectiveKindName(op.collective);
+  std::vector<const CollectiveSample*> samples;
+  for (const CollectiveSample& s : collectives)
+    if (s.kind == kind && s.ranks == ranks) samples.push_back(&s);
+  if (samples.empty()) return -1.0;
+  std::sort(samples.begin(), samples.end(),
+            [](const CollectiveSample* a, const CollectiveSample* b) { return a->bytes < b->bytes; });
+  const double bytes = op.bytes;
+  if (bytes <= samples.front()->bytes) return samples.front()->us;
+  for (size_t i = 1; i < samples.size(); ++i) {
+    if (bytes <= samples[i]->bytes) {
+      const CollectiveSample& a = *samples[i - 1];
+      const CollectiveSample& b = *samples[i];
+      return a.us + (b.us - a.us) * (bytes - a.bytes) / (b.bytes - a.bytes);
+    }
+  }
+  const CollectiveSample& last = *samples.back();
+  return last.us * bytes / last.bytes;
+}
+
+Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view file) {
+  Result<YAML::Node> root = ParseYaml(text, file);
+  if (!root.ok()) return root.error();
+  YamlMap map(*root, std::string(file));
+  HardwareProfile profile;
+  map.String("device", &profile.device, Need::kRequired);
+  map.String("backend", &profile.backend, Need::kRequired);
+  map.Bool("contention", &profile.contention, Need::kOptional);
+  YAML::Node compute = map.Raw("compute");
+  YAML::Node collectives = map.Raw("collectives");
+  DOMINO_RETURN_IF_ERROR(map.Finish());
+  auto fail = [&](const YAML::Node& n, std::string_view key, std::string_view rule) {
+    return Error(fmt::format("{}:{}:{}: {}: {}", file, n.Mark().line + 1, n.Mark().column + 1,
+                             key, rule));
+  };
+  auto time = [&](const YAML::Node& n, std::string_view key, double* out) -> Status {
+    try {
+      *out = n.as<double>();
+    } catch (const YAML::Exception&) {
+      return fail(n, key, "expected a number");
+    }
+    if (!(*out >= 0) || !std::isfinite(*out)) return fail(n, key, "must be a finite number >= 0");
+    return Status::Ok();
+  };
+  if (compute) {
+    if (!compute.IsSequence()) return fail(compute, "compute", "expected a list of [op, us]");
+    for (const YAML::Node& e : compute) {
+      if (!e.IsSequence() || e.size() != 2 || !e[0].IsScalar())
+        return fail(e, "compute", "each entry is [op signature, microseconds]");
+      double us = 0;
+      DOMINO_RETURN_IF_ERROR(time(e[1], "compute", &us));
+      profile.compute_us[e[0].Scalar()] = us;
+    }
+  }
+  if (collectives) {
+    if (!collectives.IsSequence())
+      return fail(collectives, "collectives", "expected a list of [kind, ranks, bytes, us]");
+    for (const YAML::Node& e : collectives) {
+      if (!e.IsSequence() || e.size() != 4 || !e[0].IsScalar())
+        return fail(e, "collectives", "each entry is [kind, ranks, bytes, microseconds]");
+      HardwareProfile::CollectiveSample s;
+      s.kind = e[0].Scalar();
+      if (s.kind != "allreduce" && s.kind != "reducescatter" && s.kind != "allgather")
+        return fail(e[0], "collectives", "kind must be allreduce, reducescatter or allgather");
+      double ranks = 0;
+      DOMINO_RETURN_IF_ERROR(time(e[1], "collectives", &ranks));
+      if (ranks < 1 || ranks != std::floor(ranks) || ranks > 1e6)
+        return fail(e[1], "collectives", "ranks must be a positive integer");
+      s.ranks = static_cast<int>(ranks);
+      DOMINO_RETURN_IF_ERROR(time(e[2], "collectives", &s.bytes));
+      DOMINO_RETURN_IF_ERROR(time(e[3], "collectives", &s.us));
+      profile.collectives.push_back(std::move(s));
+    }
+  }
+  return profile;
+}
+
+Result<HardwareProfile> LoadProfile(const std::string& path) {
+  Result<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.error();
+  return ParseProfile(*text, path);
+}
+
+std::string ProfileToYaml(const HardwareProfile& p) {
+  std::string out = fmt::format(
+      "# domino calibrate profile: measured medians, microseconds\n"
+      "device: \"{}\"\nbackend: {}\ncontention: {}\n",
+      p.device, p.backend, p.contention);
+  out += p.compute_us.empty() ? "compute: []\n" : "compute:  # [op signature, us]\n";
+  for (const auto& [signature, us] : p.compute_us)
+    out += fmt::format("  - [\"{}\", {:.3f}]\n", signature, us);
+  out += p.collectives.empty() ? "collectives: []\n" : "collectives:  # [kind, ranks, bytes, us]\n";
+  for (const auto& s : p.collectives)
+    out += fmt::format("  - [{}, {}, {:.0f}, {:.3f}]\n", s.kind, s.ranks, s.bytes, s.us);
+  return out;
+}
+
+}  // namespace domino

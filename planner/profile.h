@@ -1,0 +1,48 @@
+#ifndef DOMINO_PLANNER_PROFILE_H_
+#define DOMINO_PLANNER_PROFILE_H_
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/base/result.h"
+#include "planner/schedule.h"
+
+namespace domino {
+
+// A hardware profile measured by `domino calibrate`: the time of every distinct compute op of
+// the lowerings it was run for (keyed by OpSignature), and of collectives by kind, group size and
+// buffer size. The simulator prices an op from the profile when it has it and from the roofline
+// and collective models otherwise. A profile of a device that runs one op at a time (the CPU
+// backend) sets `contention: false`: collectives then take no SMs and no memory bandwidth.
+struct HardwareProfile {
+  std::string device;   // "cpu", "NVIDIA H200", ...
+  std::string backend;  // "cpu" | "cuda"
+  bool contention = true;
+  std::map<std::string, double> compute_us;  // OpSignature -> median microseconds
+  struct CollectiveSample {
+    std::string kind;  // "allreduce" | "reducescatter" | "allgather"
+    int ranks = 0;
+    double bytes = 0;
+    double us = 0;
+  };
+  std::vector<CollectiveSample> collectives;
+
+  // Measured time of `op`, or a negative number when the profile has none. Collectives
+  // interpolate linearly in bytes between the nearest samples of their kind and group size (and
+  // extrapolate with the bandwidth of the largest).
+  double Lookup(const Op& op, int ranks) const;
+};
+
+// The key of a compute op: its function and every shape field ("qkv|m=96|n=96|k=64|...").
+std::string OpSignature(const Op& op);
+std::string_view CollectiveKindName(CollectiveOp kind);  // "allreduce", ...
+
+Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view file);
+Result<HardwareProfile> LoadProfile(const std::string& path);
+std::string ProfileToYaml(const HardwareProfile& profile);
+
+}  // namespace domino
+
+#endif  // DOMINO_PLANNER_PROFILE_H_
