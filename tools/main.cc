@@ -1,6 +1,7 @@
 // domino: plan, predict and run tensor-parallel LLM training with Domino-style overlap.
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -17,6 +18,11 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(std::string(command.name), std::string(command.summary));
     command.setup(sub);
   }
+  // Usage errors in one line, like every other error: "domino SUB: MESSAGE (see --help)".
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    std::string name = failed->get_parent() ? " " + failed->get_name() : "";
+    return "domino" + name + ": " + e.what() + " (see --help)\n";
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
