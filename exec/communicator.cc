@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -10,6 +11,8 @@
 #include <fmt/format.h>
 
 namespace domino::exec {
+
+void Communicator::Abort(int exit_code) { std::_Exit(exit_code); }
 
 Status SelfCommunicator::AllReduce(float*, int64_t) { return Status::Ok(); }
 

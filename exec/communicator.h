@@ -29,6 +29,8 @@ class Communicator {
   // Sends send[0, count) to rank `to` and receives recv[0, count) from rank `from` (pipeline
   // activations and gradients); deadlock-free when every rank of a ring or chain calls it.
   virtual Status SendRecv(const float* send, int to, float* recv, int from, int64_t count) = 0;
+  // Ends every rank of the group now (a peer is dead or stuck); never returns.
+  [[noreturn]] virtual void Abort(int exit_code);
 };
 
 // The group of one: every collective is a copy.

@@ -1,7 +1,7 @@
 #include "exec/cpu_kernels.h"
 
 #include <Eigen/Dense>
-
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <vector>
@@ -9,6 +9,8 @@
 namespace domino::exec::cpu {
 namespace {
 
+// Eigen views of Mat / ConstMat: row-major with the row pitch as the outer stride, so Eigen reads
+// and writes exactly the rows x cols window and never the padding between rows.
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MapC = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
 using MapM = Eigen::Map<RowMajor, 0, Eigen::OuterStride<>>;
@@ -16,207 +18,249 @@ using MapM = Eigen::Map<RowMajor, 0, Eigen::OuterStride<>>;
 MapC View(ConstMat m) { return MapC(m.data, m.rows, m.cols, Eigen::OuterStride<>(m.stride)); }
 MapM View(Mat m) { return MapM(m.data, m.rows, m.cols, Eigen::OuterStride<>(m.stride)); }
 
+// A rows x cols block of a view starting at (row, col), keeping the view's stride.
+MapC Block(ConstMat m, int64_t row, int64_t col, int64_t rows, int64_t cols) {
+  return MapC(m.data + row * m.stride + col, rows, cols, Eigen::OuterStride<>(m.stride));
+}
+MapM Block(Mat m, int64_t row, int64_t col, int64_t rows, int64_t cols) {
+  return MapM(m.data + row * m.stride + col, rows, cols, Eigen::OuterStride<>(m.stride));
+}
+
+bool SameShape(ConstMat a, ConstMat b) { return a.rows == b.rows && a.cols == b.cols; }
+
+template <typename Lhs, typename Rhs>
+void Multiply(const Lhs& a, const Rhs& b, MapM c, bool accumulate) {
+  assert(a.cols() == b.rows() && c.rows() == a.rows() && c.cols() == b.cols());
+  if (accumulate)
+    c.noalias() += a * b;
+  else
+    c.noalias() = a * b;
+}
+
+// Per-row statistics of a norm: y = (x - mean) * inv * gamma, with mean = 0 for RMSNorm, so that
+// inv = 1 / sqrt(mean((x - mean)^2) + eps) covers both kinds. Sums run in double.
+struct RowStats {
+  double mean = 0, inv = 0;
+};
+
+RowStats Stats(NormKind kind, const float* x, int64_t n, float eps) {
+  RowStats s;
+  if (kind == NormKind::kLayerNorm) {
+    for (int64_t j = 0; j < n; ++j) s.mean += x[j];
+    s.mean /= static_cast<double>(n);
+  }
+  double var = 0;
+  for (int64_t j = 0; j < n; ++j) var += (x[j] - s.mean) * (x[j] - s.mean);
+  var /= static_cast<double>(n);
+  s.inv = 1.0 / std::sqrt(var + eps);
+  return s;
+}
+
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
 
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-}  // namespace
+// Column offsets of the blocks of one query head h in a qkv row.
+struct HeadColumns {
+  int64_t q, k, v;
+};
 
-void Gemm(ConstMat a, bool transpose_a, ConstMat b, bool transpose_b, Mat c, bool accumulate) {
-  MapC A = View(a), B = View(b);
-  MapM C = View(c);
-  RowMajor product;
-  if (!transpose_a && !transpose_b) product.noalias() = A * B;
-  if (!transpose_a && transpose_b) product.noalias() = A * B.transpose();
-  if (transpose_a && !transpose_b) product.noalias() = A.transpose() * B;
-  if (transpose_a && transpose_b) product.noalias() = A.transpose() * B.transpose();
-  assert(product.rows() == c.rows && product.cols() == c.cols);
-  if (accumulate)
-    C += product;
-  else
-    C = product;
+HeadColumns Columns(const AttentionShape& s, int64_t h) {
+  const int64_t kv_head = h / (s.heads / s.kv_heads);
+  return {h * s.head_dim, (s.heads + kv_head) * s.head_dim,
+          (s.heads + s.kv_heads + kv_head) * s.head_dim};
 }
 
-void Add(ConstMat a, ConstMat b, Mat c) {
-  for (int64_t r = 0; r < c.rows; ++r)
-    for (int64_t j = 0; j < c.cols; ++j)
-      c.data[r * c.stride + j] = a.data[r * a.stride + j] + b.data[r * b.stride + j];
+void CheckAttentionShape(const AttentionShape& s, ConstMat qkv) {
+  assert(s.kv_heads > 0 && s.heads % s.kv_heads == 0);
+  assert(qkv.rows == s.sequences * s.seq_len);
+  assert(qkv.cols == (s.heads + 2 * s.kv_heads) * s.head_dim);
 }
 
-void NormForward(NormKind kind, ConstMat x, const float* gamma, float eps, Mat y) {
-  const int64_t n = x.cols;
-  for (int64_t r = 0; r < x.rows; ++r) {
-    const float* xr = x.data + r * x.stride;
-    float* yr = y.data + r * y.stride;
-    double mean = 0, var = 0;
-    if (kind == NormKind::kLayerNorm) {
-      for (int64_t j = 0; j < n; ++j) mean += xr[j];
-      mean /= n;
-    }
-    for (int64_t j = 0; j < n; ++j) var += (xr[j] - mean) * (xr[j] - mean);
-    var /= n;
-    const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
-    for (int64_t j = 0; j < n; ++j) yr[j] = static_cast<float>(xr[j] - mean) * inv * gamma[j];
-  }
-}
-
-// With xhat = (x - mean) * inv (mean = 0 for RMSNorm) and g = dy * gamma:
-//   LayerNorm: dx = inv * (g - mean(g) - xhat * mean(g * xhat))
-//   RMSNorm:   dx = inv * (g - xhat * mean(g * xhat))
-void NormBackward(NormKind kind, ConstMat x, const float* gamma, float eps, ConstMat dy, Mat dx,
-                  bool accumulate_dx, float* dgamma) {
-  const int64_t n = x.cols;
-  std::vector<double> xhat(n), g(n);
-  for (int64_t r = 0; r < x.rows; ++r) {
-    const float* xr = x.data + r * x.stride;
-    const float* dyr = dy.data + r * dy.stride;
-    float* dxr = dx.data + r * dx.stride;
-    double mean = 0, var = 0;
-    if (kind == NormKind::kLayerNorm) {
-      for (int64_t j = 0; j < n; ++j) mean += xr[j];
-      mean /= n;
-    }
-    for (int64_t j = 0; j < n; ++j) var += (xr[j] - mean) * (xr[j] - mean);
-    var /= n;
-    const double inv = 1.0 / std::sqrt(var + eps);
-    double mean_g = 0, mean_gx = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      xhat[j] = (xr[j] - mean) * inv;
-      g[j] = double{dyr[j]} * gamma[j];
-      mean_g += g[j];
-      mean_gx += g[j] * xhat[j];
-      dgamma[j] += static_cast<float>(dyr[j] * xhat[j]);
-    }
-    mean_g /= n;
-    mean_gx /= n;
-    if (kind == NormKind::kRmsNorm) mean_g = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      const float d = static_cast<float>(inv * (g[j] - mean_g - xhat[j] * mean_gx));
-      dxr[j] = accumulate_dx ? dxr[j] + d : d;
-    }
-  }
-}
-
-void GeluForward(ConstMat x, Mat y) {
-  for (int64_t r = 0; r < x.rows; ++r) {
-    for (int64_t j = 0; j < x.cols; ++j) {
-      const float v = x.data[r * x.stride + j];
-      y.data[r * y.stride + j] = 0.5f * v * (1.0f + std::tanh(kGeluC * (v + 0.044715f * v * v * v)));
-    }
-  }
-}
-
-void GeluBackward(ConstMat x, ConstMat dy, Mat dx) {
-  for (int64_t r = 0; r < x.rows; ++r) {
-    for (int64_t j = 0; j < x.cols; ++j) {
-      const float v = x.data[r * x.stride + j];
-      const float t = std::tanh(kGeluC * (v + 0.044715f * v * v * v));
-      const float grad =
-          0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3 * 0.044715f * v * v);
-      dx.data[r * dx.stride + j] = dy.data[r * dy.stride + j] * grad;
-    }
-  }
-}
-
-void SwigluForward(ConstMat x, Mat y) {
-  const int64_t f = y.cols;
-  assert(x.cols == 2 * f);
-  for (int64_t r = 0; r < x.rows; ++r) {
-    const float* xr = x.data + r * x.stride;
-    for (int64_t j = 0; j < f; ++j) y.data[r * y.stride + j] = xr[j] * Sigmoid(xr[j]) * xr[f + j];
-  }
-}
-
-void SwigluBackward(ConstMat x, ConstMat dy, Mat dx) {
-  const int64_t f = dy.cols;
-  assert(x.cols == 2 * f && dx.cols == 2 * f);
-  for (int64_t r = 0; r < x.rows; ++r) {
-    const float* xr = x.data + r * x.stride;
-    const float* dyr = dy.data + r * dy.stride;
-    float* dxr = dx.data + r * dx.stride;
-    for (int64_t j = 0; j < f; ++j) {
-      const float g = xr[j], u = xr[f + j], s = Sigmoid(g);
-      dxr[j] = dyr[j] * u * s * (1.0f + g * (1.0f - s));  // d silu(g) / dg = s (1 + g (1 - s))
-      dxr[f + j] = dyr[j] * g * s;
-    }
-  }
-}
-
-namespace {
-
-// Softmax probabilities of query head h of sequence `seq`: P[t, u] for u <= t (zero above).
+// P = softmax(scale Q K^T) of query head h of sequence `seq`, causal: P(t, u) for u <= t, and 0
+// above the diagonal. seq_len x seq_len, in fp32; each row is shifted by its maximum before exp.
 RowMajor Probabilities(const AttentionShape& s, ConstMat qkv, int64_t seq, int64_t h) {
-  const int64_t d = s.head_dim, kvh = h / (s.heads / s.kv_heads);
-  const int64_t k_col = s.heads * d + kvh * d;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const float* base = qkv.data + seq * s.seq_len * qkv.stride;
-  MapC q(base + h * d, s.seq_len, d, Eigen::OuterStride<>(qkv.stride));
-  MapC k(base + k_col, s.seq_len, d, Eigen::OuterStride<>(qkv.stride));
-  RowMajor p = (q * k.transpose()) * scale;
-  for (int64_t t = 0; t < s.seq_len; ++t) {
-    float peak = p(t, 0);
-    for (int64_t u = 1; u <= t; ++u) peak = std::max(peak, p(t, u));
+  const HeadColumns col = Columns(s, h);
+  const int64_t row0 = seq * s.seq_len, n = s.seq_len;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  RowMajor p(n, n);
+  p.noalias() =
+      Block(qkv, row0, col.q, n, s.head_dim) * Block(qkv, row0, col.k, n, s.head_dim).transpose();
+  for (int64_t t = 0; t < n; ++t) {
+    const float peak = p.row(t).head(t + 1).maxCoeff();
     float sum = 0;
-    for (int64_t u = 0; u < s.seq_len; ++u) {
-      p(t, u) = u <= t ? std::exp(p(t, u) - peak) : 0.0f;
+    for (int64_t u = 0; u <= t; ++u) {
+      p(t, u) = std::exp((p(t, u) - peak) * scale);
       sum += p(t, u);
     }
-    p.row(t) /= sum;
+    p.row(t).head(t + 1) /= sum;
+    p.row(t).tail(n - t - 1).setZero();
   }
   return p;
 }
 
 }  // namespace
 
-void AttentionForward(const AttentionShape& s, ConstMat qkv, Mat out) {
-  assert(s.kv_heads > 0 && s.heads % s.kv_heads == 0);
-  const int64_t d = s.head_dim;
-  for (int64_t seq = 0; seq < s.sequences; ++seq) {
-    const float* base = qkv.data + seq * s.seq_len * qkv.stride;
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t kvh = h / (s.heads / s.kv_heads);
-      RowMajor p = Probabilities(s, qkv, seq, h);
-      MapC v(base + (s.heads + s.kv_heads) * d + kvh * d, s.seq_len, d,
-             Eigen::OuterStride<>(qkv.stride));
-      MapM o(out.data + seq * s.seq_len * out.stride + h * d, s.seq_len, d,
-             Eigen::OuterStride<>(out.stride));
-      o.noalias() = p * v;
+void Gemm(ConstMat a, bool transpose_a, ConstMat b, bool transpose_b, Mat c, bool accumulate) {
+  const MapC ma = View(a), mb = View(b);
+  const MapM mc = View(c);
+  if (!transpose_a && !transpose_b) Multiply(ma, mb, mc, accumulate);
+  if (!transpose_a && transpose_b) Multiply(ma, mb.transpose(), mc, accumulate);
+  if (transpose_a && !transpose_b) Multiply(ma.transpose(), mb, mc, accumulate);
+  if (transpose_a && transpose_b) Multiply(ma.transpose(), mb.transpose(), mc, accumulate);
+}
+
+void Add(ConstMat a, ConstMat b, Mat c) {
+  assert(SameShape(a, b) && SameShape(a, c));
+  // Element by element, so an output aliasing an input reads each element before writing it.
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const float* ar = a.data + r * a.stride;
+    const float* br = b.data + r * b.stride;
+    float* cr = c.data + r * c.stride;
+    for (int64_t j = 0; j < c.cols; ++j) cr[j] = ar[j] + br[j];
+  }
+}
+
+void NormForward(NormKind kind, ConstMat x, const float* gamma, float eps, Mat y) {
+  assert(SameShape(x, y));
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* xr = x.data + r * x.stride;
+    float* yr = y.data + r * y.stride;
+    const RowStats s = Stats(kind, xr, x.cols, eps);
+    for (int64_t j = 0; j < x.cols; ++j)
+      yr[j] = static_cast<float>((xr[j] - s.mean) * s.inv) * gamma[j];
+  }
+}
+
+// Per row, with xhat = (x - mean) * inv, g = dy * gamma and n = x.cols:
+//   LayerNorm: dx = inv * (g - mean(g) - xhat * mean(g * xhat))
+//   RMSNorm:   dx = inv * (g - xhat * mean(g * xhat))
+//   dgamma += dy * xhat
+// (The mean(g) term is the gradient through the mean, which RMSNorm does not subtract.)
+void NormBackward(NormKind kind, ConstMat x, const float* gamma, float eps, ConstMat dy, Mat dx,
+                  bool accumulate_dx, float* dgamma) {
+  assert(SameShape(x, dy) && SameShape(x, dx));
+  const int64_t n = x.cols;
+  std::vector<double> xhat(n), g(n);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* xr = x.data + r * x.stride;
+    const float* dyr = dy.data + r * dy.stride;
+    float* dxr = dx.data + r * dx.stride;
+    const RowStats s = Stats(kind, xr, n, eps);
+    double mean_g = 0, mean_gx = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      xhat[j] = (xr[j] - s.mean) * s.inv;
+      g[j] = static_cast<double>(dyr[j]) * gamma[j];
+      mean_g += g[j];
+      mean_gx += g[j] * xhat[j];
+      dgamma[j] += static_cast<float>(dyr[j] * xhat[j]);
+    }
+    mean_g = kind == NormKind::kLayerNorm ? mean_g / static_cast<double>(n) : 0.0;
+    mean_gx /= static_cast<double>(n);
+    for (int64_t j = 0; j < n; ++j) {
+      const float d = static_cast<float>(s.inv * (g[j] - mean_g - xhat[j] * mean_gx));
+      dxr[j] = accumulate_dx ? dxr[j] + d : d;
     }
   }
 }
 
-// For one head: O = P V with P = softmax(S), S = scale Q K^T (causal).
-//   dV = P^T dO; dP = dO V^T; dS = P * (dP - rowsum(dP * P)); dQ = scale dS K; dK = scale dS^T Q.
-// Query heads sharing a key/value head add their dK and dV.
-void AttentionBackward(const AttentionShape& s, ConstMat qkv, ConstMat dout, Mat dqkv) {
-  assert(s.kv_heads > 0 && s.heads % s.kv_heads == 0);
-  const int64_t d = s.head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  for (int64_t r = 0; r < dqkv.rows; ++r)
-    for (int64_t j = 0; j < dqkv.cols; ++j) dqkv.data[r * dqkv.stride + j] = 0.0f;
+void GeluForward(ConstMat x, Mat y) {
+  assert(SameShape(x, y));
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* xr = x.data + r * x.stride;
+    float* yr = y.data + r * y.stride;
+    for (int64_t j = 0; j < x.cols; ++j) {
+      const float v = xr[j];
+      yr[j] = 0.5f * v * (1.0f + std::tanh(kGeluC * (v + kGeluA * v * v * v)));
+    }
+  }
+}
+
+// With u = c (x + a x^3) and t = tanh(u):
+//   dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
+void GeluBackward(ConstMat x, ConstMat dy, Mat dx) {
+  assert(SameShape(x, dy) && SameShape(x, dx));
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* xr = x.data + r * x.stride;
+    const float* dyr = dy.data + r * dy.stride;
+    float* dxr = dx.data + r * dx.stride;
+    for (int64_t j = 0; j < x.cols; ++j) {
+      const float v = xr[j];
+      const float t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
+      const float slope =
+          0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+      dxr[j] = dyr[j] * slope;
+    }
+  }
+}
+
+void SwigluForward(ConstMat x, Mat y) {
+  const int64_t f = y.cols;
+  assert(x.rows == y.rows && x.cols == 2 * f);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* xr = x.data + r * x.stride;
+    float* yr = y.data + r * y.stride;
+    for (int64_t j = 0; j < f; ++j) yr[j] = xr[j] * Sigmoid(xr[j]) * xr[f + j];
+  }
+}
+
+// With s = sigmoid(gate): d silu(gate) / d gate = s (1 + gate (1 - s)), so
+//   dgate = dy * up * s (1 + gate (1 - s)),  dup = dy * gate * s.
+void SwigluBackward(ConstMat x, ConstMat dy, Mat dx) {
+  const int64_t f = dy.cols;
+  assert(x.rows == dy.rows && SameShape(x, dx) && x.cols == 2 * f);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* xr = x.data + r * x.stride;
+    const float* dyr = dy.data + r * dy.stride;
+    float* dxr = dx.data + r * dx.stride;
+    for (int64_t j = 0; j < f; ++j) {
+      const float gate = xr[j], up = xr[f + j], s = Sigmoid(gate);
+      dxr[j] = dyr[j] * up * s * (1.0f + gate * (1.0f - s));
+      dxr[f + j] = dyr[j] * gate * s;
+    }
+  }
+}
+
+// Per (sequence, query head): O = P V, with P from Probabilities and V of the mapped kv head.
+void AttentionForward(const AttentionShape& s, ConstMat qkv, Mat out) {
+  CheckAttentionShape(s, qkv);
+  assert(out.rows == qkv.rows && out.cols == s.heads * s.head_dim);
+  const int64_t n = s.seq_len, d = s.head_dim;
   for (int64_t seq = 0; seq < s.sequences; ++seq) {
-    const int64_t row0 = seq * s.seq_len;
-    const float* base = qkv.data + row0 * qkv.stride;
-    float* dbase = dqkv.data + row0 * dqkv.stride;
     for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t kvh = h / (s.heads / s.kv_heads);
-      const int64_t k_col = s.heads * d + kvh * d, v_col = (s.heads + s.kv_heads) * d + kvh * d;
-      RowMajor p = Probabilities(s, qkv, seq, h);
-      MapC q(base + h * d, s.seq_len, d, Eigen::OuterStride<>(qkv.stride));
-      MapC k(base + k_col, s.seq_len, d, Eigen::OuterStride<>(qkv.stride));
-      MapC v(base + v_col, s.seq_len, d, Eigen::OuterStride<>(qkv.stride));
-      MapC dO(dout.data + row0 * dout.stride + h * d, s.seq_len, d,
-              Eigen::OuterStride<>(dout.stride));
-      MapM dq(dbase + h * d, s.seq_len, d, Eigen::OuterStride<>(dqkv.stride));
-      MapM dk(dbase + k_col, s.seq_len, d, Eigen::OuterStride<>(dqkv.stride));
-      MapM dv(dbase + v_col, s.seq_len, d, Eigen::OuterStride<>(dqkv.stride));
-      dv.noalias() += p.transpose() * dO;
-      RowMajor dp = dO * v.transpose();
-      RowMajor ds = p.cwiseProduct(dp);
-      Eigen::VectorXf row_sums = ds.rowwise().sum();
-      ds -= p.cwiseProduct(row_sums.replicate(1, s.seq_len));
-      dq.noalias() += scale * ds * k;
-      dk.noalias() += scale * ds.transpose() * q;
+      const RowMajor p = Probabilities(s, qkv, seq, h);
+      Block(out, seq * n, h * d, n, d).noalias() = p * Block(qkv, seq * n, Columns(s, h).v, n, d);
+    }
+  }
+}
+
+// Per (sequence, query head), with O = P V, P = softmax(S), S = scale Q K^T (causal):
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP)),  dQ = scale dS K,
+//   dK = scale dS^T Q   (* elementwise; masked entries have P = 0, hence dS = 0).
+// The query heads of a group share one key/value head and add their dK and dV into it, so dqkv
+// is cleared first and every block accumulates.
+void AttentionBackward(const AttentionShape& s, ConstMat qkv, ConstMat dout, Mat dqkv) {
+  CheckAttentionShape(s, qkv);
+  assert(SameShape(qkv, dqkv));
+  assert(dout.rows == qkv.rows && dout.cols == s.heads * s.head_dim);
+  const int64_t n = s.seq_len, d = s.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  View(dqkv).setZero();
+  for (int64_t seq = 0; seq < s.sequences; ++seq) {
+    const int64_t row0 = seq * n;
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const HeadColumns col = Columns(s, h);
+      const RowMajor p = Probabilities(s, qkv, seq, h);
+      const MapC d_out = Block(dout, row0, h * d, n, d);
+      Block(dqkv, row0, col.v, n, d).noalias() += p.transpose() * d_out;
+      RowMajor ds(n, n);
+      ds.noalias() = d_out * Block(qkv, row0, col.v, n, d).transpose();  // dP
+      const Eigen::VectorXf row_dot = p.cwiseProduct(ds).rowwise().sum();
+      ds = p.cwiseProduct(ds.colwise() - row_dot);
+      Block(dqkv, row0, col.q, n, d).noalias() += scale * (ds * Block(qkv, row0, col.k, n, d));
+      Block(dqkv, row0, col.k, n, d).noalias() +=
+          scale * (ds.transpose() * Block(qkv, row0, col.q, n, d));
     }
   }
 }

@@ -4,7 +4,9 @@
 #include <cstdint>
 
 // fp32 reference kernels of one transformer layer, forward and backward, on row-major views.
-// Eigen stays inside cpu_kernels.cc.
+// Every kernel reads and writes only the rows x cols window of its views, never the padding
+// between rows, so a view may be a block of a wider tensor (a TP shard's columns). Shapes are
+// preconditions, checked by assert. Eigen stays inside cpu_kernels.cc.
 namespace domino::exec::cpu {
 
 // A row-major fp32 matrix view: element (r, c) at data[r * stride + c]; stride >= cols.
@@ -16,11 +18,13 @@ struct ConstMat {
   const float* data = nullptr;
   int64_t rows = 0, cols = 0, stride = 0;
   ConstMat() = default;
-  ConstMat(const float* d, int64_t r, int64_t c, int64_t s) : data(d), rows(r), cols(c), stride(s) {}
+  ConstMat(const float* d, int64_t r, int64_t c, int64_t s)
+      : data(d), rows(r), cols(c), stride(s) {}
   ConstMat(const Mat& m) : data(m.data), rows(m.rows), cols(m.cols), stride(m.stride) {}  // NOLINT
 };
 
-// c = op(a) * op(b) (or c += ... when accumulate), op = transpose when the flag is set.
+// c = op(a) * op(b) (or c += ... when accumulate), op = transpose when the flag is set. c must not
+// overlap a or b.
 void Gemm(ConstMat a, bool transpose_a, ConstMat b, bool transpose_b, Mat c, bool accumulate);
 // c = a + b (c may alias a or b).
 void Add(ConstMat a, ConstMat b, Mat c);
@@ -37,7 +41,8 @@ void NormBackward(NormKind kind, ConstMat x, const float* gamma, float eps, Cons
 // GeLU, tanh approximation: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void GeluForward(ConstMat x, Mat y);
 void GeluBackward(ConstMat x, ConstMat dy, Mat dx);
-// SwiGLU on x = [gate | up] (x.cols = 2 f, y.cols = f): y = silu(gate) * up, silu(g) = g sigmoid(g).
+// SwiGLU on x = [gate | up] (x.cols = 2 f, y.cols = f): y = silu(gate) * up, where
+// silu(g) = g * sigmoid(g).
 void SwigluForward(ConstMat x, Mat y);
 void SwigluBackward(ConstMat x, ConstMat dy, Mat dx);  // dx.cols = 2 f: [dgate | dup]
 
@@ -45,7 +50,8 @@ void SwigluBackward(ConstMat x, ConstMat dy, Mat dx);  // dx.cols = 2 f: [dgate 
 // tokens: qkv.rows = out.rows = sequences * seq_len, sequence-major. A row of qkv is [Q | K | V]:
 // Q has `heads` heads of `head_dim` columns, K and V `kv_heads` heads each; query head h uses
 // key/value head h / (heads / kv_heads). A row of out is the heads' outputs side by side. Scores
-// are scaled by 1/sqrt(head_dim); token t attends to tokens 0..t of its sequence.
+// are scaled by 1/sqrt(head_dim); token t attends to tokens 0..t of its sequence; the softmax is
+// computed in fp32. qkv.cols = (heads + 2 kv_heads) head_dim; heads % kv_heads == 0.
 struct AttentionShape {
   int64_t sequences = 0, seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
 };

@@ -54,6 +54,10 @@ class MpiCommunicator final : public Communicator {
                             MPI_FLOAT, 0, MPI_COMM_WORLD),
                  "gather");
   }
+  [[noreturn]] void Abort(int exit_code) override {
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::_Exit(exit_code);
+  }
   Status SendRecv(const float* send, int to, float* recv, int from, int64_t count) override {
     DOMINO_RETURN_IF_ERROR(CheckCount(count));
     return Check(MPI_Sendrecv(send, static_cast<int>(count), MPI_FLOAT, to, /*tag=*/0, recv,

@@ -2,7 +2,11 @@
 // compare it numerically with the unsharded reference.
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <iostream>
 #include <memory>
 
@@ -14,6 +18,7 @@
 #include "exec/execute.h"
 #include "exec/launch_env.h"
 #include "exec/mpi_communicator.h"
+#include "exec/watchdog.h"
 #include "models/base/file_io.h"
 #include "planner/lower.h"
 #include "sim/predict.h"
@@ -34,6 +39,7 @@ struct ExecuteFlags {
   double tolerance = 1e-4;
   uint64_t seed = 1;
   double max_memory_gib = 8;
+  double timeout_s = 300;
   std::string report_path, trace_path;
   bool force = false;
 };
@@ -43,6 +49,32 @@ struct ExecuteFlags {
 [[noreturn]] void FailOnRank(int rank, const std::string& message, int exit_code = 1) {
   if (rank == 0) Fail("execute", message, exit_code);
   throw CLI::RuntimeError(exit_code);
+}
+
+// Fault injection for tests: DOMINO_FAULT_INJECT="die@RANK:OP" ends rank RANK abruptly after
+// op OP, "hang@RANK:OP" stops it there forever, as a crashed or stuck peer would.
+struct Fault {
+  std::string kind;
+  int rank = -1;
+  long op = -1;
+};
+
+Fault ParseFault(const char* text) {
+  Fault fault;
+  if (text == nullptr) return fault;
+  std::string s(text);
+  size_t at = s.find('@'), colon = s.find(':');
+  if (at == std::string::npos || colon == std::string::npos || colon < at) return fault;
+  fault.kind = s.substr(0, at);
+  fault.rank = std::atoi(s.substr(at + 1, colon - at - 1).c_str());
+  fault.op = std::atol(s.substr(colon + 1).c_str());
+  return fault;
+}
+
+void InjectFault(const Fault& fault) {
+  if (fault.kind == "die") std::_Exit(9);
+  if (fault.kind == "hang")
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 PlanFigures MeasuredFigures(const Plan& plan, const exec::ExecuteResult& r, double* comm_ms) {
@@ -156,13 +188,28 @@ void Run(ExecuteFlags& flags) {
   options.check = flags.check;
   options.tolerance = flags.tolerance;
   const bool tty = rank == 0 && isatty(STDERR_FILENO);
-  if (tty) {
-    options.progress = [](size_t done, size_t total) {
-      if (done % 64 == 0 || done == total)
-        std::cerr << fmt::format("\rexecuting: {}/{} ops", done, total) << (done == total ? "\n" : "")
-                  << std::flush;
-    };
-  }
+  // A peer that dies or hangs leaves this rank blocked in a collective: the watchdog says so and
+  // ends every rank instead of waiting forever.
+  std::atomic<size_t> ops_done{0};
+  exec::Communicator* group = comm.get();
+  exec::Watchdog watchdog(flags.timeout_s, [&, group](double idle_s) {
+    const std::string line = fmt::format(
+        "domino execute: rank {}: no progress for {:.0f} s after {} ops; a peer has died or hangs "
+        "(--timeout {:g}); aborting every rank\n",
+        rank, idle_s, ops_done.load(), flags.timeout_s);
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    std::fflush(stderr);
+    group->Abort(3);
+  });
+  const Fault fault = ParseFault(std::getenv("DOMINO_FAULT_INJECT"));
+  options.progress = [&, tty, rank](size_t done, size_t total) {
+    watchdog.Beat();
+    ops_done = done;
+    if (fault.rank == rank && static_cast<size_t>(fault.op) == done) InjectFault(fault);
+    if (tty && (done % 64 == 0 || done == total))
+      std::cerr << fmt::format("\rexecuting: {}/{} ops", done, total) << (done == total ? "\n" : "")
+                << std::flush;
+  };
   Result<exec::ExecuteResult> result =
       exec::ExecuteCpuSchedule(*plan, std::move(schedule).value(), *comm, options);
   if (!result.ok()) FailOnRank(rank, result.message());
@@ -212,6 +259,9 @@ void SetupExecute(CLI::App* sub) {
                   "largest error allowed by --check, relative to the reference's largest value")
       ->check(CLI::PositiveNumber);
   sub->add_option("--seed", flags->seed, "seed of the weights, inputs and output gradient");
+  sub->add_option("--timeout", flags->timeout_s,
+                  "seconds without progress (a dead or stuck peer) before every rank is aborted")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--max-memory-gib", flags->max_memory_gib,
                   "refuse plans whose CPU tensors exceed this per rank")
       ->check(CLI::PositiveNumber);

@@ -1,0 +1,26 @@
+#!/bin/bash
+# A peer that dies or hangs mid-run: the launch ends non-zero within the timeout, with a clear
+# message, instead of hanging. Usage: peer_faults.sh DOMINO MPIEXEC SOURCE_DIR
+set -uo pipefail
+domino=$1 mpiexec=$2 src=$3
+flags=(--model "$src/models/examples/tiny-gpt.yaml" --cluster dgx-h100:1:2 --tp 2 --seq-len 16
+       --micro-batch 12 --timeout 3)
+fail() { echo "FAIL: $*"; exit 1; }
+for fault in hang die; do
+  start=$(date +%s)
+  out=$(DOMINO_FAULT_INJECT="$fault@1:20" timeout 60 "$mpiexec" -np 2 --oversubscribe \
+        -x DOMINO_FAULT_INJECT "$domino" execute "${flags[@]}" 2>&1)
+  rc=$?
+  took=$(($(date +%s) - start))
+  ((rc != 0)) || fail "$fault: the launch succeeded"
+  ((rc != 124)) || fail "$fault: still running after 60 s"
+  ((took <= 30)) || fail "$fault: took $took s"
+  if [[ $fault == hang ]]; then
+    grep -q "^domino execute: rank 0: no progress for [0-9]* s after [0-9]* ops; a peer" <<<"$out" ||
+      fail "hang: no clear message: $out"
+  else
+    grep -q "Exit code: *9" <<<"$out" || fail "die: the launcher did not name the dead rank: $out"
+  fi
+  echo "ok $fault: exit $rc after $took s"
+done
+echo "peer faults ok"
