@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 
 #include <fmt/format.h>
 
@@ -177,7 +178,24 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
 
   double best_ms = 1e300;  // best iteration found so far, for pruning
   int done = 0;
+  const auto start = std::chrono::steady_clock::now();
+  auto out_of_time = [&] {
+    return space.timeout_s > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+               space.timeout_s;
+  };
+  auto trim = [&] {  // keep the best max_ranked candidates
+    if (result.ranked.size() <= 2 * space.max_ranked) return;
+    std::sort(result.ranked.begin(), result.ranked.end(),
+              [&](const Candidate& a, const Candidate& b) { return Better(a, b, objective); });
+    result.ranked.resize(space.max_ranked);
+  };
   for (Plan& outer : outers) {
+    if (out_of_time()) {
+      result.timed_out = true;
+      break;
+    }
+    trim();
     if (progress) progress(done++, static_cast<int>(outers.size()));
     // The lightest recompute that fits: heavier recompute only adds work.
     std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
@@ -231,6 +249,8 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     }
   }
   if (progress) progress(done, static_cast<int>(outers.size()));
+  if (result.ranked.empty() && result.timed_out)
+    return Error(fmt::format("no plan was evaluated within the {:g} s timeout", space.timeout_s));
   if (result.ranked.empty()) {
     return Error(fmt::format("no plan fits: {} candidates rejected; first: {}", result.rejected,
                              result.rejections.empty() ? std::string("none")
@@ -238,6 +258,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   }
   std::sort(result.ranked.begin(), result.ranked.end(),
             [&](const Candidate& a, const Candidate& b) { return Better(a, b, objective); });
+  if (result.ranked.size() > space.max_ranked) result.ranked.resize(space.max_ranked);
   return result;
 }
 

@@ -38,6 +38,10 @@ struct SearchSpace {
   int max_virtual_stages = 4;
   int max_micro_batch = 32;
   bool prune = true;  // false: evaluate every feasible candidate (brute force)
+  // Stop after this many seconds (0: no limit) and rank what was evaluated by then.
+  double timeout_s = 0;
+  // Keep at most this many ranked candidates (the best), so huge spaces stay in bounded memory.
+  size_t max_ranked = 10000;
 };
 
 // Applies "--fix" pins, "tp=8,pp=1,sp=true,recompute=none,p=2,q=1,scope=inter-layer,mb=4,v=2,
@@ -61,6 +65,7 @@ struct SearchResult {
   int evaluated = 0;  // simulated
   int rejected = 0;   // broke a plan rule or did not fit in memory
   int pruned = 0;     // skipped: bounded out by a faster plan found earlier
+  bool timed_out = false;  // stopped by SearchSpace::timeout_s: the best found so far
   std::vector<std::string> rejections;  // "tp 3 pp 1 dp 1 ...: tp (3) must divide ..."
 };
 

@@ -28,6 +28,7 @@ struct PlanCommandFlags {
   bool force = false;
   bool explain = false;
   bool exhaustive = false;
+  double timeout_s = 0;
 };
 
 // Scores candidates with the simulator.
@@ -57,6 +58,7 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   DOMINO_RETURN_IF_ERROR(ApplyFix(flags.fix, &space));
   DOMINO_RETURN_IF_ERROR(ApplyStrategy(flags.strategy, &space));
   space.prune = !flags.exhaustive;
+  space.timeout_s = flags.timeout_s;
   return space;
 }
 
@@ -111,6 +113,9 @@ void Run(const PlanCommandFlags& flags) {
       "({:.0f} plans/s)\n\n",
       result->evaluated, result->rejected, result->pruned, seconds,
       result->evaluated / std::max(seconds, 1e-9));
+  if (result->timed_out)
+    std::cout << fmt::format("# stopped at --timeout {:g} s: the best plan found so far\n\n",
+                             flags.timeout_s);
   Table table({"rank", "plan", "iteration ms", "exposed ms", "hidden", "tokens/s", "MFU", "GiB/GPU"});
   auto add = [&](const std::string& rank, const Candidate& c) {
     const PlanFigures& f = c.figures;
@@ -161,6 +166,7 @@ void Run(const PlanCommandFlags& flags) {
   std::string yaml = PlanToYaml(chosen, "domino plan: the best of the plans searched");
   yaml += fmt::format("search:\n  objective: {}\n  evaluated: {}\n  rejected: {}\n  pruned: {}\n",
                       flags.objective, result->evaluated, result->rejected, result->pruned);
+  if (result->timed_out) yaml += fmt::format("  stopped_at_timeout_s: {:g}\n", flags.timeout_s);
   if (baseline) {
     yaml += "  baseline: " + FiguresFlow(*baseline) + "\n";
     if (!gains.empty()) yaml += "  gains:  # over the baseline, best plan using only this dimension\n" + gains;
@@ -195,6 +201,9 @@ void SetupPlan(CLI::App* sub) {
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
   sub->add_flag("--explain", flags->explain, "list every rejected candidate and the rule it broke");
   sub->add_flag("--exhaustive", flags->exhaustive, "simulate every feasible plan (no pruning)");
+  sub->add_option("--timeout", flags->timeout_s,
+                  "stop searching after this many seconds and keep the best plan found so far")
+      ->check(CLI::PositiveNumber);
   sub->callback([flags] { Run(*flags); });
 }
 

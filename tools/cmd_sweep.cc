@@ -1,6 +1,7 @@
 // `domino sweep`: what-if studies over bandwidth, node count, sequence length, batch, model or GPU.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -34,6 +35,7 @@ struct SweepFlags {
   std::vector<std::string> vary;
   std::string out_path;
   bool force = false;
+  double timeout_s = 0;
 };
 
 Result<Axis> ParseAxis(const std::string& text) {
@@ -217,7 +219,14 @@ void Run(const SweepFlags& flags) {
   for (const Axis& a : axes) total *= a.values.size();
   const bool tty = isatty(fileno(stderr));
   Simulator simulator;
+  const auto start = std::chrono::steady_clock::now();
+  size_t points_done = 0;
   for (size_t point = 0; point < total; ++point) {
+    if (flags.timeout_s > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+            flags.timeout_s)
+      break;
+    ++points_done;
     if (tty) std::cerr << fmt::format("\rdomino sweep: point {}/{}", point + 1, total) << std::flush;
     std::vector<std::string> values(axes.size());
     size_t rest = point;
@@ -297,8 +306,11 @@ void Run(const SweepFlags& flags) {
   }
   if (tty) std::cerr << "\r\033[K";
   CheckOk("sweep", WriteFileAtomically(flags.out_path, csv, true));
+  if (points_done < total)
+    std::cout << fmt::format("stopped at --timeout {:g} s after {} of {} points; ", flags.timeout_s,
+                             points_done, total);
   std::cout << fmt::format("wrote {} ({} points); plot it with tools/plot {}\n", flags.out_path,
-                           total, flags.out_path);
+                           points_done, flags.out_path);
 }
 
 }  // namespace
@@ -313,6 +325,9 @@ void SetupSweep(CLI::App* sub) {
                   "node (node type), seq_len, micro_batch, model");
   sub->add_option("--out", flags->out_path, "CSV to write");
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
+  sub->add_option("--timeout", flags->timeout_s,
+                  "stop after this many seconds and write the points done so far")
+      ->check(CLI::PositiveNumber);
   sub->callback([flags] { Run(*flags); });
 }
 

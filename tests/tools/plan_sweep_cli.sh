@@ -25,6 +25,15 @@ grep -Eq "^  tp [0-9]+ pp .*: .*must" "$tmp/explain.txt" || fail "a rejection wi
 "$domino" plan "${args[@]}" --fix tp=eight >/dev/null 2>"$tmp/err.txt" && fail "bad --fix accepted"
 grep -q "tp=eight" "$tmp/err.txt" || fail "bad --fix not named: $(cat "$tmp/err.txt")"
 
+# --timeout keeps the best plan found so far, and says so.
+"$domino" plan --model gpt-530b --cluster dgx-a100:640 --global-batch 2520 --seq-len 2048 \
+  --timeout 0.2 --out "$tmp/t.yaml" >"$tmp/t.txt" || fail "plan --timeout failed"
+grep -q "stopped at --timeout 0.2 s: the best plan found so far" "$tmp/t.txt" || fail "no timeout note"
+grep -q "stopped_at_timeout_s: 0.2" "$tmp/t.yaml" || fail "the plan does not record the timeout"
+"$domino" sweep --vary nodes=1,2,4,8 --vary seq_len=512,1024,2048 --timeout 0.01 \
+  --out "$tmp/partial.csv" >"$tmp/p.txt" || fail "sweep --timeout failed"
+grep -q "stopped at --timeout" "$tmp/p.txt" || fail "sweep did not say it stopped"
+
 # A sweep of two keys writes one row per point and strategy, and tools/plot draws it.
 "$domino" sweep --model gpt3-2.7b --cluster dgx-h100:1 --seq-len 1024 --micro-batch 8 \
   --vary nodes=1,2 --vary network_GBps=25,50 --out "$tmp/s.csv" >/dev/null || fail "sweep failed"
