@@ -114,14 +114,34 @@ Result<HardwareProfile> LoadProfile(const std::string& path) {
   return ParseProfile(*text, path);
 }
 
+namespace {
+
+// A YAML double-quoted scalar: backslashes, quotes and control characters escaped.
+std::string Quoted(std::string_view text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
 std::string ProfileToYaml(const HardwareProfile& p) {
   std::string out = fmt::format(
       "# domino calibrate profile: measured medians, microseconds\n"
-      "device: \"{}\"\nbackend: {}\ncontention: {}\n",
-      p.device, p.backend, p.contention);
+      "device: {}\nbackend: {}\ncontention: {}\n",
+      Quoted(p.device), Quoted(p.backend), p.contention);
   out += p.compute_us.empty() ? "compute: []\n" : "compute:  # [op signature, us]\n";
   for (const auto& [signature, us] : p.compute_us)
-    out += fmt::format("  - [\"{}\", {:.3f}]\n", signature, us);
+    out += fmt::format("  - [{}, {:.3f}]\n", Quoted(signature), us);
   out += p.collectives.empty() ? "collectives: []\n" : "collectives:  # [kind, ranks, bytes, us]\n";
   for (const auto& s : p.collectives)
     out += fmt::format("  - [{}, {}, {:.0f}, {:.3f}]\n", s.kind, s.ranks, s.bytes, s.us);

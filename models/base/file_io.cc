@@ -13,9 +13,20 @@
 namespace domino {
 
 Result<std::string> ReadTextFile(const std::string& path) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  if (fs::is_directory(path, ec))
     return Error(fmt::format("{}: is a directory, expected a file", path));
+  // Devices and pipes (/dev/zero, a FIFO) could block or never end: inputs are regular files of
+  // reasonable size.
+  const fs::file_status status = fs::status(path, ec);
+  if (!ec && fs::exists(status) && !fs::is_regular_file(status))
+    return Error(fmt::format("{}: not a regular file", path));
+  constexpr uintmax_t kMaxInputBytes = 64u << 20;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > kMaxInputBytes)
+    return Error(fmt::format("{}: {} MiB; inputs are at most {} MiB", path, size >> 20,
+                             kMaxInputBytes >> 20));
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   std::ostringstream text;

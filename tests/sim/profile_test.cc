@@ -53,6 +53,18 @@ TEST(ProfileTest, RoundTripsAndPricesTheOpsItMeasured) {
   }
 }
 
+// Found by fuzz_profile: a signature with a quote did not survive ProfileToYaml.
+TEST(ProfileTest, AwkwardTextRoundTrips) {
+  HardwareProfile p;
+  p.device = "cpu \"quoted\" \\ back";
+  p.backend = "cpu";
+  p.compute_us["qkv|m=92\"|n=\\|tab\there"] = 1.5;
+  Result<HardwareProfile> back = ParseProfile(ProfileToYaml(p), "p.yaml");
+  ASSERT_TRUE(back.ok()) << back.message() << "\n" << ProfileToYaml(p);
+  EXPECT_EQ(back->device, p.device);
+  EXPECT_EQ(back->compute_us, p.compute_us);
+}
+
 TEST(ProfileTest, BadProfilesNameLineAndKey) {
   for (const char* text : {"device: cpu\nbackend: cpu\ncompute:\n  - [qkv]\n",
                            "device: cpu\nbackend: cpu\ncollectives:\n  - [broadcast, 2, 10, 1]\n",
