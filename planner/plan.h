@@ -80,7 +80,9 @@ inline constexpr int kMaxSplit = 16;
 
 // Checks the rules that tie a plan to its model and cluster: tp*pp*dp = the cluster's GPUs; tp
 // divides heads, kv_heads and ffn; row_split divides micro_batch; col_split divides hidden;
-// pp*virtual_stages divides layers; micro_batch*dp divides global_batch; splits between 1 and 16;
+// pp <= layers (uneven stages allowed without interleaving); with virtual stages, pp*virtual_stages
+// divides layers and the micro-batches are a multiple of pp; micro_batch*dp divides global_batch;
+// splits between 1 and 16;
 // inter-layer scope needs row_split >= 2; sequence parallelism needs tp dividing seq_len/row.
 // `key_of` maps each failure to the YAML key it concerns ("parallel.tp").
 struct PlanRuleFailure {
