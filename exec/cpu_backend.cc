@@ -60,14 +60,19 @@ double CpuBackend::BytesFor(const Schedule& schedule) {
   return bytes;
 }
 
-void CpuBackend::Fill(const Tensor& t, std::vector<float>& values, const View& view) const {
-  const int64_t whole_rows = WholeShape(t, tp_).rows;
+void FillReference(const Tensor& t, int rank, int tp, uint64_t seed, const View& view,
+                   std::vector<float>& values) {
+  const int64_t whole_rows = WholeShape(t, tp).rows;
   for (int64_t r = view.row_begin; r < view.row_end; ++r) {
     for (int64_t c = view.col_begin; c < view.col_end; ++c) {
-      Shape2 at = WholeIndex(t, rank_, tp_, r, c);
-      values[r * t.cols + c] = ReferenceValue(seed_, t.name, whole_rows, at.rows, at.cols);
+      Shape2 at = WholeIndex(t, rank, tp, r, c);
+      values[r * t.cols + c] = ReferenceValue(seed, t.name, whole_rows, at.rows, at.cols);
     }
   }
+}
+
+void CpuBackend::Fill(const Tensor& t, std::vector<float>& values, const View& view) const {
+  FillReference(t, rank_, tp_, seed_, view, values);
 }
 
 void CpuBackend::Pack(const TensorUse& use, float* out) const {

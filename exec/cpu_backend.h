@@ -18,6 +18,11 @@ namespace domino::exec {
 float ReferenceValue(uint64_t seed, std::string_view tensor, int64_t whole_rows, int64_t row,
                      int64_t col);
 
+// Fills `view` of rank `rank`'s `values` of `tensor` (rows x cols) with ReferenceValue through the
+// tensor's Shard rule.
+void FillReference(const Tensor& tensor, int rank, int tp, uint64_t seed, const View& view,
+                   std::vector<float>& values);
+
 // The CPU reference backend: fp32 tensors in host memory, kernels on Eigen (exec/cpu_kernels.h).
 // It holds rank `rank`'s shard (of a TP group of `tp`) of every tensor of the schedule:
 // weights (names ending in ".w") and the first layer's input ("l0.x") filled with
@@ -30,6 +35,7 @@ class CpuBackend final : public Backend {
   Status Run(const Schedule& schedule, int32_t id) override;
   void Pack(const TensorUse& use, float* out) const override;
   void Unpack(const TensorUse& use, const float* in) override;
+  std::vector<float> Read(int32_t tensor) const override { return data_[tensor]; }
 
   // This rank's values of tensor `id` (rows x cols, row-major).
   const std::vector<float>& data(int32_t id) const { return data_[id]; }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "exec/cpu_backend.h"
+#include "exec/cuda_backend.h"
 #include "exec/interpreter.h"
 #include "planner/lower.h"
 
@@ -20,7 +21,7 @@ struct Whole {
 
 // Gathers tensor `name` from every rank and assembles the unsharded tensor on rank 0 by its Shard
 // rule (partial sums add up; replicated tensors are taken from rank 0).
-Result<Whole> GatherWhole(const Schedule& schedule, const CpuBackend& backend, Communicator& comm,
+Result<Whole> GatherWhole(const Schedule& schedule, const Backend& backend, Communicator& comm,
                           std::string_view name) {
   const int32_t id = schedule.FindTensor(name);
   if (id < 0) return Error(fmt::format("the schedule has no tensor {}", name));
@@ -28,7 +29,8 @@ Result<Whole> GatherWhole(const Schedule& schedule, const CpuBackend& backend, C
   const int tp = comm.size();
   const int64_t count = t.rows * t.cols;
   std::vector<float> all(comm.rank() == 0 ? static_cast<size_t>(count * tp) : 0);
-  DOMINO_RETURN_IF_ERROR(comm.Gather(backend.data(id).data(), all.data(), count));
+  const std::vector<float> mine = backend.Read(id);
+  DOMINO_RETURN_IF_ERROR(comm.Gather(mine.data(), all.data(), count));
   Whole whole;
   if (comm.rank() != 0) return whole;
   Shape2 shape = WholeShape(t, tp);
@@ -48,7 +50,7 @@ Result<Whole> GatherWhole(const Schedule& schedule, const CpuBackend& backend, C
 }
 
 // The stack's output: the top layer's mid plus its MLP output after the collective.
-Result<Whole> GatherOutput(const Schedule& schedule, const CpuBackend& backend, Communicator& comm,
+Result<Whole> GatherOutput(const Schedule& schedule, const Backend& backend, Communicator& comm,
                            int top, bool sp) {
   Result<Whole> mid = GatherWhole(schedule, backend, comm, fmt::format("l{}.mid", top));
   if (!mid.ok()) return mid;
@@ -118,7 +120,16 @@ Result<ExecuteResult> ExecuteCpuSchedule(const Plan& plan, Schedule schedule, Co
   ExecuteResult result;
   result.schedule = std::move(schedule);
   const Schedule& s = result.schedule;
-  CpuBackend backend(s, plan.model, comm.rank(), comm.size(), options.seed);
+  std::unique_ptr<Backend> owned;
+  if (options.backend == "cuda") {
+    Result<std::unique_ptr<Backend>> cuda =
+        MakeCudaBackend(s, plan.model, comm.rank(), comm.size(), options.seed, options.device);
+    if (!cuda.ok()) return cuda.error();
+    owned = std::move(cuda).value();
+  } else {
+    owned = std::make_unique<CpuBackend>(s, plan.model, comm.rank(), comm.size(), options.seed);
+  }
+  Backend& backend = *owned;
   Result<Timeline> timeline = Interpret(s, backend, comm, options.progress);
   if (!timeline.ok()) return timeline.error();
   result.timeline = std::move(timeline).value();

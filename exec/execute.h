@@ -14,6 +14,8 @@
 namespace domino::exec {
 
 struct ExecuteOptions {
+  std::string backend = "cpu";  // "cpu" | "cuda" (the reference of --check always runs on the CPU)
+  int device = 0;               // CUDA device
   uint64_t seed = 1;
   bool check = false;       // compare with the unsharded single-rank reference
   double tolerance = 1e-4;  // largest error allowed, relative to the reference's largest value

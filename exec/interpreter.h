@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "exec/communicator.h"
 #include "models/base/result.h"
@@ -20,6 +21,8 @@ class Backend {
   // Copies a view, row by row, to `out` (rows * cols floats), or back from `in`.
   virtual void Pack(const TensorUse& use, float* out) const = 0;
   virtual void Unpack(const TensorUse& use, const float* in) = 0;
+  // This rank's values of a whole tensor (rows x cols, row-major), for checks.
+  virtual std::vector<float> Read(int32_t tensor) const = 0;
 };
 
 // Interpret runs every op of `schedule` in issue order: compute ops on `backend`, TP collectives

@@ -102,13 +102,13 @@ PlanFigures MeasuredFigures(const Plan& plan, const exec::ExecuteResult& r, doub
   return f;
 }
 
-void PrintRun(const Plan& plan, const exec::LaunchEnv& env, const exec::ExecuteResult& r,
-              const PlanFigures& f, double comm_ms) {
+void PrintRun(const Plan& plan, const std::string& backend, const exec::LaunchEnv& env,
+              const exec::ExecuteResult& r, const PlanFigures& f, double comm_ms) {
   std::cout << fmt::format(
-      "# {} executed on the CPU backend (fp32): {} rank(s), launcher: {}\n"
+      "# {} executed on the {} backend (fp32): {} rank(s), launcher: {}\n"
       "# tp {} | row split {}, col split {}, scope {}, sequence parallel {} | {} layers, "
       "micro-batch {} x seq {}, forward + backward, {} ops per rank\n\n",
-      plan.model.name, env.size, env.source, plan.tp, plan.row_split, plan.col_split,
+      plan.model.name, backend, env.size, env.source, plan.tp, plan.row_split, plan.col_split,
       ScopeName(plan.scope), plan.sequence_parallel ? "on" : "off", plan.model.layers / plan.pp,
       plan.micro_batch, plan.seq_len, r.schedule.size());
   Table summary({"measured on rank 0", "value"});
@@ -141,9 +141,6 @@ void Run(ExecuteFlags& flags) {
   if (flags.plan.plan_path.empty() && flags.plan.model.empty())
     FailOnRank(rank, "no plan: give PLAN.yaml (from `domino plan --out`), or --model and --cluster "
                      "with plan flags");
-  if (flags.backend == "cuda")
-    FailOnRank(rank, "the CUDA backend is not available in this version of domino yet; "
-                     "use --backend cpu", 2);
   Result<Plan> plan = BuildPlan(flags.plan);
   if (!plan.ok()) FailOnRank(rank, plan.message());
   const std::string what = flags.plan.plan_path.empty() ? "the plan" : flags.plan.plan_path;
@@ -156,7 +153,8 @@ void Run(ExecuteFlags& flags) {
   }
   Result<Schedule> schedule = Lower(*plan);
   if (!schedule.ok()) FailOnRank(rank, schedule.message());
-  double gib = exec::CpuBackend::BytesFor(*schedule) / (1 << 30);
+  // Host memory: the CPU backend's tensors, and with --check the reference and the gathers.
+  double gib = flags.backend == "cpu" ? exec::CpuBackend::BytesFor(*schedule) / (1 << 30) : 0;
   if (flags.check) gib += exec::CpuBackend::BytesFor(*schedule) * plan->tp / (1 << 30);
   if (gib > flags.max_memory_gib) {
     FailOnRank(rank, fmt::format(
@@ -184,6 +182,13 @@ void Run(ExecuteFlags& flags) {
   }
 
   exec::ExecuteOptions options;
+  options.backend = flags.backend;
+  if (flags.backend == "cuda") {
+    // Each rank takes the GPU of its local rank (one process per GPU, as NCCL wants).
+    Result<std::vector<exec::CudaDevice>> devices = exec::ListCudaDevices();
+    if (!devices.ok()) FailOnRank(rank, devices.message());
+    options.device = env->local_rank % static_cast<int>(devices->size());
+  }
   options.seed = flags.seed;
   options.check = flags.check;
   options.tolerance = flags.tolerance;
@@ -229,9 +234,9 @@ void Run(ExecuteFlags& flags) {
   if (!flags.trace_path.empty())
     CheckOk("execute", WriteFileAtomically(flags.trace_path,
                                            sim::TraceJson(result->schedule, result->timeline, 0,
-                                                          "rank 0 (measured, cpu)"),
+                                                          "rank 0 (measured, " + flags.backend + ")"),
                                            true));
-  PrintRun(*plan, *env, *result, figures, comm_ms);
+  PrintRun(*plan, flags.backend == "cuda" ? "CUDA" : "CPU", *env, *result, figures, comm_ms);
   if (!result->passed) {
     int bad = 0;
     for (const exec::TensorCheck& c : result->checks) bad += c.ok ? 0 : 1;

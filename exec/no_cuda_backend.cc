@@ -1,0 +1,10 @@
+#include "exec/cuda_backend.h"
+
+namespace domino::exec {
+
+Result<std::unique_ptr<Backend>> MakeCudaBackend(const Schedule&, const ModelSpec&, int, int,
+                                                 uint64_t, int) {
+  return Error("this build of domino has no CUDA support (reconfigure with nvcc and NCCL present)");
+}
+
+}  // namespace domino::exec
