@@ -50,15 +50,23 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
   profile.contention = false;
   CpuBackend backend(s, plan.model, comm.rank(), plan.tp, /*seed=*/1);
   const int repeats = std::max(1, options.repeats);
-  for (size_t i = 0; i < s.size(); ++i) {
-    const Op& op = s.ops()[i];
-    if (op.kind == OpKind::kCollective) continue;
-    const std::string key = OpSignature(op);
-    if (profile.compute_us.count(key)) continue;
-    Result<double> us = TimeMedian(repeats, [&] { return backend.Run(s, static_cast<int32_t>(i)); });
-    if (!us.ok()) return us.error();
-    profile.compute_us[key] = *us;
+  // Passes over the whole schedule, each timing every distinct op once, so that a burst of
+  // machine noise lands in one pass rather than in every run of one op; the median per op.
+  std::map<std::string, std::vector<double>> samples;
+  for (int pass = -1; pass < repeats; ++pass) {  // pass -1 warms up
+    std::map<std::string, bool> timed;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const Op& op = s.ops()[i];
+      if (op.kind == OpKind::kCollective) continue;
+      const std::string key = OpSignature(op);
+      if (!timed.emplace(key, true).second) continue;
+      const Clock::time_point start = Clock::now();
+      DOMINO_RETURN_IF_ERROR(backend.Run(s, static_cast<int32_t>(i)));
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      if (pass >= 0) samples[key].push_back(us);
+    }
   }
+  for (auto& [key, us] : samples) profile.compute_us[key] = Median(std::move(us));
   if (comm.size() > 1) {
     // Distinct collectives in schedule order: the same on every rank.
     std::map<std::pair<int, double>, bool> seen;

@@ -18,6 +18,9 @@ struct ExecuteOptions {
   int device = 0;               // CUDA device
   uint64_t seed = 1;
   bool check = false;       // compare with the unsharded single-rank reference
+  // Runs of the schedule; the timeline is each op's median over them. Runs after the first only
+  // time (the check uses the first run's values).
+  int iterations = 1;
   double tolerance = 1e-4;  // largest error allowed, relative to the reference's largest value
   std::function<void(size_t, size_t)> progress;  // ops done, ops in total (this rank)
 };

@@ -40,6 +40,7 @@ struct ExecuteFlags {
   uint64_t seed = 1;
   double max_memory_gib = 8;
   double timeout_s = 300;
+  int iterations = 1;
   std::string report_path, trace_path;
   bool force = false;
 };
@@ -191,6 +192,7 @@ void Run(ExecuteFlags& flags) {
   }
   options.seed = flags.seed;
   options.check = flags.check;
+  options.iterations = flags.iterations;
   options.tolerance = flags.tolerance;
   const bool tty = rank == 0 && isatty(STDERR_FILENO);
   // A peer that dies or hangs leaves this rank blocked in a collective: the watchdog says so and
@@ -264,6 +266,9 @@ void SetupExecute(CLI::App* sub) {
                   "largest error allowed by --check, relative to the reference's largest value")
       ->check(CLI::PositiveNumber);
   sub->add_option("--seed", flags->seed, "seed of the weights, inputs and output gradient");
+  sub->add_option("--iterations", flags->iterations,
+                  "runs of the schedule; the measured timeline takes each op's median")
+      ->check(CLI::Range(1, 1000));
   sub->add_option("--timeout", flags->timeout_s,
                   "seconds without progress (a dead or stuck peer) before every rank is aborted")
       ->check(CLI::PositiveNumber);

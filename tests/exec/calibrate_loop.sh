@@ -11,7 +11,8 @@ flags=(--model "$src/models/examples/tiny-llama.yaml" --cluster dgx-h100:1:2 --t
 grep -q "^contention: false" "$tmp/profile.yaml"
 grep -q "^  - \[allreduce, 2, " "$tmp/profile.yaml"
 "$domino" simulate "${flags[@]}" --hardware-profile "$tmp/profile.yaml" --report "$tmp/p.yaml" >/dev/null
-"$mpiexec" -np 2 --oversubscribe "$domino" execute "${flags[@]}" --report "$tmp/m.yaml" >/dev/null
+"$mpiexec" -np 2 --oversubscribe "$domino" execute "${flags[@]}" --iterations 7 \
+  --report "$tmp/m.yaml" >/dev/null
 "$domino" compare "$tmp/p.yaml" "$tmp/m.yaml" | tee "$tmp/compare.txt"
 error=$(sed -nE 's/^median per-op error: ([0-9.]+)% .*/\1/p' "$tmp/compare.txt")
 [[ -n $error ]] || { echo "no median per-op error printed"; exit 1; }
