@@ -1,5 +1,7 @@
 #include "exec/communicator.h"
 
+#include "exec/mpi_communicator.h"
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
@@ -13,6 +15,17 @@
 namespace domino::exec {
 
 void Communicator::Abort(int exit_code) { std::_Exit(exit_code); }
+
+Result<std::unique_ptr<Communicator>> MakeLaunchCommunicator(const LaunchEnv& env) {
+  if (env.size == 1) return std::unique_ptr<Communicator>(std::make_unique<SelfCommunicator>());
+  Result<std::unique_ptr<Communicator>> mpi = MakeMpiCommunicator();
+  if (!mpi.ok()) return mpi.error();
+  const Communicator& c = **mpi;
+  if (c.size() != env.size || c.rank() != env.rank)
+    return Error(fmt::format("MPI reports rank {} of {}, the launcher rank {} of {} ({})", c.rank(),
+                             c.size(), env.rank, env.size, env.source));
+  return mpi;
+}
 
 Status SelfCommunicator::AllReduce(float*, int64_t) { return Status::Ok(); }
 

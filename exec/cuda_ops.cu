@@ -144,28 +144,52 @@ struct Shape {
   int64_t sequences, seq_len, heads, kv_heads, head_dim;
 };
 
+// The query row a thread owns: thread `id` is token t of head h of sequence seq. Columns of its
+// query, and of the key and value heads its query head reads (grouped-query attention).
+struct QueryRow {
+  int64_t t, seq, row, d, qc, kc, vc;
+  float scale;
+  __device__ QueryRow(const Shape& s, int64_t id) {
+    t = id % s.seq_len;
+    const int64_t h = (id / s.seq_len) % s.heads, kvh = h / (s.heads / s.kv_heads);
+    seq = id / (s.seq_len * s.heads);
+    row = seq * s.seq_len + t;
+    d = s.head_dim;
+    qc = h * d, kc = s.heads * d + kvh * d, vc = (s.heads + s.kv_heads) * d + kvh * d;
+    scale = rsqrtf(static_cast<float>(d));
+  }
+  __device__ int64_t Key(const Shape& s, int64_t u) const { return seq * s.seq_len + u; }
+  // q . k_u / sqrt(d), and dO . v_u.
+  __device__ float Score(const Shape& s, DView qkv, int64_t u) const {
+    float dot = 0;
+    for (int64_t i = 0; i < d; ++i) dot += At(qkv, row, qc + i) * At(qkv, Key(s, u), kc + i);
+    return dot * scale;
+  }
+  __device__ float DotValue(const Shape& s, DView qkv, DView dout, int64_t u) const {
+    float dot = 0;
+    for (int64_t i = 0; i < d; ++i) dot += At(dout, row, qc + i) * At(qkv, Key(s, u), vc + i);
+    return dot;
+  }
+  // The causal softmax's maximum and normalizer over keys 0..t.
+  __device__ void Softmax(const Shape& s, DView qkv, float* peak, float* sum) const {
+    *peak = -INFINITY;
+    for (int64_t u = 0; u <= t; ++u) *peak = fmaxf(*peak, Score(s, qkv, u));
+    *sum = 0;
+    for (int64_t u = 0; u <= t; ++u) *sum += expf(Score(s, qkv, u) - *peak);
+  }
+};
+
 // One thread per (sequence, head, query token): the causal softmax row and its output.
 __global__ void AttentionKernel(Shape s, DView qkv, DView out) {
   int64_t id = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (id >= s.sequences * s.heads * s.seq_len) return;
-  const int64_t t = id % s.seq_len, h = (id / s.seq_len) % s.heads, seq = id / (s.seq_len * s.heads);
-  const int64_t d = s.head_dim, kvh = h / (s.heads / s.kv_heads);
-  const int64_t qc = h * d, kc = s.heads * d + kvh * d, vc = (s.heads + s.kv_heads) * d + kvh * d;
-  const int64_t row = seq * s.seq_len + t;
-  const float scale = rsqrtf(static_cast<float>(d));
-  auto score = [&](int64_t u) {
-    float dot = 0;
-    for (int64_t i = 0; i < d; ++i) dot += At(qkv, row, qc + i) * At(qkv, seq * s.seq_len + u, kc + i);
-    return dot * scale;
-  };
-  float peak = -INFINITY;
-  for (int64_t u = 0; u <= t; ++u) peak = fmaxf(peak, score(u));
-  float sum = 0;
-  for (int64_t u = 0; u <= t; ++u) sum += expf(score(u) - peak);
-  for (int64_t i = 0; i < d; ++i) At(out, row, qc + i) = 0.0f;
-  for (int64_t u = 0; u <= t; ++u) {
-    float p = expf(score(u) - peak) / sum;
-    for (int64_t i = 0; i < d; ++i) At(out, row, qc + i) += p * At(qkv, seq * s.seq_len + u, vc + i);
+  const QueryRow q(s, id);
+  float peak, sum;
+  q.Softmax(s, qkv, &peak, &sum);
+  for (int64_t i = 0; i < q.d; ++i) At(out, q.row, q.qc + i) = 0.0f;
+  for (int64_t u = 0; u <= q.t; ++u) {
+    const float p = expf(q.Score(s, qkv, u) - peak) / sum;
+    for (int64_t i = 0; i < q.d; ++i) At(out, q.row, q.qc + i) += p * At(qkv, q.Key(s, u), q.vc + i);
   }
 }
 
@@ -174,35 +198,20 @@ __global__ void AttentionKernel(Shape s, DView qkv, DView out) {
 __global__ void AttentionBackwardKernel(Shape s, DView qkv, DView dout, DView dqkv) {
   int64_t id = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (id >= s.sequences * s.heads * s.seq_len) return;
-  const int64_t t = id % s.seq_len, h = (id / s.seq_len) % s.heads, seq = id / (s.seq_len * s.heads);
-  const int64_t d = s.head_dim, kvh = h / (s.heads / s.kv_heads);
-  const int64_t qc = h * d, kc = s.heads * d + kvh * d, vc = (s.heads + s.kv_heads) * d + kvh * d;
-  const int64_t row = seq * s.seq_len + t;
-  const float scale = rsqrtf(static_cast<float>(d));
-  auto score = [&](int64_t u) {
-    float dot = 0;
-    for (int64_t i = 0; i < d; ++i) dot += At(qkv, row, qc + i) * At(qkv, seq * s.seq_len + u, kc + i);
-    return dot * scale;
-  };
-  auto dp = [&](int64_t u) {
-    float dot = 0;
-    for (int64_t i = 0; i < d; ++i) dot += At(dout, row, qc + i) * At(qkv, seq * s.seq_len + u, vc + i);
-    return dot;
-  };
-  float peak = -INFINITY;
-  for (int64_t u = 0; u <= t; ++u) peak = fmaxf(peak, score(u));
-  float sum = 0;
-  for (int64_t u = 0; u <= t; ++u) sum += expf(score(u) - peak);
+  const QueryRow q(s, id);
+  float peak, sum;
+  q.Softmax(s, qkv, &peak, &sum);
   float row_dot = 0;
-  for (int64_t u = 0; u <= t; ++u) row_dot += expf(score(u) - peak) / sum * dp(u);
-  for (int64_t u = 0; u <= t; ++u) {
-    const int64_t key = seq * s.seq_len + u;
-    const float p = expf(score(u) - peak) / sum;
-    const float ds = p * (dp(u) - row_dot);
-    for (int64_t i = 0; i < d; ++i) {
-      At(dqkv, row, qc + i) += scale * ds * At(qkv, key, kc + i);
-      atomicAdd(&At(dqkv, key, kc + i), scale * ds * At(qkv, row, qc + i));
-      atomicAdd(&At(dqkv, key, vc + i), p * At(dout, row, qc + i));
+  for (int64_t u = 0; u <= q.t; ++u)
+    row_dot += expf(q.Score(s, qkv, u) - peak) / sum * q.DotValue(s, qkv, dout, u);
+  for (int64_t u = 0; u <= q.t; ++u) {
+    const int64_t key = q.Key(s, u);
+    const float p = expf(q.Score(s, qkv, u) - peak) / sum;
+    const float ds = p * (q.DotValue(s, qkv, dout, u) - row_dot);
+    for (int64_t i = 0; i < q.d; ++i) {
+      At(dqkv, q.row, q.qc + i) += q.scale * ds * At(qkv, key, q.kc + i);
+      atomicAdd(&At(dqkv, key, q.kc + i), q.scale * ds * At(qkv, q.row, q.qc + i));
+      atomicAdd(&At(dqkv, key, q.vc + i), p * At(dout, q.row, q.qc + i));
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "exec/communicator.h"
+#include "exec/launch_env.h"
 #include "models/base/result.h"
 
 namespace domino::exec {
@@ -15,6 +16,10 @@ Result<std::unique_ptr<Communicator>> MakeMpiCommunicator();
 
 // Whether this build has the MPI communicator.
 bool HaveMpi();
+
+// The communicator of a launch: the group of one without a launcher, MPI otherwise (checked to
+// agree with the launcher's rank and size).
+Result<std::unique_ptr<Communicator>> MakeLaunchCommunicator(const LaunchEnv& env);
 
 }  // namespace domino::exec
 

@@ -54,17 +54,11 @@ void Run(CalibrateFlags& flags) {
                                  env->size, env->source, plan->tp));
   if (rank == 0 && !flags.force && access(flags.out_path.c_str(), F_OK) == 0)
     Fail("calibrate", fmt::format("{}: exists; pass --force to overwrite it", flags.out_path));
-  std::unique_ptr<exec::Communicator> comm;
-  if (env->size == 1) {
-    comm = std::make_unique<exec::SelfCommunicator>();
-  } else {
-    Result<std::unique_ptr<exec::Communicator>> mpi = exec::MakeMpiCommunicator();
-    if (!mpi.ok()) FailOnRank(rank, mpi.message());
-    comm = std::move(mpi).value();
-  }
+  Result<std::unique_ptr<exec::Communicator>> comm = exec::MakeLaunchCommunicator(*env);
+  if (!comm.ok()) FailOnRank(rank, comm.message());
   exec::CalibrateOptions options;
   options.repeats = flags.repeats;
-  Result<HardwareProfile> profile = exec::CalibrateCpu(*plan, *comm, options);
+  Result<HardwareProfile> profile = exec::CalibrateCpu(*plan, **comm, options);
   if (!profile.ok()) FailOnRank(rank, profile.message());
   if (rank != 0) return;
   CheckOk("calibrate", WriteFileAtomically(flags.out_path, ProfileToYaml(*profile), true));

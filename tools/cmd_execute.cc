@@ -170,17 +170,9 @@ void Run(ExecuteFlags& flags) {
         Fail("execute", fmt::format("{}: exists; pass --force to overwrite it", path));
   }
 
-  std::unique_ptr<exec::Communicator> comm;
-  if (env->size == 1) {
-    comm = std::make_unique<exec::SelfCommunicator>();
-  } else {
-    Result<std::unique_ptr<exec::Communicator>> mpi = exec::MakeMpiCommunicator();
-    if (!mpi.ok()) FailOnRank(rank, mpi.message());
-    comm = std::move(mpi).value();
-    if (comm->size() != env->size || comm->rank() != rank)
-      FailOnRank(rank, fmt::format("MPI reports rank {} of {}, the launcher rank {} of {} ({})",
-                                   comm->rank(), comm->size(), rank, env->size, env->source));
-  }
+  Result<std::unique_ptr<exec::Communicator>> launched = exec::MakeLaunchCommunicator(*env);
+  if (!launched.ok()) FailOnRank(rank, launched.message());
+  std::unique_ptr<exec::Communicator> comm = std::move(launched).value();
 
   exec::ExecuteOptions options;
   options.backend = flags.backend;
