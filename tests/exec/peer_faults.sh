@@ -16,7 +16,7 @@ for fault in hang die; do
   ((rc != 124)) || fail "$fault: still running after 60 s"
   ((took <= 30)) || fail "$fault: took $took s"
   if [[ $fault == hang ]]; then
-    grep -q "^domino execute: rank 0: no progress for [0-9]* s after [0-9]* ops; a peer" <<<"$out" ||
+    grep -q "^domino execute: rank [0-9]*: no progress for [0-9]* s after [0-9]* ops; a peer" <<<"$out" ||
       fail "hang: no clear message: $out"
   else
     # Either the launcher names the dead rank, or (if it is slower than --timeout) the survivor's
