@@ -78,7 +78,6 @@ void Run(const PlanCommandFlags& flags) {
   // Flags describe the base plan; the defaults of the built-in plan must not pin anything.
   PlanFlags base_flags = flags.plan;
   base_flags.tp = base_flags.pp = base_flags.dp = base_flags.virtual_stages = 0;
-  if (base_flags.micro_batch == 0 && base_flags.model.empty()) base_flags.micro_batch = 16;
   // The starting point only names the model, cluster, batch and precision: its degrees may
   // break rules the search varies anyway.
   Result<Plan> base = BuildPlan(base_flags, /*check_rules=*/false);
