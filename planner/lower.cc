@@ -391,32 +391,32 @@ class Lowering {
       const LayerTensors& up = tensors_[l + 1];
       tags = Tags(l + 1, i, -1, Phase::kBackward);
       grad_tensor = up.g_x;
-      grad_out = Elementwise(OpFunc::kLn1Grad, tags, 5 * hb, std::move(deps),
-                             {SliceOf(up.x, i), SliceOf(Reduced(up.g_ln1, up.g_ln1_s), i),
-                              WholeOf(up.w_ln1), SliceOf(up.g_mid, i)},
-                             {SliceOf(up.g_x, i), WholeOf(up.g_w_ln1)});
+      grad_out = NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, up.x,
+                          Reduced(up.g_ln1, up.g_ln1_s), up.w_ln1, up.g_mid, up.g_x, up.g_w_ln1);
     } else {
       const LayerTensors& t = tensors_[l];
       tags = Tags(l, i, -1, Phase::kBackward);
-      if (final) {
-        grad_tensor = t.g_x;
-        grad_out = Elementwise(OpFunc::kLn1Grad, tags, 5 * hb, std::move(deps),
-                               {SliceOf(t.x, i), SliceOf(Reduced(t.g_ln1, t.g_ln1_s), i),
-                                WholeOf(t.w_ln1), SliceOf(t.g_mid, i)},
-                               {SliceOf(t.g_x, i), WholeOf(t.g_w_ln1)});
-      } else {
-        grad_tensor = t.g_mid;
-        grad_out = Elementwise(OpFunc::kLn2Grad, tags, 5 * hb, std::move(deps),
-                               {SliceOf(t.mid, i), SliceOf(Reduced(t.g_ln2, t.g_ln2_s), i),
-                                WholeOf(t.w_ln2), SliceOf(OutGrad(l), i)},
-                               {SliceOf(t.g_mid, i), WholeOf(t.g_w_ln2)});
-      }
+      grad_tensor = final ? t.g_x : t.g_mid;
+      grad_out = final ? NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, t.x,
+                                  Reduced(t.g_ln1, t.g_ln1_s), t.w_ln1, t.g_mid, t.g_x, t.g_w_ln1)
+                       : NormGrad(OpFunc::kLn2Grad, tags, std::move(deps), i, t.mid,
+                                  Reduced(t.g_ln2, t.g_ln2_s), t.w_ln2, OutGrad(l), t.g_mid,
+                                  t.g_w_ln2);
     }
     if (!sp_ || final) return grad_out;
     const LayerTensors& t = tensors_[l];
     int32_t full = block == Block::kMlp ? t.g_out_full : t.g_mid_full;
     return Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), grad_out,
                       SliceOf(grad_tensor, i), SliceOf(full, i));
+  }
+
+  // Norm backward of slice i: dx = upstream (the gradient through the residual) + the norm's
+  // backward of dy at x; the norm weight's gradient accumulates in dw.
+  int32_t NormGrad(OpFunc func, const OpTags& tags, Deps deps, int i, int32_t x, int32_t dy,
+                   int32_t w, int32_t upstream, int32_t dx, int32_t dw) {
+    return Elementwise(func, tags, 5 * NormRows() * h_ * e_, std::move(deps),
+                       {SliceOf(x, i), SliceOf(dy, i), WholeOf(w), SliceOf(upstream, i)},
+                       {SliceOf(dx, i), WholeOf(dw)});
   }
 
   void BackwardCompute(int l, Block block, int i, int32_t entry) {
