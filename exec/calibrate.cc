@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "exec/cpu_backend.h"
+#include "exec/cuda_device.h"
 #include "planner/lower.h"
 
 namespace domino::exec {
@@ -88,6 +89,78 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
       if (!us.ok()) return us.error();
       profile.collectives.push_back(
           {std::string(CollectiveKindName(op.collective)), comm.size(), op.bytes, *us});
+    }
+  }
+  return profile;
+}
+
+Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
+                                      const CalibrateOptions& options) {
+  if (comm.size() != 1 && comm.size() != plan.tp)
+    return Error(fmt::format("calibrating collectives of a TP group of {} needs {} ranks, not {}",
+                             plan.tp, plan.tp, comm.size()));
+  Result<Schedule> schedule = Lower(plan);
+  if (!schedule.ok()) return schedule.error();
+  const Schedule& s = *schedule;
+  Result<std::vector<CudaDevice>> devices = ListCudaDevices();
+  if (!devices.ok()) return devices.error();
+  CudaOptions cuda = options.cuda;
+  cuda.comm = comm.size() > 1 ? "nccl" : "mpi";
+  Result<std::unique_ptr<CudaRunner>> runner =
+      MakeCudaRunner(s, plan.model, comm.rank(), plan.tp, /*seed=*/1, cuda, comm);
+  if (!runner.ok()) return runner.error();
+  CudaRunner& gpu = **runner;
+  HardwareProfile profile;
+  profile.device = (*devices)[static_cast<size_t>(cuda.device)].name;
+  profile.backend = "cuda";
+  profile.contention = true;
+  const int repeats = std::max(1, options.repeats);
+  // Distinct ops in schedule order (the same on every rank, so collectives pair up).
+  std::map<std::string, int32_t> first;
+  int32_t largest_gemm = -1, largest_memory = -1;
+  std::map<std::pair<int, double>, bool> seen;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const int32_t id = static_cast<int32_t>(i);
+    const Op& op = s.op(id);
+    if (op.kind == OpKind::kCollective) {
+      if (comm.size() == 1) continue;
+      if (!seen.emplace(std::pair{static_cast<int>(op.collective), op.bytes}, true).second) continue;
+      Result<double> us = gpu.TimeOp(id, repeats);
+      if (!us.ok()) return us.error();
+      profile.collectives.push_back(
+          {std::string(CollectiveKindName(op.collective)), comm.size(), op.bytes, *us});
+      continue;
+    }
+    const std::string key = OpSignature(op);
+    if (!first.emplace(key, id).second) continue;
+    Result<double> us = gpu.TimeOp(id, repeats);
+    if (!us.ok()) return us.error();
+    profile.compute_us[key] = *us;
+    if (op.kind == OpKind::kGemm && (largest_gemm < 0 || op.flops > s.op(largest_gemm).flops))
+      largest_gemm = id;
+    if (op.kind == OpKind::kElementwise &&
+        (largest_memory < 0 || op.bytes > s.op(largest_memory).bytes))
+      largest_memory = id;
+  }
+  Result<double> tflops = gpu.PeakTflops(8192);
+  if (!tflops.ok()) return tflops.error();
+  profile.gemm_tflops = *tflops;
+  Result<double> GBps = gpu.HbmGBps(size_t{1} << 30);
+  if (!GBps.ok()) return GBps.error();
+  profile.hbm_GBps = *GBps;
+  // Contention: the op beside a collective that outlasts it, with the collective's traffic rate.
+  const EmulatedCollective& b = options.beside;
+  if (b.ctas > 0 && b.us > 0) {
+    for (int32_t id : {largest_gemm, largest_memory}) {
+      if (id < 0) continue;
+      const double alone = profile.compute_us[OpSignature(s.op(id))];
+      EmulatedCollective longer = b;
+      longer.us = 3 * alone + 100;
+      longer.hbm_bytes = b.hbm_bytes / b.us * longer.us;
+      Result<double> beside = gpu.TimeOpBeside(id, longer, repeats);
+      if (!beside.ok()) return beside.error();
+      profile.contention_samples.push_back(
+          {OpSignature(s.op(id)), b.ctas, b.hbm_bytes / b.us * 1e-3, alone, *beside});
     }
   }
   return profile;

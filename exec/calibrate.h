@@ -2,6 +2,7 @@
 #define DOMINO_EXEC_CALIBRATE_H_
 
 #include "exec/communicator.h"
+#include "exec/cuda_backend.h"
 #include "models/base/result.h"
 #include "planner/plan.h"
 #include "planner/profile.h"
@@ -10,6 +11,12 @@ namespace domino::exec {
 
 struct CalibrateOptions {
   int repeats = 7;  // timed runs per op after one warm-up; the median is kept
+  // CalibrateCuda: the device and element type; collectives run on NCCL when the communicator
+  // has the plan's tp ranks.
+  CudaOptions cuda;
+  // CalibrateCuda: a collective as the plan's cost model predicts it (CTAs, HBM traffic and time
+  // alone), to time the largest GEMM and the largest memory-bound op beside; ctas 0: skip.
+  EmulatedCollective beside;
 };
 
 // Measures, on the CPU backend, every distinct compute op of the plan's lowering (GEMMs,
@@ -19,6 +26,13 @@ struct CalibrateOptions {
 // on rank 0. The CPU runs one op at a time, so the profile says `contention: false`.
 Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
                                      const CalibrateOptions& options = {});
+
+// The same on the CUDA backend, timed by CUDA events: every distinct compute op, and with the
+// plan's tp ranks every distinct TP collective on NCCL (nccl-tests style: every rank times the
+// same calls, rank 0's medians are kept). Also the device's dense GEMM TFLOP/s, its achieved HBM
+// bandwidth, and contention samples (options.beside). The profile says `contention: true`.
+Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
+                                      const CalibrateOptions& options = {});
 
 }  // namespace domino::exec
 

@@ -2,45 +2,265 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "exec/cpu_backend.h"
 #include "exec/cuda_device.h"
 #include "exec/cuda_ops.h"
+#include "exec/nccl_ops.h"
+#include "exec/stream_plan.h"
 
 namespace domino::exec {
 namespace {
 
 constexpr float kNormEps = 1e-5f;  // as the CPU backend
 
-class CudaBackend final : public Backend {
+int64_t Elements(const View& v) { return (v.row_end - v.row_begin) * (v.col_end - v.col_begin); }
+
+Result<cuda::DType> ParseDType(const std::string& name) {
+  if (name == "fp32") return cuda::DType::kF32;
+  if (name == "bf16") return cuda::DType::kBf16;
+  if (name == "fp16") return cuda::DType::kF16;
+  return Error(fmt::format("unknown element type {} (fp32, bf16 or fp16)", name));
+}
+
+class CudaBackend final : public Backend, public CudaRunner {
  public:
-  CudaBackend(const Schedule& schedule, const ModelSpec& model) : schedule_(schedule), model_(model) {}
+  CudaBackend(const Schedule& schedule, const ModelSpec& model, const CudaOptions& options)
+      : schedule_(schedule), model_(model), options_(options) {}
   ~CudaBackend() override {
-    for (float* p : device_) cuda::Free(p);
+    if (nccl_ != nullptr) {
+      if (failed_) cuda::NcclAbort(nccl_);
+      else cuda::NcclDestroy(nccl_);
+    }
+    for (void* p : device_) cuda::Free(p);
+    for (auto& [id, view] : residual_grads_) cuda::Free(view.data);
+    cuda::Free(stage_in_);
+    cuda::Free(stage_out_);
     cuda::Destroy(context_);
   }
 
-  Status Init(int rank, int tp, uint64_t seed, int device) {
+  Status Init(int rank, int tp, uint64_t seed, Communicator& host) {
     rank_ = rank, tp_ = tp, seed_ = seed;
-    DOMINO_RETURN_IF_ERROR(Ok(cuda::Create(device, &context_)));
+    Result<cuda::DType> type = ParseDType(options_.dtype);
+    if (!type.ok()) return type.error();
+    type_ = *type;
+    const bool streams = options_.comm == "nccl" || options_.comm == "emulate";
+    if (!streams && options_.comm != "mpi")
+      return Error(fmt::format("unknown --comm {} (mpi, nccl or emulate)", options_.comm));
+    if (options_.graph && !streams)
+      return Error("CUDA graphs need --comm nccl or emulate (host collectives run on the CPU)");
+    if (options_.comm == "emulate" && options_.emulated.size() != schedule_.size())
+      return Error(fmt::format("--comm emulate needs the predicted cost of every collective ({} "
+                               "ops, {} given)", schedule_.size(), options_.emulated.size()));
+    if (streams) {
+      Result<std::vector<StreamStep>> steps = PlanStreams(schedule_);
+      if (!steps.ok()) return steps.error();
+      steps_ = std::move(steps).value();
+    }
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::Create(options_.device, type_, &context_)));
+    DOMINO_RETURN_IF_ERROR(AllocateTensors());
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::Reserve(context_, WorkspaceBytes())));
+    if (options_.comm == "nccl") DOMINO_RETURN_IF_ERROR(InitNccl(host));
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::CreateEvents(context_, kEventsPerOp * size() + 2)));
+    return Ok(cuda::Synchronize(context_));
+  }
+
+  Backend& backend() override { return *this; }
+
+  Result<Timeline> Run(Communicator& host,
+                       const std::function<void(size_t, size_t)>& progress) override {
+    if (options_.comm == "mpi") return Interpret(schedule_, *this, host, progress);
+    if (options_.graph) {
+      if (!captured_) {
+        // One eager run first, so cuBLAS and the kernels' modules load outside the capture.
+        DOMINO_RETURN_IF_ERROR(EnqueueAll({}));
+        DOMINO_RETURN_IF_ERROR(Ok(cuda::Synchronize(context_)));
+        DOMINO_RETURN_IF_ERROR(Ok(cuda::BeginCapture(context_)));
+        Status enqueued = EnqueueAll({});
+        Status ended = Ok(cuda::EndCapture(context_));
+        DOMINO_RETURN_IF_ERROR(enqueued);
+        DOMINO_RETURN_IF_ERROR(ended);
+        captured_ = true;
+      }
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::LaunchGraph(context_)));
+      if (progress) progress(size(), size());
+    } else {
+      DOMINO_RETURN_IF_ERROR(EnqueueAll(progress));
+    }
+    cuda::UseStream(context_, cuda::StreamKind::kCompute);
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, BeginEvent(), false)));
+    DOMINO_RETURN_IF_ERROR(WaitFor(BeginEvent()));
+    return ReadTimeline();
+  }
+
+  Result<double> TimeOp(int32_t id, int repeats) override {
+    const bool collective = schedule_.op(id).kind == OpKind::kCollective;
+    if (collective && nccl_ == nullptr && options_.comm != "emulate")
+      return Error(fmt::format("op {} ({}): timing a collective needs NCCL (--comm nccl)", id,
+                               schedule_.Label(id)));
+    cuda::UseStream(context_, collective ? cuda::StreamKind::kComm : cuda::StreamKind::kCompute);
+    auto once = [&] { return collective ? EnqueueCollective(id) : Enqueue(id); };
+    return TimeMedian(id, repeats, once, {});
+  }
+
+  Result<double> TimeOpBeside(int32_t id, const EmulatedCollective& beside, int repeats) override {
+    if (schedule_.op(id).kind == OpKind::kCollective)
+      return Error(fmt::format("op {} ({}) is a collective, not a compute op", id, schedule_.Label(id)));
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::Synchronize(context_)));
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::Reserve(context_, std::max(WorkspaceBytes(),
+                                                              cuda::EmulationWorkspaceBytes(beside.hbm_bytes)))));
+    auto collective = [&]() -> Status {
+      cuda::UseStream(context_, cuda::StreamKind::kComm);
+      Status s = Ok(cuda::EmulateCollective(context_, beside.ctas, beside.hbm_bytes, beside.us), id);
+      cuda::UseStream(context_, cuda::StreamKind::kCompute);
+      return s;
+    };
+    return TimeMedian(id, repeats, [&] { return Enqueue(id); }, collective);
+  }
+
+  Result<double> PeakTflops(int64_t n) override {
+    double tflops = 0;
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::MeasureGemmTflops(context_, n, 10, &tflops)));
+    return tflops;
+  }
+
+  Result<double> HbmGBps(size_t bytes) override {
+    double GBps = 0;
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::MeasureHbmGBps(context_, bytes, 10, &GBps)));
+    return GBps;
+  }
+
+  // Runs compute op `id` to completion (the interpreter's one-at-a-time mode).
+  Status Run(const Schedule& s, int32_t id) override {
+    cuda::UseStream(context_, cuda::StreamKind::kCompute);
+    DOMINO_RETURN_IF_ERROR(Enqueue(id));
+    return Ok(cuda::Synchronize(context_), id);
+  }
+
+  void Pack(const TensorUse& use, float* out) const override {
+    (void)cuda::Download(context_, Of(use), out);
+  }
+  void Unpack(const TensorUse& use, const float* in) override {
+    (void)cuda::Upload(context_, Of(use), in);
+  }
+  std::vector<float> Read(int32_t tensor) const override {
+    const Tensor& t = schedule_.tensors()[tensor];
+    std::vector<float> host(static_cast<size_t>(t.rows * t.cols));
+    (void)cuda::Download(context_, Whole(tensor), host.data());
+    return host;
+  }
+
+ private:
+  // Per op: start and end (timing events) and done (ordering another stream); then the run's
+  // begin (ordering) and origin (timing).
+  static constexpr int kEventsPerOp = 3;
+  int size() const { return static_cast<int>(schedule_.size()); }
+  int StartEvent(int op) const { return kEventsPerOp * op; }
+  int EndEvent(int op) const { return kEventsPerOp * op + 1; }
+  int DoneEvent(int op) const { return kEventsPerOp * op + 2; }
+  int BeginEvent() const { return kEventsPerOp * size(); }
+  int OriginEvent() const { return kEventsPerOp * size() + 1; }
+
+  Status Ok(const std::string& error) const {
+    return error.empty() ? Status::Ok() : Status(Error("CUDA backend: " + error));
+  }
+  Status Ok(const std::string& error, int32_t id) const {
+    if (error.empty()) return Status::Ok();
+    return Error(fmt::format("op {} ({}): CUDA: {}", id, schedule_.Label(id), error));
+  }
+
+  Status AllocateTensors() {
     const std::vector<Tensor>& tensors = schedule_.tensors();
     device_.assign(tensors.size(), nullptr);
     for (size_t i = 0; i < tensors.size(); ++i) {
       const Tensor& t = tensors[i];
-      DOMINO_RETURN_IF_ERROR(Ok(cuda::Alloc(static_cast<size_t>(t.rows * t.cols), &device_[i])));
-      std::vector<float> host(static_cast<size_t>(t.rows * t.cols), 0.0f);
+      DOMINO_RETURN_IF_ERROR(
+          Ok(cuda::Alloc(context_, static_cast<size_t>(t.rows * t.cols), &device_[i])));
+      const cuda::DView whole = Whole(static_cast<int32_t>(i));
       const bool initial = t.name == "l0.x" || (t.name.size() > 2 && t.name.ends_with(".w"));
-      if (initial) FillReference(t, rank_, tp_, seed_, View{0, t.rows, 0, t.cols}, host);
-      DOMINO_RETURN_IF_ERROR(Ok(cuda::Upload(context_, Whole(static_cast<int32_t>(i)), host.data())));
+      if (!initial) {
+        DOMINO_RETURN_IF_ERROR(Ok(cuda::Zero(context_, whole)));
+        continue;
+      }
+      std::vector<float> host(static_cast<size_t>(t.rows * t.cols), 0.0f);
+      FillReference(t, rank_, tp_, seed_, View{0, t.rows, 0, t.cols}, host);
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::Upload(context_, whole, host.data())));
     }
-    return Ok(cuda::Synchronize(context_));
+    // The output gradient each residual-gradient op starts the backward pass from, kept on the
+    // device so the op is a device copy (no host transfer inside a timed or captured run).
+    int64_t stage = 0;
+    for (int32_t id = 0; id < size(); ++id) {
+      const Op& op = schedule_.op(id);
+      if (op.kind == OpKind::kCollective) {
+        stage = std::max({stage, Elements(schedule_.reads(op)[0].view),
+                          Elements(schedule_.writes(op)[0].view)});
+      }
+      if (op.func != OpFunc::kResidualGrad) continue;
+      const TensorUse& u = schedule_.writes(op)[0];
+      const Tensor& t = schedule_.tensors()[u.tensor];
+      std::vector<float> host(static_cast<size_t>(t.rows * t.cols), 0.0f);
+      FillReference(t, rank_, tp_, seed_, u.view, host);
+      std::vector<float> part;
+      for (int64_t r = u.view.row_begin; r < u.view.row_end; ++r)
+        part.insert(part.end(), host.begin() + r * t.cols + u.view.col_begin,
+                    host.begin() + r * t.cols + u.view.col_end);
+      cuda::DView view{nullptr, u.view.row_end - u.view.row_begin, u.view.col_end - u.view.col_begin,
+                       u.view.col_end - u.view.col_begin};
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::Alloc(context_, part.size(), &view.data)));
+      residual_grads_[id] = view;
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::Upload(context_, view, part.data())));
+    }
+    // Contiguous staging for NCCL on strided views (a column slice of a tensor).
+    if (options_.comm == "nccl" && stage > 0) {
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::Alloc(context_, static_cast<size_t>(stage), &stage_in_)));
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::Alloc(context_, static_cast<size_t>(stage), &stage_out_)));
+    }
+    return Status::Ok();
   }
 
-  Status Run(const Schedule& s, int32_t id) override {
-    const Op& op = s.op(id);
-    std::span<const TensorUse> reads = s.reads(op), writes = s.writes(op);
+  size_t WorkspaceBytes() const {
+    size_t bytes = 0;
+    for (int32_t id = 0; id < size(); ++id) {
+      const Op& op = schedule_.op(id);
+      if (op.kind == OpKind::kAttention)
+        bytes = std::max(bytes, cuda::AttentionWorkspaceBytes(op.sequences, op.seq_len, op.heads));
+      if (op.kind == OpKind::kCollective && options_.comm == "emulate")
+        bytes = std::max(bytes, cuda::EmulationWorkspaceBytes(options_.emulated[id].hbm_bytes));
+    }
+    return bytes;
+  }
+
+  // NCCL over the plan's TP group: rank 0's unique id reaches every rank through the launch
+  // communicator (its 128 bytes carried bit for bit as 32 floats of an all-gather).
+  Status InitNccl(Communicator& host) {
+    if (host.size() != tp_)
+      return Error(fmt::format("--comm nccl needs the plan's {} TP ranks launched, not {}", tp_,
+                               host.size()));
+    std::string id;
+    if (host.rank() == 0) DOMINO_RETURN_IF_ERROR(Ok(cuda::NcclUniqueId(&id)));
+    constexpr int kFloats = 32;
+    std::vector<float> mine(kFloats, 0.0f), all(static_cast<size_t>(kFloats * host.size()));
+    if (host.rank() == 0) std::memcpy(mine.data(), id.data(), std::min<size_t>(id.size(), 128));
+    DOMINO_RETURN_IF_ERROR(host.AllGather(mine.data(), all.data(), kFloats));
+    id.assign(reinterpret_cast<const char*>(all.data()), 128);
+    cuda::NcclConfig config;
+    config.min_ctas = options_.min_ctas;
+    config.max_ctas = options_.max_ctas;
+    config.timeout_s = options_.timeout_s;
+    return Ok(cuda::NcclInit(context_, host.rank(), host.size(), id, config, &nccl_));
+  }
+
+  // Enqueues compute op `id` on the current stream.
+  Status Enqueue(int32_t id) {
+    const Op& op = schedule_.op(id);
+    std::span<const TensorUse> reads = schedule_.reads(op), writes = schedule_.writes(op);
     auto in = [&](size_t i) { return Of(reads[i]); };
     auto out = [&](size_t i) { return Of(writes[i]); };
     std::string e;
@@ -75,62 +295,164 @@ class CudaBackend final : public Backend {
       case OpFunc::kLn1: case OpFunc::kLn2:
         e = cuda::NormForward(context_, Rms(), in(0), in(1).data, kNormEps, out(0));
         break;
-      case OpFunc::kLn1Grad: case OpFunc::kLn2Grad: {
+      case OpFunc::kLn1Grad: case OpFunc::kLn2Grad:
         // dx = the residual gradient + the norm's backward; dgamma accumulates.
-        cuda::DView dx = out(0);
-        std::vector<float> residual(static_cast<size_t>(dx.rows * dx.cols));
-        e = cuda::Download(context_, in(3), residual.data());
-        if (e.empty()) e = cuda::Upload(context_, dx, residual.data());
+        if (in(3).data != out(0).data) e = cuda::Copy(context_, in(3), out(0));
         if (e.empty())
-          e = cuda::NormBackward(context_, Rms(), in(0), in(2).data, kNormEps, in(1), dx, true,
+          e = cuda::NormBackward(context_, Rms(), in(0), in(2).data, kNormEps, in(1), out(0), true,
                                  out(1).data);
         break;
-      }
       case OpFunc::kResidual1: case OpFunc::kResidual2:
         e = cuda::Add(context_, in(0), in(1), out(0));
         break;
-      case OpFunc::kResidualGrad: {
-        const TensorUse& u = writes[0];
-        const Tensor& t = s.tensors()[u.tensor];
-        std::vector<float> host(static_cast<size_t>(t.rows * t.cols), 0.0f);
-        FillReference(t, rank_, tp_, seed_, u.view, host);
-        std::vector<float> part;
-        for (int64_t r = u.view.row_begin; r < u.view.row_end; ++r)
-          part.insert(part.end(), host.begin() + r * t.cols + u.view.col_begin,
-                      host.begin() + r * t.cols + u.view.col_end);
-        e = cuda::Upload(context_, out(0), part.data());
+      case OpFunc::kResidualGrad:
+        e = cuda::Copy(context_, residual_grads_.at(id), out(0));
         break;
-      }
       default:
-        return Error(fmt::format("op {} ({}): not a compute op the CUDA backend runs", id, s.Label(id)));
+        return Error(fmt::format("op {} ({}): not a compute op the CUDA backend runs", id,
+                                 schedule_.Label(id)));
     }
-    if (e.empty()) e = cuda::Synchronize(context_);
-    if (!e.empty()) return Error(fmt::format("op {} ({}): CUDA: {}", id, s.Label(id), e));
-    return Status::Ok();
+    return Ok(e, id);
   }
 
-  void Pack(const TensorUse& use, float* out) const override {
-    (void)cuda::Download(context_, Of(use), out);
-  }
-  void Unpack(const TensorUse& use, const float* in) override {
-    (void)cuda::Upload(context_, Of(use), in);
-    (void)cuda::Synchronize(context_);
-  }
-  std::vector<float> Read(int32_t tensor) const override {
-    const Tensor& t = schedule_.tensors()[tensor];
-    std::vector<float> host(static_cast<size_t>(t.rows * t.cols));
-    (void)cuda::Download(context_, Whole(tensor), host.data());
-    return host;
+  // Enqueues collective `id` on the comm stream: NCCL, or its emulation.
+  Status EnqueueCollective(int32_t id) {
+    const Op& op = schedule_.op(id);
+    if (options_.comm == "emulate") {
+      const EmulatedCollective& e = options_.emulated[id];
+      return Ok(cuda::EmulateCollective(context_, e.ctas, e.hbm_bytes, e.us), id);
+    }
+    const cuda::DView in = Of(schedule_.reads(op)[0]), out = Of(schedule_.writes(op)[0]);
+    const int64_t n_in = in.rows * in.cols, n_out = out.rows * out.cols;
+    const bool fits = (op.collective == CollectiveOp::kAllReduce && n_in == n_out) ||
+                      (op.collective == CollectiveOp::kReduceScatter && n_in == n_out * tp_) ||
+                      (op.collective == CollectiveOp::kAllGather && n_out == n_in * tp_);
+    if (!fits)
+      return Error(fmt::format("op {} ({}): buffer sizes {} and {} do not fit a {} over {} ranks",
+                               id, schedule_.Label(id), n_in, n_out, OpFuncName(op.func), tp_));
+    auto contiguous = [](const cuda::DView& v) { return v.stride == v.cols || v.rows == 1; };
+    std::string e;
+    const void* src = in.data;
+    if (!contiguous(in)) {
+      e = cuda::Copy(context_, in, cuda::DView{stage_in_, in.rows, in.cols, in.cols});
+      src = stage_in_;
+    }
+    void* dst = contiguous(out) ? out.data : stage_out_;
+    if (e.empty()) {
+      switch (op.collective) {
+        case CollectiveOp::kAllReduce: e = cuda::NcclAllReduce(nccl_, src, dst, n_in); break;
+        case CollectiveOp::kReduceScatter: e = cuda::NcclReduceScatter(nccl_, src, dst, n_out); break;
+        case CollectiveOp::kAllGather: e = cuda::NcclAllGather(nccl_, src, dst, n_in); break;
+        case CollectiveOp::kNone: e = "not a collective"; break;
+      }
+    }
+    if (e.empty() && dst == stage_out_)
+      e = cuda::Copy(context_, cuda::DView{stage_out_, out.rows, out.cols, out.cols}, out);
+    if (!e.empty()) failed_ = true;
+    return Ok(e, id);
   }
 
- private:
-  static Status Ok(const std::string& error) {
-    return error.empty() ? Status::Ok() : Status(Error("CUDA backend: " + error));
+  // Enqueues the whole schedule on the two streams as PlanStreams says, with timing events
+  // around every op.
+  Status EnqueueAll(const std::function<void(size_t, size_t)>& progress) {
+    using cuda::StreamKind;
+    auto use = [&](int stream) {
+      cuda::UseStream(context_, stream == 0 ? StreamKind::kCompute : StreamKind::kComm);
+    };
+    // Both streams start after the origin: the comm stream waits for the compute stream's begin.
+    use(0);
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, OriginEvent(), true)));
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, BeginEvent(), false)));
+    use(1);
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::WaitEvent(context_, BeginEvent())));
+    for (int32_t id = 0; id < size(); ++id) {
+      const StreamStep& step = steps_[id];
+      use(step.stream);
+      for (int32_t w : step.wait_for) DOMINO_RETURN_IF_ERROR(Ok(cuda::WaitEvent(context_, DoneEvent(w)), id));
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, StartEvent(id), true), id));
+      if (schedule_.op(id).kind == OpKind::kCollective) {
+        DOMINO_RETURN_IF_ERROR(EnqueueCollective(id));
+      } else {
+        DOMINO_RETURN_IF_ERROR(Enqueue(id));
+      }
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, EndEvent(id), true), id));
+      if (step.record_done) DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, DoneEvent(id), false), id));
+      if (progress) progress(static_cast<size_t>(id) + 1, schedule_.size());
+    }
+    // The compute stream ends after the comm stream (the last event covers both).
+    use(1);
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, BeginEvent(), false)));
+    use(0);
+    return Ok(cuda::WaitEvent(context_, BeginEvent()));
   }
+
+  // Median of `repeats` timed runs of `once` (after a warm-up) on the current stream, each after
+  // `before` (work for another stream, or nothing).
+  template <typename Once>
+  Result<double> TimeMedian(int32_t id, int repeats, Once once,
+                            const std::function<Status()>& before) {
+    repeats = std::max(1, repeats);
+    std::vector<double> us;
+    for (int i = -1; i < repeats; ++i) {
+      if (before) DOMINO_RETURN_IF_ERROR(before());
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, StartEvent(0), true), id));
+      DOMINO_RETURN_IF_ERROR(once());
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, EndEvent(0), true), id));
+      DOMINO_RETURN_IF_ERROR(WaitFor(EndEvent(0)));
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::Synchronize(context_), id));
+      float ms = 0;
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::ElapsedMs(context_, StartEvent(0), EndEvent(0), &ms), id));
+      if (i >= 0) us.push_back(ms * 1e3);
+    }
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  }
+
+  // Waits until `event` has happened, polling so that a failed or silent NCCL peer ends in an
+  // error and an abort instead of a hang.
+  Status WaitFor(int event) {
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      bool done = false;
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::QueryEvent(context_, event, &done)));
+      if (done) return Ok(cuda::Synchronize(context_));
+      if (nccl_ != nullptr) {
+        std::string e = cuda::NcclPoll(nccl_);
+        if (!e.empty()) {
+          failed_ = true;
+          return Error("NCCL failed during the run: " + e + "; communicator aborted");
+        }
+      }
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > options_.timeout_s) {
+        failed_ = true;
+        return Error(fmt::format("the GPU has not finished the run after {:.0f} s (a peer has "
+                                 "died or hangs, or --timeout {:g} is too short); aborting",
+                                 waited, options_.timeout_s));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  Result<Timeline> ReadTimeline() {
+    Timeline timeline;
+    timeline.ops.resize(schedule_.size());
+    for (int32_t id = 0; id < size(); ++id) {
+      float start = 0, end = 0;
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::ElapsedMs(context_, OriginEvent(), StartEvent(id), &start), id));
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::ElapsedMs(context_, OriginEvent(), EndEvent(id), &end), id));
+      timeline.ops[id] = OpTime{start * 1e3, std::max(start, end) * 1e3};
+    }
+    return timeline;
+  }
+
   bool Rms() const { return model_.norm == Norm::kRmsNorm; }
   cuda::DView Of(const TensorUse& u) const {
     const Tensor& t = schedule_.tensors()[u.tensor];
-    return cuda::DView{device_[u.tensor] + u.view.row_begin * t.cols + u.view.col_begin,
+    const size_t offset = static_cast<size_t>(u.view.row_begin * t.cols + u.view.col_begin) *
+                          cuda::DTypeBytes(type_);
+    return cuda::DView{static_cast<char*>(device_[u.tensor]) + offset,
                        u.view.row_end - u.view.row_begin, u.view.col_end - u.view.col_begin, t.cols};
   }
   cuda::DView Whole(int32_t id) const {
@@ -140,23 +462,34 @@ class CudaBackend final : public Backend {
 
   const Schedule& schedule_;
   ModelSpec model_;
+  CudaOptions options_;
+  cuda::DType type_ = cuda::DType::kF32;
   int rank_ = 0, tp_ = 1;
   uint64_t seed_ = 1;
   cuda::Context* context_ = nullptr;
-  std::vector<float*> device_;
+  cuda::Nccl* nccl_ = nullptr;
+  bool failed_ = false;  // NCCL failed: abort rather than finalize
+  bool captured_ = false;
+  std::vector<void*> device_;
+  std::map<int32_t, cuda::DView> residual_grads_;
+  void* stage_in_ = nullptr;
+  void* stage_out_ = nullptr;
+  std::vector<StreamStep> steps_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Backend>> MakeCudaBackend(const Schedule& schedule, const ModelSpec& model,
-                                                 int rank, int tp, uint64_t seed, int device) {
+Result<std::unique_ptr<CudaRunner>> MakeCudaRunner(const Schedule& schedule, const ModelSpec& model,
+                                                   int rank, int tp, uint64_t seed,
+                                                   const CudaOptions& options, Communicator& host) {
   Result<std::vector<CudaDevice>> devices = ListCudaDevices();
   if (!devices.ok()) return devices.error();
-  if (device < 0 || device >= static_cast<int>(devices->size()))
-    return Error(fmt::format("CUDA device {} does not exist ({} visible)", device, devices->size()));
-  auto backend = std::make_unique<CudaBackend>(schedule, model);
-  DOMINO_RETURN_IF_ERROR(backend->Init(rank, tp, seed, device));
-  return std::unique_ptr<Backend>(std::move(backend));
+  if (options.device < 0 || options.device >= static_cast<int>(devices->size()))
+    return Error(fmt::format("CUDA device {} does not exist ({} visible)", options.device,
+                             devices->size()));
+  auto backend = std::make_unique<CudaBackend>(schedule, model, options);
+  DOMINO_RETURN_IF_ERROR(backend->Init(rank, tp, seed, host));
+  return std::unique_ptr<CudaRunner>(std::move(backend));
 }
 
 }  // namespace domino::exec

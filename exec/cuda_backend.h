@@ -2,8 +2,12 @@
 #define DOMINO_EXEC_CUDA_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "exec/communicator.h"
 #include "exec/interpreter.h"
 #include "models/base/result.h"
 #include "models/model_spec.h"
@@ -11,12 +15,57 @@
 
 namespace domino::exec {
 
-// The CUDA backend: rank `rank`'s tensors in the memory of CUDA device `device`, initialized
-// like the CPU backend's (so `--check` compares the two), ops run in fp32 with cuBLAS GEMMs and
-// the kernels of exec/cuda_ops.cu, one at a time on one stream (the interpreter times each).
-// Fails clearly without CUDA support or without a GPU.
-Result<std::unique_ptr<Backend>> MakeCudaBackend(const Schedule& schedule, const ModelSpec& model,
-                                                 int rank, int tp, uint64_t seed, int device);
+// What a collective would cost on the real cluster, for `--comm emulate`: the CTAs it holds, the
+// HBM traffic it makes and how long it lasts alone (the simulator's cost model says).
+struct EmulatedCollective {
+  int ctas = 0;
+  double hbm_bytes = 0;
+  double us = 0;
+};
+
+struct CudaOptions {
+  int device = 0;
+  std::string dtype = "fp32";  // "fp32" | "bf16" | "fp16": tensors, GEMM inputs and outputs
+  // How TP collectives run:
+  //   "mpi"     through the launch communicator (MPI) on host copies; one op at a time, timed on
+  //             the host: the numeric check's mode, no overlap;
+  //   "nccl"    NCCL on a high-priority comm stream beside the compute stream, ordered by CUDA
+  //             events as the schedule says, timed by events: overlap as in training;
+  //   "emulate" on one GPU, each collective replaced by a kernel that holds its CTAs and makes
+  //             its HBM traffic for its predicted time (`emulated`, indexed by op id).
+  std::string comm = "mpi";
+  bool graph = false;   // capture the whole schedule in a CUDA graph once, replay it per run
+  int min_ctas = 0;     // NCCL's minCTAs / maxCTAs (0: NCCL's default)
+  int max_ctas = 0;
+  double timeout_s = 300;  // longest wait for the GPU or a peer before aborting
+  std::vector<EmulatedCollective> emulated;
+};
+
+// Runs a schedule on a GPU. The backend holds rank `rank`'s tensors (of a TP group of `tp`) in
+// device memory, initialized like the CPU backend's so `--check` compares them.
+class CudaRunner {
+ public:
+  virtual ~CudaRunner() = default;
+  virtual Backend& backend() = 0;
+  // One run of the schedule; `host` is the launch communicator (collectives in "mpi" mode, the
+  // NCCL bootstrap). Op times in microseconds from the run's start.
+  virtual Result<Timeline> Run(Communicator& host,
+                               const std::function<void(size_t, size_t)>& progress) = 0;
+  // Median microseconds of `repeats` runs of op `id` alone after a warm-up, timed by CUDA
+  // events. A collective needs "nccl" (every rank must time it too) or "emulate".
+  virtual Result<double> TimeOp(int32_t id, int repeats) = 0;
+  // The same for compute op `id` while `beside` runs on the comm stream (it must last longer).
+  virtual Result<double> TimeOpBeside(int32_t id, const EmulatedCollective& beside,
+                                      int repeats) = 0;
+  // The device's dense GEMM TFLOP/s in the element type (n x n x n), and its achieved HBM GB/s.
+  virtual Result<double> PeakTflops(int64_t n) = 0;
+  virtual Result<double> HbmGBps(size_t bytes) = 0;
+};
+
+// Fails clearly without CUDA support, without a GPU, or for options the schedule cannot take.
+Result<std::unique_ptr<CudaRunner>> MakeCudaRunner(const Schedule& schedule, const ModelSpec& model,
+                                                   int rank, int tp, uint64_t seed,
+                                                   const CudaOptions& options, Communicator& host);
 
 }  // namespace domino::exec
 

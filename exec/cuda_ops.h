@@ -1,51 +1,110 @@
 #ifndef DOMINO_EXEC_CUDA_OPS_H_
 #define DOMINO_EXEC_CUDA_OPS_H_
 
-// The CUDA half of the CUDA backend: device memory, cuBLAS GEMMs and the layer's kernels, fp32,
-// behind a C++17 interface with no CUDA types (cuda_ops.cu implements it; cuda_backend.cc uses
-// it). Every function enqueues on the context's stream and returns "" or the error's text.
+// The CUDA half of the CUDA backend: device memory, two streams, events, graph capture, cuBLAS
+// GEMMs, the layer's kernels and the emulated collective, behind a C++17 interface with no CUDA
+// types (cuda_ops.cu implements it; cuda_backend.cc uses it). Every tensor of a context has the
+// context's element type; kernels compute in fp32 whatever it is. Every function that launches
+// work enqueues it on the context's current stream (UseStream) and returns "" or the error's text.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace domino::exec::cuda {
 
-struct Context;  // a device, a stream and a cuBLAS handle
+enum class DType : int { kF32 = 0, kBf16 = 1, kF16 = 2 };
+inline size_t DTypeBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+inline const char* DTypeName(DType t) {
+  return t == DType::kF32 ? "fp32" : t == DType::kBf16 ? "bf16" : "fp16";
+}
 
-// A row-major fp32 matrix in device memory: element (r, c) at data[r * stride + c].
+struct Context;  // a device, a compute and a comm stream, cuBLAS, events, a workspace
+
+// A row-major matrix of the context's element type in device memory: element (r, c) at
+// data + (r * stride + c) * DTypeBytes(type).
 struct DView {
-  float* data = nullptr;
+  void* data = nullptr;
   int64_t rows = 0, cols = 0, stride = 0;
 };
 
-std::string Create(int device, Context** out);
+enum class StreamKind : int { kCompute = 0, kComm = 1 };
+
+// A context on `device`: a compute stream and a comm stream of the highest priority (both
+// non-blocking), a cuBLAS handle. Sets the calling thread's current device.
+std::string Create(int device, DType type, Context** out);
 void Destroy(Context* context);
+DType TypeOf(const Context* context);
+// Launches after this go to `stream` (cuBLAS included).
+void UseStream(Context* context, StreamKind stream);
+// The cudaStream_t of `stream`, for NCCL.
+void* StreamHandle(Context* context, StreamKind stream);
+// Waits for both streams.
 std::string Synchronize(Context* context);
 
-std::string Alloc(size_t floats, float** out);
-void Free(float* data);
-// Host <-> device copies of a view (host side contiguous, rows * cols floats).
+// Device memory for `elements` elements of the context's type (at least one).
+std::string Alloc(Context* context, size_t elements, void** out);
+void Free(void* data);
+// Scratch memory the attention kernels and the emulated collective use: makes it at least
+// `bytes`. Call it before any capture (it may allocate) and not while work is queued.
+std::string Reserve(Context* context, size_t bytes);
+size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t heads);
+size_t EmulationWorkspaceBytes(double hbm_bytes);
+
+// Host fp32 (contiguous, rows * cols) <-> a view, converting; both wait for the copy.
 std::string Upload(Context* context, DView dst, const float* host);
 std::string Download(Context* context, DView src, float* host);
+// dst = src (same shape), device to device, asynchronous.
+std::string Copy(Context* context, DView src, DView dst);
 std::string Zero(Context* context, DView view);
 
-// c = op(a) op(b) (c += when accumulate), op = transpose when the flag is set (cuBLAS).
+// Events 0..count-1, replacing any earlier set. Timing events are recorded as external records
+// under graph capture (so a replayed graph records them); other events order streams.
+std::string CreateEvents(Context* context, int count);
+std::string RecordEvent(Context* context, int event, bool timing);
+std::string WaitEvent(Context* context, int event);  // the current stream waits for it
+std::string ElapsedMs(Context* context, int from, int to, float* ms);
+// Whether the work before the event's last record has finished (cudaEventQuery), without waiting.
+std::string QueryEvent(Context* context, int event, bool* done);
+
+// Graph capture of everything both streams are given between BeginCapture and EndCapture (the
+// comm stream forks from and joins the compute stream); LaunchGraph replays it on the compute
+// stream. No allocation, synchronization or download may happen while capturing.
+std::string BeginCapture(Context* context);
+std::string EndCapture(Context* context);
+std::string LaunchGraph(Context* context);
+
+// c = op(a) op(b) (c += when accumulate), op = transpose when the flag is set; cuBLAS with fp32
+// accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F) whatever the element type.
 std::string Gemm(Context* context, DView a, bool transpose_a, DView b, bool transpose_b, DView c,
                  bool accumulate);
 std::string Add(Context* context, DView a, DView b, DView c);
-// LayerNorm (no bias) or RMSNorm per row with gamma; backward as exec/cpu_kernels.h says.
-std::string NormForward(Context* context, bool rms, DView x, const float* gamma, float eps, DView y);
-std::string NormBackward(Context* context, bool rms, DView x, const float* gamma, float eps,
-                         DView dy, DView dx, bool accumulate_dx, float* dgamma);
+// LayerNorm (no bias) or RMSNorm per row with gamma (x.cols elements); backward as
+// exec/cpu_kernels.h says: dx = (or +=) the input gradient, dgamma += sum over rows.
+std::string NormForward(Context* context, bool rms, DView x, const void* gamma, float eps, DView y);
+std::string NormBackward(Context* context, bool rms, DView x, const void* gamma, float eps,
+                         DView dy, DView dx, bool accumulate_dx, void* dgamma);
 std::string Gelu(Context* context, DView x, DView y);
 std::string GeluBackward(Context* context, DView x, DView dy, DView dx);
 std::string Swiglu(Context* context, DView x, DView y);
 std::string SwigluBackward(Context* context, DView x, DView dy, DView dx);
-// Causal attention with grouped-query heads, the layout of exec/cpu_kernels.h.
+// Causal attention with grouped-query heads, the layout of exec/cpu_kernels.h: batched cuBLAS
+// GEMMs for the scores and the outputs, a fused causal softmax; needs
+// Reserve(AttentionWorkspaceBytes(...)).
 std::string Attention(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
                       int64_t kv_heads, int64_t head_dim, DView qkv, DView out);
 std::string AttentionBackward(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
                               int64_t kv_heads, int64_t head_dim, DView qkv, DView dout, DView dqkv);
+
+// A stand-in for a collective on one GPU: `ctas` blocks (one SM each) that move `hbm_bytes` of
+// HBM traffic (half read, half written) paced to take `micros` when nothing else runs; HBM
+// contention makes it longer, as it would a collective. Needs Reserve(EmulationWorkspaceBytes).
+std::string EmulateCollective(Context* context, int ctas, double hbm_bytes, double micros);
+
+// The device's dense GEMM throughput in the context's type: square n x n x n GEMMs, the best of
+// `repeats` timed runs after a warm-up, in TFLOP/s.
+std::string MeasureGemmTflops(Context* context, int64_t n, int repeats, double* tflops);
+// Achieved HBM bandwidth of a device-to-device copy of `bytes` (read + written), in GB/s.
+std::string MeasureHbmGBps(Context* context, size_t bytes, int repeats, double* GBps);
 
 }  // namespace domino::exec::cuda
 

@@ -132,6 +132,30 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
 }
 
 
+// Each op's median duration, laid end to end in issue order (runs of one op at a time).
+Timeline MedianOps(const std::vector<Timeline>& runs) {
+  Timeline timeline;
+  timeline.ops.resize(runs[0].ops.size());
+  double now = 0;
+  std::vector<double> v;
+  for (size_t op = 0; op < timeline.ops.size(); ++op) {
+    v.clear();
+    for (const Timeline& t : runs) v.push_back(t.ops[op].end_us - t.ops[op].start_us);
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    const double d = v[v.size() / 2];
+    timeline.ops[op] = OpTime{now, now + d};
+    now += d;
+  }
+  return timeline;
+}
+
+// The run of median length, whole (runs whose ops overlap: durations alone would lose that).
+Timeline MedianRun(std::vector<Timeline> runs) {
+  std::sort(runs.begin(), runs.end(),
+            [](const Timeline& a, const Timeline& b) { return a.end_us() < b.end_us(); });
+  return std::move(runs[runs.size() / 2]);
+}
+
 }  // namespace
 
 Plan ReferencePlan(const Plan& plan) {
@@ -150,55 +174,61 @@ Plan ReferencePlan(const Plan& plan) {
   return ref;
 }
 
-Result<ExecuteResult> ExecuteCpu(const Plan& plan, Communicator& comm, const ExecuteOptions& options) {
+Result<ExecuteResult> Execute(const Plan& plan, Communicator& comm, const ExecuteOptions& options) {
   Result<Schedule> schedule = Lower(plan);
   if (!schedule.ok()) return schedule.error();
-  return ExecuteCpuSchedule(plan, std::move(schedule).value(), comm, options);
+  return ExecuteSchedule(plan, std::move(schedule).value(), comm, options);
 }
 
-Result<ExecuteResult> ExecuteCpuSchedule(const Plan& plan, Schedule schedule, Communicator& comm,
-                                         const ExecuteOptions& options) {
-  if (comm.size() != plan.tp)
+Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Communicator& comm,
+                                      const ExecuteOptions& options) {
+  const bool emulate = options.backend == "cuda" && options.cuda.comm == "emulate";
+  if (emulate) {
+    if (comm.size() != 1)
+      return Error(fmt::format("--comm emulate runs one rank of the TP group on one GPU; {} ranks "
+                               "were launched", comm.size()));
+    if (options.check)
+      return Error("--check needs real collectives: use --comm mpi or nccl, not emulate");
+    if (options.emulate_rank < 0 || options.emulate_rank >= plan.tp)
+      return Error(fmt::format("--emulate-rank {} is not a rank of a TP group of {}",
+                               options.emulate_rank, plan.tp));
+  } else if (comm.size() != plan.tp) {
     return Error(fmt::format("the plan's TP group has {} ranks; the communicator has {}", plan.tp,
                              comm.size()));
+  }
   ExecuteResult result;
   result.schedule = std::move(schedule);
   const Schedule& s = result.schedule;
-  std::unique_ptr<Backend> owned;
+  std::unique_ptr<CudaRunner> cuda;
+  std::unique_ptr<CpuBackend> cpu;
   if (options.backend == "cuda") {
-    Result<std::unique_ptr<Backend>> cuda =
-        MakeCudaBackend(s, plan.model, comm.rank(), comm.size(), options.seed, options.device);
-    if (!cuda.ok()) return cuda.error();
-    owned = std::move(cuda).value();
+    Result<std::unique_ptr<CudaRunner>> made =
+        MakeCudaRunner(s, plan.model, emulate ? options.emulate_rank : comm.rank(), plan.tp,
+                       options.seed, options.cuda, comm);
+    if (!made.ok()) return made.error();
+    cuda = std::move(made).value();
   } else {
-    owned = std::make_unique<CpuBackend>(s, plan.model, comm.rank(), comm.size(), options.seed);
+    cpu = std::make_unique<CpuBackend>(s, plan.model, comm.rank(), comm.size(), options.seed);
   }
-  Backend& backend = *owned;
-  Result<Timeline> timeline = Interpret(s, backend, comm, options.progress);
+  Backend& backend = cuda ? cuda->backend() : *cpu;
+  // Streams overlap on the GPU unless collectives go through the host one op at a time.
+  const bool overlapping = cuda && options.cuda.comm != "mpi";
+  auto run = [&]() -> Result<Timeline> {
+    return cuda ? cuda->Run(comm, options.progress) : Interpret(s, backend, comm, options.progress);
+  };
+  Result<Timeline> timeline = run();
   if (!timeline.ok()) return timeline.error();
   result.timeline = std::move(timeline).value();
   if (options.check) DOMINO_RETURN_IF_ERROR(Check(plan, s, backend, comm, options, &result));
-  // Further runs for steadier timings: each op's median duration.
+  // Further runs for steadier timings.
   if (options.iterations > 1) {
     std::vector<Timeline> runs = {result.timeline};
     for (int i = 1; i < options.iterations; ++i) {
-      Result<Timeline> again = Interpret(s, backend, comm, options.progress);
+      Result<Timeline> again = run();
       if (!again.ok()) return again.error();
       runs.push_back(std::move(again).value());
     }
-    auto median_duration = [&](size_t op) {
-      std::vector<double> v;
-      for (const Timeline& t : runs) v.push_back(t.ops[op].end_us - t.ops[op].start_us);
-      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-      return v[v.size() / 2];
-    };
-    // One op at a time: lay the median durations end to end in issue order.
-    double now = 0;
-    for (size_t op = 0; op < s.size(); ++op) {
-      const double d = median_duration(op);
-      result.timeline.ops[op] = OpTime{now, now + d};
-      now += d;
-    }
+    result.timeline = overlapping ? MedianRun(std::move(runs)) : MedianOps(runs);
   }
   return result;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "exec/communicator.h"
+#include "exec/cuda_backend.h"
 #include "models/base/result.h"
 #include "planner/plan.h"
 #include "planner/schedule.h"
@@ -15,7 +16,10 @@ namespace domino::exec {
 
 struct ExecuteOptions {
   std::string backend = "cpu";  // "cpu" | "cuda" (the reference of --check always runs on the CPU)
-  int device = 0;               // CUDA device
+  CudaOptions cuda;             // the CUDA backend's device, element type, collectives, graphs
+  // --comm emulate: this process plays rank `emulate_rank` of the plan's TP group alone (the
+  // communicator has one rank); its collectives are emulated, so no check is possible.
+  int emulate_rank = 0;
   uint64_t seed = 1;
   bool check = false;       // compare with the unsharded single-rank reference
   // Runs of the schedule; the timeline is each op's median over them. Runs after the first only
@@ -38,21 +42,23 @@ struct TensorCheck {
 
 struct ExecuteResult {
   Schedule schedule;
-  Timeline timeline;                // this rank's measured timeline
+  // This rank's measured timeline. Over several iterations: each op's median duration laid end
+  // to end (one op at a time), or the run of median length (streams that overlap).
+  Timeline timeline;
   std::vector<TensorCheck> checks;  // rank 0 only, with options.check
   bool passed = true;               // on every rank: every check passed (or none ran)
 };
 
-// Executes the plan's layer stack (forward and backward of one micro-batch) on the CPU backend,
-// this process being rank comm.rank() of a TP group of comm.size() = plan.tp ranks. With
+// Executes the plan's layer stack (forward and backward of one micro-batch) on the CPU or the CUDA
+// backend, this process being rank comm.rank() of a TP group of comm.size() = plan.tp ranks. With
 // options.check, rank 0 also runs the unsharded reference (tp = 1, no slicing, no sequence
 // parallelism) of the same layers and compares the stack's output, its input gradient and every
 // weight gradient, gathered over the ranks; every rank learns the verdict.
-Result<ExecuteResult> ExecuteCpu(const Plan& plan, Communicator& comm, const ExecuteOptions& options);
+Result<ExecuteResult> Execute(const Plan& plan, Communicator& comm, const ExecuteOptions& options);
 
-// As ExecuteCpu, for a given schedule of the plan (for tests that alter one).
-Result<ExecuteResult> ExecuteCpuSchedule(const Plan& plan, Schedule schedule, Communicator& comm,
-                                         const ExecuteOptions& options);
+// As Execute, for a given schedule of the plan (for tests that alter one).
+Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Communicator& comm,
+                                      const ExecuteOptions& options);
 
 // The plan of the unsharded reference: tp = pp = dp = 1 on one GPU, no slicing, no SP.
 Plan ReferencePlan(const Plan& plan);

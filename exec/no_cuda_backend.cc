@@ -2,8 +2,8 @@
 
 namespace domino::exec {
 
-Result<std::unique_ptr<Backend>> MakeCudaBackend(const Schedule&, const ModelSpec&, int, int,
-                                                 uint64_t, int) {
+Result<std::unique_ptr<CudaRunner>> MakeCudaRunner(const Schedule&, const ModelSpec&, int, int,
+                                                   uint64_t, const CudaOptions&, Communicator&) {
   return Error("this build of domino has no CUDA support (reconfigure with nvcc and NCCL present)");
 }
 

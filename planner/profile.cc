@@ -59,8 +59,11 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
   map.String("device", &profile.device, Need::kRequired);
   map.String("backend", &profile.backend, Need::kRequired);
   map.Bool("contention", &profile.contention, Need::kOptional);
+  map.Real("gemm_tflops", &profile.gemm_tflops, Need::kOptional, RealRange{0, 1e6, false});
+  map.Real("hbm_GBps", &profile.hbm_GBps, Need::kOptional, RealRange{0, 1e9, false});
   YAML::Node compute = map.Raw("compute");
   YAML::Node collectives = map.Raw("collectives");
+  YAML::Node samples = map.Raw("contention_samples");
   DOMINO_RETURN_IF_ERROR(map.Finish());
   auto fail = [&](const YAML::Node& n, std::string_view key, std::string_view rule) {
     return Error(fmt::format("{}:{}:{}: {}: {}", file, n.Mark().line + 1, n.Mark().column + 1,
@@ -105,6 +108,25 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
       profile.collectives.push_back(std::move(s));
     }
   }
+  if (samples) {
+    const char* shape = "each entry is [op signature, ctas, hbm GB/s, alone us, beside us]";
+    if (!samples.IsSequence()) return fail(samples, "contention_samples", shape);
+    for (const YAML::Node& e : samples) {
+      if (!e.IsSequence() || e.size() != 5 || !e[0].IsScalar())
+        return fail(e, "contention_samples", shape);
+      HardwareProfile::ContentionSample c;
+      c.op = e[0].Scalar();
+      double ctas = 0;
+      DOMINO_RETURN_IF_ERROR(time(e[1], "contention_samples", &ctas));
+      if (ctas != std::floor(ctas) || ctas > 1e6)
+        return fail(e[1], "contention_samples", "ctas must be an integer >= 0");
+      c.ctas = static_cast<int>(ctas);
+      DOMINO_RETURN_IF_ERROR(time(e[2], "contention_samples", &c.hbm_GBps));
+      DOMINO_RETURN_IF_ERROR(time(e[3], "contention_samples", &c.alone_us));
+      DOMINO_RETURN_IF_ERROR(time(e[4], "contention_samples", &c.beside_us));
+      profile.contention_samples.push_back(std::move(c));
+    }
+  }
   return profile;
 }
 
@@ -139,12 +161,19 @@ std::string ProfileToYaml(const HardwareProfile& p) {
       "# domino calibrate profile: measured medians, microseconds\n"
       "device: {}\nbackend: {}\ncontention: {}\n",
       Quoted(p.device), Quoted(p.backend), p.contention);
+  if (p.gemm_tflops > 0) out += fmt::format("gemm_tflops: {:.2f}\n", p.gemm_tflops);
+  if (p.hbm_GBps > 0) out += fmt::format("hbm_GBps: {:.1f}\n", p.hbm_GBps);
   out += p.compute_us.empty() ? "compute: []\n" : "compute:  # [op signature, us]\n";
   for (const auto& [signature, us] : p.compute_us)
     out += fmt::format("  - [{}, {:.3f}]\n", Quoted(signature), us);
   out += p.collectives.empty() ? "collectives: []\n" : "collectives:  # [kind, ranks, bytes, us]\n";
   for (const auto& s : p.collectives)
     out += fmt::format("  - [{}, {}, {:.0f}, {:.3f}]\n", s.kind, s.ranks, s.bytes, s.us);
+  if (!p.contention_samples.empty())
+    out += "contention_samples:  # [op signature, ctas, hbm GB/s, alone us, beside us]\n";
+  for (const auto& c : p.contention_samples)
+    out += fmt::format("  - [{}, {}, {:.1f}, {:.3f}, {:.3f}]\n", Quoted(c.op), c.ctas, c.hbm_GBps,
+                       c.alone_us, c.beside_us);
   return out;
 }
 

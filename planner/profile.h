@@ -28,6 +28,20 @@ struct HardwareProfile {
     double us = 0;
   };
   std::vector<CollectiveSample> collectives;
+  // Device figures `calibrate --backend cuda` measures (0: not measured): dense GEMM TFLOP/s in
+  // the run's element type and achieved HBM bandwidth (a device-to-device copy).
+  double gemm_tflops = 0;
+  double hbm_GBps = 0;
+  // Compute ops timed alone and beside an emulated collective holding `ctas` SMs and streaming
+  // `hbm_GBps` of HBM traffic: how much a collective slows the compute it overlaps.
+  struct ContentionSample {
+    std::string op;  // OpSignature
+    int ctas = 0;
+    double hbm_GBps = 0;
+    double alone_us = 0;
+    double beside_us = 0;
+  };
+  std::vector<ContentionSample> contention_samples;
 
   // Measured time of `op`, or a negative number when the profile has none. Collectives
   // interpolate linearly in bytes between the nearest samples of their kind and group size (and

@@ -37,6 +37,15 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
   attention_tflops_ = dtype == Dtype::kFp8 ? gpu_.peak(Dtype::kBf16) : peak_tflops_;
   hbm_GBps_ = gpu_.hbm_GBps * gpu_.hbm_efficiency;
   launch_us_ = options.cuda_graphs ? gpu_.graph_launch_us : gpu_.kernel_launch_us;
+  // A calibrated device: its measured GEMM throughput is what the best shapes achieve, and its
+  // measured copy bandwidth is the achieved HBM bandwidth.
+  if (options.profile != nullptr && options.profile->gemm_tflops > 0) {
+    const double scale = options.profile->gemm_tflops / (peak_tflops_ * gpu_.max_gemm_efficiency);
+    peak_tflops_ *= scale;
+    attention_tflops_ *= scale;
+  }
+  if (options.profile != nullptr && options.profile->hbm_GBps > 0)
+    hbm_GBps_ = options.profile->hbm_GBps;
 }
 
 DeviceResources CostModel::device() const { return DeviceResources{gpu_.sms, hbm_GBps_}; }
@@ -83,8 +92,23 @@ OpCost CostModel::Cost(const Op& op) const {
                                        op.kind == OpKind::kCollective)) {
     const double us = options_.profile->Lookup(op, tp_group_.size);
     if (us >= 0 && op.kind != OpKind::kCollective && op.kind != OpKind::kSendRecv) {
-      // A measured kernel: its whole time as an uncontended fixed cost.
-      cost.alone_us = cost.launch_us = us;
+      if (!options_.profile->contention) {
+        // A measured kernel on a device that runs one op at a time: a fixed cost.
+        cost.alone_us = cost.launch_us = us;
+        return cost;
+      }
+      // A measured kernel on a GPU: the model's roofline scaled to the measured time, so it still
+      // loses SMs and HBM bandwidth to a collective beside it as the model says.
+      cost = ModelCost(op);
+      const double body = cost.BodyUs(gpu_.sms, hbm_GBps_);
+      const double target = std::max(0.0, us - cost.launch_us);
+      if (body > 0) {
+        cost.wave_us *= target / body;
+        cost.hbm_bytes *= target / body;
+      } else {
+        cost.launch_us = us;
+      }
+      cost.alone_us = us;
       return cost;
     }
     if (us >= 0 && op.kind == OpKind::kCollective) {
@@ -97,6 +121,11 @@ OpCost CostModel::Cost(const Op& op) const {
       return cost;
     }
   }
+  return ModelCost(op);
+}
+
+OpCost CostModel::ModelCost(const Op& op) const {
+  OpCost cost;
   switch (op.kind) {
     case OpKind::kGemm:
       cost = GemmCost(static_cast<double>(op.m), static_cast<double>(op.n), static_cast<double>(op.k));

@@ -19,7 +19,8 @@ struct CostOptions {
   bool cuda_graphs = false;  // launch overhead per kernel: graph_launch_us instead of kernel_launch_us
   AttentionKernel attention = AttentionKernel::kFlash;
   bool tp_comm_free = false;  // the ideal: TP collectives cost nothing
-  // Measured op times (`domino calibrate`); ops it lacks fall back to the models. Not owned.
+  // Measured op times (`domino calibrate`); ops it lacks fall back to the models, which take the
+  // profile's measured GEMM throughput and HBM bandwidth when it has them. Not owned.
   const HardwareProfile* profile = nullptr;
 };
 
@@ -53,6 +54,7 @@ class CostModel {
   double TpCommUs(const Schedule& schedule) const;
 
  private:
+  OpCost ModelCost(const Op& op) const;  // without the profile
   OpCost GemmCost(double m, double n, double k) const;
   OpCost AttentionCost(const Op& op) const;
 

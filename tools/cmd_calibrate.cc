@@ -14,7 +14,10 @@
 #include "exec/mpi_communicator.h"
 #include "models/base/file_io.h"
 #include "planner/profile.h"
+#include "planner/lower.h"
 #include "tools/command.h"
+#include "tools/emulation.h"
+#include "tools/table.h"
 #include "tools/plan_flags.h"
 
 namespace domino::cli {
@@ -24,6 +27,8 @@ struct CalibrateFlags {
   PlanFlags plan;
   std::string positional_plan;
   std::string backend = "cpu";
+  std::string dtype;  // cuda: default the plan's precision (bf16 for fp8)
+  int device = -1;
   std::string out_path;
   int repeats = 7;
   bool force = false;
@@ -34,15 +39,46 @@ struct CalibrateFlags {
   throw CLI::RuntimeError(exit_code);
 }
 
+// What a GPU profile says about the device: throughput, bandwidth, collectives as nccl-tests
+// reports them (bus bandwidth), and how much a collective slows the compute beside it.
+void PrintDevice(const HardwareProfile& p) {
+  if (p.gemm_tflops > 0)
+    std::cout << fmt::format("dense GEMM {:.1f} TFLOP/s, HBM {:.0f} GB/s (device-to-device copy)\n",
+                             p.gemm_tflops, p.hbm_GBps);
+  if (!p.collectives.empty()) {
+    Table table({"collective", "ranks", "bytes", "us", "algbw GB/s", "busbw GB/s"});
+    for (const auto& c : p.collectives) {
+      // nccl-tests' bus bandwidth: all-reduce moves 2 (n - 1) / n of the buffer per rank,
+      // reduce-scatter and all-gather (n - 1) / n of the whole buffer.
+      const double n = c.ranks;
+      const double whole = c.kind == "allreduce" ? c.bytes : c.bytes * n;
+      const double factor = c.kind == "allreduce" ? 2 * (n - 1) / n : (n - 1) / n;
+      const double algbw = c.us > 0 ? whole / (c.us * 1e3) : 0;
+      table.AddRow({c.kind, std::to_string(c.ranks), fmt::format("{:.0f}", c.bytes),
+                    fmt::format("{:.1f}", c.us), fmt::format("{:.1f}", algbw),
+                    fmt::format("{:.1f}", algbw * factor)});
+    }
+    table.Print(std::cout);
+  }
+  if (!p.contention_samples.empty()) {
+    Table table({"op beside an emulated collective", "CTAs", "HBM GB/s", "alone us", "beside us",
+                 "slowdown"});
+    for (const auto& c : p.contention_samples)
+      table.AddRow({c.op, std::to_string(c.ctas), fmt::format("{:.0f}", c.hbm_GBps),
+                    fmt::format("{:.1f}", c.alone_us), fmt::format("{:.1f}", c.beside_us),
+                    fmt::format("{:.3f}x", c.alone_us > 0 ? c.beside_us / c.alone_us : 0)});
+    table.Print(std::cout);
+  }
+}
+
 void Run(CalibrateFlags& flags) {
   Result<exec::LaunchEnv> env = exec::ReadLaunchEnv();
   if (!env.ok()) Fail("calibrate", env.message());
   const int rank = env->rank;
   if (!flags.positional_plan.empty()) flags.plan.plan_path = flags.positional_plan;
   if (flags.out_path.empty()) FailOnRank(rank, "--out profile.yaml is required");
-  if (flags.backend == "cuda")
-    FailOnRank(rank, "the CUDA backend is not available in this version of domino yet; use "
-                     "--backend cpu", 2);
+  if (flags.backend == "cpu" && !flags.dtype.empty() && flags.dtype != "fp32")
+    FailOnRank(rank, fmt::format("--dtype {}: the CPU backend computes in fp32", flags.dtype));
   if (flags.plan.plan_path.empty() && flags.plan.model.empty())
     FailOnRank(rank, "no plan: give PLAN.yaml or --model and --cluster with plan flags (the "
                      "profile measures that plan's op shapes)");
@@ -58,14 +94,35 @@ void Run(CalibrateFlags& flags) {
   if (!comm.ok()) FailOnRank(rank, comm.message());
   exec::CalibrateOptions options;
   options.repeats = flags.repeats;
-  Result<HardwareProfile> profile = exec::CalibrateCpu(*plan, **comm, options);
+  const bool cuda = flags.backend == "cuda";
+  if (cuda) {
+    Result<std::vector<exec::CudaDevice>> devices = exec::ListCudaDevices();
+    if (!devices.ok()) FailOnRank(rank, devices.message());
+    options.cuda.device = flags.device >= 0 ? flags.device
+                                            : env->local_rank % static_cast<int>(devices->size());
+    if (options.cuda.device >= static_cast<int>(devices->size()))
+      FailOnRank(rank, fmt::format("--device {}: {} CUDA device(s) visible", options.cuda.device,
+                                   devices->size()));
+    options.cuda.dtype = !flags.dtype.empty()                 ? flags.dtype
+                         : plan->precision == Dtype::kFp16 ? "fp16"
+                                                            : "bf16";
+    Result<Schedule> schedule = Lower(*plan);
+    if (!schedule.ok()) FailOnRank(rank, schedule.message());
+    options.beside = LargestCollective(*plan, *schedule);
+  }
+  if (rank == 0 && isatty(STDERR_FILENO))
+    std::cerr << fmt::format("calibrating on the {} backend ({} rank(s), {} timed runs per op)...\n",
+                             flags.backend, env->size, flags.repeats);
+  Result<HardwareProfile> profile = cuda ? exec::CalibrateCuda(*plan, **comm, options)
+                                         : exec::CalibrateCpu(*plan, **comm, options);
   if (!profile.ok()) FailOnRank(rank, profile.message());
   if (rank != 0) return;
   CheckOk("calibrate", WriteFileAtomically(flags.out_path, ProfileToYaml(*profile), true));
-  std::cout << fmt::format("wrote {}: {} compute ops and {} collectives measured on the CPU "
-                           "backend ({} rank(s), median of {} runs each)\n",
+  std::cout << fmt::format("wrote {}: {} compute ops and {} collectives measured on the {} "
+                           "backend ({}, {} rank(s), median of {} runs each)\n",
                            flags.out_path, profile->compute_us.size(), profile->collectives.size(),
-                           env->size, flags.repeats);
+                           cuda ? "CUDA" : "CPU", profile->device, env->size, flags.repeats);
+  PrintDevice(*profile);
 }
 
 }  // namespace
@@ -74,7 +131,16 @@ void SetupCalibrate(CLI::App* sub) {
   auto flags = std::make_shared<CalibrateFlags>();
   sub->add_option("plan_file", flags->positional_plan, "plan YAML whose op shapes to measure");
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
-  sub->add_option("--backend", flags->backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--backend", flags->backend,
+                  "cpu | cuda (CUDA events; collectives on NCCL under mpirun with the plan's tp "
+                  "ranks)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--dtype", flags->dtype,
+                  "element type on the GPU: fp32 | bf16 | fp16 (default: the plan's precision)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub->add_option("--device", flags->device,
+                  "CUDA device (default: the launcher's local rank, modulo the visible devices)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--out", flags->out_path, "profile YAML to write");
   sub->add_option("--repeats", flags->repeats, "timed runs per op (the median is kept)")
       ->check(CLI::Range(1, 1000));

@@ -34,6 +34,30 @@ std::optional<PlanFigures> FiguresOf(const Plan& plan, bool prefer_measured) {
   return plan.measured;
 }
 
+struct StackFigures {
+  double ms = 0, compute_ms = 0, comm_ms = 0, hidden = 1;
+};
+
+// Compute ops run on one stream, so their busy time is their sum; what the timeline takes beyond
+// it is exposed communication.
+StackFigures Stack(const std::vector<sim::ReportOp>& ops) {
+  StackFigures f;
+  double begin = INFINITY, end = 0;
+  for (const sim::ReportOp& op : ops) {
+    begin = std::min(begin, op.start_us);
+    end = std::max(end, op.end_us);
+    const double ms = (op.end_us - op.start_us) * 1e-3;
+    if (op.op_class == "tp-comm") {
+      f.comm_ms += ms;
+    } else if (op.op_class != "other-comm") {
+      f.compute_ms += ms;
+    }
+  }
+  f.ms = ops.empty() ? 0 : (end - begin) * 1e-3;
+  if (f.comm_ms > 0) f.hidden = std::clamp(1 - (f.ms - f.compute_ms) / f.comm_ms, 0.0, 1.0);
+  return f;
+}
+
 void Run(const CompareFlags& flags) {
   Result<sim::Report> predicted = sim::LoadReport(flags.predicted_path);
   if (!predicted.ok()) Fail("compare", predicted.message());
@@ -61,6 +85,22 @@ void Run(const CompareFlags& flags) {
   row("tokens/s", p->tokens_per_s, m->tokens_per_s, "{:.0f}");
   figures.Print(std::cout);
 
+  if (!predicted->ops.empty() && !measured->ops.empty()) {
+    // The layer stack of one micro-batch, the same way from both timelines: its length, and the
+    // share of its TP comm time that compute hid (1 - (length - compute busy) / comm busy).
+    std::cout << "\n";
+    Table stack({"layer stack, one micro-batch (timelines)", "predicted", "measured", "error"});
+    const StackFigures a = Stack(predicted->ops), b = Stack(measured->ops);
+    stack.AddRow({"length ms", fmt::format("{:.3f}", a.ms), fmt::format("{:.3f}", b.ms),
+                  Error(a.ms, b.ms)});
+    stack.AddRow({"compute busy ms", fmt::format("{:.3f}", a.compute_ms),
+                  fmt::format("{:.3f}", b.compute_ms), Error(a.compute_ms, b.compute_ms)});
+    stack.AddRow({"TP comm busy ms", fmt::format("{:.3f}", a.comm_ms), fmt::format("{:.3f}", b.comm_ms),
+                  Error(a.comm_ms, b.comm_ms)});
+    stack.AddRow({"hidden fraction", fmt::format("{:.3f}", a.hidden), fmt::format("{:.3f}", b.hidden),
+                  Error(a.hidden, b.hidden)});
+    stack.Print(std::cout);
+  }
   if (predicted->ops.empty() || measured->ops.empty()) {
     std::cout << "\n(no per-op comparison: "
               << (predicted->ops.empty() ? flags.predicted_path : flags.measured_path)

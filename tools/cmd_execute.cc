@@ -25,6 +25,7 @@
 #include "sim/report.h"
 #include "sim/trace.h"
 #include "tools/command.h"
+#include "tools/emulation.h"
 #include "tools/plan_flags.h"
 #include "tools/table.h"
 
@@ -35,8 +36,14 @@ struct ExecuteFlags {
   PlanFlags plan;
   std::string positional_plan;
   std::string backend = "cpu";
+  std::string comm = "mpi";
+  std::string dtype;  // default: fp32 on the CPU or with --check, else the plan's precision
+  bool cuda_graph = false;
+  int emulate_rank = 0;
+  int min_ctas = 0, max_ctas = 0;
+  int device = -1;
   bool check = false;
-  double tolerance = 1e-4;
+  double tolerance = 0;  // default: 1e-4 in fp32, 3e-2 in 16 bits
   uint64_t seed = 1;
   double max_memory_gib = 8;
   double timeout_s = 300;
@@ -89,7 +96,8 @@ PlanFigures MeasuredFigures(const Plan& plan, const exec::ExecuteResult& r, doub
   }
   PlanFigures f;
   f.iteration_ms = r.timeline.end_us() * 1e-3 * micro_batches;
-  // One op at a time: without the collectives the run would take its compute time.
+  // Compute ops run one after another (one compute stream, or one op at a time): without the
+  // collectives the run would take their sum.
   f.ideal_ms = compute_us * 1e-3 * micro_batches;
   f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;
   *comm_ms = comm_us * 1e-3 * micro_batches;
@@ -106,7 +114,7 @@ PlanFigures MeasuredFigures(const Plan& plan, const exec::ExecuteResult& r, doub
 void PrintRun(const Plan& plan, const std::string& backend, const exec::LaunchEnv& env,
               const exec::ExecuteResult& r, const PlanFigures& f, double comm_ms) {
   std::cout << fmt::format(
-      "# {} executed on the {} backend (fp32): {} rank(s), launcher: {}\n"
+      "# {} executed on the {} backend: {} rank(s), launcher: {}\n"
       "# tp {} | row split {}, col split {}, scope {}, sequence parallel {} | {} layers, "
       "micro-batch {} x seq {}, forward + backward, {} ops per rank\n\n",
       plan.model.name, backend, env.size, env.source, plan.tp, plan.row_split, plan.col_split,
@@ -114,10 +122,23 @@ void PrintRun(const Plan& plan, const std::string& backend, const exec::LaunchEn
       plan.micro_batch, plan.seq_len, r.schedule.size());
   Table summary({"measured on rank 0", "value"});
   summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
-  summary.AddRow({"compute (ops run one at a time)", fmt::format("{:.2f} ms", f.ideal_ms)});
-  summary.AddRow({"TP comm", fmt::format("{:.2f} ms", comm_ms)});
+  summary.AddRow({"compute (sum of compute ops)", fmt::format("{:.2f} ms", f.ideal_ms)});
+  summary.AddRow({"TP comm (sum of collectives)", fmt::format("{:.2f} ms", comm_ms)});
+  summary.AddRow({"exposed TP comm", fmt::format("{:.2f} ms", f.exposed_comm_ms)});
+  summary.AddRow({"hidden fraction", fmt::format("{:.3f}", f.hidden_comm_fraction)});
   summary.AddRow({"tokens/s", fmt::format("{:.0f}", f.tokens_per_s)});
-  summary.AddRow({"GFLOP/s per rank", fmt::format("{:.2f}", f.tflops_per_gpu * 1e3)});
+  summary.AddRow({"TFLOP/s per rank (GEMMs and attention)", fmt::format("{:.3f}", f.tflops_per_gpu)});
+  // The GEMMs' own throughput: their FLOPs over their busy time (against the device's dense
+  // peak, which `calibrate --backend cuda` measures).
+  double gemm_flops = 0, gemm_us = 0;
+  for (size_t i = 0; i < r.schedule.size(); ++i) {
+    if (r.schedule.ops()[i].kind != OpKind::kGemm) continue;
+    gemm_flops += r.schedule.ops()[i].flops;
+    gemm_us += r.timeline.ops[i].end_us - r.timeline.ops[i].start_us;
+  }
+  if (gemm_us > 0)
+    summary.AddRow({"GEMM TFLOP/s (GEMM FLOPs / GEMM busy time)",
+                    fmt::format("{:.3f}", gemm_flops / gemm_us * 1e-6)});
   summary.Print(std::cout);
   std::cout << "\n";
   if (r.checks.empty()) return;
@@ -145,7 +166,24 @@ void Run(ExecuteFlags& flags) {
   Result<Plan> plan = BuildPlan(flags.plan);
   if (!plan.ok()) FailOnRank(rank, plan.message());
   const std::string what = flags.plan.plan_path.empty() ? "the plan" : flags.plan.plan_path;
-  if (env->size != plan->tp) {
+  const bool emulate = flags.comm == "emulate";
+  if (flags.backend == "cpu" && flags.comm != "mpi")
+    FailOnRank(rank, fmt::format("--comm {} needs --backend cuda (the CPU backend's collectives "
+                                 "go through the launch communicator)", flags.comm));
+  if (flags.backend == "cpu" && !flags.dtype.empty() && flags.dtype != "fp32")
+    FailOnRank(rank, fmt::format("--dtype {}: the CPU backend computes in fp32", flags.dtype));
+  if (flags.cuda_graph && (flags.backend != "cuda" || flags.comm == "mpi"))
+    FailOnRank(rank, "--cuda-graph needs --backend cuda with --comm nccl or emulate");
+  if (emulate && flags.check)
+    FailOnRank(rank, "--check needs real collectives: use --comm mpi or nccl, not emulate");
+  if (emulate && env->size != 1)
+    FailOnRank(rank, fmt::format("--comm emulate runs one rank of the TP group on one GPU, but {} "
+                                 "ranks were launched ({}); run it without mpirun",
+                                 env->size, env->source));
+  if (emulate && flags.emulate_rank >= plan->tp)
+    FailOnRank(rank, fmt::format("--emulate-rank {} is not a rank of the plan's TP group of {}",
+                                 flags.emulate_rank, plan->tp));
+  if (!emulate && env->size != plan->tp) {
     FailOnRank(rank, fmt::format(
         "{}: parallel.tp is {}, so it runs on {} ranks (one per TP rank; pipeline and data "
         "parallelism are simulated, not executed), but {} rank(s) were launched ({}); launch "
@@ -170,22 +208,56 @@ void Run(ExecuteFlags& flags) {
         Fail("execute", fmt::format("{}: exists; pass --force to overwrite it", path));
   }
 
-  Result<std::unique_ptr<exec::Communicator>> launched = exec::MakeLaunchCommunicator(*env);
+  // 16-bit runs are for timing; the check's default element type is fp32.
+  std::string dtype = flags.dtype;
+  if (dtype.empty())
+    dtype = flags.backend == "cpu" || flags.check ? "fp32"
+            : plan->precision == Dtype::kFp16      ? "fp16"
+                                                   : "bf16";
+  double tolerance = flags.tolerance > 0 ? flags.tolerance : dtype == "fp32" ? 1e-4 : 3e-2;
+  if (flags.backend == "cuda") {
+    // Device memory: the tensors in the element type, and attention's scores.
+    Result<std::vector<exec::CudaDevice>> devices = exec::ListCudaDevices();
+    if (!devices.ok()) FailOnRank(rank, devices.message());
+    const int device = flags.device >= 0 ? flags.device
+                                         : env->local_rank % static_cast<int>(devices->size());
+    if (device >= static_cast<int>(devices->size()))
+      FailOnRank(rank, fmt::format("--device {}: {} CUDA device(s) visible", device, devices->size()));
+    const double need = exec::CpuBackend::BytesFor(*schedule) * (dtype == "fp32" ? 1.0 : 0.5);
+    const double have = static_cast<double>((*devices)[device].memory_bytes);
+    if (need > 0.9 * have)
+      FailOnRank(rank, fmt::format("{}: the tensors of {} layers of {} take {:.1f} GiB in {}, over "
+                                   "90% of the {:.1f} GiB of {} (device {}); run fewer layers per "
+                                   "rank (a larger --pp) or a smaller micro-batch",
+                                   what, plan->model.layers / plan->pp, plan->model.name,
+                                   need / (1 << 30), dtype, have / (1 << 30),
+                                   (*devices)[device].name, device));
+    flags.device = device;
+  }
+
+  Result<std::unique_ptr<exec::Communicator>> launched =
+      emulate ? Result<std::unique_ptr<exec::Communicator>>(
+                    std::unique_ptr<exec::Communicator>(new exec::SelfCommunicator))
+              : exec::MakeLaunchCommunicator(*env);
   if (!launched.ok()) FailOnRank(rank, launched.message());
   std::unique_ptr<exec::Communicator> comm = std::move(launched).value();
 
   exec::ExecuteOptions options;
   options.backend = flags.backend;
-  if (flags.backend == "cuda") {
-    // Each rank takes the GPU of its local rank (one process per GPU, as NCCL wants).
-    Result<std::vector<exec::CudaDevice>> devices = exec::ListCudaDevices();
-    if (!devices.ok()) FailOnRank(rank, devices.message());
-    options.device = env->local_rank % static_cast<int>(devices->size());
-  }
+  // Each rank takes the GPU of its local rank (one process per GPU, as NCCL wants).
+  options.cuda.device = std::max(0, flags.device);
+  options.cuda.dtype = dtype;
+  options.cuda.comm = flags.comm;
+  options.cuda.graph = flags.cuda_graph;
+  options.cuda.min_ctas = flags.min_ctas;
+  options.cuda.max_ctas = flags.max_ctas;
+  options.cuda.timeout_s = flags.timeout_s;
+  options.emulate_rank = flags.emulate_rank;
+  if (emulate) options.cuda.emulated = EmulatedCollectives(*plan, *schedule, flags.cuda_graph);
   options.seed = flags.seed;
   options.check = flags.check;
   options.iterations = flags.iterations;
-  options.tolerance = flags.tolerance;
+  options.tolerance = tolerance;
   const bool tty = rank == 0 && isatty(STDERR_FILENO);
   // A peer that dies or hangs leaves this rank blocked in a collective: the watchdog says so and
   // ends every rank instead of waiting forever.
@@ -210,7 +282,7 @@ void Run(ExecuteFlags& flags) {
                 << std::flush;
   };
   Result<exec::ExecuteResult> result =
-      exec::ExecuteCpuSchedule(*plan, std::move(schedule).value(), *comm, options);
+      exec::ExecuteSchedule(*plan, std::move(schedule).value(), *comm, options);
   if (!result.ok()) FailOnRank(rank, result.message());
   if (rank != 0) {
     if (!result->passed) throw CLI::RuntimeError(1);
@@ -230,17 +302,25 @@ void Run(ExecuteFlags& flags) {
                                            sim::TraceJson(result->schedule, result->timeline, 0,
                                                           "rank 0 (measured, " + flags.backend + ")"),
                                            true));
-  PrintRun(*plan, flags.backend == "cuda" ? "CUDA" : "CPU", *env, *result, figures, comm_ms);
+  const std::string backend =
+      flags.backend == "cpu"
+          ? "CPU (fp32)"
+          : fmt::format("CUDA ({}, collectives: {}{})", dtype,
+                        emulate ? fmt::format("emulated, as rank {} of {}", flags.emulate_rank,
+                                              plan->tp)
+                                : flags.comm,
+                        flags.cuda_graph ? ", CUDA graph" : "");
+  PrintRun(*plan, backend, *env, *result, figures, comm_ms);
   if (!result->passed) {
     int bad = 0;
     for (const exec::TensorCheck& c : result->checks) bad += c.ok ? 0 : 1;
     Fail("execute", fmt::format("numeric check failed: {} of {} tensors differ from the reference "
                                 "by more than {:g} of their largest value",
-                                bad, result->checks.size(), flags.tolerance));
+                                bad, result->checks.size(), tolerance));
   }
   if (flags.check)
     std::cout << fmt::format("\ncheck passed: {} tensors within {:g} of the reference\n",
-                             result->checks.size(), flags.tolerance);
+                             result->checks.size(), tolerance);
 }
 
 }  // namespace
@@ -251,11 +331,33 @@ void SetupExecute(CLI::App* sub) {
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
   sub->add_option("--backend", flags->backend, "cpu (Eigen, fp32) | cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--comm", flags->comm,
+                  "TP collectives (cuda): mpi (MPI on host copies, one op at a time) | nccl "
+                  "(NCCL on a comm stream, overlapping) | emulate (one GPU plays one rank; "
+                  "collectives become kernels with the predicted CTAs, HBM traffic and time)")
+      ->check(CLI::IsMember({"mpi", "nccl", "emulate"}));
+  sub->add_option("--dtype", flags->dtype,
+                  "element type on the GPU: fp32 | bf16 | fp16 (default: fp32 with --check, else "
+                  "the plan's precision; fp8 runs as bf16)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub->add_flag("--cuda-graph", flags->cuda_graph,
+                "capture the schedule in a CUDA graph once and replay it (--comm nccl or emulate)");
+  sub->add_option("--emulate-rank", flags->emulate_rank,
+                  "with --comm emulate: the TP rank this process plays")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--min-ctas", flags->min_ctas, "NCCL minCTAs (--comm nccl; 0: NCCL's default)")
+      ->check(CLI::Range(0, 64));
+  sub->add_option("--max-ctas", flags->max_ctas, "NCCL maxCTAs (--comm nccl; 0: NCCL's default)")
+      ->check(CLI::Range(0, 64));
+  sub->add_option("--device", flags->device,
+                  "CUDA device (default: the launcher's local rank, modulo the visible devices)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_flag("--check", flags->check,
                 "compare output, input gradient and every weight gradient with the unsharded "
                 "single-rank reference");
   sub->add_option("--tolerance", flags->tolerance,
-                  "largest error allowed by --check, relative to the reference's largest value")
+                  "largest error allowed by --check, relative to the reference's largest value "
+                  "(default: 1e-4 in fp32, 3e-2 in bf16/fp16)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--seed", flags->seed, "seed of the weights, inputs and output gradient");
   sub->add_option("--iterations", flags->iterations,

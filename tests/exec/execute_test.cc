@@ -13,6 +13,7 @@
 
 #include "exec/communicator.h"
 #include "exec/cpu_backend.h"
+#include "exec/cuda_device.h"
 #include "exec/interpreter.h"
 #include "planner/lower.h"
 #include "tests/planner/test_plans.h"
@@ -76,7 +77,7 @@ std::vector<Result<ExecuteResult>> RunRanks(const Plan& plan, const Schedule& sc
   options.check = true;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      results[r].emplace(ExecuteCpuSchedule(plan, schedule, group.member(r), options));
+      results[r].emplace(ExecuteSchedule(plan, schedule, group.member(r), options));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -169,7 +170,9 @@ TEST(ExecuteTest, TimelineCoversEveryOpInIssueOrder) {
   ASSERT_EQ(t.ops.size(), schedule.size());
   for (size_t i = 0; i < t.ops.size(); ++i) {
     EXPECT_LE(t.ops[i].start_us, t.ops[i].end_us);
-    if (i > 0) EXPECT_GE(t.ops[i].start_us, t.ops[i - 1].end_us);
+    if (i > 0) {
+      EXPECT_GE(t.ops[i].start_us, t.ops[i - 1].end_us);
+    }
   }
   EXPECT_GT(t.end_us(), 0);
 }
@@ -177,9 +180,47 @@ TEST(ExecuteTest, TimelineCoversEveryOpInIssueOrder) {
 TEST(ExecuteTest, CommunicatorMustMatchTheTpGroup) {
   Plan plan = TinyPlan("tiny-gpt", 2, kStrategies[0]);
   SelfCommunicator self;
-  Result<ExecuteResult> r = ExecuteCpu(plan, self, {});
+  Result<ExecuteResult> r = Execute(plan, self, {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.message().find("2 ranks"), std::string::npos) << r.message();
+}
+
+// --comm emulate plays one rank alone: it refuses a launched group, --check, and a rank outside
+// the TP group, before it looks for a GPU.
+TEST(ExecuteTest, EmulatedCollectivesRunOneRankWithoutCheck) {
+  Plan plan = TinyPlan("tiny-gpt", 2, kStrategies[3]);
+  ExecuteOptions options;
+  options.backend = "cuda";
+  options.cuda.comm = "emulate";
+  LocalGroup group(2);
+  Result<ExecuteResult> launched = Execute(plan, group.member(0), options);
+  ASSERT_FALSE(launched.ok());
+  EXPECT_NE(launched.message().find("2 ranks were launched"), std::string::npos)
+      << launched.message();
+  SelfCommunicator self;
+  options.check = true;
+  Result<ExecuteResult> checked = Execute(plan, self, options);
+  ASSERT_FALSE(checked.ok());
+  EXPECT_NE(checked.message().find("--check needs real collectives"), std::string::npos);
+  options.check = false;
+  options.emulate_rank = 2;
+  Result<ExecuteResult> outside = Execute(plan, self, options);
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.message().find("--emulate-rank 2"), std::string::npos) << outside.message();
+}
+
+// Without a GPU (or without CUDA in the build) the CUDA backend says so instead of running.
+TEST(ExecuteTest, CudaBackendWithoutAGpuSaysSo) {
+  if (ListCudaDevices().ok()) GTEST_SKIP() << "a GPU is visible";
+  Plan plan = TinyPlan("tiny-gpt", 1, kStrategies[0]);
+  ExecuteOptions options;
+  options.backend = "cuda";
+  SelfCommunicator self;
+  Result<ExecuteResult> r = Execute(plan, self, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.message().find("no CUDA GPU is visible") != std::string::npos ||
+              r.message().find("no CUDA support") != std::string::npos)
+      << r.message();
 }
 
 TEST(ExecuteTest, SingleRankRunEqualsItsReference) {
@@ -196,7 +237,7 @@ TEST(ExecuteTest, SingleRankRunEqualsItsReference) {
   SelfCommunicator self;
   ExecuteOptions options;
   options.check = true;
-  Result<ExecuteResult> r = ExecuteCpu(plan, self, options);
+  Result<ExecuteResult> r = Execute(plan, self, options);
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_TRUE(r->passed);
   // Same kernels in the same order on the same rows: row slices only split the GEMMs' rows, so

@@ -31,6 +31,20 @@ TEST(ProfileTest, RoundTripsAndPricesTheOpsItMeasured) {
   ASSERT_TRUE(back.ok()) << back.message();
   EXPECT_EQ(back->compute_us.at(OpSignature(*gemm)), 123.5);
   EXPECT_FALSE(back->contention);
+  EXPECT_EQ(back->gemm_tflops, 0);  // not measured: not written
+  profile.gemm_tflops = 812.25;
+  profile.hbm_GBps = 4123.5;
+  profile.contention_samples.push_back({OpSignature(*gemm), 16, 350.5, 100.25, 131.5});
+  Result<HardwareProfile> gpu = ParseProfile(ProfileToYaml(profile), "p.yaml");
+  ASSERT_TRUE(gpu.ok()) << gpu.message();
+  EXPECT_EQ(gpu->gemm_tflops, 812.25);
+  EXPECT_EQ(gpu->hbm_GBps, 4123.5);
+  ASSERT_EQ(gpu->contention_samples.size(), 1u);
+  EXPECT_EQ(gpu->contention_samples[0].op, OpSignature(*gemm));
+  EXPECT_EQ(gpu->contention_samples[0].ctas, 16);
+  EXPECT_EQ(gpu->contention_samples[0].hbm_GBps, 350.5);
+  EXPECT_EQ(gpu->contention_samples[0].alone_us, 100.25);
+  EXPECT_EQ(gpu->contention_samples[0].beside_us, 131.5);
 
   sim::CostOptions options;
   options.profile = &*back;
@@ -51,6 +65,61 @@ TEST(ProfileTest, RoundTripsAndPricesTheOpsItMeasured) {
       break;
     }
   }
+}
+
+// A GPU profile (contention: true) prices a measured GEMM at its measured time alone, and keeps
+// the model's shape of it, scaled, so that it still slows down beside a collective.
+TEST(ProfileTest, MeasuredGpuOpsKeepTheirContentionShape) {
+  Plan plan = testing_util::MakePlan({});
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok());
+  const Op* gemm = nullptr;
+  for (const Op& op : s->ops())
+    if (!gemm && op.kind == OpKind::kGemm) gemm = &op;
+  ASSERT_TRUE(gemm);
+  sim::CostModel plain(plan, {});
+  const sim::OpCost modelled = plain.Cost(*gemm);
+  HardwareProfile profile;
+  profile.device = "NVIDIA H200";
+  profile.backend = "cuda";
+  profile.compute_us[OpSignature(*gemm)] = 2 * modelled.alone_us;
+  sim::CostOptions options;
+  options.profile = &profile;
+  sim::OpCost g = sim::CostModel(plan, options).Cost(*gemm);
+  const sim::DeviceResources device = plain.device();
+  EXPECT_DOUBLE_EQ(g.alone_us, 2 * modelled.alone_us);
+  EXPECT_EQ(g.tiles, modelled.tiles);
+  EXPECT_EQ(g.launch_us, modelled.launch_us);
+  // The body doubles plus one launch: 2 (launch + body) = launch + 2 body + launch.
+  EXPECT_NEAR(g.launch_us + g.BodyUs(device.sms, device.hbm_GBps), g.alone_us, 1e-9);
+  EXPECT_NEAR(g.wave_us, modelled.wave_us * (2 * modelled.alone_us - modelled.launch_us) /
+                             (modelled.alone_us - modelled.launch_us), 1e-9);
+  // With a few SMs and half the bandwidth left beside a collective it is slower than alone.
+  EXPECT_GT(g.BodyUs(4, device.hbm_GBps / 2), g.BodyUs(device.sms, device.hbm_GBps));
+}
+
+// A calibrated device's measured GEMM throughput and HBM bandwidth replace the spec's for the ops
+// the profile lacks: half the throughput doubles a GEMM's waves; a measured bandwidth is the
+// engine's.
+TEST(ProfileTest, MeasuredPeakAndBandwidthPriceTheOpsItLacks) {
+  Plan plan = testing_util::MakePlan({});
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok());
+  const Op* gemm = nullptr;
+  for (const Op& op : s->ops())
+    if (!gemm && op.kind == OpKind::kGemm) gemm = &op;
+  ASSERT_TRUE(gemm);
+  const GpuSpec& gpu = plan.cluster.node.gpu;
+  HardwareProfile profile;
+  profile.device = "NVIDIA H200";
+  profile.backend = "cuda";
+  profile.gemm_tflops = 0.5 * gpu.peak(plan.precision) * gpu.max_gemm_efficiency;
+  profile.hbm_GBps = 1234;
+  sim::CostOptions options;
+  options.profile = &profile;
+  sim::CostModel calibrated(plan, options), plain(plan, {});
+  EXPECT_NEAR(calibrated.Cost(*gemm).wave_us, 2 * plain.Cost(*gemm).wave_us, 1e-9);
+  EXPECT_EQ(calibrated.device().hbm_GBps, 1234);
 }
 
 // Found by fuzz_profile: a signature with a quote did not survive ProfileToYaml.

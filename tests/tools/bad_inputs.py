@@ -98,6 +98,10 @@ CASES = [
     ("plan is a directory", "a directory given as the plan", {}, ["simulate", "--plan", "{tmp}"], r"(directory|not a file|File does not exist)", None),
     ("missing GPU", "the CUDA backend on a machine without a GPU", {}, ["execute", "--backend", "cuda", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1"],
      r"(GPU|CUDA)", None),
+    ("missing GPU (calibrate)", "GPU calibration on a machine without a GPU", {}, ["calibrate", "--backend", "cuda", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--out", "{tmp}/p.yaml"],
+     r"(GPU|CUDA)", "p.yaml"),
+    ("emulate on the CPU", "emulated collectives without the CUDA backend", {}, ["execute", "--comm", "emulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1"],
+     r"--comm emulate needs --backend cuda", None),
 ]
 
 

@@ -1,0 +1,143 @@
+// NCCL communicators of the CUDA backend: non-blocking, bootstrapped from rank 0's unique id,
+// every wait bounded by a deadline.
+#include "exec/nccl_ops.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace domino::exec::cuda {
+
+struct Nccl {
+  Context* context = nullptr;
+  ncclComm_t comm = nullptr;
+  double timeout_s = 300;
+  int size = 1;
+};
+
+namespace {
+
+std::string Text(ncclResult_t r, ncclComm_t comm) {
+  std::string s = ncclGetErrorString(r);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') s += std::string(" (") + last + ")";
+  return s;
+}
+
+ncclDataType_t NcclType(DType t) {
+  switch (t) {
+    case DType::kBf16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+    case DType::kF32: break;
+  }
+  return ncclFloat32;
+}
+
+// Waits until the communicator has finished its last call (a non-blocking communicator reports
+// ncclInProgress meanwhile), at most timeout_s.
+std::string Ready(Nccl* n, const char* what, ncclResult_t issued) {
+  if (issued != ncclSuccess && issued != ncclInProgress)
+    return std::string(what) + ": " + Text(issued, n->comm);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(n->timeout_s);
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(n->comm, &state);
+    if (r != ncclSuccess) return std::string(what) + ": " + Text(r, n->comm);
+    if (state == ncclSuccess) return "";
+    if (state != ncclInProgress) return std::string(what) + ": " + Text(state, n->comm);
+    if (std::chrono::steady_clock::now() > deadline)
+      return std::string(what) + ": still in progress after " +
+             std::to_string(static_cast<int>(n->timeout_s)) + " s (a peer has died or hangs)";
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+cudaStream_t Stream(Nccl* n) {
+  return static_cast<cudaStream_t>(StreamHandle(n->context, StreamKind::kComm));
+}
+
+}  // namespace
+
+std::string NcclUniqueId(std::string* id) {
+  ncclUniqueId unique;
+  ncclResult_t r = ncclGetUniqueId(&unique);
+  if (r != ncclSuccess) return std::string("ncclGetUniqueId: ") + ncclGetErrorString(r);
+  id->assign(unique.internal, sizeof(unique.internal));
+  return "";
+}
+
+std::string NcclInit(Context* context, int rank, int size, const std::string& id,
+                     const NcclConfig& config, Nccl** out) {
+  ncclUniqueId unique;
+  if (id.size() != sizeof(unique.internal))
+    return "NCCL unique id of " + std::to_string(id.size()) + " bytes, not " +
+           std::to_string(sizeof(unique.internal));
+  std::memcpy(unique.internal, id.data(), sizeof(unique.internal));
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  c.blocking = 0;
+  if (config.min_ctas > 0) c.minCTAs = config.min_ctas;
+  if (config.max_ctas > 0) c.maxCTAs = config.max_ctas;
+  auto* n = new Nccl;
+  n->context = context;
+  n->timeout_s = config.timeout_s;
+  n->size = size;
+  ncclResult_t r = ncclCommInitRankConfig(&n->comm, size, unique, rank, &c);
+  std::string e = n->comm == nullptr && r != ncclSuccess
+                      ? std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(r)
+                      : Ready(n, "ncclCommInitRankConfig", r);
+  if (!e.empty()) {
+    NcclAbort(n);
+    return e;
+  }
+  *out = n;
+  return "";
+}
+
+std::string NcclAllReduce(Nccl* n, const void* in, void* out, int64_t count) {
+  return Ready(n, "ncclAllReduce",
+               ncclAllReduce(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)), ncclSum, n->comm,
+                             Stream(n)));
+}
+
+std::string NcclReduceScatter(Nccl* n, const void* in, void* out, int64_t count) {
+  return Ready(n, "ncclReduceScatter",
+               ncclReduceScatter(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)), ncclSum, n->comm,
+                                 Stream(n)));
+}
+
+std::string NcclAllGather(Nccl* n, const void* in, void* out, int64_t count) {
+  return Ready(n, "ncclAllGather",
+               ncclAllGather(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)), n->comm, Stream(n)));
+}
+
+std::string NcclPoll(Nccl* n) {
+  ncclResult_t state = ncclSuccess;
+  ncclResult_t r = ncclCommGetAsyncError(n->comm, &state);
+  if (r != ncclSuccess) return Text(r, n->comm);
+  if (state != ncclSuccess && state != ncclInProgress) return Text(state, n->comm);
+  return "";
+}
+
+void NcclAbort(Nccl* n) {
+  if (n == nullptr) return;
+  if (n->comm != nullptr) ncclCommAbort(n->comm);
+  delete n;
+}
+
+void NcclDestroy(Nccl* n) {
+  if (n == nullptr) return;
+  if (n->comm != nullptr) {
+    // Finalize flushes outstanding work; a non-blocking communicator finishes it asynchronously.
+    if (Ready(n, "ncclCommFinalize", ncclCommFinalize(n->comm)).empty())
+      ncclCommDestroy(n->comm);
+    else
+      ncclCommAbort(n->comm);
+  }
+  delete n;
+}
+
+}  // namespace domino::exec::cuda

@@ -1,0 +1,380 @@
+// Needs a GPU: labelled `gpu`, skips cleanly without one. Checks the ops of exec/cuda_ops.h against
+// the fp32 CPU kernels (exec/cpu_kernels.h) in every element type, on views that are column blocks
+// of wider matrices, and the events, graph capture, emulated collective and measurements.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "exec/cpu_kernels.h"
+#include "exec/cuda_device.h"
+#include "exec/cuda_ops.h"
+
+namespace domino::exec {
+namespace {
+
+#if DOMINO_HAVE_CUDA
+
+using cuda::DType;
+using cuda::DView;
+using cuda::StreamKind;
+
+constexpr float kEps = 1e-5f;
+constexpr int64_t kBlockColumn = 3;  // where a test block starts in its wider matrix
+constexpr int64_t kExtraColumns = 7;
+
+// A device block and what the device holds, read back: `host` is the block (contiguous), `wide`
+// the whole wider matrix, so a test can check that an op wrote nothing outside its block.
+struct Matrix {
+  DView view, whole;
+  std::vector<float> host, wide;
+};
+
+cpu::ConstMat HostView(const std::vector<float>& data, int64_t rows, int64_t cols) {
+  return cpu::ConstMat(data.data(), rows, cols, cols);
+}
+cpu::Mat HostView(std::vector<float>* data, int64_t rows, int64_t cols) {
+  return cpu::Mat{data->data(), rows, cols, cols};
+}
+cpu::ConstMat HostView(const Matrix& m) { return HostView(m.host, m.view.rows, m.view.cols); }
+
+// One context per test on device 0, fp32 unless a typed test says otherwise.
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  virtual DType Type() const { return DType::kF32; }
+
+  void SetUp() override {
+    Result<std::vector<CudaDevice>> devices = ListCudaDevices();
+    if (!devices.ok()) GTEST_SKIP() << devices.message();
+    ASSERT_EQ(cuda::Create(0, Type(), &context_), "");
+  }
+  void TearDown() override {
+    for (void* p : allocations_) cuda::Free(p);
+    cuda::Destroy(context_);
+  }
+
+  std::vector<float> Read(DView v) {
+    std::vector<float> host(static_cast<size_t>(v.rows * v.cols));
+    EXPECT_EQ(cuda::Download(context_, v, host.data()), "");
+    return host;
+  }
+
+  // A rows x cols block of uniform values in [lo, hi) at column kBlockColumn of a matrix
+  // kExtraColumns wider, so that kernels see a row pitch longer than the row and an offset start.
+  // The CPU reference gets the values as the element type rounded them.
+  Matrix Make(int64_t rows, int64_t cols, float lo = -1.0f, float hi = 1.0f) {
+    Matrix m;
+    const int64_t wide = cols + kExtraColumns;
+    void* data = nullptr;
+    EXPECT_EQ(cuda::Alloc(context_, static_cast<size_t>(rows * wide), &data), "");
+    allocations_.push_back(data);
+    m.whole = DView{data, rows, wide, wide};
+    m.view =
+        DView{static_cast<char*>(data) + kBlockColumn * cuda::DTypeBytes(Type()), rows, cols, wide};
+    std::uniform_real_distribution<float> uniform(lo, hi);
+    std::vector<float> values(static_cast<size_t>(rows * wide));
+    for (float& v : values) v = uniform(random_);
+    EXPECT_EQ(cuda::Upload(context_, m.whole, values.data()), "");
+    m.wide = Read(m.whole);
+    m.host = Read(m.view);
+    return m;
+  }
+
+  double Tolerance() const { return Type() == DType::kF32 ? 1e-4 : 2e-2; }
+
+  // Every element within Tolerance() times the largest expected magnitude.
+  void ExpectNear(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    float peak = 1e-3f;
+    for (float w : want) peak = std::max(peak, std::abs(w));
+    const double bound = Tolerance() * peak;
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::abs(static_cast<double>(got[i]) - want[i]) <= bound) continue;
+      if (++bad <= 5)
+        ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", expected " << want[i]
+                      << " within " << bound;
+    }
+    EXPECT_EQ(bad, 0) << what << " (" << DTypeName(Type()) << ")";
+  }
+
+  // The columns of m's wider matrix outside its block hold what they held when it was made.
+  void ExpectOutsideKept(const Matrix& m, const std::string& what) {
+    const std::vector<float> now = Read(m.whole);
+    int changed = 0;
+    for (int64_t r = 0; r < m.whole.rows; ++r) {
+      for (int64_t j = 0; j < m.whole.cols; ++j) {
+        if (j >= kBlockColumn && j < kBlockColumn + m.view.cols) continue;
+        const size_t i = static_cast<size_t>(r * m.whole.cols + j);
+        if (now[i] != m.wide[i]) ++changed;
+      }
+    }
+    EXPECT_EQ(changed, 0) << what << " wrote outside its view";
+  }
+
+  cuda::Context* context_ = nullptr;
+  std::vector<void*> allocations_;
+  std::mt19937 random_{7};
+};
+
+class CudaOpsTypedTest : public CudaOpsTest, public ::testing::WithParamInterface<DType> {
+ protected:
+  DType Type() const override { return GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaOpsTypedTest,
+                         ::testing::Values(DType::kF32, DType::kBf16, DType::kF16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(cuda::DTypeName(info.param));
+                         });
+
+TEST_P(CudaOpsTypedTest, GemmMatchesCpuInTheLayoutsTheBackendUses) {
+  const int64_t m = 24, n = 40, k = 56;
+  struct Layout {
+    bool transpose_a, transpose_b, accumulate;
+  };
+  for (const Layout& l :
+       {Layout{false, false, false}, Layout{false, true, false}, Layout{true, false, true}}) {
+    SCOPED_TRACE(testing::Message() << "ta " << l.transpose_a << " tb " << l.transpose_b);
+    const Matrix a = l.transpose_a ? Make(k, m) : Make(m, k);
+    const Matrix b = l.transpose_b ? Make(n, k) : Make(k, n);
+    const Matrix c = Make(m, n);
+    std::vector<float> want = c.host;
+    cpu::Gemm(HostView(a), l.transpose_a, HostView(b), l.transpose_b, HostView(&want, m, n),
+              l.accumulate);
+    ASSERT_EQ(
+        cuda::Gemm(context_, a.view, l.transpose_a, b.view, l.transpose_b, c.view, l.accumulate),
+        "");
+    ExpectNear(Read(c.view), want, "gemm");
+    ExpectOutsideKept(c, "gemm");
+  }
+}
+
+TEST_P(CudaOpsTypedTest, AddCopyAndZero) {
+  const int64_t rows = 33, cols = 70;
+  const Matrix a = Make(rows, cols), b = Make(rows, cols), c = Make(rows, cols);
+  std::vector<float> want(static_cast<size_t>(rows * cols));
+  cpu::Add(HostView(a), HostView(b), HostView(&want, rows, cols));
+  ASSERT_EQ(cuda::Add(context_, a.view, b.view, c.view), "");
+  ExpectNear(Read(c.view), want, "add");
+  ExpectOutsideKept(c, "add");
+
+  const Matrix d = Make(rows, cols);
+  ASSERT_EQ(cuda::Copy(context_, a.view, d.view), "");
+  EXPECT_EQ(Read(d.view), a.host);
+  ExpectOutsideKept(d, "copy");
+  ASSERT_EQ(cuda::Zero(context_, d.view), "");
+  EXPECT_EQ(Read(d.view), std::vector<float>(want.size(), 0.0f));
+  ExpectOutsideKept(d, "zero");
+  EXPECT_NE(cuda::Add(context_, a.view, b.view, DView{c.view.data, rows, cols - 1, c.view.stride}),
+            "");
+}
+
+TEST_P(CudaOpsTypedTest, NormsMatchCpu) {
+  // More rows than the backward kernel has blocks, so blocks sum several rows into dgamma.
+  const int64_t rows = 600, cols = 96;
+  for (bool rms : {false, true}) {
+    SCOPED_TRACE(rms ? "rmsnorm" : "layernorm");
+    const cpu::NormKind kind = rms ? cpu::NormKind::kRmsNorm : cpu::NormKind::kLayerNorm;
+    const Matrix x = Make(rows, cols, -2.0f, 2.5f), gamma = Make(1, cols, 0.5f, 1.5f);
+    const Matrix y = Make(rows, cols), dy = Make(rows, cols), dx = Make(rows, cols);
+    const Matrix dgamma = Make(1, cols);
+    std::vector<float> want_y(static_cast<size_t>(rows * cols));
+    cpu::NormForward(kind, HostView(x), gamma.host.data(), kEps, HostView(&want_y, rows, cols));
+    ASSERT_EQ(cuda::NormForward(context_, rms, x.view, gamma.view.data, kEps, y.view), "");
+    ExpectNear(Read(y.view), want_y, "norm forward");
+    ExpectOutsideKept(y, "norm forward");
+
+    const bool accumulate_dx = rms;  // one norm of each way
+    std::vector<float> want_dx = dx.host, want_dgamma = dgamma.host;
+    cpu::NormBackward(kind, HostView(x), gamma.host.data(), kEps, HostView(dy),
+                      HostView(&want_dx, rows, cols), accumulate_dx, want_dgamma.data());
+    ASSERT_EQ(cuda::NormBackward(context_, rms, x.view, gamma.view.data, kEps, dy.view, dx.view,
+                                 accumulate_dx, dgamma.view.data),
+              "");
+    ExpectNear(Read(dx.view), want_dx, "norm dx");
+    ExpectNear(Read(dgamma.view), want_dgamma, "norm dgamma");
+    ExpectOutsideKept(dx, "norm dx");
+    ExpectOutsideKept(dgamma, "norm dgamma");
+  }
+}
+
+TEST_P(CudaOpsTypedTest, ActivationsMatchCpu) {
+  const int64_t rows = 40, f = 72;
+  {
+    const Matrix x = Make(rows, f, -3.0f, 3.0f), y = Make(rows, f), dy = Make(rows, f);
+    const Matrix dx = Make(rows, f);
+    std::vector<float> want_y(static_cast<size_t>(rows * f)), want_dx = want_y;
+    cpu::GeluForward(HostView(x), HostView(&want_y, rows, f));
+    cpu::GeluBackward(HostView(x), HostView(dy), HostView(&want_dx, rows, f));
+    ASSERT_EQ(cuda::Gelu(context_, x.view, y.view), "");
+    ASSERT_EQ(cuda::GeluBackward(context_, x.view, dy.view, dx.view), "");
+    ExpectNear(Read(y.view), want_y, "gelu");
+    ExpectNear(Read(dx.view), want_dx, "gelu backward");
+    ExpectOutsideKept(y, "gelu");
+    ExpectOutsideKept(dx, "gelu backward");
+  }
+  {
+    const Matrix x = Make(rows, 2 * f, -3.0f, 3.0f), y = Make(rows, f), dy = Make(rows, f);
+    const Matrix dx = Make(rows, 2 * f);
+    std::vector<float> want_y(static_cast<size_t>(rows * f));
+    std::vector<float> want_dx(static_cast<size_t>(rows * 2 * f));
+    cpu::SwigluForward(HostView(x), HostView(&want_y, rows, f));
+    cpu::SwigluBackward(HostView(x), HostView(dy), HostView(&want_dx, rows, 2 * f));
+    ASSERT_EQ(cuda::Swiglu(context_, x.view, y.view), "");
+    ASSERT_EQ(cuda::SwigluBackward(context_, x.view, dy.view, dx.view), "");
+    ExpectNear(Read(y.view), want_y, "swiglu");
+    ExpectNear(Read(dx.view), want_dx, "swiglu backward");
+    ExpectOutsideKept(y, "swiglu");
+    ExpectOutsideKept(dx, "swiglu backward");
+  }
+}
+
+TEST_P(CudaOpsTypedTest, GroupedQueryAttentionMatchesCpu) {
+  const cpu::AttentionShape s{2, 16, 4, 2, 8};
+  const int64_t rows = s.sequences * s.seq_len;
+  const int64_t qkv_cols = (s.heads + 2 * s.kv_heads) * s.head_dim, out_cols = s.heads * s.head_dim;
+  const Matrix qkv = Make(rows, qkv_cols, -1.5f, 1.5f), out = Make(rows, out_cols);
+  const Matrix dout = Make(rows, out_cols), dqkv = Make(rows, qkv_cols);
+  EXPECT_NE(cuda::Attention(context_, s.sequences, s.seq_len, s.heads, s.kv_heads, s.head_dim,
+                            qkv.view, out.view),
+            "")
+      << "runs without its workspace";
+  ASSERT_EQ(cuda::Reserve(context_, cuda::AttentionWorkspaceBytes(s.sequences, s.seq_len, s.heads)),
+            "");
+
+  std::vector<float> want_out(static_cast<size_t>(rows * out_cols));
+  std::vector<float> want_dqkv(static_cast<size_t>(rows * qkv_cols));
+  cpu::AttentionForward(s, HostView(qkv), HostView(&want_out, rows, out_cols));
+  cpu::AttentionBackward(s, HostView(qkv), HostView(dout), HostView(&want_dqkv, rows, qkv_cols));
+  ASSERT_EQ(cuda::Attention(context_, s.sequences, s.seq_len, s.heads, s.kv_heads, s.head_dim,
+                            qkv.view, out.view),
+            "");
+  ASSERT_EQ(cuda::AttentionBackward(context_, s.sequences, s.seq_len, s.heads, s.kv_heads,
+                                    s.head_dim, qkv.view, dout.view, dqkv.view),
+            "");
+  ExpectNear(Read(out.view), want_out, "attention");
+  ExpectNear(Read(dqkv.view), want_dqkv, "attention backward");
+  ExpectOutsideKept(out, "attention");
+  ExpectOutsideKept(dqkv, "attention backward");
+}
+
+// Compute: c = a b, then the comm stream (after c): d = c + c and an emulated transfer, then
+// compute (after d): e = gelu(d); timing events 2 and 3 around it all. Eager, then captured and
+// replayed twice: the replays give the eager result and record the timing events.
+TEST_P(CudaOpsTypedTest, CapturedGraphReplaysTheEagerRun) {
+  const double transfer_bytes = 8 << 20;
+  ASSERT_EQ(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(transfer_bytes)), "");
+  ASSERT_EQ(cuda::CreateEvents(context_, 4), "");
+  const Matrix a = Make(64, 48), b = Make(48, 80), c = Make(64, 80), d = Make(64, 80);
+  const Matrix e = Make(64, 80);
+  auto run = [&] {
+    std::string error;
+    auto step = [&](const std::string& result) {
+      if (error.empty()) error = result;
+    };
+    cuda::UseStream(context_, StreamKind::kCompute);
+    step(cuda::RecordEvent(context_, 2, true));
+    step(cuda::Gemm(context_, a.view, false, b.view, false, c.view, false));
+    step(cuda::RecordEvent(context_, 0, false));
+    cuda::UseStream(context_, StreamKind::kComm);
+    step(cuda::WaitEvent(context_, 0));
+    step(cuda::Add(context_, c.view, c.view, d.view));
+    step(cuda::EmulateCollective(context_, 4, transfer_bytes, 20.0));
+    step(cuda::RecordEvent(context_, 1, false));
+    cuda::UseStream(context_, StreamKind::kCompute);
+    step(cuda::WaitEvent(context_, 1));
+    step(cuda::Gelu(context_, d.view, e.view));
+    step(cuda::RecordEvent(context_, 3, true));
+    return error;
+  };
+  auto clear = [&] {
+    for (const Matrix* m : {&c, &d, &e}) EXPECT_EQ(cuda::Zero(context_, m->view), "");
+  };
+
+  ASSERT_EQ(run(), "");
+  ASSERT_EQ(cuda::Synchronize(context_), "");
+  const std::vector<float> want = Read(e.view);
+  EXPECT_NE(want, std::vector<float>(want.size(), 0.0f));
+  clear();
+  ASSERT_EQ(cuda::Synchronize(context_), "");
+
+  ASSERT_EQ(cuda::BeginCapture(context_), "");
+  ASSERT_EQ(run(), "");
+  EXPECT_NE(cuda::Synchronize(context_), "") << "synchronizes while capturing";
+  ASSERT_EQ(cuda::EndCapture(context_), "");
+  for (int replay = 0; replay < 2; ++replay) {
+    SCOPED_TRACE(testing::Message() << "replay " << replay);
+    clear();
+    ASSERT_EQ(cuda::LaunchGraph(context_), "");
+    ASSERT_EQ(cuda::Synchronize(context_), "");
+    EXPECT_EQ(Read(e.view), want);
+    float ms = -1.0f;
+    ASSERT_EQ(cuda::ElapsedMs(context_, 2, 3, &ms), "");
+    EXPECT_GE(ms, 0.0f);
+  }
+}
+
+TEST_P(CudaOpsTypedTest, MeasuresGemmThroughput) {
+  double tflops = 0;
+  ASSERT_EQ(cuda::MeasureGemmTflops(context_, 1024, 3, &tflops), "");
+  EXPECT_GT(tflops, 0.0);
+}
+
+TEST_F(CudaOpsTest, EventsTimeAGemm) {
+  ASSERT_EQ(cuda::CreateEvents(context_, 2), "");
+  const Matrix a = Make(256, 256), b = Make(256, 256), c = Make(256, 256);
+  ASSERT_EQ(cuda::RecordEvent(context_, 0, true), "");
+  ASSERT_EQ(cuda::Gemm(context_, a.view, false, b.view, false, c.view, false), "");
+  ASSERT_EQ(cuda::RecordEvent(context_, 1, true), "");
+  ASSERT_EQ(cuda::Synchronize(context_), "");
+  float ms = -1.0f;
+  ASSERT_EQ(cuda::ElapsedMs(context_, 0, 1, &ms), "");
+  EXPECT_GE(ms, 0.0f);
+  EXPECT_NE(cuda::RecordEvent(context_, 2, false), "") << "event 2 does not exist";
+}
+
+TEST_F(CudaOpsTest, EmulatedCollectiveLastsItsDurationWhenAlone) {
+  const double bytes = 64.0 * (1 << 20);
+  ASSERT_EQ(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(bytes)), "");
+  ASSERT_EQ(cuda::CreateEvents(context_, 2), "");
+  auto time_ms = [&](double hbm_bytes, double micros) {
+    float ms = -1.0f;
+    EXPECT_EQ(cuda::RecordEvent(context_, 0, true), "");
+    EXPECT_EQ(cuda::EmulateCollective(context_, 8, hbm_bytes, micros), "");
+    EXPECT_EQ(cuda::RecordEvent(context_, 1, true), "");
+    EXPECT_EQ(cuda::Synchronize(context_), "");
+    EXPECT_EQ(cuda::ElapsedMs(context_, 0, 1, &ms), "");
+    return ms;
+  };
+  time_ms(bytes, 200.0);  // warm-up
+  std::vector<float> runs;
+  for (int i = 0; i < 5; ++i) runs.push_back(time_ms(bytes, 200.0));
+  std::sort(runs.begin(), runs.end());
+  EXPECT_GE(runs[2], 0.9f * 0.2f);
+  EXPECT_LE(runs[2], 1.5f * 0.2f);
+  const float spin = time_ms(0.0, 100.0);  // no traffic: waits out the duration
+  EXPECT_GE(spin, 0.9f * 0.1f);
+  EXPECT_LE(spin, 1.5f * 0.1f);
+  EXPECT_EQ(cuda::EmulateCollective(context_, 8, 0.0, 0.0), "");
+  EXPECT_NE(cuda::EmulateCollective(context_, 8, 1e12, 10.0), "") << "beyond its workspace";
+}
+
+TEST_F(CudaOpsTest, MeasuresHbmBandwidth) {
+  double GBps = 0;
+  ASSERT_EQ(cuda::MeasureHbmGBps(context_, size_t{64} << 20, 3, &GBps), "");
+  EXPECT_GT(GBps, 0.0);
+}
+
+#else  // DOMINO_HAVE_CUDA
+
+TEST(CudaOpsGpu, NeedsCuda) { GTEST_SKIP() << "this build of domino has no CUDA support"; }
+
+#endif  // DOMINO_HAVE_CUDA
+
+}  // namespace
+}  // namespace domino::exec

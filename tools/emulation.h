@@ -1,0 +1,24 @@
+#ifndef DOMINO_TOOLS_EMULATION_H_
+#define DOMINO_TOOLS_EMULATION_H_
+
+#include <vector>
+
+#include "exec/cuda_backend.h"
+#include "planner/plan.h"
+#include "planner/schedule.h"
+
+namespace domino::cli {
+
+// What each TP collective of the schedule costs on the plan's cluster when alone (the simulator's
+// cost model): the emulated collectives of `execute --comm emulate` hold its CTAs and make its HBM
+// traffic for that long, so the compute beside them feels the same contention. Indexed by op id;
+// compute ops get zeros.
+std::vector<exec::EmulatedCollective> EmulatedCollectives(const Plan& plan, const Schedule& schedule,
+                                                          bool cuda_graphs);
+
+// The largest TP collective of the schedule as EmulatedCollectives prices it (zeros without one).
+exec::EmulatedCollective LargestCollective(const Plan& plan, const Schedule& schedule);
+
+}  // namespace domino::cli
+
+#endif  // DOMINO_TOOLS_EMULATION_H_
