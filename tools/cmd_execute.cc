@@ -40,7 +40,7 @@ struct ExecuteFlags {
   std::string dtype;  // default: fp32 on the CPU or with --check, else the plan's precision
   bool cuda_graph = false;
   int emulate_rank = 0;
-  int min_ctas = 0, max_ctas = 0;
+  int min_ctas = -1, max_ctas = -1;  // -1: the CTAs the cost model gives the plan's collectives
   int device = -1;
   bool check = false;
   double tolerance = 0;  // default: 1e-4 in fp32, 3e-2 in 16 bits
@@ -249,8 +249,11 @@ void Run(ExecuteFlags& flags) {
   options.cuda.dtype = dtype;
   options.cuda.comm = flags.comm;
   options.cuda.graph = flags.cuda_graph;
-  options.cuda.min_ctas = flags.min_ctas;
-  options.cuda.max_ctas = flags.max_ctas;
+  // NCCL gets the CTA count the simulator assumed for the plan's collectives, so the contention
+  // measured is the contention predicted (unless the flags say otherwise; 0: NCCL's choice).
+  const int model_ctas = std::min(64, LargestCollective(*plan, *schedule).ctas);  // NCCL: <= 64
+  options.cuda.min_ctas = flags.min_ctas >= 0 ? flags.min_ctas : model_ctas;
+  options.cuda.max_ctas = flags.max_ctas >= 0 ? flags.max_ctas : model_ctas;
   options.cuda.timeout_s = flags.timeout_s;
   options.emulate_rank = flags.emulate_rank;
   if (emulate) options.cuda.emulated = EmulatedCollectives(*plan, *schedule, flags.cuda_graph);
@@ -345,9 +348,12 @@ void SetupExecute(CLI::App* sub) {
   sub->add_option("--emulate-rank", flags->emulate_rank,
                   "with --comm emulate: the TP rank this process plays")
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--min-ctas", flags->min_ctas, "NCCL minCTAs (--comm nccl; 0: NCCL's default)")
+  sub->add_option("--min-ctas", flags->min_ctas,
+                  "NCCL minCTAs (--comm nccl; default: the CTAs the cost model gives the plan's "
+                  "collectives; 0: NCCL's choice)")
       ->check(CLI::Range(0, 64));
-  sub->add_option("--max-ctas", flags->max_ctas, "NCCL maxCTAs (--comm nccl; 0: NCCL's default)")
+  sub->add_option("--max-ctas", flags->max_ctas,
+                  "NCCL maxCTAs (--comm nccl; default: as --min-ctas; 0: NCCL's choice)")
       ->check(CLI::Range(0, 64));
   sub->add_option("--device", flags->device,
                   "CUDA device (default: the launcher's local rank, modulo the visible devices)")
