@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <string>
@@ -76,7 +77,11 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   Result<Timeline> Run(Communicator& host,
                        const std::function<void(size_t, size_t)>& progress) override {
-    if (options_.comm == "mpi") return Interpret(schedule_, *this, host, progress);
+    if (options_.comm == "mpi") {
+      Result<Timeline> timeline = Interpret(schedule_, *this, host, progress);
+      DOMINO_RETURN_IF_ERROR(Deferred());
+      return timeline;
+    }
     if (options_.graph) {
       if (!captured_) {
         // One eager run first, so cuBLAS and the kernels' modules load outside the capture.
@@ -139,21 +144,26 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   // Runs compute op `id` to completion (the interpreter's one-at-a-time mode).
   Status Run(const Schedule& s, int32_t id) override {
+    DOMINO_RETURN_IF_ERROR(Deferred());
     cuda::UseStream(context_, cuda::StreamKind::kCompute);
     DOMINO_RETURN_IF_ERROR(Enqueue(id));
     return Ok(cuda::Synchronize(context_), id);
   }
 
+  // The Backend interface's copies cannot fail: a failed one is kept and reported by the next
+  // op the backend runs, or at the end of the run.
   void Pack(const TensorUse& use, float* out) const override {
-    (void)cuda::Download(context_, Of(use), out);
+    Defer(cuda::Download(context_, Of(use), out));
   }
   void Unpack(const TensorUse& use, const float* in) override {
-    (void)cuda::Upload(context_, Of(use), in);
+    Defer(cuda::Upload(context_, Of(use), in));
   }
   std::vector<float> Read(int32_t tensor) const override {
     const Tensor& t = schedule_.tensors()[tensor];
     std::vector<float> host(static_cast<size_t>(t.rows * t.cols));
-    (void)cuda::Download(context_, Whole(tensor), host.data());
+    Defer(cuda::Download(context_, Whole(tensor), host.data()));
+    // A failed read must not pass a check: NaN fails every comparison.
+    if (!deferred_.empty()) std::fill(host.begin(), host.end(), NAN);
     return host;
   }
 
@@ -167,6 +177,13 @@ class CudaBackend final : public Backend, public CudaRunner {
   int DoneEvent(int op) const { return kEventsPerOp * op + 2; }
   int BeginEvent() const { return kEventsPerOp * size(); }
   int OriginEvent() const { return kEventsPerOp * size() + 1; }
+
+  void Defer(const std::string& error) const {
+    if (deferred_.empty()) deferred_ = error;
+  }
+  Status Deferred() const {
+    return deferred_.empty() ? Status::Ok() : Status(Error("CUDA backend: " + deferred_));
+  }
 
   Status Ok(const std::string& error) const {
     return error.empty() ? Status::Ok() : Status(Error("CUDA backend: " + error));
@@ -469,6 +486,7 @@ class CudaBackend final : public Backend, public CudaRunner {
   cuda::Context* context_ = nullptr;
   cuda::Nccl* nccl_ = nullptr;
   bool failed_ = false;  // NCCL failed: abort rather than finalize
+  mutable std::string deferred_;  // the first failed copy of Pack, Unpack or Read
   bool captured_ = false;
   std::vector<void*> device_;
   std::map<int32_t, cuda::DView> residual_grads_;
