@@ -13,12 +13,12 @@
 #include "exec/launch_env.h"
 #include "exec/mpi_communicator.h"
 #include "models/base/file_io.h"
-#include "planner/profile.h"
 #include "planner/lower.h"
+#include "planner/profile.h"
 #include "tools/command.h"
 #include "tools/emulation.h"
-#include "tools/table.h"
 #include "tools/plan_flags.h"
+#include "tools/table.h"
 
 namespace domino::cli {
 namespace {
@@ -48,12 +48,12 @@ void PrintDevice(const HardwareProfile& p) {
   if (!p.collectives.empty()) {
     Table table({"collective", "ranks", "bytes", "us", "algbw GB/s", "busbw GB/s"});
     for (const auto& c : p.collectives) {
-      // nccl-tests' bus bandwidth: all-reduce moves 2 (n - 1) / n of the buffer per rank,
-      // reduce-scatter and all-gather (n - 1) / n of the whole buffer.
+      // nccl-tests' sizes and bus bandwidth: the bytes are nccl-tests' size (the whole buffer of
+      // a reduce-scatter or all-gather); all-reduce moves 2 (n - 1) / n of it per rank,
+      // reduce-scatter and all-gather (n - 1) / n.
       const double n = c.ranks;
-      const double whole = c.kind == "allreduce" ? c.bytes : c.bytes * n;
       const double factor = c.kind == "allreduce" ? 2 * (n - 1) / n : (n - 1) / n;
-      const double algbw = c.us > 0 ? whole / (c.us * 1e3) : 0;
+      const double algbw = c.us > 0 ? c.bytes / (c.us * 1e3) : 0;
       table.AddRow({c.kind, std::to_string(c.ranks), fmt::format("{:.0f}", c.bytes),
                     fmt::format("{:.1f}", c.us), fmt::format("{:.1f}", algbw),
                     fmt::format("{:.1f}", algbw * factor)});
