@@ -21,10 +21,15 @@ struct CompareFlags {
   int top = 15;
 };
 
-// (b - a) / a as a signed percentage, or "-" when a is zero.
+// (predicted - measured) / measured as a signed percentage, or "-" when measured is (about) zero.
 std::string Error(double predicted, double measured) {
-  if (measured == 0) return "-";
+  if (std::fabs(measured) < 1e-9) return "-";
   return fmt::format("{:+.1f}%", 100 * (predicted - measured) / measured);
+}
+
+// For fractions (0..1): the difference in points, meaningful even when the measured one is 0.
+std::string Difference(double predicted, double measured) {
+  return fmt::format("{:+.3f}", predicted - measured);
 }
 
 // The figures a report stands for: its measured: block, else its predicted: block.
@@ -70,7 +75,8 @@ void Run(const CompareFlags& flags) {
                                 "`domino simulate --report` and `domino execute --report`",
                                 !p ? flags.predicted_path : flags.measured_path));
   std::cout << fmt::format("# predicted: {} ({})\n# measured:  {} ({})\n"
-                           "# error = (predicted - measured) / measured\n\n",
+                           "# error = (predicted - measured) / measured; for fractions, "
+                           "predicted - measured\n\n",
                            flags.predicted_path, predicted->plan.model.name, flags.measured_path,
                            measured->plan.model.name);
   Table figures({"figure", "predicted", "measured", "error"});
@@ -81,7 +87,9 @@ void Run(const CompareFlags& flags) {
   row("iteration ms", p->iteration_ms, m->iteration_ms, "{:.3f}");
   row("ideal ms", p->ideal_ms, m->ideal_ms, "{:.3f}");
   row("exposed TP comm ms", p->exposed_comm_ms, m->exposed_comm_ms, "{:.3f}");
-  row("hidden fraction", p->hidden_comm_fraction, m->hidden_comm_fraction, "{:.3f}");
+  figures.AddRow({"hidden fraction", fmt::format("{:.3f}", p->hidden_comm_fraction),
+                  fmt::format("{:.3f}", m->hidden_comm_fraction),
+                  Difference(p->hidden_comm_fraction, m->hidden_comm_fraction)});
   row("tokens/s", p->tokens_per_s, m->tokens_per_s, "{:.0f}");
   figures.Print(std::cout);
 
@@ -98,7 +106,7 @@ void Run(const CompareFlags& flags) {
     stack.AddRow({"TP comm busy ms", fmt::format("{:.3f}", a.comm_ms), fmt::format("{:.3f}", b.comm_ms),
                   Error(a.comm_ms, b.comm_ms)});
     stack.AddRow({"hidden fraction", fmt::format("{:.3f}", a.hidden), fmt::format("{:.3f}", b.hidden),
-                  Error(a.hidden, b.hidden)});
+                  Difference(a.hidden, b.hidden)});
     stack.Print(std::cout);
   }
   if (predicted->ops.empty() || measured->ops.empty()) {
