@@ -1,11 +1,11 @@
 #include "exec/calibrate.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "exec/cpu_backend.h"
 #include "exec/cuda_device.h"
@@ -124,7 +124,8 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
     const Op& op = s.op(id);
     if (op.kind == OpKind::kCollective) {
       if (comm.size() == 1) continue;
-      if (!seen.emplace(std::pair{static_cast<int>(op.collective), op.bytes}, true).second) continue;
+      if (!seen.emplace(std::pair{static_cast<int>(op.collective), op.bytes}, true).second)
+        continue;
       Result<double> us = gpu.TimeOp(id, repeats);
       if (!us.ok()) return us.error();
       profile.collectives.push_back(

@@ -37,8 +37,10 @@ class CudaBackend final : public Backend, public CudaRunner {
       : schedule_(schedule), model_(model), options_(options) {}
   ~CudaBackend() override {
     if (nccl_ != nullptr) {
-      if (failed_) cuda::NcclAbort(nccl_);
-      else cuda::NcclDestroy(nccl_);
+      if (failed_)
+        cuda::NcclAbort(nccl_);
+      else
+        cuda::NcclDestroy(nccl_);
     }
     for (void* p : device_) cuda::Free(p);
     for (auto& [id, view] : residual_grads_) cuda::Free(view.data);
@@ -58,8 +60,10 @@ class CudaBackend final : public Backend, public CudaRunner {
     if (options_.graph && !streams)
       return Error("CUDA graphs need --comm nccl or emulate (host collectives run on the CPU)");
     if (options_.comm == "emulate" && options_.emulated.size() != schedule_.size())
-      return Error(fmt::format("--comm emulate needs the predicted cost of every collective ({} "
-                               "ops, {} given)", schedule_.size(), options_.emulated.size()));
+      return Error(
+          fmt::format("--comm emulate needs the predicted cost of every collective ({} "
+                      "ops, {} given)",
+                      schedule_.size(), options_.emulated.size()));
     if (streams) {
       Result<std::vector<StreamStep>> steps = PlanStreams(schedule_);
       if (!steps.ok()) return steps.error();
@@ -117,17 +121,20 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   Result<double> TimeOpBeside(int32_t id, const EmulatedCollective& beside, int repeats) override {
     if (schedule_.op(id).kind == OpKind::kCollective)
-      return Error(fmt::format("op {} ({}) is a collective, not a compute op", id, schedule_.Label(id)));
+      return Error(
+          fmt::format("op {} ({}) is a collective, not a compute op", id, schedule_.Label(id)));
     DOMINO_RETURN_IF_ERROR(Ok(cuda::Synchronize(context_)));
-    DOMINO_RETURN_IF_ERROR(Ok(cuda::Reserve(context_, std::max(WorkspaceBytes(),
-                                                              cuda::EmulationWorkspaceBytes(beside.hbm_bytes)))));
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::Reserve(
+        context_, std::max(WorkspaceBytes(), cuda::EmulationWorkspaceBytes(beside.hbm_bytes)))));
     auto collective = [&]() -> Status {
       cuda::UseStream(context_, cuda::StreamKind::kComm);
-      Status s = Ok(cuda::EmulateCollective(context_, beside.ctas, beside.hbm_bytes, beside.us), id);
+      Status s =
+          Ok(cuda::EmulateCollective(context_, beside.ctas, beside.hbm_bytes, beside.us), id);
       cuda::UseStream(context_, cuda::StreamKind::kCompute);
       return s;
     };
-    return TimeMedian(id, repeats, [&] { return Enqueue(id); }, collective);
+    return TimeMedian(
+        id, repeats, [&] { return Enqueue(id); }, collective);
   }
 
   Result<double> PeakTflops(int64_t n) override {
@@ -216,8 +223,8 @@ class CudaBackend final : public Backend, public CudaRunner {
     for (int32_t id = 0; id < size(); ++id) {
       const Op& op = schedule_.op(id);
       if (op.kind == OpKind::kCollective) {
-        stage = std::max({stage, Elements(schedule_.reads(op)[0].view),
-                          Elements(schedule_.writes(op)[0].view)});
+        stage = std::max(
+            {stage, Elements(schedule_.reads(op)[0].view), Elements(schedule_.writes(op)[0].view)});
       }
       if (op.func != OpFunc::kResidualGrad) continue;
       const TensorUse& u = schedule_.writes(op)[0];
@@ -228,8 +235,8 @@ class CudaBackend final : public Backend, public CudaRunner {
       for (int64_t r = u.view.row_begin; r < u.view.row_end; ++r)
         part.insert(part.end(), host.begin() + r * t.cols + u.view.col_begin,
                     host.begin() + r * t.cols + u.view.col_end);
-      cuda::DView view{nullptr, u.view.row_end - u.view.row_begin, u.view.col_end - u.view.col_begin,
-                       u.view.col_end - u.view.col_begin};
+      cuda::DView view{nullptr, u.view.row_end - u.view.row_begin,
+                       u.view.col_end - u.view.col_begin, u.view.col_end - u.view.col_begin};
       DOMINO_RETURN_IF_ERROR(Ok(cuda::Alloc(context_, part.size(), &view.data)));
       residual_grads_[id] = view;
       DOMINO_RETURN_IF_ERROR(Ok(cuda::Upload(context_, view, part.data())));
@@ -312,7 +319,8 @@ class CudaBackend final : public Backend, public CudaRunner {
       case OpFunc::kLn1: case OpFunc::kLn2:
         e = cuda::NormForward(context_, Rms(), in(0), in(1).data, kNormEps, out(0));
         break;
-      case OpFunc::kLn1Grad: case OpFunc::kLn2Grad:
+      case OpFunc::kLn1Grad:
+      case OpFunc::kLn2Grad:
         // dx = the residual gradient + the norm's backward; dgamma accumulates.
         if (in(3).data != out(0).data) e = cuda::Copy(context_, in(3), out(0));
         if (e.empty())
@@ -357,10 +365,18 @@ class CudaBackend final : public Backend, public CudaRunner {
     void* dst = contiguous(out) ? out.data : stage_out_;
     if (e.empty()) {
       switch (op.collective) {
-        case CollectiveOp::kAllReduce: e = cuda::NcclAllReduce(nccl_, src, dst, n_in); break;
-        case CollectiveOp::kReduceScatter: e = cuda::NcclReduceScatter(nccl_, src, dst, n_out); break;
-        case CollectiveOp::kAllGather: e = cuda::NcclAllGather(nccl_, src, dst, n_in); break;
-        case CollectiveOp::kNone: e = "not a collective"; break;
+        case CollectiveOp::kAllReduce:
+          e = cuda::NcclAllReduce(nccl_, src, dst, n_in);
+          break;
+        case CollectiveOp::kReduceScatter:
+          e = cuda::NcclReduceScatter(nccl_, src, dst, n_out);
+          break;
+        case CollectiveOp::kAllGather:
+          e = cuda::NcclAllGather(nccl_, src, dst, n_in);
+          break;
+        case CollectiveOp::kNone:
+          e = "not a collective";
+          break;
       }
     }
     if (e.empty() && dst == stage_out_)
@@ -385,7 +401,8 @@ class CudaBackend final : public Backend, public CudaRunner {
     for (int32_t id = 0; id < size(); ++id) {
       const StreamStep& step = steps_[id];
       use(step.stream);
-      for (int32_t w : step.wait_for) DOMINO_RETURN_IF_ERROR(Ok(cuda::WaitEvent(context_, DoneEvent(w)), id));
+      for (int32_t w : step.wait_for)
+        DOMINO_RETURN_IF_ERROR(Ok(cuda::WaitEvent(context_, DoneEvent(w)), id));
       DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, StartEvent(id), true), id));
       if (schedule_.op(id).kind == OpKind::kCollective) {
         DOMINO_RETURN_IF_ERROR(EnqueueCollective(id));
@@ -393,7 +410,8 @@ class CudaBackend final : public Backend, public CudaRunner {
         DOMINO_RETURN_IF_ERROR(Enqueue(id));
       }
       DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, EndEvent(id), true), id));
-      if (step.record_done) DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, DoneEvent(id), false), id));
+      if (step.record_done)
+        DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, DoneEvent(id), false), id));
       if (progress) progress(static_cast<size_t>(id) + 1, schedule_.size());
     }
     // The compute stream ends after the comm stream (the last event covers both).
@@ -444,9 +462,10 @@ class CudaBackend final : public Backend, public CudaRunner {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > options_.timeout_s) {
         failed_ = true;
-        return Error(fmt::format("the GPU has not finished the run after {:.0f} s (a peer has "
-                                 "died or hangs, or --timeout {:g} is too short); aborting",
-                                 waited, options_.timeout_s));
+        return Error(
+            fmt::format("the GPU has not finished the run after {:.0f} s (a peer has "
+                        "died or hangs, or --timeout {:g} is too short); aborting",
+                        waited, options_.timeout_s));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
@@ -457,7 +476,8 @@ class CudaBackend final : public Backend, public CudaRunner {
     timeline.ops.resize(schedule_.size());
     for (int32_t id = 0; id < size(); ++id) {
       float start = 0, end = 0;
-      DOMINO_RETURN_IF_ERROR(Ok(cuda::ElapsedMs(context_, OriginEvent(), StartEvent(id), &start), id));
+      DOMINO_RETURN_IF_ERROR(
+          Ok(cuda::ElapsedMs(context_, OriginEvent(), StartEvent(id), &start), id));
       DOMINO_RETURN_IF_ERROR(Ok(cuda::ElapsedMs(context_, OriginEvent(), EndEvent(id), &end), id));
       timeline.ops[id] = OpTime{start * 1e3, std::max(start, end) * 1e3};
     }
@@ -467,10 +487,11 @@ class CudaBackend final : public Backend, public CudaRunner {
   bool Rms() const { return model_.norm == Norm::kRmsNorm; }
   cuda::DView Of(const TensorUse& u) const {
     const Tensor& t = schedule_.tensors()[u.tensor];
-    const size_t offset = static_cast<size_t>(u.view.row_begin * t.cols + u.view.col_begin) *
-                          cuda::DTypeBytes(type_);
+    const size_t offset =
+        static_cast<size_t>(u.view.row_begin * t.cols + u.view.col_begin) * cuda::DTypeBytes(type_);
     return cuda::DView{static_cast<char*>(device_[u.tensor]) + offset,
-                       u.view.row_end - u.view.row_begin, u.view.col_end - u.view.col_begin, t.cols};
+                       u.view.row_end - u.view.row_begin, u.view.col_end - u.view.col_begin,
+                       t.cols};
   }
   cuda::DView Whole(int32_t id) const {
     const Tensor& t = schedule_.tensors()[id];
@@ -485,7 +506,7 @@ class CudaBackend final : public Backend, public CudaRunner {
   uint64_t seed_ = 1;
   cuda::Context* context_ = nullptr;
   cuda::Nccl* nccl_ = nullptr;
-  bool failed_ = false;  // NCCL failed: abort rather than finalize
+  bool failed_ = false;           // NCCL failed: abort rather than finalize
   mutable std::string deferred_;  // the first failed copy of Pack, Unpack or Read
   bool captured_ = false;
   std::vector<void*> device_;
@@ -503,8 +524,8 @@ Result<std::unique_ptr<CudaRunner>> MakeCudaRunner(const Schedule& schedule, con
   Result<std::vector<CudaDevice>> devices = ListCudaDevices();
   if (!devices.ok()) return devices.error();
   if (options.device < 0 || options.device >= static_cast<int>(devices->size()))
-    return Error(fmt::format("CUDA device {} does not exist ({} visible)", options.device,
-                             devices->size()));
+    return Error(
+        fmt::format("CUDA device {} does not exist ({} visible)", options.device, devices->size()));
   auto backend = std::make_unique<CudaBackend>(schedule, model, options);
   DOMINO_RETURN_IF_ERROR(backend->Init(rank, tp, seed, host));
   return std::unique_ptr<CudaRunner>(std::move(backend));

@@ -34,8 +34,8 @@ struct CudaOptions {
   //   "emulate" on one GPU, each collective replaced by a kernel that holds its CTAs and makes
   //             its HBM traffic for its predicted time (`emulated`, indexed by op id).
   std::string comm = "mpi";
-  bool graph = false;   // capture the whole schedule in a CUDA graph once, replay it per run
-  int min_ctas = 0;     // NCCL's minCTAs / maxCTAs (0: NCCL's default)
+  bool graph = false;  // capture the whole schedule in a CUDA graph once, replay it per run
+  int min_ctas = 0;    // NCCL's minCTAs / maxCTAs (0: NCCL's default)
   int max_ctas = 0;
   double timeout_s = 300;  // longest wait for the GPU or a peer before aborting
   std::vector<EmulatedCollective> emulated;

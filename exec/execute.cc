@@ -131,7 +131,6 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
   return Status::Ok();
 }
 
-
 // Each op's median duration, laid end to end in issue order (runs of one op at a time).
 Timeline MedianOps(const std::vector<Timeline>& runs) {
   Timeline timeline;
@@ -185,8 +184,10 @@ Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Commu
   const bool emulate = options.backend == "cuda" && options.cuda.comm == "emulate";
   if (emulate) {
     if (comm.size() != 1)
-      return Error(fmt::format("--comm emulate runs one rank of the TP group on one GPU; {} ranks "
-                               "were launched", comm.size()));
+      return Error(
+          fmt::format("--comm emulate runs one rank of the TP group on one GPU; {} ranks "
+                      "were launched",
+                      comm.size()));
     if (options.check)
       return Error("--check needs real collectives: use --comm mpi or nccl, not emulate");
     if (options.emulate_rank < 0 || options.emulate_rank >= plan.tp)

@@ -29,9 +29,12 @@ std::string Text(ncclResult_t r, ncclComm_t comm) {
 
 ncclDataType_t NcclType(DType t) {
   switch (t) {
-    case DType::kBf16: return ncclBfloat16;
-    case DType::kF16: return ncclFloat16;
-    case DType::kF32: break;
+    case DType::kBf16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kF32:
+      break;
   }
   return ncclFloat32;
 }
@@ -41,8 +44,8 @@ ncclDataType_t NcclType(DType t) {
 std::string Ready(Nccl* n, const char* what, ncclResult_t issued) {
   if (issued != ncclSuccess && issued != ncclInProgress)
     return std::string(what) + ": " + Text(issued, n->comm);
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(n->timeout_s);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(n->timeout_s);
   for (;;) {
     ncclResult_t state = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(n->comm, &state);
@@ -99,19 +102,20 @@ std::string NcclInit(Context* context, int rank, int size, const std::string& id
 
 std::string NcclAllReduce(Nccl* n, const void* in, void* out, int64_t count) {
   return Ready(n, "ncclAllReduce",
-               ncclAllReduce(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)), ncclSum, n->comm,
-                             Stream(n)));
+               ncclAllReduce(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)),
+                             ncclSum, n->comm, Stream(n)));
 }
 
 std::string NcclReduceScatter(Nccl* n, const void* in, void* out, int64_t count) {
   return Ready(n, "ncclReduceScatter",
-               ncclReduceScatter(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)), ncclSum, n->comm,
-                                 Stream(n)));
+               ncclReduceScatter(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)),
+                                 ncclSum, n->comm, Stream(n)));
 }
 
 std::string NcclAllGather(Nccl* n, const void* in, void* out, int64_t count) {
   return Ready(n, "ncclAllGather",
-               ncclAllGather(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)), n->comm, Stream(n)));
+               ncclAllGather(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)),
+                             n->comm, Stream(n)));
 }
 
 std::string NcclPoll(Nccl* n) {

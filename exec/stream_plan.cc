@@ -1,8 +1,8 @@
 #include "exec/stream_plan.h"
 
-#include <array>
-
 #include <fmt/format.h>
+
+#include <array>
 
 namespace domino::exec {
 
@@ -14,9 +14,10 @@ Result<std::vector<StreamStep>> PlanStreams(const Schedule& schedule) {
   for (size_t i = 0; i < schedule.size(); ++i) {
     const Op& op = schedule.ops()[i];
     if (op.stream != Stream::kCompute && op.stream != Stream::kTpComm)
-      return Error(fmt::format("op {} ({}) runs on the {} stream; the executor runs the TP layer "
-                               "stack only (compute and TP comm)",
-                               i, schedule.Label(static_cast<int32_t>(i)), StreamName(op.stream)));
+      return Error(
+          fmt::format("op {} ({}) runs on the {} stream; the executor runs the TP layer "
+                      "stack only (compute and TP comm)",
+                      i, schedule.Label(static_cast<int32_t>(i)), StreamName(op.stream)));
     StreamStep& step = steps[i];
     step.stream = op.stream == Stream::kCompute ? 0 : 1;
     std::array<int32_t, kExecStreams> latest;

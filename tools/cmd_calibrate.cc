@@ -1,11 +1,10 @@
 // `domino calibrate`: measure a plan's compute ops and collectives into a hardware profile that
 // `domino simulate --hardware-profile` reads.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <iostream>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "exec/calibrate.h"
 #include "exec/communicator.h"
@@ -33,11 +32,6 @@ struct CalibrateFlags {
   int repeats = 7;
   bool force = false;
 };
-
-[[noreturn]] void FailOnRank(int rank, const std::string& message, int exit_code = 1) {
-  if (rank == 0) Fail("calibrate", message, exit_code);
-  throw CLI::RuntimeError(exit_code);
-}
 
 // What a GPU profile says about the device: throughput, bandwidth, collectives as nccl-tests
 // reports them (bus bandwidth), and how much a collective slows the compute beside it.
@@ -76,52 +70,58 @@ void Run(CalibrateFlags& flags) {
   if (!env.ok()) Fail("calibrate", env.message());
   const int rank = env->rank;
   if (!flags.positional_plan.empty()) flags.plan.plan_path = flags.positional_plan;
-  if (flags.out_path.empty()) FailOnRank(rank, "--out profile.yaml is required");
+  if (flags.out_path.empty()) FailOnRank("calibrate", rank, "--out profile.yaml is required");
   if (flags.backend == "cpu" && !flags.dtype.empty() && flags.dtype != "fp32")
-    FailOnRank(rank, fmt::format("--dtype {}: the CPU backend computes in fp32", flags.dtype));
+    FailOnRank("calibrate", rank,
+               fmt::format("--dtype {}: the CPU backend computes in fp32", flags.dtype));
   if (flags.plan.plan_path.empty() && flags.plan.model.empty())
-    FailOnRank(rank, "no plan: give PLAN.yaml or --model and --cluster with plan flags (the "
-                     "profile measures that plan's op shapes)");
+    FailOnRank("calibrate", rank,
+               "no plan: give PLAN.yaml or --model and --cluster with plan flags (the "
+               "profile measures that plan's op shapes)");
   Result<Plan> plan = BuildPlan(flags.plan);
-  if (!plan.ok()) FailOnRank(rank, plan.message());
+  if (!plan.ok()) FailOnRank("calibrate", rank, plan.message());
   if (env->size != 1 && env->size != plan->tp)
-    FailOnRank(rank, fmt::format("launched {} ranks ({}); calibrate runs on 1 rank (compute only) "
-                                 "or on the plan's tp = {} ranks (compute and collectives)",
-                                 env->size, env->source, plan->tp));
+    FailOnRank("calibrate", rank,
+               fmt::format("launched {} ranks ({}); calibrate runs on 1 rank (compute only) "
+                           "or on the plan's tp = {} ranks (compute and collectives)",
+                           env->size, env->source, plan->tp));
   if (rank == 0 && !flags.force && access(flags.out_path.c_str(), F_OK) == 0)
     Fail("calibrate", fmt::format("{}: exists; pass --force to overwrite it", flags.out_path));
   Result<std::unique_ptr<exec::Communicator>> comm = exec::MakeLaunchCommunicator(*env);
-  if (!comm.ok()) FailOnRank(rank, comm.message());
+  if (!comm.ok()) FailOnRank("calibrate", rank, comm.message());
   exec::CalibrateOptions options;
   options.repeats = flags.repeats;
   const bool cuda = flags.backend == "cuda";
   if (cuda) {
     Result<std::vector<exec::CudaDevice>> devices = exec::ListCudaDevices();
-    if (!devices.ok()) FailOnRank(rank, devices.message());
-    options.cuda.device = flags.device >= 0 ? flags.device
-                                            : env->local_rank % static_cast<int>(devices->size());
+    if (!devices.ok()) FailOnRank("calibrate", rank, devices.message());
+    options.cuda.device =
+        flags.device >= 0 ? flags.device : env->local_rank % static_cast<int>(devices->size());
     if (options.cuda.device >= static_cast<int>(devices->size()))
-      FailOnRank(rank, fmt::format("--device {}: {} CUDA device(s) visible", options.cuda.device,
-                                   devices->size()));
-    options.cuda.dtype = !flags.dtype.empty()                 ? flags.dtype
+      FailOnRank("calibrate", rank,
+                 fmt::format("--device {}: {} CUDA device(s) visible", options.cuda.device,
+                             devices->size()));
+    options.cuda.dtype = !flags.dtype.empty()              ? flags.dtype
                          : plan->precision == Dtype::kFp16 ? "fp16"
-                                                            : "bf16";
+                                                           : "bf16";
     Result<Schedule> schedule = Lower(*plan);
-    if (!schedule.ok()) FailOnRank(rank, schedule.message());
+    if (!schedule.ok()) FailOnRank("calibrate", rank, schedule.message());
     options.beside = LargestCollective(*plan, *schedule);
   }
   if (rank == 0 && isatty(STDERR_FILENO))
-    std::cerr << fmt::format("calibrating on the {} backend ({} rank(s), {} timed runs per op)...\n",
-                             flags.backend, env->size, flags.repeats);
+    std::cerr << fmt::format(
+        "calibrating on the {} backend ({} rank(s), {} timed runs per op)...\n", flags.backend,
+        env->size, flags.repeats);
   Result<HardwareProfile> profile = cuda ? exec::CalibrateCuda(*plan, **comm, options)
                                          : exec::CalibrateCpu(*plan, **comm, options);
-  if (!profile.ok()) FailOnRank(rank, profile.message());
+  if (!profile.ok()) FailOnRank("calibrate", rank, profile.message());
   if (rank != 0) return;
   CheckOk("calibrate", WriteFileAtomically(flags.out_path, ProfileToYaml(*profile), true));
-  std::cout << fmt::format("wrote {}: {} compute ops and {} collectives measured on the {} "
-                           "backend ({}, {} rank(s), median of {} runs each)\n",
-                           flags.out_path, profile->compute_us.size(), profile->collectives.size(),
-                           cuda ? "CUDA" : "CPU", profile->device, env->size, flags.repeats);
+  std::cout << fmt::format(
+      "wrote {}: {} compute ops and {} collectives measured on the {} "
+      "backend ({}, {} rank(s), median of {} runs each)\n",
+      flags.out_path, profile->compute_us.size(), profile->collectives.size(),
+      cuda ? "CUDA" : "CPU", profile->device, env->size, flags.repeats);
   PrintDevice(*profile);
 }
 

@@ -74,11 +74,12 @@ void Run(const CompareFlags& flags) {
     Fail("compare", fmt::format("{}: no predicted: or measured: block; pass reports written by "
                                 "`domino simulate --report` and `domino execute --report`",
                                 !p ? flags.predicted_path : flags.measured_path));
-  std::cout << fmt::format("# predicted: {} ({})\n# measured:  {} ({})\n"
-                           "# error = (predicted - measured) / measured; for fractions, "
-                           "predicted - measured\n\n",
-                           flags.predicted_path, predicted->plan.model.name, flags.measured_path,
-                           measured->plan.model.name);
+  std::cout << fmt::format(
+      "# predicted: {} ({})\n# measured:  {} ({})\n"
+      "# error = (predicted - measured) / measured; for fractions, "
+      "predicted - measured\n\n",
+      flags.predicted_path, predicted->plan.model.name, flags.measured_path,
+      measured->plan.model.name);
   Table figures({"figure", "predicted", "measured", "error"});
   auto row = [&](const char* name, double a, double b, const char* format) {
     figures.AddRow({name, fmt::format(fmt::runtime(format), a), fmt::format(fmt::runtime(format), b),
@@ -99,14 +100,14 @@ void Run(const CompareFlags& flags) {
     std::cout << "\n";
     Table stack({"layer stack, one micro-batch (timelines)", "predicted", "measured", "error"});
     const StackFigures a = Stack(predicted->ops), b = Stack(measured->ops);
-    stack.AddRow({"length ms", fmt::format("{:.3f}", a.ms), fmt::format("{:.3f}", b.ms),
-                  Error(a.ms, b.ms)});
+    stack.AddRow(
+        {"length ms", fmt::format("{:.3f}", a.ms), fmt::format("{:.3f}", b.ms), Error(a.ms, b.ms)});
     stack.AddRow({"compute busy ms", fmt::format("{:.3f}", a.compute_ms),
                   fmt::format("{:.3f}", b.compute_ms), Error(a.compute_ms, b.compute_ms)});
-    stack.AddRow({"TP comm busy ms", fmt::format("{:.3f}", a.comm_ms), fmt::format("{:.3f}", b.comm_ms),
-                  Error(a.comm_ms, b.comm_ms)});
-    stack.AddRow({"hidden fraction", fmt::format("{:.3f}", a.hidden), fmt::format("{:.3f}", b.hidden),
-                  Difference(a.hidden, b.hidden)});
+    stack.AddRow({"TP comm busy ms", fmt::format("{:.3f}", a.comm_ms),
+                  fmt::format("{:.3f}", b.comm_ms), Error(a.comm_ms, b.comm_ms)});
+    stack.AddRow({"hidden fraction", fmt::format("{:.3f}", a.hidden),
+                  fmt::format("{:.3f}", b.hidden), Difference(a.hidden, b.hidden)});
     stack.Print(std::cout);
   }
   if (predicted->ops.empty() || measured->ops.empty()) {

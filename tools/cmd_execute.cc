@@ -1,16 +1,15 @@
 // `domino execute PLAN`: run a plan's layer stack for real, measure its timeline, and (--check)
 // compare it numerically with the unsharded reference.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <iostream>
 #include <memory>
-
-#include <fmt/format.h>
+#include <thread>
 
 #include "exec/communicator.h"
 #include "exec/cpu_backend.h"
@@ -51,13 +50,6 @@ struct ExecuteFlags {
   std::string report_path, trace_path;
   bool force = false;
 };
-
-// Ends the command: rank 0 says why; the other ranks exit with the same code silently, so a
-// launch of N ranks prints one line, not N.
-[[noreturn]] void FailOnRank(int rank, const std::string& message, int exit_code = 1) {
-  if (rank == 0) Fail("execute", message, exit_code);
-  throw CLI::RuntimeError(exit_code);
-}
 
 // Fault injection for tests: DOMINO_FAULT_INJECT="die@RANK:OP" ends rank RANK abruptly after
 // op OP, "hang@RANK:OP" stops it there forever, as a crashed or stuck peer would.
@@ -127,7 +119,8 @@ void PrintRun(const Plan& plan, const std::string& backend, const exec::LaunchEn
   summary.AddRow({"exposed TP comm", fmt::format("{:.2f} ms", f.exposed_comm_ms)});
   summary.AddRow({"hidden fraction", fmt::format("{:.3f}", f.hidden_comm_fraction)});
   summary.AddRow({"tokens/s", fmt::format("{:.0f}", f.tokens_per_s)});
-  summary.AddRow({"TFLOP/s per rank (GEMMs and attention)", fmt::format("{:.3f}", f.tflops_per_gpu)});
+  summary.AddRow(
+      {"TFLOP/s per rank (GEMMs and attention)", fmt::format("{:.3f}", f.tflops_per_gpu)});
   // The GEMMs' own throughput: their FLOPs over their busy time (against the device's dense
   // peak, which `calibrate --backend cuda` measures).
   double gemm_flops = 0, gemm_us = 0;
@@ -157,50 +150,63 @@ void Run(ExecuteFlags& flags) {
   const int rank = env->rank;
   if (!flags.positional_plan.empty()) {
     if (!flags.plan.plan_path.empty() && flags.plan.plan_path != flags.positional_plan)
-      FailOnRank(rank, "give the plan once: as PLAN or as --plan, not both");
+      FailOnRank("execute", rank, "give the plan once: as PLAN or as --plan, not both");
     flags.plan.plan_path = flags.positional_plan;
   }
   if (flags.plan.plan_path.empty() && flags.plan.model.empty())
-    FailOnRank(rank, "no plan: give PLAN.yaml (from `domino plan --out`), or --model and --cluster "
-                     "with plan flags");
+    FailOnRank("execute", rank,
+               "no plan: give PLAN.yaml (from `domino plan --out`), or --model and --cluster "
+               "with plan flags");
   Result<Plan> plan = BuildPlan(flags.plan);
-  if (!plan.ok()) FailOnRank(rank, plan.message());
+  if (!plan.ok()) FailOnRank("execute", rank, plan.message());
   const std::string what = flags.plan.plan_path.empty() ? "the plan" : flags.plan.plan_path;
   const bool emulate = flags.comm == "emulate";
   if (flags.backend == "cpu" && flags.comm != "mpi")
-    FailOnRank(rank, fmt::format("--comm {} needs --backend cuda (the CPU backend's collectives "
-                                 "go through the launch communicator)", flags.comm));
+    FailOnRank("execute", rank,
+               fmt::format("--comm {} needs --backend cuda (the CPU backend's collectives "
+                           "go through the launch communicator)",
+                           flags.comm));
   if (flags.backend == "cpu" && !flags.dtype.empty() && flags.dtype != "fp32")
-    FailOnRank(rank, fmt::format("--dtype {}: the CPU backend computes in fp32", flags.dtype));
+    FailOnRank("execute", rank,
+               fmt::format("--dtype {}: the CPU backend computes in fp32", flags.dtype));
   if (flags.cuda_graph && (flags.backend != "cuda" || flags.comm == "mpi"))
-    FailOnRank(rank, "--cuda-graph needs --backend cuda with --comm nccl or emulate");
+    FailOnRank("execute", rank, "--cuda-graph needs --backend cuda with --comm nccl or emulate");
   if (emulate && flags.check)
-    FailOnRank(rank, "--check needs real collectives: use --comm mpi or nccl, not emulate");
+    FailOnRank("execute", rank,
+               "--check needs real collectives: use --comm mpi or nccl, not emulate");
   if (emulate && env->size != 1)
-    FailOnRank(rank, fmt::format("--comm emulate runs one rank of the TP group on one GPU, but {} "
-                                 "ranks were launched ({}); run it without mpirun",
-                                 env->size, env->source));
+    FailOnRank("execute", rank,
+               fmt::format("--comm emulate runs one rank of the TP group on one GPU, but {} "
+                           "ranks were launched ({}); run it without mpirun",
+                           env->size, env->source));
   if (emulate && flags.emulate_rank >= plan->tp)
-    FailOnRank(rank, fmt::format("--emulate-rank {} is not a rank of the plan's TP group of {}",
-                                 flags.emulate_rank, plan->tp));
+    FailOnRank("execute", rank,
+               fmt::format("--emulate-rank {} is not a rank of the plan's TP group of {}",
+                           flags.emulate_rank, plan->tp));
   if (!emulate && env->size != plan->tp) {
-    FailOnRank(rank, fmt::format(
-        "{}: parallel.tp is {}, so it runs on {} ranks (one per TP rank; pipeline and data "
-        "parallelism are simulated, not executed), but {} rank(s) were launched ({}); launch "
-        "with `mpirun -np {} domino execute ...`",
-        what, plan->tp, plan->tp, env->size, env->source, plan->tp));
+    FailOnRank(
+        "execute", rank,
+        fmt::format(
+            "{}: parallel.tp is {}, so it runs on {} ranks (one per TP rank; pipeline and data "
+            "parallelism are simulated, not executed), but {} rank(s) were launched ({}); launch "
+            "with `mpirun -np {} domino execute ...`",
+            what, plan->tp, plan->tp, env->size, env->source, plan->tp));
   }
   Result<Schedule> schedule = Lower(*plan);
-  if (!schedule.ok()) FailOnRank(rank, schedule.message());
+  if (!schedule.ok()) FailOnRank("execute", rank, schedule.message());
   // Host memory: the CPU backend's tensors, and with --check the reference and the gathers.
   double gib = flags.backend == "cpu" ? exec::CpuBackend::BytesFor(*schedule) / (1 << 30) : 0;
   if (flags.check) gib += exec::CpuBackend::BytesFor(*schedule) * plan->tp / (1 << 30);
   if (gib > flags.max_memory_gib) {
-    FailOnRank(rank, fmt::format(
-        "{}: the CPU backend would hold {:.1f} GiB per rank for {} ({} layers, hidden {}), over "
-        "--max-memory-gib {}; use a small model (e.g. models/examples/tiny-gpt.yaml) or raise "
-        "the limit", what, gib, plan->model.name, plan->model.layers / plan->pp,
-        plan->model.hidden, flags.max_memory_gib));
+    FailOnRank(
+        "execute", rank,
+        fmt::format(
+            "{}: the CPU backend would hold {:.1f} GiB per rank for {} ({} layers, hidden {}), "
+            "over "
+            "--max-memory-gib {}; use a small model (e.g. models/examples/tiny-gpt.yaml) or raise "
+            "the limit",
+            what, gib, plan->model.name, plan->model.layers / plan->pp, plan->model.hidden,
+            flags.max_memory_gib));
   }
   if (rank == 0) {
     for (const std::string& path : {flags.report_path, flags.trace_path})
@@ -212,26 +218,28 @@ void Run(ExecuteFlags& flags) {
   std::string dtype = flags.dtype;
   if (dtype.empty())
     dtype = flags.backend == "cpu" || flags.check ? "fp32"
-            : plan->precision == Dtype::kFp16      ? "fp16"
-                                                   : "bf16";
+            : plan->precision == Dtype::kFp16     ? "fp16"
+                                                  : "bf16";
   double tolerance = flags.tolerance > 0 ? flags.tolerance : dtype == "fp32" ? 1e-4 : 3e-2;
   if (flags.backend == "cuda") {
     // Device memory: the tensors in the element type, and attention's scores.
     Result<std::vector<exec::CudaDevice>> devices = exec::ListCudaDevices();
-    if (!devices.ok()) FailOnRank(rank, devices.message());
-    const int device = flags.device >= 0 ? flags.device
-                                         : env->local_rank % static_cast<int>(devices->size());
+    if (!devices.ok()) FailOnRank("execute", rank, devices.message());
+    const int device =
+        flags.device >= 0 ? flags.device : env->local_rank % static_cast<int>(devices->size());
     if (device >= static_cast<int>(devices->size()))
-      FailOnRank(rank, fmt::format("--device {}: {} CUDA device(s) visible", device, devices->size()));
+      FailOnRank("execute", rank,
+                 fmt::format("--device {}: {} CUDA device(s) visible", device, devices->size()));
     const double need = exec::CpuBackend::BytesFor(*schedule) * (dtype == "fp32" ? 1.0 : 0.5);
     const double have = static_cast<double>((*devices)[device].memory_bytes);
     if (need > 0.9 * have)
-      FailOnRank(rank, fmt::format("{}: the tensors of {} layers of {} take {:.1f} GiB in {}, over "
-                                   "90% of the {:.1f} GiB of {} (device {}); run fewer layers per "
-                                   "rank (a larger --pp) or a smaller micro-batch",
-                                   what, plan->model.layers / plan->pp, plan->model.name,
-                                   need / (1 << 30), dtype, have / (1 << 30),
-                                   (*devices)[device].name, device));
+      FailOnRank(
+          "execute", rank,
+          fmt::format("{}: the tensors of {} layers of {} take {:.1f} GiB in {}, over "
+                      "90% of the {:.1f} GiB of {} (device {}); run fewer layers per "
+                      "rank (a larger --pp) or a smaller micro-batch",
+                      what, plan->model.layers / plan->pp, plan->model.name, need / (1 << 30),
+                      dtype, have / (1 << 30), (*devices)[device].name, device));
     flags.device = device;
   }
 
@@ -239,7 +247,7 @@ void Run(ExecuteFlags& flags) {
       emulate ? Result<std::unique_ptr<exec::Communicator>>(
                     std::unique_ptr<exec::Communicator>(new exec::SelfCommunicator))
               : exec::MakeLaunchCommunicator(*env);
-  if (!launched.ok()) FailOnRank(rank, launched.message());
+  if (!launched.ok()) FailOnRank("execute", rank, launched.message());
   std::unique_ptr<exec::Communicator> comm = std::move(launched).value();
 
   exec::ExecuteOptions options;
@@ -286,7 +294,7 @@ void Run(ExecuteFlags& flags) {
   };
   Result<exec::ExecuteResult> result =
       exec::ExecuteSchedule(*plan, std::move(schedule).value(), *comm, options);
-  if (!result.ok()) FailOnRank(rank, result.message());
+  if (!result.ok()) FailOnRank("execute", rank, result.message());
   if (rank != 0) {
     if (!result->passed) throw CLI::RuntimeError(1);
     return;
@@ -305,14 +313,13 @@ void Run(ExecuteFlags& flags) {
                                            sim::TraceJson(result->schedule, result->timeline, 0,
                                                           "rank 0 (measured, " + flags.backend + ")"),
                                            true));
-  const std::string backend =
-      flags.backend == "cpu"
-          ? "CPU (fp32)"
-          : fmt::format("CUDA ({}, collectives: {}{})", dtype,
-                        emulate ? fmt::format("emulated, as rank {} of {}", flags.emulate_rank,
-                                              plan->tp)
-                                : flags.comm,
-                        flags.cuda_graph ? ", CUDA graph" : "");
+  const std::string backend = flags.backend == "cpu"
+                                  ? "CPU (fp32)"
+                                  : fmt::format("CUDA ({}, collectives: {}{})", dtype,
+                                                emulate ? fmt::format("emulated, as rank {} of {}",
+                                                                      flags.emulate_rank, plan->tp)
+                                                        : flags.comm,
+                                                flags.cuda_graph ? ", CUDA graph" : "");
   PrintRun(*plan, backend, *env, *result, figures, comm_ms);
   if (!result->passed) {
     int bad = 0;

@@ -1,9 +1,11 @@
 #include "tools/command.h"
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 
 namespace domino::cli {
 
@@ -39,6 +41,12 @@ void Fail(std::string_view command, const std::string& message, int exit_code) {
   const std::string line = "domino " + std::string(command) + ": " + message + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
+  throw CLI::RuntimeError(exit_code);
+}
+
+void FailOnRank(std::string_view command, int rank, const std::string& message, int exit_code) {
+  if (rank == 0) Fail(command, message, exit_code);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
   throw CLI::RuntimeError(exit_code);
 }
 

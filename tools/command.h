@@ -26,6 +26,12 @@ std::span<const Command> Commands();
 // CLI11 turns the exception into the process's exit code.
 [[noreturn]] void Fail(std::string_view command, const std::string& message, int exit_code = 1);
 
+// Fail for a command launched as several ranks: rank 0 says why; the other ranks exit with the
+// same code silently, so a launch of N ranks prints one line, not N. They first wait a moment:
+// a launcher that sees a rank fail kills the others, and rank 0 must have printed by then.
+[[noreturn]] void FailOnRank(std::string_view command, int rank, const std::string& message,
+                             int exit_code = 1);
+
 // Prints the error of a failed Status/Result and ends the callback with exit code 1.
 inline void CheckOk(std::string_view command, const Status& status) {
   if (!status.ok()) Fail(command, status.message());

@@ -4,7 +4,8 @@
 
 namespace domino::cli {
 
-std::vector<exec::EmulatedCollective> EmulatedCollectives(const Plan& plan, const Schedule& schedule,
+std::vector<exec::EmulatedCollective> EmulatedCollectives(const Plan& plan,
+                                                          const Schedule& schedule,
                                                           bool cuda_graphs) {
   sim::CostOptions options;
   options.cuda_graphs = cuda_graphs;

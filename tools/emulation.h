@@ -13,7 +13,8 @@ namespace domino::cli {
 // cost model): the emulated collectives of `execute --comm emulate` hold its CTAs and make its HBM
 // traffic for that long, so the compute beside them feels the same contention. Indexed by op id;
 // compute ops get zeros.
-std::vector<exec::EmulatedCollective> EmulatedCollectives(const Plan& plan, const Schedule& schedule,
+std::vector<exec::EmulatedCollective> EmulatedCollectives(const Plan& plan,
+                                                          const Schedule& schedule,
                                                           bool cuda_graphs);
 
 // The largest TP collective of the schedule as EmulatedCollectives prices it (zeros without one).

@@ -1,8 +1,7 @@
 #include "exec/execute.h"
 
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
@@ -76,9 +75,8 @@ std::vector<Result<ExecuteResult>> RunRanks(const Plan& plan, const Schedule& sc
   ExecuteOptions options;
   options.check = true;
   for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      results[r].emplace(ExecuteSchedule(plan, schedule, group.member(r), options));
-    });
+    threads.emplace_back(
+        [&, r] { results[r].emplace(ExecuteSchedule(plan, schedule, group.member(r), options)); });
   }
   for (std::thread& t : threads) t.join();
   std::vector<Result<ExecuteResult>> out;

@@ -27,14 +27,14 @@ int32_t AddOp(Schedule& s, Stream stream, std::vector<int32_t> deps) {
 TEST(StreamPlanTest, WaitsOnlyWhereAStreamHasNotWaitedPast) {
   Schedule s;
   const Stream c = Stream::kCompute, t = Stream::kTpComm;
-  AddOp(s, c, {});         // 0
-  AddOp(s, t, {0});        // 1: waits for 0
-  AddOp(s, c, {});         // 2
-  AddOp(s, c, {1});        // 3: waits for 1
-  AddOp(s, t, {2});        // 4: waits for 2 (past 0)
-  AddOp(s, c, {3, 4});     // 5: 3 is its own stream's; waits for 4
-  AddOp(s, t, {0});        // 6: comm already waited past 0 (for 2)
-  AddOp(s, c, {1, 4});     // 7: compute already waited past 4
+  AddOp(s, c, {});      // 0
+  AddOp(s, t, {0});     // 1: waits for 0
+  AddOp(s, c, {});      // 2
+  AddOp(s, c, {1});     // 3: waits for 1
+  AddOp(s, t, {2});     // 4: waits for 2 (past 0)
+  AddOp(s, c, {3, 4});  // 5: 3 is its own stream's; waits for 4
+  AddOp(s, t, {0});     // 6: comm already waited past 0 (for 2)
+  AddOp(s, c, {1, 4});  // 7: compute already waited past 4
   Result<std::vector<StreamStep>> steps = PlanStreams(s);
   ASSERT_TRUE(steps.ok()) << steps.message();
   const std::vector<std::vector<int32_t>> waits = {{}, {0}, {}, {1}, {2}, {4}, {}, {}};
@@ -65,9 +65,12 @@ TEST(StreamPlanTest, EveryCrossStreamDependencyIsCoveredOnRealLowerings) {
     OverlapScope scope;
     bool sp;
   };
-  for (const Knobs& k : {Knobs{1, 1, OverlapScope::kNone, false}, Knobs{2, 1, OverlapScope::kInterLayer, false},
-                         Knobs{4, 1, OverlapScope::kIntraLayer, false}, Knobs{1, 2, OverlapScope::kIntraLayer, false},
-                         Knobs{2, 2, OverlapScope::kInterLayer, false}, Knobs{2, 1, OverlapScope::kInterLayer, true}}) {
+  for (const Knobs& k :
+       {Knobs{1, 1, OverlapScope::kNone, false}, Knobs{2, 1, OverlapScope::kInterLayer, false},
+        Knobs{4, 1, OverlapScope::kIntraLayer, false},
+        Knobs{1, 2, OverlapScope::kIntraLayer, false},
+        Knobs{2, 2, OverlapScope::kInterLayer, false},
+        Knobs{2, 1, OverlapScope::kInterLayer, true}}) {
     PlanKnobs knobs;
     knobs.row_split = k.p;
     knobs.col_split = k.q;
@@ -87,7 +90,8 @@ TEST(StreamPlanTest, EveryCrossStreamDependencyIsCoveredOnRealLowerings) {
         ASSERT_LT(w, static_cast<int32_t>(i));
         EXPECT_TRUE((*steps)[w].record_done);
         EXPECT_NE((*steps)[w].stream, step.stream);
-        covered[step.stream][(*steps)[w].stream] = std::max(covered[step.stream][(*steps)[w].stream], w);
+        covered[step.stream][(*steps)[w].stream] =
+            std::max(covered[step.stream][(*steps)[w].stream], w);
       }
       size_t cross = 0;
       for (int32_t d : s->deps(s->ops()[i])) {

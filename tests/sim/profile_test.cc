@@ -92,8 +92,10 @@ TEST(ProfileTest, MeasuredGpuOpsKeepTheirContentionShape) {
   EXPECT_EQ(g.launch_us, modelled.launch_us);
   // The body doubles plus one launch: 2 (launch + body) = launch + 2 body + launch.
   EXPECT_NEAR(g.launch_us + g.BodyUs(device.sms, device.hbm_GBps), g.alone_us, 1e-9);
-  EXPECT_NEAR(g.wave_us, modelled.wave_us * (2 * modelled.alone_us - modelled.launch_us) /
-                             (modelled.alone_us - modelled.launch_us), 1e-9);
+  EXPECT_NEAR(g.wave_us,
+              modelled.wave_us * (2 * modelled.alone_us - modelled.launch_us) /
+                  (modelled.alone_us - modelled.launch_us),
+              1e-9);
   // With a few SMs and half the bandwidth left beside a collective it is slower than alone.
   EXPECT_GT(g.BodyUs(4, device.hbm_GBps / 2), g.BodyUs(device.sms, device.hbm_GBps));
 }

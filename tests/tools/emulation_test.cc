@@ -59,7 +59,8 @@ TEST(EmulationTest, GraphsLeaveCollectivesAlone) {
   Plan plan = Gpt13bTp8();
   Result<Schedule> s = Lower(plan);
   ASSERT_TRUE(s.ok());
-  const auto eager = EmulatedCollectives(plan, *s, false), graphed = EmulatedCollectives(plan, *s, true);
+  const auto eager = EmulatedCollectives(plan, *s, false),
+             graphed = EmulatedCollectives(plan, *s, true);
   for (size_t i = 0; i < s->size(); ++i) EXPECT_EQ(eager[i].us, graphed[i].us);
 }
 
