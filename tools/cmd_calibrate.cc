@@ -35,7 +35,7 @@ struct CalibrateFlags {
 
 // What a GPU profile says about the device: throughput, bandwidth, collectives as nccl-tests
 // reports them (bus bandwidth), and how much a collective slows the compute beside it.
-void PrintDevice(const HardwareProfile& p) {
+void PrintDevice(const Plan& plan, const Schedule& schedule, const HardwareProfile& p) {
   if (p.gemm_tflops > 0)
     std::cout << fmt::format("dense GEMM {:.1f} TFLOP/s, HBM {:.0f} GB/s (device-to-device copy)\n",
                              p.gemm_tflops, p.hbm_GBps);
@@ -55,12 +55,24 @@ void PrintDevice(const HardwareProfile& p) {
     table.Print(std::cout);
   }
   if (!p.contention_samples.empty()) {
+    // Beside the measured slowdown, the one the simulator's contention rule predicts for the
+    // same op and collective: the check of that rule on this device.
     Table table({"op beside an emulated collective", "CTAs", "HBM GB/s", "alone us", "beside us",
-                 "slowdown"});
-    for (const auto& c : p.contention_samples)
+                 "slowdown", "predicted slowdown"});
+    for (const auto& c : p.contention_samples) {
+      std::string predicted = "-";
+      for (const Op& op : schedule.ops()) {
+        if (op.kind == OpKind::kCollective || OpSignature(op) != c.op) continue;
+        const double alone = PredictedBesideUs(plan, p, op, 0, 0);
+        if (alone > 0)
+          predicted = fmt::format("{:.3f}x", PredictedBesideUs(plan, p, op, c.ctas, c.hbm_GBps) / alone);
+        break;
+      }
       table.AddRow({c.op, std::to_string(c.ctas), fmt::format("{:.0f}", c.hbm_GBps),
                     fmt::format("{:.1f}", c.alone_us), fmt::format("{:.1f}", c.beside_us),
-                    fmt::format("{:.3f}x", c.alone_us > 0 ? c.beside_us / c.alone_us : 0)});
+                    fmt::format("{:.3f}x", c.alone_us > 0 ? c.beside_us / c.alone_us : 0),
+                    predicted});
+    }
     table.Print(std::cout);
   }
 }
@@ -89,6 +101,8 @@ void Run(CalibrateFlags& flags) {
     Fail("calibrate", fmt::format("{}: exists; pass --force to overwrite it", flags.out_path));
   Result<std::unique_ptr<exec::Communicator>> comm = exec::MakeLaunchCommunicator(*env);
   if (!comm.ok()) FailOnRank("calibrate", rank, comm.message());
+  Result<Schedule> schedule = Lower(*plan);
+  if (!schedule.ok()) FailOnRank("calibrate", rank, schedule.message());
   exec::CalibrateOptions options;
   options.repeats = flags.repeats;
   const bool cuda = flags.backend == "cuda";
@@ -104,8 +118,6 @@ void Run(CalibrateFlags& flags) {
     options.cuda.dtype = !flags.dtype.empty()              ? flags.dtype
                          : plan->precision == Dtype::kFp16 ? "fp16"
                                                            : "bf16";
-    Result<Schedule> schedule = Lower(*plan);
-    if (!schedule.ok()) FailOnRank("calibrate", rank, schedule.message());
     options.beside = LargestCollective(*plan, *schedule);
   }
   if (rank == 0 && isatty(STDERR_FILENO))
@@ -122,7 +134,7 @@ void Run(CalibrateFlags& flags) {
       "backend ({}, {} rank(s), median of {} runs each)\n",
       flags.out_path, profile->compute_us.size(), profile->collectives.size(),
       cuda ? "CUDA" : "CPU", profile->device, env->size, flags.repeats);
-  PrintDevice(*profile);
+  PrintDevice(*plan, *schedule, *profile);
 }
 
 }  // namespace

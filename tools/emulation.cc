@@ -1,6 +1,7 @@
 #include "tools/emulation.h"
 
 #include "sim/cost_model.h"
+#include "sim/engine.h"
 
 namespace domino::cli {
 
@@ -25,6 +26,31 @@ exec::EmulatedCollective LargestCollective(const Plan& plan, const Schedule& sch
   for (const exec::EmulatedCollective& e : EmulatedCollectives(plan, schedule, false))
     if (e.us > largest.us) largest = e;
   return largest;
+}
+
+double PredictedBesideUs(const Plan& plan, const HardwareProfile& profile, const Op& op, int ctas,
+                         double hbm_GBps) {
+  sim::CostOptions options;
+  options.profile = &profile;
+  sim::CostModel model(plan, options);
+  const sim::OpCost compute = model.Cost(op);
+  // A collective that outlasts the op by far, started first (it holds its SMs from the start).
+  sim::OpCost collective;
+  collective.is_comm = true;
+  collective.ctas = ctas;
+  collective.alone_us = 10 * compute.alone_us + 1000;
+  collective.hbm_bytes = hbm_GBps * 1e3 * collective.alone_us;
+  Schedule s;
+  Op comm;
+  comm.kind = OpKind::kCollective;
+  comm.stream = Stream::kTpComm;
+  comm.func = OpFunc::kTpAllReduce;
+  comm.collective = CollectiveOp::kAllReduce;
+  comm.group = Group::kTp;
+  s.Add(comm, {});
+  s.Add(op, {});
+  const Timeline t = sim::Simulate(s, {collective, compute}, model.device());
+  return t.ops[1].end_us - t.ops[1].start_us;
 }
 
 }  // namespace domino::cli

@@ -5,6 +5,7 @@
 
 #include "exec/cuda_backend.h"
 #include "planner/plan.h"
+#include "planner/profile.h"
 #include "planner/schedule.h"
 
 namespace domino::cli {
@@ -16,6 +17,12 @@ namespace domino::cli {
 std::vector<exec::EmulatedCollective> EmulatedCollectives(const Plan& plan,
                                                           const Schedule& schedule,
                                                           bool cuda_graphs);
+
+// The simulator's time for compute op `op` (priced with `profile`) while a collective holding
+// `ctas` SMs and streaming `hbm_GBps` of HBM traffic runs the whole time beside it: what
+// `calibrate --backend cuda` measures as a contention sample, predicted by the engine.
+double PredictedBesideUs(const Plan& plan, const HardwareProfile& profile, const Op& op, int ctas,
+                         double hbm_GBps);
 
 // The largest TP collective of the schedule as EmulatedCollectives prices it (zeros without one).
 exec::EmulatedCollective LargestCollective(const Plan& plan, const Schedule& schedule);

@@ -64,5 +64,31 @@ TEST(EmulationTest, GraphsLeaveCollectivesAlone) {
   for (size_t i = 0; i < s->size(); ++i) EXPECT_EQ(eager[i].us, graphed[i].us);
 }
 
+// The engine's prediction for a contention sample: with nothing beside, the op's time alone; a
+// collective holding SMs slows a GEMM of several waves, one streaming HBM slows a memory-bound op.
+TEST(EmulationTest, PredictedBesideTimesFollowTheContentionRule) {
+  Plan plan = Gpt13bTp8();
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok());
+  HardwareProfile gpu;
+  gpu.device = "NVIDIA H200";
+  gpu.backend = "cuda";
+  const Op* gemm = nullptr;
+  const Op* memory = nullptr;
+  for (const Op& op : s->ops()) {
+    if (op.kind == OpKind::kGemm && (!gemm || op.flops > gemm->flops)) gemm = &op;
+    if (op.kind == OpKind::kElementwise && (!memory || op.bytes > memory->bytes)) memory = &op;
+  }
+  ASSERT_TRUE(gemm && memory);
+  sim::CostOptions options;
+  options.profile = &gpu;
+  const sim::CostModel model(plan, options);
+  EXPECT_NEAR(PredictedBesideUs(plan, gpu, *gemm, 0, 0), model.Cost(*gemm).alone_us, 1e-9);
+  EXPECT_GT(PredictedBesideUs(plan, gpu, *gemm, 32, 0), model.Cost(*gemm).alone_us);
+  const double hbm = model.device().hbm_GBps;
+  EXPECT_NEAR(PredictedBesideUs(plan, gpu, *memory, 0, 0), model.Cost(*memory).alone_us, 1e-9);
+  EXPECT_GT(PredictedBesideUs(plan, gpu, *memory, 16, 0.9 * hbm), model.Cost(*memory).alone_us);
+}
+
 }  // namespace
 }  // namespace domino::cli
