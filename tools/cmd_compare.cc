@@ -45,10 +45,11 @@ struct StackFigures {
 
 // Compute ops run on one stream, so their busy time is their sum; what the timeline takes beyond
 // it is exposed communication.
-StackFigures Stack(const std::vector<sim::ReportOp>& ops) {
+StackFigures Stack(const std::vector<const sim::ReportOp*>& ops) {
   StackFigures f;
   double begin = INFINITY, end = 0;
-  for (const sim::ReportOp& op : ops) {
+  for (const sim::ReportOp* each : ops) {
+    const sim::ReportOp& op = *each;
     begin = std::min(begin, op.start_us);
     end = std::max(end, op.end_us);
     const double ms = (op.end_us - op.start_us) * 1e-3;
@@ -94,22 +95,6 @@ void Run(const CompareFlags& flags) {
   row("tokens/s", p->tokens_per_s, m->tokens_per_s, "{:.0f}");
   figures.Print(std::cout);
 
-  if (!predicted->ops.empty() && !measured->ops.empty()) {
-    // The layer stack of one micro-batch, the same way from both timelines: its length, and the
-    // share of its TP comm time that compute hid (1 - (length - compute busy) / comm busy).
-    std::cout << "\n";
-    Table stack({"layer stack, one micro-batch (timelines)", "predicted", "measured", "error"});
-    const StackFigures a = Stack(predicted->ops), b = Stack(measured->ops);
-    stack.AddRow(
-        {"length ms", fmt::format("{:.3f}", a.ms), fmt::format("{:.3f}", b.ms), Error(a.ms, b.ms)});
-    stack.AddRow({"compute busy ms", fmt::format("{:.3f}", a.compute_ms),
-                  fmt::format("{:.3f}", b.compute_ms), Error(a.compute_ms, b.compute_ms)});
-    stack.AddRow({"TP comm busy ms", fmt::format("{:.3f}", a.comm_ms),
-                  fmt::format("{:.3f}", b.comm_ms), Error(a.comm_ms, b.comm_ms)});
-    stack.AddRow({"hidden fraction", fmt::format("{:.3f}", a.hidden),
-                  fmt::format("{:.3f}", b.hidden), Difference(a.hidden, b.hidden)});
-    stack.Print(std::cout);
-  }
   if (predicted->ops.empty() || measured->ops.empty()) {
     std::cout << "\n(no per-op comparison: "
               << (predicted->ops.empty() ? flags.predicted_path : flags.measured_path)
@@ -139,6 +124,27 @@ void Run(const CompareFlags& flags) {
     classes[op.op_class].first += op.end_us - op.start_us;
     classes[op.op_class].second += it->second->end_us - it->second->start_us;
   }
+  // The layer stack of one micro-batch, the same way from both timelines and over the ops both
+  // have (a predicted first or last pipeline stage also has the embedding or the head): its
+  // length, and the share of its TP comm time that compute hid (1 - (length - compute busy) /
+  // comm busy).
+  std::vector<const sim::ReportOp*> predicted_ops, measured_ops;
+  for (const Pair& pair : pairs) {
+    predicted_ops.push_back(pair.p);
+    measured_ops.push_back(pair.m);
+  }
+  std::cout << "\n";
+  Table stack({"layer stack, one micro-batch (matched ops)", "predicted", "measured", "error"});
+  const StackFigures a = Stack(predicted_ops), b = Stack(measured_ops);
+  stack.AddRow(
+      {"length ms", fmt::format("{:.3f}", a.ms), fmt::format("{:.3f}", b.ms), Error(a.ms, b.ms)});
+  stack.AddRow({"compute busy ms", fmt::format("{:.3f}", a.compute_ms),
+                fmt::format("{:.3f}", b.compute_ms), Error(a.compute_ms, b.compute_ms)});
+  stack.AddRow({"TP comm busy ms", fmt::format("{:.3f}", a.comm_ms),
+                fmt::format("{:.3f}", b.comm_ms), Error(a.comm_ms, b.comm_ms)});
+  stack.AddRow({"hidden fraction", fmt::format("{:.3f}", a.hidden),
+                fmt::format("{:.3f}", b.hidden), Difference(a.hidden, b.hidden)});
+  stack.Print(std::cout);
   std::cout << "\n";
   Table by_class({"op class", "predicted us", "measured us", "error"});
   for (const auto& [name, t] : classes)
