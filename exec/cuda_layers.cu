@@ -1,0 +1,443 @@
+// The layer half of exec/cuda_ops.h: kernels templated on the element type T (float,
+// __nv_bfloat16, __half) that load and store T and compute in fp32, and their launchers: each
+// checks its shapes, dispatches on the context's type, enqueues on the current stream and checks
+// the launch. GEMMs, including the attention's, go through cuBLAS.
+#include "exec/cuda_common.cuh"
+
+namespace domino::exec::cuda {
+namespace {
+
+template <typename T>
+__global__ void AddKernel(Mat<T> a, Mat<T> b, Mat<T> c) {
+  FOR_EACH_ELEMENT(c.rows, c.cols, r, j) c.Set(r, j, a.Get(r, j) + b.Get(r, j));
+}
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+template <typename T>
+__global__ void GeluKernel(Mat<T> x, Mat<T> y) {
+  FOR_EACH_ELEMENT(x.rows, x.cols, r, j) {
+    const float v = x.Get(r, j);
+    y.Set(r, j, 0.5f * v * (1.0f + tanhf(kGeluC * (v + kGeluA * v * v * v))));
+  }
+}
+
+// With t = tanh(c (x + a x^3)): dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
+template <typename T>
+__global__ void GeluBackwardKernel(Mat<T> x, Mat<T> dy, Mat<T> dx) {
+  FOR_EACH_ELEMENT(x.rows, x.cols, r, j) {
+    const float v = x.Get(r, j), t = tanhf(kGeluC * (v + kGeluA * v * v * v));
+    const float slope =
+        0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+    dx.Set(r, j, dy.Get(r, j) * slope);
+  }
+}
+
+// x = [gate | up], y = silu(gate) * up.
+template <typename T>
+__global__ void SwigluKernel(Mat<T> x, Mat<T> y) {
+  FOR_EACH_ELEMENT(y.rows, y.cols, r, j) {
+    const float g = x.Get(r, j), u = x.Get(r, y.cols + j);
+    y.Set(r, j, g / (1.0f + expf(-g)) * u);
+  }
+}
+
+// With s = sigmoid(gate): dgate = dy up s (1 + gate (1 - s)), dup = dy gate s.
+template <typename T>
+__global__ void SwigluBackwardKernel(Mat<T> x, Mat<T> dy, Mat<T> dx) {
+  const int64_t f = dy.cols;
+  FOR_EACH_ELEMENT(dy.rows, f, r, j) {
+    const float g = x.Get(r, j), u = x.Get(r, f + j), d = dy.Get(r, j);
+    const float s = 1.0f / (1.0f + expf(-g));
+    dx.Set(r, j, d * u * s * (1.0f + g * (1.0f - s)));
+    dx.Set(r, f + j, d * g * s);
+  }
+}
+
+#undef FOR_EACH_ELEMENT
+
+// The statistics of one row of a norm, computed by the whole block: y = (x - mean) * inv * gamma,
+// mean = 0 for RMSNorm. Two passes (the mean, then the squared deviations) as the CPU kernel.
+template <typename T>
+__device__ void RowStats(bool rms, const T* x, int64_t n, float eps, float* mean, float* inv) {
+  float m = 0.0f;
+  if (!rms) {  // uniform over the block, so every thread reaches BlockSum's barriers
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += ToFloat(x[j]);
+    m = BlockSum(s) / static_cast<float>(n);
+  }
+  float q = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float d = ToFloat(x[j]) - m;
+    q += d * d;
+  }
+  *mean = m;
+  *inv = rsqrtf(BlockSum(q) / static_cast<float>(n) + eps);
+}
+
+// One block per row.
+template <typename T>
+__global__ void NormForwardKernel(bool rms, Mat<T> x, const T* gamma, float eps, Mat<T> y) {
+  const int64_t r = blockIdx.x;
+  const T* xr = x.data + r * x.stride;
+  float mean, inv;
+  RowStats(rms, xr, x.cols, eps, &mean, &inv);
+  for (int64_t j = threadIdx.x; j < x.cols; j += blockDim.x)
+    y.Set(r, j, (ToFloat(xr[j]) - mean) * inv * ToFloat(gamma[j]));
+}
+
+// Block b takes rows b, b + gridDim.x, ...: writes their dx (the formulas of cpu_kernels.cc) and
+// sums dy * xhat over them into partial[b * cols + j], fp32. Thread t owns columns t, t +
+// blockDim.x, ... of the partial row, so no two threads touch one entry.
+template <typename T>
+__global__ void NormBackwardRowsKernel(bool rms, Mat<T> x, const T* gamma, float eps, Mat<T> dy,
+                                       Mat<T> dx, bool accumulate, float* partial) {
+  const int64_t n = x.cols;
+  float* part = partial + blockIdx.x * n;
+  for (int64_t r = blockIdx.x; r < x.rows; r += gridDim.x) {
+    const bool first = r == blockIdx.x;
+    const T* xr = x.data + r * x.stride;
+    const T* dyr = dy.data + r * dy.stride;
+    float mean, inv;
+    RowStats(rms, xr, n, eps, &mean, &inv);
+    float sg = 0.0f, sgx = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const float xhat = (ToFloat(xr[j]) - mean) * inv, d = ToFloat(dyr[j]);
+      const float g = d * ToFloat(gamma[j]);
+      sg += g;
+      sgx += g * xhat;
+      part[j] = first ? d * xhat : part[j] + d * xhat;
+    }
+    const float mean_g = rms ? 0.0f : BlockSum(sg) / static_cast<float>(n);
+    const float mean_gx = BlockSum(sgx) / static_cast<float>(n);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const float xhat = (ToFloat(xr[j]) - mean) * inv;
+      const float g = ToFloat(dyr[j]) * ToFloat(gamma[j]);
+      const float d = inv * (g - mean_g - xhat * mean_gx);
+      dx.Set(r, j, accumulate ? dx.Get(r, j) + d : d);
+    }
+  }
+}
+
+// dgamma[j] += the sum of the `parts` partial rows, added in fp32 and rounded once.
+template <typename T>
+__global__ void AddColumnSumsKernel(const float* partial, int64_t parts, int64_t n, T* dgamma) {
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int64_t p = 0; p < parts; ++p) s += partial[p * n + j];
+    dgamma[j] = FromFloat<T>(ToFloat(dgamma[j]) + s);
+  }
+}
+
+// One block per row of the scores of all sequences (row = sequence * n + query token t, n keys per
+// row, fp32, already scaled): the causal softmax in place, keys after t get probability 0. When
+// p_t is not null, the probabilities are also stored there as T for the next GEMM.
+template <typename T>
+__global__ void CausalSoftmaxKernel(float* s, T* p_t, int64_t n) {
+  const int64_t row = blockIdx.x, t = row % n;
+  float* sr = s + row * n;
+  float peak = -INFINITY;
+  for (int64_t u = threadIdx.x; u <= t; u += blockDim.x) peak = fmaxf(peak, sr[u]);
+  peak = BlockMax(peak);
+  float sum = 0.0f;
+  for (int64_t u = threadIdx.x; u <= t; u += blockDim.x) {
+    const float e = expf(sr[u] - peak);
+    sr[u] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / BlockSum(sum);  // >= 1 term equals exp(0), so sum >= 1
+  for (int64_t u = threadIdx.x; u < n; u += blockDim.x) {
+    const float p = u <= t ? sr[u] * inv : 0.0f;
+    sr[u] = p;
+    if (p_t != nullptr) p_t[row * n + u] = FromFloat<T>(p);
+  }
+}
+
+// The softmax backward of one row (layout as CausalSoftmaxKernel): dS = P (dP - rowsum(P dP)),
+// written over dP in fp32 and, when ds_t is not null, as T. Masked keys have P = 0, so dS = 0.
+template <typename T>
+__global__ void SoftmaxBackwardKernel(const float* p, float* dp, T* ds_t, int64_t n) {
+  const int64_t row = blockIdx.x;
+  const float* pr = p + row * n;
+  float* dr = dp + row * n;
+  float dot = 0.0f;
+  for (int64_t u = threadIdx.x; u < n; u += blockDim.x) dot += pr[u] * dr[u];
+  dot = BlockSum(dot);
+  for (int64_t u = threadIdx.x; u < n; u += blockDim.x) {
+    const float ds = pr[u] * (dr[u] - dot);
+    dr[u] = ds;
+    if (ds_t != nullptr) ds_t[row * n + u] = FromFloat<T>(ds);
+  }
+}
+
+// The attention scratch: fp32 scores/probabilities and their gradients, and T copies of both for
+// the GEMMs that take them as an operand, each `cells` entries (one query head, all sequences).
+struct AttentionScratch {
+  float* s;
+  float* dp;
+  void* p_t;
+  void* ds_t;
+};
+
+AttentionScratch Carve(void* workspace, size_t cells) {
+  char* at = static_cast<char*>(workspace);
+  AttentionScratch a{};
+  a.s = reinterpret_cast<float*>(at);
+  at += AlignUp(cells * 4, kAlign);
+  a.dp = reinterpret_cast<float*>(at);
+  at += AlignUp(cells * 4, kAlign);
+  a.p_t = at;
+  at += AlignUp(cells * 2, kAlign);
+  a.ds_t = at;
+  return a;
+}
+
+std::string CheckAttention(const Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
+                           int64_t kv_heads, int64_t head_dim, DView qkv, DView out) {
+  if (sequences < 0 || seq_len < 0 || heads <= 0 || kv_heads <= 0 || head_dim <= 0 ||
+      heads % kv_heads != 0)
+    return "attention: heads must be a positive multiple of kv_heads, sizes positive";
+  if (!Valid(qkv) || !Valid(out)) return "attention: an invalid view";
+  if (qkv.rows != sequences * seq_len || qkv.cols != (heads + 2 * kv_heads) * head_dim)
+    return "attention: qkv must be (sequences * seq_len) x ((heads + 2 kv_heads) head_dim)";
+  if (out.rows != qkv.rows || out.cols != heads * head_dim)
+    return "attention: out must be (sequences * seq_len) x (heads head_dim)";
+  if (sequences * seq_len > INT_MAX) return "attention: too many query rows";
+  if (c->workspace_bytes < AttentionWorkspaceBytes(sequences, seq_len, heads))
+    return "attention: call Reserve(AttentionWorkspaceBytes(...)) first";
+  return "";
+}
+
+// The column offsets of query head h's blocks in a qkv row, and of its key/value head's.
+struct HeadColumns {
+  int64_t q, k, v;
+};
+
+HeadColumns Columns(int64_t heads, int64_t kv_heads, int64_t d, int64_t h) {
+  const int64_t g = h / (heads / kv_heads);
+  return {h * d, (heads + g) * d, (heads + kv_heads + g) * d};
+}
+
+// The n x d block at column `col` of every sequence's n rows of `view`, batched over sequences.
+Output HeadBlock(const Context* c, DView view, int64_t n, int64_t d, int64_t col) {
+  return Output{
+      Offset(view.data, col, Bytes(c)), BlasType(c->type), n, d, view.stride, n * view.stride};
+}
+Operand AsOperand(const Output& o) {
+  return Operand{o.data, o.type, o.rows, o.cols, o.ld, o.batch_stride};
+}
+
+// S = scale Q_h K_g^T into scratch.s (fp32), then the causal softmax in place (and P as T into
+// scratch.p_t for 16-bit types). Returns the operand that holds P in the context's type.
+std::string Probabilities(Context* c, const Operand& q, const Operand& k, int64_t sequences,
+                          int64_t n, float scale, const AttentionScratch& scratch, Operand* p) {
+  const Output s{scratch.s, CUDA_R_32F, n, n, n, n * n};
+  std::string e = RowMajorGemm(c, q, false, k, true, s, scale, 0.0f, sequences);
+  if (!e.empty()) return e;
+  const bool f32 = c->type == DType::kF32;
+  *p =
+      Operand{f32 ? static_cast<void*>(scratch.s) : scratch.p_t, BlasType(c->type), n, n, n, n * n};
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p_t = f32 ? nullptr : static_cast<T*>(scratch.p_t);
+    CausalSoftmaxKernel<T>
+        <<<static_cast<unsigned>(sequences * n), kThreads, 0, Current(c)>>>(scratch.s, p_t, n);
+    return Launched("causal softmax");
+  });
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Layer kernels
+
+std::string Gemm(Context* c, DView a, bool transpose_a, DView b, bool transpose_b, DView out,
+                 bool accumulate) {
+  if (!Valid(a) || !Valid(b) || !Valid(out)) return "gemm: invalid view";
+  const cudaDataType_t t = BlasType(c->type);
+  std::string e = RowMajorGemm(c, Operand{a.data, t, a.rows, a.cols, a.stride, 0}, transpose_a,
+                               Operand{b.data, t, b.rows, b.cols, b.stride, 0}, transpose_b,
+                               Output{out.data, t, out.rows, out.cols, out.stride, 0}, 1.0f,
+                               accumulate ? 1.0f : 0.0f, 1);
+  // An empty inner dimension makes a zero product, which cuBLAS is not asked for.
+  if (e.empty() && (transpose_a ? a.rows : a.cols) == 0 && !accumulate) e = Zero(c, out);
+  return e;
+}
+
+std::string Add(Context* c, DView a, DView b, DView out) {
+  if (!Valid(a) || !Valid(b) || !Valid(out) || !SameShape(a, out) || !SameShape(b, out))
+    return "add: views differ in shape";
+  if (Empty(out)) return "";
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    AddKernel<T>
+        <<<RowBlocks(out.rows), kThreads, 0, Current(c)>>>(Typed<T>(a), Typed<T>(b), Typed<T>(out));
+    return Launched("add");
+  });
+}
+
+std::string NormForward(Context* c, bool rms, DView x, const void* gamma, float eps, DView y) {
+  if (!Valid(x) || !Valid(y) || !SameShape(x, y)) return "norm: x and y differ in shape";
+  if (Empty(x)) return "";
+  if (gamma == nullptr) return "norm: no gamma";
+  if (x.rows > INT_MAX) return "norm: too many rows";
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    NormForwardKernel<T><<<static_cast<unsigned>(x.rows), kThreads, 0, Current(c)>>>(
+        rms, Typed<T>(x), static_cast<const T*>(gamma), eps, Typed<T>(y));
+    return Launched("norm");
+  });
+}
+
+// Two kernels, so that dgamma is summed in fp32 without atomics on 16-bit values: the row kernel
+// writes dx and per-block column partial sums into the stream's reduction buffer, the column
+// kernel adds them into dgamma.
+std::string NormBackward(Context* c, bool rms, DView x, const void* gamma, float eps, DView dy,
+                         DView dx, bool accumulate_dx, void* dgamma) {
+  if (!Valid(x) || !Valid(dy) || !Valid(dx) || !SameShape(x, dy) || !SameShape(x, dx))
+    return "norm backward: x, dy and dx differ in shape";
+  if (Empty(x)) return "";
+  if (gamma == nullptr || dgamma == nullptr) return "norm backward: no gamma or dgamma";
+  if (static_cast<size_t>(x.cols) > kReduceFloats) return "norm backward: too many columns";
+  const int64_t parts = std::min<int64_t>(
+      {x.rows, int64_t{2} * c->sms, static_cast<int64_t>(kReduceFloats) / x.cols});
+  float* partial = c->reduce[c->current];
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    NormBackwardRowsKernel<T><<<static_cast<unsigned>(parts), kThreads, 0, Current(c)>>>(
+        rms, Typed<T>(x), static_cast<const T*>(gamma), eps, Typed<T>(dy), Typed<T>(dx),
+        accumulate_dx, partial);
+    if (std::string e = Launched("norm backward"); !e.empty()) return e;
+    AddColumnSumsKernel<T><<<FlatBlocks(x.cols), kThreads, 0, Current(c)>>>(
+        partial, parts, x.cols, static_cast<T*>(dgamma));
+    return Launched("norm backward dgamma");
+  });
+}
+
+std::string Gelu(Context* c, DView x, DView y) {
+  if (!Valid(x) || !Valid(y) || !SameShape(x, y)) return "gelu: x and y differ in shape";
+  if (Empty(x)) return "";
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    GeluKernel<T><<<RowBlocks(x.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(y));
+    return Launched("gelu");
+  });
+}
+
+std::string GeluBackward(Context* c, DView x, DView dy, DView dx) {
+  if (!Valid(x) || !Valid(dy) || !Valid(dx) || !SameShape(x, dy) || !SameShape(x, dx))
+    return "gelu backward: x, dy and dx differ in shape";
+  if (Empty(x)) return "";
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    GeluBackwardKernel<T>
+        <<<RowBlocks(x.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(dy), Typed<T>(dx));
+    return Launched("gelu backward");
+  });
+}
+
+std::string Swiglu(Context* c, DView x, DView y) {
+  if (!Valid(x) || !Valid(y) || x.rows != y.rows || x.cols != 2 * y.cols)
+    return "swiglu: x must be rows x 2f and y rows x f";
+  if (Empty(y)) return "";
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    SwigluKernel<T><<<RowBlocks(y.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(y));
+    return Launched("swiglu");
+  });
+}
+
+std::string SwigluBackward(Context* c, DView x, DView dy, DView dx) {
+  if (!Valid(x) || !Valid(dy) || !Valid(dx) || x.rows != dy.rows || x.cols != 2 * dy.cols ||
+      !SameShape(x, dx))
+    return "swiglu backward: x and dx must be rows x 2f and dy rows x f";
+  if (Empty(dy)) return "";
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    SwigluBackwardKernel<T>
+        <<<RowBlocks(dy.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(dy), Typed<T>(dx));
+    return Launched("swiglu backward");
+  });
+}
+
+// Per query head h (key/value head g), batched over sequences:
+//   S = scale Q_h K_g^T (fp32), P = causal softmax(S), O_h = P V_g.
+std::string Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
+                      int64_t kv_heads, int64_t head_dim, DView qkv, DView out) {
+  if (std::string e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, qkv, out);
+      !e.empty())
+    return e;
+  if (sequences == 0 || seq_len == 0) return "";
+  const int64_t n = seq_len, d = head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const AttentionScratch scratch = Carve(c->workspace, static_cast<size_t>(sequences * n * n));
+  for (int64_t h = 0; h < heads; ++h) {
+    const HeadColumns col = Columns(heads, kv_heads, d, h);
+    const Operand q = AsOperand(HeadBlock(c, qkv, n, d, col.q)),
+                  k = AsOperand(HeadBlock(c, qkv, n, d, col.k));
+    const Operand v = AsOperand(HeadBlock(c, qkv, n, d, col.v));
+    Operand p{};
+    std::string e = Probabilities(c, q, k, sequences, n, scale, scratch, &p);
+    if (e.empty())
+      e = RowMajorGemm(c, p, false, v, false, HeadBlock(c, out, n, d, h * d), 1.0f, 0.0f,
+                       sequences);
+    if (!e.empty()) return "attention: " + e;
+  }
+  return "";
+}
+
+// Per query head h (key/value head g), batched over sequences, with P recomputed as forward:
+//   dP = dO_h V_g^T,  dV_g += P^T dO_h,  dS = P (dP - rowsum(P dP)),
+//   dQ_h = scale dS K_g,  dK_g += scale dS^T Q_h.
+// dqkv is cleared first because the query heads of a group add into one dK_g and dV_g.
+std::string AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
+                              int64_t kv_heads, int64_t head_dim, DView qkv, DView dout,
+                              DView dqkv) {
+  if (std::string e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, qkv, dout);
+      !e.empty())
+    return e;
+  if (!Valid(dqkv) || !SameShape(qkv, dqkv)) return "attention backward: dqkv differs from qkv";
+  if (std::string e = Zero(c, dqkv); !e.empty()) return "attention backward: " + e;
+  if (sequences == 0 || seq_len == 0) return "";
+  const int64_t n = seq_len, d = head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const AttentionScratch scratch = Carve(c->workspace, static_cast<size_t>(sequences * n * n));
+  const bool f32 = c->type == DType::kF32;
+  const Output dp{scratch.dp, CUDA_R_32F, n, n, n, n * n};
+  const Operand ds{
+      f32 ? static_cast<void*>(scratch.dp) : scratch.ds_t, BlasType(c->type), n, n, n, n * n};
+  for (int64_t h = 0; h < heads; ++h) {
+    const HeadColumns col = Columns(heads, kv_heads, d, h);
+    const Operand q = AsOperand(HeadBlock(c, qkv, n, d, col.q)),
+                  k = AsOperand(HeadBlock(c, qkv, n, d, col.k));
+    const Operand v = AsOperand(HeadBlock(c, qkv, n, d, col.v));
+    const Operand d_out = AsOperand(HeadBlock(c, dout, n, d, h * d));
+    Operand p{};
+    std::string e = Probabilities(c, q, k, sequences, n, scale, scratch, &p);
+    if (e.empty()) e = RowMajorGemm(c, d_out, false, v, true, dp, 1.0f, 0.0f, sequences);
+    if (e.empty())
+      e = RowMajorGemm(c, p, true, d_out, false, HeadBlock(c, dqkv, n, d, col.v), 1.0f, 1.0f,
+                       sequences);
+    if (e.empty()) {
+      e = ByType(c->type, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T* ds_t = f32 ? nullptr : static_cast<T*>(scratch.ds_t);
+        SoftmaxBackwardKernel<T><<<static_cast<unsigned>(sequences * n), kThreads, 0, Current(c)>>>(
+            scratch.s, scratch.dp, ds_t, n);
+        return Launched("softmax backward");
+      });
+    }
+    if (e.empty())
+      e = RowMajorGemm(c, ds, false, k, false, HeadBlock(c, dqkv, n, d, col.q), scale, 0.0f,
+                       sequences);
+    if (e.empty())
+      e = RowMajorGemm(c, ds, true, q, false, HeadBlock(c, dqkv, n, d, col.k), scale, 1.0f,
+                       sequences);
+    if (!e.empty()) return "attention backward: " + e;
+  }
+  return "";
+}
+
+}  // namespace domino::exec::cuda
