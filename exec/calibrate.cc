@@ -35,14 +35,19 @@ Result<double> TimeMedian(int repeats, Fn fn) {
 
 int64_t Elements(const View& v) { return (v.row_end - v.row_begin) * (v.col_end - v.col_begin); }
 
+// The plan's lowering, whose ops a calibration times on one rank or on the plan's TP group.
+Result<Schedule> LowerFor(const Plan& plan, const Communicator& comm) {
+  if (comm.size() != 1 && comm.size() != plan.tp)
+    return Error(fmt::format("calibrating collectives of a TP group of {} needs {} ranks, not {}",
+                             plan.tp, plan.tp, comm.size()));
+  return Lower(plan);
+}
+
 }  // namespace
 
 Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
                                      const CalibrateOptions& options) {
-  if (comm.size() != 1 && comm.size() != plan.tp)
-    return Error(fmt::format("calibrating collectives of a TP group of {} needs {} ranks, not {}",
-                             plan.tp, plan.tp, comm.size()));
-  Result<Schedule> schedule = Lower(plan);
+  Result<Schedule> schedule = LowerFor(plan, comm);
   if (!schedule.ok()) return schedule.error();
   const Schedule& s = *schedule;
   HardwareProfile profile;
@@ -96,10 +101,7 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
 
 Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
                                       const CalibrateOptions& options) {
-  if (comm.size() != 1 && comm.size() != plan.tp)
-    return Error(fmt::format("calibrating collectives of a TP group of {} needs {} ranks, not {}",
-                             plan.tp, plan.tp, comm.size()));
-  Result<Schedule> schedule = Lower(plan);
+  Result<Schedule> schedule = LowerFor(plan, comm);
   if (!schedule.ok()) return schedule.error();
   const Schedule& s = *schedule;
   Result<std::vector<CudaDevice>> devices = ListCudaDevices();

@@ -67,15 +67,19 @@ TEST(ProfileTest, RoundTripsAndPricesTheOpsItMeasured) {
   }
 }
 
+const Op* FirstGemm(const Schedule& s) {
+  for (const Op& op : s.ops())
+    if (op.kind == OpKind::kGemm) return &op;
+  return nullptr;
+}
+
 // A GPU profile (contention: true) prices a measured GEMM at its measured time alone, and keeps
 // the model's shape of it, scaled, so that it still slows down beside a collective.
 TEST(ProfileTest, MeasuredGpuOpsKeepTheirContentionShape) {
   Plan plan = testing_util::MakePlan({});
   Result<Schedule> s = Lower(plan);
   ASSERT_TRUE(s.ok());
-  const Op* gemm = nullptr;
-  for (const Op& op : s->ops())
-    if (!gemm && op.kind == OpKind::kGemm) gemm = &op;
+  const Op* gemm = FirstGemm(*s);
   ASSERT_TRUE(gemm);
   sim::CostModel plain(plan, {});
   const sim::OpCost modelled = plain.Cost(*gemm);
@@ -107,9 +111,7 @@ TEST(ProfileTest, MeasuredPeakAndBandwidthPriceTheOpsItLacks) {
   Plan plan = testing_util::MakePlan({});
   Result<Schedule> s = Lower(plan);
   ASSERT_TRUE(s.ok());
-  const Op* gemm = nullptr;
-  for (const Op& op : s->ops())
-    if (!gemm && op.kind == OpKind::kGemm) gemm = &op;
+  const Op* gemm = FirstGemm(*s);
   ASSERT_TRUE(gemm);
   const GpuSpec& gpu = plan.cluster.node.gpu;
   HardwareProfile profile;
