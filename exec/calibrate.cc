@@ -78,16 +78,21 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
     std::map<std::pair<int, double>, bool> seen;
     for (const Op& op : s.ops()) {
       if (op.kind != OpKind::kCollective) continue;
-      if (!seen.emplace(std::pair{static_cast<int>(op.collective), op.bytes}, true).second) continue;
+      if (!seen.emplace(std::pair{static_cast<int>(op.collective), op.bytes}, true).second)
+        continue;
       const int64_t n_in = Elements(s.reads(op)[0].view);
       const int64_t n_out = Elements(s.writes(op)[0].view);
       std::vector<float> in(static_cast<size_t>(n_in), 1.0f), out(static_cast<size_t>(n_out));
       Result<double> us = TimeMedian(repeats, [&]() -> Status {
         switch (op.collective) {
-          case CollectiveOp::kAllReduce: return comm.AllReduce(in.data(), n_in);
-          case CollectiveOp::kReduceScatter: return comm.ReduceScatter(in.data(), out.data(), n_out);
-          case CollectiveOp::kAllGather: return comm.AllGather(in.data(), out.data(), n_in);
-          case CollectiveOp::kNone: break;
+          case CollectiveOp::kAllReduce:
+            return comm.AllReduce(in.data(), n_in);
+          case CollectiveOp::kReduceScatter:
+            return comm.ReduceScatter(in.data(), out.data(), n_out);
+          case CollectiveOp::kAllGather:
+            return comm.AllGather(in.data(), out.data(), n_in);
+          case CollectiveOp::kNone:
+            break;
         }
         return Error("not a collective");
       });
@@ -112,6 +117,8 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
       MakeCudaRunner(s, plan.model, comm.rank(), plan.tp, /*seed=*/1, cuda, comm);
   if (!runner.ok()) return runner.error();
   CudaRunner& gpu = **runner;
+  // Random operands, as training's are: zeros and constants keep the clocks high and read fast.
+  DOMINO_RETURN_IF_ERROR(gpu.FillRandom(/*seed=*/1));
   HardwareProfile profile;
   profile.device = (*devices)[static_cast<size_t>(cuda.device)].name;
   profile.backend = "cuda";
@@ -128,7 +135,7 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
       if (comm.size() == 1) continue;
       if (!seen.emplace(std::pair{static_cast<int>(op.collective), op.bytes}, true).second)
         continue;
-      Result<double> us = gpu.TimeOp(id, repeats);
+      Result<double> us = gpu.TimeCollective(id, repeats, comm);
       if (!us.ok()) return us.error();
       profile.collectives.push_back(
           {std::string(CollectiveKindName(op.collective)), comm.size(), op.bytes, *us});

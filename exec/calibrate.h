@@ -27,10 +27,12 @@ struct CalibrateOptions {
 Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
                                      const CalibrateOptions& options = {});
 
-// The same on the CUDA backend, timed by CUDA events: every distinct compute op, and with the
-// plan's tp ranks every distinct TP collective on NCCL (nccl-tests style: every rank times the
-// same calls, rank 0's medians are kept). Also the device's dense GEMM TFLOP/s, its achieved HBM
-// bandwidth, and contention samples (options.beside). The profile says `contention: true`.
+// The same on the CUDA backend, timed by CUDA events on tensors of random values: every distinct
+// compute op, and with the plan's tp ranks every distinct TP collective on NCCL as nccl-tests
+// times them (a warm-up, a barrier, batches of back-to-back calls timed on the GPU; every rank
+// times the same calls, rank 0's medians are kept). Also the device's dense GEMM TFLOP/s, its
+// achieved HBM bandwidth, and contention samples (options.beside). The profile says `contention:
+// true`.
 Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
                                       const CalibrateOptions& options = {});
 

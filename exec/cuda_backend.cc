@@ -36,6 +36,9 @@ class CudaBackend final : public Backend, public CudaRunner {
   CudaBackend(const Schedule& schedule, const ModelSpec& model, const CudaOptions& options)
       : schedule_(schedule), model_(model), options_(options) {}
   ~CudaBackend() override {
+    // First the graph: NCCL's finalize (and abort) waits until no graph holds work of its
+    // communicator, so a graph destroyed after it is a hang.
+    cuda::DestroyGraph(context_);
     if (nccl_ != nullptr) {
       if (failed_)
         cuda::NcclAbort(nccl_);
@@ -71,6 +74,7 @@ class CudaBackend final : public Backend, public CudaRunner {
     }
     DOMINO_RETURN_IF_ERROR(Ok(cuda::Create(options_.device, type_, &context_)));
     DOMINO_RETURN_IF_ERROR(AllocateTensors());
+    FindAccumulators();
     DOMINO_RETURN_IF_ERROR(Ok(cuda::Reserve(context_, WorkspaceBytes())));
     if (options_.comm == "nccl") DOMINO_RETURN_IF_ERROR(InitNccl(host));
     DOMINO_RETURN_IF_ERROR(Ok(cuda::CreateEvents(context_, kEventsPerOp * size() + 2)));
@@ -82,6 +86,9 @@ class CudaBackend final : public Backend, public CudaRunner {
   Result<Timeline> Run(Communicator& host,
                        const std::function<void(size_t, size_t)>& progress) override {
     if (options_.comm == "mpi") {
+      cuda::UseStream(context_, cuda::StreamKind::kCompute);
+      DOMINO_RETURN_IF_ERROR(ZeroAccumulators());
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::Synchronize(context_)));
       Result<Timeline> timeline = Interpret(schedule_, *this, host, progress);
       DOMINO_RETURN_IF_ERROR(Deferred());
       return timeline;
@@ -117,6 +124,49 @@ class CudaBackend final : public Backend, public CudaRunner {
     cuda::UseStream(context_, collective ? cuda::StreamKind::kComm : cuda::StreamKind::kCompute);
     auto once = [&] { return collective ? EnqueueCollective(id) : Enqueue(id); };
     return TimeMedian(id, repeats, once, {});
+  }
+
+  // nccl-tests' way: a warm-up, then per batch a barrier and kBatch back-to-back calls queued
+  // behind a gate, so the events time the GPU's work and not the host's enqueueing.
+  Result<double> TimeCollective(int32_t id, int repeats, Communicator& host) override {
+    if (schedule_.op(id).kind != OpKind::kCollective)
+      return Error(fmt::format("op {} ({}) is not a collective", id, schedule_.Label(id)));
+    if (nccl_ == nullptr && options_.comm != "emulate")
+      return Error(fmt::format("op {} ({}): timing a collective needs NCCL (--comm nccl)", id,
+                               schedule_.Label(id)));
+    constexpr int kWarmup = 5, kBatch = 10;
+    cuda::UseStream(context_, cuda::StreamKind::kComm);
+    for (int i = 0; i < kWarmup; ++i) DOMINO_RETURN_IF_ERROR(EnqueueCollective(id));
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, EndEvent(0), true), id));
+    DOMINO_RETURN_IF_ERROR(WaitFor(EndEvent(0)));
+    std::vector<double> us;
+    for (int b = 0; b < std::max(1, repeats); ++b) {
+      float token = 0;
+      DOMINO_RETURN_IF_ERROR(host.AllReduce(&token, 1));  // a barrier: every rank starts together
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::CloseGate(context_), id));
+      Status enqueued = Ok(cuda::RecordEvent(context_, StartEvent(0), true), id);
+      for (int i = 0; i < kBatch && enqueued.ok(); ++i) enqueued = EnqueueCollective(id);
+      cuda::OpenGate(context_);
+      DOMINO_RETURN_IF_ERROR(enqueued);
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, EndEvent(0), true), id));
+      DOMINO_RETURN_IF_ERROR(WaitFor(EndEvent(0)));
+      float ms = 0;
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::ElapsedMs(context_, StartEvent(0), EndEvent(0), &ms), id));
+      us.push_back(ms * 1e3 / kBatch);
+    }
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  }
+
+  Status FillRandom(uint64_t seed) override {
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::Synchronize(context_)));
+    cuda::UseStream(context_, cuda::StreamKind::kCompute);
+    for (int32_t t = 0; t < static_cast<int32_t>(device_.size()); ++t)
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::FillRandom(context_, Whole(t), seed + t)));
+    uint64_t salt = device_.size();
+    for (auto& [id, view] : residual_grads_)
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::FillRandom(context_, view, seed + salt++)));
+    return Ok(cuda::Synchronize(context_));
   }
 
   Result<double> TimeOpBeside(int32_t id, const EmulatedCollective& beside, int repeats) override {
@@ -198,6 +248,40 @@ class CudaBackend final : public Backend, public CudaRunner {
   Status Ok(const std::string& error, int32_t id) const {
     if (error.empty()) return Status::Ok();
     return Error(fmt::format("op {} ({}): CUDA: {}", id, schedule_.Label(id), error));
+  }
+
+  // The tensors the backend's kernels add to rather than overwrite: weight gradients (their GEMMs
+  // accumulate over row slices) and norm-weight gradients (dgamma +=). Every run starts them from
+  // zero, so a run computes one micro-batch's gradients whatever ran before it (the eager warm-up
+  // before a graph's capture, earlier iterations).
+  void FindAccumulators() {
+    std::vector<bool> seen(schedule_.tensors().size(), false);
+    auto add = [&](const TensorUse& u) {
+      if (!seen[u.tensor]) accumulators_.push_back(u.tensor);
+      seen[u.tensor] = true;
+    };
+    for (const Op& op : schedule_.ops()) {
+      switch (op.func) {
+        case OpFunc::kQkvGradWeight:
+        case OpFunc::kProjGradWeight:
+        case OpFunc::kFc1GradWeight:
+        case OpFunc::kFc2GradWeight:
+          add(schedule_.writes(op)[0]);
+          break;
+        case OpFunc::kLn1Grad:
+        case OpFunc::kLn2Grad:
+          add(schedule_.writes(op)[1]);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
+  // Enqueues zeros into every accumulator on the current stream.
+  Status ZeroAccumulators() {
+    for (int32_t t : accumulators_) DOMINO_RETURN_IF_ERROR(Ok(cuda::Zero(context_, Whole(t))));
+    return Status::Ok();
   }
 
   Status AllocateTensors() {
@@ -289,14 +373,21 @@ class CudaBackend final : public Backend, public CudaRunner {
     auto out = [&](size_t i) { return Of(writes[i]); };
     std::string e;
     switch (op.func) {
-      case OpFunc::kQkv: case OpFunc::kProj: case OpFunc::kFc1: case OpFunc::kFc2:
+      case OpFunc::kQkv:
+      case OpFunc::kProj:
+      case OpFunc::kFc1:
+      case OpFunc::kFc2:
         e = cuda::Gemm(context_, in(0), false, in(1), false, out(0), false);
         break;
-      case OpFunc::kQkvGradInput: case OpFunc::kProjGradInput: case OpFunc::kFc1GradInput:
+      case OpFunc::kQkvGradInput:
+      case OpFunc::kProjGradInput:
+      case OpFunc::kFc1GradInput:
       case OpFunc::kFc2GradInput:
         e = cuda::Gemm(context_, in(0), false, in(1), true, out(0), false);
         break;
-      case OpFunc::kQkvGradWeight: case OpFunc::kProjGradWeight: case OpFunc::kFc1GradWeight:
+      case OpFunc::kQkvGradWeight:
+      case OpFunc::kProjGradWeight:
+      case OpFunc::kFc1GradWeight:
       case OpFunc::kFc2GradWeight:
         e = cuda::Gemm(context_, in(0), true, in(1), false, out(0), true);
         break;
@@ -316,7 +407,8 @@ class CudaBackend final : public Backend, public CudaRunner {
         e = in(0).cols == 2 * in(1).cols ? cuda::SwigluBackward(context_, in(0), in(1), out(0))
                                          : cuda::GeluBackward(context_, in(0), in(1), out(0));
         break;
-      case OpFunc::kLn1: case OpFunc::kLn2:
+      case OpFunc::kLn1:
+      case OpFunc::kLn2:
         e = cuda::NormForward(context_, Rms(), in(0), in(1).data, kNormEps, out(0));
         break;
       case OpFunc::kLn1Grad:
@@ -327,7 +419,8 @@ class CudaBackend final : public Backend, public CudaRunner {
           e = cuda::NormBackward(context_, Rms(), in(0), in(2).data, kNormEps, in(1), out(0), true,
                                  out(1).data);
         break;
-      case OpFunc::kResidual1: case OpFunc::kResidual2:
+      case OpFunc::kResidual1:
+      case OpFunc::kResidual2:
         e = cuda::Add(context_, in(0), in(1), out(0));
         break;
       case OpFunc::kResidualGrad:
@@ -393,7 +486,9 @@ class CudaBackend final : public Backend, public CudaRunner {
       cuda::UseStream(context_, stream == 0 ? StreamKind::kCompute : StreamKind::kComm);
     };
     // Both streams start after the origin: the comm stream waits for the compute stream's begin.
+    // The accumulators' zeros come before the origin, outside the timeline (inside a graph).
     use(0);
+    DOMINO_RETURN_IF_ERROR(ZeroAccumulators());
     DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, OriginEvent(), true)));
     DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, BeginEvent(), false)));
     use(1);
@@ -403,11 +498,21 @@ class CudaBackend final : public Backend, public CudaRunner {
       use(step.stream);
       for (int32_t w : step.wait_for)
         DOMINO_RETURN_IF_ERROR(Ok(cuda::WaitEvent(context_, DoneEvent(w)), id));
-      DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, StartEvent(id), true), id));
-      if (schedule_.op(id).kind == OpKind::kCollective) {
-        DOMINO_RETURN_IF_ERROR(EnqueueCollective(id));
+      if (schedule_.op(id).kind == OpKind::kCollective && nccl_ != nullptr) {
+        // A non-blocking NCCL call finishes enqueueing later, on NCCL's thread: the start event
+        // waits behind a gate until it has, so an idle comm stream does not time the host.
+        DOMINO_RETURN_IF_ERROR(Ok(cuda::CloseGate(context_), id));
+        Status enqueued = Ok(cuda::RecordEvent(context_, StartEvent(id), true), id);
+        if (enqueued.ok()) enqueued = EnqueueCollective(id);
+        cuda::OpenGate(context_);
+        DOMINO_RETURN_IF_ERROR(enqueued);
       } else {
-        DOMINO_RETURN_IF_ERROR(Enqueue(id));
+        DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, StartEvent(id), true), id));
+        if (schedule_.op(id).kind == OpKind::kCollective) {
+          DOMINO_RETURN_IF_ERROR(EnqueueCollective(id));
+        } else {
+          DOMINO_RETURN_IF_ERROR(Enqueue(id));
+        }
       }
       DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, EndEvent(id), true), id));
       if (step.record_done)
@@ -510,6 +615,7 @@ class CudaBackend final : public Backend, public CudaRunner {
   mutable std::string deferred_;  // the first failed copy of Pack, Unpack or Read
   bool captured_ = false;
   std::vector<void*> device_;
+  std::vector<int32_t> accumulators_;  // tensors the kernels add to (FindAccumulators)
   std::map<int32_t, cuda::DView> residual_grads_;
   void* stage_in_ = nullptr;
   void* stage_out_ = nullptr;

@@ -35,7 +35,7 @@ struct CudaOptions {
   //             its HBM traffic for its predicted time (`emulated`, indexed by op id).
   std::string comm = "mpi";
   bool graph = false;  // capture the whole schedule in a CUDA graph once, replay it per run
-  int min_ctas = 0;    // NCCL's minCTAs / maxCTAs (0: NCCL's default)
+  int min_ctas = 0;    // NCCL's minCTAs / maxCTAs (0: NCCL's default; exec/nccl_ctas.h)
   int max_ctas = 0;
   double timeout_s = 300;  // longest wait for the GPU or a peer before aborting
   std::vector<EmulatedCollective> emulated;
@@ -54,6 +54,14 @@ class CudaRunner {
   // Median microseconds of `repeats` runs of op `id` alone after a warm-up, timed by CUDA
   // events. A collective needs "nccl" (every rank must time it too) or "emulate".
   virtual Result<double> TimeOp(int32_t id, int repeats) = 0;
+  // Microseconds per call of collective `id` as nccl-tests times it: a warm-up, then per batch a
+  // barrier over `host` and back-to-back calls timed on the GPU; the median of `repeats` batches.
+  // Needs "nccl" (every rank calls it) or "emulate".
+  virtual Result<double> TimeCollective(int32_t id, int repeats, Communicator& host) = 0;
+  // Fills every tensor with random values of the element type (uniform in [-1, 1)), for timing:
+  // kernels on zeros or constants draw less power and read fast. Numeric results mean nothing
+  // after it.
+  virtual Status FillRandom(uint64_t seed) = 0;
   // The same for compute op `id` while `beside` runs on the comm stream (it must last longer).
   virtual Result<double> TimeOpBeside(int32_t id, const EmulatedCollective& beside,
                                       int repeats) = 0;

@@ -26,10 +26,10 @@ namespace {
 constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
 // NormBackward's per-block fp32 dgamma partial sums: blocks x cols floats at most.
 constexpr size_t kReduceFloats = size_t{1} << 20;
-// The emulated collective's scratch: at least this much, so that small transfers still stream
-// through memory rather than one cache line, and at most the cap (traffic wraps around it).
-constexpr size_t kMinEmulationBytes = size_t{4} << 20;
-constexpr size_t kMaxEmulationBytes = size_t{256} << 20;
+// The emulated collective's scratch, whatever its traffic (which wraps around it): eight times
+// the largest L2 cache of a data-centre GPU (H200 and B200: 50-60 MB), so that what a call reads
+// was evicted long before.
+constexpr size_t kEmulationBytes = size_t{512} << 20;
 constexpr size_t kAlign = 256;
 
 size_t AlignUp(size_t bytes, size_t align) { return (bytes + align - 1) / align * align; }
@@ -60,6 +60,15 @@ struct Context {
   size_t workspace_bytes = 0;
   void* emulation = nullptr;  // the emulated collective's scratch (Reserve)
   size_t emulation_bytes = 0;
+  int64_t emulation_cursor = 0;    // where the next emulated collective starts, in 16-byte words
+  int emulation_shared_bytes = 0;  // dynamic shared memory per block: one block per SM
+  // CloseGate/OpenGate: a word of mapped host memory a stream waits on (cuStreamWaitValue32,
+  // reached through the runtime so that nothing links the driver library).
+  volatile uint32_t* gate = nullptr;
+  void* gate_device = nullptr;
+  void* wait_value = nullptr;  // the driver's cuStreamWaitValue32, or null: gates are no-ops
+  uint32_t gate_epoch = 0;
+  bool gate_closed = false;
 };
 
 namespace {

@@ -1,7 +1,11 @@
 // The runtime half of exec/cuda_ops.h: contexts and their streams, memory and host transfers,
 // events, graph capture, the emulated collective and the device measurements. The layer kernels
 // and their launchers are in cuda_layers.cu; what both use is in cuda_common.cuh.
+#include <cuda.h>  // types of the driver's cuStreamWaitValue32 only: nothing links libcuda
+
+#include <atomic>
 #include <memory>
+#include <set>
 
 #include "exec/cuda_common.cuh"
 
@@ -18,11 +22,21 @@ __global__ void PackKernel(Mat<T> src, float* dst) {
   FOR_EACH_ELEMENT(src.rows, src.cols, r, j) dst[r * src.cols + j] = src.Get(r, j);
 }
 
+__device__ __forceinline__ uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Element (r, j) = a hash of (seed, r * cols + j) mapped to [-1, 1).
 template <typename T>
-__global__ void FillKernel(T* data, int64_t count, float value) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    data[i] = FromFloat<T>(value);
+__global__ void RandomKernel(Mat<T> m, uint64_t seed) {
+  const uint64_t key = SplitMix64(seed);
+  FOR_EACH_ELEMENT(m.rows, m.cols, r, j) {
+    const uint64_t h = SplitMix64(key ^ static_cast<uint64_t>(r * m.cols + j));
+    m.Set(r, j, static_cast<float>(h >> 40) * (2.0f / 16777216.0f) - 1.0f);
+  }
 }
 
 constexpr int kEmulationThreads = 512;
@@ -35,8 +49,15 @@ __device__ __forceinline__ uint64_t GlobalTimerNs() {
   return t;
 }
 
+__device__ __forceinline__ int SmId() {
+  int id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
 // Copies src[begin, begin + count) to dst[same] with the whole block, all loads of a round issued
-// before its stores so that each thread keeps kEmulationUnroll loads in flight.
+// before its stores so that each thread keeps kEmulationUnroll loads in flight. Streaming
+// (evict-first) loads and stores: the data is touched once, as a collective's buffers are.
 __device__ void CopyRange(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t begin,
                           int64_t count) {
   for (int64_t k = threadIdx.x; k < count; k += int64_t{kEmulationThreads} * kEmulationUnroll) {
@@ -44,33 +65,37 @@ __device__ void CopyRange(const uint4* __restrict__ src, uint4* __restrict__ dst
 #pragma unroll
     for (int u = 0; u < kEmulationUnroll; ++u) {
       const int64_t i = k + int64_t{u} * kEmulationThreads;
-      v[u] = i < count ? src[begin + i] : make_uint4(0, 0, 0, 0);
+      v[u] = i < count ? __ldcs(src + begin + i) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kEmulationUnroll; ++u) {
       const int64_t i = k + int64_t{u} * kEmulationThreads;
-      if (i < count) dst[begin + i] = v[u];
+      if (i < count) __stcs(dst + begin + i, v[u]);
     }
   }
 }
 
 // Block b copies per_block 16-byte words from src to dst (each `half` words long), starting at
-// word b * per_block and wrapping around, in kEmulationChunks chunks; after chunk i it waits until
-// (i + 1) / kEmulationChunks of duration_ns has passed since the block began, so the traffic is
-// paced over the duration when the memory system keeps up and the block runs late when it does
-// not. Blocks that cover the same words store the same values.
+// word first + b * per_block and wrapping around, in kEmulationChunks chunks; after chunk i it
+// waits until (i + 1) / kEmulationChunks of duration_ns has passed since the block began, so the
+// traffic is paced over the duration when the memory system keeps up and the block runs late when
+// it does not. Blocks that cover the same words store the same values. Its dynamic shared memory
+// (unused) is what keeps a second block off the SM. With `smids`, block b writes its SM there.
 __global__ void __launch_bounds__(kEmulationThreads)
     EmulateCollectiveKernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t half,
-                            int64_t per_block, uint64_t duration_ns) {
+                            int64_t first, int64_t per_block, uint64_t duration_ns, int* smids) {
   __shared__ uint64_t start;
-  if (threadIdx.x == 0) start = GlobalTimerNs();
+  if (threadIdx.x == 0) {
+    start = GlobalTimerNs();
+    if (smids != nullptr) smids[blockIdx.x] = SmId();
+  }
   __syncthreads();
   const int64_t chunk = (per_block + kEmulationChunks - 1) / kEmulationChunks;
   for (int i = 0; i < kEmulationChunks; ++i) {
     const int64_t begin = min(int64_t{i} * chunk, per_block);
     int64_t count = min(begin + chunk, per_block) - begin;
     if (count > 0) {
-      int64_t at = (blockIdx.x * per_block + begin) % half;
+      int64_t at = (first + blockIdx.x * per_block + begin) % half;
       while (count > 0) {  // the chunk as contiguous pieces between wraps
         const int64_t piece = min(count, half - at);
         CopyRange(src, dst, at, piece);
@@ -156,6 +181,43 @@ std::string Init(Context* c) {
   if (e.empty()) e = Check(cudaEventCreateWithFlags(&c->join, cudaEventDisableTiming), "event");
   if (e.empty()) e = CheckBlas(cublasCreate(&c->blas), "cublasCreate");
   if (e.empty()) e = BindBlas(c);
+  // One emulation block per SM: each asks for more than half of an SM's shared memory.
+  int per_sm = 0, per_block = 0;
+  if (e.empty())
+    e = Check(
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, c->device),
+        "shared memory per SM");
+  if (e.empty())
+    e = Check(
+        cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device),
+        "shared memory per block");
+  if (e.empty()) {
+    c->emulation_shared_bytes = std::min(per_block - 1024, per_sm / 2 + 1024);
+    e = Check(
+        cudaFuncSetAttribute(EmulateCollectiveKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             c->emulation_shared_bytes),
+        "emulated collective's shared memory");
+  }
+  if (e.empty()) {
+    void* word = nullptr;
+    e = Check(cudaHostAlloc(&word, sizeof(uint32_t), cudaHostAllocMapped), "gate word");
+    if (e.empty()) {
+      c->gate = static_cast<volatile uint32_t*>(word);
+      *c->gate = 0;
+      e = Check(cudaHostGetDevicePointer(&c->gate_device, word, 0), "gate word");
+    }
+  }
+  if (e.empty()) {
+    // Without the driver's stream memory operations a gate does nothing: timings then include
+    // the host's enqueue latency, as they did before gates.
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      c->wait_value = fn;
+    cudaGetLastError();
+  }
   return e;
 }
 
@@ -218,9 +280,10 @@ void Destroy(Context* context) {
     cudaStreamEndCapture(c->streams[0], &graph);
     if (graph != nullptr) cudaGraphDestroy(graph);
   }
+  OpenGate(c.get());                 // a stream waiting at a gate would never drain
   for (cudaStream_t s : c->streams)  // nothing queued may still use what is freed below
     if (s != nullptr) cudaStreamSynchronize(s);
-  if (c->graph != nullptr) cudaGraphExecDestroy(c->graph);
+  DestroyGraph(c.get());
   for (cudaEvent_t e : c->events) cudaEventDestroy(e);
   if (c->fork != nullptr) cudaEventDestroy(c->fork);
   if (c->join != nullptr) cudaEventDestroy(c->join);
@@ -232,6 +295,7 @@ void Destroy(Context* context) {
   cudaFree(c->staging);
   cudaFree(c->workspace);
   cudaFree(c->emulation);
+  if (c->gate != nullptr) cudaFreeHost(const_cast<uint32_t*>(c->gate));
   for (cudaStream_t s : c->streams)
     if (s != nullptr) cudaStreamDestroy(s);
   cudaGetLastError();  // leave no error of the teardown to the next caller
@@ -273,8 +337,7 @@ std::string Reserve(Context* c, size_t bytes) {
   // One size, two buffers: the caller may reserve the largest need or the sum of the needs, and
   // either way both the attention and the emulated collective get enough, apart.
   std::string e = Grow(c, &c->workspace, &c->workspace_bytes, bytes);
-  if (e.empty())
-    e = Grow(c, &c->emulation, &c->emulation_bytes, std::min(bytes, kMaxEmulationBytes));
+  if (e.empty()) e = Grow(c, &c->emulation, &c->emulation_bytes, std::min(bytes, kEmulationBytes));
   return e;
 }
 
@@ -288,13 +351,7 @@ size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t heads
   return 2 * AlignUp(cells * 4, kAlign) + 2 * AlignUp(cells * 2, kAlign);
 }
 
-// min(hbm_bytes, 256 MiB), at least 4 MiB, in whole MiB; 0 when there is no traffic.
-size_t EmulationWorkspaceBytes(double hbm_bytes) {
-  if (!(hbm_bytes > 0)) return 0;
-  const double capped = std::min(hbm_bytes, static_cast<double>(kMaxEmulationBytes));
-  const size_t bytes = std::max(static_cast<size_t>(std::ceil(capped)), kMinEmulationBytes);
-  return AlignUp(bytes, size_t{1} << 20);
-}
+size_t EmulationWorkspaceBytes(double hbm_bytes) { return hbm_bytes > 0 ? kEmulationBytes : 0; }
 
 std::string Upload(Context* c, DView dst, const float* host) {
   if (std::string e = NotCapturing(c, "upload"); !e.empty()) return e;
@@ -363,6 +420,16 @@ std::string Copy(Context* c, DView src, DView dst) {
   return Check(cudaMemcpy2DAsync(dst.data, dst.stride * b, src.data, src.stride * b, src.cols * b,
                                  src.rows, cudaMemcpyDeviceToDevice, Current(c)),
                "copy");
+}
+
+std::string FillRandom(Context* c, DView view, uint64_t seed) {
+  if (!Valid(view)) return "fill random: invalid view";
+  if (Empty(view)) return "";
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    RandomKernel<T><<<RowBlocks(view.rows), kThreads, 0, Current(c)>>>(Typed<T>(view), seed);
+    return Launched("fill random");
+  });
 }
 
 std::string Zero(Context* c, DView view) {
@@ -477,15 +544,46 @@ std::string LaunchGraph(Context* c) {
   return Check(cudaGraphLaunch(c->graph, c->streams[0]), "cudaGraphLaunch");
 }
 
+void DestroyGraph(Context* c) {
+  if (c == nullptr || c->graph == nullptr) return;
+  cudaGraphExecDestroy(c->graph);  // a replay in flight completes first
+  c->graph = nullptr;
+}
+
+std::string CloseGate(Context* c) {
+  if (c->capturing || c->wait_value == nullptr) return "";
+  if (c->gate_closed) return "close gate: already closed";
+  using WaitValue = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  const uint32_t epoch = c->gate_epoch + 1;
+  const CUresult r = reinterpret_cast<WaitValue>(c->wait_value)(
+      Current(c), reinterpret_cast<CUdeviceptr>(c->gate_device), epoch, CU_STREAM_WAIT_VALUE_GEQ);
+  if (r != CUDA_SUCCESS) {
+    c->wait_value = nullptr;  // unsupported here: no gates from now on
+    return "";
+  }
+  c->gate_epoch = epoch;
+  c->gate_closed = true;
+  return "";
+}
+
+void OpenGate(Context* c) {
+  if (c == nullptr || !c->gate_closed) return;
+  std::atomic_thread_fence(std::memory_order_release);
+  *c->gate = c->gate_epoch;
+  c->gate_closed = false;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The emulated collective and the measurements
 
-std::string EmulateCollective(Context* c, int ctas, double hbm_bytes, double micros) {
+namespace {
+
+std::string LaunchEmulation(Context* c, int ctas, double hbm_bytes, double micros, int* smids) {
   const double bytes = hbm_bytes > 0 ? hbm_bytes : 0.0;  // NaN counts as none
   const double us = micros > 0 ? micros : 0.0;
-  if (bytes == 0 && us == 0) return "";
+  if (bytes == 0 && us == 0 && smids == nullptr) return "";
   if (bytes > 1e15 || us > 1e9) return "emulated collective: absurd size or duration";
-  ctas = std::max(ctas, 1);
+  ctas = std::clamp(ctas, 1, c->sms);
   int64_t half = 0, per_block = 0;
   const uint4* src = nullptr;
   uint4* dst = nullptr;
@@ -499,10 +597,46 @@ std::string EmulateCollective(Context* c, int ctas, double hbm_bytes, double mic
     src = static_cast<const uint4*>(c->emulation);
     dst = static_cast<uint4*>(c->emulation) + half;
   }
+  const int64_t first = half > 0 ? c->emulation_cursor % half : 0;
   const auto duration_ns = static_cast<uint64_t>(std::llround(us * 1e3));
-  EmulateCollectiveKernel<<<static_cast<unsigned>(ctas), kEmulationThreads, 0, Current(c)>>>(
-      src, dst, half > 0 ? half : 1, per_block, duration_ns);
+  EmulateCollectiveKernel<<<static_cast<unsigned>(ctas), kEmulationThreads,
+                            static_cast<size_t>(c->emulation_shared_bytes), Current(c)>>>(
+      src, dst, half > 0 ? half : 1, first, per_block, duration_ns, smids);
+  if (half > 0) c->emulation_cursor = (first + per_block * ctas) % half;
   return Launched("emulated collective");
+}
+
+}  // namespace
+
+std::string EmulateCollective(Context* c, int ctas, double hbm_bytes, double micros) {
+  return LaunchEmulation(c, ctas, hbm_bytes, micros, nullptr);
+}
+
+std::string ProbeEmulatedCollective(Context* c, int ctas, double hbm_bytes, double micros,
+                                    EmulationProbe* out) {
+  *out = EmulationProbe{};
+  if (std::string e = NotCapturing(c, "probe emulated collective"); !e.empty()) return e;
+  const int blocks = std::clamp(ctas, 1, c->sms);
+  DeviceMemory smids;
+  OwnedEvent start, stop;
+  std::string e = Check(cudaMalloc(&smids.data, sizeof(int) * blocks), "cudaMalloc");
+  if (e.empty()) e = Check(cudaEventCreate(&start.event), "cudaEventCreate");
+  if (e.empty()) e = Check(cudaEventCreate(&stop.event), "cudaEventCreate");
+  if (e.empty()) e = Check(cudaEventRecord(start.event, Current(c)), "cudaEventRecord");
+  if (e.empty()) e = LaunchEmulation(c, ctas, hbm_bytes, micros, static_cast<int*>(smids.data));
+  if (e.empty()) e = Check(cudaEventRecord(stop.event, Current(c)), "cudaEventRecord");
+  if (e.empty()) e = Check(cudaEventSynchronize(stop.event), "emulated collective");
+  float ms = 0;
+  if (e.empty()) e = Check(cudaEventElapsedTime(&ms, start.event, stop.event), "elapsed time");
+  std::vector<int> ids(static_cast<size_t>(blocks), -1);
+  if (e.empty())
+    e = Check(cudaMemcpy(ids.data(), smids.data, sizeof(int) * blocks, cudaMemcpyDeviceToHost),
+              "smids");
+  if (!e.empty()) return "probe emulated collective: " + e;
+  out->distinct_sms = static_cast<int>(std::set<int>(ids.begin(), ids.end()).size());
+  out->ms = ms;
+  out->GBps = ms > 0 ? hbm_bytes / (ms * 1e-3) / 1e9 : 0;
+  return "";
 }
 
 std::string MeasureGemmTflops(Context* c, int64_t n, int repeats, double* tflops) {
@@ -515,18 +649,11 @@ std::string MeasureGemmTflops(Context* c, int64_t n, int repeats, double* tflops
     if (std::string e = Check(cudaMalloc(&buffer.data, count * Bytes(c)), "cudaMalloc"); !e.empty())
       return "measure gemm: " + e;
   }
-  // Small values keep 16-bit products and sums far from overflow.
-  std::string e = ByType(c->type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    for (int i = 0; i < 2; ++i) {
-      FillKernel<T><<<FlatBlocks(static_cast<int64_t>(count)), kThreads, 0, Current(c)>>>(
-          static_cast<T*>(m[i].data), static_cast<int64_t>(count),
-          0.01f * static_cast<float>(i + 1));
-      if (std::string err = Launched("fill"); !err.empty()) return err;
-    }
-    return std::string();
-  });
+  // Random inputs, as training's are: constant ones switch fewer transistors and read fast. Values
+  // in [-1, 1) keep 16-bit sums of n products (about sqrt(n) / 3) far from overflow.
   const DView a{m[0].data, n, n, n}, b{m[1].data, n, n, n}, out{m[2].data, n, n, n};
+  std::string e = FillRandom(c, a, 1);
+  if (e.empty()) e = FillRandom(c, b, 2);
   float best_ms = 0.0f;
   if (e.empty())
     e = BestMs(

@@ -48,6 +48,8 @@ void Free(void* data);
 // `bytes`. Call it before any capture (it may allocate) and not while work is queued.
 std::string Reserve(Context* context, size_t bytes);
 size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t heads);
+// The emulated collective's scratch: a fixed size well above L2 (traffic wraps around it), or 0
+// without traffic.
 size_t EmulationWorkspaceBytes(double hbm_bytes);
 
 // Host fp32 (contiguous, rows * cols) <-> a view, converting; both wait for the copy.
@@ -56,6 +58,10 @@ std::string Download(Context* context, DView src, float* host);
 // dst = src (same shape), device to device, asynchronous.
 std::string Copy(Context* context, DView src, DView dst);
 std::string Zero(Context* context, DView view);
+// Fills a view with pseudo-random values uniform in [-1, 1), rounded to the element type, from
+// `seed` (the same seed and view give the same values). For measurements: constant or zero inputs
+// switch fewer transistors, so the clocks stay high and times read optimistic.
+std::string FillRandom(Context* context, DView view, uint64_t seed);
 
 // Events 0..count-1, replacing any earlier set. Timing events are recorded as external records
 // under graph capture (so a replayed graph records them); other events order streams.
@@ -72,6 +78,19 @@ std::string QueryEvent(Context* context, int event, bool* done);
 std::string BeginCapture(Context* context);
 std::string EndCapture(Context* context);
 std::string LaunchGraph(Context* context);
+// Destroys the captured executable graph, if any (a replay still running finishes first, then
+// its memory is freed). Call it before finalizing or aborting a communicator whose work the graph
+// captured: NCCL's finalize and abort wait until no graph refers to the communicator.
+void DestroyGraph(Context* context);
+
+// A gate on the current stream, for work that the host enqueues late (a non-blocking NCCL call
+// finishes enqueueing on a thread of its own): work enqueued after CloseGate, a timing event
+// included, waits on the GPU until OpenGate, so the event marks when the stream could run the work
+// and not when the host began enqueueing it. No-ops while capturing (a graph has no host latency)
+// and where the driver lacks stream memory operations. Every CloseGate needs its OpenGate, also
+// after an error, or the stream waits forever.
+std::string CloseGate(Context* context);
+void OpenGate(Context* context);
 
 // c = op(a) op(b) (c += when accumulate), op = transpose when the flag is set; cuBLAS with fp32
 // accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F) whatever the element type.
@@ -93,15 +112,29 @@ std::string SwigluBackward(Context* context, DView x, DView dy, DView dx);
 std::string Attention(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
                       int64_t kv_heads, int64_t head_dim, DView qkv, DView out);
 std::string AttentionBackward(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
-                              int64_t kv_heads, int64_t head_dim, DView qkv, DView dout, DView dqkv);
+                              int64_t kv_heads, int64_t head_dim, DView qkv, DView dout,
+                              DView dqkv);
 
-// A stand-in for a collective on one GPU: `ctas` blocks (one SM each) that move `hbm_bytes` of
-// HBM traffic (half read, half written) paced to take `micros` when nothing else runs; HBM
-// contention makes it longer, as it would a collective. Needs Reserve(EmulationWorkspaceBytes).
+// A stand-in for a collective on one GPU: `ctas` blocks that move `hbm_bytes` of HBM traffic
+// (half read, half written) paced to take `micros` when nothing else runs; HBM contention makes it
+// longer, as it would a collective. Each block asks for more than half an SM's shared memory, so
+// no two share an SM: it holds `ctas` SMs (at most the device's). Its loads and stores stream
+// (evict-first) through a scratch buffer several times the size of any L2 cache, and each call
+// starts where the last one ended, so its traffic is HBM traffic, not L2 hits. Needs
+// Reserve(EmulationWorkspaceBytes).
 std::string EmulateCollective(Context* context, int ctas, double hbm_bytes, double micros);
 
-// The device's dense GEMM throughput in the context's type: square n x n x n GEMMs, the best of
-// `repeats` timed runs after a warm-up, in TFLOP/s.
+// What one emulated collective did on the device: for the GPU test of EmulateCollective.
+struct EmulationProbe {
+  int distinct_sms = 0;  // SMs its blocks ran on (%smid)
+  double ms = 0;         // its duration, by events
+  double GBps = 0;       // hbm_bytes / ms
+};
+std::string ProbeEmulatedCollective(Context* context, int ctas, double hbm_bytes, double micros,
+                                    EmulationProbe* out);
+
+// The device's dense GEMM throughput in the context's type: square n x n x n GEMMs of random
+// inputs, the best of `repeats` timed runs after a warm-up, in TFLOP/s.
 std::string MeasureGemmTflops(Context* context, int64_t n, int repeats, double* tflops);
 // Achieved HBM bandwidth of a device-to-device copy of `bytes` (read + written), in GB/s.
 std::string MeasureHbmGBps(Context* context, size_t bytes, int repeats, double* GBps);

@@ -4,10 +4,13 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cstring>
 #include <thread>
+
+#include "exec/nccl_ctas.h"
 
 namespace domino::exec::cuda {
 
@@ -40,22 +43,31 @@ ncclDataType_t NcclType(DType t) {
 }
 
 // Waits until the communicator has finished its last call (a non-blocking communicator reports
-// ncclInProgress meanwhile), at most timeout_s.
+// ncclInProgress meanwhile: NCCL 2.28 finishes enqueueing every collective on a thread of its
+// own), at most timeout_s. A collective's enqueue takes tens of microseconds, about the compute
+// between two of Domino's split collectives, so the wait spins (yielding the core) instead of
+// sleeping, which would cost at least a scheduler tick each; after kSpin it sleeps in short
+// steps, for the long waits (init, a stuck peer).
 std::string Ready(Nccl* n, const char* what, ncclResult_t issued) {
   if (issued != ncclSuccess && issued != ncclInProgress)
     return std::string(what) + ": " + Text(issued, n->comm);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(n->timeout_s);
+  constexpr auto kSpin = std::chrono::milliseconds(20);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration<double>(n->timeout_s);
   for (;;) {
     ncclResult_t state = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(n->comm, &state);
     if (r != ncclSuccess) return std::string(what) + ": " + Text(r, n->comm);
     if (state == ncclSuccess) return "";
     if (state != ncclInProgress) return std::string(what) + ": " + Text(state, n->comm);
-    if (std::chrono::steady_clock::now() > deadline)
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline)
       return std::string(what) + ": still in progress after " +
              std::to_string(static_cast<int>(n->timeout_s)) + " s (a peer has died or hangs)";
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (now - start < kSpin)
+      sched_yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 }
 
@@ -80,10 +92,15 @@ std::string NcclInit(Context* context, int rank, int size, const std::string& id
     return "NCCL unique id of " + std::to_string(id.size()) + " bytes, not " +
            std::to_string(sizeof(unique.internal));
   std::memcpy(unique.internal, id.data(), sizeof(unique.internal));
+  // Both or neither: NCCL compares them before filling an unset one (exec/nccl_ctas.h).
+  Result<NcclCtas> ctas = ResolveNcclCtas(config.min_ctas, config.max_ctas);
+  if (!ctas.ok()) return ctas.message();
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
   c.blocking = 0;
-  if (config.min_ctas > 0) c.minCTAs = config.min_ctas;
-  if (config.max_ctas > 0) c.maxCTAs = config.max_ctas;
+  if (config.min_ctas > 0 || config.max_ctas > 0) {
+    c.minCTAs = ctas->min;
+    c.maxCTAs = ctas->max;
+  }
   auto* n = new Nccl;
   n->context = context;
   n->timeout_s = config.timeout_s;

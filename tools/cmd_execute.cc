@@ -17,6 +17,7 @@
 #include "exec/execute.h"
 #include "exec/launch_env.h"
 #include "exec/mpi_communicator.h"
+#include "exec/nccl_ctas.h"
 #include "exec/watchdog.h"
 #include "models/base/file_io.h"
 #include "planner/lower.h"
@@ -137,8 +138,9 @@ void PrintRun(const Plan& plan, const std::string& backend, const exec::LaunchEn
   if (r.checks.empty()) return;
   Table table({"tensor", "shape", "max abs error", "rel error", "verdict"});
   for (const exec::TensorCheck& c : r.checks)
-    table.AddRow({c.name, fmt::format("{}x{}", c.rows, c.cols), fmt::format("{:.3g}", c.max_abs_error),
-                  fmt::format("{:.3g}", c.rel_error), c.ok ? "ok" : "DIFFERS"});
+    table.AddRow({c.name, fmt::format("{}x{}", c.rows, c.cols),
+                  fmt::format("{:.3g}", c.max_abs_error), fmt::format("{:.3g}", c.rel_error),
+                  c.ok ? "ok" : "DIFFERS"});
   std::cout << "numeric check against the unsharded single-rank reference "
                "(rel error = max abs error / largest reference value)\n";
   table.Print(std::cout);
@@ -259,9 +261,22 @@ void Run(ExecuteFlags& flags) {
   options.cuda.graph = flags.cuda_graph;
   // NCCL gets the CTA count the simulator assumed for the plan's collectives, so the contention
   // measured is the contention predicted (unless the flags say otherwise; 0: NCCL's choice).
-  const int model_ctas = std::min(64, LargestCollective(*plan, *schedule).ctas);  // NCCL: <= 64
-  options.cuda.min_ctas = flags.min_ctas >= 0 ? flags.min_ctas : model_ctas;
-  options.cuda.max_ctas = flags.max_ctas >= 0 ? flags.max_ctas : model_ctas;
+  // A flag given alone bounds the other's default, so that the pair stays one NCCL accepts.
+  const int model_ctas = std::min(exec::kNcclMaxCtas, LargestCollective(*plan, *schedule).ctas);
+  int min_ctas = flags.min_ctas, max_ctas = flags.max_ctas;
+  if (min_ctas < 0 && max_ctas < 0) {
+    min_ctas = max_ctas = model_ctas;
+  } else if (min_ctas < 0) {
+    min_ctas = max_ctas == 0 ? model_ctas : std::min(model_ctas, max_ctas);
+  } else if (max_ctas < 0) {
+    max_ctas = min_ctas == 0 ? model_ctas : std::max(model_ctas, min_ctas);
+  }
+  if (flags.comm == "nccl") {
+    Result<exec::NcclCtas> ctas = exec::ResolveNcclCtas(min_ctas, max_ctas);
+    if (!ctas.ok()) FailOnRank("execute", rank, ctas.message());
+  }
+  options.cuda.min_ctas = min_ctas;
+  options.cuda.max_ctas = max_ctas;
   options.cuda.timeout_s = flags.timeout_s;
   options.emulate_rank = flags.emulate_rank;
   if (emulate) options.cuda.emulated = EmulatedCollectives(*plan, *schedule, flags.cuda_graph);
@@ -304,15 +319,17 @@ void Run(ExecuteFlags& flags) {
   Plan report = *plan;
   report.measured = figures;
   if (!flags.report_path.empty())
-    CheckOk("execute", WriteFileAtomically(flags.report_path,
-                                           PlanToYaml(report, "domino execute report (rank 0)") +
-                                               sim::TimelineYaml(result->schedule, result->timeline),
-                                           true));
+    CheckOk("execute",
+            WriteFileAtomically(flags.report_path,
+                                PlanToYaml(report, "domino execute report (rank 0)") +
+                                    sim::TimelineYaml(result->schedule, result->timeline),
+                                true));
   if (!flags.trace_path.empty())
-    CheckOk("execute", WriteFileAtomically(flags.trace_path,
-                                           sim::TraceJson(result->schedule, result->timeline, 0,
-                                                          "rank 0 (measured, " + flags.backend + ")"),
-                                           true));
+    CheckOk("execute",
+            WriteFileAtomically(flags.trace_path,
+                                sim::TraceJson(result->schedule, result->timeline, 0,
+                                               "rank 0 (measured, " + flags.backend + ")"),
+                                true));
   const std::string backend = flags.backend == "cpu"
                                   ? "CPU (fp32)"
                                   : fmt::format("CUDA ({}, collectives: {}{})", dtype,
@@ -360,7 +377,8 @@ void SetupExecute(CLI::App* sub) {
                   "collectives; 0: NCCL's choice)")
       ->check(CLI::Range(0, 64));
   sub->add_option("--max-ctas", flags->max_ctas,
-                  "NCCL maxCTAs (--comm nccl; default: as --min-ctas; 0: NCCL's choice)")
+                  "NCCL maxCTAs (--comm nccl; default: the cost model's CTAs, at least --min-ctas; "
+                  "0: NCCL's choice)")
       ->check(CLI::Range(0, 64));
   sub->add_option("--device", flags->device,
                   "CUDA device (default: the launcher's local rank, modulo the visible devices)")
@@ -385,8 +403,15 @@ void SetupExecute(CLI::App* sub) {
   sub->add_option("--report", flags->report_path, "write the plan with its measured: block (YAML)");
   sub->add_option("--trace", flags->trace_path, "write rank 0's measured timeline (Perfetto JSON)");
   sub->add_flag("--force", flags->force, "overwrite existing output files");
-  // A CUDA run needs a GPU whatever else is missing: say so first, as the executor will.
+  // A CUDA run needs a GPU whatever else is missing: say so first, as the executor will; before
+  // that, a CTA pair NCCL would refuse (its init fails only after every rank has started).
   sub->parse_complete_callback([flags] {
+    if (flags->min_ctas >= 0 && flags->max_ctas >= 0) {
+      Result<exec::NcclCtas> ctas = exec::ResolveNcclCtas(flags->min_ctas, flags->max_ctas);
+      if (!ctas.ok())
+        Fail("execute", fmt::format("--min-ctas {} --max-ctas {}: {}", flags->min_ctas,
+                                    flags->max_ctas, ctas.message()));
+    }
     if (flags->backend != "cuda") return;
     Result<std::vector<exec::CudaDevice>> devices = exec::ListCudaDevices();
     if (!devices.ok()) Fail("execute", devices.message());

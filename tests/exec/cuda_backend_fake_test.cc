@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,42 @@ Result<ExecuteResult> RunEmulated(const Plan& plan, bool graph, int iterations =
   options.iterations = iterations;
   SelfCommunicator self;
   return ExecuteSchedule(plan, std::move(s).value(), self, options);
+}
+
+// Rank 0 of a TP group of two whose peer is silent: enough for the backend's NCCL bootstrap (an
+// all-gather of the unique id) and barriers on the fake GPU, whose NCCL calls are fakes.
+class TwoRankStandIn final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  Status AllReduce(float*, int64_t) override { return Status::Ok(); }
+  Status ReduceScatter(const float* in, float* out, int64_t count) override {
+    std::copy(in, in + count, out);
+    return Status::Ok();
+  }
+  Status AllGather(const float* in, float* out, int64_t count) override {
+    std::copy(in, in + count, out);
+    std::copy(in, in + count, out + count);
+    return Status::Ok();
+  }
+  Status Gather(const float* in, float* out, int64_t count) override {
+    return AllGather(in, out, count);
+  }
+  Status SendRecv(const float* send, int, float* recv, int, int64_t count) override {
+    std::copy(send, send + count, recv);
+    return Status::Ok();
+  }
+};
+
+// The CUDA backend of rank 0 of TinyPlan's TP group of two, on NCCL (fakes) or MPI.
+Result<std::unique_ptr<CudaRunner>> NcclRunner(const Plan& plan, const Schedule& s,
+                                               Communicator& host, bool graph,
+                                               const std::string& comm = "nccl") {
+  CudaOptions options;
+  options.comm = comm;
+  options.dtype = "bf16";
+  options.graph = graph;
+  return MakeCudaRunner(s, plan.model, 0, plan.tp, /*seed=*/1, options, host);
 }
 
 bool Overlap(const OpTime& a, const OpTime& b) {
@@ -183,6 +220,131 @@ TEST(CudaBackendFakeTest, CalibrationTimesEveryDistinctOp) {
     EXPECT_NEAR(c.hbm_GBps, 1e6 / 100 * 1e-3, 1e-9);
     EXPECT_NEAR(c.beside_us, c.alone_us, 1e-3);
   }
+}
+
+// NCCL's finalize waits until no CUDA graph holds work of its communicator: the backend must
+// destroy its graph before it finalizes, or `execute --comm nccl --cuda-graph` hangs at exit.
+TEST(CudaBackendFakeTest, GraphIsDestroyedBeforeTheNcclCommunicator) {
+  const Plan plan = TinyPlan(2, OverlapScope::kInterLayer);
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok());
+  TwoRankStandIn host;
+  {
+    Result<std::unique_ptr<CudaRunner>> runner = NcclRunner(plan, *s, host, /*graph=*/true);
+    ASSERT_TRUE(runner.ok()) << runner.message();
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE((*runner)->Run(host, {}).ok());
+    EXPECT_EQ(fake::Counters().captures, 1);
+  }
+  EXPECT_EQ(fake::Counters().teardown,
+            (std::vector<std::string>{"graph", "nccl finalize", "context"}));
+  EXPECT_FALSE(fake::Counters().nccl_teardown_would_hang);
+}
+
+// Weight and norm-weight gradients accumulate (row slices add up). A graph's first run is an eager
+// warm-up, then the capture, then a replay: without zeroing them inside the graph every gradient
+// came out twice. The fake counts the accumulating writes into each buffer since its last zero.
+TEST(CudaBackendFakeTest, EveryRunStartsTheGradientsFromZero) {
+  const Plan plan = TinyPlan(2, OverlapScope::kInterLayer);
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok());
+  std::vector<int32_t> grads;
+  for (int l = 0; l < plan.model.layers; ++l)
+    for (const char* w : {"ln1", "qkv", "proj", "ln2", "fc1", "fc2"})
+      grads.push_back(s->FindTensor("l" + std::to_string(l) + "." + w + ".w.grad"));
+  auto counts = [&](CudaRunner& runner) {
+    std::vector<float> c;
+    for (int32_t t : grads) c.push_back(runner.backend().Read(t)[0]);
+    return c;
+  };
+  TwoRankStandIn host;
+  Result<std::unique_ptr<CudaRunner>> eager = NcclRunner(plan, *s, host, /*graph=*/false);
+  ASSERT_TRUE(eager.ok()) << eager.message();
+  ASSERT_TRUE((*eager)->Run(host, {}).ok());
+  const std::vector<float> once = counts(**eager);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    ASSERT_GE(grads[i], 0);
+    EXPECT_EQ(once[i], plan.row_split) << s->tensors()[grads[i]].name;  // one per row slice
+  }
+  ASSERT_TRUE((*eager)->Run(host, {}).ok());
+  EXPECT_EQ(counts(**eager), once) << "a second iteration";
+
+  Result<std::unique_ptr<CudaRunner>> graph = NcclRunner(plan, *s, host, /*graph=*/true);
+  ASSERT_TRUE(graph.ok()) << graph.message();
+  ASSERT_TRUE((*graph)->Run(host, {}).ok());
+  EXPECT_EQ(counts(**graph), once) << "eager warm-up, then the graph's first replay";
+  ASSERT_TRUE((*graph)->Run(host, {}).ok());
+  EXPECT_EQ(counts(**graph), once) << "the second replay";
+
+  Result<std::unique_ptr<CudaRunner>> mpi = NcclRunner(plan, *s, host, false, "mpi");
+  ASSERT_TRUE(mpi.ok()) << mpi.message();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE((*mpi)->Run(host, {}).ok());
+  EXPECT_EQ(counts(**mpi), once) << "host collectives, second run";
+}
+
+// A non-blocking NCCL call finishes enqueueing on NCCL's thread: its start event, recorded on an
+// idle comm stream before the call, must wait behind a gate or it times the host's enqueueing
+// (kNcclEnqueueUs in the fake) instead of the GPU's collective.
+TEST(CudaBackendFakeTest, NcclCollectivesAreTimedOnTheGpuNotTheHost) {
+  const Plan plan = TinyPlan(2, OverlapScope::kInterLayer);
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok());
+  TwoRankStandIn host;
+  Result<std::unique_ptr<CudaRunner>> runner = NcclRunner(plan, *s, host, /*graph=*/false);
+  ASSERT_TRUE(runner.ok()) << runner.message();
+  Result<Timeline> t = (*runner)->Run(host, {});
+  ASSERT_TRUE(t.ok()) << t.message();
+  int collectives = 0;
+  for (size_t i = 0; i < s->size(); ++i) {
+    if (s->ops()[i].kind != OpKind::kCollective) continue;
+    ++collectives;
+    EXPECT_NEAR(t->ops[i].end_us - t->ops[i].start_us, fake::kNcclUs, 1e-3)
+        << s->Label(static_cast<int32_t>(i));
+  }
+  EXPECT_GT(collectives, 0);
+  EXPECT_EQ(fake::Counters().gates, collectives);
+  // As nccl-tests times them: batches queued behind a gate, so no host time at all.
+  for (size_t i = 0; i < s->size(); ++i) {
+    if (s->ops()[i].kind != OpKind::kCollective) continue;
+    Result<double> us = (*runner)->TimeCollective(static_cast<int32_t>(i), 3, host);
+    ASSERT_TRUE(us.ok()) << us.message();
+    EXPECT_NEAR(*us, fake::kNcclUs, 1e-3);
+    break;
+  }
+}
+
+// NCCL refuses minCTAs > maxCTAs, and compares them before filling an unset one: the backend
+// passes both, or says why not before NCCL is asked.
+TEST(CudaBackendFakeTest, NcclGetsAConsistentCtaPair) {
+  const Plan plan = TinyPlan(2, OverlapScope::kInterLayer);
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok());
+  TwoRankStandIn host;
+  CudaOptions options;
+  options.comm = "nccl";
+  options.min_ctas = 16;  // a minimum alone: NCCL's own maximum (64) fills in
+  EXPECT_TRUE(MakeCudaRunner(*s, plan.model, 0, 2, 1, options, host).ok());
+  options.max_ctas = 8;
+  Result<std::unique_ptr<CudaRunner>> bad = MakeCudaRunner(*s, plan.model, 0, 2, 1, options, host);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("minimum CTAs per collective (16) exceeds its maximum (8)"),
+            std::string::npos)
+      << bad.message();
+}
+
+// Calibration times ops on random operands (every tensor filled before timing) and collectives
+// as nccl-tests does, in batches on the GPU.
+TEST(CudaBackendFakeTest, CalibrationFillsRandomOperandsAndBatchesCollectives) {
+  const Plan plan = TinyPlan(2, OverlapScope::kInterLayer);
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok());
+  TwoRankStandIn host;
+  CalibrateOptions options;
+  options.repeats = 3;
+  Result<HardwareProfile> profile = CalibrateCuda(plan, host, options);
+  ASSERT_TRUE(profile.ok()) << profile.message();
+  EXPECT_GE(fake::Counters().random_fills, static_cast<int>(s->tensors().size()));
+  ASSERT_FALSE(profile->collectives.empty());
+  for (const auto& c : profile->collectives) EXPECT_NEAR(c.us, fake::kNcclUs, 1e-3) << c.kind;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -361,7 +362,72 @@ TEST_F(CudaOpsTest, EmulatedCollectiveLastsItsDurationWhenAlone) {
   EXPECT_GE(spin, 0.9f * 0.1f);
   EXPECT_LE(spin, 1.5f * 0.1f);
   EXPECT_EQ(cuda::EmulateCollective(context_, 8, 0.0, 0.0), "");
-  EXPECT_NE(cuda::EmulateCollective(context_, 8, 1e12, 10.0), "") << "beyond its workspace";
+  EXPECT_NE(cuda::EmulateCollective(context_, 8, 1e16, 10.0), "") << "absurd traffic";
+}
+
+// Each block takes an SM of its own (its shared memory leaves no room for a second), so a
+// collective of n CTAs holds n SMs, as NCCL's would; %smid says where each block ran.
+TEST_F(CudaOpsTest, EmulatedCollectiveHoldsOneSmPerCta) {
+  Result<std::vector<CudaDevice>> devices = ListCudaDevices();
+  ASSERT_TRUE(devices.ok());
+  const int sms = (*devices)[0].sms;
+  const double bytes = 256.0 * (1 << 20);
+  ASSERT_EQ(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(bytes)), "");
+  for (int ctas : {1, 16, 32, std::min(64, sms)}) {
+    cuda::EmulationProbe probe;
+    ASSERT_EQ(cuda::ProbeEmulatedCollective(context_, ctas, bytes, 0.0, &probe), "");
+    EXPECT_EQ(probe.distinct_sms, ctas) << ctas << " CTAs";
+    std::cout << ctas << " CTAs: " << probe.GBps << " GB/s on " << probe.distinct_sms << " SMs\n";
+  }
+}
+
+// Its traffic is HBM traffic: a transfer far smaller than L2, repeated, still runs no faster than
+// a device-to-device copy (streaming loads and stores, each call elsewhere in a scratch buffer
+// far larger than L2), and on every SM it streams at a good part of that.
+TEST_F(CudaOpsTest, EmulatedCollectiveTrafficIsHbmTraffic) {
+  Result<std::vector<CudaDevice>> devices = ListCudaDevices();
+  ASSERT_TRUE(devices.ok());
+  const int sms = (*devices)[0].sms;
+  double hbm_GBps = 0;
+  ASSERT_EQ(cuda::MeasureHbmGBps(context_, size_t{1} << 30, 5, &hbm_GBps), "");
+  const double bytes = 16.0 * (1 << 20);  // a third of an H100's or H200's L2
+  ASSERT_EQ(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(bytes)), "");
+  std::vector<double> GBps;
+  for (int i = 0; i < 20; ++i) {
+    cuda::EmulationProbe probe;
+    ASSERT_EQ(cuda::ProbeEmulatedCollective(context_, sms, bytes * 16, 0.0, &probe), "");
+    GBps.push_back(probe.GBps);
+  }
+  std::sort(GBps.begin(), GBps.end());
+  std::cout << "emulated collective on " << sms << " SMs: " << GBps[GBps.size() / 2]
+            << " GB/s; device-to-device copy " << hbm_GBps << " GB/s\n";
+  EXPECT_LE(GBps.back(), 1.1 * hbm_GBps) << "faster than HBM: L2 hits";
+  EXPECT_GE(GBps[GBps.size() / 2], 0.5 * hbm_GBps);
+  for (int i = 0; i < 20; ++i) {
+    cuda::EmulationProbe probe;
+    ASSERT_EQ(cuda::ProbeEmulatedCollective(context_, sms, bytes, 0.0, &probe), "");
+    EXPECT_LE(probe.GBps, 1.1 * hbm_GBps) << "a small transfer, repeated: L2 hits";
+  }
+}
+
+// Random operands: uniform in [-1, 1), not constant, reproducible from the seed.
+TEST_P(CudaOpsTypedTest, FillsRandomValues) {
+  const Matrix m = Make(256, 384);
+  ASSERT_EQ(cuda::FillRandom(context_, m.view, 7), "");
+  ASSERT_EQ(cuda::Synchronize(context_), "");
+  const std::vector<float> v = Read(m.view);
+  double sum = 0, squares = 0;
+  for (float x : v) {
+    EXPECT_GE(x, -1.0f);
+    EXPECT_LE(x, 1.0f);
+    sum += x;
+    squares += double{x} * x;
+  }
+  const double n = static_cast<double>(v.size());
+  EXPECT_NEAR(sum / n, 0.0, 0.02);
+  EXPECT_NEAR(squares / n, 1.0 / 3.0, 0.02);  // the variance of U(-1, 1)
+  ASSERT_EQ(cuda::FillRandom(context_, m.view, 7), "");
+  EXPECT_EQ(Read(m.view), v);
 }
 
 TEST_F(CudaOpsTest, MeasuresHbmBandwidth) {

@@ -2,6 +2,9 @@
 #define DOMINO_TESTS_EXEC_FAKE_CUDA_OPS_H_
 
 // The fake GPU of fake_cuda_ops.cc: the durations it gives ops, and what it counted.
+#include <string>
+#include <vector>
+
 namespace domino::exec::fake {
 
 inline constexpr double kLaunchUs = 2;
@@ -10,6 +13,10 @@ inline constexpr double kElementwiseUs = 3;
 inline constexpr double kAttentionUs = 20;
 inline constexpr double kCopyUs = 1;
 inline constexpr double kNcclUs = 40;
+// A non-blocking NCCL call finishes enqueueing this long after the host made it: the comm
+// stream cannot start the collective before, and an event recorded before the call without a
+// gate (CloseGate) fires while the host is still enqueueing, so it times the host.
+inline constexpr double kNcclEnqueueUs = 25;
 inline constexpr double kPeakTflops = 500;
 inline constexpr double kHbmGBps = 3000;
 
@@ -20,6 +27,14 @@ struct Stats {
   int emulated_ctas = 0;     // CTAs of the last one
   int captures = 0;
   int graph_launches = 0;
+  int gates = 0;         // CloseGate calls that held a stream
+  int random_fills = 0;  // FillRandom calls
+  // Teardown, in order: "graph" (DestroyGraph of a captured graph), "nccl finalize", "nccl
+  // abort", "context".
+  std::vector<std::string> teardown;
+  // NCCL's finalize or abort was called while a graph still held work of the communicator: on a
+  // GPU it would wait forever.
+  bool nccl_teardown_would_hang = false;
 };
 
 // Since the last context was created.

@@ -1,0 +1,40 @@
+#!/bin/bash
+# tools/gpu-bundle's output runs on a machine with an NVIDIA driver and nothing else: assembled
+# from this build's binaries, with an empty LD_LIBRARY_PATH, ldd resolves every library of every
+# bundled binary inside the bundle, but the C library's and the driver's libcuda.so.1 (loaded at
+# run time by the static CUDA runtime; never "not found" but for it), and the binaries' RUNPATH
+# is the bundle's. This machine has CUDA in its loader cache, so a library found outside the
+# bundle is a failure even when it resolves.
+# Usage: gpu_bundle.sh SOURCE_DIR BINARY...
+set -euo pipefail
+src=$1
+shift
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$src/tools/gpu-bundle" --assemble "$tmp/gpu-bundle" "$@" >/dev/null
+bundle="$tmp/gpu-bundle"
+system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil)\.so'
+status=0
+for binary in "$@"; do
+  b="$bundle/$(basename "$binary")"
+  runpath=$(readelf -d "$b" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+  [[ $runpath == '$ORIGIN/lib' ]] || { echo "FAIL $b: RUNPATH '$runpath'"; status=1; }
+  resolved=$(env -u LD_LIBRARY_PATH ldd "$b")
+  while read -r name arrow path _; do
+    [[ $arrow == "=>" ]] || continue
+    if [[ $path == "not" ]]; then
+      [[ $name == libcuda.so.1 ]] || { echo "FAIL $b: $name not found"; status=1; }
+    elif [[ ! $name =~ $system && $path != "$bundle/lib/"* ]]; then
+      echo "FAIL $b: $name resolves outside the bundle ($path)"; status=1
+    fi
+    [[ $name != libcudart.so* ]] || { echo "FAIL $b: links the shared CUDA runtime"; status=1; }
+  done <<<"$resolved"
+  for lib in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+    grep -q "$lib => $bundle/lib/" <<<"$resolved" ||
+      { echo "FAIL $b: $lib not from the bundle"; status=1; }
+  done
+done
+grep -q '^driver [0-9]' "$bundle/REQUIREMENTS" || { echo "FAIL: REQUIREMENTS has no driver"; status=1; }
+grep -q '^glibc [0-9]' "$bundle/REQUIREMENTS" || { echo "FAIL: REQUIREMENTS has no glibc"; status=1; }
+((status == 0)) && echo "gpu bundle ok"
+exit $status
