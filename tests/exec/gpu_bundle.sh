@@ -5,15 +5,21 @@
 # run time by the static CUDA runtime; never "not found" but for it), and the binaries' RUNPATH
 # is the bundle's. This machine has CUDA in its loader cache, so a library found outside the
 # bundle is a failure even when it resolves.
-# Usage: gpu_bundle.sh SOURCE_DIR BINARY...
+# Usage: gpu_bundle.sh SOURCE_DIR BINARY...     (assembles a bundle of them, then checks it)
+#        gpu_bundle.sh --bundle DIR              (checks a bundle tools/gpu-bundle wrote)
 set -euo pipefail
-src=$1
-shift
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-"$src/tools/gpu-bundle" --assemble "$tmp/gpu-bundle" "$@" >/dev/null
-bundle="$tmp/gpu-bundle"
-system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil)\.so'
+if [[ $1 == --bundle ]]; then
+  bundle=$(cd "$2" && pwd)
+  set -- "$bundle/domino" "$bundle/exec_gpu_test"
+else
+  src=$1
+  shift
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  "$src/tools/gpu-bundle" --assemble "$tmp/gpu-bundle" "$@" >/dev/null
+  bundle="$tmp/gpu-bundle"
+fi
+system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s)\.so'
 status=0
 for binary in "$@"; do
   b="$bundle/$(basename "$binary")"
