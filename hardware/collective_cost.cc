@@ -6,6 +6,7 @@
 #include <array>
 #include <cassert>
 #include <cmath>
+#include <optional>
 
 namespace domino {
 namespace {
@@ -101,54 +102,83 @@ Status CheckCommGroup(const NodeSpec& node, const CommGroup& group) {
   return Status::Ok();
 }
 
-CollectiveEstimate EstimateCollective(const NodeSpec& node, Collective kind, double bytes,
-                                      const CommGroup& group) {
+std::string_view CollectiveAlgorithmName(CollectiveAlgorithm algorithm) {
+  switch (algorithm) {
+    case CollectiveAlgorithm::kAuto:
+      return "auto";
+    case CollectiveAlgorithm::kRing:
+      return "ring";
+    case CollectiveAlgorithm::kNvls:
+      return "nvls";
+    case CollectiveAlgorithm::kTree:
+      return "tree";
+  }
+  return "?";
+}
+
+Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collective kind,
+                                                  double bytes, const CommGroup& group,
+                                                  CollectiveAlgorithm algorithm) {
   assert(CheckCommGroup(node, group).ok() && bytes >= 0);
   const int n = group.size;
   if (n <= 1) return CollectiveEstimate{};
   const double factor = BusbwFactor(kind, n);
   const double nvlink_GBps = node.nvlink.GBps_per_direction * node.nvlink.efficiency;
+  const bool nvls = kind == Collective::kAllReduce && node.nvls && node.nvls_busbw_GBps > 0;
+  const bool any = algorithm == CollectiveAlgorithm::kAuto;
+  std::optional<CollectiveEstimate> best;
+  auto consider = [&](double time_us, std::string_view name) {
+    if (!best || time_us < best->time_us) best = MakeEstimate(node, kind, bytes, n, time_us, name);
+  };
 
   if (group.nodes_spanned <= 1) {
-    double simple_us = node.nvlink.base_latency_us +
-                       RingSteps(kind, n) * node.nvlink.step_latency_us +
-                       TransferUs(bytes * factor, nvlink_GBps);
-    double ll128_us = node.ll128.base_latency_us +
-                      RingSteps(kind, n) * node.ll128.nvlink_step_latency_us +
-                      TransferUs(bytes * factor, nvlink_GBps * node.ll128.bandwidth_factor);
-    double ring_us = std::min(simple_us, ll128_us);
-    if (kind == Collective::kAllReduce && node.nvls && node.nvls_busbw_GBps > 0) {
-      double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(n, node.gpus_per_node);
-      double nvls_us = node.nvls_latency_us + TransferUs(bytes * factor, nvls_GBps);
-      if (nvls_us < ring_us) return MakeEstimate(node, kind, bytes, n, nvls_us, "nvls");
+    if (any || algorithm == CollectiveAlgorithm::kRing) {
+      double simple_us = node.nvlink.base_latency_us +
+                         RingSteps(kind, n) * node.nvlink.step_latency_us +
+                         TransferUs(bytes * factor, nvlink_GBps);
+      double ll128_us = node.ll128.base_latency_us +
+                        RingSteps(kind, n) * node.ll128.nvlink_step_latency_us +
+                        TransferUs(bytes * factor, nvlink_GBps * node.ll128.bandwidth_factor);
+      consider(std::min(simple_us, ll128_us), "ring");
     }
-    return MakeEstimate(node, kind, bytes, n, ring_us, "ring");
+    if (nvls && (any || algorithm == CollectiveAlgorithm::kNvls)) {
+      double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(n, node.gpus_per_node);
+      consider(node.nvls_latency_us + TransferUs(bytes * factor, nvls_GBps), "nvls");
+    }
+    if (!best)
+      return Error(fmt::format("{} on {}: NCCL has no {} {} inside one node", CollectiveName(kind),
+                               node.name, CollectiveAlgorithmName(algorithm),
+                               CollectiveName(kind)));
+    return *best;
   }
 
   const int nodes = group.nodes_spanned;
   const int k = group.gpus_per_node_in_group;
-  const double network_GBps =
-      std::min(k, node.nics) * node.network.GBps_per_direction * node.network.efficiency;
-  int inter_steps = 1;
-  int intra_steps = 0;
-  double intra_us = 0;
-  double inter_us = TransferUs(bytes * k, network_GBps);
-  if (kind != Collective::kSendRecv) {
-    inter_steps = RingSteps(kind, nodes);
-    intra_steps = RingSteps(kind, n) - inter_steps;
-    if (k > 1) intra_us = TransferUs(bytes * factor, nvlink_GBps);
-    inter_us = TransferUs(bytes * factor, network_GBps);
+  const double nic_GBps = node.network.GBps_per_direction * node.network.efficiency;
+  const double network_GBps = std::min(k, node.nics) * nic_GBps;
+  if (any || algorithm == CollectiveAlgorithm::kRing) {
+    int inter_steps = 1;
+    int intra_steps = 0;
+    double intra_us = 0;
+    double inter_us = TransferUs(bytes * k, network_GBps);
+    if (kind != Collective::kSendRecv) {
+      inter_steps = RingSteps(kind, nodes);
+      intra_steps = RingSteps(kind, n) - inter_steps;
+      if (k > 1) intra_us = TransferUs(bytes * factor, nvlink_GBps);
+      inter_us = TransferUs(bytes * factor, network_GBps);
+    }
+    double transfer_us = std::max(intra_us, inter_us);
+    double simple_us = node.network.base_latency_us + inter_steps * node.network.step_latency_us +
+                       intra_steps * node.nvlink.step_latency_us + transfer_us;
+    double ll128_us = node.ll128.base_latency_us +
+                      inter_steps * node.ll128.network_step_latency_us +
+                      intra_steps * node.ll128.nvlink_step_latency_us +
+                      transfer_us / node.ll128.bandwidth_factor;
+    consider(std::min(simple_us, ll128_us), "hierarchical");
   }
-  double transfer_us = std::max(intra_us, inter_us);
-  double simple_us = node.network.base_latency_us + inter_steps * node.network.step_latency_us +
-                     intra_steps * node.nvlink.step_latency_us + transfer_us;
-  double ll128_us = node.ll128.base_latency_us + inter_steps * node.ll128.network_step_latency_us +
-                    intra_steps * node.ll128.nvlink_step_latency_us +
-                    transfer_us / node.ll128.bandwidth_factor;
-  const double ring_us = std::min(simple_us, ll128_us);
-  if (kind == Collective::kAllReduce) {
+  const int depth = static_cast<int>(std::ceil(std::log2(nodes)));
+  if (kind == Collective::kAllReduce && (any || algorithm == CollectiveAlgorithm::kTree)) {
     // Tree: up and down a chain of k - 1 NVLink hops and ceil(log2 N) network hops.
-    const int depth = static_cast<int>(std::ceil(std::log2(nodes)));
     const double tree_transfer_us =
         TransferUs(2.0 * bytes, std::min(k > 1 ? nvlink_GBps : network_GBps, network_GBps) *
                                     node.tree.bandwidth_factor);
@@ -162,10 +192,28 @@ CollectiveEstimate EstimateCollective(const NodeSpec& node, Collective kind, dou
         2 * ((k - 1) * node.tree.ll128_nvlink_step_latency_us +
              depth * node.tree.ll128_network_step_latency_us) +
         tree_transfer_us / node.ll128.bandwidth_factor;
-    const double tree_us = std::min(tree_simple_us, tree_ll128_us);
-    if (tree_us < ring_us) return MakeEstimate(node, kind, bytes, n, tree_us, "tree");
+    consider(std::min(tree_simple_us, tree_ll128_us), "tree");
   }
-  return MakeEstimate(node, kind, bytes, n, ring_us, "hierarchical");
+  if (nvls && k > 1 && (any || algorithm == CollectiveAlgorithm::kNvls)) {
+    // NVLS-tree: NVLS inside each node, each GPU's shard over the tree through its own NIC.
+    const double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(k, node.gpus_per_node);
+    const double intra_us = TransferUs(bytes * 2.0 * (k - 1) / k, nvls_GBps);
+    const double inter_us =
+        TransferUs(2.0 * bytes / std::min(k, node.nics), nic_GBps * node.tree.bandwidth_factor);
+    consider(node.nvls_latency_us + depth * node.tree.network_step_latency_us +
+                 std::max(intra_us, inter_us),
+             "nvls-tree");
+  }
+  if (!best)
+    return Error(fmt::format("{} across {} nodes of {}: NCCL has no {} {} here",
+                             CollectiveName(kind), nodes, node.name,
+                             CollectiveAlgorithmName(algorithm), CollectiveName(kind)));
+  return *best;
+}
+
+CollectiveEstimate EstimateCollective(const NodeSpec& node, Collective kind, double bytes,
+                                      const CommGroup& group) {
+  return EstimateCollectiveWith(node, kind, bytes, group, CollectiveAlgorithm::kAuto).value();
 }
 
 }  // namespace domino

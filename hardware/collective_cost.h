@@ -12,6 +12,12 @@ enum class Collective { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
 
 std::string_view CollectiveName(Collective kind);  // "all-reduce", "reduce-scatter", ...
 
+// Which algorithm a collective may use: NCCL's own choice (the fastest that applies), or one
+// forced as NCCL_ALGO does. Ring covers the hierarchical ring across nodes; NVLS covers NVLS-tree
+// across nodes.
+enum class CollectiveAlgorithm { kAuto, kRing, kNvls, kTree };
+std::string_view CollectiveAlgorithmName(CollectiveAlgorithm algorithm);  // "auto", "ring", ...
+
 // nccl-tests' bus-bandwidth factor for `n` ranks: 2(n-1)/n for all-reduce, (n-1)/n for
 // reduce-scatter and all-gather, 1 for send/recv; busbw = algbw * factor.
 double BusbwFactor(Collective kind, int n);
@@ -36,7 +42,8 @@ struct CollectiveEstimate {
   double time_us = 0;
   double busbw_GBps = 0;  // 1 GB = 1e9 bytes, as NCCL counts
   double algbw_GBps = 0;
-  std::string_view algorithm = "none";  // "ring", "nvls", "hierarchical" or "none"
+  // "ring", "nvls", "hierarchical" (a ring across nodes), "tree", "nvls-tree" or "none"
+  std::string_view algorithm = "none";
   int ctas = 0;
   double hbm_bytes = 0;
 };
@@ -73,10 +80,21 @@ struct CollectiveEstimate {
 //            + 2 * bytes / (min(B_nv if k > 1, B_net) * tree.bandwidth_factor)
 // with the Simple (network.base_latency_us) and LL128 (ll128.base_latency_us, bandwidth times
 // ll128.bandwidth_factor) figures; "tree" then names the algorithm.
+// An all-reduce across nodes on NVLS nodes may also take NCCL's NVLS-tree: NVLS reduce-scatters
+// inside each node, each GPU's 1/k shard is all-reduced over the tree between nodes through its
+// own NIC, and NVLS all-gathers inside the node; the two parts pipeline, so
+//     time = nvls_latency_us + depth * tree network step (Simple)
+//            + max(bytes * 2(k-1)/k / B_nvls, 2 * bytes / (k * B_nic * tree.bandwidth_factor))
+// with B_nic = network.GBps_per_direction * network.efficiency (one NIC per GPU).
 // ctas = node.comm_ctas; hbm_bytes = bytes * f * node.comm_hbm_factor.
-// Time grows with bytes and shrinks with any bandwidth or efficiency.
+// Time grows with bytes and shrinks with any bandwidth or efficiency. `algorithm` other than
+// kAuto restricts the choice to that algorithm; where it does not apply (NVLS without NVLS, a
+// tree inside one node, NVLS or tree for anything but an all-reduce) the error says so.
 CollectiveEstimate EstimateCollective(const NodeSpec& node, Collective kind, double bytes,
                                       const CommGroup& group);
+Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collective kind,
+                                                  double bytes, const CommGroup& group,
+                                                  CollectiveAlgorithm algorithm);
 
 }  // namespace domino
 

@@ -173,6 +173,12 @@ Result<GpuSpec> ParseGpu(std::string_view text, std::string_view file) {
     (void)peaks->Finish();
   }
   map.Real("max_gemm_efficiency", &gpu.max_gemm_efficiency, Need::kOptional, kFraction);
+  map.Real("fp8_gemm_efficiency", &gpu.fp8_gemm_efficiency, Need::kOptional, kFraction);
+  map.Real("gemm_tile_overhead_k", &gpu.gemm_tile_overhead_k, Need::kOptional,
+           {.min = 0, .max = 1e6, .min_exclusive = false});
+  map.Real("gemm_fixed_us", &gpu.gemm_fixed_us, Need::kOptional, kLatency);
+  map.Real("gemm_stream_k_min_k", &gpu.gemm_stream_k_min_k, Need::kOptional,
+           {.min = 1, .max = 1e12, .min_exclusive = false});
   map.Real("hbm_efficiency", &gpu.hbm_efficiency, Need::kOptional, kFraction);
   map.Real("kernel_launch_us", &gpu.kernel_launch_us, Need::kOptional, kLatency);
   map.Real("graph_launch_us", &gpu.graph_launch_us, Need::kOptional, kLatency);

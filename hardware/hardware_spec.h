@@ -27,7 +27,16 @@ struct GpuSpec {
   double memory_GB = 0;
   double hbm_GBps = 0;                            // datasheet HBM bandwidth
   std::array<double, kDtypeCount> peak_tflops{};  // dense, indexed by Dtype
-  double max_gemm_efficiency = 0.8;  // best achieved fraction of peak on a friendly shape
+  // GEMM model (sim/gemm_model.h): the fraction of the dense peak one SM's main loop sustains
+  // (16-bit, and fp8, which cuBLAS runs further below its peak), the k-steps' worth of time each
+  // output tile spends outside its main loop (prologue, epilogue), the fixed time of a kernel
+  // (ramp up and down), and the inner dimension from which cuBLAS balances the last wave over
+  // every SM (stream-K) instead of leaving SMs idle.
+  double max_gemm_efficiency = 0.84;
+  double fp8_gemm_efficiency = 0.68;
+  double gemm_tile_overhead_k = 192;
+  double gemm_fixed_us = 3;
+  double gemm_stream_k_min_k = 2048;
   double hbm_efficiency = 0.85;      // achieved fraction of hbm_GBps for streaming kernels
   double kernel_launch_us = 4.0;     // per kernel, eager launches
   double graph_launch_us = 1.0;      // per kernel inside a CUDA graph

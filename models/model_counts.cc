@@ -48,10 +48,11 @@ ParameterCounts CountParameters(const ModelSpec& model) {
   return counts;
 }
 
-double TrainingFlopsPerToken(const ModelSpec& model, int seq_len) {
+double TrainingFlopsPerToken(const ModelSpec& model, int seq_len, AttentionCount count) {
   const double matmul = static_cast<double>(CountParameters(model).matmul);
   const double attention_width = static_cast<double>(model.heads) * model.head_dim();
-  return 6.0 * matmul + 12.0 * model.layers * static_cast<double>(seq_len) * attention_width;
+  const double attention = 12.0 * model.layers * static_cast<double>(seq_len) * attention_width;
+  return 6.0 * matmul + (count == AttentionCount::kCausal ? attention / 2 : attention);
 }
 
 }  // namespace domino

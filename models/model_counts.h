@@ -24,11 +24,17 @@ struct ParameterCounts {
 
 ParameterCounts CountParameters(const ModelSpec& model);
 
+// How model FLOPs count the attention scores of a causal model: every s x s product, as
+// Megatron-LM's and PaLM's MFU do (an upper bound that ignores the mask), or the lower triangle
+// that a causal kernel computes (half).
+enum class AttentionCount { kFull, kCausal };
+
 // Model FLOPs to train on one token at sequence length `seq_len`: 6 * matmul parameters (forward
 // 2N, backward 4N) plus the attention term 12 * layers * seq_len * (heads * head_dim) for QK^T
-// and attention-times-V (forward 4 * s * h per token per layer, times 3), without a causal
-// discount, as Megatron-LM and PaLM's MFU count it. Recompute is not included.
-double TrainingFlopsPerToken(const ModelSpec& model, int seq_len);
+// and attention-times-V (forward 4 * s * h per token per layer, times 3), halved with kCausal.
+// Recompute is not included.
+double TrainingFlopsPerToken(const ModelSpec& model, int seq_len,
+                             AttentionCount count = AttentionCount::kFull);
 
 }  // namespace domino
 

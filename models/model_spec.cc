@@ -44,12 +44,8 @@ std::string_view NormName(Norm norm) {
   return "unknown";
 }
 
-Result<ModelSpec> ParseModel(std::string_view text, std::string_view file) {
-  Result<YAML::Node> root = ParseYaml(text, file);
-  if (!root.ok()) return root.error();
-
+ModelSpec ReadModel(YamlMap& map) {
   ModelSpec model;
-  YamlMap map(*root, std::string(file));
   map.String("name", &model.name, Need::kRequired);
   map.Int("layers", &model.layers, Need::kRequired, kLayersRange);
   map.Int("hidden", &model.hidden, Need::kRequired, kHiddenRange);
@@ -74,8 +70,33 @@ Result<ModelSpec> ParseModel(std::string_view text, std::string_view file) {
                                        model.heads, model.kv_heads));
     }
   }
+  return model;
+}
+
+Result<ModelSpec> ParseModel(std::string_view text, std::string_view file) {
+  Result<YAML::Node> root = ParseYaml(text, file);
+  if (!root.ok()) return root.error();
+  YamlMap map(*root, std::string(file));
+  ModelSpec model = ReadModel(map);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return model;
+}
+
+std::string ModelToFlowYaml(const ModelSpec& m) {
+  std::string name;
+  for (char c : m.name) {  // a YAML double-quoted scalar
+    if (static_cast<unsigned char>(c) < 0x20) {
+      name += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+      continue;
+    }
+    if (c == '"' || c == '\\') name += '\\';
+    name += c;
+  }
+  return fmt::format(
+      "{{name: \"{}\", layers: {}, hidden: {}, heads: {}, kv_heads: {}, ffn: {}, vocab: {}, "
+      "seq_len: {}, activation: {}, norm: {}, bias: {}, tied_embeddings: {}}}",
+      name, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn, m.vocab, m.seq_len,
+      ActivationName(m.activation), NormName(m.norm), m.bias, m.tied_embeddings);
 }
 
 Result<ModelSpec> LoadModel(std::string_view name_or_path) {

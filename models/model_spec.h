@@ -12,6 +12,8 @@
 
 namespace domino {
 
+class YamlMap;
+
 enum class Activation { kGelu, kSwiglu };
 enum class Norm { kLayerNorm, kRmsNorm };
 
@@ -47,6 +49,13 @@ struct ModelSpec {
 // heads, bias to true, tied_embeddings to true); sizes positive; hidden divisible by heads;
 // heads divisible by kv_heads; activation gelu|swiglu; norm layernorm|rmsnorm.
 Result<ModelSpec> ParseModel(std::string_view text, std::string_view file);
+
+// Reads a model from an open YAML mapping (a model file's root, or a plan's inline `model:`
+// mapping) with the rules of ParseModel; errors go to `map` (see YamlMap::Finish).
+ModelSpec ReadModel(YamlMap& map);
+
+// The model as one YAML flow mapping that ParseModel reads back to the same spec.
+std::string ModelToFlowYaml(const ModelSpec& model);
 
 // Loads a catalog model by name ("gpt3-13b") or a YAML file by path. A string that names no
 // catalog model and no file gets an error listing the catalog.

@@ -281,6 +281,15 @@ class Lowering {
   }
 
   double RowBytes(int64_t cols) const { return static_cast<double>(slice_tokens_) * cols * e_; }
+  // Bytes of the residual add after the attention projection and the second MLP linear, over
+  // `hb` bytes of activations, as the stack runs it: one fused pass (read both, write; with
+  // dropout, a 1-byte mask too), or a bias pass, a dropout pass and an add pass.
+  double ResidualBytes(double hb) const {
+    const StackSpec& stack = plan_.stack;
+    const double mask = stack.dropout ? hb / e_ : 0;
+    if (stack.fused_bias_dropout_add) return 3 * hb + mask;
+    return (plan_.model.bias ? 2 * hb : 0) + (stack.dropout ? 2 * hb + mask : 0) + 3 * hb;
+  }
   // Rows a norm or residual touches: a sequence-parallel shard, or the whole slice.
   double NormRows() const { return sp_ ? static_cast<double>(slice_tokens_) / plan_.tp : slice_tokens_; }
 
@@ -296,7 +305,7 @@ class Lowering {
     if (block == Block::kAttention) {
       if (l > 0 && !recomputing_) {  // a recomputed layer starts from its saved input
         const LayerTensors& prev = tensors_[l - 1];
-        Elementwise(OpFunc::kResidual2, Tags(l - 1, i, -1, fwd_phase_), 3 * hb, std::move(deps),
+        Elementwise(OpFunc::kResidual2, Tags(l - 1, i, -1, fwd_phase_), ResidualBytes(hb), std::move(deps),
                     {SliceOf(prev.mid, i), SliceOf(Reduced(prev.fc2, prev.fc2_s), i)},
                     {SliceOf(t.x, i)});
         deps = {};
@@ -304,7 +313,7 @@ class Lowering {
       norm = Elementwise(OpFunc::kLn1, tags, 2 * hb, std::move(deps), {SliceOf(t.x, i), WholeOf(t.w_ln1)},
                          {SliceOf(Reduced(t.ln1, t.ln1_s), i)});
     } else {
-      Elementwise(OpFunc::kResidual1, tags, 3 * hb, std::move(deps),
+      Elementwise(OpFunc::kResidual1, tags, ResidualBytes(hb), std::move(deps),
                   {SliceOf(t.x, i), SliceOf(Reduced(t.proj, t.proj_s), i)}, {SliceOf(t.mid, i)});
       norm = Elementwise(OpFunc::kLn2, tags, 2 * hb, {}, {SliceOf(t.mid, i), WholeOf(t.w_ln2)},
                          {SliceOf(Reduced(t.ln2, t.ln2_s), i)});
@@ -331,7 +340,10 @@ class Lowering {
     } else {
       Gemm(OpFunc::kFc1, tags, slice_tokens_, f1_, h_, first, {SliceOf(t.ln2, i), WholeOf(t.w_fc1)},
            {SliceOf(t.fc1, i)});
+      // Read the first linear's output, write the activation; a bias the stack does not fuse
+      // into the activation is one more pass over the first linear's output.
       double act_bytes = (f1_ + f_) * RowBytes(1);
+      if (plan_.model.bias && !plan_.stack.fused_bias_gelu) act_bytes += 2 * f1_ * RowBytes(1);
       Elementwise(OpFunc::kAct, tags, act_bytes, {}, {SliceOf(t.fc1, i)}, {SliceOf(t.act, i)});
       in = t.act, w_out = t.w_fc2, out = t.fc2, k = f_;
     }
@@ -547,7 +559,7 @@ class Lowering {
     Deps deps = std::move(waits_[i]);
     waits_[i].clear();
     const double hb = NormRows() * h_ * e_;
-    Elementwise(OpFunc::kResidual2, tags, 3 * hb, std::move(deps),
+    Elementwise(OpFunc::kResidual2, tags, ResidualBytes(hb), std::move(deps),
                 {SliceOf(t.mid, i), SliceOf(Reduced(t.fc2, t.fc2_s), i)}, {SliceOf(head_x_, i)});
     int32_t norm = Elementwise(OpFunc::kFinalNorm, tags, 2 * hb, {}, {SliceOf(head_x_, i)},
                                {sp_ ? SliceOf(head_x_, i) : SliceOf(head_ln_, i)});

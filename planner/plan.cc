@@ -153,12 +153,17 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
 }
 
 Status ResolvePlan(Plan& plan, bool check_rules) {
-  Result<ModelSpec> model = LoadModel(plan.model_ref);
-  if (!model.ok()) return model.error();
+  if (!plan.model_ref.empty()) {
+    Result<ModelSpec> model = LoadModel(plan.model_ref);
+    if (!model.ok()) return model.error();
+    plan.model = std::move(model).value();
+  }
   Result<ClusterSpec> cluster = LoadCluster(plan.cluster_ref);
   if (!cluster.ok()) return cluster.error();
-  plan.model = std::move(model).value();
+  Result<StackSpec> stack = LoadStack(plan.stack_ref);
+  if (!stack.ok()) return stack.error();
   plan.cluster = std::move(cluster).value();
+  plan.stack = std::move(stack).value();
   if (plan.seq_len <= 0) plan.seq_len = plan.model.seq_len;
   if (!check_rules) return Status::Ok();
   if (auto failure = CheckPlanRules(plan))
@@ -171,8 +176,18 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   if (!doc.ok()) return doc.error();
   YamlMap root(*doc, std::string(file));
   Plan plan;
-  root.String("model", &plan.model_ref, Need::kRequired);
+  // `model:` names a catalog model or a file, or is the model itself as a mapping.
+  std::optional<ModelSpec> inline_model;
+  if (root.Has("model") && (*doc)["model"].IsMap()) {
+    if (std::optional<YamlMap> model = root.Map("model", Need::kRequired)) {
+      inline_model = ReadModel(*model);
+      plan.model_ref.clear();
+    }
+  } else {
+    root.String("model", &plan.model_ref, Need::kRequired);
+  }
   root.String("cluster", &plan.cluster_ref, Need::kRequired);
+  root.String("stack", &plan.stack_ref, Need::kOptional);
   root.Enum("precision", &plan.precision, Need::kOptional, kPrecisions);
   plan.seq_len = 0;
   if (auto training = root.Map("training", Need::kOptional)) {
@@ -208,18 +223,28 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   (void)root.Raw("search");    // how `domino plan` chose the plan: for people
   DOMINO_RETURN_IF_ERROR(root.Finish());
 
-  Result<ModelSpec> model = LoadModel(plan.model_ref);
-  if (!model.ok()) {
-    root.Fail("model", model.message());
-    return root.Finish().error();
+  if (inline_model) {
+    plan.model = std::move(*inline_model);
+  } else {
+    Result<ModelSpec> model = LoadModel(plan.model_ref);
+    if (!model.ok()) {
+      root.Fail("model", model.message());
+      return root.Finish().error();
+    }
+    plan.model = std::move(model).value();
   }
   Result<ClusterSpec> cluster = LoadCluster(plan.cluster_ref);
   if (!cluster.ok()) {
     root.Fail("cluster", cluster.message());
     return root.Finish().error();
   }
-  plan.model = std::move(model).value();
   plan.cluster = std::move(cluster).value();
+  Result<StackSpec> stack = LoadStack(plan.stack_ref);
+  if (!stack.ok()) {
+    root.Fail("stack", stack.message());
+    return root.Finish().error();
+  }
+  plan.stack = std::move(stack).value();
   if (plan.seq_len == 0) plan.seq_len = plan.model.seq_len;
   if (auto failure = CheckPlanRules(plan)) {
     // Point at the innermost key that exists in the file, else at its section, else the root.
@@ -258,12 +283,14 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
   out += fmt::format(
       "model: {}\n"
       "cluster: {}\n"
+      "stack: {}\n"
       "precision: {}\n"
       "training: {{seq_len: {}, micro_batch: {}, global_batch: {}}}\n"
       "parallel: {{tp: {}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}}}\n"
       "overlap: {{row_split: {}, col_split: {}, scope: {}}}\n"
       "memory: {{recompute: {}, distributed_optimizer: {}}}\n",
-      p.model_ref, p.cluster_ref, DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch,
+      p.model_ref.empty() ? ModelToFlowYaml(p.model) : p.model_ref, p.cluster_ref, p.stack_ref,
+      DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch,
       p.tp, p.pp, p.dp, p.sequence_parallel, p.virtual_stages,
       p.placement == Placement::kTpDpPp ? "" : fmt::format(", placement: {}", PlacementName(p.placement)),
       p.row_split, p.col_split,

@@ -9,6 +9,7 @@
 #include "hardware/hardware_spec.h"
 #include "models/base/result.h"
 #include "models/model_spec.h"
+#include "planner/stack.h"
 
 namespace domino {
 
@@ -33,7 +34,8 @@ struct PlanFigures {
   double exposed_comm_ms = 0;       // iteration_ms - ideal_ms
   double hidden_comm_fraction = 0;  // 1 - exposed / total TP communication time
   double tokens_per_s = 0;
-  double tflops_per_gpu = 0;        // model FLOPs (recompute excluded)
+  // Model FLOPs: 6N plus causal attention (half of every s x s product; recompute excluded).
+  double tflops_per_gpu = 0;
   double mfu = 0;                   // against the GPU's dense peak for the precision
   double memory_gib_per_gpu = 0;
 };
@@ -43,10 +45,12 @@ struct PlanFigures {
 // YAML (docs/formats.md); loading resolves the model and cluster and checks every rule a user
 // could get wrong.
 struct Plan {
-  std::string model_ref = "gpt3-13b";      // as written: catalog name or path
+  std::string model_ref = "gpt3-13b";      // as written: catalog name or path; empty: inline `model`
   std::string cluster_ref = "dgx-h100:4";  // as written: NODE:COUNT[:GPUS] or path
+  std::string stack_ref{kDefaultStack};    // as written: catalog name or path
   ModelSpec model;
   ClusterSpec cluster;
+  StackSpec stack;
   Dtype precision = Dtype::kBf16;
   // training
   int seq_len = 1024;
@@ -103,7 +107,7 @@ std::vector<int> ChunkLayers(const Plan& plan);
 Result<Plan> ParsePlan(std::string_view text, std::string_view file);
 Result<Plan> LoadPlan(const std::string& path);
 
-// Resolves model_ref and cluster_ref and checks the rules, for plans built in code or from flags.
+// Resolves model_ref (unless empty: an inline model), cluster_ref and stack_ref and checks the rules, for plans built in code or from flags.
 // Without `check_rules`, only resolves (for a search's starting point, which may break rules the
 // search varies).
 Status ResolvePlan(Plan& plan, bool check_rules = true);

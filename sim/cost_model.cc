@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/gemm_model.h"
+
 namespace domino::sim {
 namespace {
-
-constexpr double kInnerHalfEfficiencyK = 64;  // k at which a GEMM reaches half its best efficiency
 
 Collective ToCollective(CollectiveOp op) {
   switch (op) {
@@ -20,6 +20,10 @@ Collective ToCollective(CollectiveOp op) {
 
 }  // namespace
 
+AttentionKernel AttentionOf(const Plan& plan, const CostOptions& options) {
+  return options.attention.value_or(plan.stack.attention);
+}
+
 CommGroup TpGroup(const Plan& plan) {
   int per_node = std::min(plan.tp, plan.cluster.gpus_per_node);
   return CommGroup{plan.tp, (plan.tp + per_node - 1) / per_node, per_node};
@@ -29,20 +33,24 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
     : gpu_(plan.cluster.node.gpu),
       node_(plan.cluster.node),
       options_(options),
+      plan_stack_(plan.stack),
       tp_group_(TpGroup(plan)) {
   Dtype dtype = plan.precision;
   if (gpu_.peak(dtype) <= 0) dtype = Dtype::kBf16;  // fp8 on a GPU without it runs as bf16
-  peak_tflops_ = gpu_.peak(dtype);
+  gemm_dtype_ = dtype;
+  attention_dtype_ = dtype == Dtype::kFp8 ? Dtype::kBf16 : dtype;
+  gemm_tflops_ = GemmCeilingTflops(gpu_, dtype);
   // Attention runs in 16-bit even when the GEMMs use fp8.
-  attention_tflops_ = dtype == Dtype::kFp8 ? gpu_.peak(Dtype::kBf16) : peak_tflops_;
+  attention_tflops_ = dtype == Dtype::kFp8 ? gpu_.peak(Dtype::kBf16) : gpu_.peak(dtype);
   hbm_GBps_ = gpu_.hbm_GBps * gpu_.hbm_efficiency;
-  launch_us_ = options.cuda_graphs ? gpu_.graph_launch_us : gpu_.kernel_launch_us;
+  launch_us_ = options.cuda_graphs.value_or(plan.stack.cuda_graphs) ? gpu_.graph_launch_us
+                                                                    : gpu_.kernel_launch_us;
+  attention_ = AttentionOf(plan, options);
   // A calibrated device: its measured GEMM throughput is what the best shapes achieve, and its
   // measured copy bandwidth is the achieved HBM bandwidth.
   if (options.profile != nullptr && options.profile->gemm_tflops > 0) {
-    const double scale = options.profile->gemm_tflops / (peak_tflops_ * gpu_.max_gemm_efficiency);
-    peak_tflops_ *= scale;
-    attention_tflops_ *= scale;
+    attention_tflops_ *= options.profile->gemm_tflops / gemm_tflops_;
+    gemm_tflops_ = options.profile->gemm_tflops;
   }
   if (options.profile != nullptr && options.profile->hbm_GBps > 0)
     hbm_GBps_ = options.profile->hbm_GBps;
@@ -50,14 +58,11 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
 
 DeviceResources CostModel::device() const { return DeviceResources{gpu_.sms, hbm_GBps_}; }
 
-OpCost CostModel::GemmCost(double m, double n, double k) const {
-  OpCost cost;
-  double tile_m = gpu_.gemm_tile_m, tile_n = gpu_.gemm_tile_n;
-  cost.tiles = std::ceil(m / tile_m) * std::ceil(n / tile_n);
-  double efficiency = gpu_.max_gemm_efficiency * k / (k + kInnerHalfEfficiencyK);
-  double flops_per_sm_us = peak_tflops_ * 1e6 / gpu_.sms * efficiency;
-  cost.wave_us = 2.0 * tile_m * tile_n * k / flops_per_sm_us;
-  cost.launch_us = launch_us_;
+OpCost CostModel::GemmCost(double m, double n, double k, Dtype dtype) const {
+  const double tflops = dtype == gemm_dtype_ ? gemm_tflops_ : attention_tflops_ * gpu_.max_gemm_efficiency;
+  const GemmEstimate g = EstimateGemm(gpu_, tflops, m, n, k, DtypeBytes(dtype), 2);
+  OpCost cost = g.cost;
+  cost.launch_us = launch_us_ + g.fixed_us;
   return cost;
 }
 
@@ -68,7 +73,7 @@ OpCost CostModel::AttentionCost(const Op& op) const {
   const bool backward = op.tags.phase == Phase::kBackward;
   const double e = 2;  // attention runs in 16-bit
   OpCost cost;
-  if (options_.attention == AttentionKernel::kFlash) {
+  if (attention_ == AttentionKernel::kFlash) {
     constexpr double kBlock = 128;
     cost.tiles = batch_heads * std::ceil(s / kBlock);
     // Each query block attends to s/2 keys on average under the causal mask.
@@ -76,13 +81,27 @@ OpCost CostModel::AttentionCost(const Op& op) const {
     cost.wave_us = work / (attention_tflops_ * 1e6 / gpu_.sms * gpu_.attention_efficiency);
     cost.hbm_bytes = op.bytes;
   } else {
-    // QK^T and PV as batched GEMMs (two tiles' worth of s x s per head), scores through HBM.
-    OpCost gemm = GemmCost(s, s, d);
-    cost.tiles = batch_heads * gemm.tiles * 2 * (backward ? 2 : 1);
-    cost.wave_us = gemm.wave_us;
-    cost.hbm_bytes = op.bytes + batch_heads * s * s * e * 4 * (backward ? 2 : 1);
+    // QK^T and PV (backward: four products) as batched GEMMs over the whole s x s (the mask is
+    // applied, not skipped), then the scores' passes through HBM, one kernel after another: the
+    // parts add up, so the memory time rides on the waves. Passes over the s x s scores, in units
+    // of one read or write: forward writes S, softmax reads and writes it (three kernels' worth
+    // when unfused: scale, mask, softmax), dropout reads, writes and stores a 1-byte mask, PV
+    // reads P; backward writes dP, reads P for dV, undoes dropout, reads P and dP and writes dS
+    // for the softmax (five unfused), and reads dS for dQ and dK.
+    const StackSpec& stack = plan_stack_;
+    const double dropout = stack.dropout ? 2.5 : 0;
+    const double passes = backward ? 2 + dropout + (stack.fused_softmax ? 3 : 5) + 2
+                                   : 1 + (stack.fused_softmax ? 2 : 6) + dropout + 1;
+    OpCost gemm = GemmCost(s, s, d, attention_dtype_);
+    const double products = backward ? 4 : 2;
+    const double gemm_us = std::ceil(batch_heads * gemm.tiles * products / gpu_.sms) * gemm.wave_us;
+    const double scores_us = batch_heads * s * s * e * passes / (hbm_GBps_ * 1e3);
+    const double memory_us = static_cast<double>(op.bytes) / (hbm_GBps_ * 1e3);
+    cost.tiles = batch_heads * gemm.tiles * products;
+    cost.wave_us = gemm.wave_us * (gemm_us + scores_us + memory_us) / gemm_us;
+    cost.launch_us = gemm.launch_us - launch_us_;  // the GEMMs' fixed time
   }
-  cost.launch_us = launch_us_;
+  cost.launch_us += launch_us_;
   return cost;
 }
 
@@ -128,8 +147,8 @@ OpCost CostModel::ModelCost(const Op& op) const {
   OpCost cost;
   switch (op.kind) {
     case OpKind::kGemm:
-      cost = GemmCost(static_cast<double>(op.m), static_cast<double>(op.n), static_cast<double>(op.k));
-      cost.hbm_bytes = op.bytes;
+      cost = GemmCost(static_cast<double>(op.m), static_cast<double>(op.n),
+                      static_cast<double>(op.k), gemm_dtype_);
       break;
     case OpKind::kAttention:
       cost = AttentionCost(op);

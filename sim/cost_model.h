@@ -1,6 +1,7 @@
 #ifndef DOMINO_SIM_COST_MODEL_H_
 #define DOMINO_SIM_COST_MODEL_H_
 
+#include <optional>
 #include <vector>
 
 #include "hardware/collective_cost.h"
@@ -12,17 +13,22 @@
 
 namespace domino::sim {
 
-enum class AttentionKernel { kFlash, kUnfused };
+using ::domino::AttentionKernel;
 
-// Options of the cost model that are choices of the training software, not of the hardware.
+// Options of a prediction. The software's choices come from the plan's stack (StackSpec); the
+// two overrides below replace the stack's for what-if studies.
 struct CostOptions {
-  bool cuda_graphs = false;  // launch overhead per kernel: graph_launch_us instead of kernel_launch_us
-  AttentionKernel attention = AttentionKernel::kFlash;
+  // Launch overhead per kernel: graph_launch_us instead of kernel_launch_us. Default: the stack's.
+  std::optional<bool> cuda_graphs;
+  std::optional<AttentionKernel> attention;  // default: the stack's
   bool tp_comm_free = false;  // the ideal: TP collectives cost nothing
   // Measured op times (`domino calibrate`); ops it lacks fall back to the models, which take the
   // profile's measured GEMM throughput and HBM bandwidth when it has them. Not owned.
   const HardwareProfile* profile = nullptr;
 };
+
+// The attention kernel a prediction uses: the override, else the plan's stack's.
+AttentionKernel AttentionOf(const Plan& plan, const CostOptions& options);
 
 // Where a plan's TP group sits on the cluster (Megatron placement: TP ranks innermost, inside a
 // node while tp <= GPUs per node).
@@ -30,11 +36,8 @@ CommGroup TpGroup(const Plan& plan);
 
 // CostModel turns each op of a Schedule into an OpCost for the engine.
 //
-// GEMM: output tiles of gemm_tile_m x gemm_tile_n; one wave of tiles on all SMs takes
-// 2 * tile_m * tile_n * k FLOPs per SM at (peak / SMs) * max_gemm_efficiency * k / (k + 64) (short
-// inner dimensions lose efficiency); the time is ceil(tiles / SMs) waves, so a narrow slice that
-// leaves SMs idle in its last wave pays for it. The memory side of the roofline is the bytes of
-// A, B and C over achieved HBM bandwidth.
+// GEMM: the GEMM model (sim/gemm_model.h): tiles in waves over the SMs, stream-K for long inner
+// dimensions, A, B and C through HBM; its fixed time adds to the launch.
 // Attention (flash): one tile per 128 query rows per head; causal masking halves the work the
 // kernel does (model FLOPs still count it whole); backward does 2.5x the forward's work at the same
 // efficiency (it recomputes the scores). Unfused attention: two batched GEMMs at GEMM efficiency,
@@ -55,17 +58,21 @@ class CostModel {
 
  private:
   OpCost ModelCost(const Op& op) const;  // without the profile
-  OpCost GemmCost(double m, double n, double k) const;
+  OpCost GemmCost(double m, double n, double k, Dtype dtype) const;
   OpCost AttentionCost(const Op& op) const;
 
   const GpuSpec& gpu_;
   const NodeSpec& node_;
   CostOptions options_;
+  StackSpec plan_stack_;
   CommGroup tp_group_;
-  double peak_tflops_ = 0;
-  double attention_tflops_ = 0;
+  Dtype gemm_dtype_ = Dtype::kBf16;       // the plan's precision, where the GPU has it
+  Dtype attention_dtype_ = Dtype::kBf16;  // 16-bit even under fp8
+  double gemm_tflops_ = 0;                // GEMM main-loop ceiling (GemmCeilingTflops)
+  double attention_tflops_ = 0;           // dense peak of the attention's dtype
   double hbm_GBps_ = 0;  // achieved
   double launch_us_ = 0;
+  AttentionKernel attention_ = AttentionKernel::kFlash;
 };
 
 }  // namespace domino::sim

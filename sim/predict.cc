@@ -296,7 +296,8 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
           (t.end_us - t.start_us) * kUsToMs * per_iteration;
     }
   }
-  double tp_comm_us = 0, model_flops_per_token = TrainingFlopsPerToken(plan.model, plan.seq_len);
+  double tp_comm_us = 0, model_flops_per_token =
+      TrainingFlopsPerToken(plan.model, plan.seq_len, AttentionCount::kCausal);
   for (int c = 0; c < v; ++c) tp_comm_us += sims.at(keys[c * pp]).tp_comm_us;
   p.tp_comm_ms = tp_comm_us * m * kUsToMs;
   p.dp_comm_ms = ends[0].dp_comm_us * kUsToMs;
@@ -330,7 +331,7 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   if (peak <= 0) peak = plan.cluster.node.gpu.peak(Dtype::kBf16);
   f.mfu = f.tflops_per_gpu / peak;
   f.memory_gib_per_gpu =
-      EstimateMemory(plan, options.attention == AttentionKernel::kFlash).total_bytes() / (1 << 30);
+      EstimateMemory(plan, AttentionOf(plan, options) == AttentionKernel::kFlash).total_bytes() / (1 << 30);
   return p;
 }
 

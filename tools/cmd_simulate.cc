@@ -25,7 +25,7 @@ struct SimulateFlags {
   bool ignore_memory = false;
   std::string profile_path;
   bool cuda_graphs = false;
-  std::string attention = "flash";
+  std::string attention;  // empty: the stack's
 };
 
 std::string Describe(const Plan& p) {
@@ -143,8 +143,9 @@ void Run(const SimulateFlags& flags) {
     profile = std::move(loaded).value();
     options.profile = &profile;
   }
-  options.cuda_graphs = flags.cuda_graphs;
-  options.attention = flags.attention == "unfused" ? sim::AttentionKernel::kUnfused : sim::AttentionKernel::kFlash;
+  if (flags.cuda_graphs) options.cuda_graphs = true;
+  if (!flags.attention.empty())
+    options.attention = flags.attention == "unfused" ? AttentionKernel::kUnfused : AttentionKernel::kFlash;
   if (flags.compare_strategies) {
     if (!flags.report_path.empty() || !flags.trace_path.empty())
       Fail("simulate", "--compare-strategies writes no report or trace; drop --report/--trace");
@@ -154,7 +155,7 @@ void Run(const SimulateFlags& flags) {
   Result<sim::Prediction> prediction = sim::Predict(*plan, options);
   if (!prediction.ok()) Fail("simulate", prediction.message());
   if (!flags.ignore_memory) {
-    const MemoryEstimate mem = EstimateMemory(*plan, options.attention == sim::AttentionKernel::kFlash);
+    const MemoryEstimate mem = EstimateMemory(*plan, sim::AttentionOf(*plan, options) == AttentionKernel::kFlash);
     const double capacity_gib = plan->cluster.node.gpu.memory_GB * 1e9 / (1 << 30);
     const double gib = 1.0 / (1 << 30);
     if (mem.total_bytes() * gib > capacity_gib)
@@ -193,12 +194,13 @@ void SetupSimulate(CLI::App* sub) {
   sub->add_flag("--force", flags->force, "overwrite existing output files");
   sub->add_flag("--compare-strategies", flags->compare_strategies,
                 "simulate baseline, SP, row, column and 2D splits side by side");
-  sub->add_flag("--cuda-graphs", flags->cuda_graphs, "launch kernels from CUDA graphs");
+  sub->add_flag("--cuda-graphs", flags->cuda_graphs,
+                "launch kernels from CUDA graphs (default: as the plan's stack does)");
   sub->add_option("--hardware-profile", flags->profile_path,
                   "measured op times from `domino calibrate` (ops it lacks use the models)");
   sub->add_flag("--ignore-memory", flags->ignore_memory,
                 "predict even a plan that does not fit in GPU memory");
-  sub->add_option("--attention", flags->attention, "flash | unfused")
+  sub->add_option("--attention", flags->attention, "flash | unfused (default: the plan's stack's)")
       ->check(CLI::IsMember({"flash", "unfused"}));
   sub->callback([flags] { Run(*flags); });
 }

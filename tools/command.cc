@@ -17,6 +17,7 @@ void SetupSweep(CLI::App* sub);
 void SetupExecute(CLI::App* sub);
 void SetupCalibrate(CLI::App* sub);
 void SetupCompare(CLI::App* sub);
+void SetupValidate(CLI::App* sub);
 
 std::span<const Command> Commands() {
   static const std::array kCommands = {
@@ -32,6 +33,7 @@ std::span<const Command> Commands() {
       Command{"execute", "Run a plan on CPU or CUDA ranks and measure its timeline", SetupExecute},
       Command{"calibrate", "Measure this machine into a hardware profile", SetupCalibrate},
       Command{"compare", "Compare a predicted and a measured report op by op", SetupCompare},
+      Command{"validate", "Predict published measurements and report the errors", SetupValidate},
   };
   return kCommands;
 }

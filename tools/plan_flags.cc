@@ -33,6 +33,15 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
     app->add_option("--plan", f->plan_path, "plan or report YAML to start from")->check(CLI::ExistingFile);
   app->add_option("--model", f->model, "catalog model (domino models) or model YAML");
   app->add_option("--cluster", f->cluster, "NODE:COUNT, NODE:COUNT:GPUS or cluster YAML");
+  app->add_option("--stack", f->stack,
+                  fmt::format("software that runs the plan: {} or a stack YAML (default: {})",
+                              [] {
+                                std::string names;
+                                for (const EmbeddedFile& file : StackCatalog())
+                                  names += (names.empty() ? "" : " | ") + std::string(file.name);
+                                return names;
+                              }(),
+                              kDefaultStack));
   app->add_option("--precision", f->precision, "bf16 | fp16 | fp8");
   app->add_option("--seq-len", f->seq_len, "sequence length (default: the model's)")->check(CLI::PositiveNumber);
   app->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch")->check(CLI::PositiveNumber);
@@ -68,6 +77,7 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   bool built_in = !from_file && f.model.empty() && f.cluster.empty();
   if (!f.model.empty()) plan.model_ref = f.model;
   if (!f.cluster.empty()) plan.cluster_ref = f.cluster;
+  if (!f.stack.empty()) plan.stack_ref = f.stack;
   DOMINO_RETURN_IF_ERROR(ApplyEnum("precision", f.precision,
                                    {{"bf16", Dtype::kBf16}, {"fp16", Dtype::kFp16}, {"fp8", Dtype::kFp8}},
                                    &plan.precision));
@@ -90,7 +100,8 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
     return Error(fmt::format("--distributed-optimizer: expected true or false, got '{}'",
                              f.distributed_optimizer));
   // Resolve the model and cluster first: defaults below depend on them.
-  Result<ModelSpec> model = LoadModel(plan.model_ref);
+  Result<ModelSpec> model = plan.model_ref.empty() ? Result<ModelSpec>(plan.model)
+                                                   : LoadModel(plan.model_ref);
   if (!model.ok()) return model.error();
   Result<ClusterSpec> cluster = LoadCluster(plan.cluster_ref);
   if (!cluster.ok()) return cluster.error();

@@ -16,6 +16,7 @@ struct PlanFlags {
   std::string plan_path;
   std::string model;
   std::string cluster;
+  std::string stack;
   std::string precision;
   int seq_len = 0, micro_batch = 0, global_batch = 0;
   int tp = 0, pp = 0, dp = 0, virtual_stages = 0;

@@ -71,8 +71,10 @@ TEST(CatalogTest, GpuFiguresMatchDatasheets) {
   EXPECT_DOUBLE_EQ(h100->peak(Dtype::kFp16), 989);
   EXPECT_DOUBLE_EQ(h100->peak(Dtype::kFp8), 1979);
   EXPECT_DOUBLE_EQ(h100->peak(Dtype::kFp32), 67);
-  // ml-engineering's best H100 GEMM: ~792 TFLOP/s.
-  EXPECT_NEAR(h100->max_gemm_efficiency * h100->peak(Dtype::kBf16), 792, 10);
+  // The GEMM main loop runs at least as fast as ml-engineering's best whole H100 GEMM (~792
+  // TFLOP/s, 0.80 of peak), and below peak (the shapes are checked in GemmModelTest).
+  EXPECT_GE(h100->max_gemm_efficiency, 0.80);
+  EXPECT_LT(h100->max_gemm_efficiency, 0.9);
 
   Result<GpuSpec> h200 = LoadGpu("h200-sxm");
   ASSERT_TRUE(h200.ok()) << h200.message();
@@ -80,8 +82,7 @@ TEST(CatalogTest, GpuFiguresMatchDatasheets) {
   EXPECT_DOUBLE_EQ(h200->memory_GB, 141);
   EXPECT_DOUBLE_EQ(h200->hbm_GBps, 4800);
   EXPECT_DOUBLE_EQ(h200->peak(Dtype::kBf16), 989);
-  // Measured: 769-798 TFLOP/s bf16, ~4.3 TB/s copy.
-  EXPECT_NEAR(h200->max_gemm_efficiency * 989, 783, 20);
+  // Measured: ~4.3 TB/s copy (its 769-798 TFLOP/s bf16 GEMM is checked in GemmModelTest).
   EXPECT_NEAR(h200->hbm_efficiency * 4800, 4300, 150);
 
   Result<GpuSpec> b200 = LoadGpu("b200");

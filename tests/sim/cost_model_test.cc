@@ -37,19 +37,29 @@ TEST(CostModelTest, GemmTilesAndWavesOnH100) {
   EXPECT_EQ(model.device().sms, 132);
   EXPECT_DOUBLE_EQ(model.device().hbm_GBps, 3350 * 0.88);
 
+  // 640 tiles of 128 x 128 on 132 SMs with k = 2560 >= gemm_stream_k_min_k (2048): stream-K
+  // splits each tile into ceil(2560 / 64) = 40 units, spread over every SM.
   OpCost c = model.Cost(Gemm(4096, 2560, 2560));
-  EXPECT_EQ(c.tiles, 32 * 20);  // ceil(4096/128) * ceil(2560/128)
-  // One wave: 2 * 128 * 128 * k FLOPs per SM at 989e6/132 FLOP/us * 0.8 * k / (k + 64).
-  const double efficiency = 0.8 * 2560 / (2560 + 64);
-  const double wave_us = 2.0 * 128 * 128 * 2560 / (989e6 / 132 * efficiency);
-  EXPECT_NEAR(c.wave_us, wave_us, 1e-12);
-  EXPECT_NEAR(c.wave_us, 14.34502859453994, 1e-9);
-  EXPECT_EQ(c.launch_us, 4);
+  EXPECT_EQ(c.tiles, 32 * 20 * 40);
+  // One tile: 2 * 128 * 128 * (k + 192) FLOPs at 989e6 * 0.84 / 132 FLOP/us per SM.
+  const double tile_us = 2.0 * 128 * 128 * (2560 + 192) / (989e6 * 0.84 / 132);
+  EXPECT_NEAR(tile_us, 14.328367701863355, 1e-9);
+  EXPECT_NEAR(c.wave_us, tile_us / 40, 1e-12);
+  EXPECT_EQ(c.launch_us, 4 + 3);  // launch + gemm_fixed_us
   EXPECT_EQ(c.hbm_bytes, 2.0 * (4096 * 2560 * 2 + 2560 * 2560));
   EXPECT_FALSE(c.is_comm);
-  // 640 tiles are ceil(640/132) = 5 waves; compute-bound (memory ~ 18 us).
-  EXPECT_NEAR(c.alone_us, 4 + 5 * wave_us, 1e-9);
-  EXPECT_NEAR(c.alone_us, 75.7251429726997, 1e-9);
+  // 25,600 units are ceil(25600 / 132) = 194 rounds; compute-bound (memory ~ 18 us).
+  EXPECT_NEAR(c.alone_us, 7 + 194 * tile_us / 40, 1e-9);
+  EXPECT_NEAR(c.alone_us, 76.49258335403728, 1e-9);
+
+  // A row slice of 80 tiles fills one wave on 132 SMs: no stream-K, one tile's time.
+  OpCost slice = model.Cost(Gemm(512, 2560, 2560));
+  EXPECT_EQ(slice.tiles, 4 * 20);
+  EXPECT_NEAR(slice.alone_us, 7 + tile_us, 1e-9);
+  // A short inner dimension keeps whole tiles in waves: 640 tiles, 5 waves.
+  OpCost short_k = model.Cost(Gemm(4096, 2560, 1024));
+  EXPECT_EQ(short_k.tiles, 640);
+  EXPECT_NEAR(short_k.alone_us, 7 + 5 * 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.84 / 132), 1e-9);
 
   // A partial tile counts whole.
   EXPECT_EQ(model.Cost(Gemm(129, 1, 64)).tiles, 2);

@@ -307,3 +307,33 @@ TEST(PredictIterationTest, DeterministicAcrossRuns) {
 
 }  // namespace
 }  // namespace domino::sim
+
+namespace domino::sim {
+namespace {
+
+// Model FLOPs count causal attention as half of every s x s product, which is what the kernels
+// compute (flash skips the masked half; unfused computes all of it), so no plan runs above the
+// GPU's peak even where attention dominates (seq 128k-16M, memory ignored).
+TEST(PredictTest, MfuNeverExceedsOneAtLongSequences) {
+  for (const char* model : {"gpt3-13b", "llama3-8b"}) {
+    for (int seq : {1 << 17, 1 << 20, 1 << 24}) {
+      for (const char* stack : {"megatron-core", "megatron-2021"}) {
+        for (const char* precision : {"bf16", "fp8"}) {
+          testing_util::PlanKnobs k;
+          k.model = model, k.seq_len = seq, k.micro_batch = 1, k.global_batch = 1;
+          Plan plan = testing_util::MakePlan(k);
+          plan.stack_ref = stack;
+          plan.precision = std::string_view(precision) == "fp8" ? Dtype::kFp8 : Dtype::kBf16;
+          ASSERT_TRUE(ResolvePlan(plan).ok());
+          Result<Prediction> p = Predict(plan);
+          ASSERT_TRUE(p.ok()) << p.message();
+          EXPECT_GT(p->figures.mfu, 0) << model << " " << seq << " " << stack;
+          EXPECT_LE(p->figures.mfu, 1.0) << model << " " << seq << " " << stack << " " << precision;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace domino::sim

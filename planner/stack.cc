@@ -1,0 +1,61 @@
+#include "planner/stack.h"
+
+#include <array>
+#include <filesystem>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "models/base/file_io.h"
+#include "models/base/yaml_reader.h"
+
+namespace domino {
+namespace {
+
+constexpr std::array<std::pair<std::string_view, AttentionKernel>, 2> kAttentionKernels{{
+    {"flash", AttentionKernel::kFlash},
+    {"unfused", AttentionKernel::kUnfused},
+}};
+
+}  // namespace
+
+std::string_view AttentionKernelName(AttentionKernel kernel) {
+  for (const auto& [name, value] : kAttentionKernels)
+    if (value == kernel) return name;
+  return "?";
+}
+
+Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
+  Result<YAML::Node> root = ParseYaml(text, file);
+  if (!root.ok()) return root.error();
+  StackSpec stack;
+  YamlMap map(*root, std::string(file));
+  map.String("name", &stack.name, Need::kRequired);
+  map.Enum("attention", &stack.attention, Need::kRequired, kAttentionKernels);
+  map.Bool("fused_softmax", &stack.fused_softmax, Need::kRequired);
+  map.Bool("fused_bias_gelu", &stack.fused_bias_gelu, Need::kRequired);
+  map.Bool("fused_bias_dropout_add", &stack.fused_bias_dropout_add, Need::kRequired);
+  map.Bool("dropout", &stack.dropout, Need::kOptional);
+  map.Bool("cuda_graphs", &stack.cuda_graphs, Need::kOptional);
+  DOMINO_RETURN_IF_ERROR(map.Finish());
+  return stack;
+}
+
+Result<StackSpec> LoadStack(std::string_view name_or_path) {
+  if (const EmbeddedFile* entry = FindEmbedded(StackCatalog(), name_or_path))
+    return ParseStack(entry->text, entry->path);
+  std::string path(name_or_path);
+  std::error_code ec;
+  if (!path.empty() && std::filesystem::is_regular_file(path, ec)) {
+    Result<std::string> text = ReadTextFile(path);
+    if (!text.ok()) return text.error();
+    return ParseStack(*text, path);
+  }
+  std::string names;
+  for (const EmbeddedFile& f : StackCatalog())
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", f.name);
+  return Error(fmt::format("unknown stack '{}': not a catalog name ({}) nor a readable file",
+                           name_or_path, names));
+}
+
+}  // namespace domino

@@ -1,0 +1,51 @@
+#ifndef DOMINO_PLANNER_STACK_H_
+#define DOMINO_PLANNER_STACK_H_
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "models/base/embedded_file.h"
+#include "models/base/result.h"
+
+namespace domino {
+
+// The attention core's implementation: one fused flash kernel that keeps the scores on chip, or
+// batched GEMMs around a softmax with the s x s scores through HBM.
+enum class AttentionKernel { kFlash, kUnfused };
+std::string_view AttentionKernelName(AttentionKernel kernel);  // "flash", "unfused"
+
+// StackSpec is the software that runs a plan (planner/catalog/stacks/NAME.yaml): which kernels are
+// fused and how kernels are launched. The same plan runs faster on Megatron-Core with flash
+// attention than on 2021 Megatron; lowering reads the fusions to emit the elementwise passes that
+// really run, and the cost model reads the attention kernel and the launch mode.
+struct StackSpec {
+  std::string name;
+  AttentionKernel attention = AttentionKernel::kFlash;
+  // Unfused attention only: scale, causal mask and softmax in one kernel (one read and one write
+  // of the scores) rather than three.
+  bool fused_softmax = true;
+  // Bias add and GeLU in one pass over the MLP activation, rather than two.
+  bool fused_bias_gelu = true;
+  // Bias add, dropout and residual add in one pass after the attention projection and the second
+  // MLP linear, rather than three.
+  bool fused_bias_dropout_add = true;
+  // Hidden and attention dropout: a mask written in forward and read in backward.
+  bool dropout = false;
+  // Kernels launched from CUDA graphs (GpuSpec::graph_launch_us instead of kernel_launch_us).
+  bool cuda_graphs = false;
+};
+
+// The stack a plan runs on when it names none.
+inline constexpr std::string_view kDefaultStack = "megatron-core";
+
+// Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
+// key is required except `dropout` and `cuda_graphs` (false).
+Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
+// Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
+Result<StackSpec> LoadStack(std::string_view name_or_path);
+std::span<const EmbeddedFile> StackCatalog();
+
+}  // namespace domino
+
+#endif  // DOMINO_PLANNER_STACK_H_

@@ -1,0 +1,43 @@
+#include "sim/gemm_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace domino::sim {
+namespace {
+
+constexpr double kStreamKStep = 64;  // k-steps a stream-K unit covers
+
+}  // namespace
+
+double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype) {
+  const double efficiency = dtype == Dtype::kFp8 ? gpu.fp8_gemm_efficiency : gpu.max_gemm_efficiency;
+  return gpu.peak(dtype) * efficiency;
+}
+
+GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, double n, double k,
+                      double in_bytes, double out_bytes) {
+  GemmEstimate out;
+  const double tile_m = gpu.gemm_tile_m, tile_n = gpu.gemm_tile_n;
+  const double tiles = std::ceil(m / tile_m) * std::ceil(n / tile_n);
+  const double flops_per_sm_us = tflops_ceiling * 1e6 / gpu.sms;
+  const double tile_us = 2.0 * tile_m * tile_n * (k + gpu.gemm_tile_overhead_k) / flops_per_sm_us;
+  if (k >= gpu.gemm_stream_k_min_k && tiles > gpu.sms) {
+    const double steps = std::ceil(k / kStreamKStep);
+    out.cost.tiles = tiles * steps;
+    out.cost.wave_us = tile_us / steps;
+  } else {
+    out.cost.tiles = tiles;
+    out.cost.wave_us = tile_us;
+  }
+  out.cost.hbm_bytes = (m * k + k * n) * in_bytes + m * n * out_bytes;
+  out.fixed_us = gpu.gemm_fixed_us;
+  return out;
+}
+
+double GemmKernelUs(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
+  const GemmEstimate g = EstimateGemm(gpu, GemmCeilingTflops(gpu, dtype), m, n, k, DtypeBytes(dtype), 2);
+  return g.fixed_us + g.cost.BodyUs(gpu.sms, gpu.hbm_GBps * gpu.hbm_efficiency);
+}
+
+}  // namespace domino::sim

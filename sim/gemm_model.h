@@ -1,0 +1,44 @@
+#ifndef DOMINO_SIM_GEMM_MODEL_H_
+#define DOMINO_SIM_GEMM_MODEL_H_
+
+#include "hardware/hardware_spec.h"
+#include "sim/op_cost.h"
+
+namespace domino::sim {
+
+// The GEMM model: how long cuBLAS takes for C[m,n] = A[m,k] B[k,n] on one GPU, in the engine's
+// terms (OpCost: work units spread over the SMs it gets, and HBM bytes), so that a GEMM beside a
+// collective loses SMs as a real one does.
+//
+// Output tiles are gemm_tile_m x gemm_tile_n; one SM computes a tile in
+//   2 tile_m tile_n (k + gemm_tile_overhead_k) / (tflops_ceiling / sms)
+// (its main loop at the ceiling, plus prologue and epilogue worth gemm_tile_overhead_k k-steps).
+// Tiles run in waves over the SMs: ceil(tiles / sms) waves, so a narrow slice that leaves SMs idle
+// in its last wave pays for it (wave quantization). From k >= gemm_stream_k_min_k with more tiles
+// than SMs, cuBLAS balances the work in k-steps of 64 over every SM (stream-K), and only the last
+// k-step is quantized. The memory side of the roofline is A and B in `in_bytes` per element and C
+// in `out_bytes` over achieved HBM bandwidth. A kernel also takes gemm_fixed_us (ramp up and down)
+// beyond its body; the launch is the caller's.
+//
+// Sources for the constants: docs/validation/measurements.yaml, category gemm (MAMF best shapes
+// and the per-shape cuBLASLt tables); `domino validate --category gemm` checks them.
+struct GemmEstimate {
+  OpCost cost;          // units as `tiles`, one unit's time on one SM as `wave_us`, hbm_bytes
+  double fixed_us = 0;  // gemm_fixed_us: add to the launch
+};
+
+// `tflops_ceiling`: the dense peak of the GEMM's dtype times the main-loop efficiency
+// (GemmCeilingTflops), or a calibrated figure.
+GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, double n, double k,
+                      double in_bytes, double out_bytes);
+
+// The peak of `dtype` times max_gemm_efficiency (16-bit) or fp8_gemm_efficiency (fp8).
+double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype);
+
+// One kernel alone on the whole GPU, in microseconds, as a benchmark that launches GEMMs back to
+// back measures it (no launch overhead): inputs of `dtype`, a 16-bit output.
+double GemmKernelUs(const GpuSpec& gpu, Dtype dtype, double m, double n, double k);
+
+}  // namespace domino::sim
+
+#endif  // DOMINO_SIM_GEMM_MODEL_H_

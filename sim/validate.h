@@ -1,0 +1,121 @@
+#ifndef DOMINO_SIM_VALIDATE_H_
+#define DOMINO_SIM_VALIDATE_H_
+
+#include <array>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hardware/collective_cost.h"
+#include "models/base/embedded_file.h"
+#include "models/base/result.h"
+#include "planner/plan.h"
+
+namespace domino::sim {
+
+// The kinds of published measurement domino predicts: a whole training iteration, one GEMM on
+// one GPU, one NCCL collective as nccl-tests measures it.
+enum class ValidationCategory { kEndToEnd, kGemm, kCollective };
+inline constexpr int kValidationCategoryCount = 3;
+std::string_view ValidationCategoryName(ValidationCategory category);  // "end-to-end", ...
+
+// Mean and largest |predicted / measured - 1| of a category.
+struct ErrorBound {
+  double mean = 0;
+  double max = 0;
+};
+
+// Per category: the target the model is built to meet, and the guard `validate --check` (a CTest)
+// enforces so that no change makes the model worse than it is. Where the model does not meet its
+// target yet, the guard is today's error rounded up and the report says so.
+struct ErrorBounds {
+  ErrorBound target;
+  ErrorBound guard;
+};
+
+// One GEMM C[m,n] = A[m,k] B[k,n] of `dtype` on one GPU.
+struct GemmCase {
+  GpuSpec gpu;
+  Dtype dtype = Dtype::kBf16;
+  double m = 0, n = 0, k = 0;
+};
+
+// One collective over every GPU of `cluster`, of nccl-tests size `bytes`, by NCCL's own choice of
+// algorithm or the one the source forced.
+struct CollectiveCase {
+  ClusterSpec cluster;
+  Collective op = Collective::kAllReduce;
+  double bytes = 0;
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::kAuto;
+};
+
+// What a row's figure measures, in the unit domino predicts.
+enum class MeasuredUnit { kIterationS, kTflops, kBusbwGBps, kTimeUs };
+std::string_view MeasuredUnitName(MeasuredUnit unit);  // "iteration_s", "tflops", ...
+
+// ValidationRow is one published measurement (docs/validation/measurements.yaml): where it comes
+// from, the configuration domino predicts, and the figure.
+struct ValidationRow {
+  std::string id;
+  ValidationCategory category = ValidationCategory::kEndToEnd;
+  std::string source;  // the publication, table or figure
+  std::string quote;   // the line the figure comes from
+  std::string assumed;  // values the source does not state, and the rule that chose them
+  int line = 0;         // of the row in the table file
+  std::optional<Plan> plan;                 // end-to-end
+  std::optional<GemmCase> gemm;             // gemm
+  std::optional<CollectiveCase> collective;  // collective
+  MeasuredUnit unit = MeasuredUnit::kIterationS;
+  double measured = 0;
+};
+
+// Something published that no row expresses, and why: each reason names what domino lacks.
+struct ExcludedMeasurement {
+  std::string what, source, reason;
+};
+
+struct ValidationTable {
+  std::string file;
+  std::vector<ValidationRow> rows;
+  std::vector<ExcludedMeasurement> excluded;
+};
+
+// Parses a table (format in docs/validation/measurements.yaml's header). Every row is checked
+// as its loader checks it: a plan as `simulate --plan`, a GPU and cluster by catalog name.
+// Errors name the file, the row's line and id, and the rule.
+Result<ValidationTable> ParseValidationTable(std::string_view text, std::string_view file);
+// Loads the table at `path`, or the built-in one (docs/validation/measurements.yaml, embedded)
+// when `path` is empty.
+Result<ValidationTable> LoadValidationTable(const std::string& path);
+
+// One row predicted: error = predicted / measured - 1.
+struct RowResult {
+  const ValidationRow* row = nullptr;
+  double predicted = 0;
+  double error = 0;
+  std::string detail;  // the prediction's own figures: algorithm, MFU, ...
+};
+
+// Predicts one row with the catalog's constants.
+Result<RowResult> PredictRow(const ValidationRow& row);
+
+struct CategorySummary {
+  ValidationCategory category = ValidationCategory::kEndToEnd;
+  int rows = 0;
+  double mean_abs_error = 0;
+  double max_abs_error = 0;
+  std::string worst_id;
+  ErrorBounds bounds;
+  bool Within(const ErrorBound& b) const { return mean_abs_error <= b.mean && max_abs_error <= b.max; }
+};
+
+ErrorBounds BoundsOf(ValidationCategory category);
+
+// Per-category mean and max |error| of `results` (categories without rows are left out).
+std::vector<CategorySummary> Summarize(std::span<const RowResult> results);
+
+}  // namespace domino::sim
+
+#endif  // DOMINO_SIM_VALIDATE_H_

@@ -1,0 +1,123 @@
+#include "sim/validate.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "sim/gemm_model.h"
+
+namespace domino::sim {
+namespace {
+
+constexpr const char* kTable = R"(rows:
+  - id: gemm-one
+    category: gemm
+    source: "hand-made"
+    gemm: {gpu: h100-sxm, dtype: bf16, m: 1024, n: 1024, k: 1024}
+    measured: {tflops: 500}
+  - id: ring-one
+    category: collective
+    source: "hand-made"
+    collective: {cluster: dgx-h100:1, op: all-gather, bytes: 1073741824}
+    measured: {busbw_GBps: 365}
+  - id: e2e-one
+    category: end-to-end
+    source: "hand-made"
+    plan:
+      model: {name: tiny, layers: 2, hidden: 256, heads: 4, ffn: 1024, vocab: 1000, seq_len: 128, activation: gelu, norm: layernorm}
+      cluster: dgx-h100:1
+      stack: megatron-2021
+      training: {seq_len: 128, micro_batch: 1, global_batch: 8}
+      parallel: {tp: 4, pp: 1, dp: 2}
+    measured: {iteration_s: 0.01}
+excluded:
+  - {what: "a figure", source: "somewhere", reason: "context parallelism"}
+)";
+
+TEST(ValidateTest, PredictsEveryCategoryAndSummarizes) {
+  Result<ValidationTable> table = ParseValidationTable(kTable, "t.yaml");
+  ASSERT_TRUE(table.ok()) << table.message();
+  ASSERT_EQ(table->rows.size(), 3u);
+  EXPECT_EQ(table->excluded.size(), 1u);
+  EXPECT_EQ(table->rows[0].line, 2);
+  EXPECT_EQ(table->rows[2].plan->stack.name, "megatron-2021");
+  EXPECT_EQ(table->rows[2].plan->model.name, "tiny");
+  EXPECT_TRUE(table->rows[2].plan->model_ref.empty());
+
+  std::vector<RowResult> results;
+  for (const ValidationRow& row : table->rows) {
+    Result<RowResult> r = PredictRow(row);
+    ASSERT_TRUE(r.ok()) << r.message();
+    results.push_back(*r);
+  }
+  // GEMM: 2 m n k over the model's kernel time; error against 500 TFLOP/s.
+  const double us = GemmKernelUs(table->rows[0].gemm->gpu, Dtype::kBf16, 1024, 1024, 1024);
+  EXPECT_NEAR(results[0].predicted, 2.0 * 1024 * 1024 * 1024 / (us * 1e6), 1e-9);
+  EXPECT_NEAR(results[0].error, results[0].predicted / 500 - 1, 1e-12);
+  // All-gather of 1 GiB on 8 GPUs: a ring (Simple) at 0.81 x 450 GB/s, 8.4 us + 7 steps of 3.4.
+  EXPECT_EQ(results[1].detail, "ring");
+  const double moved = 1073741824.0 * 7 / 8;
+  EXPECT_NEAR(results[1].predicted, moved / ((8.4 + 7 * 3.4 + moved / (450 * 0.81 * 1e3)) * 1e3),
+              1e-9);
+
+  std::vector<CategorySummary> summary = Summarize(results);
+  ASSERT_EQ(summary.size(), 3u);
+  for (const CategorySummary& s : summary) {
+    EXPECT_EQ(s.rows, 1);
+    EXPECT_DOUBLE_EQ(s.mean_abs_error, s.max_abs_error);
+  }
+  EXPECT_EQ(summary[1].worst_id, "gemm-one");
+}
+
+TEST(ValidateTest, RefusesBadRowsWithFileLineAndRule) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: bf16, m: 1, n: 1, k: 1}\n    measured: {iteration_s: 1}\n",
+       "a gemm row cannot measure iteration_s"},
+      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: a100-sxm-80gb, dtype: fp8, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n",
+       "has no fp8 tensor cores"},
+      {"rows:\n  - id: a\n    category: collective\n    source: s\n    collective: {cluster: dgx-a100:1, op: all-reduce, bytes: 8, algorithm: nvls}\n    measured: {busbw_GBps: 1}\n",
+       ""},
+      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: bf16, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n"
+       "  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: bf16, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n",
+       "t.yaml:7: rows: id 'a' appears twice"},
+      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: bf16, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n    colour: red\n",
+       "colour"},
+      {"rows: []\n", "rows: must be a non-empty list"},
+  };
+  for (const Case& c : cases) {
+    Result<ValidationTable> table = ParseValidationTable(c.text, "t.yaml");
+    if (std::string(c.expect).empty()) {
+      // Parses; the algorithm that does not apply fails at prediction, naming the row.
+      ASSERT_TRUE(table.ok()) << table.message();
+      Result<RowResult> r = PredictRow(table->rows[0]);
+      ASSERT_FALSE(r.ok());
+      EXPECT_NE(r.message().find("row a: all-reduce on dgx-a100: NCCL has no nvls"), std::string::npos)
+          << r.message();
+      continue;
+    }
+    ASSERT_FALSE(table.ok()) << c.text;
+    EXPECT_NE(table.message().find("t.yaml"), std::string::npos) << table.message();
+    EXPECT_NE(table.message().find(c.expect), std::string::npos) << table.message();
+  }
+}
+
+// The built-in table loads, and every row predicts.
+TEST(ValidateTest, BuiltInTablePredictsEveryRow) {
+  Result<ValidationTable> table = LoadValidationTable("");
+  ASSERT_TRUE(table.ok()) << table.message();
+  EXPECT_GE(table->rows.size(), 150u);
+  EXPECT_FALSE(table->excluded.empty());
+  for (const ValidationRow& row : table->rows) {
+    Result<RowResult> r = PredictRow(row);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_GT(r->predicted, 0) << row.id;
+    EXPECT_TRUE(std::isfinite(r->error)) << row.id;
+  }
+}
+
+}  // namespace
+}  // namespace domino::sim

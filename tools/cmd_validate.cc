@@ -1,0 +1,159 @@
+// `domino validate`: predicts every published measurement of the validation table and reports
+// the error of each prediction and of each category.
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "models/base/file_io.h"
+#include "sim/validate.h"
+#include "tools/command.h"
+#include "tools/table.h"
+
+namespace domino::cli {
+namespace {
+
+struct ValidateFlags {
+  std::string table;
+  std::string category;
+  std::string format = "table";
+  std::string csv_path;
+  bool check = false;
+  bool force = false;
+};
+
+std::string Figure(double value) {
+  if (value >= 100) return fmt::format("{:.1f}", value);
+  if (value >= 1) return fmt::format("{:.3g}", value);
+  return fmt::format("{:.3g}", value);
+}
+
+// What a row predicts, in a few words.
+std::string Configuration(const sim::ValidationRow& row) {
+  if (row.plan) {
+    const Plan& p = *row.plan;
+    return fmt::format("{} {} {} {}x{} tp{} pp{}{} dp{} mb{} gb{} seq{}{}{}", p.model.name,
+                       p.stack_ref, DtypeName(p.precision), p.cluster.nodes,
+                       p.cluster.node.name, p.tp, p.pp,
+                       p.virtual_stages > 1 ? fmt::format(" v{}", p.virtual_stages) : "", p.dp,
+                       p.micro_batch, p.global_batch, p.seq_len, p.sequence_parallel ? " sp" : "",
+                       p.recompute == Recompute::kNone ? "" : " rc-" + std::string(RecomputeName(p.recompute)));
+  }
+  if (row.gemm) {
+    const sim::GemmCase& g = *row.gemm;
+    return fmt::format("{} {} {}x{}x{}", g.gpu.name, DtypeName(g.dtype), g.m, g.n, g.k);
+  }
+  const sim::CollectiveCase& c = *row.collective;
+  std::string size = c.bytes >= (1 << 30)   ? fmt::format("{:g}GiB", c.bytes / (1 << 30))
+                     : c.bytes >= (1 << 20) ? fmt::format("{:g}MiB", c.bytes / (1 << 20))
+                     : c.bytes >= (1 << 10) ? fmt::format("{:g}KiB", c.bytes / (1 << 10))
+                                            : fmt::format("{:g}B", c.bytes);
+  return fmt::format("{} {} {}{}", c.cluster.name, CollectiveName(c.op), size,
+                     c.algorithm == CollectiveAlgorithm::kAuto
+                         ? ""
+                         : " " + std::string(CollectiveAlgorithmName(c.algorithm)));
+}
+
+std::string Csv(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+void Run(const ValidateFlags& flags) {
+  Result<sim::ValidationTable> table = sim::LoadValidationTable(flags.table);
+  if (!table.ok()) Fail("validate", table.message());
+  std::vector<sim::RowResult> results;
+  for (const sim::ValidationRow& row : table->rows) {
+    if (!flags.category.empty() && sim::ValidationCategoryName(row.category) != flags.category)
+      continue;
+    Result<sim::RowResult> r = sim::PredictRow(row);
+    if (!r.ok()) Fail("validate", fmt::format("{}:{}: {}", table->file, row.line, r.message()));
+    results.push_back(*r);
+  }
+  const std::vector<sim::CategorySummary> summary = sim::Summarize(results);
+
+  if (!flags.csv_path.empty()) {
+    std::ostringstream csv;
+    csv << "id,category,source,configuration,unit,measured,predicted,error\n";
+    for (const sim::RowResult& r : results)
+      csv << fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6f}\n", r.row->id,
+                         sim::ValidationCategoryName(r.row->category), Csv(r.row->source),
+                         Csv(Configuration(*r.row)), sim::MeasuredUnitName(r.row->unit),
+                         r.row->measured, r.predicted, r.error);
+    CheckOk("validate", WriteFileAtomically(flags.csv_path, csv.str(), flags.force));
+  }
+
+  if (flags.format == "markdown") {
+    std::cout << "| id | configuration | measured | predicted | error |\n"
+                 "| --- | --- | ---: | ---: | ---: |\n";
+    for (const sim::RowResult& r : results)
+      std::cout << fmt::format("| {} | {} | {} {} | {} | {:+.1f}% |\n", r.row->id,
+                               Configuration(*r.row), Figure(r.row->measured),
+                               sim::MeasuredUnitName(r.row->unit), Figure(r.predicted),
+                               100 * r.error);
+    std::cout << "\n| category | rows | mean abs error | max abs error (row) | target (mean / max) | "
+                 "guard (mean / max) |\n| --- | ---: | ---: | --- | --- | --- |\n";
+    for (const sim::CategorySummary& s : summary)
+      std::cout << fmt::format(
+          "| {} | {} | {:.1f}% | {:.1f}% ({}) | {:.0f}% / {:.0f}%{} | {:.1f}% / {:.0f}% |\n",
+          sim::ValidationCategoryName(s.category), s.rows, 100 * s.mean_abs_error,
+          100 * s.max_abs_error, s.worst_id, 100 * s.bounds.target.mean,
+          100 * s.bounds.target.max, s.Within(s.bounds.target) ? " (met)" : " (not met)",
+          100 * s.bounds.guard.mean, 100 * s.bounds.guard.max);
+  } else {
+    Table rows({"id", "configuration", "measured", "unit", "predicted", "error"});
+    for (const sim::RowResult& r : results)
+      rows.AddRow({r.row->id, Configuration(*r.row), Figure(r.row->measured),
+                   std::string(sim::MeasuredUnitName(r.row->unit)), Figure(r.predicted),
+                   fmt::format("{:+.1f}%", 100 * r.error)});
+    rows.Print(std::cout);
+    std::cout << "\n";
+    Table totals({"category", "rows", "mean |error|", "max |error|", "worst row", "target",
+                  "guard"});
+    for (const sim::CategorySummary& s : summary)
+      totals.AddRow({std::string(sim::ValidationCategoryName(s.category)), std::to_string(s.rows),
+                     fmt::format("{:.1f}%", 100 * s.mean_abs_error),
+                     fmt::format("{:.1f}%", 100 * s.max_abs_error), s.worst_id,
+                     fmt::format("{:.0f}% / {:.0f}% {}", 100 * s.bounds.target.mean,
+                                 100 * s.bounds.target.max,
+                                 s.Within(s.bounds.target) ? "met" : "not met"),
+                     fmt::format("{:.1f}% / {:.0f}%{}", 100 * s.bounds.guard.mean,
+                                 100 * s.bounds.guard.max,
+                                 s.Within(s.bounds.guard) ? "" : "  EXCEEDED")});
+    totals.Print(std::cout);
+    std::cout << fmt::format("\n{} rows from {}; {} published measurements left out (see the "
+                             "table's `excluded`).\n",
+                             results.size(), table->file, table->excluded.size());
+  }
+  if (flags.check)
+    for (const sim::CategorySummary& s : summary)
+      if (!s.Within(s.bounds.guard))
+        Fail("validate", fmt::format("{}: mean |error| {:.1f}% (guard {:.1f}%), max {:.1f}% at {} "
+                                     "(guard {:.0f}%)",
+                                     sim::ValidationCategoryName(s.category),
+                                     100 * s.mean_abs_error, 100 * s.bounds.guard.mean,
+                                     100 * s.max_abs_error, s.worst_id, 100 * s.bounds.guard.max));
+}
+
+}  // namespace
+
+void SetupValidate(CLI::App* sub) {
+  auto flags = std::make_shared<ValidateFlags>();
+  sub->add_option("--table", flags->table,
+                  "validation table YAML (default: the built-in docs/validation/measurements.yaml)")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--category", flags->category, "only rows of one category")
+      ->check(CLI::IsMember({"end-to-end", "gemm", "collective"}));
+  sub->add_option("--format", flags->format, "table (default) | markdown")
+      ->check(CLI::IsMember({"table", "markdown"}));
+  sub->add_option("--csv", flags->csv_path, "also write every row's prediction as CSV");
+  sub->add_flag("--force", flags->force, "overwrite an existing --csv file");
+  sub->add_flag("--check", flags->check,
+                "exit non-zero when a category's mean or max |error| exceeds its guard");
+  sub->callback([flags] { Run(*flags); });
+}
+
+}  // namespace domino::cli
