@@ -28,6 +28,8 @@ constexpr double kMaxLatencyUs = 1e6;
 constexpr RealRange kPositive{};
 constexpr RealRange kFraction{.min = 0.0, .max = 1.0};
 constexpr RealRange kLatency{.min = 0.0, .max = kMaxLatencyUs, .min_exclusive = false};
+// 1 MB/s to 1 PB/s: outside it a link is a typo, and its times would not print.
+constexpr RealRange kLinkGBps{.min = 1e-3, .max = 1e6, .min_exclusive = false};
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -78,7 +80,7 @@ Result<T> LoadFrom(std::span<const EmbeddedFile> catalog, std::string_view what,
 }
 
 void ReadLink(YamlMap& map, LinkSpec* link) {
-  map.Real("GBps_per_direction", &link->GBps_per_direction, Need::kRequired, kPositive);
+  map.Real("GBps_per_direction", &link->GBps_per_direction, Need::kRequired, kLinkGBps);
   map.Real("efficiency", &link->efficiency, Need::kRequired, kFraction);
   map.Real("base_latency_us", &link->base_latency_us, Need::kOptional, kLatency);
   map.Real("step_latency_us", &link->step_latency_us, Need::kOptional, kLatency);
@@ -260,6 +262,15 @@ Result<NodeSpec> ParseNode(std::string_view text, std::string_view file) {
     contention->Real("comm_hbm_factor", &node.comm_hbm_factor, Need::kOptional,
                      {.min = 0.0, .max = 100.0});
     (void)contention->Finish();
+  }
+  // The default comm_ctas holds too: a GPU with fewer SMs than a collective's CTAs is refused
+  // whether the count was written or not.
+  if (!map.failed() && node.gpu.sms > 0 && node.comm_ctas > node.gpu.sms) {
+    map.Fail(map.Has("contention") ? "contention" : "gpu",
+             fmt::format("the GPU's {} SMs cannot hold a collective's {} CTAs (contention.comm_ctas"
+                         "{}); set contention.comm_ctas to at most {}",
+                         node.gpu.sms, node.comm_ctas, map.Has("contention") ? "" : ", the default",
+                         node.gpu.sms));
   }
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return node;

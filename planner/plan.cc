@@ -1,9 +1,10 @@
 #include "planner/plan.h"
 
-#include <array>
-#include <utility>
-
 #include <fmt/format.h>
+
+#include <array>
+#include <filesystem>
+#include <utility>
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
@@ -31,6 +32,8 @@ constexpr std::array<std::pair<std::string_view, Dtype>, 3> kPrecisions = {{
     {"fp8", Dtype::kFp8},
 }};
 
+IntRange Range(const PlanIntBound& bound) { return IntRange{.min = bound.min, .max = bound.max}; }
+
 void ReadFigures(YamlMap& parent, std::string_view key, std::optional<PlanFigures>* out) {
   std::optional<YamlMap> map = parent.Map(key, Need::kOptional);
   if (!map) return;
@@ -46,6 +49,43 @@ void ReadFigures(YamlMap& parent, std::string_view key, std::optional<PlanFigure
   map->Real("memory_gib_per_gpu", &f.memory_gib_per_gpu, Need::kOptional, any);
   (void)map->Finish();
   *out = f;
+}
+
+// A reference as a plan file writes it: a catalog name bare; a file as an absolute path, quoted,
+// so that the plan loads from any directory whatever characters the name holds.
+std::string Quoted(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string AbsolutePath(std::string_view path) {
+  std::error_code ec;
+  std::filesystem::path absolute = std::filesystem::absolute(std::filesystem::path(path), ec);
+  return ec ? std::string(path) : absolute.lexically_normal().string();
+}
+
+std::string RefToYaml(std::string_view ref, std::span<const EmbeddedFile> catalog) {
+  if (FindEmbedded(catalog, ref) != nullptr) return std::string(ref);
+  return Quoted(AbsolutePath(ref));
+}
+
+bool IsYamlName(std::string_view s) { return s.ends_with(".yaml") || s.ends_with(".yml"); }
+
+// NODE:COUNT[:GPUS] keeps its form, with a node file made absolute; a cluster file is a path.
+std::string ClusterRefToYaml(std::string_view ref) {
+  const size_t colon = ref.find(':');
+  if (IsYamlName(ref) || colon == std::string_view::npos) return RefToYaml(ref, {});
+  std::string_view node = ref.substr(0, colon);
+  if (FindEmbedded(NodeCatalog(), node) != nullptr) return std::string(ref);
+  return Quoted(AbsolutePath(node) + std::string(ref.substr(colon)));
 }
 
 std::string FiguresToYaml(std::string_view key, const PlanFigures& f) {
@@ -83,6 +123,12 @@ std::string_view RecomputeName(Recompute recompute) {
   return "none";
 }
 
+std::optional<std::string> CheckBound(const PlanIntBound& bound, int64_t value) {
+  if (value >= bound.min && value <= bound.max) return std::nullopt;
+  if (bound.min == 1 && value <= 0) return fmt::format("must be a positive integer, got {}", value);
+  return fmt::format("must be between {} and {}, got {}", bound.min, bound.max, value);
+}
+
 std::vector<int> ChunkLayers(const Plan& plan) {
   const int pp = plan.pp, v = plan.virtual_stages, layers = plan.model.layers;
   if (v > 1) return std::vector<int>(pp * v, layers / (pp * v));
@@ -100,21 +146,53 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   auto fail = [](std::string key, std::string rule) {
     return std::optional<PlanRuleFailure>(PlanRuleFailure{std::move(key), std::move(rule)});
   };
+  const std::pair<const PlanIntBound*, int> bounded[] = {
+      {&kSeqLenBound, p.seq_len},
+      {&kMicroBatchBound, p.micro_batch},
+      {&kGlobalBatchBound, p.global_batch},
+      {&kTpBound, p.tp},
+      {&kPpBound, p.pp},
+      {&kDpBound, p.dp},
+      {&kVirtualStagesBound, p.virtual_stages},
+      {&kRowSplitBound, p.row_split},
+      {&kColSplitBound, p.col_split},
+  };
+  for (const auto& [bound, value] : bounded)
+    if (std::optional<std::string> rule = CheckBound(*bound, value))
+      return fail(std::string(bound->key), *rule);
+  const GpuSpec& gpu = p.cluster.node.gpu;
+  if (gpu.peak(p.precision) <= 0)
+    return fail("precision", fmt::format("the {} has no {} peak (peak_tflops.{} is 0): choose a "
+                                         "precision it runs",
+                                         gpu.name, DtypeName(p.precision), DtypeName(p.precision)));
+  // Bounded above, so these products fit easily in 64 bits.
+  const int64_t micro_batches = p.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp);
+  const int64_t layer_passes = micro_batches * m.layers * p.row_split * p.col_split;
+  if (layer_passes > kMaxLayerPasses)
+    return fail("training.global_batch",
+                fmt::format("{} micro-batch(es) of {} layers in {} slice(s) is {} layer passes, "
+                            "more than the {} one plan may simulate; use a smaller global_batch "
+                            "or a larger micro_batch",
+                            micro_batches, m.layers, p.row_split * p.col_split, layer_passes,
+                            kMaxLayerPasses));
   int64_t gpus = static_cast<int64_t>(p.tp) * p.pp * p.dp;
   if (gpus != p.cluster.total_gpus())
-    return fail("parallel.tp", fmt::format("tp*pp*dp = {}*{}*{} = {} must equal the cluster's {} GPUs",
-                                           p.tp, p.pp, p.dp, gpus, p.cluster.total_gpus()));
+    return fail("parallel.tp",
+                fmt::format("tp*pp*dp = {}*{}*{} = {} must equal the cluster's {} GPUs", p.tp, p.pp,
+                            p.dp, gpus, p.cluster.total_gpus()));
   if (m.heads % p.tp != 0)
-    return fail("parallel.tp", fmt::format("tp ({}) must divide the model's heads ({})", p.tp, m.heads));
+    return fail("parallel.tp",
+                fmt::format("tp ({}) must divide the model's heads ({})", p.tp, m.heads));
   if (m.kv_heads % p.tp != 0)
     return fail("parallel.tp",
                 fmt::format("tp ({}) must divide the model's kv_heads ({})", p.tp, m.kv_heads));
   if (m.ffn % p.tp != 0)
-    return fail("parallel.tp", fmt::format("tp ({}) must divide the model's ffn ({})", p.tp, m.ffn));
+    return fail("parallel.tp",
+                fmt::format("tp ({}) must divide the model's ffn ({})", p.tp, m.ffn));
   if (p.pp > m.layers)
-    return fail("parallel.pp", fmt::format("pp ({}) must not exceed the model's {} layers", p.pp,
-                                           m.layers));
-  if (p.virtual_stages > 1 && m.layers % (p.pp * p.virtual_stages) != 0)
+    return fail("parallel.pp",
+                fmt::format("pp ({}) must not exceed the model's {} layers", p.pp, m.layers));
+  if (p.virtual_stages > 1 && m.layers % (static_cast<int64_t>(p.pp) * p.virtual_stages) != 0)
     return fail("parallel.virtual_stages",
                 fmt::format("pp*virtual_stages = {}*{} must divide the model's {} layers", p.pp,
                             p.virtual_stages, m.layers));
@@ -126,16 +204,13 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                 fmt::format("the interleaved schedule needs the micro-batches per iteration ({}) "
                             "to be a multiple of pp ({})",
                             p.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp), p.pp));
-  if (p.row_split > kMaxSplit)
-    return fail("overlap.row_split", fmt::format("must be at most {}, got {}", kMaxSplit, p.row_split));
-  if (p.col_split > kMaxSplit)
-    return fail("overlap.col_split", fmt::format("must be at most {}, got {}", kMaxSplit, p.col_split));
   if (p.micro_batch % p.row_split != 0)
     return fail("overlap.row_split", fmt::format("row_split ({}) must divide micro_batch ({})",
                                                  p.row_split, p.micro_batch));
   if (m.hidden % p.col_split != 0)
-    return fail("overlap.col_split", fmt::format("col_split ({}) must divide the model's hidden ({})",
-                                                 p.col_split, m.hidden));
+    return fail(
+        "overlap.col_split",
+        fmt::format("col_split ({}) must divide the model's hidden ({})", p.col_split, m.hidden));
   if (p.scope == OverlapScope::kInterLayer && p.row_split < 2)
     return fail("overlap.scope",
                 "inter-layer overlap needs row_split >= 2 (only independent row slices can cross a "
@@ -143,8 +218,9 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   if (p.sequence_parallel && p.col_split > 1)
     return fail("overlap.col_split", "column split is not supported with sequence_parallel");
   if (p.sequence_parallel && p.seq_len % p.tp != 0)
-    return fail("parallel.sequence_parallel",
-                fmt::format("sequence parallelism needs tp ({}) to divide seq_len ({})", p.tp, p.seq_len));
+    return fail(
+        "parallel.sequence_parallel",
+        fmt::format("sequence parallelism needs tp ({}) to divide seq_len ({})", p.tp, p.seq_len));
   if (p.global_batch % (static_cast<int64_t>(p.micro_batch) * p.dp) != 0)
     return fail("training.global_batch",
                 fmt::format("micro_batch*dp = {}*{} must divide global_batch ({})", p.micro_batch,
@@ -165,7 +241,16 @@ Status ResolvePlan(Plan& plan, bool check_rules) {
   plan.cluster = std::move(cluster).value();
   plan.stack = std::move(stack).value();
   if (plan.seq_len <= 0) plan.seq_len = plan.model.seq_len;
-  if (!check_rules) return Status::Ok();
+  if (!check_rules) {
+    // A search's starting point may break the rules the search varies, never the bounds.
+    const std::pair<const PlanIntBound*, int> bounded[] = {{&kSeqLenBound, plan.seq_len},
+                                                           {&kMicroBatchBound, plan.micro_batch},
+                                                           {&kGlobalBatchBound, plan.global_batch}};
+    for (const auto& [bound, value] : bounded)
+      if (std::optional<std::string> rule = CheckBound(*bound, value))
+        return Error(fmt::format("{}: {}", bound->key, *rule));
+    return Status::Ok();
+  }
   if (auto failure = CheckPlanRules(plan))
     return Error(fmt::format("{}: {}", failure->key, failure->rule));
   return Status::Ok();
@@ -191,24 +276,24 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   root.Enum("precision", &plan.precision, Need::kOptional, kPrecisions);
   plan.seq_len = 0;
   if (auto training = root.Map("training", Need::kOptional)) {
-    training->Int("seq_len", &plan.seq_len, Need::kOptional, {.min = 1, .max = 1 << 24});
-    training->Int("micro_batch", &plan.micro_batch, Need::kOptional, {.min = 1, .max = 1 << 20});
-    training->Int("global_batch", &plan.global_batch, Need::kOptional, {.min = 1, .max = 1 << 24});
+    training->Int("seq_len", &plan.seq_len, Need::kOptional, Range(kSeqLenBound));
+    training->Int("micro_batch", &plan.micro_batch, Need::kOptional, Range(kMicroBatchBound));
+    training->Int("global_batch", &plan.global_batch, Need::kOptional, Range(kGlobalBatchBound));
     (void)training->Finish();
   }
   if (auto parallel = root.Map("parallel", Need::kOptional)) {
-    IntRange degree{.min = 1, .max = 1 << 20};
-    parallel->Int("tp", &plan.tp, Need::kOptional, degree);
-    parallel->Int("pp", &plan.pp, Need::kOptional, degree);
-    parallel->Int("dp", &plan.dp, Need::kOptional, degree);
+    parallel->Int("tp", &plan.tp, Need::kOptional, Range(kTpBound));
+    parallel->Int("pp", &plan.pp, Need::kOptional, Range(kPpBound));
+    parallel->Int("dp", &plan.dp, Need::kOptional, Range(kDpBound));
     parallel->Bool("sequence_parallel", &plan.sequence_parallel, Need::kOptional);
     parallel->Enum("placement", &plan.placement, Need::kOptional, kPlacements);
-    parallel->Int("virtual_stages", &plan.virtual_stages, Need::kOptional, {.min = 1, .max = 1024});
+    parallel->Int("virtual_stages", &plan.virtual_stages, Need::kOptional,
+                  Range(kVirtualStagesBound));
     (void)parallel->Finish();
   }
   if (auto overlap = root.Map("overlap", Need::kOptional)) {
-    overlap->Int("row_split", &plan.row_split, Need::kOptional, {.min = 1, .max = 1 << 20});
-    overlap->Int("col_split", &plan.col_split, Need::kOptional, {.min = 1, .max = 1 << 20});
+    overlap->Int("row_split", &plan.row_split, Need::kOptional, Range(kRowSplitBound));
+    overlap->Int("col_split", &plan.col_split, Need::kOptional, Range(kColSplitBound));
     overlap->Enum("scope", &plan.scope, Need::kOptional, kScopes);
     (void)overlap->Finish();
   }
@@ -248,9 +333,15 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   if (plan.seq_len == 0) plan.seq_len = plan.model.seq_len;
   if (auto failure = CheckPlanRules(plan)) {
     // Point at the innermost key that exists in the file, else at its section, else the root.
+    if (failure->key.find('.') == std::string::npos) {
+      root.Fail(root.Has(failure->key) ? failure->key : "",
+                root.Has(failure->key) ? failure->rule : failure->key + ": " + failure->rule);
+      return root.Finish().error();
+    }
     std::string section = failure->key.substr(0, failure->key.find('.'));
     std::string leaf = failure->key.substr(failure->key.find('.') + 1);
-    std::optional<YamlMap> map = root.Has(section) ? root.Map(section, Need::kOptional) : std::nullopt;
+    std::optional<YamlMap> map =
+        root.Has(section) ? root.Map(section, Need::kOptional) : std::nullopt;
     if (map && map->Has(leaf)) {
       map->Fail(leaf, failure->rule);
     } else if (map) {
@@ -289,12 +380,15 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       "parallel: {{tp: {}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}}}\n"
       "overlap: {{row_split: {}, col_split: {}, scope: {}}}\n"
       "memory: {{recompute: {}, distributed_optimizer: {}}}\n",
-      p.model_ref.empty() ? ModelToFlowYaml(p.model) : p.model_ref, p.cluster_ref, p.stack_ref,
-      DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch,
-      p.tp, p.pp, p.dp, p.sequence_parallel, p.virtual_stages,
-      p.placement == Placement::kTpDpPp ? "" : fmt::format(", placement: {}", PlacementName(p.placement)),
-      p.row_split, p.col_split,
-      ScopeName(p.scope), RecomputeName(p.recompute), p.distributed_optimizer);
+      p.model_ref.empty() ? ModelToFlowYaml(p.model) : RefToYaml(p.model_ref, ModelCatalog()),
+      ClusterRefToYaml(p.cluster_ref), RefToYaml(p.stack_ref, StackCatalog()),
+      DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch, p.tp, p.pp, p.dp,
+      p.sequence_parallel, p.virtual_stages,
+      p.placement == Placement::kTpDpPp
+          ? ""
+          : fmt::format(", placement: {}", PlacementName(p.placement)),
+      p.row_split, p.col_split, ScopeName(p.scope), RecomputeName(p.recompute),
+      p.distributed_optimizer);
   if (p.predicted) out += FiguresToYaml("predicted", *p.predicted);
   if (p.measured) out += FiguresToYaml("measured", *p.measured);
   return out;

@@ -1,6 +1,7 @@
 #ifndef DOMINO_PLANNER_PLAN_H_
 #define DOMINO_PLANNER_PLAN_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,7 +23,7 @@ enum class Recompute { kNone, kSelective, kFull };
 // neighbours close and spreads DP instead.
 enum class Placement { kTpDpPp, kTpPpDp };
 
-std::string_view ScopeName(OverlapScope scope);   // "none", "intra-layer", "inter-layer"
+std::string_view ScopeName(OverlapScope scope);  // "none", "intra-layer", "inter-layer"
 std::string_view RecomputeName(Recompute recompute);
 std::string_view PlacementName(Placement placement);  // "tp-dp-pp", "tp-pp-dp"
 
@@ -36,7 +37,7 @@ struct PlanFigures {
   double tokens_per_s = 0;
   // Model FLOPs: 6N plus causal attention (half of every s x s product; recompute excluded).
   double tflops_per_gpu = 0;
-  double mfu = 0;                   // against the GPU's dense peak for the precision
+  double mfu = 0;  // against the GPU's dense peak for the precision
   double memory_gib_per_gpu = 0;
 };
 
@@ -45,7 +46,7 @@ struct PlanFigures {
 // YAML (docs/formats.md); loading resolves the model and cluster and checks every rule a user
 // could get wrong.
 struct Plan {
-  std::string model_ref = "gpt3-13b";      // as written: catalog name or path; empty: inline `model`
+  std::string model_ref = "gpt3-13b";  // as written: catalog name or path; empty: inline `model`
   std::string cluster_ref = "dgx-h100:4";  // as written: NODE:COUNT[:GPUS] or path
   std::string stack_ref{kDefaultStack};    // as written: catalog name or path
   ModelSpec model;
@@ -82,12 +83,41 @@ struct Plan {
 
 inline constexpr int kMaxSplit = 16;
 
+// The bounds of a plan's integer settings, the same whether they come from a plan file, a flag
+// or code: a value outside them is refused before any size is derived from it (so no product of
+// them overflows 64 bits).
+struct PlanIntBound {
+  std::string_view key;  // "parallel.virtual_stages"
+  int64_t min = 1;
+  int64_t max = 1;
+};
+inline constexpr PlanIntBound kSeqLenBound{"training.seq_len", 1, 1 << 24};
+inline constexpr PlanIntBound kMicroBatchBound{"training.micro_batch", 1, 1 << 20};
+inline constexpr PlanIntBound kGlobalBatchBound{"training.global_batch", 1, 1 << 24};
+inline constexpr PlanIntBound kTpBound{"parallel.tp", 1, 1 << 20};
+inline constexpr PlanIntBound kPpBound{"parallel.pp", 1, 1 << 20};
+inline constexpr PlanIntBound kDpBound{"parallel.dp", 1, 1 << 20};
+inline constexpr PlanIntBound kVirtualStagesBound{"parallel.virtual_stages", 1, 1024};
+inline constexpr PlanIntBound kRowSplitBound{"overlap.row_split", 1, kMaxSplit};
+inline constexpr PlanIntBound kColSplitBound{"overlap.col_split", 1, kMaxSplit};
+
+// The rule a value breaks, worded as a plan file's loader words it ("must be a positive integer,
+// got 0", "must be between 1 and 1024, got 4096"), or nullopt when `value` is within `bound`.
+std::optional<std::string> CheckBound(const PlanIntBound& bound, int64_t value);
+
+// The most work one plan may ask of the simulator or the executor: micro-batches per iteration x
+// layers x row slices x column chunks (each such layer pass is some 30 ops of the schedule). A
+// plan above it would take minutes and gigabytes to lower; it is refused instead.
+inline constexpr int64_t kMaxLayerPasses = int64_t{1} << 21;
+
 // Checks the rules that tie a plan to its model and cluster: tp*pp*dp = the cluster's GPUs; tp
 // divides heads, kv_heads and ffn; row_split divides micro_batch; col_split divides hidden;
 // pp <= layers (uneven stages allowed without interleaving); with virtual stages, pp*virtual_stages
 // divides layers and the micro-batches are a multiple of pp; micro_batch*dp divides global_batch;
 // splits between 1 and 16;
 // inter-layer scope needs row_split >= 2; sequence parallelism needs tp dividing seq_len/row.
+// First of all, every integer setting within its PlanIntBound, the GPU able to run the
+// precision (a peak above 0) and the work within kMaxLayerPasses.
 // `key_of` maps each failure to the YAML key it concerns ("parallel.tp").
 struct PlanRuleFailure {
   std::string key;   // "parallel.tp"
@@ -107,9 +137,9 @@ std::vector<int> ChunkLayers(const Plan& plan);
 Result<Plan> ParsePlan(std::string_view text, std::string_view file);
 Result<Plan> LoadPlan(const std::string& path);
 
-// Resolves model_ref (unless empty: an inline model), cluster_ref and stack_ref and checks the rules, for plans built in code or from flags.
-// Without `check_rules`, only resolves (for a search's starting point, which may break rules the
-// search varies).
+// Resolves model_ref (unless empty: an inline model), cluster_ref and stack_ref and checks the
+// rules, for plans built in code or from flags. Without `check_rules`, only resolves (for a
+// search's starting point, which may break rules the search varies).
 Status ResolvePlan(Plan& plan, bool check_rules = true);
 
 // Writes the plan as YAML, with its predicted/measured blocks when present. Deterministic: the

@@ -35,13 +35,20 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       options_(options),
       plan_stack_(plan.stack),
       tp_group_(TpGroup(plan)) {
-  Dtype dtype = plan.precision;
-  if (gpu_.peak(dtype) <= 0) dtype = Dtype::kBf16;  // fp8 on a GPU without it runs as bf16
+  // A precision the GPU lacks runs in the first 16- or 32-bit type it has (fp32's peak is always
+  // above 0), never at a zero peak, which would make every op last forever. Plans that pass
+  // CheckPlanRules never get here with one.
+  auto runnable = [&](Dtype dtype) {
+    for (Dtype fallback : {Dtype::kBf16, Dtype::kFp16, Dtype::kTf32, Dtype::kFp32})
+      if (gpu_.peak(dtype) <= 0) dtype = fallback;
+    return dtype;
+  };
+  const Dtype dtype = runnable(plan.precision);
   gemm_dtype_ = dtype;
-  attention_dtype_ = dtype == Dtype::kFp8 ? Dtype::kBf16 : dtype;
-  gemm_tflops_ = GemmCeilingTflops(gpu_, dtype);
   // Attention runs in 16-bit even when the GEMMs use fp8.
-  attention_tflops_ = dtype == Dtype::kFp8 ? gpu_.peak(Dtype::kBf16) : gpu_.peak(dtype);
+  attention_dtype_ = runnable(dtype == Dtype::kFp8 ? Dtype::kBf16 : dtype);
+  gemm_tflops_ = GemmCeilingTflops(gpu_, dtype);
+  attention_tflops_ = gpu_.peak(attention_dtype_);
   hbm_GBps_ = gpu_.hbm_GBps * gpu_.hbm_efficiency;
   launch_us_ = options.cuda_graphs.value_or(plan.stack.cuda_graphs) ? gpu_.graph_launch_us
                                                                     : gpu_.kernel_launch_us;

@@ -1,4 +1,6 @@
 // `domino compare PREDICTED MEASURED`: two reports side by side, by figure, op class and op.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -6,8 +8,6 @@
 #include <memory>
 #include <optional>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "sim/report.h"
 #include "tools/command.h"
@@ -75,32 +75,6 @@ void Run(const CompareFlags& flags) {
     Fail("compare", fmt::format("{}: no predicted: or measured: block; pass reports written by "
                                 "`domino simulate --report` and `domino execute --report`",
                                 !p ? flags.predicted_path : flags.measured_path));
-  std::cout << fmt::format(
-      "# predicted: {} ({})\n# measured:  {} ({})\n"
-      "# error = (predicted - measured) / measured; for fractions, "
-      "predicted - measured\n\n",
-      flags.predicted_path, predicted->plan.model.name, flags.measured_path,
-      measured->plan.model.name);
-  Table figures({"figure", "predicted", "measured", "error"});
-  auto row = [&](const char* name, double a, double b, const char* format) {
-    figures.AddRow({name, fmt::format(fmt::runtime(format), a), fmt::format(fmt::runtime(format), b),
-                    Error(a, b)});
-  };
-  row("iteration ms", p->iteration_ms, m->iteration_ms, "{:.3f}");
-  row("ideal ms", p->ideal_ms, m->ideal_ms, "{:.3f}");
-  row("exposed TP comm ms", p->exposed_comm_ms, m->exposed_comm_ms, "{:.3f}");
-  figures.AddRow({"hidden fraction", fmt::format("{:.3f}", p->hidden_comm_fraction),
-                  fmt::format("{:.3f}", m->hidden_comm_fraction),
-                  Difference(p->hidden_comm_fraction, m->hidden_comm_fraction)});
-  row("tokens/s", p->tokens_per_s, m->tokens_per_s, "{:.0f}");
-  figures.Print(std::cout);
-
-  if (predicted->ops.empty() || measured->ops.empty()) {
-    std::cout << "\n(no per-op comparison: "
-              << (predicted->ops.empty() ? flags.predicted_path : flags.measured_path)
-              << " has no timeline: block)\n";
-    return;
-  }
   // Match ops by label and occurrence: the k-th "tp.allreduce L0 mb0 fwd" of one report with the
   // k-th of the other.
   std::map<std::pair<std::string, int>, const sim::ReportOp*> by_key;
@@ -124,6 +98,37 @@ void Run(const CompareFlags& flags) {
     classes[op.op_class].first += op.end_us - op.start_us;
     classes[op.op_class].second += it->second->end_us - it->second->start_us;
   }
+  // Reports of two different plans share no op: a comparison of them would mean nothing.
+  if (!predicted->ops.empty() && !measured->ops.empty() && pairs.empty())
+    Fail("compare", fmt::format("{} and {} share no op (0 of {} predicted ops match a measured "
+                                "one): compare a prediction and a measurement of the same plan",
+                                flags.predicted_path, flags.measured_path, predicted->ops.size()));
+  std::cout << fmt::format(
+      "# predicted: {} ({})\n# measured:  {} ({})\n"
+      "# error = (predicted - measured) / measured; for fractions, "
+      "predicted - measured\n\n",
+      flags.predicted_path, predicted->plan.model.name, flags.measured_path,
+      measured->plan.model.name);
+  Table figures({"figure", "predicted", "measured", "error"});
+  auto row = [&](const char* name, double a, double b, const char* format) {
+    figures.AddRow({name, fmt::format(fmt::runtime(format), a),
+                    fmt::format(fmt::runtime(format), b), Error(a, b)});
+  };
+  row("iteration ms", p->iteration_ms, m->iteration_ms, "{:.3f}");
+  row("ideal ms", p->ideal_ms, m->ideal_ms, "{:.3f}");
+  row("exposed TP comm ms", p->exposed_comm_ms, m->exposed_comm_ms, "{:.3f}");
+  figures.AddRow({"hidden fraction", fmt::format("{:.3f}", p->hidden_comm_fraction),
+                  fmt::format("{:.3f}", m->hidden_comm_fraction),
+                  Difference(p->hidden_comm_fraction, m->hidden_comm_fraction)});
+  row("tokens/s", p->tokens_per_s, m->tokens_per_s, "{:.0f}");
+  figures.Print(std::cout);
+
+  if (predicted->ops.empty() || measured->ops.empty()) {
+    std::cout << "\n(no per-op comparison: "
+              << (predicted->ops.empty() ? flags.predicted_path : flags.measured_path)
+              << " has no timeline: block)\n";
+    return;
+  }
   // The layer stack of one micro-batch, the same way from both timelines and over the ops both
   // have (a predicted first or last pipeline stage also has the embedding or the head): its
   // length, and the share of its TP comm time that compute hid (1 - (length - compute busy) /
@@ -142,8 +147,8 @@ void Run(const CompareFlags& flags) {
                 fmt::format("{:.3f}", b.compute_ms), Error(a.compute_ms, b.compute_ms)});
   stack.AddRow({"TP comm busy ms", fmt::format("{:.3f}", a.comm_ms),
                 fmt::format("{:.3f}", b.comm_ms), Error(a.comm_ms, b.comm_ms)});
-  stack.AddRow({"hidden fraction", fmt::format("{:.3f}", a.hidden),
-                fmt::format("{:.3f}", b.hidden), Difference(a.hidden, b.hidden)});
+  stack.AddRow({"hidden fraction", fmt::format("{:.3f}", a.hidden), fmt::format("{:.3f}", b.hidden),
+                Difference(a.hidden, b.hidden)});
   stack.Print(std::cout);
   std::cout << "\n";
   Table by_class({"op class", "predicted us", "measured us", "error"});
@@ -169,15 +174,17 @@ void Run(const CompareFlags& flags) {
     std::cout << fmt::format("\nmedian per-op error: {:.1f}% over {} ops\n",
                              100 * errors[errors.size() / 2], errors.size());
   }
-  std::cout << fmt::format("\n{} ops matched ({} of {} predicted ops unmatched, {} measured); "
-                           "the {} with the largest duration gaps:\n",
-                           pairs.size(), unmatched, predicted->ops.size(), measured->ops.size(),
-                           std::min<size_t>(flags.top, pairs.size()));
+  std::cout << fmt::format(
+      "\n{} ops matched ({} of {} predicted ops unmatched, {} measured); "
+      "the {} with the largest duration gaps:\n",
+      pairs.size(), unmatched, predicted->ops.size(), measured->ops.size(),
+      std::min<size_t>(flags.top, pairs.size()));
   Table ops({"op", "predicted us", "measured us", "error"});
   for (size_t i = 0; i < pairs.size() && i < static_cast<size_t>(flags.top); ++i) {
     double a = pairs[i].p->end_us - pairs[i].p->start_us;
     double b = pairs[i].m->end_us - pairs[i].m->start_us;
-    ops.AddRow({pairs[i].p->label, fmt::format("{:.2f}", a), fmt::format("{:.2f}", b), Error(a, b)});
+    ops.AddRow(
+        {pairs[i].p->label, fmt::format("{:.2f}", a), fmt::format("{:.2f}", b), Error(a, b)});
   }
   ops.Print(std::cout);
 }

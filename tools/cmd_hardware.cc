@@ -1,10 +1,13 @@
 // `domino hardware [NAME]`: GPUs and node types as tables, or one GPU, node or cluster in detail.
+#include <fmt/format.h>
+
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
-#include <fmt/format.h>
-
 #include "hardware/hardware_spec.h"
+#include "models/base/file_io.h"
+#include "models/base/yaml_reader.h"
 #include "tools/command.h"
 #include "tools/table.h"
 
@@ -70,11 +73,23 @@ void ShowNode(const NodeSpec& node) {
   nodes.Print(std::cout);
   PrintLink("NVLink", node.nvlink);
   PrintLink("network (per NIC)", node.network);
-  std::cout << fmt::format("contention: a collective holds {} SMs and moves {:g}x its bytes in HBM\n\n",
-                           node.comm_ctas, node.comm_hbm_factor);
+  std::cout << fmt::format(
+      "contention: a collective holds {} SMs and moves {:g}x its bytes in HBM\n\n", node.comm_ctas,
+      node.comm_hbm_factor);
   Table gpus = GpuTable();
   AddGpuRow(gpus, node.gpu);
   gpus.Print(std::cout);
+}
+
+// A node file names its GPU (`gpu:`); a cluster file names its node (`node:`). Only a readable
+// YAML mapping is sniffed: anything else is left to the cluster loader, which says what is wrong.
+bool IsNodeFile(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  Result<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return false;
+  Result<YAML::Node> root = ParseYaml(*text, path);
+  return root.ok() && root->IsMap() && (*root)["gpu"].IsDefined() && !(*root)["node"].IsDefined();
 }
 
 void ShowHardware(const std::string& name) {
@@ -82,13 +97,13 @@ void ShowHardware(const std::string& name) {
     Table gpus = GpuTable();
     AddGpuRow(gpus, *gpu);
     gpus.Print(std::cout);
-    std::cout << fmt::format("GEMM efficiency at best {:g}, HBM efficiency {:g}, launch {:g} us "
-                             "({:g} us in a CUDA graph)\n",
-                             gpu->max_gemm_efficiency, gpu->hbm_efficiency, gpu->kernel_launch_us,
-                             gpu->graph_launch_us);
+    std::cout << fmt::format(
+        "GEMM efficiency at best {:g}, HBM efficiency {:g}, launch {:g} us "
+        "({:g} us in a CUDA graph)\n",
+        gpu->max_gemm_efficiency, gpu->hbm_efficiency, gpu->kernel_launch_us, gpu->graph_launch_us);
     return;
   }
-  if (FindEmbedded(NodeCatalog(), name) != nullptr) {
+  if (FindEmbedded(NodeCatalog(), name) != nullptr || IsNodeFile(name)) {
     Result<NodeSpec> node = LoadNode(name);
     if (!node.ok()) Fail("hardware", node.message());
     ShowNode(*node);

@@ -1,12 +1,13 @@
 // `domino plan`: search the plan space for the fastest plan and write it as YAML.
-#include <unistd.h>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
-
-#include <fmt/format.h>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "models/base/file_io.h"
 #include "planner/search.h"
@@ -41,8 +42,60 @@ class SimulatorEvaluator : public Evaluator {
   }
 };
 
+// The --fix keys, each with the plan flag that pins the same dimension.
+constexpr std::pair<const char*, const char*> kFixKeys[] = {
+    {"tp", "--tp"},
+    {"pp", "--pp"},
+    {"dp", "--dp"},
+    {"v", "--virtual-stages"},
+    {"mb", "--micro-batch"},
+    {"sp", "--sp"},
+    {"distopt", "--distributed-optimizer"},
+    {"recompute", "--recompute"},
+    {"p", "--row-split"},
+    {"q", "--col-split"},
+    {"scope", "--scope"},
+};
+
+// A dimension pinned twice (tp=8,tp=4, or --fix tp=8 with --tp 4) is an error, not a silent
+// choice of one.
+Status CheckPins(const PlanCommandFlags& flags) {
+  const PlanFlags& f = flags.plan;
+  auto flag_given = [&](std::string_view key) {
+    if (key == "tp") return f.tp > 0;
+    if (key == "pp") return f.pp > 0;
+    if (key == "dp") return f.dp > 0;
+    if (key == "v") return f.virtual_stages > 0;
+    if (key == "mb") return f.micro_batch > 0;
+    if (key == "p") return f.row_split > 0;
+    if (key == "q") return f.col_split > 0;
+    if (key == "sp") return !f.sequence_parallel.empty();
+    if (key == "distopt") return !f.distributed_optimizer.empty();
+    if (key == "recompute") return !f.recompute.empty();
+    return key == "scope" && !f.scope.empty();
+  };
+  std::vector<std::string> seen;
+  size_t start = 0;
+  const std::string& fix = flags.fix;
+  while (start < fix.size()) {
+    size_t end = std::min(fix.find(',', start), fix.size());
+    const std::string item = fix.substr(start, end - start);
+    start = end + 1;
+    const std::string key = item.substr(0, item.find('='));
+    if (item.empty() || key.size() == item.size()) continue;  // ApplyFix words these
+    for (const std::string& other : seen)
+      if (other == key) return Error(fmt::format("--fix: {} is pinned twice", key));
+    seen.push_back(key);
+    for (const auto& [fix_key, flag] : kFixKeys)
+      if (key == fix_key && flag_given(key))
+        return Error(fmt::format("--fix {} and {} pin the same dimension: give one", item, flag));
+  }
+  return Status::Ok();
+}
+
 // Plan flags given on the command line pin their dimension, as --fix does.
 Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
+  DOMINO_RETURN_IF_ERROR(CheckPins(flags));
   SearchSpace space;
   const PlanFlags& f = flags.plan;
   space.tp = f.tp, space.pp = f.pp, space.dp = f.dp, space.virtual_stages = f.virtual_stages;
@@ -84,19 +137,27 @@ void Run(const PlanCommandFlags& flags) {
   if (!base.ok()) Fail("plan", base.message());
   Result<SearchSpace> space = SpaceFor(flags);
   if (!space.ok()) Fail("plan", space.message());
+  if (!flags.out_path.empty()) CheckOk("plan", CheckOutputPath(flags.out_path, flags.force));
+  // A pinned degree must divide the GPUs, else nothing is left to search: say which.
+  const int gpus = base->cluster.total_gpus();
+  for (const auto& [name, degree] :
+       {std::pair<const char*, int>{"tp", space->tp}, {"pp", space->pp}, {"dp", space->dp}})
+    if (degree > 0 && gpus % degree != 0)
+      Fail("plan", fmt::format("{} pinned to {}: it must divide the cluster's {} GPUs", name,
+                               degree, gpus));
   const Objective objective =
       flags.objective == "time" ? Objective::kIterationTime : Objective::kThroughput;
   SimulatorEvaluator evaluator;
-  const bool tty = isatty(fileno(stderr));
-  auto progress = [tty](int done, int total) {
-    if (tty && (done % 8 == 0 || done == total))
-      std::cerr << fmt::format("\rdomino plan: {}/{} configurations", done, total) << std::flush;
+  std::optional<Progress> bar;
+  auto progress = [&bar](int done, int total) {
+    if (!bar) bar.emplace("plan", "configurations", total);
+    bar->Update(done);
   };
   const auto start = std::chrono::steady_clock::now();
   Result<SearchResult> result = SearchPlans(*base, *space, evaluator, objective, progress);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (tty) std::cerr << "\r\033[K";
+  bar.reset();
   if (!result.ok()) Fail("plan", result.message());
   const Candidate& best = result->ranked.front();
   // The Megatron baseline with the same degrees and memory options as the best plan.
@@ -104,18 +165,22 @@ void Run(const PlanCommandFlags& flags) {
   for (const Candidate& c : result->ranked)
     if (SameOuter(c.plan, best.plan) && c.plan.is_baseline()) baseline = &c;
 
-  std::cout << fmt::format("# {} on {} ({} GPUs), seq {}, global batch {}\n", base->model.name,
-                           base->cluster.name, base->cluster.total_gpus(), base->seq_len,
-                           base->global_batch);
-  std::cout << fmt::format(
+  // With the plan on stdout (--out -), the table goes to stderr: stdout holds one YAML document.
+  const bool plan_on_stdout = flags.out_path == "-";
+  std::ostream& out = plan_on_stdout ? std::cerr : std::cout;
+  out << fmt::format("# {} on {} ({} GPUs), seq {}, global batch {}\n", base->model.name,
+                     base->cluster.name, base->cluster.total_gpus(), base->seq_len,
+                     base->global_batch);
+  out << fmt::format(
       "# {} plans simulated, {} rejected by a rule or memory, {} pruned by a bound, in {:.2f} s "
       "({:.0f} plans/s)\n\n",
       result->evaluated, result->rejected, result->pruned, seconds,
       result->evaluated / std::max(seconds, 1e-9));
   if (result->timed_out)
-    std::cout << fmt::format("# stopped at --timeout {:g} s: the best plan found so far\n\n",
-                             flags.timeout_s);
-  Table table({"rank", "plan", "iteration ms", "exposed ms", "hidden", "tokens/s", "MFU", "GiB/GPU"});
+    out << fmt::format("# stopped at --timeout {:g} s: the best plan found so far\n\n",
+                       flags.timeout_s);
+  Table table(
+      {"rank", "plan", "iteration ms", "exposed ms", "hidden", "tokens/s", "MFU", "GiB/GPU"});
   auto add = [&](const std::string& rank, const Candidate& c) {
     const PlanFigures& f = c.figures;
     table.AddRow({rank, DescribeCandidate(c.plan), fmt::format("{:.2f}", f.iteration_ms),
@@ -127,7 +192,7 @@ void Run(const PlanCommandFlags& flags) {
   for (int i = 0; i < flags.top && i < static_cast<int>(result->ranked.size()); ++i)
     add(std::to_string(i + 1), result->ranked[i]);
   if (baseline) add("base", *baseline);
-  table.Print(std::cout);
+  table.Print(out);
 
   // Gain of each Domino dimension over that baseline: the best plan using only it.
   std::string gains;
@@ -153,11 +218,11 @@ void Run(const PlanCommandFlags& flags) {
       gains += fmt::format("    {}: {:.4f}\n", d.name, gain);
     }
     if (!lines.empty())
-      std::cout << "\ngain over the baseline with the same degrees (best plan using only):\n" << lines;
+      out << "\ngain over the baseline with the same degrees (best plan using only):\n" << lines;
   }
   if (flags.explain) {
-    std::cout << "\nrejected:\n";
-    for (const std::string& line : result->rejections) std::cout << "  " << line << "\n";
+    out << "\nrejected:\n";
+    for (const std::string& line : result->rejections) out << "  " << line << "\n";
   }
 
   Plan chosen = best.plan;
@@ -168,12 +233,15 @@ void Run(const PlanCommandFlags& flags) {
   if (result->timed_out) yaml += fmt::format("  stopped_at_timeout_s: {:g}\n", flags.timeout_s);
   if (baseline) {
     yaml += "  baseline: " + FiguresFlow(*baseline) + "\n";
-    if (!gains.empty()) yaml += "  gains:  # over the baseline, best plan using only this dimension\n" + gains;
+    if (!gains.empty())
+      yaml += "  gains:  # over the baseline, best plan using only this dimension\n" + gains;
   }
   yaml += "  runners_up:\n";
   for (int i = 1; i <= flags.top && i < static_cast<int>(result->ranked.size()); ++i)
     yaml += "    - " + FiguresFlow(result->ranked[i]) + "\n";
-  if (!flags.out_path.empty()) {
+  if (plan_on_stdout) {
+    CheckOk("plan", WriteFileAtomically("-", yaml, flags.force));
+  } else if (!flags.out_path.empty()) {
     CheckOk("plan", WriteFileAtomically(flags.out_path, yaml, flags.force));
     std::cout << "\nwrote " << flags.out_path << "\n";
   } else {
@@ -186,8 +254,13 @@ void Run(const PlanCommandFlags& flags) {
 void SetupPlan(CLI::App* sub) {
   auto flags = std::make_shared<PlanCommandFlags>();
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/false);
-  sub->add_option("--out", flags->out_path, "write the chosen plan (YAML) here instead of stdout");
-  sub->add_option("--strategy", flags->strategy, "limit Domino slicing: baseline | row | col | 2d | any")
+  sub->add_option(
+         "--out", flags->out_path,
+         "write the chosen plan (YAML) here instead of after the table; - writes only the "
+         "plan to stdout (the table goes to stderr), so `plan --out - > p.yaml` loads back")
+      ->check(NonEmpty());
+  sub->add_option("--strategy", flags->strategy,
+                  "limit Domino slicing: baseline | row | col | 2d | any")
       ->check(CLI::IsMember({"baseline", "row", "col", "2d", "any"}));
   sub->add_option("--fix", flags->fix,
                   "pin dimensions: tp=8,pp=1,dp=4,v=2,mb=4,sp=true,distopt=false,recompute=none,"
@@ -196,13 +269,14 @@ void SetupPlan(CLI::App* sub) {
                   "throughput (tokens/s, default) | time (iteration time; the same ranking for a "
                   "fixed global batch)")
       ->check(CLI::IsMember({"throughput", "time"}));
-  sub->add_option("--top", flags->top, "runners-up to show and write")->check(CLI::PositiveNumber);
+  sub->add_option("--top", flags->top, "runners-up to show and write (default: 5)")
+      ->check(DecimalInt(1, 1000));
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
   sub->add_flag("--explain", flags->explain, "list every rejected candidate and the rule it broke");
   sub->add_flag("--exhaustive", flags->exhaustive, "simulate every feasible plan (no pruning)");
   sub->add_option("--timeout", flags->timeout_s,
                   "stop searching after this many seconds and keep the best plan found so far")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveFinite());
   sub->callback([flags] { Run(*flags); });
 }
 

@@ -1,9 +1,9 @@
 // `domino simulate`: predict one plan (or compare strategies) and write its report and trace.
+#include <fmt/format.h>
+
 #include <iostream>
 #include <memory>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "models/base/file_io.h"
 #include "planner/memory_model.h"
@@ -37,9 +37,9 @@ std::string Describe(const Plan& p) {
       p.pp, p.dp, p.sequence_parallel ? "on" : "off", p.row_split, p.col_split, ScopeName(p.scope));
 }
 
-void PrintPrediction(const Plan& plan, const sim::Prediction& p) {
+void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& out) {
   const PlanFigures& f = p.figures;
-  std::cout << Describe(plan) << "\n";
+  out << Describe(plan) << "\n";
   Table summary({"figure", "value"});
   summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
   summary.AddRow({"ideal (TP comm free)", fmt::format("{:.2f} ms", f.ideal_ms)});
@@ -51,8 +51,8 @@ void PrintPrediction(const Plan& plan, const sim::Prediction& p) {
   summary.AddRow({"TFLOP/s per GPU", fmt::format("{:.1f}", f.tflops_per_gpu)});
   summary.AddRow({"MFU", fmt::format("{:.1f}%", 100 * f.mfu)});
   summary.AddRow({"memory per GPU", fmt::format("{:.1f} GiB", f.memory_gib_per_gpu)});
-  summary.Print(std::cout);
-  std::cout << "\n";
+  summary.Print(out);
+  out << "\n";
   Table classes({"op class", "busy ms", "% of iteration"});
   for (int c = 0; c < sim::kOpClassCount; ++c) {
     if (p.busy_ms[c] <= 0) continue;
@@ -60,12 +60,13 @@ void PrintPrediction(const Plan& plan, const sim::Prediction& p) {
                     fmt::format("{:.2f}", p.busy_ms[c]),
                     fmt::format("{:.1f}", 100 * p.busy_ms[c] / f.iteration_ms)});
   }
-  classes.Print(std::cout);
-  std::cout << "\n";
+  classes.Print(out);
+  out << "\n";
   const sim::IterationBreakdown& b = p.breakdown;
   Table parts({fmt::format("iteration on stage {} (critical)", b.critical_stage), "ms", "%"});
   auto part = [&](const char* name, double ms) {
-    parts.AddRow({name, fmt::format("{:.2f}", ms), fmt::format("{:.1f}", 100 * ms / f.iteration_ms)});
+    parts.AddRow(
+        {name, fmt::format("{:.2f}", ms), fmt::format("{:.1f}", 100 * ms / f.iteration_ms)});
   };
   part("compute (TP comm free)", b.compute_ms);
   part("exposed TP comm", b.exposed_tp_ms);
@@ -73,8 +74,8 @@ void PrintPrediction(const Plan& plan, const sim::Prediction& p) {
   part("exposed PP transfers", b.exposed_pp_ms);
   part("exposed DP comm", std::max(0.0, b.exposed_dp_ms));
   part("optimizer step", b.optimizer_ms);
-  parts.Print(std::cout);
-  std::cout << fmt::format(
+  parts.Print(out);
+  out << fmt::format(
       "\n{} ops per micro-batch on stage 0; serialized (nothing overlapped) {:.2f} ms; DP "
       "collectives {:.2f} ms uncontended.\n",
       p.schedule.size(), p.serial_ms, p.dp_comm_ms);
@@ -102,8 +103,8 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
       {"SP + row p=2", true, 2, 1, OverlapScope::kInterLayer},
   };
   std::cout << Describe(base) << "\n";
-  Table table({"strategy", "iteration ms", "exposed ms", "comm share", "hidden", "tokens/s",
-               "MFU", "vs baseline"});
+  Table table({"strategy", "iteration ms", "exposed ms", "comm share", "hidden", "tokens/s", "MFU",
+               "vs baseline"});
   double baseline_ms = 0, ideal_ms = 0;
   std::vector<std::string> skipped;
   for (const Strategy& s : kStrategies) {
@@ -120,21 +121,27 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
     if (!p.ok()) Fail("simulate", p.message());
     const PlanFigures& f = p->figures;
     if (baseline_ms == 0) baseline_ms = f.iteration_ms, ideal_ms = f.ideal_ms;
-    table.AddRow({s.name, fmt::format("{:.2f}", f.iteration_ms), fmt::format("{:.2f}", f.exposed_comm_ms),
+    table.AddRow({s.name, fmt::format("{:.2f}", f.iteration_ms),
+                  fmt::format("{:.2f}", f.exposed_comm_ms),
                   fmt::format("{:.1f}%", 100 * f.exposed_comm_ms / f.iteration_ms),
-                  fmt::format("{:.1f}%", 100 * f.hidden_comm_fraction), fmt::format("{:.0f}", f.tokens_per_s),
-                  fmt::format("{:.1f}%", 100 * f.mfu), fmt::format("{:.3f}x", baseline_ms / f.iteration_ms)});
+                  fmt::format("{:.1f}%", 100 * f.hidden_comm_fraction),
+                  fmt::format("{:.0f}", f.tokens_per_s), fmt::format("{:.1f}%", 100 * f.mfu),
+                  fmt::format("{:.3f}x", baseline_ms / f.iteration_ms)});
   }
   table.Print(std::cout);
   if (ideal_ms > 0)
-    std::cout << fmt::format("\nideal (baseline schedule, TP comm free): {:.2f} ms = {:.3f}x over the baseline\n",
-                             ideal_ms, baseline_ms / ideal_ms);
+    std::cout << fmt::format(
+        "\nideal (baseline schedule, TP comm free): {:.2f} ms = {:.3f}x over the baseline\n",
+        ideal_ms, baseline_ms / ideal_ms);
   for (const std::string& line : skipped) std::cout << "skipped " << line << "\n";
 }
 
 void Run(const SimulateFlags& flags) {
   Result<Plan> plan = BuildPlan(flags.plan);
   if (!plan.ok()) Fail("simulate", plan.message());
+  // Fail fast on an output that cannot be written; they are written together at the end.
+  for (const std::string* path : {&flags.report_path, &flags.trace_path})
+    if (!path->empty()) CheckOk("simulate", CheckOutputPath(*path, flags.force));
   sim::CostOptions options;
   HardwareProfile profile;
   if (!flags.profile_path.empty()) {
@@ -145,7 +152,8 @@ void Run(const SimulateFlags& flags) {
   }
   if (flags.cuda_graphs) options.cuda_graphs = true;
   if (!flags.attention.empty())
-    options.attention = flags.attention == "unfused" ? AttentionKernel::kUnfused : AttentionKernel::kFlash;
+    options.attention =
+        flags.attention == "unfused" ? AttentionKernel::kUnfused : AttentionKernel::kFlash;
   if (flags.compare_strategies) {
     if (!flags.report_path.empty() || !flags.trace_path.empty())
       Fail("simulate", "--compare-strategies writes no report or trace; drop --report/--trace");
@@ -155,33 +163,37 @@ void Run(const SimulateFlags& flags) {
   Result<sim::Prediction> prediction = sim::Predict(*plan, options);
   if (!prediction.ok()) Fail("simulate", prediction.message());
   if (!flags.ignore_memory) {
-    const MemoryEstimate mem = EstimateMemory(*plan, sim::AttentionOf(*plan, options) == AttentionKernel::kFlash);
+    const MemoryEstimate mem =
+        EstimateMemory(*plan, sim::AttentionOf(*plan, options) == AttentionKernel::kFlash);
     const double capacity_gib = plan->cluster.node.gpu.memory_GB * 1e9 / (1 << 30);
     const double gib = 1.0 / (1 << 30);
     if (mem.total_bytes() * gib > capacity_gib)
-      Fail("simulate", fmt::format(
-          "{}: does not fit: {:.1f} GiB per GPU on the most loaded stage (weights, gradients and "
-          "optimizer {:.1f} GiB + activations {:.1f} GiB) exceeds the {}'s {:.1f} GiB; use "
-          "recompute, sequence parallelism, a larger tp or pp, the distributed optimizer or a "
-          "smaller micro-batch (or --ignore-memory)",
-          flags.plan.plan_path.empty() ? "the plan" : flags.plan.plan_path, mem.total_bytes() * gib,
-          mem.weights_and_optimizer_bytes * gib, mem.activation_bytes * gib,
-          plan->cluster.node.gpu.name, capacity_gib));
+      Fail("simulate",
+           fmt::format(
+               "{}: does not fit: {:.1f} GiB per GPU on the most loaded stage (weights, gradients "
+               "and "
+               "optimizer {:.1f} GiB + activations {:.1f} GiB) exceeds the {}'s {:.1f} GiB; use "
+               "recompute, sequence parallelism, a larger tp or pp, the distributed optimizer or a "
+               "smaller micro-batch (or --ignore-memory)",
+               flags.plan.plan_path.empty() ? "the plan" : flags.plan.plan_path,
+               mem.total_bytes() * gib, mem.weights_and_optimizer_bytes * gib,
+               mem.activation_bytes * gib, plan->cluster.node.gpu.name, capacity_gib));
   }
-  // Check outputs can be written before printing anything, so a bad path leaves nothing behind.
+  // Every output or none, before the table: a bad path leaves nothing behind. An output on
+  // stdout ("-") sends the table to stderr, so that stdout holds only the document.
   Plan report = *plan;
   report.predicted = prediction->figures;
+  std::vector<OutputFile> outputs;
   if (!flags.report_path.empty())
-    CheckOk("simulate", WriteFileAtomically(flags.report_path,
-                                            PlanToYaml(report, "domino simulate report") +
-                                                sim::TimelineYaml(prediction->schedule,
-                                                                  prediction->timeline),
-                                            flags.force));
+    outputs.push_back(
+        {flags.report_path, PlanToYaml(report, "domino simulate report") +
+                                sim::TimelineYaml(prediction->schedule, prediction->timeline)});
   if (!flags.trace_path.empty())
-    CheckOk("simulate", WriteFileAtomically(flags.trace_path,
-                                            sim::TraceJson(prediction->schedule, prediction->timeline),
-                                            flags.force));
-  PrintPrediction(*plan, *prediction);
+    outputs.push_back(
+        {flags.trace_path, sim::TraceJson(prediction->schedule, prediction->timeline)});
+  CheckOk("simulate", WriteFilesAtomically(outputs, flags.force));
+  const bool document_on_stdout = flags.report_path == "-" || flags.trace_path == "-";
+  PrintPrediction(*plan, *prediction, document_on_stdout ? std::cerr : std::cout);
 }
 
 }  // namespace
@@ -189,8 +201,13 @@ void Run(const SimulateFlags& flags) {
 void SetupSimulate(CLI::App* sub) {
   auto flags = std::make_shared<SimulateFlags>();
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
-  sub->add_option("--report", flags->report_path, "write the plan with its predicted: block (YAML)");
-  sub->add_option("--trace", flags->trace_path, "write the predicted timeline (Perfetto/Chrome JSON)");
+  sub->add_option("--report", flags->report_path,
+                  "write the plan with its predicted: block (YAML; - for stdout, the table then "
+                  "goes to stderr)")
+      ->check(NonEmpty());
+  sub->add_option("--trace", flags->trace_path,
+                  "write the predicted timeline (Perfetto/Chrome JSON; - for stdout)")
+      ->check(NonEmpty());
   sub->add_flag("--force", flags->force, "overwrite existing output files");
   sub->add_flag("--compare-strategies", flags->compare_strategies,
                 "simulate baseline, SP, row, column and 2D splits side by side");

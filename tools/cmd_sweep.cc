@@ -1,14 +1,18 @@
 // `domino sweep`: what-if studies over bandwidth, node count, sequence length, batch, model or GPU.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <vector>
 
-#include <fmt/format.h>
-
+#include "models/base/embedded_file.h"
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
 #include "planner/memory_model.h"
@@ -21,8 +25,8 @@ namespace domino::cli {
 namespace {
 
 // The keys a sweep may vary.
-constexpr const char* kKeys[] = {"network_GBps", "nvlink_GBps", "nodes", "node", "seq_len",
-                                 "micro_batch", "model"};
+constexpr const char* kKeys[] = {"network_GBps", "nvlink_GBps", "nodes", "node",
+                                 "seq_len",      "micro_batch", "model"};
 
 struct Axis {
   std::string key;
@@ -47,14 +51,17 @@ Result<Axis> ParseAxis(const std::string& text) {
   bool known = false;
   for (const char* k : kKeys) known = known || axis.key == k;
   if (!known)
-    return Error(fmt::format("--vary {}: unknown key '{}' (network_GBps, nvlink_GBps, nodes, node, "
-                             "seq_len, micro_batch, model)", text, axis.key));
+    return Error(
+        fmt::format("--vary {}: unknown key '{}' (network_GBps, nvlink_GBps, nodes, node, "
+                    "seq_len, micro_batch, model)",
+                    text, axis.key));
   std::string rest = text.substr(eq + 1);
   size_t start = 0;
   while (start <= rest.size()) {
     size_t end = rest.find(',', start);
     if (end == std::string::npos) end = rest.size();
-    if (end > start) axis.values.push_back(rest.substr(start, end - start));
+    if (end == start) return Error(fmt::format("--vary {}: an empty value", text));
+    axis.values.push_back(rest.substr(start, end - start));
     start = end + 1;
   }
   if (axis.values.empty()) return Error(fmt::format("--vary {}: no values", text));
@@ -87,16 +94,17 @@ Result<Study> LoadStudy(const std::string& path) {
   YAML::Node fixed = map.Raw("fixed");
   DOMINO_RETURN_IF_ERROR(map.Finish());
   auto where = [&](const YAML::Node& n, const std::string& key, const std::string& rule) {
-    return Error(fmt::format("{}:{}:{}: {}: {}", path, n.Mark().line + 1, n.Mark().column + 1,
-                             key, rule));
+    return Error(
+        fmt::format("{}:{}:{}: {}: {}", path, n.Mark().line + 1, n.Mark().column + 1, key, rule));
   };
   if (!grid || !grid.IsMap() || grid.size() == 0)
     return where(*root, "grid", "expected a mapping of keys to lists of values");
   for (const auto& entry : grid) {
     const std::string key = entry.first.Scalar();
     if (!KnownKey(key))
-      return where(entry.first, "grid." + key,
-                   "unknown key (network_GBps, nvlink_GBps, nodes, node, seq_len, micro_batch, model)");
+      return where(
+          entry.first, "grid." + key,
+          "unknown key (network_GBps, nvlink_GBps, nodes, node, seq_len, micro_batch, model)");
     if (!entry.second.IsSequence() || entry.second.size() == 0)
       return where(entry.second, "grid." + key, "expected a non-empty list of values");
     Axis axis;
@@ -125,6 +133,47 @@ bool PositiveNumber(const std::string& text, double* out) {
   return end != text.c_str() && *end == '\0' && *out > 0;
 }
 
+// A cluster as its node (catalog name or file), node count and GPUs used per node (0: all), so
+// that `nodes` and `node` replace one part and keep the others.
+struct ClusterParts {
+  std::string node;
+  int nodes = 1;
+  int gpus_per_node = 0;
+};
+
+Result<ClusterParts> SplitCluster(const std::string& ref) {
+  Result<ClusterSpec> cluster = LoadCluster(ref);
+  if (!cluster.ok()) return cluster.error();
+  ClusterParts parts;
+  parts.nodes = cluster->nodes;
+  if (cluster->gpus_per_node != cluster->node.gpus_per_node)
+    parts.gpus_per_node = cluster->gpus_per_node;
+  const bool yaml = ref.ends_with(".yaml") || ref.ends_with(".yml");
+  if (!yaml && ref.find(':') != std::string::npos) {
+    parts.node = ref.substr(0, ref.find(':'));
+    return parts;
+  }
+  // A cluster file names its node; a relative file name is read beside the cluster file.
+  Result<std::string> text = ReadTextFile(ref);
+  if (!text.ok()) return text.error();
+  Result<YAML::Node> root = ParseYaml(*text, ref);
+  if (!root.ok()) return root.error();
+  parts.node = (*root)["node"].Scalar();
+  const std::filesystem::path beside = std::filesystem::path(ref).parent_path() / parts.node;
+  std::error_code ec;
+  if (FindEmbedded(NodeCatalog(), parts.node) == nullptr &&
+      std::filesystem::path(parts.node).is_relative() &&
+      std::filesystem::is_regular_file(beside, ec))
+    parts.node = beside.string();
+  return parts;
+}
+
+std::string JoinCluster(const ClusterParts& parts) {
+  if (parts.gpus_per_node > 0)
+    return fmt::format("{}:{}:{}", parts.node, parts.nodes, parts.gpus_per_node);
+  return fmt::format("{}:{}", parts.node, parts.nodes);
+}
+
 // Applies one axis value to the flags (before the plan is built) or to the plan (after).
 Status ApplyToFlags(const std::string& key, const std::string& value, PlanFlags* f) {
   double number = 0;
@@ -134,25 +183,26 @@ Status ApplyToFlags(const std::string& key, const std::string& value, PlanFlags*
     *out = static_cast<int>(number);
     return Status::Ok();
   };
-  std::string node = f->cluster.substr(0, f->cluster.find(':'));
-  std::string count = f->cluster.find(':') == std::string::npos ? "1" : f->cluster.substr(f->cluster.find(':') + 1);
   if (key == "model") f->model = value;
   if (key == "seq_len") return positive_int(&f->seq_len);
   if (key == "micro_batch") return positive_int(&f->micro_batch);
-  if (key == "nodes") {
-    int n = 0;
-    DOMINO_RETURN_IF_ERROR(positive_int(&n));
-    f->cluster = fmt::format("{}:{}", node, n);
+  if (key == "nodes" || key == "node") {
+    Result<ClusterParts> parts = SplitCluster(f->cluster);
+    if (!parts.ok()) return parts.error();
+    if (key == "nodes") DOMINO_RETURN_IF_ERROR(positive_int(&parts->nodes));
+    if (key == "node") parts->node = value;
+    f->cluster = JoinCluster(*parts);
   }
-  if (key == "node") f->cluster = fmt::format("{}:{}", value, count);
   return Status::Ok();
 }
 
 Status ApplyToPlan(const std::string& key, const std::string& value, Plan* plan) {
   double GBps = 0;
   if (key != "network_GBps" && key != "nvlink_GBps") return Status::Ok();
-  if (!PositiveNumber(value, &GBps))
-    return Error(fmt::format("--vary {}={}: expected a bandwidth in GB/s", key, value));
+  // The bounds of a link's GBps_per_direction in a node file (hardware/hardware_spec.cc).
+  if (!PositiveNumber(value, &GBps) || !std::isfinite(GBps) || GBps < 1e-3 || GBps > 1e6)
+    return Error(
+        fmt::format("--vary {}={}: expected a bandwidth from 0.001 to 1000000 GB/s", key, value));
   (key == "network_GBps" ? plan->cluster.node.network : plan->cluster.node.nvlink)
       .GBps_per_direction = GBps;
   return Status::Ok();
@@ -187,8 +237,9 @@ void Run(const SweepFlags& flags) {
     fixed = study->fixed;
   } else {
     if (flags.vary.empty() || flags.vary.size() > 2)
-      Fail("sweep", "give one or two --vary KEY=V1,V2,... (keys: network_GBps, nvlink_GBps, "
-                    "nodes, node, seq_len, micro_batch, model), or --study S.yaml");
+      Fail("sweep",
+           "give one or two --vary KEY=V1,V2,... (keys: network_GBps, nvlink_GBps, "
+           "nodes, node, seq_len, micro_batch, model), or --study S.yaml");
     for (const std::string& v : flags.vary) {
       Result<Axis> axis = ParseAxis(v);
       if (!axis.ok()) Fail("sweep", axis.message());
@@ -199,35 +250,44 @@ void Run(const SweepFlags& flags) {
     for (size_t j = 0; j < i; ++j)
       if (axes[i].key == axes[j].key) Fail("sweep", fmt::format("{} is varied twice", axes[i].key));
   if (flags.out_path.empty()) Fail("sweep", "--out sweep.csv is required");
-  if (!flags.force && access(flags.out_path.c_str(), F_OK) == 0)
-    Fail("sweep", fmt::format("{}: exists; pass --force to overwrite it", flags.out_path));
+  CheckOk("sweep", CheckOutputPath(flags.out_path, flags.force));
   PlanFlags base = flags.plan;
+  // Node counts and types vary the plan file's cluster when no --cluster replaces it.
+  if (base.cluster.empty() && !base.plan_path.empty()) {
+    Result<Plan> from = LoadPlan(base.plan_path);
+    if (!from.ok()) Fail("sweep", from.message());
+    base.cluster = from->cluster_ref;
+  }
   if (base.model.empty() && base.plan_path.empty()) base.model = "gpt3-13b";
   if (base.cluster.empty() && base.plan_path.empty()) base.cluster = "dgx-h100:4";
   if (base.seq_len == 0 && base.plan_path.empty()) base.seq_len = 1024;
   if (base.micro_batch == 0 && base.plan_path.empty()) base.micro_batch = 16;
 
   // The node type first: a node count applies to it.
-  std::stable_sort(fixed.begin(), fixed.end(),
-                   [](const auto& a, const auto& b) { return a.first == "node" && b.first != "node"; });
+  std::stable_sort(fixed.begin(), fixed.end(), [](const auto& a, const auto& b) {
+    return a.first == "node" && b.first != "node";
+  });
   for (const auto& [key, value] : fixed) CheckOk("sweep", ApplyToFlags(key, value, &base));
   std::string csv;
   for (const Axis& a : axes) csv += a.key + ",";
-  csv += "strategy,plan,iteration_ms,ideal_ms,exposed_comm_ms,comm_share,tokens_per_s,mfu,"
-         "speedup_vs_baseline,memory_gib,fits\n";
+  csv +=
+      "strategy,plan,iteration_ms,ideal_ms,exposed_comm_ms,comm_share,tokens_per_s,mfu,"
+      "speedup_vs_baseline,memory_gib,fits\n";
   size_t total = 1;
   for (const Axis& a : axes) total *= a.values.size();
-  const bool tty = isatty(fileno(stderr));
   Simulator simulator;
   const auto start = std::chrono::steady_clock::now();
   size_t points_done = 0;
+  CatchStopSignals();
+  std::optional<Progress> progress(std::in_place, "sweep", "points", static_cast<int64_t>(total));
   for (size_t point = 0; point < total; ++point) {
+    progress->Update(static_cast<int64_t>(point));
+    if (StopSignal() != 0) break;
     if (flags.timeout_s > 0 &&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
             flags.timeout_s)
       break;
     ++points_done;
-    if (tty) std::cerr << fmt::format("\rdomino sweep: point {}/{}", point + 1, total) << std::flush;
     std::vector<std::string> values(axes.size());
     size_t rest = point;
     for (size_t i = axes.size(); i-- > 0;) {
@@ -254,7 +314,8 @@ void Run(const SweepFlags& flags) {
       continue;
     }
     for (const auto& [key, value] : fixed) CheckOk("sweep", ApplyToPlan(key, value, &*plan));
-    for (size_t i = 0; i < axes.size(); ++i) CheckOk("sweep", ApplyToPlan(axes[i].key, values[i], &*plan));
+    for (size_t i = 0; i < axes.size(); ++i)
+      CheckOk("sweep", ApplyToPlan(axes[i].key, values[i], &*plan));
     const double memory_gib = MemoryGib(*plan);
     const double capacity_gib = plan->cluster.node.gpu.memory_GB * 1e9 / (1 << 30);
     const char* fits = memory_gib <= capacity_gib ? "true" : "false";
@@ -287,7 +348,8 @@ void Run(const SweepFlags& flags) {
     space.distributed_optimizer = plan->distributed_optimizer;
     space.recompute = plan->recompute;
     Result<SearchResult> best = SearchPlans(*plan, space, simulator);
-    if (best.ok()) rows.push_back({"best", best->ranked.front().plan, best->ranked.front().figures});
+    if (best.ok())
+      rows.push_back({"best", best->ranked.front().plan, best->ranked.front().figures});
     for (const Row& r : rows) {
       const PlanFigures& x = r.figures;
       for (const std::string& v : values) csv += Csv(v) + ",";
@@ -304,8 +366,16 @@ void Run(const SweepFlags& flags) {
                        b->mfu * b->iteration_ms / b->ideal_ms, b->iteration_ms / b->ideal_ms,
                        memory_gib, fits);
   }
-  if (tty) std::cerr << "\r\033[K";
-  CheckOk("sweep", WriteFileAtomically(flags.out_path, csv, true));
+  progress.reset();
+  // A signal only sets a flag: the point under way finishes, and the CSV keeps every finished one.
+  if (const int signal = StopSignal(); signal != 0) {
+    CheckOk("sweep", WriteFileAtomically(flags.out_path, csv, flags.force));
+    Fail("sweep",
+         fmt::format("stopped by {} after {} of {} points: {} holds those (partial)",
+                     signal == SIGINT ? "SIGINT" : "SIGTERM", points_done, total, flags.out_path),
+         128 + signal);
+  }
+  CheckOk("sweep", WriteFileAtomically(flags.out_path, csv, flags.force));
   if (points_done < total)
     std::cout << fmt::format("stopped at --timeout {:g} s after {} of {} points; ", flags.timeout_s,
                              points_done, total);
@@ -320,14 +390,15 @@ void SetupSweep(CLI::App* sub) {
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
   sub->add_option("--study", flags->study_path,
                   "study YAML: name, grid (key: [values]) and fixed (key: value)");
-  sub->add_option("--vary", flags->vary,
-                  "KEY=V1,V2,... (once or twice): network_GBps, nvlink_GBps (per direction), nodes, "
-                  "node (node type), seq_len, micro_batch, model");
-  sub->add_option("--out", flags->out_path, "CSV to write");
+  sub->add_option(
+      "--vary", flags->vary,
+      "KEY=V1,V2,... (once or twice): network_GBps, nvlink_GBps (per direction), nodes, "
+      "node (node type), seq_len, micro_batch, model");
+  sub->add_option("--out", flags->out_path, "CSV to write")->check(NonEmpty());
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
   sub->add_option("--timeout", flags->timeout_s,
                   "stop after this many seconds and write the points done so far")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveFinite());
   sub->callback([flags] { Run(*flags); });
 }
 

@@ -1,8 +1,14 @@
 #include "tools/command.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <array>
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -21,9 +27,12 @@ void SetupValidate(CLI::App* sub);
 
 std::span<const Command> Commands() {
   static const std::array kCommands = {
-      Command{"plan", "Search tp/dp, sequence parallelism and Domino row/column splits for the "
-              "fastest plan", SetupPlan},
-      Command{"models", "List the model catalog, or show one model (name or YAML file)", SetupModels},
+      Command{"plan",
+              "Search tp/dp, sequence parallelism and Domino row/column splits for the "
+              "fastest plan",
+              SetupPlan},
+      Command{"models", "List the model catalog, or show one model (name or YAML file)",
+              SetupModels},
       Command{"hardware", "List GPUs and node types, or show one (name, NODE:COUNT or YAML file)",
               SetupHardware},
       Command{"simulate", "Predict a plan's iteration time and exposed TP communication",
@@ -37,6 +46,92 @@ std::span<const Command> Commands() {
   };
   return kCommands;
 }
+
+CLI::Validator NonEmpty() {
+  return CLI::Validator(
+      [](std::string& text) { return text.empty() ? std::string("must not be empty") : ""; },
+      "TEXT");
+}
+
+CLI::Validator PositiveFinite() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size())
+          return fmt::format("expected a number, got '{}'", text);
+        if (!std::isfinite(value)) return fmt::format("expected a finite number, got '{}'", text);
+        if (value <= 0) return fmt::format("must be greater than 0, got {}", text);
+        return "";
+      },
+      "NUMBER > 0");
+}
+
+CLI::Validator DecimalInt(int64_t min, int64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        const size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
+        if (text.size() == first ||
+            text.find_first_not_of("0123456789", first) != std::string::npos)
+          return fmt::format("expected an integer, got '{}'", text);
+        if (text.size() > first + 18)
+          return fmt::format("must be between {} and {}, got {}", min, max, text);
+        if (text.size() > first + 1 && text[first] == '0')
+          return fmt::format("expected a decimal integer without leading zeros, got '{}'", text);
+        const int64_t value = std::stoll(text);
+        if (value >= min && value <= max) return "";
+        if (min == 1 && value <= 0) return fmt::format("must be a positive integer, got {}", value);
+        return fmt::format("must be between {} and {}, got {}", min, max, value);
+      },
+      fmt::format("INT {}..{}", min, max));
+}
+
+namespace {
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+volatile std::sig_atomic_t stop_signal = 0;
+
+extern "C" void OnStopSignal(int signal) { stop_signal = signal; }
+
+}  // namespace
+
+Progress::Progress(std::string_view command, std::string_view unit, int64_t total)
+    : command_(command),
+      unit_(unit),
+      total_(total),
+      tty_(isatty(fileno(stderr)) != 0),
+      start_s_(NowSeconds()) {}
+
+Progress::~Progress() {
+  if (tty_ && last_draw_s_ >= 0) std::fputs("\r\033[K", stderr);
+}
+
+void Progress::Update(int64_t done) {
+  if (!tty_) return;
+  const double now = NowSeconds();
+  if (done < total_ && last_draw_s_ >= 0 && now - last_draw_s_ < 0.2) return;
+  last_draw_s_ = now;
+  constexpr int kWidth = 24;
+  const int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
+  const double elapsed_s = now - start_s_;
+  const double rate = elapsed_s > 0 ? done / elapsed_s : 0;
+  std::string eta = rate > 0 ? fmt::format("ETA {:.0f} s", (total_ - done) / rate) : "ETA -";
+  const std::string line = fmt::format("\rdomino {}: [{}{}] {}/{} {} {:.1f}/s {}\033[K", command_,
+                                       std::string(filled, '#'), std::string(kWidth - filled, ' '),
+                                       done, total_, unit_, rate, eta);
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+}
+
+void CatchStopSignals() {
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+}
+
+int StopSignal() { return stop_signal; }
 
 void Fail(std::string_view command, const std::string& message, int exit_code) {
   // One write, so that a launcher forwarding stderr (mpirun) cannot split the line.

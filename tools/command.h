@@ -1,11 +1,11 @@
 #ifndef DOMINO_TOOLS_COMMAND_H_
 #define DOMINO_TOOLS_COMMAND_H_
 
+#include <CLI/CLI.hpp>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
-
-#include <CLI/CLI.hpp>
 
 #include "models/base/result.h"
 
@@ -21,6 +21,37 @@ struct Command {
 };
 
 std::span<const Command> Commands();
+
+// Validators for flags, worded as the YAML loaders word the same rules. A flag given as an empty
+// string is an error, never "not given".
+CLI::Validator NonEmpty();
+// A finite number > 0 (no NaN, no infinity).
+CLI::Validator PositiveFinite();
+// A decimal integer from `min` to `max` ("010" is refused, not read as octal 8).
+CLI::Validator DecimalInt(int64_t min, int64_t max);
+
+// A progress bar for long work on a terminal: "domino sweep: [####    ] 12/40 points 3.1/s ETA
+// 9 s" on stderr, redrawn at most a few times a second; silent when stderr is not a terminal.
+class Progress {
+ public:
+  Progress(std::string_view command, std::string_view unit, int64_t total);
+  ~Progress();  // clears the bar
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  void Update(int64_t done);
+
+ private:
+  std::string command_, unit_;
+  int64_t total_;
+  bool tty_;
+  double start_s_, last_draw_s_ = -1;
+};
+
+// SIGINT and SIGTERM, once caught by CatchStopSignals(), only set a flag: long loops poll
+// StopSignal() (0 while none came), keep what they finished, say so and exit non-zero.
+void CatchStopSignals();
+int StopSignal();
 
 // Ends a command's callback with `exit_code` after printing "domino NAME: MESSAGE" to stderr.
 // CLI11 turns the exception into the process's exit code.

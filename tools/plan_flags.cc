@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "tools/command.h"
+
 namespace domino::cli {
 namespace {
 
@@ -28,40 +30,64 @@ bool ParseBoolFlag(const std::string& text, bool* out) {
   return text.empty();
 }
 
+namespace {
+
+CLI::Validator Bounded(const PlanIntBound& bound) { return DecimalInt(bound.min, bound.max); }
+
+}  // namespace
+
 void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   if (with_plan_file)
-    app->add_option("--plan", f->plan_path, "plan or report YAML to start from")->check(CLI::ExistingFile);
-  app->add_option("--model", f->model, "catalog model (domino models) or model YAML");
-  app->add_option("--cluster", f->cluster, "NODE:COUNT, NODE:COUNT:GPUS or cluster YAML");
+    app->add_option("--plan", f->plan_path, "plan or report YAML to start from")
+        ->check(CLI::ExistingFile);
+  app->add_option("--model", f->model,
+                  "catalog model (domino models) or model YAML (default: gpt3-13b)")
+      ->check(NonEmpty());
+  app->add_option("--cluster", f->cluster,
+                  "NODE:COUNT, NODE:COUNT:GPUS or cluster YAML (default: dgx-h100:4)")
+      ->check(NonEmpty());
   app->add_option("--stack", f->stack,
-                  fmt::format("software that runs the plan: {} or a stack YAML (default: {})",
-                              [] {
-                                std::string names;
-                                for (const EmbeddedFile& file : StackCatalog())
-                                  names += (names.empty() ? "" : " | ") + std::string(file.name);
-                                return names;
-                              }(),
-                              kDefaultStack));
-  app->add_option("--precision", f->precision, "bf16 | fp16 | fp8");
-  app->add_option("--seq-len", f->seq_len, "sequence length (default: the model's)")->check(CLI::PositiveNumber);
-  app->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch")->check(CLI::PositiveNumber);
-  app->add_option("--global-batch", f->global_batch, "sequences per iteration")->check(CLI::PositiveNumber);
+                  fmt::format(
+                      "software that runs the plan: {} or a stack YAML (default: {})",
+                      [] {
+                        std::string names;
+                        for (const EmbeddedFile& file : StackCatalog())
+                          names += (names.empty() ? "" : " | ") + std::string(file.name);
+                        return names;
+                      }(),
+                      kDefaultStack))
+      ->check(NonEmpty());
+  app->add_option("--precision", f->precision, "bf16 | fp16 | fp8 (default: bf16)")
+      ->check(NonEmpty());
+  // The same bounds as the plan file's keys (planner/plan.h), checked before any size is derived.
+  app->add_option("--seq-len", f->seq_len, "sequence length (default: the model's)")
+      ->check(Bounded(kSeqLenBound));
+  app->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch")
+      ->check(Bounded(kMicroBatchBound));
+  app->add_option("--global-batch", f->global_batch,
+                  "sequences per iteration (default: one micro-batch per DP rank)")
+      ->check(Bounded(kGlobalBatchBound));
   app->add_option("--tp", f->tp, "tensor-parallel degree (default: the GPUs left by pp and dp)")
-      ->check(CLI::PositiveNumber);
-  app->add_option("--pp", f->pp, "pipeline-parallel degree")->check(CLI::PositiveNumber);
-  app->add_option("--dp", f->dp, "data-parallel degree")->check(CLI::PositiveNumber);
-  app->add_option("--virtual-stages", f->virtual_stages, "interleaved pipeline stages per GPU")
-      ->check(CLI::PositiveNumber);
-  app->add_option("--sp", f->sequence_parallel, "sequence parallelism: true | false");
+      ->check(Bounded(kTpBound));
+  app->add_option("--pp", f->pp, "pipeline-parallel degree (default: 1)")->check(Bounded(kPpBound));
+  app->add_option("--dp", f->dp, "data-parallel degree (default: 1)")->check(Bounded(kDpBound));
+  app->add_option("--virtual-stages", f->virtual_stages,
+                  "interleaved pipeline stages per GPU (default: 1)")
+      ->check(Bounded(kVirtualStagesBound));
+  app->add_option("--sp", f->sequence_parallel, "sequence parallelism: true | false")
+      ->check(NonEmpty());
   app->add_option("--row-split", f->row_split, "row split p (Domino's micro-batch slices), 1-16")
-      ->check(CLI::Range(1, kMaxSplit));
+      ->check(Bounded(kRowSplitBound));
   app->add_option("--col-split", f->col_split, "column split q of the row-parallel weights, 1-16")
-      ->check(CLI::Range(1, kMaxSplit));
-  app->add_option("--scope", f->scope, "overlap scope: none | intra-layer | inter-layer");
-  app->add_option("--recompute", f->recompute, "none | selective | full");
+      ->check(Bounded(kColSplitBound));
+  app->add_option("--scope", f->scope, "overlap scope: none | intra-layer | inter-layer")
+      ->check(NonEmpty());
+  app->add_option("--recompute", f->recompute, "none | selective | full")->check(NonEmpty());
   app->add_option("--placement", f->placement,
-                  "rank layout, innermost first: tp-dp-pp (Megatron's) | tp-pp-dp");
-  app->add_option("--distributed-optimizer", f->distributed_optimizer, "true | false");
+                  "rank layout, innermost first: tp-dp-pp (Megatron's) | tp-pp-dp")
+      ->check(NonEmpty());
+  app->add_option("--distributed-optimizer", f->distributed_optimizer, "true | false")
+      ->check(NonEmpty());
 }
 
 Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
@@ -78,9 +104,9 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   if (!f.model.empty()) plan.model_ref = f.model;
   if (!f.cluster.empty()) plan.cluster_ref = f.cluster;
   if (!f.stack.empty()) plan.stack_ref = f.stack;
-  DOMINO_RETURN_IF_ERROR(ApplyEnum("precision", f.precision,
-                                   {{"bf16", Dtype::kBf16}, {"fp16", Dtype::kFp16}, {"fp8", Dtype::kFp8}},
-                                   &plan.precision));
+  DOMINO_RETURN_IF_ERROR(ApplyEnum(
+      "precision", f.precision,
+      {{"bf16", Dtype::kBf16}, {"fp16", Dtype::kFp16}, {"fp8", Dtype::kFp8}}, &plan.precision));
   DOMINO_RETURN_IF_ERROR(ApplyEnum("scope", f.scope,
                                    {{"none", OverlapScope::kNone},
                                     {"intra-layer", OverlapScope::kIntraLayer},
@@ -91,17 +117,17 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
                                     {"selective", Recompute::kSelective},
                                     {"full", Recompute::kFull}},
                                    &plan.recompute));
-  DOMINO_RETURN_IF_ERROR(ApplyEnum("placement", f.placement,
-                                   {{"tp-dp-pp", Placement::kTpDpPp}, {"tp-pp-dp", Placement::kTpPpDp}},
-                                   &plan.placement));
+  DOMINO_RETURN_IF_ERROR(ApplyEnum(
+      "placement", f.placement,
+      {{"tp-dp-pp", Placement::kTpDpPp}, {"tp-pp-dp", Placement::kTpPpDp}}, &plan.placement));
   if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))
     return Error(fmt::format("--sp: expected true or false, got '{}'", f.sequence_parallel));
   if (!ParseBoolFlag(f.distributed_optimizer, &plan.distributed_optimizer))
     return Error(fmt::format("--distributed-optimizer: expected true or false, got '{}'",
                              f.distributed_optimizer));
   // Resolve the model and cluster first: defaults below depend on them.
-  Result<ModelSpec> model = plan.model_ref.empty() ? Result<ModelSpec>(plan.model)
-                                                   : LoadModel(plan.model_ref);
+  Result<ModelSpec> model =
+      plan.model_ref.empty() ? Result<ModelSpec>(plan.model) : LoadModel(plan.model_ref);
   if (!model.ok()) return model.error();
   Result<ClusterSpec> cluster = LoadCluster(plan.cluster_ref);
   if (!cluster.ok()) return cluster.error();
@@ -130,7 +156,8 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
                                cluster->total_gpus()));
     plan.tp = cluster->total_gpus() / per_tp;
   }
-  if (plan.global_batch == 0 || (!from_file && f.global_batch == 0 && (f.micro_batch > 0 || f.dp > 0)))
+  if (plan.global_batch == 0 ||
+      (!from_file && f.global_batch == 0 && (f.micro_batch > 0 || f.dp > 0)))
     plan.global_batch = plan.micro_batch * plan.dp;
   set(f.global_batch, &plan.global_batch);
   // Slicing without a scope means the user wants overlap: pick the widest the split allows.

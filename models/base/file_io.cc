@@ -1,14 +1,16 @@
 #include "models/base/file_io.h"
 
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <unistd.h>
+#include <vector>
 
 namespace domino {
 
@@ -35,33 +37,111 @@ Result<std::string> ReadTextFile(const std::string& path) {
   return text.str();
 }
 
-Status WriteFileAtomically(const std::string& path, std::string_view content, bool overwrite) {
+Status CheckOutputPath(const std::string& path, bool overwrite) {
   namespace fs = std::filesystem;
+  if (path == "-") return Status::Ok();
+  if (path.empty()) return Error("an output path is empty");
   std::error_code ec;
-  if (!overwrite && fs::exists(path, ec))
-    return Error(fmt::format("{}: already exists (use --force to overwrite)", path));
+  const fs::file_status status = fs::symlink_status(path, ec);
+  if (fs::is_symlink(status))
+    return Error(
+        fmt::format("{}: is a symbolic link; domino neither writes through nor replaces "
+                    "links: give the file it points to",
+                    path));
+  if (fs::exists(status)) {
+    if (fs::is_directory(status)) return Error(fmt::format("{}: is a directory", path));
+    if (!fs::is_regular_file(status))
+      return Error(
+          fmt::format("{}: not a regular file (a device, FIFO or socket); domino "
+                      "replaces only regular files",
+                      path));
+    if (!overwrite)
+      return Error(fmt::format("{}: already exists (use --force to overwrite)", path));
+  }
   fs::path target(path);
   fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
   if (!fs::is_directory(folder, ec))
     return Error(fmt::format("{}: folder {} does not exist", path, folder.string()));
-  std::string temp = (folder / fmt::format(".{}.tmp{}", target.filename().string(), getpid())).string();
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) return Error(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.flush();
-    if (!out) {
-      int saved = errno;
-      fs::remove(temp, ec);
-      return Error(fmt::format("{}: cannot write: {}", path, std::strerror(saved)));
+  if (access(folder.c_str(), W_OK) != 0)
+    return Error(
+        fmt::format("{}: cannot write in {}: {}", path, folder.string(), std::strerror(errno)));
+  return Status::Ok();
+}
+
+Status WriteFilesAtomically(std::span<const OutputFile> files, bool overwrite) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (size_t i = 0; i < files.size(); ++i) {
+    DOMINO_RETURN_IF_ERROR(CheckOutputPath(files[i].path, overwrite));
+    for (size_t j = 0; j < i; ++j) {
+      const bool same =
+          files[i].path == files[j].path ||
+          (files[i].path != "-" && files[j].path != "-" &&
+           fs::weakly_canonical(files[i].path, ec) == fs::weakly_canonical(files[j].path, ec));
+      if (same)
+        return Error(fmt::format("{}: given for two outputs; each output needs its own file",
+                                 files[i].path));
     }
   }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    int saved = errno;
-    fs::remove(temp, ec);
-    return Error(fmt::format("{}: cannot write: {}", path, std::strerror(saved)));
+  // Temporaries first, all of them; then the renames, which only fail if the folder changed.
+  std::vector<std::string> temps(files.size());
+  auto remove_temps = [&] {
+    for (const std::string& temp : temps)
+      if (!temp.empty()) fs::remove(temp, ec);
+  };
+  const mode_t mask = umask(0);
+  umask(mask);
+  for (size_t i = 0; i < files.size(); ++i) {
+    const OutputFile& file = files[i];
+    if (file.path == "-") continue;
+    fs::path target(file.path);
+    fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    std::string name = (folder / ".domino-XXXXXX").string();
+    int fd = mkstemp(name.data());
+    if (fd < 0) {
+      int saved = errno;
+      remove_temps();
+      return Error(fmt::format("{}: cannot write: {}", file.path, std::strerror(saved)));
+    }
+    temps[i] = name;
+    const char* data = file.content.data();
+    size_t left = file.content.size();
+    int saved = 0;
+    while (left > 0 && saved == 0) {
+      ssize_t n = write(fd, data, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        saved = n < 0 ? errno : EIO;
+      else
+        data += n, left -= static_cast<size_t>(n);
+    }
+    if (saved == 0 && fchmod(fd, 0666 & ~mask) != 0) saved = errno;
+    if (close(fd) != 0 && saved == 0) saved = errno;
+    if (saved != 0) {
+      remove_temps();
+      return Error(fmt::format("{}: cannot write: {}", file.path, std::strerror(saved)));
+    }
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (temps[i].empty()) continue;
+    if (std::rename(temps[i].c_str(), files[i].path.c_str()) != 0) {
+      int saved = errno;
+      remove_temps();
+      return Error(fmt::format("{}: cannot write: {}", files[i].path, std::strerror(saved)));
+    }
+    temps[i].clear();
+  }
+  for (const OutputFile& file : files) {
+    if (file.path != "-") continue;
+    std::fwrite(file.content.data(), 1, file.content.size(), stdout);
+    std::fflush(stdout);
   }
   return Status::Ok();
+}
+
+Status WriteFileAtomically(const std::string& path, std::string_view content, bool overwrite) {
+  const OutputFile file{path, std::string(content)};
+  return WriteFilesAtomically(std::span<const OutputFile>(&file, 1), overwrite);
 }
 
 }  // namespace domino

@@ -1,6 +1,7 @@
 #ifndef DOMINO_MODELS_BASE_FILE_IO_H_
 #define DOMINO_MODELS_BASE_FILE_IO_H_
 
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -11,9 +12,26 @@ namespace domino {
 // Reads a whole file. The error names the path and the system's reason.
 Result<std::string> ReadTextFile(const std::string& path);
 
-// Writes `content` to `path` through a temporary file in the same folder and a rename, so a
-// reader never sees half a file and a failed write leaves nothing behind. With `overwrite`
-// false an existing file is an error.
+// One output of a command: where it goes ("-" is stdout) and what it holds.
+struct OutputFile {
+  std::string path;
+  std::string content;
+};
+
+// Checks that `path` may be written: "-" (stdout); or a path whose folder exists and which is
+// absent or, with `overwrite`, a regular file. A symbolic link is refused, not written through
+// (nor replaced by a file): the error says to give the file it points to. Devices, FIFOs,
+// sockets and directories are refused.
+Status CheckOutputPath(const std::string& path, bool overwrite);
+
+// Writes every file or none. First checks every path (CheckOutputPath; no path twice, "-" at
+// most once), then writes each content to a temporary file beside its target (a short name,
+// whatever the length of the target's), then renames them all onto their targets, so a reader
+// never sees half a file. A failure before the renames leaves every target untouched and no
+// temporary behind. "-" is written to stdout after the files.
+Status WriteFilesAtomically(std::span<const OutputFile> files, bool overwrite);
+
+// WriteFilesAtomically with one file.
 Status WriteFileAtomically(const std::string& path, std::string_view content, bool overwrite);
 
 }  // namespace domino

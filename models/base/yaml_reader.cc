@@ -1,16 +1,18 @@
 #include "models/base/yaml_reader.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <set>
 
-#include <fmt/format.h>
-
 namespace domino {
 namespace {
 
-bool IsNullScalar(const std::string& s) { return s == "~" || s == "null" || s == "Null" || s == "NULL"; }
+bool IsNullScalar(const std::string& s) {
+  return s == "~" || s == "null" || s == "Null" || s == "NULL";
+}
 
 std::string Quote(std::string_view s) {
   constexpr size_t kMax = 40;
@@ -37,10 +39,24 @@ size_t EditDistance(std::string_view a, std::string_view b) {
 
 Result<YAML::Node> ParseYaml(std::string_view text, std::string_view file) {
   try {
-    return YAML::Load(std::string(text));
+    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
+    if (documents.empty()) return YAML::Node();
+    // A second document would be silently ignored: say so rather than read half the file. An
+    // empty one (a trailing '---') holds nothing to lose.
+    while (documents.size() > 1 && documents.back().IsNull()) documents.pop_back();
+    if (documents.size() > 1) {
+      const YAML::Mark mark = documents[1].Mark();
+      const int line = mark.is_null() ? 1 : mark.line + 1;
+      const int column = mark.is_null() ? 1 : mark.column + 1;
+      return Error(
+          fmt::format("{}:{}:{}: invalid YAML: a second document ('---'); a domino file "
+                      "holds one",
+                      file, line, column));
+    }
+    return documents.front();
   } catch (const YAML::Exception& e) {
-    return Error(fmt::format("{}:{}:{}: invalid YAML: {}", file, e.mark.line + 1,
-                             e.mark.column + 1, e.msg));
+    return Error(
+        fmt::format("{}:{}:{}: invalid YAML: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
 }
 
@@ -64,8 +80,8 @@ YamlMap::YamlMap(YAML::Node node, std::string file, std::string key_path)
       error_(std::make_shared<std::optional<Error>>()) {
   if (!node_.IsMap()) {
     std::string what = key_path_.empty() ? "the document" : key_path_;
-    *error_ = Error(fmt::format("{}: {}: expected a mapping of keys to values", Where(node_.Mark()),
-                                what));
+    *error_ = Error(
+        fmt::format("{}: {}: expected a mapping of keys to values", Where(node_.Mark()), what));
   }
 }
 
@@ -111,8 +127,8 @@ YAML::Node YamlMap::Lookup(std::string_view key, Need need) {
   if (error_->has_value() || !node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
   for (const auto& entry : node_) {
     if (entry.first.IsScalar() && entry.first.Scalar() == key) {
-      if (entry.second.IsNull() ||
-          (entry.second.IsScalar() && entry.second.Tag() != "!" && IsNullScalar(entry.second.Scalar()))) {
+      if (entry.second.IsNull() || (entry.second.IsScalar() && entry.second.Tag() != "!" &&
+                                    IsNullScalar(entry.second.Scalar()))) {
         // An empty value's mark is the next token's, often on the next line: point at the key.
         FailAt(entry.first.Mark(), key, "has no value");
         return YAML::Node(YAML::NodeType::Undefined);
@@ -140,10 +156,10 @@ void YamlMap::Int(std::string_view key, int64_t* out, Need need, IntRange range)
   if (ec != std::errc() || end != s.data() + s.size() || begin == s.data() + s.size())
     return FailAt(value.Mark(), key, fmt::format("expected an integer, got {}", Quote(s)));
   if (parsed < range.min || parsed > range.max) {
-    std::string rule = range.min == 1 && parsed <= 0
-                           ? fmt::format("must be a positive integer, got {}", parsed)
-                           : fmt::format("must be between {} and {}, got {}", range.min, range.max,
-                                         parsed);
+    std::string rule =
+        range.min == 1 && parsed <= 0
+            ? fmt::format("must be a positive integer, got {}", parsed)
+            : fmt::format("must be between {} and {}, got {}", range.min, range.max, parsed);
     return FailAt(value.Mark(), key, rule);
   }
   *out = parsed;
@@ -168,11 +184,11 @@ void YamlMap::Real(std::string_view key, double* out, Need need, RealRange range
     return FailAt(value.Mark(), key, fmt::format("expected a finite number, got {}", Quote(s)));
   bool below = range.min_exclusive ? parsed <= range.min : parsed < range.min;
   if (below || parsed > range.max) {
-    std::string rule =
-        range.min_exclusive && range.min == 0.0 && parsed <= 0
-            ? fmt::format("must be greater than 0, got {}", s)
-            : fmt::format("must be {} {} and at most {}, got {}",
-                          range.min_exclusive ? "greater than" : "at least", range.min, range.max, s);
+    std::string rule = range.min_exclusive && range.min == 0.0 && parsed <= 0
+                           ? fmt::format("must be greater than 0, got {}", s)
+                           : fmt::format("must be {} {} and at most {}, got {}",
+                                         range.min_exclusive ? "greater than" : "at least",
+                                         range.min, range.max, s);
     return FailAt(value.Mark(), key, rule);
   }
   *out = parsed;
@@ -259,7 +275,8 @@ Status YamlMap::Finish() {
       if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
       if (NearestWord(key, known_) == *missing_key_) {
         error_->reset();
-        FailAt(entry.first.Mark(), key, fmt::format("unknown key (did you mean '{}'?)", *missing_key_));
+        FailAt(entry.first.Mark(), key,
+               fmt::format("unknown key (did you mean '{}'?)", *missing_key_));
         break;
       }
     }

@@ -1,6 +1,8 @@
 #ifndef DOMINO_MODELS_BASE_YAML_READER_H_
 #define DOMINO_MODELS_BASE_YAML_READER_H_
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -12,14 +14,12 @@
 #include <utility>
 #include <vector>
 
-#include <yaml-cpp/yaml.h>
-
 #include "models/base/result.h"
 
 namespace domino {
 
 // Parses YAML text. `file` is only used in messages: a syntax error becomes
-// "FILE:LINE:COLUMN: invalid YAML: WHAT".
+// "FILE:LINE:COLUMN: invalid YAML: WHAT". A file holds one document: a second one is an error.
 Result<YAML::Node> ParseYaml(std::string_view text, std::string_view file);
 
 // Bounds for an integer or real value; both ends inclusive.
@@ -58,7 +58,8 @@ class YamlMap {
   template <typename T, typename Names>
   void Enum(std::string_view key, T* out, Need need, const Names& names) {
     std::string text;
-    if (!ReadEnumText(key, need, names.size(), [&](size_t i) { return names[i].first; }, &text))
+    if (!ReadEnumText(
+            key, need, names.size(), [&](size_t i) { return names[i].first; }, &text))
       return;
     for (const auto& [name, value] : names)
       if (name == text) *out = value;

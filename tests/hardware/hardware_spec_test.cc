@@ -241,7 +241,10 @@ TEST(ParseNodeTest, BadInputNamesFileLineAndKey) {
       {"gpu: h100-sxm", "gpu: x100", "bad.yaml:2:", "gpu: unknown GPU 'x100'", "h100-sxm"},
       {"gpus_per_node: 8", "gpus_per_node: 0", "bad.yaml:3:", "gpus_per_node", "positive"},
       {"  GBps_per_direction: 450", "  GBps_per_direction: 0",
-       "bad.yaml:5:", "nvlink.GBps_per_direction", "greater than 0"},
+       "bad.yaml:5:", "nvlink.GBps_per_direction", "at least 0.001"},
+      // A link so slow that its times would print with 300 digits.
+      {"  GBps_per_direction: 50", "  GBps_per_direction: 1e-300",
+       "bad.yaml:13:", "network.GBps_per_direction", "at least 0.001"},
       {"efficiency: 0.81", "efficiency: 1.5", "bad.yaml:6:", "nvlink.efficiency", "at most 1"},
       {"  step_latency_us: 3.4", "  step_latency_us: -1", "bad.yaml:8:", "nvlink.step_latency_us",
        "at least 0"},
@@ -264,6 +267,20 @@ TEST(ParseNodeTest, BadInputNamesFileLineAndKey) {
     ASSERT_FALSE(node.ok()) << c.to;
     EXPECT_THAT(node.message(), AllOf(StartsWith(c.where), HasSubstr(c.key), HasSubstr(c.rule)));
   }
+}
+
+TEST(ParseNodeTest, DefaultCommCtasMustFitTheGpuToo) {
+  // With sms: 1 an explicit comm_ctas: 16 is refused; the default 16 must be as well.
+  std::filesystem::path dir = FreshDir();
+  WriteFile(dir / "tiny.yaml", Replace(std::string(kGpu), "sms: 100", "sms: 1"));
+  std::string node_text = Replace(std::string(kNode), "gpu: h100-sxm", "gpu: tiny.yaml");
+  node_text = Replace(node_text, "contention:\n  comm_ctas: 16\n  comm_hbm_factor: 2.5\n", "");
+  std::string node_path = WriteFile(dir / "node.yaml", node_text);
+  Result<NodeSpec> node = LoadNode(node_path);
+  ASSERT_FALSE(node.ok());
+  EXPECT_THAT(node.message(), AllOf(StartsWith(node_path + ":2:"), HasSubstr("gpu: "),
+                                    HasSubstr("1 SMs cannot hold a collective's 16 CTAs"),
+                                    HasSubstr("the default")));
 }
 
 TEST(ParseNodeTest, GpuFileNextToTheNodeFile) {

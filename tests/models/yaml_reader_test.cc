@@ -1,11 +1,11 @@
 #include "models/base/yaml_reader.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <array>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace domino {
 namespace {
@@ -29,6 +29,19 @@ TEST(ParseYaml, SyntaxErrorNamesFileLineAndColumn) {
   ASSERT_FALSE(node.ok());
   EXPECT_THAT(node.message(), HasSubstr("s.yaml:3:"));
   EXPECT_THAT(node.message(), HasSubstr("invalid YAML"));
+}
+
+TEST(ParseYaml, ASecondDocumentIsAnErrorNotIgnored) {
+  Result<YAML::Node> node = ParseYaml("a: 1\n---\nb: 2\n", "two.yaml");
+  ASSERT_FALSE(node.ok());
+  EXPECT_THAT(node.message(), HasSubstr("two.yaml:3:1: invalid YAML: a second document"));
+  // An empty trailing document holds nothing that could be lost.
+  Result<YAML::Node> trailing = ParseYaml("---\na: 1\n---\n", "one.yaml");
+  ASSERT_TRUE(trailing.ok()) << trailing.message();
+  EXPECT_EQ((*trailing)["a"].as<int>(), 1);
+  Result<YAML::Node> empty = ParseYaml("", "empty.yaml");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->IsNull());
 }
 
 TEST(YamlMap, ReadsEveryType) {

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
 
@@ -14,25 +16,25 @@ using ::testing::HasSubstr;
 // DESIGN.md's example plan, written with one key per line so that every error names a distinct
 // line. Line numbers are given on the right.
 constexpr std::string_view kExamplePlan =
-    "model: gpt3-13b\n"              // 1
-    "cluster: dgx-h100:4\n"          // 2
-    "precision: bf16\n"              // 3
-    "training:\n"                    // 4
-    "  seq_len: 1024\n"              // 5
-    "  micro_batch: 16\n"            // 6
-    "  global_batch: 16\n"           // 7
-    "parallel:\n"                    // 8
-    "  tp: 32\n"                     // 9
-    "  pp: 1\n"                      // 10
-    "  dp: 1\n"                      // 11
-    "  sequence_parallel: false\n"   // 12
-    "  virtual_stages: 1\n"          // 13
-    "overlap:\n"                     // 14
-    "  row_split: 2\n"               // 15
-    "  col_split: 1\n"               // 16
-    "  scope: inter-layer\n"         // 17
-    "memory:\n"                      // 18
-    "  recompute: none\n"            // 19
+    "model: gpt3-13b\n"                  // 1
+    "cluster: dgx-h100:4\n"              // 2
+    "precision: bf16\n"                  // 3
+    "training:\n"                        // 4
+    "  seq_len: 1024\n"                  // 5
+    "  micro_batch: 16\n"                // 6
+    "  global_batch: 16\n"               // 7
+    "parallel:\n"                        // 8
+    "  tp: 32\n"                         // 9
+    "  pp: 1\n"                          // 10
+    "  dp: 1\n"                          // 11
+    "  sequence_parallel: false\n"       // 12
+    "  virtual_stages: 1\n"              // 13
+    "overlap:\n"                         // 14
+    "  row_split: 2\n"                   // 15
+    "  col_split: 1\n"                   // 16
+    "  scope: inter-layer\n"             // 17
+    "memory:\n"                          // 18
+    "  recompute: none\n"                // 19
     "  distributed_optimizer: false\n";  // 20
 
 // kExamplePlan with each `from` replaced by its `to` (each must occur once).
@@ -169,35 +171,50 @@ struct BadPlan {
 std::vector<BadPlan> BadPlans() {
   return {
       {"gpus", Edit({{"tp: 32", "tp: 16"}}), "plan.yaml:9:", "parallel.tp", "32 GPUs"},
-      {"heads", Edit({{"dgx-h100:4", "dgx-h100:1:6"}, {"tp: 32", "tp: 6"}}), "plan.yaml:9:",
-       "parallel.tp", "heads (64)"},
-      {"row_split_divides_micro_batch", Edit({{"row_split: 2", "row_split: 3"}}), "plan.yaml:15:",
-       "overlap.row_split", "must divide micro_batch (16)"},
-      {"col_split_divides_hidden", Edit({{"col_split: 1", "col_split: 3"}}), "plan.yaml:16:",
-       "overlap.col_split", "hidden (5120)"},
-      {"layers", Edit({{"dgx-h100:4", "dgx-h100:2"}, {"tp: 32", "tp: 8"}, {"pp: 1", "pp: 2"},
-                       {"virtual_stages: 1", "virtual_stages: 3"}}),
+      {"heads", Edit({{"dgx-h100:4", "dgx-h100:1:6"}, {"tp: 32", "tp: 6"}}),
+       "plan.yaml:9:", "parallel.tp", "heads (64)"},
+      {"row_split_divides_micro_batch", Edit({{"row_split: 2", "row_split: 3"}}),
+       "plan.yaml:15:", "overlap.row_split", "must divide micro_batch (16)"},
+      {"col_split_divides_hidden", Edit({{"col_split: 1", "col_split: 3"}}),
+       "plan.yaml:16:", "overlap.col_split", "hidden (5120)"},
+      {"layers",
+       Edit({{"dgx-h100:4", "dgx-h100:2"},
+             {"tp: 32", "tp: 8"},
+             {"pp: 1", "pp: 2"},
+             {"virtual_stages: 1", "virtual_stages: 3"}}),
        "plan.yaml:13:", "parallel.virtual_stages", "40 layers"},
       {"interleaving_needs_whole_rounds",
-       Edit({{"dgx-h100:4", "dgx-h100:2"}, {"tp: 32", "tp: 8"}, {"pp: 1", "pp: 2"},
-             {"virtual_stages: 1", "virtual_stages: 2"}, {"global_batch: 16", "global_batch: 48"}}),
+       Edit({{"dgx-h100:4", "dgx-h100:2"},
+             {"tp: 32", "tp: 8"},
+             {"pp: 1", "pp: 2"},
+             {"virtual_stages: 1", "virtual_stages: 2"},
+             {"global_batch: 16", "global_batch: 48"}}),
        "plan.yaml:13:", "parallel.virtual_stages", "multiple of pp (2)"},
-      {"global_batch", Edit({{"global_batch: 16", "global_batch: 24"}}), "plan.yaml:7:",
-       "training.global_batch", "global_batch (24)"},
-      {"inter_layer_needs_rows", Edit({{"row_split: 2", "row_split: 1"}}), "plan.yaml:17:",
-       "overlap.scope", "row_split >= 2"},
-      {"row_split_at_most_16", Edit({{"row_split: 2", "row_split: 17"}}), "plan.yaml:15:",
-       "overlap.row_split", "at most 16"},
+      {"global_batch", Edit({{"global_batch: 16", "global_batch: 24"}}),
+       "plan.yaml:7:", "training.global_batch", "global_batch (24)"},
+      {"inter_layer_needs_rows", Edit({{"row_split: 2", "row_split: 1"}}),
+       "plan.yaml:17:", "overlap.scope", "row_split >= 2"},
+      {"row_split_at_most_16", Edit({{"row_split: 2", "row_split: 17"}}),
+       "plan.yaml:15:", "overlap.row_split", "between 1 and 16"},
+      {"precision_the_gpu_lacks", Edit({{"dgx-h100:4", "dgx-a100:4"}, {"bf16", "fp8"}}),
+       "plan.yaml:3:", "precision", "has no fp8 peak"},
+      {"too_much_work",
+       Edit(
+           {{"global_batch: 16", "global_batch: 16777216"}, {"micro_batch: 16", "micro_batch: 2"}}),
+       "plan.yaml:7:", "training.global_batch", "layer passes"},
       {"col_split_with_sp",
-       Edit({{"sequence_parallel: false", "sequence_parallel: true"}, {"col_split: 1", "col_split: 2"}}),
+       Edit({{"sequence_parallel: false", "sequence_parallel: true"},
+             {"col_split: 1", "col_split: 2"}}),
        "plan.yaml:16:", "overlap.col_split", "sequence_parallel"},
       {"misspelt_key", Edit({{"row_split: 2", "row_splt: 2"}}), "plan.yaml:15:", "overlap.row_splt",
        "did you mean 'row_split'?"},
-      {"unknown_scope", Edit({{"scope: inter-layer", "scope: inter"}}), "plan.yaml:17:",
-       "overlap.scope", "'inter'"},
+      {"unknown_scope", Edit({{"scope: inter-layer", "scope: inter"}}),
+       "plan.yaml:17:", "overlap.scope", "'inter'"},
       {"unknown_model", Edit({{"gpt3-13b", "gpt3-14b"}}), "plan.yaml:1:", "model", "gpt3-14b"},
-      {"bad_cluster", Edit({{"dgx-h100:4", "dgx-h100:four"}}), "plan.yaml:2:", "cluster", "node count"},
-      {"unknown_node", Edit({{"dgx-h100:4", "dgx-h900:4"}}), "plan.yaml:2:", "cluster", "unknown node"},
+      {"bad_cluster", Edit({{"dgx-h100:4", "dgx-h100:four"}}), "plan.yaml:2:", "cluster",
+       "node count"},
+      {"unknown_node", Edit({{"dgx-h100:4", "dgx-h900:4"}}), "plan.yaml:2:", "cluster",
+       "unknown node"},
   };
 }
 
@@ -216,8 +233,8 @@ TEST(ParsePlanTest, EveryRuleNamesFileLineAndKey) {
 
 TEST(ParsePlanTest, RuleOnAKeyNotInTheFileNamesTheKey) {
   // No parallel section: tp defaults to 32, which does not fit one node.
-  Result<Plan> plan = ParsePlan(
-      "model: gpt3-13b\ncluster: dgx-h100:1\ntraining: {seq_len: 1024}\n", "short.yaml");
+  Result<Plan> plan =
+      ParsePlan("model: gpt3-13b\ncluster: dgx-h100:1\ntraining: {seq_len: 1024}\n", "short.yaml");
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(plan.message(), ::testing::StartsWith("short.yaml:"));
   EXPECT_THAT(plan.message(), HasSubstr("parallel.tp"));
@@ -264,6 +281,111 @@ TEST(ResolvePlanTest, FailsOnUnknownModelAndBrokenRules) {
   EXPECT_THAT(status.message(), ::testing::StartsWith("parallel.tp: "));
   plan.tp = 8;
   EXPECT_TRUE(ResolvePlan(plan).ok());
+}
+
+TEST(CheckPlanRulesTest, BoundsComeFirstAndNothingOverflows) {
+  Result<Plan> parsed = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.message();
+  const Plan good = *parsed;
+  auto failure_of = [](Plan plan) {
+    std::optional<PlanRuleFailure> failure = CheckPlanRules(plan);
+    return failure ? failure->key + ": " + failure->rule : std::string("ok");
+  };
+  // Values that once divided by zero (pp * virtual_stages wrapping to 0) or sized a vector of
+  // 2^31 stages: refused by their bound, as a plan file would be.
+  Plan p = good;
+  p.pp = 4, p.virtual_stages = 1073741824;
+  EXPECT_EQ(failure_of(p), "parallel.virtual_stages: must be between 1 and 1024, got 1073741824");
+  p = good, p.virtual_stages = 2147483647;
+  EXPECT_THAT(failure_of(p), HasSubstr("parallel.virtual_stages: must be between 1 and 1024"));
+  p = good, p.global_batch = 1000000000;
+  EXPECT_EQ(failure_of(p), "training.global_batch: must be between 1 and 16777216, got 1000000000");
+  p = good, p.tp = 0;
+  EXPECT_EQ(failure_of(p), "parallel.tp: must be a positive integer, got 0");
+  p = good, p.row_split = 17;
+  EXPECT_EQ(failure_of(p), "overlap.row_split: must be between 1 and 16, got 17");
+  // Within the bounds but too much work: 10^7 sequences in micro-batches of 16 over 40 layers.
+  p = good, p.global_batch = 10000000, p.micro_batch = 16;
+  EXPECT_THAT(failure_of(p),
+              ::testing::StartsWith("training.global_batch: 625000 micro-batch(es)"));
+  EXPECT_EQ(CheckBound(kVirtualStagesBound, 1024), std::nullopt);
+  EXPECT_EQ(CheckBound(kVirtualStagesBound, 0), "must be a positive integer, got 0");
+}
+
+TEST(CheckPlanRulesTest, PrecisionNeedsAPeakOnTheGpu) {
+  Result<Plan> parsed = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.message();
+  Plan p = *parsed;
+  p.cluster.node.gpu.peak_tflops[static_cast<int>(Dtype::kBf16)] = 0;  // an older GPU
+  std::optional<PlanRuleFailure> failure = CheckPlanRules(p);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->key, "precision");
+  EXPECT_THAT(failure->rule, HasSubstr("has no bf16 peak"));
+  // fp8 on an A100 is refused, not priced as bf16 under an fp8 label.
+  Result<Plan> a100 = ParsePlan(Edit({{"dgx-h100:4", "dgx-a100:4"}, {"bf16", "fp8"}}), "a.yaml");
+  ASSERT_FALSE(a100.ok());
+  EXPECT_THAT(a100.message(), HasSubstr("a.yaml:3:12: precision: the a100"));
+}
+
+// Writes `text` to `dir`/`name`, creating `dir`.
+std::string WriteFile(const std::filesystem::path& dir, const std::string& name,
+                      const std::string& text) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / name) << text;
+  return (dir / name).string();
+}
+
+TEST(PlanToYamlTest, FilePathsAreAbsoluteAndQuotedSoThePlanLoadsAnywhere) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(::testing::TempDir()) / "plan_paths_test";
+  fs::remove_all(root);
+  const fs::path work = root / "work", elsewhere = root / "elsewhere";
+  fs::create_directories(elsewhere);
+  const std::string model_text =
+      "name: m\nlayers: 4\nhidden: 256\nheads: 8\nffn: 1024\nvocab: 1000\nseq_len: 128\n"
+      "activation: gelu\nnorm: layernorm\n";
+  const fs::path old_cwd = fs::current_path();
+  for (const std::string name : {"[x].yaml", "a: b #c.yaml", "quote\"and\\backslash.yaml"}) {
+    SCOPED_TRACE(name);
+    WriteFile(work, name, model_text);
+    fs::current_path(work);
+    Plan plan;
+    plan.model_ref = name;  // relative to the working directory, as typed
+    plan.cluster_ref = "dgx-h100:1:1";
+    plan.tp = 1, plan.micro_batch = 1, plan.global_batch = 1, plan.seq_len = 128;
+    plan.row_split = 1, plan.scope = OverlapScope::kNone;
+    Status resolved = ResolvePlan(plan);
+    ASSERT_TRUE(resolved.ok()) << resolved.message();
+    const std::string yaml = PlanToYaml(plan);
+    EXPECT_THAT(yaml, HasSubstr("model: \"" + (work / "").string()));
+    EXPECT_THAT(yaml, HasSubstr("cluster: dgx-h100:1:1\n"));  // catalog names stay bare
+    EXPECT_THAT(yaml, HasSubstr("stack: " + std::string(kDefaultStack) + "\n"));
+    fs::current_path(elsewhere);
+    Result<Plan> back = ParsePlan(yaml, "back.yaml");
+    fs::current_path(old_cwd);
+    ASSERT_TRUE(back.ok()) << back.message() << "\n" << yaml;
+    EXPECT_EQ(back->model_ref, fs::absolute(work / name).string());
+    EXPECT_EQ(back->model.hidden, 256);
+  }
+  // A node file in NODE:COUNT keeps its form, with the node made absolute.
+  const std::string node =
+      "name: n\ngpu: h100-sxm\ngpus_per_node: 8\nnvlink: {GBps_per_direction: 450, efficiency: "
+      "0.81}\nnvls: false\nnics: 8\nnetwork: {GBps_per_direction: 50, efficiency: 0.93}\n";
+  WriteFile(work, "n #1.yaml", node);
+  fs::current_path(work);
+  Plan plan;
+  plan.cluster_ref = "n #1.yaml:1";
+  plan.tp = 8;
+  plan.micro_batch = 16, plan.global_batch = 16;
+  Status resolved = ResolvePlan(plan);
+  const std::string yaml = PlanToYaml(plan);
+  fs::current_path(elsewhere);
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  fs::current_path(old_cwd);
+  ASSERT_TRUE(resolved.ok()) << resolved.message();
+  ASSERT_TRUE(back.ok()) << back.message() << "\n" << yaml;
+  EXPECT_EQ(back->cluster_ref, (work / "n #1.yaml").string() + ":1");
+  fs::remove_all(root);
 }
 
 TEST(LoadPlanTest, MissingFileIsAnError) {

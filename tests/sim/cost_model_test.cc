@@ -59,10 +59,30 @@ TEST(CostModelTest, GemmTilesAndWavesOnH100) {
   // A short inner dimension keeps whole tiles in waves: 640 tiles, 5 waves.
   OpCost short_k = model.Cost(Gemm(4096, 2560, 1024));
   EXPECT_EQ(short_k.tiles, 640);
-  EXPECT_NEAR(short_k.alone_us, 7 + 5 * 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.84 / 132), 1e-9);
+  EXPECT_NEAR(short_k.alone_us, 7 + 5 * 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.84 / 132),
+              1e-9);
 
   // A partial tile counts whole.
   EXPECT_EQ(model.Cost(Gemm(129, 1, 64)).tiles, 2);
+}
+
+TEST(CostModelTest, APrecisionTheGpuLacksFallsBackToOneItHas) {
+  // An older GPU: no bf16 (peak 0, "unsupported"). The GEMM must run at the fp16 peak, not at a
+  // zero peak that made every op last forever (the simulator spun without end).
+  Plan plan = testing_util::MakePlan({});
+  plan.cluster.node.gpu.peak_tflops[static_cast<int>(Dtype::kBf16)] = 0;
+  plan.precision = Dtype::kBf16;
+  CostModel model(plan, {});
+  Plan fp16 = testing_util::MakePlan({});
+  fp16.precision = Dtype::kFp16;
+  const OpCost c = model.Cost(Gemm(4096, 2560, 2560));
+  EXPECT_TRUE(std::isfinite(c.alone_us));
+  EXPECT_GT(c.alone_us, 0);
+  EXPECT_DOUBLE_EQ(c.alone_us, CostModel(fp16, {}).Cost(Gemm(4096, 2560, 2560)).alone_us);
+  // No 16-bit type at all: tf32, then fp32, whose peak a GPU file must give.
+  plan.cluster.node.gpu.peak_tflops[static_cast<int>(Dtype::kFp16)] = 0;
+  plan.cluster.node.gpu.peak_tflops[static_cast<int>(Dtype::kTf32)] = 0;
+  EXPECT_TRUE(std::isfinite(CostModel(plan, {}).Cost(Gemm(4096, 2560, 2560)).alone_us));
 }
 
 TEST(CostModelTest, NarrowSlicesLoseEfficiency) {
@@ -74,8 +94,9 @@ TEST(CostModelTest, NarrowSlicesLoseEfficiency) {
   EXPECT_GT(us_per_flop(Gemm(4096 / 8, 2560, 2560)), full);  // row slice: 80 tiles, 1 wave
   EXPECT_GT(us_per_flop(Gemm(4096, 2560, 256)), full);       // short inner dimension
   // Slicing never makes the total faster: p slices cost at least the whole.
-  for (int p : {2, 4, 8}) EXPECT_GE(p * model.Cost(Gemm(4096 / p, 2560, 2560)).alone_us,
-                                    model.Cost(Gemm(4096, 2560, 2560)).alone_us);
+  for (int p : {2, 4, 8})
+    EXPECT_GE(p * model.Cost(Gemm(4096 / p, 2560, 2560)).alone_us,
+              model.Cost(Gemm(4096, 2560, 2560)).alone_us);
 }
 
 TEST(CostModelTest, ElementwiseAndLaunchOverhead) {
@@ -100,7 +121,8 @@ TEST(CostModelTest, TpGroupFollowsMegatronPlacement) {
   two.cluster = "dgx-h100:1:2", two.tp = 2;
   testing_util::PlanKnobs thirty_two;
   thirty_two.model = "gpt3-13b", thirty_two.cluster = "dgx-h100:4", thirty_two.tp = 32;
-  for (const Expect& e : {Expect{{}, {8, 1, 8}}, Expect{two, {2, 1, 2}}, Expect{thirty_two, {32, 4, 8}}}) {
+  for (const Expect& e :
+       {Expect{{}, {8, 1, 8}}, Expect{two, {2, 1, 2}}, Expect{thirty_two, {32, 4, 8}}}) {
     CommGroup g = TpGroup(testing_util::MakePlan(e.knobs));
     EXPECT_EQ(g.size, e.group.size);
     EXPECT_EQ(g.nodes_spanned, e.group.nodes_spanned);
@@ -116,7 +138,8 @@ TEST(CostModelTest, TpCollectivesCostWhatEstimateCollectiveSays) {
   for (const auto& knobs : {testing_util::PlanKnobs{}, thirty_two, a100}) {
     Plan plan = testing_util::MakePlan(knobs);
     CostModel model(plan, {});
-    for (CollectiveOp kind : {CollectiveOp::kAllReduce, CollectiveOp::kReduceScatter, CollectiveOp::kAllGather}) {
+    for (CollectiveOp kind :
+         {CollectiveOp::kAllReduce, CollectiveOp::kReduceScatter, CollectiveOp::kAllGather}) {
       for (double bytes : {64.0 * 1024, 4 * kMiB, 80 * kMiB}) {
         Collective c = kind == CollectiveOp::kAllReduce       ? Collective::kAllReduce
                        : kind == CollectiveOp::kReduceScatter ? Collective::kReduceScatter
@@ -145,7 +168,8 @@ TEST(CostModelTest, TpCommFreeIsTheIdeal) {
   EXPECT_EQ(c.ctas, 0);
   EXPECT_EQ(c.hbm_bytes, 0);
   // Compute is priced as without the option.
-  EXPECT_EQ(model.Cost(Gemm(1024, 1024, 1024)).alone_us, CostModel(plan, {}).Cost(Gemm(1024, 1024, 1024)).alone_us);
+  EXPECT_EQ(model.Cost(Gemm(1024, 1024, 1024)).alone_us,
+            CostModel(plan, {}).Cost(Gemm(1024, 1024, 1024)).alone_us);
 
   // TpCommUs prices the collectives even in the ideal; it sums them.
   Result<Schedule> s = Lower(plan);
@@ -167,11 +191,17 @@ Plan RingPlan(int nodes) {
   EXPECT_TRUE(gpu.ok());
   if (gpu.ok()) node.gpu = *gpu;
   node.name = "ring-node";
+  node.ramp.half_bytes = 0;      // no bandwidth ramp and
+  node.ll.base_latency_us = 1e9;  // no LL protocol: the figures below are Simple and LL128
   node.gpus_per_node = 8;
-  node.nvlink = {.GBps_per_direction = 450, .efficiency = 0.81, .base_latency_us = 8.4, .step_latency_us = 3.4};
+  node.nvlink = {.GBps_per_direction = 450,
+                 .efficiency = 0.81,
+                 .base_latency_us = 8.4,
+                 .step_latency_us = 3.4};
   node.nvls = false;
   node.nics = 8;
-  node.network = {.GBps_per_direction = 50, .efficiency = 0.93, .base_latency_us = 8.4, .step_latency_us = 14};
+  node.network = {
+      .GBps_per_direction = 50, .efficiency = 0.93, .base_latency_us = 8.4, .step_latency_us = 14};
   node.comm_ctas = 16;
   node.comm_hbm_factor = 2.5;
   plan.cluster.nodes = nodes;

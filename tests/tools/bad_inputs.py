@@ -1,15 +1,21 @@
 #!/usr/bin/python3
 """The bad-input catalogue: every case must end with one clear line on stderr naming the problem,
-a non-zero exit code, and no output file. Usage:
+a non-zero exit code, no output file, and every file it was given unchanged (a symlink still a
+symlink, a FIFO still a FIFO). Hostile inputs that must work (GOOD_CASES) and a sweep stopped by
+SIGINT are checked too. Usage:
   bad_inputs.py DOMINO            check every case (CTest)
   bad_inputs.py DOMINO --doc F    also write the catalogue page F (docs/bad-inputs.md)
   bad_inputs.py DOMINO --check-doc F   fail when F differs from what --doc would write
 """
 import os
 import re
+import shlex
+import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 
 GOOD_MODEL = """name: m
 layers: 4
@@ -28,6 +34,22 @@ nvlink: {GBps_per_direction: 450, efficiency: 0.81}
 nvls: false
 nics: 8
 network: {GBps_per_direction: 50, efficiency: 0.93}
+"""
+GPU = """name: g
+sms: 132
+memory_GB: 80
+hbm_GBps: 3350
+peak_tflops: {fp32: 67, tf32: 494, bf16: 989, fp16: 989, fp8: 1979}
+"""
+NODE_OF_G = GOOD_NODE.replace("gpu: h100-sxm", "gpu: g.yaml")
+CLUSTER = "node: dgx-h100\nnodes: 2\n"
+REPORT = """model: gpt3-2.7b
+cluster: dgx-h100:1
+parallel: {{tp: 8}}
+predicted: {{iteration_ms: 10}}
+timeline:
+  ops:
+    - [{op}, gemm, 0, 10]
 """
 PLAN = """model: gpt3-13b
 cluster: dgx-h100:1
@@ -100,17 +122,192 @@ CASES = [
      r"(GPU|CUDA)", None),
     ("missing GPU (calibrate)", "GPU calibration on a machine without a GPU", {}, ["calibrate", "--backend", "cuda", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--out", "{tmp}/p.yaml"],
      r"(GPU|CUDA)", "p.yaml"),
+    # Hardening, round 2 (issue 17): flags go through the plan file's bounds; nothing hangs,
+    # crashes or clobbers.
+    ("GPU without bf16", "peak_tflops.bf16: 0 (an older GPU); once a hang",
+     {"g.yaml": GPU.replace("bf16: 989", "bf16: 0"), "n.yaml": NODE_OF_G},
+     ["simulate", "--model", "gpt3-2.7b", "--cluster", "{tmp}/n.yaml:1"], r"precision: the g has no bf16 peak", None),
+    ("GPU without bf16 (plan)", "the same GPU searched; once a hang",
+     {"g.yaml": GPU.replace("bf16: 989", "bf16: 0"), "n.yaml": NODE_OF_G},
+     ["plan", "--model", "gpt3-2.7b", "--cluster", "{tmp}/n.yaml:1", "--out", "{tmp}/p.yaml"], r"no plan fits: .*the g has no bf16 peak", "p.yaml"),
+    ("fp8 on A100", "a precision the GPU lacks; once priced as bf16 under an fp8 label", {},
+     ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-a100:1", "--precision", "fp8"], r"precision: the a100.* has no fp8 peak", None),
+    ("huge virtual stages", "--virtual-stages 2^30; once SIGFPE", {},
+     ["simulate", "--model", "gpt3-13b", "--cluster", "dgx-h100:4", "--pp", "4", "--virtual-stages", "1073741824"],
+     r"--virtual-stages: must be between 1 and 1024, got 1073741824", None),
+    ("huge virtual stages (2^31-1)", "--virtual-stages 2147483647; once an abort", {},
+     ["simulate", "--virtual-stages", "2147483647"], r"--virtual-stages: must be between 1 and 1024", None),
+    ("huge global batch", "--global-batch 10^9; once bad_alloc", {},
+     ["simulate", "--global-batch", "1000000000"], r"--global-batch: must be between 1 and 16777216", None),
+    ("too much work", "--global-batch 10^7: 625,000 micro-batches; once 8 GB and rising", {},
+     ["simulate", "--global-batch", "10000000"], r"training\.global_batch: 625000 micro-batch\(es\) .* layer passes", None),
+    ("zero tp flag", "--tp 0", {}, ["simulate", "--tp", "0"], r"--tp: must be a positive integer, got 0", None),
+    ("octal-looking flag", "--tp 010 (once read as octal 8)", {},
+     ["simulate", "--model", "gpt3-13b", "--cluster", "dgx-h100:4", "--tp", "010"], r"--tp: expected a decimal integer without leading zeros", None),
+    ("empty --model", "--model '' (once the default model)", {}, ["simulate", "--model", ""], r"--model: must not be empty", None),
+    ("NaN timeout", "--timeout nan", {}, ["plan", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--timeout", "nan"],
+     r"--timeout: expected a finite number, got 'nan'", None),
+    ("pinned twice", "--fix tp=8,tp=4", {}, ["plan", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--fix", "tp=8,tp=4"],
+     r"--fix: tp is pinned twice", None),
+    ("pin and flag", "--fix tp=8 with --tp 4", {}, ["plan", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--fix", "tp=8", "--tp", "4"],
+     r"--fix tp=8 and --tp pin the same dimension", None),
+    ("pin that cannot fit", "--fix tp=3 on 32 GPUs", {}, ["plan", "--fix", "tp=3"],
+     r"tp pinned to 3: it must divide the cluster's 32 GPUs", None),
+    ("empty sweep value", "--vary nodes=1,,2", {}, ["sweep", "--vary", "nodes=1,,2", "--out", "{tmp}/s.csv"],
+     r"--vary nodes=1,,2: an empty value", "s.csv"),
+    ("sweep to a FIFO", "--out names a FIFO, with --force", {"f": ("fifo",)},
+     ["sweep", "--vary", "nodes=1", "--out", "{tmp}/f", "--force"], r"f: not a regular file", None),
+    ("tiny bandwidth", "a link of 1e-300 GB/s (times of 300 digits)",
+     {"n.yaml": GOOD_NODE.replace("GBps_per_direction: 50", "GBps_per_direction: 1e-300")},
+     ["simulate", "--model", "gpt3-2.7b", "--cluster", "{tmp}/n.yaml:1"], r"n\.yaml:7:\d+: network\.GBps_per_direction: must be at least 0\.001", None),
+    ("tiny swept bandwidth", "--vary network_GBps=1e-300", {},
+     ["sweep", "--vary", "network_GBps=1e-300", "--out", "{tmp}/s.csv"], r"network_GBps=1e-300: expected a bandwidth from 0\.001", "s.csv"),
+    ("second YAML document", "a model file with a second document after ---", {"m.yaml": GOOD_MODEL + "---\nname: other\n"},
+     ["models", "{tmp}/m.yaml"], r"m\.yaml:11:1: invalid YAML: a second document", None),
+    ("SMs below comm CTAs", "sms: 1 with the default comm_ctas (16)",
+     {"g.yaml": GPU.replace("sms: 132", "sms: 1"), "n.yaml": NODE_OF_G},
+     ["hardware", "{tmp}/n.yaml"], r"n\.yaml:2:\d+: gpu: the GPU's 1 SMs cannot hold a collective's 16 CTAs", None),
+    ("unrelated reports", "compare of two reports that share no op",
+     {"a.yaml": REPORT.format(op="qkv"), "b.yaml": REPORT.replace("predicted", "measured").format(op="other")},
+     ["compare", "{tmp}/a.yaml", "{tmp}/b.yaml"], r"share no op \(0 of 1 predicted ops", None),
+    ("report onto a symlink", "--report names a symlink, with --force", {"t.yaml": "keep me\n", "r.yaml": ("symlink", "t.yaml")},
+     ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--report", "{tmp}/r.yaml", "--force"],
+     r"r\.yaml: is a symbolic link", None),
+    ("report onto a FIFO", "--report names a FIFO, with --force", {"r.yaml": ("fifo",)},
+     ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--report", "{tmp}/r.yaml", "--force"],
+     r"r\.yaml: not a regular file", None),
+    ("one output unwritable", "--report fine, --trace under a missing directory", {},
+     ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--report", "{tmp}/r.yaml", "--trace", "{tmp}/no/t.json"],
+     r"no/t\.json: folder", "r.yaml"),
+    ("one file, two outputs", "--report and --trace the same file", {},
+     ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--report", "{tmp}/x", "--trace", "{tmp}/x"],
+     r"x: given for two outputs", "x"),
     ("emulate on the CPU", "emulated collectives without the CUDA backend", {}, ["execute", "--comm", "emulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1"],
      r"--comm emulate needs --backend cuda", None),
 ]
 
 
+LONG_NAME = "n" * 250 + ".yaml"  # 255 bytes: the longest name a file may have
+
+# Hostile inputs that must work: (name, what, files, steps [(cwd under TMP or "", argv)], checks
+# [(file under TMP or "stdout", pattern)]). Every step must exit 0.
+GOOD_CASES = [
+    ("longest output name", "a 255-byte report name (n...n.yaml: 250 n's); once too long a temporary name", {},
+     [("", ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--report", "{tmp}/" + LONG_NAME])],
+     [(LONG_NAME, r"^# domino simulate report")]),
+    ("sweep keeps GPUs per node", "--cluster dgx-h100:2:4 --vary nodes=1,2 (once dropped the :4)", {},
+     [("", ["sweep", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:2:4", "--vary", "nodes=1,2", "--out", "{tmp}/s.csv"])],
+     [("s.csv", r"\n1,baseline,tp 4 pp 1 dp 1 "), ("s.csv", r"\n2,baseline,tp 8 pp 1 dp 1 ")]),
+    ("sweep a plan's nodes", "--plan P.yaml --vary nodes=1,2 (once 'node name is empty')",
+     {"p.yaml": PLAN.replace("gpt3-13b", "gpt3-2.7b")},
+     [("", ["sweep", "--plan", "{tmp}/p.yaml", "--vary", "nodes=1,2", "--out", "{tmp}/s.csv"])],
+     [("s.csv", r"\n1,baseline,tp 8 "), ("s.csv", r"\n2,infeasible,parallel\.tp: tp\*pp\*dp = 8\*1\*1 = 8 must equal the cluster's 16 GPUs")]),
+    ("sweep a cluster file", "a cluster YAML with --vary nodes (once read as a node file)", {"c.yaml": CLUSTER},
+     [("", ["sweep", "--model", "gpt3-2.7b", "--cluster", "{tmp}/c.yaml", "--vary", "nodes=1,2", "--out", "{tmp}/s.csv"])],
+     [("s.csv", r"\n2,baseline,tp 16 ")]),
+    ("node file", "domino hardware NODE.yaml (once 'node: missing required key')", {"n.yaml": GOOD_NODE},
+     [("", ["hardware", "{tmp}/n.yaml"])], [("stdout", r"h100-sxm")]),
+    ("odd model file names", "a model at 'a: b #[x].yaml', planned, then loaded from another directory",
+     {"w/a: b #[x].yaml": GOOD_MODEL, "elsewhere/.keep": ""},
+     [("w", ["plan", "--model", "a: b #[x].yaml", "--cluster", "dgx-h100:1", "--out", "p.yaml"]),
+      ("elsewhere", ["simulate", "--plan", "{tmp}/w/p.yaml"])],
+     [("w/p.yaml", r'model: "/.*/w/a: b #\[x\]\.yaml"'), ("stdout", r"# m on dgx-h100:1")]),
+    ("plan on stdout", "plan --out - > p.yaml loads back", {},
+     [("", ["plan", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--out", "-"]),
+      ("", ["simulate", "--plan", "{stdout}"])],
+     [("stdout", r"# gpt3-2.7b on dgx-h100:1")]),
+    ("no bf16, fp16 asked", "the GPU without bf16 at fp16", {"g.yaml": GPU.replace("bf16: 989", "bf16: 0"), "n.yaml": NODE_OF_G},
+     [("", ["simulate", "--model", "gpt3-2.7b", "--cluster", "{tmp}/n.yaml:1", "--precision", "fp16"])],
+     [("stdout", r"iteration")]),
+]
+
+
+def make_files(tmp, files):
+    for fname, spec in files.items():
+        path = os.path.join(tmp, fname)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if isinstance(spec, str):
+            with open(path, "w") as f:
+                f.write(spec)
+        elif spec[0] == "symlink":
+            os.symlink(spec[1], path)
+        elif spec[0] == "fifo":
+            os.mkfifo(path)
+
+
+def changed_files(tmp, files):
+    changed = []
+    for fname, spec in files.items():
+        path = os.path.join(tmp, fname)
+        if isinstance(spec, str):
+            ok = os.path.isfile(path) and not os.path.islink(path) and open(path).read() == spec
+        elif spec[0] == "symlink":
+            ok = os.path.islink(path) and os.readlink(path) == spec[1]
+        else:
+            ok = stat.S_ISFIFO(os.lstat(path).st_mode)
+        if not ok:
+            changed.append(fname)
+    return changed
+
+
+def run_good_case(domino, case):
+    name, _, files, steps, checks = case
+    with tempfile.TemporaryDirectory() as tmp:
+        make_files(tmp, files)
+        stdout = ""
+        for cwd, argv in steps:
+            if "{stdout}" in argv:
+                with open(os.path.join(tmp, "stdout.yaml"), "w") as f:
+                    f.write(stdout)
+            args = [a.replace("{tmp}", tmp).replace("{stdout}", os.path.join(tmp, "stdout.yaml")) for a in argv]
+            try:
+                r = subprocess.run([domino] + args, capture_output=True, text=True, timeout=120,
+                                   cwd=os.path.join(tmp, cwd))
+            except subprocess.TimeoutExpired:
+                return f"{name}: did not finish in 120 s"
+            if r.returncode != 0:
+                return f"{name}: exit code {r.returncode}\n    stderr: {r.stderr.strip()}"
+            stdout = r.stdout
+        for where, pattern in checks:
+            if where == "stdout":
+                text = stdout
+            else:
+                with open(os.path.join(tmp, where)) as f:
+                    text = f.read()
+            if not re.search(pattern, text):
+                return f"{name}: {where} does not match /{pattern}/"
+    return None
+
+
+def check_sigint(domino):
+    """A long sweep stopped by SIGINT keeps its finished points, says so in one line, exits 130."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "s.csv")
+        sizes = ",".join(str(128 * i) for i in range(1, 101))
+        p = subprocess.Popen([domino, "sweep", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1",
+                              "--vary", "seq_len=" + sizes,
+                              "--vary", "micro_batch=" + ",".join(str(i) for i in range(1, 41)),
+                              "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        p.send_signal(signal.SIGINT)
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            return "SIGINT: the sweep did not stop within 60 s"
+        lines = [l for l in err.splitlines() if l.strip()]
+        if p.returncode != 130 or len(lines) != 1 or not re.search(r"stopped by SIGINT after \d+ of 4000 points", err):
+            return f"SIGINT: exit {p.returncode}, stderr: {err.strip()}"
+        rows = open(out).read().splitlines() if os.path.exists(out) else []
+        if len(rows) < 2:
+            return "SIGINT: the finished points were not written"
+    return None
+
+
 def run_case(domino, case):
     name, _, files, argv, pattern, output = case
     with tempfile.TemporaryDirectory() as tmp:
-        for fname, text in files.items():
-            with open(os.path.join(tmp, fname), "w") as f:
-                f.write(text)
+        make_files(tmp, files)
         args = [a.replace("{tmp}", tmp) for a in argv]
         try:
             r = subprocess.run([domino] + args, capture_output=True, text=True, timeout=60)
@@ -125,8 +322,14 @@ def run_case(domino, case):
             problems.append(f"{len(lines)} lines on stderr")
         if not re.search(pattern, r.stderr):
             problems.append(f"message does not match /{pattern}/")
-        if output and os.path.exists(os.path.join(tmp, output)):
+        if output and os.path.lexists(os.path.join(tmp, output)):
             problems.append(f"{output} was written")
+        changed = changed_files(tmp, files)
+        if changed:
+            problems.append(f"changed {', '.join(changed)}")
+        leftovers = [n for n in os.listdir(tmp) if n.startswith(".domino")]
+        if leftovers:
+            problems.append(f"left {', '.join(leftovers)}")
         if "Traceback" in r.stderr or r.returncode < 0:
             problems.append("crashed")
         if problems:
@@ -145,6 +348,13 @@ def main():
             failures.append(failure)
         else:
             rows.append((case, result))
+    for case in GOOD_CASES:
+        failure = run_good_case(domino, case)
+        if failure:
+            failures.append(failure)
+    failure = check_sigint(domino)
+    if failure:
+        failures.append(failure)
     for f in failures:
         print("FAIL " + f)
     doc = ["# Bad inputs and what domino says\n",
@@ -155,8 +365,20 @@ def main():
            f"{len(CASES)} cases.\n",
            "| case | input | command | exit | message |", "| --- | --- | --- | ---: | --- |"]
     for (name, what, _, argv, _, _), (code, message) in rows:
-        cmd = "domino " + " ".join(a.replace("{tmp}", "TMP") for a in argv)
+        cmd = "domino " + " ".join(shlex.quote(a.replace("{tmp}", "TMP")) for a in argv)
         doc.append(f"| {name} | {what} | `{cmd}` | {code} | `{message.replace('|', '/')}` |")
+    doc += ["", "## Hostile inputs that must work", "",
+            "Run by the same test: every step exits 0 and its output matches.", "",
+            f"{len(GOOD_CASES)} cases, and a sweep of 4,000 points stopped by SIGINT after 1.5 s: it writes "
+            "the points it finished, says `stopped by SIGINT after N of 4000 points: FILE holds those "
+            "(partial)` and exits 130 (128 + the signal).", "",
+            "| case | input | commands |", "| --- | --- | --- |"]
+    for name, what, _, steps, _ in GOOD_CASES:
+        cmds = "; ".join((f"cd TMP/{cwd} && " if cwd else "") + "domino " +
+                         " ".join(shlex.quote(a.replace("{tmp}", "TMP").replace("{stdout}", "STDOUT")
+                                              .replace(LONG_NAME, "n...n.yaml")) for a in argv)
+                         for cwd, argv in steps)
+        doc.append(f"| {name} | {what} | `{cmds.replace('|', '/')}` |")
     text = "\n".join(doc) + "\n"
     if "--doc" in sys.argv:
         with open(sys.argv[sys.argv.index("--doc") + 1], "w") as f:
@@ -167,6 +389,14 @@ def main():
             if f.read() != text and not failures:
                 failures.append(f"{path} is out of date: regenerate it with --doc")
                 print("FAIL " + failures[-1])
+        # The README quotes the counts: they must be the catalogue's.
+        readme = os.path.join(os.path.dirname(os.path.abspath(path)), os.pardir, "README.md")
+        with open(readme) as f:
+            said = re.search(r"lists (\d+) cases.*?and (\d+) hostile inputs", f.read(), re.S)
+        if not said or (int(said[1]), int(said[2])) != (len(CASES), len(GOOD_CASES)):
+            failures.append(f"README.md says {said and said.group(0)!r}; the catalogue has "
+                            f"{len(CASES)} cases and {len(GOOD_CASES)} hostile inputs that must work")
+            print("FAIL " + failures[-1])
     if failures:
         sys.exit(1)
     print(f"bad inputs ok: {len(CASES)} cases")
