@@ -143,7 +143,10 @@ Result<Plan> LoadPlan(const std::string& path);
 Status ResolvePlan(Plan& plan, bool check_rules = true);
 
 // Writes the plan as YAML, with its predicted/measured blocks when present. Deterministic: the
-// same plan gives the same bytes. `comment` (may be empty) becomes leading `#` lines.
+// same plan gives the same bytes. Catalog names are written bare; a model, cluster, node or stack
+// file as an absolute path (a relative one taken from the working directory), double-quoted, so
+// the plan loads from any directory whatever characters the name holds. `comment` (may be empty)
+// becomes leading `#` lines.
 std::string PlanToYaml(const Plan& plan, std::string_view comment = "");
 
 }  // namespace domino
