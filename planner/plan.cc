@@ -165,16 +165,6 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
     return fail("precision", fmt::format("the {} has no {} peak (peak_tflops.{} is 0): choose a "
                                          "precision it runs",
                                          gpu.name, DtypeName(p.precision), DtypeName(p.precision)));
-  // Bounded above, so these products fit easily in 64 bits.
-  const int64_t micro_batches = p.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp);
-  const int64_t layer_passes = micro_batches * m.layers * p.row_split * p.col_split;
-  if (layer_passes > kMaxLayerPasses)
-    return fail("training.global_batch",
-                fmt::format("{} micro-batch(es) of {} layers in {} slice(s) is {} layer passes, "
-                            "more than the {} one plan may simulate; use a smaller global_batch "
-                            "or a larger micro_batch",
-                            micro_batches, m.layers, p.row_split * p.col_split, layer_passes,
-                            kMaxLayerPasses));
   int64_t gpus = static_cast<int64_t>(p.tp) * p.pp * p.dp;
   if (gpus != p.cluster.total_gpus())
     return fail("parallel.tp",
@@ -225,6 +215,17 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
     return fail("training.global_batch",
                 fmt::format("micro_batch*dp = {}*{} must divide global_batch ({})", p.micro_batch,
                             p.dp, p.global_batch));
+  // Last, so that a plan breaking a rule is told that rule first.
+  // Bounded above, so these products fit easily in 64 bits.
+  const int64_t micro_batches = p.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp);
+  const int64_t layer_passes = micro_batches * m.layers * p.row_split * p.col_split;
+  if (layer_passes > kMaxLayerPasses)
+    return fail("training.global_batch",
+                fmt::format("{} micro-batch(es) of {} layers in {} slice(s) is {} layer passes, "
+                            "more than the {} one plan may simulate; use a smaller global_batch "
+                            "or a larger micro_batch",
+                            micro_batches, m.layers, p.row_split * p.col_split, layer_passes,
+                            kMaxLayerPasses));
   return std::nullopt;
 }
 
