@@ -1,11 +1,13 @@
 #include "models/base/yaml_reader.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <set>
+#include <sstream>
 
 namespace domino {
 namespace {
@@ -35,25 +37,59 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+// Finds where a second, non-empty document starts. Parses events only, at most a few documents:
+// YAML::LoadAll can loop without end on some malformed input.
+class SecondDocumentFinder : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override { start_ = mark, empty_ = true; }
+  void OnDocumentEnd() override {
+    if (!empty_ && ++documents_ == 2) second_ = start_;
+  }
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { empty_ = false; }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    empty_ = false;
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    empty_ = false;
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    empty_ = false;
+  }
+  void OnMapEnd() override {}
+
+  const std::optional<YAML::Mark>& second() const { return second_; }
+
+ private:
+  YAML::Mark start_;
+  bool empty_ = true;
+  int documents_ = 0;
+  std::optional<YAML::Mark> second_;
+};
+
 }  // namespace
 
 Result<YAML::Node> ParseYaml(std::string_view text, std::string_view file) {
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
-    if (documents.empty()) return YAML::Node();
+    YAML::Node root = YAML::Load(std::string(text));
     // A second document would be silently ignored: say so rather than read half the file. An
     // empty one (a trailing '---') holds nothing to lose.
-    while (documents.size() > 1 && documents.back().IsNull()) documents.pop_back();
-    if (documents.size() > 1) {
-      const YAML::Mark mark = documents[1].Mark();
-      const int line = mark.is_null() ? 1 : mark.line + 1;
-      const int column = mark.is_null() ? 1 : mark.column + 1;
+    std::istringstream in{std::string(text)};
+    YAML::Parser parser(in);
+    SecondDocumentFinder finder;
+    for (int i = 0; i < 64 && !finder.second() && parser.HandleNextDocument(finder); ++i) {
+    }
+    if (const std::optional<YAML::Mark>& mark = finder.second()) {
       return Error(
           fmt::format("{}:{}:{}: invalid YAML: a second document ('---'); a domino file "
                       "holds one",
-                      file, line, column));
+                      file, mark->line + 1, mark->column + 1));
     }
-    return documents.front();
+    return root;
   } catch (const YAML::Exception& e) {
     return Error(
         fmt::format("{}:{}:{}: invalid YAML: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));

@@ -34,7 +34,7 @@ TEST(ParseYaml, SyntaxErrorNamesFileLineAndColumn) {
 TEST(ParseYaml, ASecondDocumentIsAnErrorNotIgnored) {
   Result<YAML::Node> node = ParseYaml("a: 1\n---\nb: 2\n", "two.yaml");
   ASSERT_FALSE(node.ok());
-  EXPECT_THAT(node.message(), HasSubstr("two.yaml:3:1: invalid YAML: a second document"));
+  EXPECT_THAT(node.message(), HasSubstr("two.yaml:2:1: invalid YAML: a second document"));
   // An empty trailing document holds nothing that could be lost.
   Result<YAML::Node> trailing = ParseYaml("---\na: 1\n---\n", "one.yaml");
   ASSERT_TRUE(trailing.ok()) << trailing.message();
