@@ -123,7 +123,9 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
   const int n = group.size;
   if (n <= 1) return CollectiveEstimate{};
   const double factor = BusbwFactor(kind, n);
-  const double nvlink_GBps = node.nvlink.GBps_per_direction * node.nvlink.efficiency;
+  // Every bandwidth below is the plateau scaled by the ramp at this size.
+  const double ramp = node.ramp.Fraction(bytes);
+  const double nvlink_GBps = node.nvlink.GBps_per_direction * node.nvlink.efficiency * ramp;
   const bool nvls = kind == Collective::kAllReduce && node.nvls && node.nvls_busbw_GBps > 0;
   const bool any = algorithm == CollectiveAlgorithm::kAuto;
   std::optional<CollectiveEstimate> best;
@@ -139,10 +141,12 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
       double ll128_us = node.ll128.base_latency_us +
                         RingSteps(kind, n) * node.ll128.nvlink_step_latency_us +
                         TransferUs(bytes * factor, nvlink_GBps * node.ll128.bandwidth_factor);
-      consider(std::min(simple_us, ll128_us), "ring");
+      double ll_us = node.ll.base_latency_us + RingSteps(kind, n) * node.ll.nvlink_step_latency_us +
+                     TransferUs(bytes * factor, nvlink_GBps * node.ll.bandwidth_factor);
+      consider(std::min({simple_us, ll128_us, ll_us}), "ring");
     }
     if (nvls && (any || algorithm == CollectiveAlgorithm::kNvls)) {
-      double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(n, node.gpus_per_node);
+      double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(n, node.gpus_per_node) * ramp;
       consider(node.nvls_latency_us + TransferUs(bytes * factor, nvls_GBps), "nvls");
     }
     if (!best)
@@ -154,7 +158,7 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
 
   const int nodes = group.nodes_spanned;
   const int k = group.gpus_per_node_in_group;
-  const double nic_GBps = node.network.GBps_per_direction * node.network.efficiency;
+  const double nic_GBps = node.network.GBps_per_direction * node.network.efficiency * ramp;
   const double network_GBps = std::min(k, node.nics) * nic_GBps;
   if (any || algorithm == CollectiveAlgorithm::kRing) {
     int inter_steps = 1;
@@ -170,11 +174,13 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
     double transfer_us = std::max(intra_us, inter_us);
     double simple_us = node.network.base_latency_us + inter_steps * node.network.step_latency_us +
                        intra_steps * node.nvlink.step_latency_us + transfer_us;
-    double ll128_us = node.ll128.base_latency_us +
-                      inter_steps * node.ll128.network_step_latency_us +
-                      intra_steps * node.ll128.nvlink_step_latency_us +
-                      transfer_us / node.ll128.bandwidth_factor;
-    consider(std::min(simple_us, ll128_us), "hierarchical");
+    double ll128_us =
+        node.ll128.base_latency_us + inter_steps * node.ll128.network_step_latency_us +
+        intra_steps * node.ll128.nvlink_step_latency_us + transfer_us / node.ll128.bandwidth_factor;
+    double ll_us = node.ll.base_latency_us + inter_steps * node.ll.network_step_latency_us +
+                   intra_steps * node.ll.nvlink_step_latency_us +
+                   transfer_us / node.ll.bandwidth_factor;
+    consider(std::min({simple_us, ll128_us, ll_us}), "hierarchical");
   }
   const int depth = static_cast<int>(std::ceil(std::log2(nodes)));
   if (kind == Collective::kAllReduce && (any || algorithm == CollectiveAlgorithm::kTree)) {
@@ -182,21 +188,19 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
     const double tree_transfer_us =
         TransferUs(2.0 * bytes, std::min(k > 1 ? nvlink_GBps : network_GBps, network_GBps) *
                                     node.tree.bandwidth_factor);
-    const double tree_simple_us =
-        node.network.base_latency_us +
-        2 * ((k - 1) * node.tree.nvlink_step_latency_us +
-             depth * node.tree.network_step_latency_us) +
-        tree_transfer_us;
-    const double tree_ll128_us =
-        node.ll128.base_latency_us +
-        2 * ((k - 1) * node.tree.ll128_nvlink_step_latency_us +
-             depth * node.tree.ll128_network_step_latency_us) +
-        tree_transfer_us / node.ll128.bandwidth_factor;
+    const double tree_simple_us = node.network.base_latency_us +
+                                  2 * ((k - 1) * node.tree.nvlink_step_latency_us +
+                                       depth * node.tree.network_step_latency_us) +
+                                  tree_transfer_us;
+    const double tree_ll128_us = node.ll128.base_latency_us +
+                                 2 * ((k - 1) * node.tree.ll128_nvlink_step_latency_us +
+                                      depth * node.tree.ll128_network_step_latency_us) +
+                                 tree_transfer_us / node.ll128.bandwidth_factor;
     consider(std::min(tree_simple_us, tree_ll128_us), "tree");
   }
   if (nvls && k > 1 && (any || algorithm == CollectiveAlgorithm::kNvls)) {
     // NVLS-tree: NVLS inside each node, each GPU's shard over the tree through its own NIC.
-    const double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(k, node.gpus_per_node);
+    const double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(k, node.gpus_per_node) * ramp;
     const double intra_us = TransferUs(bytes * 2.0 * (k - 1) / k, nvls_GBps);
     const double inter_us =
         TransferUs(2.0 * bytes / std::min(k, node.nics), nic_GBps * node.tree.bandwidth_factor);

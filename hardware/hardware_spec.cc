@@ -244,6 +244,23 @@ Result<NodeSpec> ParseNode(std::string_view text, std::string_view file) {
     ll128->Real("bandwidth_factor", &node.ll128.bandwidth_factor, Need::kOptional, kFraction);
     (void)ll128->Finish();
   }
+  if (std::optional<YamlMap> ll = map.Map("ll", Need::kOptional)) {
+    ll->Real("base_latency_us", &node.ll.base_latency_us, Need::kOptional, kLatency);
+    ll->Real("nvlink_step_latency_us", &node.ll.nvlink_step_latency_us, Need::kOptional, kLatency);
+    ll->Real("network_step_latency_us", &node.ll.network_step_latency_us, Need::kOptional,
+             kLatency);
+    ll->Real("bandwidth_factor", &node.ll.bandwidth_factor, Need::kOptional, kFraction);
+    (void)ll->Finish();
+  }
+  if (std::optional<YamlMap> ramp = map.Map("bandwidth_ramp", Need::kOptional)) {
+    double half_MiB = node.ramp.half_bytes / (1 << 20);
+    ramp->Real("half_MiB", &half_MiB, Need::kOptional,
+               {.min = 0, .max = 1e9, .min_exclusive = false});
+    ramp->Real("exponent", &node.ramp.exponent, Need::kOptional,
+               {.min = 0.05, .max = 20, .min_exclusive = false});
+    node.ramp.half_bytes = half_MiB * (1 << 20);
+    (void)ramp->Finish();
+  }
   if (std::optional<YamlMap> tree = map.Map("tree", Need::kOptional)) {
     tree->Real("nvlink_step_latency_us", &node.tree.nvlink_step_latency_us, Need::kOptional,
                kLatency);

@@ -2,6 +2,7 @@
 #define DOMINO_HARDWARE_HARDWARE_SPEC_H_
 
 #include <array>
+#include <cmath>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,9 +38,9 @@ struct GpuSpec {
   double gemm_tile_overhead_k = 192;
   double gemm_fixed_us = 3;
   double gemm_stream_k_min_k = 2048;
-  double hbm_efficiency = 0.85;      // achieved fraction of hbm_GBps for streaming kernels
-  double kernel_launch_us = 4.0;     // per kernel, eager launches
-  double graph_launch_us = 1.0;      // per kernel inside a CUDA graph
+  double hbm_efficiency = 0.85;       // achieved fraction of hbm_GBps for streaming kernels
+  double kernel_launch_us = 4.0;      // per kernel, eager launches
+  double graph_launch_us = 1.0;       // per kernel inside a CUDA graph
   int gemm_tile_m = 128;              // GEMM output tile rows per SM (wave quantization)
   int gemm_tile_n = 128;              // GEMM output tile columns per SM
   double attention_efficiency = 0.5;  // fused (flash) attention: achieved fraction of peak
@@ -67,13 +68,36 @@ struct Ll128Spec {
   double bandwidth_factor = 0.9375;
 };
 
+// The LL protocol's figures from NCCL's tuning model: the lowest latencies, at half the bandwidth
+// (every 8 bytes carry a 4-byte flag). NCCL takes it for small messages.
+struct LlSpec {
+  double base_latency_us = 6.6;
+  double nvlink_step_latency_us = 0.6;
+  double network_step_latency_us = 2.7;
+  double bandwidth_factor = 0.5;
+};
+
+// How a collective's bandwidth ramps up with its size: NCCL reaches its large-message bus
+// bandwidth only for messages far above its pipeline's chunks, so the bandwidth of a collective
+// of S bytes is the plateau times S^exponent / (S^exponent + half_bytes^exponent) (half the
+// plateau at half_bytes).
+struct BandwidthRamp {
+  double half_bytes = 8.0 * (1 << 20);
+  double exponent = 0.65;
+  double Fraction(double bytes) const {
+    if (half_bytes <= 0 || bytes <= 0) return 1.0;
+    const double x = std::pow(bytes / half_bytes, exponent);
+    return x / (1 + x);
+  }
+};
+
 // NCCL's tree all-reduce across nodes (a double binary tree between nodes, a chain inside each):
 // latency grows with log2 of the node count instead of the ring's 2(N-1) network steps, at
 // `bandwidth_factor` of the ring's bandwidth (NCCL's tuning model: tree busbw x 0.9, and every
 // byte goes up and down the tree). Step latencies per protocol from the same model.
 struct TreeSpec {
-  double nvlink_step_latency_us = 4;        // Simple
-  double network_step_latency_us = 14;      // Simple
+  double nvlink_step_latency_us = 4;    // Simple
+  double network_step_latency_us = 14;  // Simple
   double ll128_nvlink_step_latency_us = 1.25;
   double ll128_network_step_latency_us = 8.5;
   double bandwidth_factor = 0.9;
@@ -93,7 +117,9 @@ struct NodeSpec {
   int nics = 8;                             // per node; one per GPU on DGX
   LinkSpec network{.step_latency_us = 14};  // per NIC, per direction
   Ll128Spec ll128;
+  LlSpec ll;
   TreeSpec tree;
+  BandwidthRamp ramp;
   // Contention: while a collective runs beside compute it holds `comm_ctas` SMs and moves
   // `comm_hbm_factor` bytes of HBM traffic per byte it sends.
   int comm_ctas = 16;

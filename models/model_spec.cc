@@ -1,10 +1,10 @@
 #include "models/model_spec.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <filesystem>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
@@ -66,8 +66,8 @@ ModelSpec ReadModel(YamlMap& map) {
       map.Fail("hidden", fmt::format("hidden ({}) must be divisible by heads ({})", model.hidden,
                                      model.heads));
     } else if (model.heads % model.kv_heads != 0) {
-      map.Fail("kv_heads", fmt::format("heads ({}) must be divisible by kv_heads ({})",
-                                       model.heads, model.kv_heads));
+      map.Fail("kv_heads", fmt::format("heads ({}) must be divisible by kv_heads ({})", model.heads,
+                                       model.kv_heads));
     }
   }
   return model;

@@ -1,10 +1,10 @@
 #include "planner/lower.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <initializer_list>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace domino {
 namespace {
@@ -107,8 +107,8 @@ class Lowering {
       for (int i = 0; i < p_; ++i) {
         int32_t grad = BackwardEntry(0, Block::kAttention, i, /*final=*/true);
         if (options_.embedding) {
-          Elementwise(OpFunc::kEmbedGrad, Tags(0, i, -1, Phase::kBackward), 2 * RowBytes(h_), {grad},
-                      {SliceOf(tensors_[0].g_x, i)}, {});
+          Elementwise(OpFunc::kEmbedGrad, Tags(0, i, -1, Phase::kBackward), 2 * RowBytes(h_),
+                      {grad}, {SliceOf(tensors_[0].g_x, i)}, {});
         }
       }
     }
@@ -128,7 +128,9 @@ class Lowering {
     LayerTensors t{};
     auto name = [l](const char* what) { return fmt::format("l{}.{}", l, what); };
     auto act = [&](const char* what, int64_t cols, Shard shard = Shard::kReplicated,
-                   int64_t part = 0) { return s_.AddTensor(name(what), tokens_, cols, shard, part); };
+                   int64_t part = 0) {
+      return s_.AddTensor(name(what), tokens_, cols, shard, part);
+    };
     auto weight = [&](const char* what, int64_t rows, int64_t cols, Shard shard, int64_t part = 0) {
       return s_.AddTensor(name(what), rows, cols, shard, part);
     };
@@ -179,7 +181,8 @@ class Lowering {
   // Column chunk `chunk` of row slice `slice` of a whole-token tensor `cols` wide.
   View Chunk(int slice, int chunk, int64_t cols) const {
     int64_t width = cols / q_;
-    return View{slice * slice_tokens_, (slice + 1) * slice_tokens_, chunk * width, (chunk + 1) * width};
+    return View{slice * slice_tokens_, (slice + 1) * slice_tokens_, chunk * width,
+                (chunk + 1) * width};
   }
   static View Whole(int64_t rows, int64_t cols) { return View{0, rows, 0, cols}; }
   TensorUse Use(int32_t tensor, View view) const { return TensorUse{tensor, view}; }
@@ -227,7 +230,8 @@ class Lowering {
   }
 
   int32_t Elementwise(OpFunc func, const OpTags& tags, double bytes, Deps deps,
-                      std::initializer_list<TensorUse> reads, std::initializer_list<TensorUse> writes) {
+                      std::initializer_list<TensorUse> reads,
+                      std::initializer_list<TensorUse> writes) {
     Op op;
     op.kind = OpKind::kElementwise;
     op.func = func;
@@ -237,7 +241,8 @@ class Lowering {
   }
 
   int32_t Attention(OpFunc func, const OpTags& tags, double flops_factor,
-                    std::initializer_list<TensorUse> reads, std::initializer_list<TensorUse> writes) {
+                    std::initializer_list<TensorUse> reads,
+                    std::initializer_list<TensorUse> writes) {
     Op op;
     op.kind = OpKind::kAttention;
     op.func = func;
@@ -271,7 +276,8 @@ class Lowering {
 
   // Scope intra-layer: everything of the next layer waits for this layer's collectives.
   void Barrier() {
-    if (scope_ == OverlapScope::kIntraLayer) sync_.insert(sync_.end(), layer_comms_.begin(), layer_comms_.end());
+    if (scope_ == OverlapScope::kIntraLayer)
+      sync_.insert(sync_.end(), layer_comms_.begin(), layer_comms_.end());
     layer_comms_.clear();
   }
 
@@ -291,7 +297,9 @@ class Lowering {
     return (plan_.model.bias ? 2 * hb : 0) + (stack.dropout ? 2 * hb + mask : 0) + 3 * hb;
   }
   // Rows a norm or residual touches: a sequence-parallel shard, or the whole slice.
-  double NormRows() const { return sp_ ? static_cast<double>(slice_tokens_) / plan_.tp : slice_tokens_; }
+  double NormRows() const {
+    return sp_ ? static_cast<double>(slice_tokens_) / plan_.tp : slice_tokens_;
+  }
 
   // Forward entry of (block, slice): residual add of the previous block's result and the norm.
   // Returns the op the block's first GEMM must wait for (the norm, or its all-gather).
@@ -305,13 +313,14 @@ class Lowering {
     if (block == Block::kAttention) {
       if (l > 0 && !recomputing_) {  // a recomputed layer starts from its saved input
         const LayerTensors& prev = tensors_[l - 1];
-        Elementwise(OpFunc::kResidual2, Tags(l - 1, i, -1, fwd_phase_), ResidualBytes(hb), std::move(deps),
-                    {SliceOf(prev.mid, i), SliceOf(Reduced(prev.fc2, prev.fc2_s), i)},
-                    {SliceOf(t.x, i)});
+        Elementwise(
+            OpFunc::kResidual2, Tags(l - 1, i, -1, fwd_phase_), ResidualBytes(hb), std::move(deps),
+            {SliceOf(prev.mid, i), SliceOf(Reduced(prev.fc2, prev.fc2_s), i)}, {SliceOf(t.x, i)});
         deps = {};
       }
-      norm = Elementwise(OpFunc::kLn1, tags, 2 * hb, std::move(deps), {SliceOf(t.x, i), WholeOf(t.w_ln1)},
-                         {SliceOf(Reduced(t.ln1, t.ln1_s), i)});
+      norm =
+          Elementwise(OpFunc::kLn1, tags, 2 * hb, std::move(deps),
+                      {SliceOf(t.x, i), WholeOf(t.w_ln1)}, {SliceOf(Reduced(t.ln1, t.ln1_s), i)});
     } else {
       Elementwise(OpFunc::kResidual1, tags, ResidualBytes(hb), std::move(deps),
                   {SliceOf(t.x, i), SliceOf(Reduced(t.proj, t.proj_s), i)}, {SliceOf(t.mid, i)});
@@ -333,8 +342,8 @@ class Lowering {
     int32_t in, w_out, out;
     int64_t k;
     if (block == Block::kAttention) {
-      Gemm(OpFunc::kQkv, tags, slice_tokens_, qkv_n_, h_, first, {SliceOf(t.ln1, i), WholeOf(t.w_qkv)},
-           {SliceOf(t.qkv, i)});
+      Gemm(OpFunc::kQkv, tags, slice_tokens_, qkv_n_, h_, first,
+           {SliceOf(t.ln1, i), WholeOf(t.w_qkv)}, {SliceOf(t.qkv, i)});
       Attention(OpFunc::kAttn, tags, 1.0, {SliceOf(t.qkv, i)}, {SliceOf(t.ctx, i)});
       in = t.ctx, w_out = t.w_proj, out = t.proj, k = a_ * d_;
     } else {
@@ -354,11 +363,12 @@ class Lowering {
       int32_t gemm = Gemm(func, chunk_tags, slice_tokens_, h_ / q_, k, {},
                           {SliceOf(in, i), Use(w_out, w_cols)}, {Use(out, Chunk(i, j, h_))});
       int32_t shard = block == Block::kAttention ? t.proj_s : t.fc2_s;
-      int32_t comm = sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, chunk_tags,
-                                      RowBytes(h_), gemm, SliceOf(out, i), SliceOf(shard, i))
-                         : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, chunk_tags,
-                                      RowBytes(h_ / q_), gemm, Use(out, Chunk(i, j, h_)),
-                                      Use(out, Chunk(i, j, h_)));
+      int32_t comm =
+          sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, chunk_tags,
+                           RowBytes(h_), gemm, SliceOf(out, i), SliceOf(shard, i))
+              : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, chunk_tags,
+                           RowBytes(h_ / q_), gemm, Use(out, Chunk(i, j, h_)),
+                           Use(out, Chunk(i, j, h_)));
       waits_[i].push_back(comm);
       SyncIfNoOverlap(comm);
     }
@@ -409,11 +419,11 @@ class Lowering {
       const LayerTensors& t = tensors_[l];
       tags = Tags(l, i, -1, Phase::kBackward);
       grad_tensor = final ? t.g_x : t.g_mid;
-      grad_out = final ? NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, t.x,
-                                  Reduced(t.g_ln1, t.g_ln1_s), t.w_ln1, t.g_mid, t.g_x, t.g_w_ln1)
-                       : NormGrad(OpFunc::kLn2Grad, tags, std::move(deps), i, t.mid,
-                                  Reduced(t.g_ln2, t.g_ln2_s), t.w_ln2, OutGrad(l), t.g_mid,
-                                  t.g_w_ln2);
+      grad_out =
+          final ? NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, t.x,
+                           Reduced(t.g_ln1, t.g_ln1_s), t.w_ln1, t.g_mid, t.g_x, t.g_w_ln1)
+                : NormGrad(OpFunc::kLn2Grad, tags, std::move(deps), i, t.mid,
+                           Reduced(t.g_ln2, t.g_ln2_s), t.w_ln2, OutGrad(l), t.g_mid, t.g_w_ln2);
     }
     if (!sp_ || final) return grad_out;
     const LayerTensors& t = tensors_[l];
@@ -439,8 +449,8 @@ class Lowering {
     int64_t k_in = attn ? a_ * d_ : f_;
     int32_t grad_y = attn ? Reduced(t.g_mid, t.g_mid_full) : Reduced(OutGrad(l), t.g_out_full);
     int32_t x_in = attn ? t.ctx : t.act, g_in = attn ? t.g_ctx : t.g_act;
-    Gemm(attn ? OpFunc::kProjGradInput : OpFunc::kFc2GradInput, tags, slice_tokens_, k_in, h_, {entry},
-         {SliceOf(grad_y, i), WholeOf(attn ? t.w_proj : t.w_fc2)}, {SliceOf(g_in, i)});
+    Gemm(attn ? OpFunc::kProjGradInput : OpFunc::kFc2GradInput, tags, slice_tokens_, k_in, h_,
+         {entry}, {SliceOf(grad_y, i), WholeOf(attn ? t.w_proj : t.w_fc2)}, {SliceOf(g_in, i)});
     Gemm(attn ? OpFunc::kProjGradWeight : OpFunc::kFc2GradWeight, tags, k_in, h_, slice_tokens_, {},
          {SliceOf(x_in, i), SliceOf(grad_y, i)}, {WholeOf(attn ? t.g_w_proj : t.g_w_fc2)});
     // Middle: attention core or activation backward.
@@ -473,11 +483,12 @@ class Lowering {
     for (int j = 0; j < q_; ++j) {
       OpTags chunk_tags = Tags(l, i, q_ > 1 ? j : -1, Phase::kBackward);
       View w_rows{j * (h_ / q_), (j + 1) * (h_ / q_), 0, n_out};
-      int32_t gemm = Gemm(attn ? OpFunc::kQkvGradInput : OpFunc::kFc1GradInput, chunk_tags, slice_tokens_,
-                          h_ / q_, n_out, {}, {SliceOf(g_out, i), Use(w, w_rows)},
+      int32_t gemm = Gemm(attn ? OpFunc::kQkvGradInput : OpFunc::kFc1GradInput, chunk_tags,
+                          slice_tokens_, h_ / q_, n_out, {}, {SliceOf(g_out, i), Use(w, w_rows)},
                           {Use(g_norm, Chunk(i, j, h_))});
-      comms.push_back(sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, chunk_tags,
-                                       RowBytes(h_), gemm, SliceOf(g_norm, i), SliceOf(g_norm_s, i))
+      comms.push_back(sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter,
+                                       chunk_tags, RowBytes(h_), gemm, SliceOf(g_norm, i),
+                                       SliceOf(g_norm_s, i))
                           : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, chunk_tags,
                                        RowBytes(h_ / q_), gemm, Use(g_norm, Chunk(i, j, h_)),
                                        Use(g_norm, Chunk(i, j, h_))));
@@ -528,7 +539,8 @@ class Lowering {
     head_ln_ = s_.AddTensor("final.ln", tokens_, h_);
     logits_ = s_.AddTensor("logits", tokens_, vocab_, Shard::kCols);
     g_logits_ = s_.AddTensor("logits.grad", tokens_, vocab_, Shard::kCols);
-    g_head_ln_ = s_.AddTensor("final.ln.grad", tokens_, h_, sp_ ? Shard::kPartialSum : Shard::kReplicated);
+    g_head_ln_ =
+        s_.AddTensor("final.ln.grad", tokens_, h_, sp_ ? Shard::kPartialSum : Shard::kReplicated);
     g_head_ln_s_ = sp_ ? ResidualTensor("final.ln.grad.shard") : -1;
     w_head_ = s_.AddTensor("lm_head.w", h_, vocab_, Shard::kCols);
     g_w_head_ = s_.AddTensor("lm_head.w.grad", h_, vocab_, Shard::kCols);
@@ -539,7 +551,8 @@ class Lowering {
   void EmbeddingForward(int i) {
     OpTags tags = Tags(0, i, -1, Phase::kForward);
     const LayerTensors& t = tensors_[0];
-    int32_t partial = s_.AddTensor(fmt::format("embed.s{}", i), slice_tokens_, h_, Shard::kPartialSum);
+    int32_t partial =
+        s_.AddTensor(fmt::format("embed.s{}", i), slice_tokens_, h_, Shard::kPartialSum);
     TensorUse whole{partial, View{0, slice_tokens_, 0, h_}};
     int32_t lookup = Elementwise(OpFunc::kEmbed, tags, 2 * RowBytes(h_), {}, {}, {whole});
     int32_t comm = sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, tags,
@@ -568,10 +581,11 @@ class Lowering {
                         SliceOf(head_x_, i), SliceOf(head_ln_, i));
     Gemm(OpFunc::kLmHead, tags, slice_tokens_, vocab_, h_, {norm},
          {SliceOf(head_ln_, i), WholeOf(w_head_)}, {SliceOf(logits_, i)});
-    int32_t loss = Elementwise(OpFunc::kLoss, tags, 2 * RowBytes(vocab_), {}, {SliceOf(logits_, i)}, {});
+    int32_t loss =
+        Elementwise(OpFunc::kLoss, tags, 2 * RowBytes(vocab_), {}, {SliceOf(logits_, i)}, {});
     int32_t comm = Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags,
-                              static_cast<double>(slice_tokens_) * 2 * 4, loss,
-                              SliceOf(logits_, i), SliceOf(logits_, i));
+                              static_cast<double>(slice_tokens_) * 2 * 4, loss, SliceOf(logits_, i),
+                              SliceOf(logits_, i));
     SyncIfNoOverlap(comm);
   }
 
@@ -585,10 +599,11 @@ class Lowering {
                 {SliceOf(g_logits_, i)});
     int32_t dgrad = Gemm(OpFunc::kLmHeadGradInput, tags, slice_tokens_, h_, vocab_, {},
                          {SliceOf(g_logits_, i), WholeOf(w_head_)}, {SliceOf(g_head_ln_, i)});
-    int32_t comm = sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, tags,
-                                    RowBytes(h_), dgrad, SliceOf(g_head_ln_, i), SliceOf(g_head_ln_s_, i))
-                       : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags,
-                                    RowBytes(h_), dgrad, SliceOf(g_head_ln_, i), SliceOf(g_head_ln_, i));
+    int32_t comm =
+        sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, tags, RowBytes(h_),
+                         dgrad, SliceOf(g_head_ln_, i), SliceOf(g_head_ln_s_, i))
+            : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags, RowBytes(h_), dgrad,
+                         SliceOf(g_head_ln_, i), SliceOf(g_head_ln_, i));
     Gemm(OpFunc::kLmHeadGradWeight, tags, h_, vocab_, slice_tokens_, {},
          {SliceOf(head_ln_, i), SliceOf(g_logits_, i)}, {WholeOf(g_w_head_)});
     const double hb = NormRows() * h_ * e_;
@@ -611,9 +626,9 @@ class Lowering {
   std::vector<int32_t> head_grad_ = std::vector<int32_t>(kMaxSplit + 1, -1);
   Schedule s_;
   std::vector<LayerTensors> tensors_;
-  int32_t out_grad_ = -1;  // gradient of the top layer's output
-  std::vector<Deps> waits_;         // per slice: collectives its next entry consumes
-  std::vector<int32_t> sync_;       // collectives the next compute op must wait for
+  int32_t out_grad_ = -1;             // gradient of the top layer's output
+  std::vector<Deps> waits_;           // per slice: collectives its next entry consumes
+  std::vector<int32_t> sync_;         // collectives the next compute op must wait for
   std::vector<int32_t> layer_comms_;  // collectives of the current layer (intra-layer barrier)
 };
 
@@ -629,7 +644,8 @@ Result<Schedule> LowerStage(const Plan& plan, const LowerOptions& options) {
   if (auto failure = CheckPlanRules(plan))
     return Error(fmt::format("{}: {}", failure->key, failure->rule));
   if (options.layers == 0 || options.layers > plan.model.layers)
-    return Error(fmt::format("a pipeline chunk of {} layers of {}", options.layers, plan.model.layers));
+    return Error(
+        fmt::format("a pipeline chunk of {} layers of {}", options.layers, plan.model.layers));
   return Lowering(plan, options).Run();
 }
 

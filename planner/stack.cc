@@ -1,10 +1,10 @@
 #include "planner/stack.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <filesystem>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
@@ -37,6 +37,8 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("fused_bias_dropout_add", &stack.fused_bias_dropout_add, Need::kRequired);
   map.Bool("dropout", &stack.dropout, Need::kOptional);
   map.Bool("cuda_graphs", &stack.cuda_graphs, Need::kOptional);
+  map.Bool("overlap_grad_reduce", &stack.overlap_grad_reduce, Need::kOptional);
+  map.Bool("overlap_param_gather", &stack.overlap_param_gather, Need::kOptional);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return stack;
 }

@@ -34,13 +34,20 @@ struct StackSpec {
   bool dropout = false;
   // Kernels launched from CUDA graphs (GpuSpec::graph_launch_us instead of kernel_launch_us).
   bool cuda_graphs = false;
+  // DP gradient buckets reduced while the last micro-batch's backward runs (Megatron-Core
+  // --overlap-grad-reduce), rather than after the pipeline flush.
+  bool overlap_grad_reduce = false;
+  // With the distributed optimizer, the updated parameters are all-gathered under the next
+  // iteration's first forward (Megatron-Core --overlap-param-gather) rather than after the step.
+  bool overlap_param_gather = false;
 };
 
 // The stack a plan runs on when it names none.
 inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
-// key is required except `dropout` and `cuda_graphs` (false).
+// key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce` and
+// `overlap_param_gather` (false).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

@@ -10,10 +10,14 @@ namespace {
 
 Collective ToCollective(CollectiveOp op) {
   switch (op) {
-    case CollectiveOp::kAllReduce: return Collective::kAllReduce;
-    case CollectiveOp::kReduceScatter: return Collective::kReduceScatter;
-    case CollectiveOp::kAllGather: return Collective::kAllGather;
-    case CollectiveOp::kNone: break;
+    case CollectiveOp::kAllReduce:
+      return Collective::kAllReduce;
+    case CollectiveOp::kReduceScatter:
+      return Collective::kReduceScatter;
+    case CollectiveOp::kAllGather:
+      return Collective::kAllGather;
+    case CollectiveOp::kNone:
+      break;
   }
   return Collective::kSendRecv;
 }
@@ -66,7 +70,8 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
 DeviceResources CostModel::device() const { return DeviceResources{gpu_.sms, hbm_GBps_}; }
 
 OpCost CostModel::GemmCost(double m, double n, double k, Dtype dtype) const {
-  const double tflops = dtype == gemm_dtype_ ? gemm_tflops_ : attention_tflops_ * gpu_.max_gemm_efficiency;
+  const double tflops =
+      dtype == gemm_dtype_ ? gemm_tflops_ : attention_tflops_ * gpu_.max_gemm_efficiency;
   const GemmEstimate g = EstimateGemm(gpu_, tflops, m, n, k, DtypeBytes(dtype), 2);
   OpCost cost = g.cost;
   cost.launch_us = launch_us_ + g.fixed_us;
@@ -114,8 +119,8 @@ OpCost CostModel::AttentionCost(const Op& op) const {
 
 OpCost CostModel::Cost(const Op& op) const {
   OpCost cost;
-  if (options_.profile != nullptr && !(op.group == Group::kTp && options_.tp_comm_free &&
-                                       op.kind == OpKind::kCollective)) {
+  if (options_.profile != nullptr &&
+      !(op.group == Group::kTp && options_.tp_comm_free && op.kind == OpKind::kCollective)) {
     const double us = options_.profile->Lookup(op, tp_group_.size);
     if (us >= 0 && op.kind != OpKind::kCollective && op.kind != OpKind::kSendRecv) {
       if (!options_.profile->contention) {

@@ -21,7 +21,7 @@ struct CostOptions {
   // Launch overhead per kernel: graph_launch_us instead of kernel_launch_us. Default: the stack's.
   std::optional<bool> cuda_graphs;
   std::optional<AttentionKernel> attention;  // default: the stack's
-  bool tp_comm_free = false;  // the ideal: TP collectives cost nothing
+  bool tp_comm_free = false;                 // the ideal: TP collectives cost nothing
   // Measured op times (`domino calibrate`); ops it lacks fall back to the models, which take the
   // profile's measured GEMM throughput and HBM bandwidth when it has them. Not owned.
   const HardwareProfile* profile = nullptr;
@@ -70,7 +70,7 @@ class CostModel {
   Dtype attention_dtype_ = Dtype::kBf16;  // 16-bit even under fp8
   double gemm_tflops_ = 0;                // GEMM main-loop ceiling (GemmCeilingTflops)
   double attention_tflops_ = 0;           // dense peak of the attention's dtype
-  double hbm_GBps_ = 0;  // achieved
+  double hbm_GBps_ = 0;                   // achieved
   double launch_us_ = 0;
   AttentionKernel attention_ = AttentionKernel::kFlash;
 };

@@ -11,12 +11,13 @@ constexpr double kStreamKStep = 64;  // k-steps a stream-K unit covers
 }  // namespace
 
 double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype) {
-  const double efficiency = dtype == Dtype::kFp8 ? gpu.fp8_gemm_efficiency : gpu.max_gemm_efficiency;
+  const double efficiency =
+      dtype == Dtype::kFp8 ? gpu.fp8_gemm_efficiency : gpu.max_gemm_efficiency;
   return gpu.peak(dtype) * efficiency;
 }
 
 GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, double n, double k,
-                      double in_bytes, double out_bytes) {
+                          double in_bytes, double out_bytes) {
   GemmEstimate out;
   const double tile_m = gpu.gemm_tile_m, tile_n = gpu.gemm_tile_n;
   const double tiles = std::ceil(m / tile_m) * std::ceil(n / tile_n);
@@ -36,7 +37,8 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
 }
 
 double GemmKernelUs(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
-  const GemmEstimate g = EstimateGemm(gpu, GemmCeilingTflops(gpu, dtype), m, n, k, DtypeBytes(dtype), 2);
+  const GemmEstimate g =
+      EstimateGemm(gpu, GemmCeilingTflops(gpu, dtype), m, n, k, DtypeBytes(dtype), 2);
   return g.fixed_us + g.cost.BodyUs(gpu.sms, gpu.hbm_GBps * gpu.hbm_efficiency);
 }
 

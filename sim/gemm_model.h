@@ -30,7 +30,7 @@ struct GemmEstimate {
 // `tflops_ceiling`: the dense peak of the GEMM's dtype times the main-loop efficiency
 // (GemmCeilingTflops), or a calibrated figure.
 GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, double n, double k,
-                      double in_bytes, double out_bytes);
+                          double in_bytes, double out_bytes);
 
 // The peak of `dtype` times max_gemm_efficiency (16-bit) or fp8_gemm_efficiency (fp8).
 double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype);

@@ -1,12 +1,12 @@
 #include "sim/predict.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <map>
 #include <tuple>
-
-#include <fmt/format.h>
 
 #include "models/model_counts.h"
 #include "planner/lower.h"
@@ -27,15 +27,15 @@ constexpr double kGradBytes = 4;  // Megatron accumulates and reduces gradients 
 // The groups of a plan on the cluster: TP ranks innermost, then DP and PP in the plan's order.
 // A DP group's ranks are `stride` apart (tp, or tp * pp); pipeline neighbours tp * dp (or tp).
 CommGroup DpGroup(const Plan& plan) {
-  const int64_t stride = plan.placement == Placement::kTpDpPp ? plan.tp
-                                                                : static_cast<int64_t>(plan.tp) * plan.pp;
-  const int per_node = static_cast<int>(
-      std::clamp<int64_t>(plan.cluster.gpus_per_node / stride, 1, plan.dp));
+  const int64_t stride =
+      plan.placement == Placement::kTpDpPp ? plan.tp : static_cast<int64_t>(plan.tp) * plan.pp;
+  const int per_node =
+      static_cast<int>(std::clamp<int64_t>(plan.cluster.gpus_per_node / stride, 1, plan.dp));
   return CommGroup{plan.dp, (plan.dp + per_node - 1) / per_node, per_node};
 }
 CommGroup PpPair(const Plan& plan) {
-  const int64_t stride = plan.placement == Placement::kTpDpPp ? static_cast<int64_t>(plan.tp) * plan.dp
-                                                                : plan.tp;
+  const int64_t stride =
+      plan.placement == Placement::kTpDpPp ? static_cast<int64_t>(plan.tp) * plan.dp : plan.tp;
   if (stride < plan.cluster.gpus_per_node) return CommGroup{2, 1, 2};
   return CommGroup{2, 2, 1};
 }
@@ -74,8 +74,18 @@ Result<ChunkSim> SimulateChunk(const Plan& plan, const ChunkKey& key, const Cost
     if (!both.ok()) return both.error();
     sim.timeline = Run(*both, real, &sim.serial.fwd_us);
     sim.ideal_timeline = Run(*both, ideal);
-    sim.real.fwd_us = sim.timeline.end_us();
-    sim.ideal.fwd_us = sim.ideal_timeline.end_us();
+    // The pipeline sees forward up to the first backward op and backward after it, so that DP
+    // buckets are released while the backward runs.
+    auto split = [&](const Timeline& t, ChunkTimes* out) {
+      double backward_start = t.end_us();
+      for (size_t i = 0; i < both->size(); ++i)
+        if (both->ops()[i].tags.phase == Phase::kBackward)
+          backward_start = std::min(backward_start, t.ops[i].start_us);
+      out->fwd_us = backward_start;
+      out->bwd_us = t.end_us() - backward_start;
+    };
+    split(sim.timeline, &sim.real);
+    split(sim.ideal_timeline, &sim.ideal);
     sim.tp_comm_us = real.TpCommUs(*both);
     sim.schedule = std::move(both).value();
     return sim;
@@ -97,7 +107,8 @@ Result<ChunkSim> SimulateChunk(const Plan& plan, const ChunkKey& key, const Cost
 // head and final norm (last; the tied embedding's gradient is shared with the first stage).
 double ChunkParams(const Plan& plan, const ChunkKey& key, const ParameterCounts& counts) {
   double params = static_cast<double>(counts.per_layer) * key.layers / plan.tp;
-  if (key.embedding) params += static_cast<double>(counts.embedding + counts.position_embedding) / plan.tp;
+  if (key.embedding)
+    params += static_cast<double>(counts.embedding + counts.position_embedding) / plan.tp;
   if (key.head) params += static_cast<double>(counts.lm_head + counts.final_norm) / plan.tp;
   return params;
 }
@@ -109,7 +120,8 @@ double ChunkParams(const Plan& plan, const ChunkKey& key, const ParameterCounts&
 double DpDone(const Plan& plan, const std::vector<ChunkKey>& keys, int stage,
               const PipelineResult& pipe, const ParameterCounts& counts, double* comm_us) {
   const CommGroup group = DpGroup(plan);
-  const Collective kind = plan.distributed_optimizer ? Collective::kReduceScatter : Collective::kAllReduce;
+  const Collective kind =
+      plan.distributed_optimizer ? Collective::kReduceScatter : Collective::kAllReduce;
   struct Bucket {
     double ready_us, bytes;
   };
@@ -121,11 +133,17 @@ double DpDone(const Plan& plan, const std::vector<ChunkKey>& keys, int stage,
     const double end = pipe.last_backward_end_us[stage * v + c];
     const double layer_bytes = static_cast<double>(counts.per_layer) / plan.tp * kGradBytes;
     // Backward walks the layers top down: the top layer's gradients are ready first.
+    // Without overlap (the stack reduces after the pipeline flush) every bucket waits for the
+    // stage's last backward.
+    const bool overlap = plan.stack.overlap_grad_reduce;
+    const double flush = pipe.stage_end_us[stage];
     for (int l = 0; l < key.layers; ++l)
-      buckets.push_back({start + (end - start) * (l + 1) / key.layers, layer_bytes});
+      buckets.push_back(
+          {overlap ? start + (end - start) * (l + 1) / key.layers : flush, layer_bytes});
     const double extra = (ChunkParams(plan, key, counts) -
-                          static_cast<double>(counts.per_layer) * key.layers / plan.tp) * kGradBytes;
-    if (extra > 0) buckets.push_back({end, extra});
+                          static_cast<double>(counts.per_layer) * key.layers / plan.tp) *
+                         kGradBytes;
+    if (extra > 0) buckets.push_back({overlap ? end : flush, extra});
   }
   std::stable_sort(buckets.begin(), buckets.end(),
                    [](const Bucket& a, const Bucket& b) { return a.ready_us < b.ready_us; });
@@ -148,12 +166,16 @@ std::string_view OpClassName(OpClass op_class) {
 
 OpClass ClassOf(const Op& op) {
   switch (op.kind) {
-    case OpKind::kGemm: return OpClass::kGemm;
-    case OpKind::kAttention: return OpClass::kAttention;
+    case OpKind::kGemm:
+      return OpClass::kGemm;
+    case OpKind::kAttention:
+      return OpClass::kAttention;
     case OpKind::kElementwise:
-    case OpKind::kOptimizer: return OpClass::kElementwise;
+    case OpKind::kOptimizer:
+      return OpClass::kElementwise;
     case OpKind::kCollective:
-    case OpKind::kSendRecv: return op.group == Group::kTp ? OpClass::kTpComm : OpClass::kOtherComm;
+    case OpKind::kSendRecv:
+      return op.group == Group::kTp ? OpClass::kTpComm : OpClass::kOtherComm;
   }
   return OpClass::kElementwise;
 }
@@ -184,11 +206,13 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   spec.stages = pp;
   spec.chunks = v;
   spec.micro_batches = m;
-  const double activation_bytes = static_cast<double>(plan.micro_batch) * plan.seq_len *
-                                  plan.model.hidden * DtypeBytes(plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision) /
-                                  (plan.sequence_parallel ? plan.tp : 1);
+  const double activation_bytes =
+      static_cast<double>(plan.micro_batch) * plan.seq_len * plan.model.hidden *
+      DtypeBytes(plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision) /
+      (plan.sequence_parallel ? plan.tp : 1);
   spec.p2p_us = pp > 1 ? EstimateCollective(plan.cluster.node, Collective::kSendRecv,
-                                            activation_bytes, PpPair(plan)).time_us
+                                            activation_bytes, PpPair(plan))
+                             .time_us
                        : 0;
   auto times = [&](bool ideal, bool serial) {
     std::vector<ChunkTimes> out(virtual_stages);
@@ -229,13 +253,22 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
       // are all-gathered as 16-bit parameters.
       double gather_us = plan.dp > 1 && plan.distributed_optimizer
                              ? EstimateCollective(plan.cluster.node, Collective::kAllGather,
-                                                  e.params * 2, DpGroup(plan)).time_us
+                                                  e.params * 2, DpGroup(plan))
+                                   .time_us
                              : 0;
       e.dp_comm_us += gather_us;
       const double step_params = plan.distributed_optimizer ? e.params / plan.dp : e.params;
       e.optimizer_us = step_params * kAdamBytesPerParam / (hbm_GBps * 1e3) +
                        plan.cluster.node.gpu.kernel_launch_us;
-      e.finish_us = std::max(p.stage_end_us[s], e.dp_done_us) + e.optimizer_us + gather_us;
+      // Overlapped with the next iteration's first forward (one micro-batch through every
+      // chunk of the stage), the gather costs only what that forward does not cover.
+      double exposed_gather_us = gather_us;
+      if (plan.stack.overlap_param_gather) {
+        double first_forward_us = 0;
+        for (int c = 0; c < v; ++c) first_forward_us += sims.at(keys[c * pp + s]).real.fwd_us;
+        exposed_gather_us = std::max(0.0, gather_us - first_forward_us);
+      }
+      e.finish_us = std::max(p.stage_end_us[s], e.dp_done_us) + e.optimizer_us + exposed_gather_us;
     }
     return ends;
   };
@@ -272,7 +305,6 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   b.compute_ms = iteration_us * kUsToMs - b.exposed_tp_ms - b.bubble_ms - b.exposed_pp_ms -
                  b.optimizer_ms - b.exposed_dp_ms;
 
-
   // The representative micro-batch: stage 0's first chunk, forward and backward together.
   {
     const ChunkKey& key = keys[0];
@@ -296,8 +328,8 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
           (t.end_us - t.start_us) * kUsToMs * per_iteration;
     }
   }
-  double tp_comm_us = 0, model_flops_per_token =
-      TrainingFlopsPerToken(plan.model, plan.seq_len, AttentionCount::kCausal);
+  double tp_comm_us = 0, model_flops_per_token = TrainingFlopsPerToken(plan.model, plan.seq_len,
+                                                                       AttentionCount::kCausal);
   for (int c = 0; c < v; ++c) tp_comm_us += sims.at(keys[c * pp]).tp_comm_us;
   p.tp_comm_ms = tp_comm_us * m * kUsToMs;
   p.dp_comm_ms = ends[0].dp_comm_us * kUsToMs;
@@ -310,8 +342,8 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
     if (!pipe_serial.ok()) return pipe_serial.error();
     double serial_us = 0;
     for (int s = 0; s < pp; ++s)
-      serial_us = std::max(serial_us, pipe_serial->stage_end_us[s] + ends[s].dp_comm_us +
-                                          ends[s].optimizer_us);
+      serial_us = std::max(
+          serial_us, pipe_serial->stage_end_us[s] + ends[s].dp_comm_us + ends[s].optimizer_us);
     p.serial_ms = serial_us * kUsToMs;
   }
 
@@ -331,7 +363,8 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   if (peak <= 0) peak = plan.cluster.node.gpu.peak(Dtype::kBf16);
   f.mfu = f.tflops_per_gpu / peak;
   f.memory_gib_per_gpu =
-      EstimateMemory(plan, AttentionOf(plan, options) == AttentionKernel::kFlash).total_bytes() / (1 << 30);
+      EstimateMemory(plan, AttentionOf(plan, options) == AttentionKernel::kFlash).total_bytes() /
+      (1 << 30);
   return p;
 }
 

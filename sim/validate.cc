@@ -1,11 +1,11 @@
 #include "sim/validate.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
@@ -110,8 +110,10 @@ Status ReadRow(YamlMap& row, const std::string& file, ValidationRow* out) {
       gemm->Real("k", &g.k, Need::kRequired, size);
       if (!gemm->failed()) {
         Result<GpuSpec> spec = LoadGpu(gpu);
-        if (!spec.ok()) gemm->Fail("gpu", spec.message());
-        else g.gpu = std::move(spec).value();
+        if (!spec.ok())
+          gemm->Fail("gpu", spec.message());
+        else
+          g.gpu = std::move(spec).value();
         if (spec.ok() && g.gpu.peak(g.dtype) <= 0)
           gemm->Fail("dtype", fmt::format("{} has no {} tensor cores", gpu, DtypeName(g.dtype)));
       }
@@ -126,12 +128,15 @@ Status ReadRow(YamlMap& row, const std::string& file, ValidationRow* out) {
       std::string cluster;
       coll->String("cluster", &cluster, Need::kRequired);
       coll->Enum("op", &c.op, Need::kRequired, kCollectiveOps);
-      coll->Real("bytes", &c.bytes, Need::kRequired, {.min = 1, .max = 1e15, .min_exclusive = false});
+      coll->Real("bytes", &c.bytes, Need::kRequired,
+                 {.min = 1, .max = 1e15, .min_exclusive = false});
       coll->Enum("algorithm", &c.algorithm, Need::kOptional, kAlgorithms);
       if (!coll->failed()) {
         Result<ClusterSpec> spec = LoadCluster(cluster);
-        if (!spec.ok()) coll->Fail("cluster", spec.message());
-        else c.cluster = std::move(spec).value();
+        if (!spec.ok())
+          coll->Fail("cluster", spec.message());
+        else
+          c.cluster = std::move(spec).value();
       }
       (void)coll->Finish();
       out->collective = std::move(c);
@@ -152,10 +157,14 @@ std::string_view ValidationCategoryName(ValidationCategory category) {
 
 std::string_view MeasuredUnitName(MeasuredUnit unit) {
   switch (unit) {
-    case MeasuredUnit::kIterationS: return "iteration_s";
-    case MeasuredUnit::kTflops: return "tflops";
-    case MeasuredUnit::kBusbwGBps: return "busbw_GBps";
-    case MeasuredUnit::kTimeUs: return "time_us";
+    case MeasuredUnit::kIterationS:
+      return "iteration_s";
+    case MeasuredUnit::kTflops:
+      return "tflops";
+    case MeasuredUnit::kBusbwGBps:
+      return "busbw_GBps";
+    case MeasuredUnit::kTimeUs:
+      return "time_us";
   }
   return "?";
 }
@@ -165,9 +174,12 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // Targets: end-to-end mean 5%, max 12%; GEMM mean 5%; collective busbw mean 8% (their max:
     // one row may be a quarter off, a collective's small sizes a third). Guards: the errors of
     // the model as it stands (docs/validation.md), rounded up.
-    case ValidationCategory::kEndToEnd: return {{0.05, 0.12}, {0.15, 0.50}};
-    case ValidationCategory::kGemm: return {{0.05, 0.25}, {0.055, 0.16}};
-    case ValidationCategory::kCollective: return {{0.08, 0.33}, {0.26, 2.2}};
+    case ValidationCategory::kEndToEnd:
+      return {{0.05, 0.12}, {0.15, 0.50}};
+    case ValidationCategory::kGemm:
+      return {{0.05, 0.25}, {0.055, 0.16}};
+    case ValidationCategory::kCollective:
+      return {{0.08, 0.33}, {0.26, 2.2}};
   }
   return {};
 }
@@ -195,8 +207,7 @@ Result<ValidationTable> ParseValidationTable(std::string_view text, std::string_
     table.rows.push_back(std::move(row));
   }
   if (excluded.IsDefined() && !excluded.IsNull()) {
-    if (!excluded.IsSequence())
-      return Error(fmt::format("{}: excluded: must be a list", file));
+    if (!excluded.IsSequence()) return Error(fmt::format("{}: excluded: must be a list", file));
     for (const YAML::Node& node : excluded) {
       ExcludedMeasurement e;
       YamlMap map(node, table.file, "excluded[" + std::to_string(table.excluded.size()) + "]");
@@ -228,8 +239,7 @@ Result<RowResult> PredictRow(const ValidationRow& row) {
       Result<Prediction> p = Predict(*row.plan);
       if (!p.ok()) return Error(fmt::format("row {}: {}", row.id, p.message()));
       result.predicted = p->figures.iteration_ms * 1e-3;
-      result.detail = fmt::format("MFU {:.1f}%, exposed TP comm {:.1f}%",
-                                  100 * p->figures.mfu,
+      result.detail = fmt::format("MFU {:.1f}%, exposed TP comm {:.1f}%", 100 * p->figures.mfu,
                                   100 * p->figures.exposed_comm_ms / p->figures.iteration_ms);
       break;
     }

@@ -60,12 +60,12 @@ std::string_view MeasuredUnitName(MeasuredUnit unit);  // "iteration_s", "tflops
 struct ValidationRow {
   std::string id;
   ValidationCategory category = ValidationCategory::kEndToEnd;
-  std::string source;  // the publication, table or figure
-  std::string quote;   // the line the figure comes from
-  std::string assumed;  // values the source does not state, and the rule that chose them
-  int line = 0;         // of the row in the table file
-  std::optional<Plan> plan;                 // end-to-end
-  std::optional<GemmCase> gemm;             // gemm
+  std::string source;            // the publication, table or figure
+  std::string quote;             // the line the figure comes from
+  std::string assumed;           // values the source does not state, and the rule that chose them
+  int line = 0;                  // of the row in the table file
+  std::optional<Plan> plan;      // end-to-end
+  std::optional<GemmCase> gemm;  // gemm
   std::optional<CollectiveCase> collective;  // collective
   MeasuredUnit unit = MeasuredUnit::kIterationS;
   double measured = 0;
@@ -108,7 +108,9 @@ struct CategorySummary {
   double max_abs_error = 0;
   std::string worst_id;
   ErrorBounds bounds;
-  bool Within(const ErrorBound& b) const { return mean_abs_error <= b.mean && max_abs_error <= b.max; }
+  bool Within(const ErrorBound& b) const {
+    return mean_abs_error <= b.mean && max_abs_error <= b.max;
+  }
 };
 
 ErrorBounds BoundsOf(ValidationCategory category);

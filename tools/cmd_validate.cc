@@ -1,10 +1,10 @@
 // `domino validate`: predicts every published measurement of the validation table and reports
 // the error of each prediction and of each category.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <iostream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "models/base/file_io.h"
 #include "sim/validate.h"
@@ -33,12 +33,12 @@ std::string Figure(double value) {
 std::string Configuration(const sim::ValidationRow& row) {
   if (row.plan) {
     const Plan& p = *row.plan;
-    return fmt::format("{} {} {} {}x{} tp{} pp{}{} dp{} mb{} gb{} seq{}{}{}", p.model.name,
-                       p.stack_ref, DtypeName(p.precision), p.cluster.nodes,
-                       p.cluster.node.name, p.tp, p.pp,
-                       p.virtual_stages > 1 ? fmt::format(" v{}", p.virtual_stages) : "", p.dp,
-                       p.micro_batch, p.global_batch, p.seq_len, p.sequence_parallel ? " sp" : "",
-                       p.recompute == Recompute::kNone ? "" : " rc-" + std::string(RecomputeName(p.recompute)));
+    return fmt::format(
+        "{} {} {} {}x{} tp{} pp{}{} dp{} mb{} gb{} seq{}{}{}", p.model.name, p.stack_ref,
+        DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name, p.tp, p.pp,
+        p.virtual_stages > 1 ? fmt::format(" v{}", p.virtual_stages) : "", p.dp, p.micro_batch,
+        p.global_batch, p.seq_len, p.sequence_parallel ? " sp" : "",
+        p.recompute == Recompute::kNone ? "" : " rc-" + std::string(RecomputeName(p.recompute)));
   }
   if (row.gemm) {
     const sim::GemmCase& g = *row.gemm;
@@ -94,15 +94,16 @@ void Run(const ValidateFlags& flags) {
                                Configuration(*r.row), Figure(r.row->measured),
                                sim::MeasuredUnitName(r.row->unit), Figure(r.predicted),
                                100 * r.error);
-    std::cout << "\n| category | rows | mean abs error | max abs error (row) | target (mean / max) | "
-                 "guard (mean / max) |\n| --- | ---: | ---: | --- | --- | --- |\n";
+    std::cout
+        << "\n| category | rows | mean abs error | max abs error (row) | target (mean / max) | "
+           "guard (mean / max) |\n| --- | ---: | ---: | --- | --- | --- |\n";
     for (const sim::CategorySummary& s : summary)
       std::cout << fmt::format(
           "| {} | {} | {:.1f}% | {:.1f}% ({}) | {:.0f}% / {:.0f}%{} | {:.1f}% / {:.0f}% |\n",
           sim::ValidationCategoryName(s.category), s.rows, 100 * s.mean_abs_error,
-          100 * s.max_abs_error, s.worst_id, 100 * s.bounds.target.mean,
-          100 * s.bounds.target.max, s.Within(s.bounds.target) ? " (met)" : " (not met)",
-          100 * s.bounds.guard.mean, 100 * s.bounds.guard.max);
+          100 * s.max_abs_error, s.worst_id, 100 * s.bounds.target.mean, 100 * s.bounds.target.max,
+          s.Within(s.bounds.target) ? " (met)" : " (not met)", 100 * s.bounds.guard.mean,
+          100 * s.bounds.guard.max);
   } else {
     Table rows({"id", "configuration", "measured", "unit", "predicted", "error"});
     for (const sim::RowResult& r : results)
@@ -111,22 +112,22 @@ void Run(const ValidateFlags& flags) {
                    fmt::format("{:+.1f}%", 100 * r.error)});
     rows.Print(std::cout);
     std::cout << "\n";
-    Table totals({"category", "rows", "mean |error|", "max |error|", "worst row", "target",
-                  "guard"});
+    Table totals(
+        {"category", "rows", "mean |error|", "max |error|", "worst row", "target", "guard"});
     for (const sim::CategorySummary& s : summary)
-      totals.AddRow({std::string(sim::ValidationCategoryName(s.category)), std::to_string(s.rows),
-                     fmt::format("{:.1f}%", 100 * s.mean_abs_error),
-                     fmt::format("{:.1f}%", 100 * s.max_abs_error), s.worst_id,
-                     fmt::format("{:.0f}% / {:.0f}% {}", 100 * s.bounds.target.mean,
-                                 100 * s.bounds.target.max,
-                                 s.Within(s.bounds.target) ? "met" : "not met"),
-                     fmt::format("{:.1f}% / {:.0f}%{}", 100 * s.bounds.guard.mean,
-                                 100 * s.bounds.guard.max,
-                                 s.Within(s.bounds.guard) ? "" : "  EXCEEDED")});
+      totals.AddRow(
+          {std::string(sim::ValidationCategoryName(s.category)), std::to_string(s.rows),
+           fmt::format("{:.1f}%", 100 * s.mean_abs_error),
+           fmt::format("{:.1f}%", 100 * s.max_abs_error), s.worst_id,
+           fmt::format("{:.0f}% / {:.0f}% {}", 100 * s.bounds.target.mean,
+                       100 * s.bounds.target.max, s.Within(s.bounds.target) ? "met" : "not met"),
+           fmt::format("{:.1f}% / {:.0f}%{}", 100 * s.bounds.guard.mean, 100 * s.bounds.guard.max,
+                       s.Within(s.bounds.guard) ? "" : "  EXCEEDED")});
     totals.Print(std::cout);
-    std::cout << fmt::format("\n{} rows from {}; {} published measurements left out (see the "
-                             "table's `excluded`).\n",
-                             results.size(), table->file, table->excluded.size());
+    std::cout << fmt::format(
+        "\n{} rows from {}; {} published measurements left out (see the "
+        "table's `excluded`).\n",
+        results.size(), table->file, table->excluded.size());
   }
   if (flags.check)
     for (const sim::CategorySummary& s : summary)

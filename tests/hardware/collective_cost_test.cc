@@ -30,6 +30,10 @@ NodeSpec TestNode() {
       .GBps_per_direction = 50, .efficiency = 0.93, .base_latency_us = 8.4, .step_latency_us = 14};
   node.comm_ctas = 16;
   node.comm_hbm_factor = 2.5;
+  // No bandwidth ramp and no LL protocol, so the Simple/LL128 figures below hold by hand;
+  // LlWinsSmallMessages and BandwidthRampsWithSize cover them.
+  node.ramp.half_bytes = 0;
+  node.ll.base_latency_us = 1e9;
   return node;
 }
 
@@ -42,6 +46,37 @@ NodeSpec WithNvls(NodeSpec node) {
 
 void ExpectRelNear(double actual, double expected) {
   EXPECT_NEAR(actual, expected, std::abs(expected) * 1e-6);
+}
+
+TEST(CollectiveCostTest, LlWinsSmallMessages) {
+  NodeSpec node = TestNode();
+  node.ll = LlSpec{};  // 6.6 us + 0.6 per NVLink step, half bandwidth
+  // 8 bytes on 8 GPUs: 6.6 + 14 * 0.6 + 8 * 1.75 / (364.5e3 * 0.5) beats LL128 and Simple.
+  CollectiveEstimate e = EstimateCollective(node, Collective::kAllReduce, 8, {8, 1, 8});
+  ExpectRelNear(e.time_us, 6.6 + 14 * 0.6 + 8 * 1.75 / (364.5e3 * 0.5));
+  // 1 GiB: half the bandwidth loses to Simple.
+  CollectiveEstimate big = EstimateCollective(node, Collective::kAllReduce, kGiB, {8, 1, 8});
+  ExpectRelNear(big.time_us, 8.4 + 14 * 3.4 + kGiB * 1.75 / 364.5e3);
+}
+
+TEST(CollectiveCostTest, BandwidthRampsWithSize) {
+  NodeSpec node = TestNode();
+  node.ramp = BandwidthRamp{.half_bytes = 8 * kMiB, .exponent = 0.65};
+  EXPECT_DOUBLE_EQ(node.ramp.Fraction(8 * kMiB), 0.5);
+  const double at64 = std::pow(8.0, 0.65) / (1 + std::pow(8.0, 0.65));
+  EXPECT_NEAR(node.ramp.Fraction(64 * kMiB), at64, 1e-12);
+  // At 8 MiB the ring moves its bytes at half of 364.5 GB/s (Simple; LL128 is slower here).
+  CollectiveEstimate e = EstimateCollective(node, Collective::kAllGather, 8 * kMiB, {8, 1, 8});
+  ExpectRelNear(e.time_us, std::min(8.4 + 7 * 3.4 + 8 * kMiB * 0.875 / (364.5e3 * 0.5),
+                                    14 + 7 * 1.9 + 8 * kMiB * 0.875 / (364.5e3 * 0.5 * 0.9375)));
+  // Busbw rises with size toward the plateau and never passes it.
+  double previous = 0;
+  for (double bytes = 1024; bytes <= 64 * kGiB; bytes *= 4) {
+    double busbw = EstimateCollective(node, Collective::kAllGather, bytes, {8, 1, 8}).busbw_GBps;
+    EXPECT_GT(busbw, previous);
+    EXPECT_LT(busbw, 364.5);
+    previous = busbw;
+  }
 }
 
 TEST(CollectiveCostTest, BusbwFactors) {

@@ -191,7 +191,7 @@ Plan RingPlan(int nodes) {
   EXPECT_TRUE(gpu.ok());
   if (gpu.ok()) node.gpu = *gpu;
   node.name = "ring-node";
-  node.ramp.half_bytes = 0;      // no bandwidth ramp and
+  node.ramp.half_bytes = 0;       // no bandwidth ramp and
   node.ll.base_latency_us = 1e9;  // no LL protocol: the figures below are Simple and LL128
   node.gpus_per_node = 8;
   node.nvlink = {.GBps_per_direction = 450,

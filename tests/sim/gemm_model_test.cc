@@ -1,8 +1,8 @@
 #include "sim/gemm_model.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 namespace domino::sim {
 namespace {

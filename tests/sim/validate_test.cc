@@ -1,8 +1,8 @@
 #include "sim/validate.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "sim/gemm_model.h"
 
@@ -54,11 +54,13 @@ TEST(ValidateTest, PredictsEveryCategoryAndSummarizes) {
   const double us = GemmKernelUs(table->rows[0].gemm->gpu, Dtype::kBf16, 1024, 1024, 1024);
   EXPECT_NEAR(results[0].predicted, 2.0 * 1024 * 1024 * 1024 / (us * 1e6), 1e-9);
   EXPECT_NEAR(results[0].error, results[0].predicted / 500 - 1, 1e-12);
-  // All-gather of 1 GiB on 8 GPUs: a ring (Simple) at 0.81 x 450 GB/s, 8.4 us + 7 steps of 3.4.
+  // All-gather of 1 GiB on 8 GPUs: a ring (Simple) at 0.81 x 450 GB/s, ramped at 1 GiB (half at
+  // 8 MiB, exponent 0.65), 8.4 us + 7 steps of 3.4.
   EXPECT_EQ(results[1].detail, "ring");
   const double moved = 1073741824.0 * 7 / 8;
-  EXPECT_NEAR(results[1].predicted, moved / ((8.4 + 7 * 3.4 + moved / (450 * 0.81 * 1e3)) * 1e3),
-              1e-9);
+  const double ramp = std::pow(128.0, 0.65) / (1 + std::pow(128.0, 0.65));
+  EXPECT_NEAR(results[1].predicted,
+              moved / ((8.4 + 7 * 3.4 + moved / (450 * 0.81 * ramp * 1e3)) * 1e3), 1e-9);
 
   std::vector<CategorySummary> summary = Summarize(results);
   ASSERT_EQ(summary.size(), 3u);
@@ -75,16 +77,22 @@ TEST(ValidateTest, RefusesBadRowsWithFileLineAndRule) {
     const char* expect;
   };
   const Case cases[] = {
-      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: bf16, m: 1, n: 1, k: 1}\n    measured: {iteration_s: 1}\n",
+      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: "
+       "bf16, m: 1, n: 1, k: 1}\n    measured: {iteration_s: 1}\n",
        "a gemm row cannot measure iteration_s"},
-      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: a100-sxm-80gb, dtype: fp8, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n",
+      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: a100-sxm-80gb, dtype: "
+       "fp8, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n",
        "has no fp8 tensor cores"},
-      {"rows:\n  - id: a\n    category: collective\n    source: s\n    collective: {cluster: dgx-a100:1, op: all-reduce, bytes: 8, algorithm: nvls}\n    measured: {busbw_GBps: 1}\n",
+      {"rows:\n  - id: a\n    category: collective\n    source: s\n    collective: {cluster: "
+       "dgx-a100:1, op: all-reduce, bytes: 8, algorithm: nvls}\n    measured: {busbw_GBps: 1}\n",
        ""},
-      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: bf16, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n"
-       "  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: bf16, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n",
+      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: "
+       "bf16, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n"
+       "  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: bf16, m: 1, "
+       "n: 1, k: 1}\n    measured: {tflops: 1}\n",
        "t.yaml:7: rows: id 'a' appears twice"},
-      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: bf16, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n    colour: red\n",
+      {"rows:\n  - id: a\n    category: gemm\n    source: s\n    gemm: {gpu: h100-sxm, dtype: "
+       "bf16, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n    colour: red\n",
        "colour"},
       {"rows: []\n", "rows: must be a non-empty list"},
   };
@@ -95,7 +103,8 @@ TEST(ValidateTest, RefusesBadRowsWithFileLineAndRule) {
       ASSERT_TRUE(table.ok()) << table.message();
       Result<RowResult> r = PredictRow(table->rows[0]);
       ASSERT_FALSE(r.ok());
-      EXPECT_NE(r.message().find("row a: all-reduce on dgx-a100: NCCL has no nvls"), std::string::npos)
+      EXPECT_NE(r.message().find("row a: all-reduce on dgx-a100: NCCL has no nvls"),
+                std::string::npos)
           << r.message();
       continue;
     }
