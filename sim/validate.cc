@@ -179,7 +179,7 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:
-      return {{0.08, 0.33}, {0.26, 2.2}};
+      return {{0.08, 0.33}, {0.13, 1.8}};
   }
   return {};
 }
