@@ -8,6 +8,7 @@
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
+#include "models/hf_config.h"
 
 namespace domino {
 namespace {
@@ -106,6 +107,7 @@ Result<ModelSpec> LoadModel(std::string_view name_or_path) {
   std::string path(name_or_path);
   std::error_code ec;
   if (!path.empty() && std::filesystem::exists(path, ec)) {
+    if (IsHfConfigPath(path)) return LoadHfConfig(path);
     Result<std::string> text = ReadTextFile(path);
     if (!text.ok()) return text.error();
     return ParseModel(*text, path);

@@ -57,7 +57,8 @@ ModelSpec ReadModel(YamlMap& map);
 // The model as one YAML flow mapping that ParseModel reads back to the same spec.
 std::string ModelToFlowYaml(const ModelSpec& model);
 
-// Loads a catalog model by name ("gpt3-13b") or a YAML file by path. A string that names no
+// Loads a catalog model by name ("gpt3-13b"), a YAML file by path, or a Hugging Face config.json
+// (a .json file or a directory holding config.json; models/hf_config.h). A string that names no
 // catalog model and no file gets an error listing the catalog.
 Result<ModelSpec> LoadModel(std::string_view name_or_path);
 

@@ -1,0 +1,300 @@
+#include "models/hf_config.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <array>
+#include <charconv>
+#include <filesystem>
+#include <optional>
+#include <utility>
+
+#include "models/base/file_io.h"
+#include "models/base/yaml_reader.h"
+
+namespace domino {
+namespace {
+
+enum class Family { kLlama, kMistral, kQwen2, kGemma, kGpt2, kGptNeox };
+
+struct FamilyName {
+  std::string_view model_type;
+  std::string_view architecture;  // the class in `architectures`
+  Family family;
+};
+constexpr std::array<FamilyName, 6> kFamilies{{
+    {"llama", "LlamaForCausalLM", Family::kLlama},
+    {"mistral", "MistralForCausalLM", Family::kMistral},
+    {"qwen2", "Qwen2ForCausalLM", Family::kQwen2},
+    {"gemma", "GemmaForCausalLM", Family::kGemma},
+    {"gpt2", "GPT2LMHeadModel", Family::kGpt2},
+    {"gpt_neox", "GPTNeoXForCausalLM", Family::kGptNeox},
+}};
+
+// The bounds of ParseModel (models/model_spec.cc), so that both readers accept the same sizes.
+constexpr IntRange kLayersRange{1, 100'000};
+constexpr IntRange kHiddenRange{1, 1'000'000};
+constexpr IntRange kHeadsRange{1, 1'000'000};
+constexpr IntRange kFfnRange{1, 10'000'000};
+constexpr IntRange kVocabRange{1, 100'000'000};
+constexpr IntRange kSeqLenRange{1, 100'000'000};
+
+bool IsGated(Family family) { return family != Family::kGpt2 && family != Family::kGptNeox; }
+
+// Activations transformers names for the MLPs domino models: gated (SiLU or GeLU gate, three
+// matrices) in the Llama family, plain GeLU (two matrices) in GPT-2 and GPT-NeoX.
+constexpr std::array<std::string_view, 6> kGeluNames{
+    "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate"};
+constexpr std::array<std::string_view, 2> kSiluNames{"silu", "swish"};
+
+template <size_t N>
+bool Contains(const std::array<std::string_view, N>& names, std::string_view name) {
+  for (std::string_view n : names)
+    if (n == name) return true;
+  return false;
+}
+
+// Reads the keys of one config.json that domino needs and ignores the rest (tokenizer ids, rope
+// settings, dtypes). JSON null means "the transformers default", as transformers reads it.
+class ConfigReader {
+ public:
+  ConfigReader(YAML::Node root, std::string file) : root_(std::move(root)), file_(std::move(file)) {
+    if (!root_.IsMap()) FailAt(root_.Mark(), "", "expected a JSON object (a config.json)");
+  }
+
+  // The value under the first of `keys` present and not null, or an undefined node.
+  std::pair<std::string_view, YAML::Node> Find(std::initializer_list<std::string_view> keys) const {
+    if (!root_.IsMap()) return {"", YAML::Node(YAML::NodeType::Undefined)};
+    for (std::string_view key : keys) {
+      for (const auto& entry : root_) {
+        if (entry.first.IsScalar() && entry.first.Scalar() == key && !entry.second.IsNull())
+          return {key, entry.second};
+      }
+    }
+    return {"", YAML::Node(YAML::NodeType::Undefined)};
+  }
+
+  // The first of `keys` that is present, as an integer within `range`; a missing one is an error
+  // naming the first key when `fallback` is empty.
+  int64_t Int(std::initializer_list<std::string_view> keys, IntRange range,
+              std::optional<int64_t> fallback = std::nullopt) {
+    auto [key, value] = Find(keys);
+    if (!value.IsDefined()) {
+      if (!fallback) Fail(*keys.begin(), "missing required key");
+      return fallback.value_or(0);
+    }
+    int64_t parsed = 0;
+    const std::string s = value.IsScalar() ? value.Scalar() : "";
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), parsed);
+    // A quoted scalar ("64") is a JSON string, which transformers would not read as a size.
+    if (!value.IsScalar() || value.Tag() == "!" || ec != std::errc() ||
+        end != s.data() + s.size() || s.empty()) {
+      FailAt(value.Mark(), key, "expected an integer");
+      return 0;
+    }
+    if (parsed < range.min || parsed > range.max) {
+      FailAt(value.Mark(), key,
+             fmt::format("must be between {} and {}, got {}", range.min, range.max, parsed));
+      return 0;
+    }
+    return parsed;
+  }
+
+  bool Bool(std::string_view key, bool fallback) {
+    auto [found, value] = Find({key});
+    if (!value.IsDefined()) return fallback;
+    if (value.IsScalar() && value.Tag() != "!" &&
+        (value.Scalar() == "true" || value.Scalar() == "false"))
+      return value.Scalar() == "true";
+    FailAt(value.Mark(), key, "expected true or false");
+    return fallback;
+  }
+
+  std::optional<std::string> String(std::string_view key) {
+    auto [found, value] = Find({key});
+    if (!value.IsDefined()) return std::nullopt;
+    if (!value.IsScalar()) {
+      FailAt(value.Mark(), key, "expected a string");
+      return std::nullopt;
+    }
+    return value.Scalar();
+  }
+
+  void Fail(std::string_view key, std::string_view rule) {
+    auto [found, value] = Find({key});
+    FailAt(value.IsDefined() ? value.Mark() : root_.Mark(), key, rule);
+  }
+
+  void FailAt(const YAML::Mark& mark, std::string_view key, std::string_view rule) {
+    if (error_) return;
+    const int line = mark.is_null() ? 1 : mark.line + 1;
+    const int column = mark.is_null() ? 1 : mark.column + 1;
+    error_ = key.empty() ? Error(fmt::format("{}:{}:{}: {}", file_, line, column, rule))
+                         : Error(fmt::format("{}:{}:{}: {}: {}", file_, line, column, key, rule));
+  }
+
+  const std::optional<Error>& error() const { return error_; }
+
+ private:
+  YAML::Node root_;
+  std::string file_;
+  std::optional<Error> error_;
+};
+
+// The family from `model_type`, else from the first class in `architectures`.
+std::optional<Family> ReadFamily(ConfigReader& config) {
+  std::string known;
+  for (const FamilyName& f : kFamilies)
+    known += fmt::format("{}{}", known.empty() ? "" : ", ", f.model_type);
+  if (std::optional<std::string> type = config.String("model_type")) {
+    for (const FamilyName& f : kFamilies)
+      if (f.model_type == *type) return f.family;
+    config.Fail("model_type",
+                fmt::format("unsupported architecture '{}'; domino reads {}", *type, known));
+    return std::nullopt;
+  }
+  auto [key, list] = config.Find({"architectures"});
+  if (list.IsSequence() && list.size() > 0 && list[0].IsScalar()) {
+    for (const FamilyName& f : kFamilies)
+      if (f.architecture == list[0].Scalar()) return f.family;
+    config.FailAt(
+        list[0].Mark(), "architectures",
+        fmt::format("unsupported architecture '{}'; domino reads {}", list[0].Scalar(), known));
+    return std::nullopt;
+  }
+  config.Fail("model_type",
+              fmt::format("missing required key (nor an `architectures` list): a Hugging Face "
+                          "config names its architecture, one of {}",
+                          known));
+  return std::nullopt;
+}
+
+void CheckActivation(ConfigReader& config, Family family) {
+  const std::string_view key = family == Family::kGpt2 ? "activation_function" : "hidden_act";
+  // Gemma's newer configs name the approximate GeLU it runs in `hidden_activation`.
+  auto [found, value] =
+      family == Family::kGemma ? config.Find({"hidden_activation", key}) : config.Find({key});
+  if (!value.IsDefined()) return;
+  const std::string name = value.IsScalar() ? value.Scalar() : "";
+  const bool ok = Contains(kGeluNames, name) || (IsGated(family) && Contains(kSiluNames, name));
+  if (!ok) {
+    config.FailAt(value.Mark(), found,
+                  fmt::format("unsupported activation '{}': domino models {} MLPs", name,
+                              IsGated(family) ? "gated SiLU or GeLU (SwiGLU-shaped)" : "GeLU"));
+  }
+}
+
+std::string NameFromPath(std::string_view file) {
+  std::filesystem::path path(file);
+  if (path.filename() == "config.json") {
+    std::filesystem::path folder = path.parent_path().filename();
+    if (folder.empty()) {
+      std::error_code ec;
+      folder = std::filesystem::absolute(path, ec).parent_path().filename();
+    }
+    if (!folder.empty()) return folder.string();
+  }
+  return path.stem().string();
+}
+
+}  // namespace
+
+Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
+  Result<YAML::Node> root = ParseYaml(text, file);  // JSON is YAML: one parser, marks for errors
+  if (!root.ok()) {
+    std::string message = root.message();
+    if (size_t at = message.find(": invalid YAML: "); at != std::string::npos)
+      message.replace(at, 16, ": invalid JSON: ");
+    return Error(message);
+  }
+  ConfigReader config(*root, std::string(file));
+  if (config.error()) return *config.error();
+  const std::optional<Family> family = ReadFamily(config);
+  if (config.error()) return *config.error();
+  const bool gpt2 = *family == Family::kGpt2;
+
+  ModelSpec model;
+  model.name = NameFromPath(file);
+  model.layers = static_cast<int>(
+      config.Int(gpt2 ? std::initializer_list<std::string_view>{"n_layer", "num_hidden_layers"}
+                      : std::initializer_list<std::string_view>{"num_hidden_layers", "n_layer"},
+                 kLayersRange));
+  model.hidden = static_cast<int>(
+      config.Int(gpt2 ? std::initializer_list<std::string_view>{"n_embd", "hidden_size"}
+                      : std::initializer_list<std::string_view>{"hidden_size", "n_embd"},
+                 kHiddenRange));
+  model.heads = static_cast<int>(
+      config.Int(gpt2 ? std::initializer_list<std::string_view>{"n_head", "num_attention_heads"}
+                      : std::initializer_list<std::string_view>{"num_attention_heads", "n_head"},
+                 kHeadsRange));
+  model.kv_heads =
+      static_cast<int>(config.Int({"num_key_value_heads"}, kHeadsRange, std::max(model.heads, 1)));
+  model.ffn = static_cast<int>(
+      gpt2 ? config.Int({"n_inner", "intermediate_size"}, kFfnRange, int64_t{4} * model.hidden)
+           : config.Int({"intermediate_size", "n_inner"}, kFfnRange));
+  model.vocab = config.Int({"vocab_size"}, kVocabRange);
+  model.seq_len = static_cast<int>(config.Int(
+      gpt2 ? std::initializer_list<std::string_view>{"n_positions", "max_position_embeddings"}
+           : std::initializer_list<std::string_view>{"max_position_embeddings", "n_positions"},
+      kSeqLenRange));
+  CheckActivation(config, *family);
+  model.activation = IsGated(*family) ? Activation::kSwiglu : Activation::kGelu;
+  model.norm = IsGated(*family) ? Norm::kRmsNorm : Norm::kLayerNorm;
+  switch (*family) {
+    case Family::kGpt2:
+    case Family::kGptNeox:
+      model.bias = true;
+      break;
+    case Family::kLlama:
+    case Family::kGemma:
+      model.bias = config.Bool("attention_bias", false) || config.Bool("mlp_bias", false);
+      break;
+    case Family::kMistral:
+    case Family::kQwen2:  // Qwen2's Q, K and V biases only: see the header
+      model.bias = false;
+      break;
+  }
+  const bool tied_by_default = *family == Family::kGpt2 || *family == Family::kGemma;
+  model.tied_embeddings = config.Bool("tie_word_embeddings", tied_by_default);
+  if (config.error()) return *config.error();
+
+  if (model.hidden % model.heads != 0) {
+    config.Fail(
+        gpt2 ? "n_embd" : "hidden_size",
+        fmt::format("{} must be divisible by the {} attention heads", model.hidden, model.heads));
+  } else if (model.heads % model.kv_heads != 0) {
+    config.Fail("num_key_value_heads",
+                fmt::format("the {} attention heads must be divisible by the {} key/value heads",
+                            model.heads, model.kv_heads));
+  } else if (int64_t head_dim = config.Int({"head_dim"}, kHiddenRange, model.head_dim());
+             head_dim != model.head_dim()) {
+    config.Fail("head_dim",
+                fmt::format("head_dim {} x {} heads must equal hidden_size {}: domino models "
+                            "attention as wide as the hidden state",
+                            head_dim, model.heads, model.hidden));
+  }
+  if (config.error()) return *config.error();
+  return model;
+}
+
+bool IsHfConfigPath(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return true;
+  return std::filesystem::path(path).extension() == ".json";
+}
+
+Result<ModelSpec> LoadHfConfig(const std::string& path) {
+  std::error_code ec;
+  std::string file = path;
+  if (std::filesystem::is_directory(path, ec)) {
+    file = (std::filesystem::path(path) / "config.json").string();
+    if (!std::filesystem::exists(file, ec)) {
+      return Error(fmt::format("{}: a model directory must hold a Hugging Face config.json", path));
+    }
+  }
+  Result<std::string> text = ReadTextFile(file);
+  if (!text.ok()) return text.error();
+  return ParseHfConfig(*text, file);
+}
+
+}  // namespace domino

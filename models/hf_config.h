@@ -1,0 +1,49 @@
+#ifndef DOMINO_MODELS_HF_CONFIG_H_
+#define DOMINO_MODELS_HF_CONFIG_H_
+
+#include <string>
+#include <string_view>
+
+#include "models/base/result.h"
+#include "models/model_spec.h"
+
+namespace domino {
+
+// Reads a Hugging Face transformers `config.json` into a ModelSpec, so that a user can hand domino
+// the config of the model they train. Families read (by `model_type`, else by `architectures`):
+//
+//   family                     layers / hidden / heads / ffn / vocab / positions          MLP norm
+//   llama, mistral, qwen2,     num_hidden_layers, hidden_size, num_attention_heads,      swiglu
+//   rmsnorm gemma                      num_key_value_heads, intermediate_size, vocab_size,
+//                              max_position_embeddings
+//   gpt_neox                   the same keys (no kv heads)                               gelu
+//   layernorm gpt2                       n_layer, n_embd, n_head, n_inner (null: 4 * n_embd), gelu
+//   layernorm
+//                              vocab_size, n_positions
+//
+// The gated MLPs of the Llama family (SiLU in Llama, Mistral and Qwen2; GeLU in Gemma) have
+// SwiGLU's three matrices, and domino's `swiglu` stands for all of them. ModelSpec.seq_len is the
+// maximum position count. tie_word_embeddings takes the family's transformers default when absent
+// (tied for GPT-2 and Gemma, untied otherwise). ModelSpec.name is the folder holding config.json,
+// or the file's stem for another name. Approximations, each under 1% of the parameters:
+// - Qwen2 has biases on Q, K and V only: read as bias-free (the QKV biases are ~0.002%).
+// - Llama's `attention_bias` / `mlp_bias` set ModelSpec.bias, which puts biases on every linear.
+// - GPT-NeoX has rotary positions, yet its LayerNorm makes domino count learned positions
+//   (max_position_embeddings * hidden_size, ~0.3% of Pythia-1.4B).
+//
+// Errors read "FILE:LINE:COLUMN: KEY: RULE": a config without `model_type` or `architectures`, an
+// architecture outside the families above, a missing size, a non-integer or out-of-range value, an
+// activation other than the family's (ReLU), and head_dim * heads != hidden (Gemma-7B), which a
+// ModelSpec cannot express.
+Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file);
+
+// True when `path` names a Hugging Face config: a directory (holding config.json) or a file whose
+// name ends in ".json". Model YAML files (.yaml) are read by ParseModel instead.
+bool IsHfConfigPath(const std::string& path);
+
+// Reads `path` (a config.json, or a directory holding one) with ParseHfConfig.
+Result<ModelSpec> LoadHfConfig(const std::string& path);
+
+}  // namespace domino
+
+#endif  // DOMINO_MODELS_HF_CONFIG_H_

@@ -1,0 +1,203 @@
+#include "models/hf_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/model_counts.h"
+#include "models/model_spec.h"
+
+namespace domino {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string HfDir(const std::string& model) {
+  return std::string(DOMINO_SOURCE_DIR) + "/tests/models/data/hf/" + model;
+}
+
+struct Published {
+  const char* folder;
+  int64_t parameters;  // as the model card or paper states it
+};
+
+// Published totals: Llama 3 model card (8.03B), Qwen2 technical report (7.62B), Mistral 7B
+// (7.24B), GPT-2 small (124M as counted by transformers), Pythia paper Table 1 (1.41B), Gemma
+// report Table 2 (2.51B with embeddings).
+class PublishedCount : public ::testing::TestWithParam<Published> {};
+
+TEST_P(PublishedCount, WithinOnePercent) {
+  Result<ModelSpec> model = LoadModel(HfDir(GetParam().folder) + "/config.json");
+  ASSERT_TRUE(model.ok()) << model.message();
+  const double total = static_cast<double>(CountParameters(*model).total);
+  const double published = static_cast<double>(GetParam().parameters);
+  EXPECT_LT(std::abs(total - published) / published, 0.01)
+      << GetParam().folder << ": domino counts " << total << ", published " << published;
+}
+
+INSTANTIATE_TEST_SUITE_P(HfConfig, PublishedCount,
+                         ::testing::Values(Published{"Meta-Llama-3-8B", 8'030'261'248},
+                                           Published{"Qwen2-7B", 7'615'616'512},
+                                           Published{"Mistral-7B-v0.1", 7'241'732'096},
+                                           Published{"gpt2", 124'439'808},
+                                           Published{"pythia-1.4b", 1'414'647'808},
+                                           Published{"gemma-2b", 2'506'172'416}),
+                         [](const auto& info) {
+                           std::string name = info.param.folder;
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name;
+                         });
+
+TEST(HfConfig, Llama3EightBIsTheCatalogModel) {
+  Result<ModelSpec> hf = LoadModel(HfDir("Meta-Llama-3-8B"));  // a directory holding config.json
+  ASSERT_TRUE(hf.ok()) << hf.message();
+  Result<ModelSpec> catalog = LoadModel("llama3-8b");
+  ASSERT_TRUE(catalog.ok()) << catalog.message();
+  EXPECT_EQ(hf->name, "Meta-Llama-3-8B");
+  EXPECT_EQ(ModelToFlowYaml(*hf).substr(ModelToFlowYaml(*hf).find(',')),
+            ModelToFlowYaml(*catalog).substr(ModelToFlowYaml(*catalog).find(',')));
+  EXPECT_EQ(CountParameters(*hf).total, 8'030'261'248);  // exact: no approximation applies
+}
+
+TEST(HfConfig, FamiliesMapToDominoShapes) {
+  Result<ModelSpec> qwen = LoadModel(HfDir("Qwen2-7B"));
+  ASSERT_TRUE(qwen.ok()) << qwen.message();
+  EXPECT_EQ(qwen->layers, 28);
+  EXPECT_EQ(qwen->hidden, 3584);
+  EXPECT_EQ(qwen->heads, 28);
+  EXPECT_EQ(qwen->kv_heads, 4);
+  EXPECT_EQ(qwen->ffn, 18944);
+  EXPECT_EQ(qwen->vocab, 152064);
+  EXPECT_EQ(qwen->seq_len, 131072);
+  EXPECT_EQ(qwen->activation, Activation::kSwiglu);
+  EXPECT_EQ(qwen->norm, Norm::kRmsNorm);
+  EXPECT_FALSE(qwen->bias);
+  EXPECT_FALSE(qwen->tied_embeddings);
+
+  Result<ModelSpec> gpt2 = LoadModel(HfDir("gpt2") + "/config.json");
+  ASSERT_TRUE(gpt2.ok()) << gpt2.message();
+  EXPECT_EQ(gpt2->name, "gpt2");
+  EXPECT_EQ(gpt2->layers, 12);
+  EXPECT_EQ(gpt2->hidden, 768);
+  EXPECT_EQ(gpt2->kv_heads, 12);
+  EXPECT_EQ(gpt2->ffn, 4 * 768);  // n_inner: null
+  EXPECT_EQ(gpt2->seq_len, 1024);
+  EXPECT_EQ(gpt2->activation, Activation::kGelu);
+  EXPECT_EQ(gpt2->norm, Norm::kLayerNorm);
+  EXPECT_TRUE(gpt2->bias);
+  EXPECT_TRUE(gpt2->tied_embeddings);  // the transformers default, absent from the file
+
+  Result<ModelSpec> gemma = LoadModel(HfDir("gemma-2b"));
+  ASSERT_TRUE(gemma.ok()) << gemma.message();
+  EXPECT_EQ(gemma->kv_heads, 1);
+  EXPECT_EQ(gemma->head_dim(), 256);
+  EXPECT_EQ(gemma->activation, Activation::kSwiglu);  // GeGLU: three matrices too
+  EXPECT_TRUE(gemma->tied_embeddings);
+
+  Result<ModelSpec> pythia = LoadModel(HfDir("pythia-1.4b"));
+  ASSERT_TRUE(pythia.ok()) << pythia.message();
+  EXPECT_EQ(pythia->kv_heads, 16);
+  EXPECT_EQ(pythia->norm, Norm::kLayerNorm);
+  EXPECT_FALSE(pythia->tied_embeddings);
+}
+
+TEST(HfConfig, ArchitecturesNameTheFamilyWithoutModelType) {
+  Result<ModelSpec> model = ParseHfConfig(
+      R"({"architectures": ["MistralForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "max_position_embeddings": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
+          "num_key_value_heads": 2, "vocab_size": 100})",
+      "/some/where/mini.json");
+  ASSERT_TRUE(model.ok()) << model.message();
+  EXPECT_EQ(model->name, "mini");
+  EXPECT_EQ(model->kv_heads, 2);
+  EXPECT_EQ(model->activation, Activation::kSwiglu);
+}
+
+// A Llama config, one key per line, with `replace` substituted for line `line` (1-based; line 1
+// is "{").
+std::string LlamaWith(int line, const std::string& replace) {
+  std::vector<std::string> lines = {
+      "{",
+      R"(  "model_type": "llama",)",
+      R"(  "hidden_size": 64,)",
+      R"(  "intermediate_size": 128,)",
+      R"(  "max_position_embeddings": 256,)",
+      R"(  "num_attention_heads": 4,)",
+      R"(  "num_key_value_heads": 2,)",
+      R"(  "num_hidden_layers": 2,)",
+      R"(  "vocab_size": 100)",
+      "}",
+  };
+  if (line > 0) lines[line - 1] = replace;
+  std::string text;
+  for (const std::string& l : lines) text += l + "\n";
+  return text;
+}
+
+void ExpectError(const std::string& text, const std::string& expected) {
+  Result<ModelSpec> model = ParseHfConfig(text, "bad/config.json");
+  ASSERT_FALSE(model.ok()) << text;
+  EXPECT_EQ(model.message(), expected) << text;
+}
+
+TEST(HfConfig, RefusesWhatItCannotRead) {
+  ASSERT_TRUE(ParseHfConfig(LlamaWith(0, ""), "bad/config.json").ok());
+  ExpectError(LlamaWith(2, R"(  "model_type": "bert",)"),
+              "bad/config.json:2:17: model_type: unsupported architecture 'bert'; domino reads "
+              "llama, mistral, qwen2, gemma, gpt2, gpt_neox");
+  ExpectError(LlamaWith(2, R"(  "torch_dtype": "bfloat16",)"),
+              "bad/config.json:1:1: model_type: missing required key (nor an `architectures` "
+              "list): a Hugging Face config names its architecture, one of llama, mistral, "
+              "qwen2, gemma, gpt2, gpt_neox");
+  ExpectError(LlamaWith(2, R"(  "architectures": ["BertForMaskedLM"],)"),
+              "bad/config.json:2:21: architectures: unsupported architecture 'BertForMaskedLM'; "
+              "domino reads llama, mistral, qwen2, gemma, gpt2, gpt_neox");
+  ExpectError(LlamaWith(3, R"(  "hidden_sizes": 64,)"),
+              "bad/config.json:1:1: hidden_size: missing required key");
+  ExpectError(LlamaWith(3, R"(  "hidden_size": "64",)"),
+              "bad/config.json:3:18: hidden_size: expected an integer");
+  ExpectError(LlamaWith(8, R"(  "num_hidden_layers": 0,)"),
+              "bad/config.json:8:24: num_hidden_layers: must be between 1 and 100000, got 0");
+  ExpectError(LlamaWith(7, R"(  "num_key_value_heads": 3,)"),
+              "bad/config.json:7:26: num_key_value_heads: the 4 attention heads must be "
+              "divisible by the 3 key/value heads");
+  ExpectError(LlamaWith(7, R"(  "hidden_act": "relu",)"),
+              "bad/config.json:7:17: hidden_act: unsupported activation 'relu': domino models "
+              "gated SiLU or GeLU (SwiGLU-shaped) MLPs");
+  // Gemma-7B's attention is wider than its hidden state (16 x 256 = 4096 over 3072).
+  ExpectError(LlamaWith(7, R"(  "head_dim": 32,)"),
+              "bad/config.json:7:15: head_dim: head_dim 32 x 4 heads must equal hidden_size 64: "
+              "domino models attention as wide as the hidden state");
+  ExpectError("[1, 2]", "bad/config.json:1:1: expected a JSON object (a config.json)");
+  ExpectError("{\"model_type\": \"llama\"",
+              "bad/config.json:1:1: invalid JSON: end of map flow not found");
+}
+
+TEST(HfConfig, ReadsTabIndentedAndOneLineJson) {
+  std::string tabs = LlamaWith(0, "");
+  for (size_t at = tabs.find("\n  "); at != std::string::npos; at = tabs.find("\n  ", at))
+    tabs.replace(at, 3, "\n\t");
+  Result<ModelSpec> model = ParseHfConfig(tabs, "tabs.json");
+  ASSERT_TRUE(model.ok()) << model.message();
+  EXPECT_EQ(model->hidden, 64);
+  std::string one_line = LlamaWith(0, "");
+  std::erase(one_line, '\n');
+  EXPECT_TRUE(ParseHfConfig(one_line, "one.json").ok());
+}
+
+TEST(HfConfig, LoadModelReadsJsonAndDirectoriesOnly) {
+  EXPECT_TRUE(IsHfConfigPath(HfDir("gpt2")));
+  EXPECT_TRUE(IsHfConfigPath("x/config.json"));
+  EXPECT_FALSE(IsHfConfigPath("x/model.yaml"));
+  Result<ModelSpec> empty_dir = LoadModel(std::string(DOMINO_SOURCE_DIR) + "/tests/models/data");
+  ASSERT_FALSE(empty_dir.ok());
+  EXPECT_THAT(empty_dir.message(), HasSubstr("must hold a Hugging Face config.json"));
+}
+
+}  // namespace
+}  // namespace domino
