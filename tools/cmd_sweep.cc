@@ -26,7 +26,7 @@ namespace {
 
 // The keys a sweep may vary.
 constexpr const char* kKeys[] = {"network_GBps", "nvlink_GBps", "nodes", "node",
-                                 "seq_len",      "micro_batch", "model"};
+                                 "seq_len",      "micro_batch", "model", "stack"};
 
 struct Axis {
   std::string key;
@@ -53,7 +53,7 @@ Result<Axis> ParseAxis(const std::string& text) {
   if (!known)
     return Error(
         fmt::format("--vary {}: unknown key '{}' (network_GBps, nvlink_GBps, nodes, node, "
-                    "seq_len, micro_batch, model)",
+                    "seq_len, micro_batch, model, stack)",
                     text, axis.key));
   std::string rest = text.substr(eq + 1);
   size_t start = 0;
@@ -104,7 +104,7 @@ Result<Study> LoadStudy(const std::string& path) {
     if (!KnownKey(key))
       return where(
           entry.first, "grid." + key,
-          "unknown key (network_GBps, nvlink_GBps, nodes, node, seq_len, micro_batch, model)");
+          "unknown key (network_GBps, nvlink_GBps, nodes, node, seq_len, micro_batch, model, stack)");
     if (!entry.second.IsSequence() || entry.second.size() == 0)
       return where(entry.second, "grid." + key, "expected a non-empty list of values");
     Axis axis;
@@ -184,6 +184,7 @@ Status ApplyToFlags(const std::string& key, const std::string& value, PlanFlags*
     return Status::Ok();
   };
   if (key == "model") f->model = value;
+  if (key == "stack") f->stack = value;
   if (key == "seq_len") return positive_int(&f->seq_len);
   if (key == "micro_batch") return positive_int(&f->micro_batch);
   if (key == "nodes" || key == "node") {
@@ -239,7 +240,7 @@ void Run(const SweepFlags& flags) {
     if (flags.vary.empty() || flags.vary.size() > 2)
       Fail("sweep",
            "give one or two --vary KEY=V1,V2,... (keys: network_GBps, nvlink_GBps, "
-           "nodes, node, seq_len, micro_batch, model), or --study S.yaml");
+           "nodes, node, seq_len, micro_batch, model, stack), or --study S.yaml");
     for (const std::string& v : flags.vary) {
       Result<Axis> axis = ParseAxis(v);
       if (!axis.ok()) Fail("sweep", axis.message());
@@ -393,7 +394,7 @@ void SetupSweep(CLI::App* sub) {
   sub->add_option(
       "--vary", flags->vary,
       "KEY=V1,V2,... (once or twice): network_GBps, nvlink_GBps (per direction), nodes, "
-      "node (node type), seq_len, micro_batch, model");
+      "node (node type), seq_len, micro_batch, model, stack (software stack)");
   sub->add_option("--out", flags->out_path, "CSV to write")->check(NonEmpty());
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
   sub->add_option("--timeout", flags->timeout_s,
