@@ -24,6 +24,7 @@ void SetupExecute(CLI::App* sub);
 void SetupCalibrate(CLI::App* sub);
 void SetupCompare(CLI::App* sub);
 void SetupValidate(CLI::App* sub);
+void SetupExport(CLI::App* sub);
 
 std::span<const Command> Commands() {
   static const std::array kCommands = {
@@ -43,6 +44,9 @@ std::span<const Command> Commands() {
       Command{"calibrate", "Measure this machine into a hardware profile", SetupCalibrate},
       Command{"compare", "Compare a predicted and a measured report op by op", SetupCompare},
       Command{"validate", "Predict published measurements and report the errors", SetupValidate},
+      Command{"export",
+              "Print a plan's launch settings for Megatron-LM, NeMo, DeepSpeed or torchtitan",
+              SetupExport},
   };
   return kCommands;
 }
