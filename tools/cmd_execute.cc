@@ -389,17 +389,17 @@ void SetupExecute(CLI::App* sub) {
   sub->add_option("--tolerance", flags->tolerance,
                   "largest error allowed by --check, relative to the reference's largest value "
                   "(default: 1e-4 in fp32, 3e-2 in bf16/fp16)")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveFinite());
   sub->add_option("--seed", flags->seed, "seed of the weights, inputs and output gradient");
   sub->add_option("--iterations", flags->iterations,
                   "runs of the schedule; the measured timeline takes each op's median")
       ->check(CLI::Range(1, 1000));
   sub->add_option("--timeout", flags->timeout_s,
                   "seconds without progress (a dead or stuck peer) before every rank is aborted")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveFinite());
   sub->add_option("--max-memory-gib", flags->max_memory_gib,
                   "refuse plans whose CPU tensors exceed this per rank")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveFinite());
   sub->add_option("--report", flags->report_path, "write the plan with its measured: block (YAML)");
   sub->add_option("--trace", flags->trace_path, "write rank 0's measured timeline (Perfetto JSON)");
   sub->add_flag("--force", flags->force, "overwrite existing output files");

@@ -1,10 +1,12 @@
 // domino: plan, predict and run tensor-parallel LLM training with Domino-style overlap.
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
-#include <CLI/CLI.hpp>
-
+#include "models/base/yaml_reader.h"
 #include "tools/command.h"
 
 int main(int argc, char** argv) {
@@ -23,6 +25,21 @@ int main(int argc, char** argv) {
     std::string name = failed->get_parent() ? " " + failed->get_name() : "";
     return "domino" + name + ": " + e.what() + " (see --help)\n";
   });
+  // A mistyped command gets its name and the nearest command, not "a subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const domino::cli::Command& command : domino::cli::Commands())
+      names.emplace_back(command.name);
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      const std::string nearest = domino::NearestWord(argv[1], names);
+      std::string list;
+      for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+      std::fprintf(stderr, "domino: unknown command '%s'%s (commands: %s; see --help)\n", argv[1],
+                   nearest.empty() ? "" : (" (did you mean '" + nearest + "'?)").c_str(),
+                   list.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
