@@ -42,8 +42,11 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return app.exit(e);  // a command's own failure (tools/command.h Fail): its exit code
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every usage error exits 2, whatever CLI11's own code.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return 0;
 }
