@@ -39,9 +39,11 @@ CommGroup TpGroup(const Plan& plan);
 // GEMM: the GEMM model (sim/gemm_model.h): tiles in waves over the SMs, stream-K for long inner
 // dimensions, A, B and C through HBM; its fixed time adds to the launch.
 // Attention (flash): one tile per 128 query rows per head; causal masking halves the work the
-// kernel does (model FLOPs still count it whole); backward does 2.5x the forward's work at the same
-// efficiency (it recomputes the scores). Unfused attention: two batched GEMMs at GEMM efficiency,
-// and the s x s scores written and read twice through HBM.
+// kernel does (model FLOPs count it halved too: TrainingFlopsPerToken kCausal); backward does 2.5x
+// the forward's work at the same efficiency (it recomputes the scores). Unfused attention (the
+// stack's choice): the QK^T and PV products (four in backward) as batched GEMMs over the whole
+// s x s, then the score passes through HBM the stack's kernels make (softmax fused or not,
+// dropout), added to the GEMM time rather than overlapped with it.
 // Elementwise: bytes over achieved HBM bandwidth.
 // Collectives: EstimateCollective on the fabric the group spans.
 // Every compute op pays one kernel launch.
