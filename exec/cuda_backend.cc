@@ -440,6 +440,12 @@ class CudaBackend final : public Backend, public CudaRunner {
       const EmulatedCollective& e = options_.emulated[id];
       return Ok(cuda::EmulateCollective(context_, e.ctas, e.hbm_bytes, e.us), id);
     }
+    if (op.parts > 1)
+      return Error(
+          fmt::format("op {} ({}): the CUDA backend does not run decomposed collectives "
+                      "(overlap.method decomposed or both) yet; use --comm emulate or "
+                      "the CPU backend",
+                      id, schedule_.Label(id)));
     const cuda::DView in = Of(schedule_.reads(op)[0]), out = Of(schedule_.writes(op)[0]);
     const int64_t n_in = in.rows * in.cols, n_out = out.rows * out.cols;
     const bool fits = (op.collective == CollectiveOp::kAllReduce && n_in == n_out) ||

@@ -167,6 +167,8 @@ Plan ReferencePlan(const Plan& plan) {
   ref.row_split = ref.col_split = 1;
   ref.scope = OverlapScope::kNone;
   ref.sequence_parallel = false;
+  ref.method = OverlapMethod::kDomino;
+  ref.chunks = 0;
   ref.virtual_stages = 1;
   ref.predicted.reset();
   ref.measured.reset();

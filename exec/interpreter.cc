@@ -1,5 +1,6 @@
 #include "exec/interpreter.h"
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -10,6 +11,55 @@ namespace {
 
 int64_t Elements(const View& v) { return (v.row_end - v.row_begin) * (v.col_end - v.col_begin); }
 
+// A part of a decomposed all-gather or reduce-scatter (Op::part of Op::parts): rows [lo, hi) of
+// the slice's R gathered rows, of which this rank's shard holds [mine_lo, mine_hi). Both move as
+// an all-reduce of the part's rows, each rank adding only what it owns (all-gather) or keeping
+// only its own rows of the sum (reduce-scatter): the same data a ring exchange moves, in one call.
+Status RunCollectivePart(const Schedule& schedule, int32_t id, Backend& backend, Communicator& comm,
+                         std::vector<float>& in, std::vector<float>& out) {
+  const Op& op = schedule.op(id);
+  const TensorUse& read = schedule.reads(op)[0];
+  const TensorUse& write = schedule.writes(op)[0];
+  const bool gather = op.collective == CollectiveOp::kAllGather;
+  const TensorUse& shard = gather ? read : write;
+  const TensorUse& part = gather ? write : read;
+  const int ranks = comm.size();
+  const int64_t cols = shard.view.col_end - shard.view.col_begin;
+  const int64_t shard_rows = shard.view.row_end - shard.view.row_begin;
+  const int64_t part_rows = part.view.row_end - part.view.row_begin;
+  const int64_t rows = shard_rows * ranks;
+  if ((op.collective != CollectiveOp::kAllGather &&
+       op.collective != CollectiveOp::kReduceScatter) ||
+      part.view.col_end - part.view.col_begin != cols || part_rows * op.parts != rows ||
+      op.part < 0 || op.part >= op.parts)
+    return Error(fmt::format("op {} ({}): part {} of {} does not fit a {} of {} rows over {} ranks",
+                             id, schedule.Label(id), op.part, op.parts, OpFuncName(op.func), rows,
+                             ranks));
+  const int64_t lo = op.part * part_rows, hi = lo + part_rows;
+  const int64_t mine_lo = std::max(lo, comm.rank() * shard_rows);
+  const int64_t mine_hi = std::min(hi, (comm.rank() + 1) * shard_rows);
+  out.assign(static_cast<size_t>(part_rows * cols), 0.0f);
+  if (gather) {
+    in.resize(static_cast<size_t>(shard_rows * cols));
+    backend.Pack(read, in.data());
+    for (int64_t r = mine_lo; r < mine_hi; ++r)
+      std::copy_n(in.data() + (r - comm.rank() * shard_rows) * cols, cols,
+                  out.data() + (r - lo) * cols);
+  } else {
+    backend.Pack(read, out.data());
+  }
+  DOMINO_RETURN_IF_ERROR(comm.AllReduce(out.data(), static_cast<int64_t>(out.size())));
+  if (gather) {
+    backend.Unpack(write, out.data());
+  } else if (mine_lo < mine_hi) {
+    TensorUse mine = write;
+    mine.view.row_begin = write.view.row_begin + mine_lo - comm.rank() * shard_rows;
+    mine.view.row_end = mine.view.row_begin + (mine_hi - mine_lo);
+    backend.Unpack(mine, out.data() + (mine_lo - lo) * cols);
+  }
+  return Status::Ok();
+}
+
 Status RunCollective(const Schedule& schedule, int32_t id, Backend& backend,
                      Communicator& comm, std::vector<float>& in, std::vector<float>& out) {
   const Op& op = schedule.op(id);
@@ -17,6 +67,7 @@ Status RunCollective(const Schedule& schedule, int32_t id, Backend& backend,
   if (reads.size() != 1 || writes.size() != 1)
     return Error(fmt::format("op {} ({}): a collective needs one buffer to read and one to write",
                              id, schedule.Label(id)));
+  if (op.parts > 1) return RunCollectivePart(schedule, id, backend, comm, in, out);
   const int64_t n_in = Elements(reads[0].view), n_out = Elements(writes[0].view);
   const int ranks = comm.size();
   auto mismatch = [&] {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <initializer_list>
 #include <vector>
@@ -33,7 +34,18 @@ namespace {
 //
 // With sequence parallelism a block begins with an all-gather of the norm output and ends with a
 // reduce-scatter; the entry of slice i+1 is issued before the compute of slice i, so the
-// all-gather of slice i+1 runs under slice i's GEMMs.
+// all-gather of slice i+1 runs under slice i's GEMMs. Backward issues the all-gather of the norm
+// output (for the weight gradient) before the input-gradient GEMM and the reduce-scatter of the
+// input gradient before the weight-gradient GEMM: Transformer Engine's bulk overlaps.
+//
+// Decomposed overlap (method decomposed or both, c chunks) cuts each sequence-parallel collective
+// that feeds or drains a GEMM, and that GEMM, into c pieces of the slice's rows: the all-gather
+// before QKV and fc1 (and, backward, the gradient's before the proj and fc2 input-gradient GEMMs)
+// in c parts, GEMM piece k waiting only for part k, so part k+1 moves while piece k computes; the
+// proj and fc2 GEMMs in c pieces, each piece's reduce-scatter part running under the next piece.
+// Only the last reduce-scatter part has nothing left to hide behind. Scope none then makes the
+// next compute op wait for all of a block's parts, not for each: the pieces are one GEMM. With
+// c = 1 the schedule is plain sequence parallelism, op for op.
 
 enum class Block { kAttention, kMlp };
 
@@ -60,6 +72,7 @@ class Lowering {
         q_(plan.col_split),
         layers_(options.layers > 0 ? options.layers : plan.model.layers / plan.pp),
         sp_(plan.sequence_parallel),
+        c_(plan.decomposed_chunks()),
         scope_(plan.scope) {
     const ModelSpec& m = plan.model;
     int t = plan.tp;
@@ -105,7 +118,7 @@ class Lowering {
       }
       // The first layer's input gradient completes the stack.
       for (int i = 0; i < p_; ++i) {
-        int32_t grad = BackwardEntry(0, Block::kAttention, i, /*final=*/true);
+        int32_t grad = BackwardEntry(0, Block::kAttention, i, /*final=*/true)[0];
         if (options_.embedding) {
           Elementwise(OpFunc::kEmbedGrad, Tags(0, i, -1, Phase::kBackward), 2 * RowBytes(h_),
                       {grad}, {SliceOf(tensors_[0].g_x, i)}, {});
@@ -185,6 +198,16 @@ class Lowering {
                 (chunk + 1) * width};
   }
   static View Whole(int64_t rows, int64_t cols) { return View{0, rows, 0, cols}; }
+  // Decomposed chunk `chunk` of row slice `slice` of a whole-token tensor: its rows.
+  View Piece(int slice, int chunk, int64_t cols) const {
+    const int64_t rows = slice_tokens_ / c_;
+    const int64_t begin = slice * slice_tokens_ + chunk * rows;
+    return View{begin, begin + rows, 0, cols};
+  }
+  OpTags PieceTags(OpTags tags, int chunk) const {
+    tags.chunk = static_cast<int8_t>(c_ > 1 ? chunk : -1);
+    return tags;
+  }
   TensorUse Use(int32_t tensor, View view) const { return TensorUse{tensor, view}; }
   // Row slice `slice` of a tensor of activations, whole or a sequence shard.
   TensorUse SliceOf(int32_t tensor, int slice) const {
@@ -258,9 +281,13 @@ class Lowering {
   // Appends a TP collective over `bytes` (nccl-tests size) that waits for `producer`. It reads
   // `in` and writes `out` (the same view for an in-place all-reduce): a reduce-scatter reads the
   // whole slice and writes this rank's shard of it, an all-gather the reverse.
+  // A part of a decomposed collective moves `bytes` / parts (see Op::part).
   int32_t Collective(OpFunc func, CollectiveOp kind, const OpTags& tags, double bytes,
-                     int32_t producer, TensorUse in, TensorUse out) {
+                     int32_t producer, TensorUse in, TensorUse out, int part = 0, int parts = 1) {
     Op op;
+    op.part = static_cast<int16_t>(part);
+    op.parts = static_cast<int16_t>(parts);
+    bytes /= parts;
     op.kind = OpKind::kCollective;
     op.stream = Stream::kTpComm;
     op.func = func;
@@ -302,8 +329,9 @@ class Lowering {
   }
 
   // Forward entry of (block, slice): residual add of the previous block's result and the norm.
-  // Returns the op the block's first GEMM must wait for (the norm, or its all-gather).
-  int32_t ForwardEntry(int l, Block block, int i) {
+  // Returns what the block's first GEMM must wait for: the norm, or its all-gather (one part per
+  // decomposed chunk, which GEMM piece k waits for).
+  Deps ForwardEntry(int l, Block block, int i) {
     const LayerTensors& t = tensors_[l];
     Deps deps = std::move(waits_[i]);
     waits_[i].clear();
@@ -327,28 +355,45 @@ class Lowering {
       norm = Elementwise(OpFunc::kLn2, tags, 2 * hb, {}, {SliceOf(t.mid, i), WholeOf(t.w_ln2)},
                          {SliceOf(Reduced(t.ln2, t.ln2_s), i)});
     }
-    if (!sp_) return norm;
+    if (!sp_) return {norm};
     bool attn = block == Block::kAttention;
-    return Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), norm,
-                      SliceOf(attn ? t.ln1_s : t.ln2_s, i), SliceOf(attn ? t.ln1 : t.ln2, i));
+    return GatherParts(tags, norm, SliceOf(attn ? t.ln1_s : t.ln2_s, i), attn ? t.ln1 : t.ln2, i);
+  }
+
+  // The all-gather of slice i's shard `in` into `whole`, in c parts (one part: the plain one).
+  Deps GatherParts(const OpTags& tags, int32_t producer, TensorUse in, int32_t whole, int i) {
+    Deps parts;
+    for (int k = 0; k < c_; ++k)
+      parts.push_back(Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, PieceTags(tags, k),
+                                 RowBytes(h_), producer, in, Use(whole, Piece(i, k, h_)), k, c_));
+    return parts;
+  }
+
+  // GEMM piece k of a decomposed column-parallel (or input-gradient) GEMM waits for part k.
+  static Deps PieceDeps(const Deps& entry, int k) {
+    return {entry[std::min<size_t>(k, entry.size() - 1)]};
   }
 
   // Forward compute of (block, slice) after its entry, ending in the row-parallel GEMM's
   // collective(s), which the slice's next entry waits for.
-  void ForwardCompute(int l, Block block, int i, int32_t entry) {
+  void ForwardCompute(int l, Block block, int i, const Deps& entry) {
     const LayerTensors& t = tensors_[l];
     OpTags tags = Tags(l, i, -1, fwd_phase_);
-    Deps first = {entry};
     int32_t in, w_out, out;
     int64_t k;
+    // The column-parallel GEMM, in decomposed pieces with SP (one piece otherwise).
+    const int pieces = sp_ ? c_ : 1;
+    const int64_t piece_rows = slice_tokens_ / pieces;
     if (block == Block::kAttention) {
-      Gemm(OpFunc::kQkv, tags, slice_tokens_, qkv_n_, h_, first,
-           {SliceOf(t.ln1, i), WholeOf(t.w_qkv)}, {SliceOf(t.qkv, i)});
+      for (int j = 0; j < pieces; ++j)
+        Gemm(OpFunc::kQkv, PieceTags(tags, j), piece_rows, qkv_n_, h_, PieceDeps(entry, j),
+             {Use(t.ln1, Piece(i, j, h_)), WholeOf(t.w_qkv)}, {Use(t.qkv, Piece(i, j, qkv_n_))});
       Attention(OpFunc::kAttn, tags, 1.0, {SliceOf(t.qkv, i)}, {SliceOf(t.ctx, i)});
       in = t.ctx, w_out = t.w_proj, out = t.proj, k = a_ * d_;
     } else {
-      Gemm(OpFunc::kFc1, tags, slice_tokens_, f1_, h_, first, {SliceOf(t.ln2, i), WholeOf(t.w_fc1)},
-           {SliceOf(t.fc1, i)});
+      for (int j = 0; j < pieces; ++j)
+        Gemm(OpFunc::kFc1, PieceTags(tags, j), piece_rows, f1_, h_, PieceDeps(entry, j),
+             {Use(t.ln2, Piece(i, j, h_)), WholeOf(t.w_fc1)}, {Use(t.fc1, Piece(i, j, f1_))});
       // Read the first linear's output, write the activation; a bias the stack does not fuse
       // into the activation is one more pass over the first linear's output.
       double act_bytes = (f1_ + f_) * RowBytes(1);
@@ -357,18 +402,32 @@ class Lowering {
       in = t.act, w_out = t.w_fc2, out = t.fc2, k = f_;
     }
     OpFunc func = block == Block::kAttention ? OpFunc::kProj : OpFunc::kFc2;
+    if (sp_) {
+      // The row-parallel GEMM in pieces, each piece's reduce-scatter part under the next piece.
+      int32_t shard = block == Block::kAttention ? t.proj_s : t.fc2_s;
+      Deps parts;
+      for (int j = 0; j < c_; ++j) {
+        OpTags piece_tags = PieceTags(tags, j);
+        int32_t gemm = Gemm(func, piece_tags, piece_rows, h_, k, {},
+                            {Use(in, Piece(i, j, k)), WholeOf(w_out)}, {Use(out, Piece(i, j, h_))});
+        parts.push_back(Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter,
+                                   piece_tags, RowBytes(h_), gemm, Use(out, Piece(i, j, h_)),
+                                   SliceOf(shard, i), j, c_));
+      }
+      for (int32_t part : parts) {
+        waits_[i].push_back(part);
+        SyncIfNoOverlap(part);
+      }
+      return;
+    }
     for (int j = 0; j < q_; ++j) {
       OpTags chunk_tags = Tags(l, i, q_ > 1 ? j : -1, fwd_phase_);
       View w_cols{0, k, j * (h_ / q_), (j + 1) * (h_ / q_)};
       int32_t gemm = Gemm(func, chunk_tags, slice_tokens_, h_ / q_, k, {},
                           {SliceOf(in, i), Use(w_out, w_cols)}, {Use(out, Chunk(i, j, h_))});
-      int32_t shard = block == Block::kAttention ? t.proj_s : t.fc2_s;
       int32_t comm =
-          sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, chunk_tags,
-                           RowBytes(h_), gemm, SliceOf(out, i), SliceOf(shard, i))
-              : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, chunk_tags,
-                           RowBytes(h_ / q_), gemm, Use(out, Chunk(i, j, h_)),
-                           Use(out, Chunk(i, j, h_)));
+          Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, chunk_tags, RowBytes(h_ / q_),
+                     gemm, Use(out, Chunk(i, j, h_)), Use(out, Chunk(i, j, h_)));
       waits_[i].push_back(comm);
       SyncIfNoOverlap(comm);
     }
@@ -379,9 +438,9 @@ class Lowering {
       for (int i = 0; i < p_; ++i) ForwardCompute(l, block, i, ForwardEntry(l, block, i));
       return;
     }
-    int32_t next = ForwardEntry(l, block, 0);
+    Deps next = ForwardEntry(l, block, 0);
     for (int i = 0; i < p_; ++i) {
-      int32_t entry = next;
+      Deps entry = std::move(next);
       if (i + 1 < p_) next = ForwardEntry(l, block, i + 1);
       ForwardCompute(l, block, i, entry);
     }
@@ -389,8 +448,9 @@ class Lowering {
 
   // Backward entry of (block, slice): the norm backward (with the residual's gradient) that
   // consumes the previous block's input-gradient collective. With sequence parallelism the
-  // gradient is then all-gathered for the row-parallel GEMM. Returns what that GEMM waits for.
-  int32_t BackwardEntry(int l, Block block, int i, bool final = false) {
+  // gradient is then all-gathered for the row-parallel GEMM (in parts when decomposed). Returns
+  // what that GEMM (piece k: element k) waits for.
+  Deps BackwardEntry(int l, Block block, int i, bool final = false) {
     Deps deps = std::move(waits_[i]);
     waits_[i].clear();
     double hb = NormRows() * h_ * e_;
@@ -425,11 +485,10 @@ class Lowering {
                 : NormGrad(OpFunc::kLn2Grad, tags, std::move(deps), i, t.mid,
                            Reduced(t.g_ln2, t.g_ln2_s), t.w_ln2, OutGrad(l), t.g_mid, t.g_w_ln2);
     }
-    if (!sp_ || final) return grad_out;
+    if (!sp_ || final) return {grad_out};
     const LayerTensors& t = tensors_[l];
     int32_t full = block == Block::kMlp ? t.g_out_full : t.g_mid_full;
-    return Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), grad_out,
-                      SliceOf(grad_tensor, i), SliceOf(full, i));
+    return GatherParts(tags, grad_out, SliceOf(grad_tensor, i), full, i);
   }
 
   // Norm backward of slice i: dx = upstream (the gradient through the residual) + the norm's
@@ -441,16 +500,21 @@ class Lowering {
                        {SliceOf(dx, i), WholeOf(dw)});
   }
 
-  void BackwardCompute(int l, Block block, int i, int32_t entry) {
+  void BackwardCompute(int l, Block block, int i, const Deps& entry) {
     const LayerTensors& t = tensors_[l];
     OpTags tags = Tags(l, i, -1, Phase::kBackward);
     bool attn = block == Block::kAttention;
-    // Row-parallel GEMM (proj or fc2): input gradient, then weight gradient. No collective.
+    // Row-parallel GEMM (proj or fc2): input gradient (in decomposed pieces with SP, piece k under
+    // the gradient's all-gather part k+1), then weight gradient. No collective of its own.
     int64_t k_in = attn ? a_ * d_ : f_;
     int32_t grad_y = attn ? Reduced(t.g_mid, t.g_mid_full) : Reduced(OutGrad(l), t.g_out_full);
     int32_t x_in = attn ? t.ctx : t.act, g_in = attn ? t.g_ctx : t.g_act;
-    Gemm(attn ? OpFunc::kProjGradInput : OpFunc::kFc2GradInput, tags, slice_tokens_, k_in, h_,
-         {entry}, {SliceOf(grad_y, i), WholeOf(attn ? t.w_proj : t.w_fc2)}, {SliceOf(g_in, i)});
+    const int pieces = sp_ ? c_ : 1;
+    for (int j = 0; j < pieces; ++j)
+      Gemm(attn ? OpFunc::kProjGradInput : OpFunc::kFc2GradInput, PieceTags(tags, j),
+           slice_tokens_ / pieces, k_in, h_, PieceDeps(entry, j),
+           {Use(grad_y, Piece(i, j, h_)), WholeOf(attn ? t.w_proj : t.w_fc2)},
+           {Use(g_in, Piece(i, j, k_in))});
     Gemm(attn ? OpFunc::kProjGradWeight : OpFunc::kFc2GradWeight, tags, k_in, h_, slice_tokens_, {},
          {SliceOf(x_in, i), SliceOf(grad_y, i)}, {WholeOf(attn ? t.g_w_proj : t.g_w_fc2)});
     // Middle: attention core or activation backward.
@@ -509,9 +573,9 @@ class Lowering {
       for (int i = 0; i < p_; ++i) BackwardCompute(l, block, i, BackwardEntry(l, block, i));
       return;
     }
-    int32_t next = BackwardEntry(l, block, 0);
+    Deps next = BackwardEntry(l, block, 0);
     for (int i = 0; i < p_; ++i) {
-      int32_t entry = next;
+      Deps entry = std::move(next);
       if (i + 1 < p_) next = BackwardEntry(l, block, i + 1);
       BackwardCompute(l, block, i, entry);
     }
@@ -616,6 +680,7 @@ class Lowering {
   LowerOptions options_;
   int p_, q_, layers_;
   bool sp_;
+  int c_;  // decomposed-overlap chunks (1: none)
   OverlapScope scope_;
   int64_t h_ = 0, d_ = 0, a_ = 0, g_ = 0, f_ = 0, f1_ = 0, qkv_n_ = 0, e_ = 2;
   int64_t tokens_ = 0, slice_tokens_ = 0, vocab_ = 0;

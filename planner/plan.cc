@@ -22,6 +22,11 @@ constexpr std::array<std::pair<std::string_view, Recompute>, 3> kRecomputes = {{
     {"selective", Recompute::kSelective},
     {"full", Recompute::kFull},
 }};
+constexpr std::array<std::pair<std::string_view, OverlapMethod>, 3> kMethods = {{
+    {"domino", OverlapMethod::kDomino},
+    {"decomposed", OverlapMethod::kDecomposed},
+    {"both", OverlapMethod::kBoth},
+}};
 constexpr std::array<std::pair<std::string_view, Placement>, 2> kPlacements = {{
     {"tp-dp-pp", Placement::kTpDpPp},
     {"tp-pp-dp", Placement::kTpPpDp},
@@ -109,6 +114,12 @@ std::string_view ScopeName(OverlapScope scope) {
   for (const auto& [name, value] : kScopes)
     if (value == scope) return name;
   return "none";
+}
+
+std::string_view MethodName(OverlapMethod method) {
+  for (const auto& [name, value] : kMethods)
+    if (value == method) return name;
+  return "domino";
 }
 
 std::string_view PlacementName(Placement placement) {
@@ -211,6 +222,37 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
     return fail(
         "parallel.sequence_parallel",
         fmt::format("sequence parallelism needs tp ({}) to divide seq_len ({})", p.tp, p.seq_len));
+  if (p.method == OverlapMethod::kDomino && p.chunks != 0)
+    return fail("overlap.chunks",
+                "chunks cut decomposed collectives: it needs overlap.method decomposed or both");
+  if (p.method != OverlapMethod::kDomino) {
+    const std::string_view method = MethodName(p.method);
+    if (!p.sequence_parallel)
+      return fail("overlap.method",
+                  fmt::format("{} overlap decomposes sequence parallelism's all-gathers and "
+                              "reduce-scatters: it needs parallel.sequence_parallel: true",
+                              method));
+    if (p.method == OverlapMethod::kDecomposed && p.row_split > 1)
+      return fail("overlap.method",
+                  "decomposed overlap runs without Domino's row split (row_split "
+                  "1); method both decomposes each row slice");
+    if (p.method == OverlapMethod::kBoth && p.row_split < 2)
+      return fail("overlap.method",
+                  "method both decomposes each of Domino's row slices: it needs "
+                  "row_split >= 2 (method decomposed runs without them)");
+    if (p.chunks < 0 || p.chunks > kMaxSplit)
+      return fail("overlap.chunks", *CheckBound(kChunksBound, p.chunks));
+    const int chunks = p.decomposed_chunks();
+    if (chunks > kMaxSplit)
+      return fail("overlap.chunks", fmt::format("chunks defaults to tp ({}), more than {}: set "
+                                                "overlap.chunks between 1 and {}",
+                                                p.tp, kMaxSplit, kMaxSplit));
+    const int64_t slice_tokens = static_cast<int64_t>(p.micro_batch) / p.row_split * p.seq_len;
+    if (slice_tokens % chunks != 0)
+      return fail("overlap.chunks", fmt::format("chunks ({}) must divide the tokens of a row slice "
+                                                "(micro_batch/row_split*seq_len = {})",
+                                                chunks, slice_tokens));
+  }
   if (p.global_batch % (static_cast<int64_t>(p.micro_batch) * p.dp) != 0)
     return fail("training.global_batch",
                 fmt::format("micro_batch*dp = {}*{} must divide global_batch ({})", p.micro_batch,
@@ -218,14 +260,16 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   // Last, so that a plan breaking a rule is told that rule first.
   // Bounded above, so these products fit easily in 64 bits.
   const int64_t micro_batches = p.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp);
-  const int64_t layer_passes = micro_batches * m.layers * p.row_split * p.col_split;
+  const int64_t layer_passes =
+      micro_batches * m.layers * p.row_split * p.col_split * p.decomposed_chunks();
   if (layer_passes > kMaxLayerPasses)
-    return fail("training.global_batch",
-                fmt::format("{} micro-batch(es) of {} layers in {} slice(s) is {} layer passes, "
-                            "more than the {} one plan may simulate; use a smaller global_batch "
-                            "or a larger micro_batch",
-                            micro_batches, m.layers, p.row_split * p.col_split, layer_passes,
-                            kMaxLayerPasses));
+    return fail(
+        "training.global_batch",
+        fmt::format("{} micro-batch(es) of {} layers in {} slice(s) is {} layer passes, "
+                    "more than the {} one plan may simulate; use a smaller global_batch "
+                    "or a larger micro_batch",
+                    micro_batches, m.layers, p.row_split * p.col_split * p.decomposed_chunks(),
+                    layer_passes, kMaxLayerPasses));
   return std::nullopt;
 }
 
@@ -296,6 +340,8 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     overlap->Int("row_split", &plan.row_split, Need::kOptional, Range(kRowSplitBound));
     overlap->Int("col_split", &plan.col_split, Need::kOptional, Range(kColSplitBound));
     overlap->Enum("scope", &plan.scope, Need::kOptional, kScopes);
+    overlap->Enum("method", &plan.method, Need::kOptional, kMethods);
+    overlap->Int("chunks", &plan.chunks, Need::kOptional, Range(kChunksBound));
     (void)overlap->Finish();
   }
   if (auto memory = root.Map("memory", Need::kOptional)) {
@@ -379,7 +425,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       "precision: {}\n"
       "training: {{seq_len: {}, micro_batch: {}, global_batch: {}}}\n"
       "parallel: {{tp: {}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}}}\n"
-      "overlap: {{row_split: {}, col_split: {}, scope: {}}}\n"
+      "overlap: {{row_split: {}, col_split: {}, scope: {}{}}}\n"
       "memory: {{recompute: {}, distributed_optimizer: {}}}\n",
       p.model_ref.empty() ? ModelToFlowYaml(p.model) : RefToYaml(p.model_ref, ModelCatalog()),
       ClusterRefToYaml(p.cluster_ref), RefToYaml(p.stack_ref, StackCatalog()),
@@ -388,8 +434,12 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       p.placement == Placement::kTpDpPp
           ? ""
           : fmt::format(", placement: {}", PlacementName(p.placement)),
-      p.row_split, p.col_split, ScopeName(p.scope), RecomputeName(p.recompute),
-      p.distributed_optimizer);
+      p.row_split, p.col_split, ScopeName(p.scope),
+      // Written only for decomposed overlap, so a Domino plan's YAML stays what it was.
+      p.method == OverlapMethod::kDomino
+          ? ""
+          : fmt::format(", method: {}, chunks: {}", MethodName(p.method), p.decomposed_chunks()),
+      RecomputeName(p.recompute), p.distributed_optimizer);
   if (p.predicted) out += FiguresToYaml("predicted", *p.predicted);
   if (p.measured) out += FiguresToYaml("measured", *p.measured);
   return out;

@@ -18,6 +18,12 @@ namespace domino {
 // also with the next layer's work (row slices only).
 enum class OverlapScope { kNone, kIntraLayer, kInterLayer };
 enum class Recompute { kNone, kSelective, kFull };
+// How sequence-parallel collectives hide: Domino's slicing (row and column splits, the default),
+// decomposed collective-matmul overlap as Transformer Engine's userbuffers (`--tp-comm-overlap`)
+// and torchtitan's async TP run it (each all-gather before a column-parallel GEMM and each
+// reduce-scatter after a row-parallel GEMM cut into `chunks` pieces pipelined with the GEMM's
+// pieces), or both (each Domino row slice decomposed).
+enum class OverlapMethod { kDomino, kDecomposed, kBoth };
 // How ranks are laid out over the cluster, innermost first: Megatron's default puts TP inside a
 // node, then DP, then PP (pipeline neighbours tp * dp ranks apart); tp-pp-dp keeps pipeline
 // neighbours close and spreads DP instead.
@@ -25,6 +31,7 @@ enum class Placement { kTpDpPp, kTpPpDp };
 
 std::string_view ScopeName(OverlapScope scope);  // "none", "intra-layer", "inter-layer"
 std::string_view RecomputeName(Recompute recompute);
+std::string_view MethodName(OverlapMethod method);    // "domino", "decomposed", "both"
 std::string_view PlacementName(Placement placement);  // "tp-dp-pp", "tp-pp-dp"
 
 // Predicted (or measured) figures of a plan: the `predicted:` and `measured:` blocks of a report.
@@ -68,6 +75,8 @@ struct Plan {
   int row_split = 1;
   int col_split = 1;
   OverlapScope scope = OverlapScope::kNone;
+  OverlapMethod method = OverlapMethod::kDomino;
+  int chunks = 0;  // pieces of each decomposed collective; 0: tp
   // memory
   Recompute recompute = Recompute::kNone;
   bool distributed_optimizer = false;
@@ -76,6 +85,11 @@ struct Plan {
   std::optional<PlanFigures> measured;
 
   int micro_batches() const { return global_batch / (micro_batch * dp); }
+  // Pieces of each decomposed collective: 1 under Domino's method (nothing decomposed).
+  int decomposed_chunks() const {
+    if (method == OverlapMethod::kDomino) return 1;
+    return chunks > 0 ? chunks : tp;
+  }
   bool is_baseline() const {
     return row_split == 1 && col_split == 1 && scope == OverlapScope::kNone;
   }
@@ -100,6 +114,7 @@ inline constexpr PlanIntBound kDpBound{"parallel.dp", 1, 1 << 20};
 inline constexpr PlanIntBound kVirtualStagesBound{"parallel.virtual_stages", 1, 1024};
 inline constexpr PlanIntBound kRowSplitBound{"overlap.row_split", 1, kMaxSplit};
 inline constexpr PlanIntBound kColSplitBound{"overlap.col_split", 1, kMaxSplit};
+inline constexpr PlanIntBound kChunksBound{"overlap.chunks", 1, kMaxSplit};
 
 // The rule a value breaks, worded as a plan file's loader words it ("must be a positive integer,
 // got 0", "must be between 1 and 1024, got 4096"), or nullopt when `value` is within `bound`.
@@ -116,6 +131,9 @@ inline constexpr int64_t kMaxLayerPasses = int64_t{1} << 21;
 // divides layers and the micro-batches are a multiple of pp; micro_batch*dp divides global_batch;
 // splits between 1 and 16;
 // inter-layer scope needs row_split >= 2; sequence parallelism needs tp dividing seq_len/row.
+// Decomposed overlap (method decomposed or both) needs sequence parallelism; decomposed alone
+// runs without Domino's splits, both with row_split >= 2 and col_split 1; its chunks (tp by
+// default) between 1 and 16 and dividing a row slice's tokens.
 // First of all, every integer setting within its PlanIntBound, the GPU able to run the
 // precision (a peak above 0) and the work within kMaxLayerPasses.
 // `key_of` maps each failure to the YAML key it concerns ("parallel.tp").

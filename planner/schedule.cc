@@ -73,6 +73,7 @@ std::string Schedule::Label(int32_t id) const {
   if (o.tags.micro_batch >= 0) label += fmt::format(" mb{}", o.tags.micro_batch);
   if (o.tags.row_slice >= 0) label += fmt::format(" s{}", o.tags.row_slice);
   if (o.tags.col_chunk >= 0) label += fmt::format(" c{}", o.tags.col_chunk);
+  if (o.tags.chunk >= 0) label += fmt::format(" k{}", o.tags.chunk);
   static constexpr std::array<std::string_view, 4> kPhases = {"fwd", "bwd", "recompute", "optim"};
   label += fmt::format(" {}", kPhases[static_cast<int>(o.tags.phase)]);
   return label;

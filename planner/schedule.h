@@ -94,6 +94,7 @@ struct OpTags {
   int16_t micro_batch = -1;
   int8_t row_slice = -1;
   int8_t col_chunk = -1;
+  int8_t chunk = -1;  // decomposed overlap: the piece of a pipelined collective and its GEMM
   Phase phase = Phase::kForward;
 };
 
@@ -111,6 +112,13 @@ struct Op {
   int64_t sequences = 0, seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;  // attention
   double flops = 0;             // attention and elementwise
   double bytes = 0;             // elementwise traffic, or a collective's buffer per rank
+  // Decomposed overlap: a collective that moves only rows [part * R / parts, (part + 1) * R /
+  // parts) of the R rows of its row slice (whole, as gathered). An all-gather part reads this
+  // rank's whole shard of the slice and writes the part's rows of the gathered slice, which hold
+  // some ranks' rows; a reduce-scatter part reads the part's rows of partial sums and writes those
+  // of them that fall in this rank's shard. parts = tp is Transformer Engine's ring exchange, one
+  // peer's shard a step; parts = 1 is the plain collective. `bytes` is the part's share.
+  int16_t part = 0, parts = 1;
   uint32_t dep_begin = 0, dep_count = 0;
   uint32_t use_begin = 0, read_count = 0, write_count = 0;
 };

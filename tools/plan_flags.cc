@@ -82,6 +82,12 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
       ->check(Bounded(kColSplitBound));
   app->add_option("--scope", f->scope, "overlap scope: none | intra-layer | inter-layer")
       ->check(NonEmpty());
+  app->add_option("--method", f->method,
+                  "overlap method: domino (slicing) | decomposed (TE/async-TP collective matmul, "
+                  "needs --sp true) | both")
+      ->check(NonEmpty());
+  app->add_option("--chunks", f->chunks, "pieces of each decomposed collective, 1-16 (default: tp)")
+      ->check(Bounded(kChunksBound));
   app->add_option("--recompute", f->recompute, "none | selective | full")->check(NonEmpty());
   app->add_option("--placement", f->placement,
                   "rank layout, innermost first: tp-dp-pp (Megatron's) | tp-pp-dp")
@@ -112,6 +118,11 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
                                     {"intra-layer", OverlapScope::kIntraLayer},
                                     {"inter-layer", OverlapScope::kInterLayer}},
                                    &plan.scope));
+  DOMINO_RETURN_IF_ERROR(ApplyEnum("method", f.method,
+                                   {{"domino", OverlapMethod::kDomino},
+                                    {"decomposed", OverlapMethod::kDecomposed},
+                                    {"both", OverlapMethod::kBoth}},
+                                   &plan.method));
   DOMINO_RETURN_IF_ERROR(ApplyEnum("recompute", f.recompute,
                                    {{"none", Recompute::kNone},
                                     {"selective", Recompute::kSelective},
@@ -147,6 +158,7 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   set(f.virtual_stages, &plan.virtual_stages);
   set(f.row_split, &plan.row_split);
   set(f.col_split, &plan.col_split);
+  set(f.chunks, &plan.chunks);
   set(f.tp, &plan.tp);
   if (built_in && (f.pp > 0 || f.dp > 0) && f.tp == 0) plan.tp = 0;
   if (plan.tp == 0) {

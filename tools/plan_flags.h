@@ -21,7 +21,8 @@ struct PlanFlags {
   int seq_len = 0, micro_batch = 0, global_batch = 0;
   int tp = 0, pp = 0, dp = 0, virtual_stages = 0;
   std::string sequence_parallel;  // "true" / "false"
-  int row_split = 0, col_split = 0;
+  int row_split = 0, col_split = 0, chunks = 0;
+  std::string method;  // "domino" / "decomposed" / "both"
   std::string scope, recompute, distributed_optimizer, placement;
 };
 

@@ -113,6 +113,61 @@ TEST(ExecuteTest, EveryStrategyMatchesTheReference) {
   }
 }
 
+// Decomposed collective-matmul overlap, alone and on Domino's row slices, with chunks = tp (the
+// default, TE's ring), more chunks than ranks, and a count that does not align with the shards.
+struct DecomposedStrategy {
+  const char* name;
+  OverlapMethod method;
+  int p;
+  int chunks;  // 0: tp
+  OverlapScope scope;
+};
+constexpr DecomposedStrategy kDecomposed[] = {
+    {"decomposed", OverlapMethod::kDecomposed, 1, 0, OverlapScope::kNone},
+    {"decomposed-8", OverlapMethod::kDecomposed, 1, 8, OverlapScope::kNone},
+    {"decomposed-3", OverlapMethod::kDecomposed, 1, 3, OverlapScope::kIntraLayer},
+    {"both", OverlapMethod::kBoth, 2, 0, OverlapScope::kInterLayer},
+    {"both-3", OverlapMethod::kBoth, 2, 3, OverlapScope::kInterLayer},
+};
+
+Plan DecomposedPlan(const char* model, int tp, const DecomposedStrategy& st) {
+  PlanKnobs k;
+  k.model = ModelPath(model);
+  k.cluster = "dgx-h100:1:" + std::to_string(tp);
+  k.tp = tp;
+  k.seq_len = 16;
+  k.micro_batch = 12;
+  k.global_batch = 12;
+  k.row_split = st.p;
+  k.scope = st.scope;
+  k.sequence_parallel = true;
+  k.method = st.method;
+  k.chunks = st.chunks;
+  return MakePlan(k);
+}
+
+TEST(ExecuteTest, EveryDecomposedStrategyMatchesTheReference) {
+  for (const char* model : {"tiny-gpt", "tiny-llama"}) {
+    for (int tp : {2, 4}) {
+      for (const DecomposedStrategy& st : kDecomposed) {
+        SCOPED_TRACE(testing::Message() << model << " tp " << tp << " " << st.name);
+        Plan plan = DecomposedPlan(model, tp, st);
+        Schedule schedule = LowerOk(plan);
+        int parts = 0;
+        for (const Op& op : schedule.ops()) parts += op.parts > 1 ? 1 : 0;
+        EXPECT_GT(parts, 0) << "nothing was decomposed";
+        std::vector<Result<ExecuteResult>> results = RunRanks(plan, schedule, tp);
+        for (int r = 0; r < tp; ++r) {
+          ASSERT_TRUE(results[r].ok()) << results[r].message();
+          EXPECT_TRUE(results[r]->passed) << "rank " << r;
+        }
+        for (const TensorCheck& c : results[0]->checks)
+          EXPECT_TRUE(c.ok) << c.name << ": rel error " << c.rel_error;
+      }
+    }
+  }
+}
+
 // A copy of `schedule` without op `drop`; ops that depended on it depend on its dependencies.
 Schedule Without(const Schedule& schedule, int32_t drop) {
   Schedule out;
@@ -154,6 +209,35 @@ TEST(ExecuteTest, ALoweringThatDropsOneAllReduceFailsTheCheck) {
   for (const TensorCheck& c : results[0]->checks) differing += c.ok ? 0 : 1;
   EXPECT_GT(differing, 0);
   // The intact schedule passes with the same seed and ranks: the drop is what broke it.
+  std::vector<Result<ExecuteResult>> intact = RunRanks(plan, schedule, 2);
+  ASSERT_TRUE(intact[0].ok());
+  EXPECT_TRUE(intact[0]->passed);
+}
+
+// Dropping any one part of a decomposed all-gather or reduce-scatter leaves rows of some rank
+// never moved: the check must fail, whichever part it is.
+TEST(ExecuteTest, ADecomposedScheduleThatDropsOneChunksTransferFailsTheCheck) {
+  Plan plan = DecomposedPlan("tiny-gpt", 2, kDecomposed[0]);
+  Schedule schedule = LowerOk(plan);
+  for (CollectiveOp kind : {CollectiveOp::kAllGather, CollectiveOp::kReduceScatter}) {
+    for (int part : {0, 1}) {
+      SCOPED_TRACE(testing::Message()
+                   << (kind == CollectiveOp::kAllGather ? "all-gather" : "reduce-scatter")
+                   << " part " << part);
+      int32_t victim = -1;
+      for (size_t i = 0; i < schedule.size() && victim < 0; ++i) {
+        const Op& op = schedule.ops()[i];
+        if (op.collective == kind && op.parts == 2 && op.part == part)
+          victim = static_cast<int32_t>(i);
+      }
+      ASSERT_GE(victim, 0);
+      std::vector<Result<ExecuteResult>> results = RunRanks(plan, Without(schedule, victim), 2);
+      for (auto& r : results) {
+        ASSERT_TRUE(r.ok()) << r.message();
+        EXPECT_FALSE(r->passed);
+      }
+    }
+  }
   std::vector<Result<ExecuteResult>> intact = RunRanks(plan, schedule, 2);
   ASSERT_TRUE(intact[0].ok());
   EXPECT_TRUE(intact[0]->passed);

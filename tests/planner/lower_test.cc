@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/model_counts.h"
@@ -96,6 +97,115 @@ TEST(LowerTest, SequenceParallelUsesAllGatherAndReduceScatter) {
       }
     }
   }
+}
+
+PlanKnobs Decomposed(OverlapMethod method, int p, int chunks) {
+  PlanKnobs k = Knobs(p, 1, p > 1 ? kInter : kNone, /*sp=*/true);
+  k.method = method;
+  k.chunks = chunks;
+  return k;
+}
+
+TEST(LowerTest, DecomposedWithOneChunkIsPlainSequenceParallelism) {
+  for (int p : {1, 2}) {
+    SCOPED_TRACE(p);
+    Schedule plain = LowerOk(Knobs(p, 1, p > 1 ? kInter : kNone, /*sp=*/true));
+    Schedule one = LowerOk(
+        Decomposed(p > 1 ? OverlapMethod::kBoth : OverlapMethod::kDecomposed, p, /*chunks=*/1));
+    ASSERT_EQ(one.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      const Op &a = plain.ops()[i], &b = one.ops()[i];
+      ASSERT_EQ(plain.Label(i), one.Label(i)) << i;
+      EXPECT_EQ(a.kind, b.kind);
+      EXPECT_EQ(a.stream, b.stream);
+      EXPECT_EQ(a.m, b.m);
+      EXPECT_EQ(a.n, b.n);
+      EXPECT_EQ(a.k, b.k);
+      EXPECT_EQ(a.bytes, b.bytes);
+      EXPECT_EQ(b.parts, 1);
+      auto da = plain.deps(a), db = one.deps(b);
+      EXPECT_TRUE(std::equal(da.begin(), da.end(), db.begin(), db.end())) << plain.Label(i);
+    }
+  }
+}
+
+// Per layer and slice with c chunks: forward, the all-gathers before QKV and fc1 and the
+// reduce-scatters after proj and fc2 in c parts each, those four GEMMs in c pieces; backward,
+// the output gradient's all-gathers in c parts and the proj and fc2 input-gradient GEMMs in c
+// pieces, the norm output's all-gathers and the input gradients' reduce-scatters whole (bulk
+// overlap under the other GEMM).
+TEST(LowerTest, DecomposedCutsCollectivesAndGemmsIntoChunks) {
+  const int layers = 32;
+  for (auto [method, p, c] :
+       {std::tuple{OverlapMethod::kDecomposed, 1, 2}, std::tuple{OverlapMethod::kDecomposed, 1, 8},
+        std::tuple{OverlapMethod::kBoth, 2, 4}}) {
+    SCOPED_TRACE(testing::Message() << "p=" << p << " c=" << c);
+    Schedule s = LowerOk(Decomposed(method, p, c));
+    Schedule plain = LowerOk(Knobs(p, 1, p > 1 ? kInter : kNone, /*sp=*/true));
+    EXPECT_EQ(Count(s, CollectiveOp::kAllGather), (2 * c + 2 * c + 2) * layers * p);
+    EXPECT_EQ(Count(s, CollectiveOp::kReduceScatter), (2 * c + 2) * layers * p);
+    EXPECT_EQ(Count(s, CollectiveOp::kAllReduce), 0);
+    auto gemms = [](const Schedule& x, OpFunc func) {
+      return std::count_if(x.ops().begin(), x.ops().end(),
+                           [&](const Op& op) { return op.func == func; });
+    };
+    for (OpFunc func : {OpFunc::kQkv, OpFunc::kProj, OpFunc::kFc1, OpFunc::kFc2,
+                        OpFunc::kProjGradInput, OpFunc::kFc2GradInput})
+      EXPECT_EQ(gemms(s, func), c * layers * p) << OpFuncName(func);
+    for (OpFunc func : {OpFunc::kQkvGradInput, OpFunc::kFc1GradWeight, OpFunc::kProjGradWeight})
+      EXPECT_EQ(gemms(s, func), layers * p) << OpFuncName(func);
+    // The same work and the same bytes as plain sequence parallelism, only cut.
+    EXPECT_DOUBLE_EQ(GemmFlops(s), GemmFlops(plain));
+    double bytes = 0, plain_bytes = 0;
+    for (const Op& op : s.ops()) bytes += op.kind == OpKind::kCollective ? op.bytes : 0;
+    for (const Op& op : plain.ops()) plain_bytes += op.kind == OpKind::kCollective ? op.bytes : 0;
+    EXPECT_DOUBLE_EQ(bytes, plain_bytes);
+    // Each part moves 1/c of its slice, and every part index appears.
+    const double slice_bytes = 4.0 * 256 * 2560 * 2 / p;
+    for (const Op& op : s.ops()) {
+      if (op.kind == OpKind::kCollective && op.parts > 1) {
+        EXPECT_EQ(op.parts, c);
+        EXPECT_EQ(op.bytes, slice_bytes / c);
+        EXPECT_EQ(op.tags.chunk, op.part);
+      }
+    }
+  }
+}
+
+// The pipeline: GEMM piece k of QKV waits for all-gather part k (and no later part); reduce-
+// scatter part k of proj waits for proj's piece k; parts run in order on the TP stream.
+TEST(LowerTest, DecomposedPiecesWaitOnlyForTheirOwnPart) {
+  const int c = 4;
+  Schedule s = LowerOk(Decomposed(OverlapMethod::kDecomposed, 1, c));
+  std::vector<int32_t> qkv, gather, proj, scatter;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const Op& op = s.ops()[i];
+    if (op.tags.layer != 0 || op.tags.phase != Phase::kForward) continue;
+    if (op.func == OpFunc::kQkv) qkv.push_back(i);
+    if (op.func == OpFunc::kProj) proj.push_back(i);
+    if (op.func == OpFunc::kTpAllGather && qkv.empty()) gather.push_back(i);
+    if (op.func == OpFunc::kTpReduceScatter && scatter.size() < c) scatter.push_back(i);
+  }
+  ASSERT_EQ(qkv.size(), static_cast<size_t>(c));
+  ASSERT_EQ(gather.size(), static_cast<size_t>(c));
+  ASSERT_EQ(proj.size(), static_cast<size_t>(c));
+  ASSERT_EQ(scatter.size(), static_cast<size_t>(c));
+  for (int k = 0; k < c; ++k) {
+    EXPECT_EQ(s.op(gather[k]).part, k);
+    EXPECT_EQ(s.op(gather[k]).stream, Stream::kTpComm);
+    for (int j = 0; j < c; ++j) EXPECT_EQ(DependsOn(s, qkv[k], gather[j]), j == k) << k << j;
+    EXPECT_TRUE(DependsOn(s, scatter[k], proj[k]));
+    EXPECT_EQ(s.op(scatter[k]).part, k);
+    // Piece k reads and writes rows [k, k + 1) * 256 of the 1024 tokens.
+    const View& rows = s.writes(s.op(qkv[k]))[0].view;
+    EXPECT_EQ(rows.row_begin, 256 * k);
+    EXPECT_EQ(rows.row_end, 256 * (k + 1));
+    EXPECT_EQ(s.op(qkv[k]).m, 256);
+  }
+  // Scope none: the next compute op after proj's pieces waits for every part, not the first.
+  int32_t next = proj.back() + 1;
+  while (s.op(next).stream != Stream::kCompute) ++next;
+  for (int32_t part : scatter) EXPECT_TRUE(DependsOn(s, next, part));
 }
 
 TEST(LowerTest, DepsPrecedeAndCrossStreams) {

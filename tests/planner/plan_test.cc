@@ -128,6 +128,34 @@ TEST(PlanToYamlTest, RoundTripsEveryField) {
   EXPECT_EQ(PlanToYaml(*back), PlanToYaml(plan));
 }
 
+TEST(PlanToYamlTest, DecomposedOverlapRoundTripsAndDominoPlansStayAsTheyWere) {
+  Result<Plan> domino = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(domino.ok()) << domino.message();
+  EXPECT_EQ(domino->method, OverlapMethod::kDomino);
+  EXPECT_EQ(domino->decomposed_chunks(), 1);
+  EXPECT_THAT(PlanToYaml(*domino),
+              HasSubstr("overlap: {row_split: 2, col_split: 1, scope: inter-layer}\n"));
+  Result<Plan> both =
+      ParsePlan(Edit({{"sequence_parallel: false", "sequence_parallel: true"},
+                      {"scope: inter-layer", "scope: inter-layer\n  method: both\n  chunks: 8"}}),
+                "plan.yaml");
+  ASSERT_TRUE(both.ok()) << both.message();
+  EXPECT_EQ(both->method, OverlapMethod::kBoth);
+  EXPECT_EQ(both->decomposed_chunks(), 8);
+  std::string yaml = PlanToYaml(*both);
+  EXPECT_THAT(yaml, HasSubstr("scope: inter-layer, method: both, chunks: 8}"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->method, OverlapMethod::kBoth);
+  EXPECT_EQ(back->chunks, 8);
+  EXPECT_EQ(PlanToYaml(*back), yaml);
+  // Without chunks, decomposed overlap cuts each collective into tp parts.
+  Plan eight = *both;
+  eight.chunks = 0;
+  eight.tp = 8;
+  EXPECT_EQ(eight.decomposed_chunks(), 8);
+}
+
 TEST(PlanToYamlTest, PredictedBlockReadsBack) {
   Result<Plan> plan = ParsePlan(kExamplePlan, "plan.yaml");
   ASSERT_TRUE(plan.ok()) << plan.message();
@@ -206,6 +234,23 @@ std::vector<BadPlan> BadPlans() {
        Edit({{"sequence_parallel: false", "sequence_parallel: true"},
              {"col_split: 1", "col_split: 2"}}),
        "plan.yaml:16:", "overlap.col_split", "sequence_parallel"},
+      {"decomposed_needs_sp", Edit({{"scope: inter-layer", "scope: inter-layer\n  method: both"}}),
+       "plan.yaml:18:", "overlap.method", "sequence_parallel: true"},
+      {"decomposed_without_row_split",
+       Edit({{"sequence_parallel: false", "sequence_parallel: true"},
+             {"scope: inter-layer", "scope: inter-layer\n  method: decomposed\n  chunks: 4"}}),
+       "plan.yaml:18:", "overlap.method", "method both decomposes each row slice"},
+      {"chunks_divide_a_slice",
+       Edit({{"sequence_parallel: false", "sequence_parallel: true"},
+             {"scope: inter-layer", "scope: inter-layer\n  method: both\n  chunks: 5"}}),
+       "plan.yaml:19:", "overlap.chunks", "tokens of a row slice"},
+      {"chunks_need_a_decomposed_method",
+       Edit({{"scope: inter-layer", "scope: inter-layer\n  chunks: 4"}}),
+       "plan.yaml:18:", "overlap.chunks", "method decomposed or both"},
+      {"chunks_at_most_16",
+       Edit({{"sequence_parallel: false", "sequence_parallel: true"},
+             {"scope: inter-layer", "scope: inter-layer\n  method: both\n  chunks: 32"}}),
+       "plan.yaml:19:", "overlap.chunks", "between 1 and 16"},
       {"misspelt_key", Edit({{"row_split: 2", "row_splt: 2"}}), "plan.yaml:15:", "overlap.row_splt",
        "did you mean 'row_split'?"},
       {"unknown_scope", Edit({{"scope: inter-layer", "scope: inter"}}),

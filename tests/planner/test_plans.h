@@ -21,6 +21,8 @@ struct PlanKnobs {
   int col_split = 1;
   OverlapScope scope = OverlapScope::kNone;
   bool sequence_parallel = false;
+  OverlapMethod method = OverlapMethod::kDomino;
+  int chunks = 0;  // 0: tp
 };
 
 // A resolved plan; fails the test (and returns the unresolved plan) when it breaks a rule.
@@ -36,6 +38,8 @@ inline Plan MakePlan(const PlanKnobs& k) {
   plan.col_split = k.col_split;
   plan.scope = k.scope;
   plan.sequence_parallel = k.sequence_parallel;
+  plan.method = k.method;
+  plan.chunks = k.chunks;
   Status status = ResolvePlan(plan);
   EXPECT_TRUE(status.ok()) << status.message();
   return plan;

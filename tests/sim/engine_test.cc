@@ -143,6 +143,87 @@ TEST(EngineTest, CollectiveTakesSmsFromTheGemm) {
   }
 }
 
+// Decomposed collective matmul, as planner/lower.cc emits it: a 200-tile GEMM (two waves on 100
+// SMs, 20 us) after an 8 us all-gather, cut into two 100-tile pieces (10 us each) and two 4 us
+// parts; piece k waits for part k only.
+TEST(EngineTest, TwoChunkAllGatherGemmPipelines) {
+  {
+    // Unsplit: 8 + 20 = 28 us.
+    Case c;
+    int32_t ag = c.Add(Stream::kTpComm, Comm(8));
+    int32_t gemm = c.Add(Stream::kCompute, Compute(200, 10), {ag});
+    EXPECT_NEAR(c.Run().ops[gemm].end_us, 28, kEps);
+  }
+  {
+    // Part 0 alone (0-4), piece 0 (4-14) beside part 1 (4-8), piece 1 (14-24): 4 us exposed.
+    Case c;
+    int32_t ag0 = c.Add(Stream::kTpComm, Comm(4));
+    int32_t gemm0 = c.Add(Stream::kCompute, Compute(100, 10), {ag0});
+    int32_t ag1 = c.Add(Stream::kTpComm, Comm(4));
+    int32_t gemm1 = c.Add(Stream::kCompute, Compute(100, 10), {ag1});
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[ag1].start_us, 4, kEps);
+    EXPECT_NEAR(t.ops[ag1].end_us, 8, kEps);
+    EXPECT_NEAR(t.ops[gemm0].start_us, 4, kEps);
+    EXPECT_NEAR(t.ops[gemm0].end_us, 14, kEps);
+    EXPECT_NEAR(t.ops[gemm1].end_us, 24, kEps);
+  }
+  {
+    // The parts take 20 CTAs: piece 0 runs on 80 SMs (two waves, 1/20 per us) beside part 1,
+    // 0.2 done at 8 us, the other 0.8 alone in 8 us: 16; piece 1 16-26.
+    Case c;
+    int32_t ag0 = c.Add(Stream::kTpComm, Comm(4, 20));
+    int32_t gemm0 = c.Add(Stream::kCompute, Compute(100, 10), {ag0});
+    int32_t ag1 = c.Add(Stream::kTpComm, Comm(4, 20));
+    int32_t gemm1 = c.Add(Stream::kCompute, Compute(100, 10), {ag1});
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[ag1].end_us, 8, kEps);
+    EXPECT_NEAR(t.ops[gemm0].end_us, 16, kEps);
+    EXPECT_NEAR(t.ops[gemm1].start_us, 16, kEps);
+    EXPECT_NEAR(t.ops[gemm1].end_us, 26, kEps);
+  }
+}
+
+// The row-parallel side: the same GEMM before a 12 us reduce-scatter, cut into two pieces whose
+// 6 us parts reduce-scatter while the next piece computes; only the last part is exposed.
+TEST(EngineTest, TwoChunkGemmReduceScatterPipelines) {
+  {
+    // Unsplit: 20 + 12 = 32 us.
+    Case c;
+    int32_t gemm = c.Add(Stream::kCompute, Compute(200, 10));
+    int32_t rs = c.Add(Stream::kTpComm, Comm(12), {gemm});
+    EXPECT_NEAR(c.Run().ops[rs].end_us, 32, kEps);
+  }
+  {
+    // Piece 0 (0-10), part 0 (10-16) beside piece 1 (10-20), part 1 (20-26).
+    Case c;
+    int32_t gemm0 = c.Add(Stream::kCompute, Compute(100, 10));
+    int32_t rs0 = c.Add(Stream::kTpComm, Comm(6), {gemm0});
+    int32_t gemm1 = c.Add(Stream::kCompute, Compute(100, 10));
+    int32_t rs1 = c.Add(Stream::kTpComm, Comm(6), {gemm1});
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[rs0].start_us, 10, kEps);
+    EXPECT_NEAR(t.ops[rs0].end_us, 16, kEps);
+    EXPECT_NEAR(t.ops[gemm1].end_us, 20, kEps);
+    EXPECT_NEAR(t.ops[rs1].start_us, 20, kEps);
+    EXPECT_NEAR(t.ops[rs1].end_us, 26, kEps);
+  }
+  {
+    // With 20 CTAs: piece 1 does 6/20 = 0.3 beside part 0 (10-16), the other 0.7 alone in 7 us:
+    // 23; part 1 23-29.
+    Case c;
+    int32_t gemm0 = c.Add(Stream::kCompute, Compute(100, 10));
+    int32_t rs0 = c.Add(Stream::kTpComm, Comm(6, 20), {gemm0});
+    int32_t gemm1 = c.Add(Stream::kCompute, Compute(100, 10));
+    int32_t rs1 = c.Add(Stream::kTpComm, Comm(6, 20), {gemm1});
+    Timeline t = c.Run();
+    EXPECT_NEAR(t.ops[rs0].end_us, 16, kEps);
+    EXPECT_NEAR(t.ops[gemm1].end_us, 23, kEps);
+    EXPECT_NEAR(t.ops[rs1].start_us, 23, kEps);
+    EXPECT_NEAR(t.ops[rs1].end_us, 29, kEps);
+  }
+}
+
 TEST(EngineTest, HbmIsSharedWhenOversubscribed) {
   // HBM (1000 GB/s) is offered in proportion to SMs: 80 to the compute op, 20 to a 20-CTA
   // collective, so 800 : 200 GB/s, and what one side does not need goes to the other.

@@ -86,6 +86,66 @@ TEST(PredictTest, InvariantsOverModelsClustersAndStrategies) {
   }
 }
 
+PlanKnobs DecomposedKnobs(const std::string& model, const std::string& cluster,
+                          OverlapMethod method, int chunks) {
+  const bool both = method == OverlapMethod::kBoth;
+  PlanKnobs k = Knobs(model, cluster,
+                      Strategy{"sp", both ? 2 : 1, 1,
+                               both ? OverlapScope::kInterLayer : OverlapScope::kNone, true});
+  k.method = method;
+  k.chunks = chunks;
+  return k;
+}
+
+TEST(PredictTest, DecomposedWithOneChunkPredictsPlainSequenceParallelism) {
+  for (const char* cluster : {"dgx-h100:1", "dgx-h100:2"}) {
+    SCOPED_TRACE(cluster);
+    Prediction plain = PredictOk(MakePlan(Knobs("llama2-7b", cluster, kStrategies[1])));
+    Prediction one =
+        PredictOk(MakePlan(DecomposedKnobs("llama2-7b", cluster, OverlapMethod::kDecomposed, 1)));
+    EXPECT_EQ(one.figures.iteration_ms, plain.figures.iteration_ms);
+    EXPECT_EQ(one.figures.ideal_ms, plain.figures.ideal_ms);
+    EXPECT_EQ(one.serial_ms, plain.serial_ms);
+  }
+}
+
+TEST(PredictTest, DecomposedLiesBetweenIdealAndSerialized) {
+  for (const char* model : {"gpt3-2.7b", "llama2-7b"}) {
+    for (const char* cluster : {"dgx-h100:1", "dgx-h100:2", "dgx-a100:1"}) {
+      for (OverlapMethod method : {OverlapMethod::kDecomposed, OverlapMethod::kBoth}) {
+        for (int chunks : {2, 4, 8}) {
+          SCOPED_TRACE(testing::Message()
+                       << model << " " << cluster << " " << MethodName(method) << " " << chunks);
+          Prediction p = PredictOk(MakePlan(DecomposedKnobs(model, cluster, method, chunks)));
+          const PlanFigures& f = p.figures;
+          const double tol = 1e-9 * f.iteration_ms;
+          EXPECT_GT(f.ideal_ms, 0);
+          EXPECT_LE(f.ideal_ms, f.iteration_ms + tol);
+          EXPECT_LE(f.iteration_ms, p.serial_ms + tol);
+          EXPECT_GE(f.hidden_comm_fraction, 0.0);
+          EXPECT_LE(f.hidden_comm_fraction, 1.0);
+        }
+      }
+    }
+  }
+}
+
+// Narrower GEMM pieces lose efficiency and every piece pays its launch: with the collectives
+// free, cutting more never helps.
+TEST(PredictTest, MoreChunksNeverLowerTheIdeal) {
+  for (const char* model : {"gpt3-2.7b", "llama2-7b"}) {
+    for (OverlapMethod method : {OverlapMethod::kDecomposed, OverlapMethod::kBoth}) {
+      SCOPED_TRACE(testing::Message() << model << " " << MethodName(method));
+      double previous = 0;
+      for (int chunks : {1, 2, 4, 8, 16}) {
+        Prediction p = PredictOk(MakePlan(DecomposedKnobs(model, "dgx-h100:1", method, chunks)));
+        EXPECT_GE(p.figures.ideal_ms, previous) << chunks << " chunks";
+        previous = p.figures.ideal_ms;
+      }
+    }
+  }
+}
+
 TEST(PredictTest, BaselineIsTheSameWhicheverWayItIsBuilt) {
   // From code with defaults, and from YAML text naming every default.
   Plan coded = MakePlan(Knobs("gpt3-2.7b", "dgx-h100:1", kStrategies[0]));
