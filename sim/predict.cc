@@ -362,6 +362,8 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   double peak = plan.cluster.node.gpu.peak(plan.precision);
   if (peak <= 0) peak = plan.cluster.node.gpu.peak(Dtype::kBf16);
   f.mfu = f.tflops_per_gpu / peak;
+  p.mfu_full_attention = f.mfu * TrainingFlopsPerToken(plan.model, plan.seq_len) /
+                         TrainingFlopsPerToken(plan.model, plan.seq_len, AttentionCount::kCausal);
   f.memory_gib_per_gpu =
       EstimateMemory(plan, AttentionOf(plan, options) == AttentionKernel::kFlash).total_bytes() /
       (1 << 30);

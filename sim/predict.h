@@ -21,12 +21,12 @@ OpClass ClassOf(const Op& op);
 // in milliseconds; the parts add up to the iteration time.
 struct IterationBreakdown {
   int critical_stage = 0;
-  double compute_ms = 0;      // its chunks' forward and backward with TP collectives free
-  double exposed_tp_ms = 0;   // what its TP collectives add to that
-  double bubble_ms = 0;       // idle in the pipeline schedule itself (with free transfers)
-  double exposed_pp_ms = 0;   // idle added by pipeline transfers
-  double exposed_dp_ms = 0;   // DP gradient reduction (and parameter all-gather) after backward
-  double optimizer_ms = 0;    // Adam step
+  double compute_ms = 0;     // its chunks' forward and backward with TP collectives free
+  double exposed_tp_ms = 0;  // what its TP collectives add to that
+  double bubble_ms = 0;      // idle in the pipeline schedule itself (with free transfers)
+  double exposed_pp_ms = 0;  // idle added by pipeline transfers
+  double exposed_dp_ms = 0;  // DP gradient reduction (and parameter all-gather) after backward
+  double optimizer_ms = 0;   // Adam step
 };
 
 // Prediction is the simulator's answer for one plan (DESIGN.md "Definitions"). The iteration is
@@ -42,9 +42,12 @@ struct Prediction {
   Timeline ideal_timeline;  // the same with TP collectives free
   PlanFigures figures;
   IterationBreakdown breakdown;
-  double tp_comm_ms = 0;     // uncontended TP collective time per iteration on stage 0
-  double dp_comm_ms = 0;     // uncontended DP collective time per iteration (stage 0)
-  double serial_ms = 0;      // nothing overlapped: every op, transfer and collective in turn
+  double tp_comm_ms = 0;  // uncontended TP collective time per iteration on stage 0
+  double dp_comm_ms = 0;  // uncontended DP collective time per iteration (stage 0)
+  double serial_ms = 0;   // nothing overlapped: every op, transfer and collective in turn
+  // MFU with attention counted unmasked, as Megatron-LM, NeMo and the DGX Cloud recipes count it
+  // (figures.mfu counts causal attention as half; see README "MFU convention").
+  double mfu_full_attention = 0;
   // Per iteration on stage 0, the time ops of each class ran (contended durations summed).
   std::array<double, kOpClassCount> busy_ms{};
 };

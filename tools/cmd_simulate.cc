@@ -30,11 +30,16 @@ struct SimulateFlags {
 
 std::string Describe(const Plan& p) {
   return fmt::format(
-      "# {} on {} ({} x {}), {}, seq {}, micro-batch {}, global batch {} ({} micro-batch(es))\n"
-      "# tp {}, pp {}, dp {}, sequence parallel {} | row split {}, col split {}, scope {}\n",
+      "# {} on {} ({} x {}), {}, stack {}, seq {}, micro-batch {}, global batch {} ({} "
+      "micro-batch(es))\n"
+      "# tp {}, pp {}, dp {}, sequence parallel {} | row split {}, col split {}, scope {}{}\n",
       p.model.name, p.cluster.name, p.cluster.total_gpus(), p.cluster.node.gpu.name,
-      DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch, p.micro_batches(), p.tp,
-      p.pp, p.dp, p.sequence_parallel ? "on" : "off", p.row_split, p.col_split, ScopeName(p.scope));
+      DtypeName(p.precision), p.stack.name, p.seq_len, p.micro_batch, p.global_batch,
+      p.micro_batches(), p.tp, p.pp, p.dp, p.sequence_parallel ? "on" : "off", p.row_split,
+      p.col_split, ScopeName(p.scope),
+      p.method == OverlapMethod::kDomino
+          ? ""
+          : fmt::format(", {} overlap in {} chunks", MethodName(p.method), p.decomposed_chunks()));
 }
 
 void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& out) {
@@ -50,6 +55,7 @@ void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& o
   summary.AddRow({"tokens/s", fmt::format("{:.0f}", f.tokens_per_s)});
   summary.AddRow({"TFLOP/s per GPU", fmt::format("{:.1f}", f.tflops_per_gpu)});
   summary.AddRow({"MFU", fmt::format("{:.1f}%", 100 * f.mfu)});
+  summary.AddRow({"MFU, attention unmasked", fmt::format("{:.1f}%", 100 * p.mfu_full_attention)});
   summary.AddRow({"memory per GPU", fmt::format("{:.1f} GiB", f.memory_gib_per_gpu)});
   summary.Print(out);
   out << "\n";
@@ -86,6 +92,8 @@ struct Strategy {
   bool sp;
   int p, q;
   OverlapScope scope;
+  OverlapMethod method = OverlapMethod::kDomino;
+  int chunks = 0;  // decomposed overlap: 0 = tp
 };
 
 void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
@@ -101,6 +109,11 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
       {"2D p=2 q=2", false, 2, 2, OverlapScope::kInterLayer},
       {"2D p=4 q=2", false, 4, 2, OverlapScope::kInterLayer},
       {"SP + row p=2", true, 2, 1, OverlapScope::kInterLayer},
+      {"decomposed c=tp (TE, async TP)", true, 1, 1, OverlapScope::kNone,
+       OverlapMethod::kDecomposed, 0},
+      {"decomposed c=2", true, 1, 1, OverlapScope::kNone, OverlapMethod::kDecomposed, 2},
+      {"decomposed c=4", true, 1, 1, OverlapScope::kNone, OverlapMethod::kDecomposed, 4},
+      {"both p=2 c=2", true, 2, 1, OverlapScope::kInterLayer, OverlapMethod::kBoth, 2},
   };
   std::cout << Describe(base) << "\n";
   Table table({"strategy", "iteration ms", "exposed ms", "comm share", "hidden", "tokens/s", "MFU",
@@ -113,6 +126,8 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
     plan.row_split = s.p;
     plan.col_split = s.q;
     plan.scope = s.scope;
+    plan.method = s.method;
+    plan.chunks = s.chunks;
     if (auto failure = CheckPlanRules(plan)) {
       skipped.push_back(fmt::format("{}: {}", s.name, failure->rule));
       continue;
