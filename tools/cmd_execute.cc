@@ -108,10 +108,15 @@ void PrintRun(const Plan& plan, const std::string& backend, const exec::LaunchEn
               const exec::ExecuteResult& r, const PlanFigures& f, double comm_ms) {
   std::cout << fmt::format(
       "# {} executed on the {} backend: {} rank(s), launcher: {}\n"
-      "# tp {} | row split {}, col split {}, scope {}, sequence parallel {} | {} layers, "
+      "# tp {} | row split {}, col split {}, scope {}, sequence parallel {}{} | {} layers, "
       "micro-batch {} x seq {}, forward + backward, {} ops per rank\n\n",
       plan.model.name, backend, env.size, env.source, plan.tp, plan.row_split, plan.col_split,
-      ScopeName(plan.scope), plan.sequence_parallel ? "on" : "off", plan.model.layers / plan.pp,
+      ScopeName(plan.scope), plan.sequence_parallel ? "on" : "off",
+      plan.method == OverlapMethod::kDomino
+          ? ""
+          : fmt::format(", {} overlap in {} chunks", MethodName(plan.method),
+                        plan.decomposed_chunks()),
+      plan.model.layers / plan.pp,
       plan.micro_batch, plan.seq_len, r.schedule.size());
   Table summary({"measured on rank 0", "value"});
   summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
