@@ -41,6 +41,8 @@ std::string DescribeCandidate(const Plan& p) {
   if (p.recompute != Recompute::kNone) out += fmt::format(" rc-{}", RecomputeName(p.recompute));
   if (p.distributed_optimizer) out += " distopt";
   out += fmt::format(" p {} q {} {}", p.row_split, p.col_split, ScopeName(p.scope));
+  if (p.method != OverlapMethod::kDomino)
+    out += fmt::format(" {} c {}", MethodName(p.method), p.decomposed_chunks());
   return out;
 }
 
@@ -114,8 +116,26 @@ Status ApplyStrategy(std::string_view s, SearchSpace* space) {
   } else if (s == "2d") {
     keep(space->row_splits, [](int p) { return p > 1; });
     keep(space->col_splits, [](int q) { return q > 1; });
+  } else if ((s == "decomposed" || s == "both") && space->sequence_parallel &&
+             !*space->sequence_parallel) {
+    return Error(fmt::format("--strategy {} decomposes sequence parallelism's collectives: it "
+                             "contradicts the pinned sp=false",
+                             s));
+  } else if (s == "decomposed") {
+    keep(space->row_splits, [](int p) { return p == 1; });
+    keep(space->col_splits, [](int q) { return q == 1; });
+    space->methods = {OverlapMethod::kDecomposed};
+    space->sequence_parallel = true;
+  } else if (s == "both") {
+    keep(space->row_splits, [](int p) { return p > 1; });
+    keep(space->col_splits, [](int q) { return q == 1; });
+    space->methods = {OverlapMethod::kBoth};
+    space->sequence_parallel = true;
+  } else if (s == "all") {
+    space->methods = {OverlapMethod::kDomino, OverlapMethod::kDecomposed, OverlapMethod::kBoth};
   } else if (s != "any") {
-    return Error(fmt::format("--strategy: unknown '{}' (baseline, row, col, 2d, any)", s));
+    return Error(fmt::format(
+        "--strategy: unknown '{}' (baseline, row, col, 2d, any, decomposed, both, all)", s));
   }
   if (space->row_splits.empty() || space->col_splits.empty())
     return Error(fmt::format("--strategy {} contradicts the pinned row/column split", s));
@@ -162,6 +182,8 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
               plan.distributed_optimizer = dist == 1;
               plan.row_split = plan.col_split = 1;
               plan.scope = OverlapScope::kNone;
+              plan.method = OverlapMethod::kDomino;
+              plan.chunks = 0;
               plan.predicted.reset();
               plan.measured.reset();
               outers.push_back(std::move(plan));
@@ -219,31 +241,52 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     // The unsliced plan first: its ideal bounds every sliced variant from below.
     double bound_ms = 0;
     bool first = true;
-    for (int p : space.row_splits) {
-      for (int q : space.col_splits) {
-        for (OverlapScope scope : space.scopes) {
-          if ((p == 1 && q == 1) != (scope == OverlapScope::kNone)) continue;
-          if (scope == OverlapScope::kInterLayer && p == 1) continue;
-          Plan plan = outer;
-          plan.row_split = p, plan.col_split = q, plan.scope = scope;
-          if (auto failure = CheckPlanRules(plan)) {
-            reject(plan, failure->rule);
-            continue;
+    // Decomposed overlap only raises the ideal further (narrower GEMM pieces, more launches).
+    struct Decomposition {
+      OverlapMethod method;
+      int chunks;
+    };
+    std::vector<Decomposition> decompositions;
+    for (OverlapMethod method : space.methods) {
+      if (method == OverlapMethod::kDomino) {
+        decompositions.push_back({method, 0});
+        continue;
+      }
+      // Decomposes SP's TP collectives: nothing to decompose without them.
+      if (!outer.sequence_parallel || outer.tp == 1) continue;
+      for (int c : space.chunk_counts) decompositions.push_back({method, c});
+    }
+    for (const Decomposition& decomposition : decompositions) {
+      for (int p : space.row_splits) {
+        for (int q : space.col_splits) {
+          for (OverlapScope scope : space.scopes) {
+            if ((p == 1 && q == 1) != (scope == OverlapScope::kNone)) continue;
+            if (scope == OverlapScope::kInterLayer && p == 1) continue;
+            if ((decomposition.method == OverlapMethod::kDecomposed) != (p == 1 && q == 1) &&
+                decomposition.method != OverlapMethod::kDomino)
+              continue;
+            Plan plan = outer;
+            plan.row_split = p, plan.col_split = q, plan.scope = scope;
+            plan.method = decomposition.method, plan.chunks = decomposition.chunks;
+            if (auto failure = CheckPlanRules(plan)) {
+              reject(plan, failure->rule);
+              continue;
+            }
+            if (space.prune && !first && bound_ms > best_ms) {
+              ++result.pruned;
+              continue;
+            }
+            Result<PlanFigures> figures = evaluator.Evaluate(plan);
+            ++result.evaluated;
+            if (!figures.ok()) {
+              reject(plan, figures.message());
+              continue;
+            }
+            if (first) bound_ms = figures->ideal_ms;
+            first = false;
+            best_ms = std::min(best_ms, figures->iteration_ms);
+            result.ranked.push_back(Candidate{std::move(plan), *figures});
           }
-          if (space.prune && !first && bound_ms > best_ms) {
-            ++result.pruned;
-            continue;
-          }
-          Result<PlanFigures> figures = evaluator.Evaluate(plan);
-          ++result.evaluated;
-          if (!figures.ok()) {
-            reject(plan, figures.message());
-            continue;
-          }
-          if (first) bound_ms = figures->ideal_ms;
-          first = false;
-          best_ms = std::min(best_ms, figures->iteration_ms);
-          result.ranked.push_back(Candidate{std::move(plan), *figures});
         }
       }
     }

@@ -35,6 +35,10 @@ struct SearchSpace {
   std::vector<int> col_splits = {1, 2, 4};
   std::vector<OverlapScope> scopes = {OverlapScope::kNone, OverlapScope::kIntraLayer,
                                       OverlapScope::kInterLayer};
+  // Overlap methods, and the chunk counts tried for decomposed overlap (method decomposed or
+  // both; those need sequence parallelism). Domino's slicing alone unless a strategy adds them.
+  std::vector<OverlapMethod> methods = {OverlapMethod::kDomino};
+  std::vector<int> chunk_counts = {2, 4, 8, 16};
   int max_virtual_stages = 4;
   int max_micro_batch = 32;
   bool prune = true;  // false: evaluate every feasible candidate (brute force)
@@ -50,7 +54,9 @@ struct SearchSpace {
 Status ApplyFix(std::string_view fix, SearchSpace* space);
 
 // Limits the Domino dimensions: "baseline" (p = q = 1), "row" (p > 1, q = 1), "col" (q > 1,
-// p = 1), "2d" (p, q > 1), "any".
+// p = 1), "2d" (p, q > 1), "any"; or searches decomposed overlap: "decomposed" (p = q = 1,
+// sequence parallelism, each chunk count), "both" (decomposed row slices, p > 1, q = 1), "all"
+// (any Domino slicing, decomposed and both).
 Status ApplyStrategy(std::string_view strategy, SearchSpace* space);
 
 enum class Objective { kThroughput, kIterationTime };

@@ -163,7 +163,9 @@ void Run(const PlanCommandFlags& flags) {
   // The Megatron baseline with the same degrees and memory options as the best plan.
   const Candidate* baseline = nullptr;
   for (const Candidate& c : result->ranked)
-    if (SameOuter(c.plan, best.plan) && c.plan.is_baseline()) baseline = &c;
+    if (SameOuter(c.plan, best.plan) && c.plan.is_baseline() &&
+        c.plan.method == OverlapMethod::kDomino)
+      baseline = &c;
 
   // With the plan on stdout (--out -), the table goes to stderr: stdout holds one YAML document.
   const bool plan_on_stdout = flags.out_path == "-";
@@ -202,10 +204,15 @@ void Run(const PlanCommandFlags& flags) {
       bool (*uses)(const Plan&);
     };
     const Dimension dimensions[] = {
-        {"row", [](const Plan& p) { return p.row_split > 1 && p.col_split == 1; }},
+        {"row",
+         [](const Plan& p) {
+           return p.row_split > 1 && p.col_split == 1 && p.method == OverlapMethod::kDomino;
+         }},
         {"col", [](const Plan& p) { return p.row_split == 1 && p.col_split > 1; }},
         {"2d", [](const Plan& p) { return p.row_split > 1 && p.col_split > 1; }},
         {"inter_layer", [](const Plan& p) { return p.scope == OverlapScope::kInterLayer; }},
+        {"decomposed", [](const Plan& p) { return p.method == OverlapMethod::kDecomposed; }},
+        {"both", [](const Plan& p) { return p.method == OverlapMethod::kBoth; }},
     };
     std::string lines;
     for (const Dimension& d : dimensions) {
@@ -260,8 +267,9 @@ void SetupPlan(CLI::App* sub) {
          "plan to stdout (the table goes to stderr), so `plan --out - > p.yaml` loads back")
       ->check(NonEmpty());
   sub->add_option("--strategy", flags->strategy,
-                  "limit Domino slicing: baseline | row | col | 2d | any")
-      ->check(CLI::IsMember({"baseline", "row", "col", "2d", "any"}));
+                  "limit Domino slicing: baseline | row | col | 2d | any; or search decomposed "
+                  "collective-matmul overlap: decomposed | both | all")
+      ->check(CLI::IsMember({"baseline", "row", "col", "2d", "any", "decomposed", "both", "all"}));
   sub->add_option("--fix", flags->fix,
                   "pin dimensions: tp=8,pp=1,dp=4,v=2,mb=4,sp=true,distopt=false,recompute=none,"
                   "p=2,q=1,scope=inter-layer");

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <string_view>
 
 #include "sim/predict.h"
 
@@ -113,6 +115,54 @@ TEST(SearchTest, FixAndStrategyPinDimensions) {
   }
 }
 
+TEST(SearchTest, DecomposedStrategiesSearchChunkCountsWithSequenceParallelism) {
+  Plan base = Base("llama2-7b", "dgx-h100:1", 8);
+  for (const char* strategy : {"decomposed", "both"}) {
+    SCOPED_TRACE(strategy);
+    SearchSpace space;
+    space.max_micro_batch = 4;
+    ASSERT_TRUE(ApplyFix("tp=8", &space).ok());
+    ASSERT_TRUE(ApplyStrategy(strategy, &space).ok());
+    Simulator eval;
+    Result<SearchResult> r = SearchPlans(base, space, eval);
+    ASSERT_TRUE(r.ok()) << r.message();
+    std::set<int> chunks;
+    for (const Candidate& c : r->ranked) {
+      EXPECT_FALSE(CheckPlanRules(c.plan).has_value()) << DescribeCandidate(c.plan);
+      EXPECT_TRUE(c.plan.sequence_parallel);
+      EXPECT_EQ(c.plan.method, std::string_view(strategy) == "decomposed"
+                                   ? OverlapMethod::kDecomposed
+                                   : OverlapMethod::kBoth);
+      EXPECT_EQ(c.plan.row_split > 1, std::string_view(strategy) == "both");
+      EXPECT_NE(DescribeCandidate(c.plan).find(" c "), std::string::npos);
+      chunks.insert(c.plan.decomposed_chunks());
+    }
+    EXPECT_EQ(chunks, (std::set<int>{2, 4, 8, 16}));
+  }
+}
+
+// "all" puts Domino's slicing, decomposed overlap and both in one ranking; the bound still
+// finds brute force's optimum.
+TEST(SearchTest, AllMethodsPruneToTheBruteForceOptimum) {
+  Plan base = Base("llama2-7b", "dgx-h100:1", 8, 2048);
+  SearchSpace space;
+  space.max_micro_batch = 4;
+  ASSERT_TRUE(ApplyFix("tp=8", &space).ok());
+  ASSERT_TRUE(ApplyStrategy("all", &space).ok());
+  Simulator pruned_eval, brute_eval;
+  Result<SearchResult> pruned = SearchPlans(base, space, pruned_eval);
+  space.prune = false;
+  Result<SearchResult> brute = SearchPlans(base, space, brute_eval);
+  ASSERT_TRUE(pruned.ok()) << pruned.message();
+  ASSERT_TRUE(brute.ok()) << brute.message();
+  EXPECT_EQ(PlanToYaml(pruned->ranked.front().plan), PlanToYaml(brute->ranked.front().plan));
+  int methods[3] = {0, 0, 0};
+  for (const Candidate& c : brute->ranked) ++methods[static_cast<int>(c.plan.method)];
+  EXPECT_GT(methods[0], 0);
+  EXPECT_GT(methods[1], 0);
+  EXPECT_GT(methods[2], 0);
+}
+
 TEST(SearchTest, BadFixesNameTheKey) {
   SearchSpace space;
   Status s = ApplyFix("tp=eight", &space);
@@ -127,6 +177,9 @@ TEST(SearchTest, BadFixesNameTheKey) {
   ASSERT_TRUE(s.ok());
   EXPECT_FALSE(ApplyStrategy("row", &space).ok());  // row needs p > 1
   EXPECT_FALSE(ApplyStrategy("diagonal", &space).ok());
+  SearchSpace no_sp;
+  ASSERT_TRUE(ApplyFix("sp=false", &no_sp).ok());
+  EXPECT_FALSE(ApplyStrategy("decomposed", &no_sp).ok());
 }
 
 TEST(SearchTest, Deterministic) {
