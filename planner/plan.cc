@@ -222,6 +222,9 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
     return fail(
         "parallel.sequence_parallel",
         fmt::format("sequence parallelism needs tp ({}) to divide seq_len ({})", p.tp, p.seq_len));
+  if (p.method == OverlapMethod::kDomino && p.copy_engine)
+    return fail("overlap.copy_engine",
+                "copy engines move decomposed parts: it needs overlap.method decomposed or both");
   if (p.method == OverlapMethod::kDomino && p.chunks != 0)
     return fail("overlap.chunks",
                 "chunks cut decomposed collectives: it needs overlap.method decomposed or both");
@@ -342,6 +345,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     overlap->Enum("scope", &plan.scope, Need::kOptional, kScopes);
     overlap->Enum("method", &plan.method, Need::kOptional, kMethods);
     overlap->Int("chunks", &plan.chunks, Need::kOptional, Range(kChunksBound));
+    overlap->Bool("copy_engine", &plan.copy_engine, Need::kOptional);
     (void)overlap->Finish();
   }
   if (auto memory = root.Map("memory", Need::kOptional)) {
@@ -438,7 +442,8 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       // Written only for decomposed overlap, so a Domino plan's YAML stays what it was.
       p.method == OverlapMethod::kDomino
           ? ""
-          : fmt::format(", method: {}, chunks: {}", MethodName(p.method), p.decomposed_chunks()),
+          : fmt::format(", method: {}, chunks: {}{}", MethodName(p.method), p.decomposed_chunks(),
+                        p.copy_engine ? ", copy_engine: true" : ""),
       RecomputeName(p.recompute), p.distributed_optimizer);
   if (p.predicted) out += FiguresToYaml("predicted", *p.predicted);
   if (p.measured) out += FiguresToYaml("measured", *p.measured);

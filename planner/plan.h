@@ -77,6 +77,10 @@ struct Plan {
   OverlapScope scope = OverlapScope::kNone;
   OverlapMethod method = OverlapMethod::kDomino;
   int chunks = 0;  // pieces of each decomposed collective; 0: tp
+  // Decomposed parts moved by the GPU's copy engines (Transformer Engine's ring exchange over
+  // send/recv) instead of SM-driven NCCL kernels: they take no SMs from the GEMMs beside them,
+  // but still their HBM traffic.
+  bool copy_engine = false;
   // memory
   Recompute recompute = Recompute::kNone;
   bool distributed_optimizer = false;
@@ -133,7 +137,7 @@ inline constexpr int64_t kMaxLayerPasses = int64_t{1} << 21;
 // inter-layer scope needs row_split >= 2; sequence parallelism needs tp dividing seq_len/row.
 // Decomposed overlap (method decomposed or both) needs sequence parallelism; decomposed alone
 // runs without Domino's splits, both with row_split >= 2 and col_split 1; its chunks (tp by
-// default) between 1 and 16 and dividing a row slice's tokens.
+// default) between 1 and 16 and dividing a row slice's tokens; copy_engine only with it.
 // First of all, every integer setting within its PlanIntBound, the GPU able to run the
 // precision (a peak above 0) and the work within kMaxLayerPasses.
 // `key_of` maps each failure to the YAML key it concerns ("parallel.tp").

@@ -38,6 +38,7 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       node_(plan.cluster.node),
       options_(options),
       plan_stack_(plan.stack),
+      copy_engine_parts_(plan.copy_engine),
       tp_group_(TpGroup(plan)) {
   // A precision the GPU lacks runs in the first 16- or 32-bit type it has (fp32's peak is always
   // above 0), never at a zero peak, which would make every op last forever. Plans that pass
@@ -147,12 +148,16 @@ OpCost CostModel::Cost(const Op& op) const {
           EstimateCollective(node_, ToCollective(op.collective), op.bytes, tp_group_);
       cost.is_comm = true;
       cost.alone_us = us;
-      cost.ctas = options_.profile->contention ? estimate.ctas : 0;
+      cost.ctas = options_.profile->contention && !OnCopyEngine(op) ? estimate.ctas : 0;
       cost.hbm_bytes = options_.profile->contention ? estimate.hbm_bytes : 0;
       return cost;
     }
   }
   return ModelCost(op);
+}
+
+bool CostModel::OnCopyEngine(const Op& op) const {
+  return copy_engine_parts_ && op.kind == OpKind::kCollective && op.parts > 1;
 }
 
 OpCost CostModel::ModelCost(const Op& op) const {
@@ -177,7 +182,7 @@ OpCost CostModel::ModelCost(const Op& op) const {
       CollectiveEstimate estimate =
           EstimateCollective(node_, ToCollective(op.collective), op.bytes, tp_group_);
       cost.alone_us = estimate.time_us;
-      cost.ctas = estimate.ctas;
+      cost.ctas = OnCopyEngine(op) ? 0 : estimate.ctas;
       cost.hbm_bytes = estimate.hbm_bytes;
       return cost;
     }

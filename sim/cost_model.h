@@ -45,7 +45,8 @@ CommGroup TpGroup(const Plan& plan);
 // s x s, then the score passes through HBM the stack's kernels make (softmax fused or not,
 // dropout), added to the GEMM time rather than overlapped with it.
 // Elementwise: bytes over achieved HBM bandwidth.
-// Collectives: EstimateCollective on the fabric the group spans.
+// Collectives: EstimateCollective on the fabric the group spans; a decomposed part on copy engines
+// (Plan::copy_engine) the same time and HBM traffic, but no CTAs.
 // Every compute op pays one kernel launch.
 class CostModel {
  public:
@@ -60,6 +61,7 @@ class CostModel {
 
  private:
   OpCost ModelCost(const Op& op) const;  // without the profile
+  bool OnCopyEngine(const Op& op) const;
   OpCost GemmCost(double m, double n, double k, Dtype dtype) const;
   OpCost AttentionCost(const Op& op) const;
 
@@ -67,6 +69,7 @@ class CostModel {
   const NodeSpec& node_;
   CostOptions options_;
   StackSpec plan_stack_;
+  bool copy_engine_parts_ = false;  // decomposed collective parts take no SMs (Plan::copy_engine)
   CommGroup tp_group_;
   Dtype gemm_dtype_ = Dtype::kBf16;       // the plan's precision, where the GPU has it
   Dtype attention_dtype_ = Dtype::kBf16;  // 16-bit even under fp8

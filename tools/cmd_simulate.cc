@@ -128,6 +128,7 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
     plan.scope = s.scope;
     plan.method = s.method;
     plan.chunks = s.chunks;
+    plan.copy_engine = base.copy_engine && s.method != OverlapMethod::kDomino;
     if (auto failure = CheckPlanRules(plan)) {
       skipped.push_back(fmt::format("{}: {}", s.name, failure->rule));
       continue;

@@ -88,6 +88,9 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
       ->check(NonEmpty());
   app->add_option("--chunks", f->chunks, "pieces of each decomposed collective, 1-16 (default: tp)")
       ->check(Bounded(kChunksBound));
+  app->add_option("--copy-engine", f->copy_engine,
+                  "decomposed parts on copy engines (no SMs, TE's ring exchange): true | false")
+      ->check(NonEmpty());
   app->add_option("--recompute", f->recompute, "none | selective | full")->check(NonEmpty());
   app->add_option("--placement", f->placement,
                   "rank layout, innermost first: tp-dp-pp (Megatron's) | tp-pp-dp")
@@ -133,6 +136,8 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
       {{"tp-dp-pp", Placement::kTpDpPp}, {"tp-pp-dp", Placement::kTpPpDp}}, &plan.placement));
   if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))
     return Error(fmt::format("--sp: expected true or false, got '{}'", f.sequence_parallel));
+  if (!ParseBoolFlag(f.copy_engine, &plan.copy_engine))
+    return Error(fmt::format("--copy-engine: expected true or false, got '{}'", f.copy_engine));
   if (!ParseBoolFlag(f.distributed_optimizer, &plan.distributed_optimizer))
     return Error(fmt::format("--distributed-optimizer: expected true or false, got '{}'",
                              f.distributed_optimizer));

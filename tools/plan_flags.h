@@ -22,7 +22,8 @@ struct PlanFlags {
   int tp = 0, pp = 0, dp = 0, virtual_stages = 0;
   std::string sequence_parallel;  // "true" / "false"
   int row_split = 0, col_split = 0, chunks = 0;
-  std::string method;  // "domino" / "decomposed" / "both"
+  std::string method;       // "domino" / "decomposed" / "both"
+  std::string copy_engine;  // "true" / "false"
   std::string scope, recompute, distributed_optimizer, placement;
 };
 

@@ -149,6 +149,13 @@ TEST(PlanToYamlTest, DecomposedOverlapRoundTripsAndDominoPlansStayAsTheyWere) {
   EXPECT_EQ(back->method, OverlapMethod::kBoth);
   EXPECT_EQ(back->chunks, 8);
   EXPECT_EQ(PlanToYaml(*back), yaml);
+  Plan ce = *both;
+  ce.copy_engine = true;
+  std::string ce_yaml = PlanToYaml(ce);
+  EXPECT_THAT(ce_yaml, HasSubstr("method: both, chunks: 8, copy_engine: true}"));
+  Result<Plan> ce_back = ParsePlan(ce_yaml, "ce.yaml");
+  ASSERT_TRUE(ce_back.ok()) << ce_back.message();
+  EXPECT_TRUE(ce_back->copy_engine);
   // Without chunks, decomposed overlap cuts each collective into tp parts.
   Plan eight = *both;
   eight.chunks = 0;
@@ -251,6 +258,9 @@ std::vector<BadPlan> BadPlans() {
        Edit({{"sequence_parallel: false", "sequence_parallel: true"},
              {"scope: inter-layer", "scope: inter-layer\n  method: both\n  chunks: 32"}}),
        "plan.yaml:19:", "overlap.chunks", "between 1 and 16"},
+      {"copy_engine_needs_a_decomposed_method",
+       Edit({{"scope: inter-layer", "scope: inter-layer\n  copy_engine: true"}}),
+       "plan.yaml:18:", "overlap.copy_engine", "method decomposed or both"},
       {"misspelt_key", Edit({{"row_split: 2", "row_splt: 2"}}), "plan.yaml:15:", "overlap.row_splt",
        "did you mean 'row_split'?"},
       {"unknown_scope", Edit({{"scope: inter-layer", "scope: inter"}}),

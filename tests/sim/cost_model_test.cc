@@ -157,6 +157,33 @@ TEST(CostModelTest, TpCollectivesCostWhatEstimateCollectiveSays) {
   }
 }
 
+// A decomposed part is priced as the collective it is a part of, at its own (smaller) size; on
+// copy engines it keeps its time and HBM traffic but takes no SMs. A whole collective is never
+// on copy engines.
+TEST(CostModelTest, DecomposedPartsOnCopyEnginesTakeNoSms) {
+  testing_util::PlanKnobs knobs;
+  knobs.sequence_parallel = true;
+  knobs.method = OverlapMethod::kDecomposed;
+  Plan sm = testing_util::MakePlan(knobs);
+  Plan ce = sm;
+  ce.copy_engine = true;
+  ASSERT_FALSE(CheckPlanRules(ce).has_value());
+  Op part = TpCollective(CollectiveOp::kAllGather, 4 * kMiB);
+  part.part = 1, part.parts = 8;
+  const Op whole = TpCollective(CollectiveOp::kAllGather, 4 * kMiB);
+  OpCost on_sms = CostModel(sm, {}).Cost(part), on_ce = CostModel(ce, {}).Cost(part);
+  CollectiveEstimate e =
+      EstimateCollective(sm.cluster.node, Collective::kAllGather, 4 * kMiB, TpGroup(sm));
+  EXPECT_EQ(on_sms.alone_us, e.time_us);
+  EXPECT_EQ(on_sms.ctas, e.ctas);
+  EXPECT_GT(on_sms.ctas, 0);
+  EXPECT_EQ(on_ce.alone_us, e.time_us);
+  EXPECT_EQ(on_ce.ctas, 0);
+  EXPECT_EQ(on_ce.hbm_bytes, e.hbm_bytes);
+  EXPECT_GT(on_ce.hbm_bytes, 0);
+  EXPECT_EQ(CostModel(ce, {}).Cost(whole).ctas, e.ctas);
+}
+
 TEST(CostModelTest, TpCommFreeIsTheIdeal) {
   Plan plan = testing_util::MakePlan({});
   CostOptions ideal;

@@ -124,6 +124,13 @@ TEST(PredictTest, DecomposedLiesBetweenIdealAndSerialized) {
           EXPECT_LE(f.iteration_ms, p.serial_ms + tol);
           EXPECT_GE(f.hidden_comm_fraction, 0.0);
           EXPECT_LE(f.hidden_comm_fraction, 1.0);
+          // On copy engines the parts leave the SMs to the GEMMs: the same ideal, still bounded.
+          Plan ce = MakePlan(DecomposedKnobs(model, cluster, method, chunks));
+          ce.copy_engine = true;
+          Prediction c = PredictOk(ce);
+          EXPECT_EQ(c.figures.ideal_ms, f.ideal_ms);
+          EXPECT_LE(c.figures.ideal_ms, c.figures.iteration_ms + tol);
+          EXPECT_LE(c.figures.iteration_ms, c.serial_ms + tol);
         }
       }
     }
