@@ -19,6 +19,7 @@ std::string TraceJson(const Schedule& schedule, const Timeline& timeline, int ra
     json args = {{"layer", op.tags.layer}, {"micro_batch", op.tags.micro_batch}};
     if (op.tags.row_slice >= 0) args["row_slice"] = op.tags.row_slice;
     if (op.tags.col_chunk >= 0) args["col_chunk"] = op.tags.col_chunk;
+    if (op.tags.chunk >= 0) args["chunk"] = op.tags.chunk;
     if (op.kind == OpKind::kGemm) {
       args["m"] = op.m, args["n"] = op.n, args["k"] = op.k;
     } else {

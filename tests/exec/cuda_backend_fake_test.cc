@@ -312,6 +312,33 @@ TEST(CudaBackendFakeTest, NcclCollectivesAreTimedOnTheGpuNotTheHost) {
   }
 }
 
+// Decomposed collective-matmul overlap: emulated, its parts run as kernels like any collective;
+// on NCCL the backend refuses them in one line (it has no partial all-gather/reduce-scatter yet).
+TEST(CudaBackendFakeTest, DecomposedPartsRunEmulatedAndAreRefusedOnNccl) {
+  testing_util::PlanKnobs k;
+  k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/tiny-gpt.yaml";
+  k.cluster = "dgx-h100:1:2";
+  k.tp = 2;
+  k.seq_len = 16;
+  k.micro_batch = 12;
+  k.global_batch = 12;
+  k.sequence_parallel = true;
+  k.method = OverlapMethod::kDecomposed;
+  const Plan plan = testing_util::MakePlan(k);
+  Result<ExecuteResult> emulated = RunEmulated(plan, /*graph=*/false);
+  ASSERT_TRUE(emulated.ok()) << emulated.message();
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok());
+  TwoRankStandIn host;
+  Result<std::unique_ptr<CudaRunner>> runner = NcclRunner(plan, *s, host, /*graph=*/false);
+  ASSERT_TRUE(runner.ok()) << runner.message();
+  Result<Timeline> t = (*runner)->Run(host, {});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.message().find("does not run decomposed collectives"), std::string::npos)
+      << t.message();
+  EXPECT_EQ(t.message().find('\n'), std::string::npos) << t.message();
+}
+
 // NCCL refuses minCTAs > maxCTAs, and compares them before filling an unset one: the backend
 // passes both, or says why not before NCCL is asked.
 TEST(CudaBackendFakeTest, NcclGetsAConsistentCtaPair) {
