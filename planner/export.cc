@@ -44,13 +44,33 @@ std::string Title(const Plan& plan, std::string_view what) {
 // Domino's slicing in words, for the frameworks that have no option for it; nullopt for the
 // baseline.
 std::optional<std::string> DominoSlicing(const Plan& plan) {
-  if (plan.is_baseline()) return std::nullopt;
+  if (plan.row_split == 1 && plan.col_split == 1 && plan.scope == OverlapScope::kNone)
+    return std::nullopt;
   std::vector<std::string> parts;
   if (plan.row_split > 1) parts.push_back(fmt::format("row split {} (μ-batches)", plan.row_split));
   if (plan.col_split > 1) parts.push_back(fmt::format("column split {}", plan.col_split));
   std::string slicing = parts.empty() ? std::string("no split") : parts[0];
   if (parts.size() == 2) slicing += " x " + parts[1];
   return fmt::format("Domino {} with {} overlap", slicing, ScopeName(plan.scope));
+}
+
+// How a plan's decomposed overlap differs from the framework's own (Transformer Engine's
+// userbuffers, torchtitan's async TP): they cut each collective into tp chunks in ring order, each
+// rank starting from its own shard; nothing for Domino's method.
+std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_view framework) {
+  std::vector<std::string> out;
+  if (plan.method == OverlapMethod::kDomino) return out;
+  if (plan.decomposed_chunks() != plan.tp)
+    out.push_back(
+        fmt::format("decomposed overlap in {} chunks: {} cuts each collective into tp "
+                    "({}) chunks",
+                    plan.decomposed_chunks(), framework, plan.tp));
+  out.push_back(fmt::format(
+      "decomposed overlap: {} exchanges the chunks in ring order starting from each rank's own "
+      "shard, so only tp - 1 transfers run under GEMMs; domino's prediction moves fixed row "
+      "ranges and leaves the first transfer exposed",
+      framework));
+  return out;
 }
 
 int LayersPerVirtualStage(const Plan& plan) {
@@ -125,6 +145,8 @@ std::string ExportMegatron(const Plan& plan) {
         "backward input-gradient all-reduce with the weight-gradient GEMM (--tp-comm-overlap is "
         "another method: Transformer Engine's collective-matmul decomposition)");
   }
+  for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine"))
+    out.differs.push_back(d);
   std::vector<std::string> args;
   AddModelArguments(m, plan, /*gqa=*/true, args);
   if (!m.bias) args.push_back("--disable-bias-linear");
@@ -136,6 +158,7 @@ std::string ExportMegatron(const Plan& plan) {
         fmt::format("--num-layers-per-virtual-pipeline-stage {}", LayersPerVirtualStage(plan)));
   if (plan.placement == Placement::kTpPpDp) args.push_back("--use-tp-pp-dp-mapping");
   if (plan.sequence_parallel) args.push_back("--sequence-parallel");
+  if (plan.method != OverlapMethod::kDomino) args.push_back("--tp-comm-overlap");
   args.push_back(fmt::format("--micro-batch-size {}", plan.micro_batch));
   args.push_back(fmt::format("--global-batch-size {}", plan.global_batch));
   if (plan.recompute == Recompute::kSelective) {
@@ -163,6 +186,8 @@ std::string ExportNemo(const Plan& plan) {
                           "(model.ub_tp_comm_overlap is another method: collective-matmul "
                           "decomposition)");
   }
+  for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine"))
+    out.differs.push_back(d);
   std::string precision = "bf16-mixed";
   if (plan.precision == Dtype::kFp16) precision = "16-mixed";
   if (plan.precision == Dtype::kFp32 || plan.precision == Dtype::kTf32) precision = "32";
@@ -183,6 +208,7 @@ std::string ExportNemo(const Plan& plan) {
                       plan.virtual_stages > 1 ? std::to_string(plan.virtual_stages) : "null");
   if (plan.placement == Placement::kTpPpDp) body += "  use_tp_pp_dp_mapping: true\n";
   body += fmt::format("  sequence_parallel: {}\n", YamlBool(plan.sequence_parallel));
+  if (plan.method != OverlapMethod::kDomino) body += "  ub_tp_comm_overlap: true\n";
   body += fmt::format("  encoder_seq_length: {}\n", plan.seq_len);
   body += fmt::format("  max_position_embeddings: {}\n", MaxPositions(plan));
   body += fmt::format("  num_layers: {}\n", m.layers);
@@ -238,6 +264,8 @@ std::vector<std::string> DeepSpeedDominoRefusals(const Plan& plan) {
     refusals.push_back(fmt::format("recompute {} (it has none)", RecomputeName(plan.recompute)));
   if (plan.distributed_optimizer) refusals.push_back("distributed optimizer (it has none)");
   if (plan.precision == Dtype::kFp8) refusals.push_back("fp8 (it runs fp16, bf16 or fp32)");
+  if (plan.method != OverlapMethod::kDomino)
+    refusals.push_back("decomposed collective-matmul overlap (it has none)");
   return refusals;
 }
 
@@ -369,6 +397,8 @@ std::string ExportTorchtitan(const Plan& plan) {
                           ": torchtitan has no such option (enable_async_tensor_parallel is "
                           "another method: collective-matmul decomposition under torch.compile)");
   }
+  for (const std::string& d : DecomposedDifferences(plan, "torchtitan's async TP"))
+    out.differs.push_back(d);
   if (plan.tp > 1 && !plan.sequence_parallel) {
     out.differs.push_back(
         "no sequence parallelism: torchtitan's tensor parallelism always shards norms along the "
@@ -407,6 +437,8 @@ std::string ExportTorchtitan(const Plan& plan) {
   body += fmt::format("data_parallel_shard_degree = {}\n", shard);
   body += fmt::format("tensor_parallel_degree = {}\n", plan.tp);
   body += fmt::format("pipeline_parallel_degree = {}\n", plan.pp);
+  if (plan.method != OverlapMethod::kDomino)
+    body += "enable_async_tensor_parallel = true  # needs [compile] enable = true\n";
   if (plan.pp > 1) {
     body += fmt::format("pipeline_parallel_schedule = {}\n",
                         plan.virtual_stages > 1 ? "\"Interleaved1F1B\"" : "\"1F1B\"");

@@ -94,8 +94,10 @@ struct Plan {
     if (method == OverlapMethod::kDomino) return 1;
     return chunks > 0 ? chunks : tp;
   }
+  // Megatron-LM's TP: no Domino slicing and no decomposed overlap.
   bool is_baseline() const {
-    return row_split == 1 && col_split == 1 && scope == OverlapScope::kNone;
+    return row_split == 1 && col_split == 1 && scope == OverlapScope::kNone &&
+           method == OverlapMethod::kDomino;
   }
 };
 

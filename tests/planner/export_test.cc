@@ -457,5 +457,38 @@ TEST(Export, BaselinePlanDiffersInNothingForMegatron) {
   EXPECT_THAT(*text, Not(HasSubstr("# differs")));
 }
 
+// llama3-8b, tp 8 with sequence parallelism and decomposed collective-matmul overlap: Transformer
+// Engine's --tp-comm-overlap and torchtitan's async TP.
+constexpr const char* kLlama8bDecomposed = R"yaml(model: llama3-8b
+cluster: dgx-h100:1
+precision: bf16
+training: {seq_len: 4096, micro_batch: 1, global_batch: 1}
+parallel: {tp: 8, sequence_parallel: true}
+overlap: {method: decomposed, chunks: 4}
+)yaml";
+
+TEST(Export, DecomposedOverlapMapsToEachFrameworksCommOverlap) {
+  Result<std::string> megatron = Export(kLlama8bDecomposed, ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, HasSubstr("--tp-comm-overlap"));
+  // 4 chunks where TE cuts into tp = 8, and TE's ring order: both said.
+  EXPECT_THAT(*megatron, HasSubstr("# differs: decomposed overlap in 4 chunks: Transformer Engine "
+                                   "cuts each collective into tp (8) chunks"));
+  EXPECT_THAT(*megatron, HasSubstr("ring order"));
+  Result<std::string> nemo = Export(kLlama8bDecomposed, ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("  ub_tp_comm_overlap: true\n"));
+  Result<std::string> titan = Export(kLlama8bDecomposed, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(titan.ok()) << titan.message();
+  EXPECT_THAT(*titan, HasSubstr("enable_async_tensor_parallel = true"));
+  Result<std::string> deepspeed = Export(kLlama8bDecomposed, ExportTarget::kDeepSpeed);
+  ASSERT_FALSE(deepspeed.ok());
+  EXPECT_THAT(deepspeed.message(), HasSubstr("decomposed collective-matmul overlap (it has none)"));
+  // A decomposed plan is no Megatron baseline.
+  Result<Plan> plan = ParsePlan(kLlama8bDecomposed, "plan.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  EXPECT_FALSE(plan->is_baseline());
+}
+
 }  // namespace
 }  // namespace domino
