@@ -24,9 +24,7 @@ struct ValidateFlags {
 };
 
 std::string Figure(double value) {
-  if (value >= 100) return fmt::format("{:.1f}", value);
-  if (value >= 1) return fmt::format("{:.3g}", value);
-  return fmt::format("{:.3g}", value);
+  return value >= 100 ? fmt::format("{:.1f}", value) : fmt::format("{:.3g}", value);
 }
 
 // What a row predicts, in a few words.
@@ -34,10 +32,11 @@ std::string Configuration(const sim::ValidationRow& row) {
   if (row.plan) {
     const Plan& p = *row.plan;
     return fmt::format(
-        "{} {} {} {}x{} tp{} pp{}{} dp{} mb{} gb{} seq{}{}{}", p.model.name, p.stack_ref,
+        "{} {} {} {}x{} tp{} pp{}{} dp{} mb{} gb{} seq{}{}{}{}", p.model.name, p.stack_ref,
         DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name, p.tp, p.pp,
         p.virtual_stages > 1 ? fmt::format(" v{}", p.virtual_stages) : "", p.dp, p.micro_batch,
         p.global_batch, p.seq_len, p.sequence_parallel ? " sp" : "",
+        p.method == OverlapMethod::kDomino ? "" : " " + std::string(MethodName(p.method)),
         p.recompute == Recompute::kNone ? "" : " rc-" + std::string(RecomputeName(p.recompute)));
   }
   if (row.gemm) {
