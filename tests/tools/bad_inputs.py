@@ -115,6 +115,12 @@ CASES = [
      r"unknown key 'bandwidth'", "s.csv"),
     ("bad study", "a study with an unknown grid key", {"s.yaml": "name: s\ngrid:\n  gpus: [1, 2]\n"},
      ["sweep", "--study", "{tmp}/s.yaml", "--out", "{tmp}/s.csv"], r"s\.yaml:3:\d+: grid\.gpus: unknown key", "s.csv"),
+    ("bad validation row", "a GEMM row measuring an iteration time",
+     {"t.yaml": "rows:\n  - id: a\n    category: gemm\n    source: s\n"
+                "    gemm: {gpu: h100-sxm, dtype: bf16, m: 1, n: 1, k: 1}\n"
+                "    measured: {iteration_s: 1}\n"},
+     ["validate", "--table", "{tmp}/t.yaml", "--csv", "{tmp}/v.csv"],
+     r"t\.yaml:6:\d+: rows\[0\]\.measured\.iteration_s: a gemm row cannot measure iteration_s", "v.csv"),
     ("bad profile", "a profile with a negative time", {"h.yaml": "device: cpu\nbackend: cpu\ncompute:\n  - [qkv, -1]\n"},
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--hardware-profile", "{tmp}/h.yaml"], r"h\.yaml:4:\d+: compute", None),
     ("plan is a directory", "a directory given as the plan", {}, ["simulate", "--plan", "{tmp}"], r"(directory|not a file|File does not exist)", None),
