@@ -54,6 +54,13 @@ std::string Configuration(const sim::ValidationRow& row) {
                          : " " + std::string(CollectiveAlgorithmName(c.algorithm)));
 }
 
+// A Markdown table cell: a '|' in the text would end the cell.
+std::string Cell(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
 std::string Csv(const std::string& text) {
   if (text.find_first_of(",\"\n") == std::string::npos) return text;
   std::string out = "\"";
@@ -103,6 +110,9 @@ void Run(const ValidateFlags& flags) {
           100 * s.max_abs_error, s.worst_id, 100 * s.bounds.target.mean, 100 * s.bounds.target.max,
           s.Within(s.bounds.target) ? " (met)" : " (not met)", 100 * s.bounds.guard.mean,
           100 * s.bounds.guard.max);
+    std::cout << "\n| left out | source | why |\n| --- | --- | --- |\n";
+    for (const sim::ExcludedMeasurement& e : table->excluded)
+      std::cout << fmt::format("| {} | {} | {} |\n", Cell(e.what), Cell(e.source), Cell(e.reason));
   } else {
     Table rows({"id", "configuration", "measured", "unit", "predicted", "error"});
     for (const sim::RowResult& r : results)
