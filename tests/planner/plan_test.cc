@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -392,7 +393,8 @@ std::string WriteFile(const std::filesystem::path& dir, const std::string& name,
 
 TEST(PlanToYamlTest, FilePathsAreAbsoluteAndQuotedSoThePlanLoadsAnywhere) {
   namespace fs = std::filesystem;
-  const fs::path root = fs::path(::testing::TempDir()) / "plan_paths_test";
+  const fs::path root =
+      fs::path(::testing::TempDir()) / ("plan_paths_test_" + std::to_string(::getpid()));
   fs::remove_all(root);
   const fs::path work = root / "work", elsewhere = root / "elsewhere";
   fs::create_directories(elsewhere);
