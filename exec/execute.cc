@@ -1,9 +1,9 @@
 #include "exec/execute.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "exec/cpu_backend.h"
 #include "exec/cuda_backend.h"
@@ -92,7 +92,6 @@ std::vector<std::string> ComparedTensors(int layers) {
 // the unsharded reference on rank 0, compares, and tells every rank the verdict.
 Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Communicator& comm,
              const ExecuteOptions& options, ExecuteResult* result) {
-
   // Every rank takes part in the gathers; rank 0 then runs the reference and compares.
   const int layers = plan.model.layers / plan.pp;
   std::vector<Whole> got;

@@ -1,10 +1,10 @@
 #include "exec/interpreter.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace domino::exec {
 namespace {
@@ -60,8 +60,8 @@ Status RunCollectivePart(const Schedule& schedule, int32_t id, Backend& backend,
   return Status::Ok();
 }
 
-Status RunCollective(const Schedule& schedule, int32_t id, Backend& backend,
-                     Communicator& comm, std::vector<float>& in, std::vector<float>& out) {
+Status RunCollective(const Schedule& schedule, int32_t id, Backend& backend, Communicator& comm,
+                     std::vector<float>& in, std::vector<float>& out) {
   const Op& op = schedule.op(id);
   std::span<const TensorUse> reads = schedule.reads(op), writes = schedule.writes(op);
   if (reads.size() != 1 || writes.size() != 1)
@@ -71,8 +71,8 @@ Status RunCollective(const Schedule& schedule, int32_t id, Backend& backend,
   const int64_t n_in = Elements(reads[0].view), n_out = Elements(writes[0].view);
   const int ranks = comm.size();
   auto mismatch = [&] {
-    return Error(fmt::format("op {} ({}): buffer sizes {} and {} do not fit a {} over {} ranks",
-                             id, schedule.Label(id), n_in, n_out, OpFuncName(op.func), ranks));
+    return Error(fmt::format("op {} ({}): buffer sizes {} and {} do not fit a {} over {} ranks", id,
+                             schedule.Label(id), n_in, n_out, OpFuncName(op.func), ranks));
   };
   in.resize(static_cast<size_t>(n_in));
   backend.Pack(reads[0], in.data());
@@ -97,8 +97,8 @@ Status RunCollective(const Schedule& schedule, int32_t id, Backend& backend,
     case CollectiveOp::kNone:
       break;
   }
-  return Error(fmt::format("op {} ({}): not a collective the executor knows", id,
-                           schedule.Label(id)));
+  return Error(
+      fmt::format("op {} ({}): not a collective the executor knows", id, schedule.Label(id)));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
+#include "models/model_limits.h"
 
 namespace domino {
 namespace {
@@ -30,14 +31,6 @@ constexpr std::array<FamilyName, 6> kFamilies{{
     {"gpt2", "GPT2LMHeadModel", Family::kGpt2},
     {"gpt_neox", "GPTNeoXForCausalLM", Family::kGptNeox},
 }};
-
-// The bounds of ParseModel (models/model_spec.cc), so that both readers accept the same sizes.
-constexpr IntRange kLayersRange{1, 100'000};
-constexpr IntRange kHiddenRange{1, 1'000'000};
-constexpr IntRange kHeadsRange{1, 1'000'000};
-constexpr IntRange kFfnRange{1, 10'000'000};
-constexpr IntRange kVocabRange{1, 100'000'000};
-constexpr IntRange kSeqLenRange{1, 100'000'000};
 
 bool IsGated(Family family) { return family != Family::kGpt2 && family != Family::kGptNeox; }
 

@@ -14,7 +14,7 @@ struct ParameterCounts {
   int64_t embedding = 0;           // token embedding, vocab * hidden
   int64_t position_embedding = 0;  // learned positions (GPT family), seq_len * hidden
   int64_t final_norm = 0;
-  int64_t lm_head = 0;             // 0 with tied embeddings
+  int64_t lm_head = 0;  // 0 with tied embeddings
   int64_t total = 0;
   // Parameters that take part in matrix multiplications per token: every layer weight matrix
   // plus the LM head's vocab * hidden (counted even when tied). Excludes norms, biases and

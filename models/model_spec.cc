@@ -9,6 +9,7 @@
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
 #include "models/hf_config.h"
+#include "models/model_limits.h"
 
 namespace domino {
 namespace {
@@ -21,15 +22,6 @@ constexpr std::array<std::pair<std::string_view, Norm>, 2> kNorms{{
     {"layernorm", Norm::kLayerNorm},
     {"rmsnorm", Norm::kRmsNorm},
 }};
-
-// Upper bounds far above any real model, low enough that every count in model_counts.h fits in
-// an int64: layers * (4 * hidden^2 + 3 * hidden * ffn) stays below 4e18.
-constexpr IntRange kLayersRange{1, 100'000};
-constexpr IntRange kHiddenRange{1, 1'000'000};
-constexpr IntRange kHeadsRange{1, 1'000'000};
-constexpr IntRange kFfnRange{1, 10'000'000};
-constexpr IntRange kVocabRange{1, 100'000'000};
-constexpr IntRange kSeqLenRange{1, 100'000'000};
 
 }  // namespace
 

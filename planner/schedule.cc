@@ -1,10 +1,10 @@
 #include "planner/schedule.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cassert>
-
-#include <fmt/format.h>
 
 namespace domino {
 
@@ -16,19 +16,19 @@ std::string_view StreamName(Stream stream) {
 
 std::string_view OpFuncName(OpFunc func) {
   static constexpr std::array<std::string_view, static_cast<int>(OpFunc::kCount)> kNames = {
-      "ln1",        "qkv",        "attn",       "proj",       "residual1",  "ln2",
-      "fc1",        "act",        "fc2",        "residual2",  "ln1.grad",   "qkv.dgrad",
-      "qkv.wgrad",  "attn.grad",  "proj.dgrad", "proj.wgrad", "ln2.grad",   "fc1.dgrad",
-      "fc1.wgrad",  "act.grad",   "fc2.dgrad",  "fc2.wgrad",  "residual.grad",
-      "tp.allreduce", "tp.reducescatter", "tp.allgather", "embed",     "embed.grad",
-      "final_norm", "lm_head",    "loss",       "loss.grad",  "lm_head.dgrad", "lm_head.wgrad",
-      "final_norm.grad"};
+      "ln1",          "qkv",       "attn",          "proj",          "residual1",
+      "ln2",          "fc1",       "act",           "fc2",           "residual2",
+      "ln1.grad",     "qkv.dgrad", "qkv.wgrad",     "attn.grad",     "proj.dgrad",
+      "proj.wgrad",   "ln2.grad",  "fc1.dgrad",     "fc1.wgrad",     "act.grad",
+      "fc2.dgrad",    "fc2.wgrad", "residual.grad", "tp.allreduce",  "tp.reducescatter",
+      "tp.allgather", "embed",     "embed.grad",    "final_norm",    "lm_head",
+      "loss",         "loss.grad", "lm_head.dgrad", "lm_head.wgrad", "final_norm.grad"};
   int index = static_cast<int>(func);
   return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
 }
 
-int32_t Schedule::Add(const Op& op, std::span<const int32_t> deps,
-                      std::span<const TensorUse> reads, std::span<const TensorUse> writes) {
+int32_t Schedule::Add(const Op& op, std::span<const int32_t> deps, std::span<const TensorUse> reads,
+                      std::span<const TensorUse> writes) {
   int32_t id = static_cast<int32_t>(ops_.size());
   Op stored = op;
   stored.dep_begin = static_cast<uint32_t>(deps_.size());

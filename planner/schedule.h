@@ -31,13 +31,41 @@ enum class Phase : uint8_t { kForward, kBackward, kRecompute, kOptimizer };
 // What an op computes, for traces and for an executor that runs the schedule numerically. The
 // layer functions follow models/layer_ops.h; backward GEMMs split into input and weight gradient.
 enum class OpFunc : uint8_t {
-  kLn1, kQkv, kAttn, kProj, kResidual1, kLn2, kFc1, kAct, kFc2, kResidual2,
-  kLn1Grad, kQkvGradInput, kQkvGradWeight, kAttnGrad, kProjGradInput, kProjGradWeight,
-  kLn2Grad, kFc1GradInput, kFc1GradWeight, kActGrad, kFc2GradInput, kFc2GradWeight,
+  kLn1,
+  kQkv,
+  kAttn,
+  kProj,
+  kResidual1,
+  kLn2,
+  kFc1,
+  kAct,
+  kFc2,
+  kResidual2,
+  kLn1Grad,
+  kQkvGradInput,
+  kQkvGradWeight,
+  kAttnGrad,
+  kProjGradInput,
+  kProjGradWeight,
+  kLn2Grad,
+  kFc1GradInput,
+  kFc1GradWeight,
+  kActGrad,
+  kFc2GradInput,
+  kFc2GradWeight,
   kResidualGrad,
-  kTpAllReduce, kTpReduceScatter, kTpAllGather,
+  kTpAllReduce,
+  kTpReduceScatter,
+  kTpAllGather,
   // First and last pipeline stage: vocab-parallel embedding, final norm, LM head, loss.
-  kEmbed, kEmbedGrad, kFinalNorm, kLmHead, kLoss, kLossGrad, kLmHeadGradInput, kLmHeadGradWeight,
+  kEmbed,
+  kEmbedGrad,
+  kFinalNorm,
+  kLmHead,
+  kLoss,
+  kLossGrad,
+  kLmHeadGradInput,
+  kLmHeadGradWeight,
   kFinalNormGrad,
   kCount,
 };
@@ -108,10 +136,10 @@ struct Op {
   CollectiveOp collective = CollectiveOp::kNone;
   Group group = Group::kNone;
   OpTags tags;
-  int64_t m = 0, n = 0, k = 0;  // GEMM shape
+  int64_t m = 0, n = 0, k = 0;                                                // GEMM shape
   int64_t sequences = 0, seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;  // attention
-  double flops = 0;             // attention and elementwise
-  double bytes = 0;             // elementwise traffic, or a collective's buffer per rank
+  double flops = 0;  // attention and elementwise
+  double bytes = 0;  // elementwise traffic, or a collective's buffer per rank
   // Decomposed overlap: a collective that moves only rows [part * R / parts, (part + 1) * R /
   // parts) of the R rows of its row slice (whole, as gathered). An all-gather part reads this
   // rank's whole shard of the slice and writes the part's rows of the gathered slice, which hold
@@ -133,8 +161,8 @@ class Schedule {
   // Appends an op with its dependencies (indices of earlier ops) and tensor uses; returns its id.
   int32_t Add(const Op& op, std::span<const int32_t> deps, std::span<const TensorUse> reads = {},
               std::span<const TensorUse> writes = {});
-  int32_t AddTensor(std::string name, int64_t rows, int64_t cols,
-                    Shard shard = Shard::kReplicated, int64_t part_cols = 0);
+  int32_t AddTensor(std::string name, int64_t rows, int64_t cols, Shard shard = Shard::kReplicated,
+                    int64_t part_cols = 0);
   // The tensor named `name`, or -1.
   int32_t FindTensor(std::string_view name) const;
 

@@ -1,10 +1,10 @@
 #include "planner/search.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-
-#include <fmt/format.h>
 
 #include "planner/memory_model.h"
 
@@ -25,8 +25,10 @@ bool ParseInt(std::string_view text, int* out) {
 
 // The order candidates are ranked in: better first, then by YAML for determinism.
 bool Better(const Candidate& a, const Candidate& b, Objective objective) {
-  const double x = objective == Objective::kThroughput ? -a.figures.tokens_per_s : a.figures.iteration_ms;
-  const double y = objective == Objective::kThroughput ? -b.figures.tokens_per_s : b.figures.iteration_ms;
+  const double x =
+      objective == Objective::kThroughput ? -a.figures.tokens_per_s : a.figures.iteration_ms;
+  const double y =
+      objective == Objective::kThroughput ? -b.figures.tokens_per_s : b.figures.iteration_ms;
   if (x != y) return x < y;
   return PlanToYaml(a.plan) < PlanToYaml(b.plan);
 }
@@ -63,9 +65,12 @@ Status ApplyFix(std::string_view fix, SearchSpace* space) {
     };
     int n = 0;
     auto as_bool = [&](std::optional<bool>* out) -> Status {
-      if (value == "true") *out = true;
-      else if (value == "false") *out = false;
-      else return bad("expected true or false");
+      if (value == "true")
+        *out = true;
+      else if (value == "false")
+        *out = false;
+      else
+        return bad("expected true or false");
       return Status::Ok();
     };
     if (key == "tp" || key == "pp" || key == "dp" || key == "v" || key == "mb" || key == "p" ||
@@ -83,18 +88,28 @@ Status ApplyFix(std::string_view fix, SearchSpace* space) {
     } else if (key == "distopt") {
       DOMINO_RETURN_IF_ERROR(as_bool(&space->distributed_optimizer));
     } else if (key == "recompute") {
-      if (value == "none") space->recompute = Recompute::kNone;
-      else if (value == "selective") space->recompute = Recompute::kSelective;
-      else if (value == "full") space->recompute = Recompute::kFull;
-      else return bad("expected none, selective or full");
+      if (value == "none")
+        space->recompute = Recompute::kNone;
+      else if (value == "selective")
+        space->recompute = Recompute::kSelective;
+      else if (value == "full")
+        space->recompute = Recompute::kFull;
+      else
+        return bad("expected none, selective or full");
     } else if (key == "scope") {
-      if (value == "none") space->scopes = {OverlapScope::kNone};
-      else if (value == "intra-layer") space->scopes = {OverlapScope::kIntraLayer};
-      else if (value == "inter-layer") space->scopes = {OverlapScope::kInterLayer};
-      else return bad("expected none, intra-layer or inter-layer");
+      if (value == "none")
+        space->scopes = {OverlapScope::kNone};
+      else if (value == "intra-layer")
+        space->scopes = {OverlapScope::kIntraLayer};
+      else if (value == "inter-layer")
+        space->scopes = {OverlapScope::kInterLayer};
+      else
+        return bad("expected none, intra-layer or inter-layer");
     } else {
-      return Error(fmt::format("--fix: unknown key '{}' (tp, pp, dp, v, mb, sp, distopt, "
-                               "recompute, p, q, scope)", key));
+      return Error(
+          fmt::format("--fix: unknown key '{}' (tp, pp, dp, v, mb, sp, distopt, "
+                      "recompute, p, q, scope)",
+                      key));
     }
   }
   return Status::Ok();
@@ -118,9 +133,10 @@ Status ApplyStrategy(std::string_view s, SearchSpace* space) {
     keep(space->col_splits, [](int q) { return q > 1; });
   } else if ((s == "decomposed" || s == "both") && space->sequence_parallel &&
              !*space->sequence_parallel) {
-    return Error(fmt::format("--strategy {} decomposes sequence parallelism's collectives: it "
-                             "contradicts the pinned sp=false",
-                             s));
+    return Error(
+        fmt::format("--strategy {} decomposes sequence parallelism's collectives: it "
+                    "contradicts the pinned sp=false",
+                    s));
   } else if (s == "decomposed") {
     keep(space->row_splits, [](int p) { return p == 1; });
     keep(space->col_splits, [](int q) { return q == 1; });
@@ -235,8 +251,9 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
         fits = true;
         break;
       }
-      reject(outer, fmt::format("memory: needs {:.1f} GiB per GPU, the {} has {:.1f}",
-                                need / (1 << 30), outer.cluster.node.gpu.name, capacity / (1 << 30)));
+      reject(outer,
+             fmt::format("memory: needs {:.1f} GiB per GPU, the {} has {:.1f}", need / (1 << 30),
+                         outer.cluster.node.gpu.name, capacity / (1 << 30)));
     }
     if (!fits) continue;
     // The unsliced plan first: its ideal bounds every sliced variant from below.
@@ -269,7 +286,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
             Plan plan = outer;
             plan.row_split = p, plan.col_split = q, plan.scope = scope;
             plan.method = decomposition.method, plan.chunks = decomposition.chunks;
-          plan.copy_engine = base.copy_engine && plan.method != OverlapMethod::kDomino;
+            plan.copy_engine = base.copy_engine && plan.method != OverlapMethod::kDomino;
             if (auto failure = CheckPlanRules(plan)) {
               reject(plan, failure->rule);
               continue;
@@ -297,9 +314,9 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   if (result.ranked.empty() && result.timed_out)
     return Error(fmt::format("no plan was evaluated within the {:g} s timeout", space.timeout_s));
   if (result.ranked.empty()) {
-    return Error(fmt::format("no plan fits: {} candidates rejected; first: {}", result.rejected,
-                             result.rejections.empty() ? std::string("none")
-                                                       : result.rejections.front()));
+    return Error(
+        fmt::format("no plan fits: {} candidates rejected; first: {}", result.rejected,
+                    result.rejections.empty() ? std::string("none") : result.rejections.front()));
   }
   std::sort(result.ranked.begin(), result.ranked.end(),
             [&](const Candidate& a, const Candidate& b) { return Better(a, b, objective); });

@@ -67,11 +67,11 @@ struct Candidate {
 };
 
 struct SearchResult {
-  std::vector<Candidate> ranked;  // every feasible candidate evaluated, best first
-  int evaluated = 0;  // simulated
-  int rejected = 0;   // broke a plan rule or did not fit in memory
-  int pruned = 0;     // skipped: bounded out by a faster plan found earlier
-  bool timed_out = false;  // stopped by SearchSpace::timeout_s: the best found so far
+  std::vector<Candidate> ranked;        // every feasible candidate evaluated, best first
+  int evaluated = 0;                    // simulated
+  int rejected = 0;                     // broke a plan rule or did not fit in memory
+  int pruned = 0;                       // skipped: bounded out by a faster plan found earlier
+  bool timed_out = false;               // stopped by SearchSpace::timeout_s: the best found so far
   std::vector<std::string> rejections;  // "tp 3 pp 1 dp 1 ...: tp (3) must divide ..."
 };
 

@@ -93,6 +93,7 @@ OpCost CostModel::AttentionCost(const Op& op) const {
     double work = (backward ? 2.5 : 1.0) * 4.0 * kBlock * (s / 2) * d;
     cost.wave_us = work / (attention_tflops_ * 1e6 / gpu_.sms * gpu_.attention_efficiency);
     cost.hbm_bytes = op.bytes;
+    cost.launch_us = launch_us_;
   } else {
     // QK^T and PV (backward: four products) as batched GEMMs over the whole s x s (the mask is
     // applied, not skipped), then the scores' passes through HBM, one kernel after another: the
@@ -112,9 +113,8 @@ OpCost CostModel::AttentionCost(const Op& op) const {
     const double memory_us = static_cast<double>(op.bytes) / (hbm_GBps_ * 1e3);
     cost.tiles = batch_heads * gemm.tiles * products;
     cost.wave_us = gemm.wave_us * (gemm_us + scores_us + memory_us) / gemm_us;
-    cost.launch_us = gemm.launch_us - launch_us_;  // the GEMMs' fixed time
+    cost.launch_us = gemm.launch_us;  // the launch and the GEMMs' fixed time
   }
-  cost.launch_us += launch_us_;
   return cost;
 }
 

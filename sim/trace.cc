@@ -8,10 +8,16 @@ std::string TraceJson(const Schedule& schedule, const Timeline& timeline, int ra
                       const std::string& process_name) {
   using nlohmann::json;
   json events = json::array();
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_class}, {"tid", 0},
+  events.push_back({{"name", "process_name"},
+                    {"ph", "M"},
+                    {"pid", rank_class},
+                    {"tid", 0},
                     {"args", {{"name", process_name}}}});
   for (int s = 0; s < kStreamCount; ++s)
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_class}, {"tid", s},
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", rank_class},
+                      {"tid", s},
                       {"args", {{"name", std::string(StreamName(static_cast<Stream>(s)))}}}});
   for (size_t i = 0; i < schedule.size(); ++i) {
     const Op& op = schedule.ops()[i];

@@ -63,6 +63,7 @@ struct ValidationRow {
   std::string source;            // the publication, table or figure
   std::string quote;             // the line the figure comes from
   std::string assumed;           // values the source does not state, and the rule that chose them
+  std::string derived;           // how `measured` follows from the published figure, when derived
   int line = 0;                  // of the row in the table file
   std::optional<Plan> plan;      // end-to-end
   std::optional<GemmCase> gemm;  // gemm

@@ -1,0 +1,20 @@
+#ifndef DOMINO_MODELS_MODEL_LIMITS_H_
+#define DOMINO_MODELS_MODEL_LIMITS_H_
+
+#include "models/base/yaml_reader.h"
+
+namespace domino {
+
+// The sizes every model reader accepts (model YAML, Hugging Face configs): upper bounds far
+// above any real model, low enough that every count in model_counts.h fits in an int64
+// (layers * (4 * hidden^2 + 3 * hidden * ffn) stays below 4e18).
+inline constexpr IntRange kLayersRange{1, 100'000};
+inline constexpr IntRange kHiddenRange{1, 1'000'000};
+inline constexpr IntRange kHeadsRange{1, 1'000'000};
+inline constexpr IntRange kFfnRange{1, 10'000'000};
+inline constexpr IntRange kVocabRange{1, 100'000'000};
+inline constexpr IntRange kSeqLenRange{1, 100'000'000};
+
+}  // namespace domino
+
+#endif  // DOMINO_MODELS_MODEL_LIMITS_H_
