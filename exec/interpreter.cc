@@ -123,6 +123,7 @@ Result<Timeline> Interpret(const Schedule& schedule, Backend& backend, Communica
         break;
       case OpKind::kSendRecv:
       case OpKind::kOptimizer:
+      case OpKind::kPass:
         return Error(fmt::format("op {} ({}): the executor runs the TP layer stack only", id,
                                  schedule.Label(id)));
       default:

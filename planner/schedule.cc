@@ -22,7 +22,9 @@ std::string_view OpFuncName(OpFunc func) {
       "proj.wgrad",   "ln2.grad",  "fc1.dgrad",     "fc1.wgrad",     "act.grad",
       "fc2.dgrad",    "fc2.wgrad", "residual.grad", "tp.allreduce",  "tp.reducescatter",
       "tp.allgather", "embed",     "embed.grad",    "final_norm",    "lm_head",
-      "loss",         "loss.grad", "lm_head.dgrad", "lm_head.wgrad", "final_norm.grad"};
+      "loss",         "loss.grad", "lm_head.dgrad", "lm_head.wgrad", "final_norm.grad",
+      "forward",      "backward",  "pp.send",       "pp.recv",       "dp.allreduce",
+      "dp.reducescatter", "dp.allgather", "embedding.allreduce", "optimizer"};
   int index = static_cast<int>(func);
   return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
 }
@@ -35,7 +37,8 @@ int32_t Schedule::Add(const Op& op, std::span<const int32_t> deps, std::span<con
   stored.dep_count = 0;
   for (int32_t dep : deps) {
     assert(dep >= 0 && dep < id && "dependencies must precede the op");
-    if (ops_[dep].stream == op.stream) continue;  // implied by stream order
+    // Implied by stream order (a stream belongs to one stage's rank).
+    if (ops_[dep].stream == op.stream && ops_[dep].stage == op.stage) continue;
     deps_.push_back(dep);
     ++stored.dep_count;
   }
@@ -69,6 +72,8 @@ void Schedule::Reserve(size_t ops) {
 std::string Schedule::Label(int32_t id) const {
   const Op& o = ops_[id];
   std::string label(OpFuncName(o.func));
+  if (o.stage > 0) label += fmt::format(" S{}", o.stage);
+  if (o.tags.virtual_stage >= 0) label += fmt::format(" v{}", o.tags.virtual_stage);
   if (o.tags.layer >= 0) label += fmt::format(" L{}", o.tags.layer);
   if (o.tags.micro_batch >= 0) label += fmt::format(" mb{}", o.tags.micro_batch);
   if (o.tags.row_slice >= 0) label += fmt::format(" s{}", o.tags.row_slice);

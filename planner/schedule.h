@@ -20,12 +20,18 @@ enum class OpKind : uint8_t {
   kAttention,    // attention core of `sequences` x `seq_len` tokens
   kElementwise,  // memory-bound: `bytes` read plus written
   kCollective,   // `bytes` per rank over a group
-  kSendRecv,     // point-to-point between pipeline stages
-  kOptimizer,    // memory-bound optimizer step
+  kSendRecv,     // point-to-point between pipeline stages: a send moves `bytes`; its recv waits
+  kOptimizer,    // memory-bound optimizer step: `bytes` through HBM
+  // One micro-batch's forward or backward pass through one model chunk: the ops of the
+  // Iteration's pass schedule `pass` (planner/iteration.h), run as one op on the compute stream.
+  // `layer_begin`/`layer_end` select a piece of it (the layers whose gradients a DP bucket waits
+  // for); both -1 for the whole pass.
+  kPass,
 };
 
 enum class CollectiveOp : uint8_t { kAllReduce, kReduceScatter, kAllGather, kNone };
-enum class Group : uint8_t { kNone, kTp, kDp, kPp };
+// kEmbedding: the first and last pipeline stages, which share the tied word embedding.
+enum class Group : uint8_t { kNone, kTp, kDp, kPp, kEmbedding };
 enum class Phase : uint8_t { kForward, kBackward, kRecompute, kOptimizer };
 
 // What an op computes, for traces and for an executor that runs the schedule numerically. The
@@ -67,6 +73,16 @@ enum class OpFunc : uint8_t {
   kLmHeadGradInput,
   kLmHeadGradWeight,
   kFinalNormGrad,
+  // The rest of an iteration (planner/iteration.h).
+  kForwardPass,   // kPass: a chunk's forward for one micro-batch
+  kBackwardPass,  // kPass: its backward (recompute included)
+  kPpSend,        // activation (forward) or its gradient (backward) to the neighbour stage
+  kPpRecv,
+  kDpAllReduce,      // a gradient bucket over the DP group
+  kDpReduceScatter,  // the same with the distributed optimizer
+  kDpAllGather,      // distributed optimizer: updated 16-bit parameters
+  kEmbeddingAllReduce,  // tied embedding's gradient between first and last stage
+  kOptimizerStep,       // Adam over the stage's (or its DP shard's) parameters
   kCount,
 };
 std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce", ...
@@ -123,6 +139,7 @@ struct OpTags {
   int8_t row_slice = -1;
   int8_t col_chunk = -1;
   int8_t chunk = -1;  // decomposed overlap: the piece of a pipelined collective and its GEMM
+  int16_t virtual_stage = -1;  // iteration: the model chunk (virtual pipeline stage) of a pass
   Phase phase = Phase::kForward;
 };
 
@@ -147,6 +164,11 @@ struct Op {
   // of them that fall in this rank's shard. parts = tp is Transformer Engine's ring exchange, one
   // peer's shard a step; parts = 1 is the plain collective. `bytes` is the part's share.
   int16_t part = 0, parts = 1;
+  // Iteration schedules: the pipeline stage whose representative rank runs the op (each stage
+  // has its own streams and device), and for kPass the pass and its layer range.
+  int16_t stage = 0;
+  int32_t pass = -1;
+  int16_t layer_begin = -1, layer_end = -1;
   uint32_t dep_begin = 0, dep_count = 0;
   uint32_t use_begin = 0, read_count = 0, write_count = 0;
 };

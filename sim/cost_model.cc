@@ -170,6 +170,7 @@ OpCost CostModel::ModelCost(const Op& op) const {
     case OpKind::kAttention:
       cost = AttentionCost(op);
       break;
+    case OpKind::kPass:  // priced by the predictor from its pass's simulation
     case OpKind::kElementwise:
     case OpKind::kOptimizer:
       cost.hbm_bytes = op.bytes;

@@ -172,6 +172,7 @@ OpClass ClassOf(const Op& op) {
       return OpClass::kAttention;
     case OpKind::kElementwise:
     case OpKind::kOptimizer:
+    case OpKind::kPass:
       return OpClass::kElementwise;
     case OpKind::kCollective:
     case OpKind::kSendRecv:
