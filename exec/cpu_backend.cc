@@ -19,26 +19,25 @@ uint64_t SplitMix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-uint64_t HashName(std::string_view name) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return h;
+// What a value is, independent of how it is stored: kind, slot, gradient and layer (not the
+// sequence-parallel form, not the row slice), so every sharding of it draws the same numbers.
+uint64_t HashRole(const TensorRole& role) {
+  uint64_t key = static_cast<uint64_t>(role.kind);
+  key = key << 8 | static_cast<uint64_t>(role.slot);
+  key = key << 8 | (role.gradient ? 1u : 0u);
+  key = key << 16 | static_cast<uint16_t>(role.layer);
+  return SplitMix(key);
 }
-
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-bool IsNormWeight(std::string_view name) { return EndsWith(name, "ln1.w") || EndsWith(name, "ln2.w"); }
 
 }  // namespace
 
-float ReferenceValue(uint64_t seed, std::string_view tensor, int64_t whole_rows, int64_t row,
+float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t whole_rows, int64_t row,
                      int64_t col) {
-  uint64_t bits = SplitMix(seed ^ SplitMix(HashName(tensor) ^ SplitMix(row * 0x100000001b3ull + col)));
+  uint64_t bits = SplitMix(seed ^ SplitMix(HashRole(role) ^ SplitMix(row * 0x100000001b3ull + col)));
   float u = static_cast<float>(bits >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;  // [-1, 1)
-  if (IsNormWeight(tensor)) return 1.0f + 0.1f * u;
-  if (EndsWith(tensor, ".w")) return u / std::sqrt(static_cast<float>(whole_rows));
+  if (role.gradient) return u;
+  if (role.kind == TensorKind::kNormWeight) return 1.0f + 0.1f * u;
+  if (role.kind == TensorKind::kWeight) return u / std::sqrt(static_cast<float>(whole_rows));
   return u;
 }
 
@@ -50,7 +49,7 @@ CpuBackend::CpuBackend(const Schedule& schedule, const ModelSpec& model, int ran
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     data_[i].assign(static_cast<size_t>(t.rows * t.cols), 0.0f);
-    if (EndsWith(t.name, ".w") || t.name == "l0.x") Fill(t, data_[i], View{0, t.rows, 0, t.cols});
+    if (IsGiven(t.role)) Fill(t, data_[i], View{0, t.rows, 0, t.cols});
   }
 }
 
@@ -66,7 +65,7 @@ void FillReference(const Tensor& t, int rank, int tp, uint64_t seed, const View&
   for (int64_t r = view.row_begin; r < view.row_end; ++r) {
     for (int64_t c = view.col_begin; c < view.col_end; ++c) {
       Shape2 at = WholeIndex(t, rank, tp, r, c);
-      values[r * t.cols + c] = ReferenceValue(seed, t.name, whole_rows, at.rows, at.cols);
+      values[r * t.cols + c] = ReferenceValue(seed, t.role, whole_rows, at.rows, at.cols);
     }
   }
 }
@@ -164,8 +163,11 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
       const bool backward = op.func == OpFunc::kActGrad;
       if (!need(backward ? 2 : 1, 1)) return fail("an activation reads its input (and gradient)");
       cpu::ConstMat x = in(0);
-      // SwiGLU's input is twice as wide as its output: [gate | up].
-      const bool glu = backward ? x.cols == 2 * in(1).cols : x.cols == 2 * out(0).cols;
+      const bool glu = model_.activation == Activation::kSwiglu;  // input [gate | up]
+      const int64_t y_cols = backward ? in(1).cols : out(0).cols;
+      if (x.cols != (glu ? 2 * y_cols : y_cols) || x.rows != out(0).rows)
+        return fail(glu ? "SwiGLU's input must be twice as wide as its output"
+                        : "GeLU's input and output must have the same shape");
       if (backward)
         glu ? cpu::SwigluBackward(x, in(1), out(0)) : cpu::GeluBackward(x, in(1), out(0));
       else

@@ -12,10 +12,11 @@
 namespace domino::exec {
 
 // The reference values of the unsharded model: weights, the first layer's input and the top
-// layer's output gradient, as a function of (seed, tensor name, whole row, whole column) only, so
-// every sharding of a tensor holds the same numbers as the unsharded one. GEMM weights are
-// uniform in +-1/sqrt(rows), norm weights in 1 +- 0.1, inputs and output gradients in +-1.
-float ReferenceValue(uint64_t seed, std::string_view tensor, int64_t whole_rows, int64_t row,
+// layer's output gradient, as a function of (seed, tensor role, whole row, whole column) only, so
+// every sharding of a tensor holds the same numbers as the unsharded one, whatever its name.
+// GEMM weights are uniform in +-1/sqrt(rows), norm weights in 1 +- 0.1, inputs and output
+// gradients in +-1.
+float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t whole_rows, int64_t row,
                      int64_t col);
 
 // Fills `view` of rank `rank`'s `values` of `tensor` (rows x cols) with ReferenceValue through the
@@ -25,8 +26,9 @@ void FillReference(const Tensor& tensor, int rank, int tp, uint64_t seed, const 
 
 // The CPU reference backend: fp32 tensors in host memory, kernels on Eigen (exec/cpu_kernels.h).
 // It holds rank `rank`'s shard (of a TP group of `tp`) of every tensor of the schedule:
-// weights (names ending in ".w") and the first layer's input ("l0.x") filled with
-// ReferenceValue through the tensors' Shard rules, everything else zero. Weight-gradient GEMMs
+// the tensors whose values the schedule is given (IsGiven: weights, norm gains, the stage's input)
+// filled with ReferenceValue through the tensors' Shard rules, everything else zero. The
+// activation function is the model's. Weight-gradient GEMMs
 // accumulate, as the row slices of a micro-batch add to one gradient. Biases are not modelled.
 class CpuBackend final : public Backend {
  public:

@@ -292,8 +292,7 @@ class CudaBackend final : public Backend, public CudaRunner {
       DOMINO_RETURN_IF_ERROR(
           Ok(cuda::Alloc(context_, static_cast<size_t>(t.rows * t.cols), &device_[i])));
       const cuda::DView whole = Whole(static_cast<int32_t>(i));
-      const bool initial = t.name == "l0.x" || (t.name.size() > 2 && t.name.ends_with(".w"));
-      if (!initial) {
+      if (!IsGiven(t.role)) {
         DOMINO_RETURN_IF_ERROR(Ok(cuda::Zero(context_, whole)));
         continue;
       }
@@ -400,12 +399,11 @@ class CudaBackend final : public Backend, public CudaRunner {
                                     op.head_dim, in(0), in(1), out(0));
         break;
       case OpFunc::kAct:
-        e = in(0).cols == 2 * out(0).cols ? cuda::Swiglu(context_, in(0), out(0))
-                                          : cuda::Gelu(context_, in(0), out(0));
+        e = Swiglu() ? cuda::Swiglu(context_, in(0), out(0)) : cuda::Gelu(context_, in(0), out(0));
         break;
       case OpFunc::kActGrad:
-        e = in(0).cols == 2 * in(1).cols ? cuda::SwigluBackward(context_, in(0), in(1), out(0))
-                                         : cuda::GeluBackward(context_, in(0), in(1), out(0));
+        e = Swiglu() ? cuda::SwigluBackward(context_, in(0), in(1), out(0))
+                     : cuda::GeluBackward(context_, in(0), in(1), out(0));
         break;
       case OpFunc::kLn1:
       case OpFunc::kLn2:
@@ -596,6 +594,7 @@ class CudaBackend final : public Backend, public CudaRunner {
   }
 
   bool Rms() const { return model_.norm == Norm::kRmsNorm; }
+  bool Swiglu() const { return model_.activation == Activation::kSwiglu; }
   cuda::DView Of(const TensorUse& u) const {
     const Tensor& t = schedule_.tensors()[u.tensor];
     const size_t offset =

@@ -19,12 +19,12 @@ struct Whole {
   std::vector<float> values;
 };
 
-// Gathers tensor `name` from every rank and assembles the unsharded tensor on rank 0 by its Shard
-// rule (partial sums add up; replicated tensors are taken from rank 0).
+// Gathers the tensor of `role` from every rank and assembles the unsharded tensor on rank 0 by
+// its Shard rule (partial sums add up; replicated tensors are taken from rank 0).
 Result<Whole> GatherWhole(const Schedule& schedule, const Backend& backend, Communicator& comm,
-                          std::string_view name) {
-  const int32_t id = schedule.FindTensor(name);
-  if (id < 0) return Error(fmt::format("the schedule has no tensor {}", name));
+                          const TensorRole& role) {
+  const int32_t id = FindTensor(schedule.tensors(), role);
+  if (id < 0) return Error(fmt::format("the schedule has no tensor {}", RoleName(role)));
   const Tensor& t = schedule.tensors()[id];
   const int tp = comm.size();
   const int64_t count = t.rows * t.cols;
@@ -49,14 +49,25 @@ Result<Whole> GatherWhole(const Schedule& schedule, const Backend& backend, Comm
   return whole;
 }
 
-// The stack's output: the top layer's mid plus its MLP output after the collective.
+TensorRole LayerRole(TensorKind kind, TensorSlot slot, int layer, bool gradient = false,
+                     TensorForm form = TensorForm::kPrimary) {
+  TensorRole role;
+  role.kind = kind, role.slot = slot, role.gradient = gradient, role.form = form;
+  role.layer = static_cast<int16_t>(layer);
+  return role;
+}
+
+// The stack's output: the top layer's mid plus its MLP output after the collective (with
+// sequence parallelism, the reduce-scattered shard).
 Result<Whole> GatherOutput(const Schedule& schedule, const Backend& backend, Communicator& comm,
                            int top, bool sp) {
-  Result<Whole> mid = GatherWhole(schedule, backend, comm, fmt::format("l{}.mid", top));
+  Result<Whole> mid = GatherWhole(schedule, backend, comm,
+                                  LayerRole(TensorKind::kActivation, TensorSlot::kMid, top));
   if (!mid.ok()) return mid;
-  Result<Whole> mlp =
-      GatherWhole(schedule, backend, comm,
-                  sp ? fmt::format("l{}.fc2.shard", top) : fmt::format("l{}.fc2", top));
+  Result<Whole> mlp = GatherWhole(
+      schedule, backend, comm,
+      LayerRole(TensorKind::kActivation, TensorSlot::kFc2, top, false,
+                sp ? TensorForm::kSequenceShard : TensorForm::kPrimary));
   if (!mlp.ok()) return mlp;
   for (size_t i = 0; i < mid->values.size(); ++i) mid->values[i] += mlp->values[i];
   return mid;
@@ -80,12 +91,18 @@ TensorCheck Compare(std::string name, const Whole& got, const Whole& want, doubl
   return check;
 }
 
-std::vector<std::string> ComparedTensors(int layers) {
-  std::vector<std::string> names = {"l0.x.grad"};
-  for (int l = 0; l < layers; ++l)
-    for (const char* w : {"ln1", "qkv", "proj", "ln2", "fc1", "fc2"})
-      names.push_back(fmt::format("l{}.{}.w.grad", l, w));
-  return names;
+// The input gradient, then every weight's gradient, layer by layer.
+std::vector<TensorRole> ComparedTensors(int layers) {
+  std::vector<TensorRole> roles = {LayerRole(TensorKind::kInput, TensorSlot::kX, 0, true)};
+  for (int l = 0; l < layers; ++l) {
+    roles.push_back(LayerRole(TensorKind::kNormWeight, TensorSlot::kLn1, l, true));
+    for (TensorSlot w : {TensorSlot::kQkv, TensorSlot::kProj})
+      roles.push_back(LayerRole(TensorKind::kWeight, w, l, true));
+    roles.push_back(LayerRole(TensorKind::kNormWeight, TensorSlot::kLn2, l, true));
+    for (TensorSlot w : {TensorSlot::kFc1, TensorSlot::kFc2})
+      roles.push_back(LayerRole(TensorKind::kWeight, w, l, true));
+  }
+  return roles;
 }
 
 // With --check: gathers the output, input gradient and weight gradients over the ranks, runs
@@ -98,9 +115,9 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
   Result<Whole> output = GatherOutput(s, backend, comm, layers - 1, plan.sequence_parallel);
   if (!output.ok()) return output.error();
   got.push_back(std::move(output).value());
-  const std::vector<std::string> names = ComparedTensors(layers);
-  for (const std::string& name : names) {
-    Result<Whole> whole = GatherWhole(s, backend, comm, name);
+  const std::vector<TensorRole> roles = ComparedTensors(layers);
+  for (const TensorRole& role : roles) {
+    Result<Whole> whole = GatherWhole(s, backend, comm, role);
     if (!whole.ok()) return whole.error();
     got.push_back(std::move(whole).value());
   }
@@ -117,10 +134,12 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
     Result<Whole> want = GatherOutput(*ref_schedule, ref, self, layers - 1, false);
     if (!want.ok()) return want.error();
     result->checks.push_back(Compare("output", got[0], *want, options.tolerance));
-    for (size_t i = 0; i < names.size(); ++i) {
-      Result<Whole> w = GatherWhole(*ref_schedule, ref, self, names[i]);
+    for (size_t i = 0; i < roles.size(); ++i) {
+      Result<Whole> w = GatherWhole(*ref_schedule, ref, self, roles[i]);
       if (!w.ok()) return w.error();
-      std::string label = names[i] == "l0.x.grad" ? "input.grad" : names[i];
+      // Labels are the tensors' names in the executed schedule (the input's gradient: its own).
+      std::string label = i == 0 ? "input.grad"
+                                 : s.tensors()[FindTensor(s.tensors(), roles[i])].name;
       result->checks.push_back(Compare(label, got[i + 1], *w, options.tolerance));
     }
     for (const TensorCheck& c : result->checks) failed += c.ok ? 0.0f : 1.0f;

@@ -94,7 +94,8 @@ class Lowering {
   Schedule Run() {
     s_.Reserve(static_cast<size_t>(layers_) * p_ * (24 + 8 * q_));
     for (int l = 0; l < layers_; ++l) tensors_.push_back(MakeTensors(l));
-    out_grad_ = ResidualTensor(fmt::format("l{}.out.grad", layers_ - 1));
+    out_grad_ = ResidualTensor(fmt::format("l{}.out.grad", layers_ - 1),
+                               Grad(TensorSlot::kOut, layers_ - 1));
     if (options_.head) MakeHeadTensors();
     if (options_.forward) {
       if (options_.embedding)
@@ -131,58 +132,98 @@ class Lowering {
  private:
   using Deps = std::vector<int32_t>;
 
+  int32_t AddTensor(std::string name, int64_t rows, int64_t cols, Shard shard, int64_t part,
+                    const TensorRole& role) {
+    return s_.AddTensor(Tensor{std::move(name), rows, cols, shard, part, role});
+  }
   // A residual-stream tensor: whole, or this rank's sequence shard.
-  int32_t ResidualTensor(std::string name) {
-    if (!sp_) return s_.AddTensor(std::move(name), tokens_, h_);
-    return s_.AddTensor(std::move(name), tokens_ / plan_.tp, h_, Shard::kSequence, p_);
+  int32_t ResidualTensor(std::string name, const TensorRole& role) {
+    if (!sp_) return AddTensor(std::move(name), tokens_, h_, Shard::kReplicated, 0, role);
+    return AddTensor(std::move(name), tokens_ / plan_.tp, h_, Shard::kSequence, p_, role);
+  }
+  // Roles of layer l's tensors: an activation (or its gradient) of `slot`, a weight, a norm's gain.
+  static TensorRole Role(TensorKind kind, TensorSlot slot, int l, bool gradient = false,
+                         TensorForm form = TensorForm::kPrimary) {
+    TensorRole role;
+    role.kind = kind, role.slot = slot, role.gradient = gradient, role.form = form;
+    role.layer = static_cast<int16_t>(l);
+    return role;
+  }
+  static TensorRole Act(TensorSlot slot, int l, TensorForm form = TensorForm::kPrimary) {
+    return Role(TensorKind::kActivation, slot, l, false, form);
+  }
+  static TensorRole Grad(TensorSlot slot, int l, TensorForm form = TensorForm::kPrimary) {
+    return Role(TensorKind::kActivation, slot, l, true, form);
   }
 
   LayerTensors MakeTensors(int l) {
     LayerTensors t{};
+    using enum TensorSlot;
+    using F = TensorForm;
     auto name = [l](const char* what) { return fmt::format("l{}.{}", l, what); };
-    auto act = [&](const char* what, int64_t cols, Shard shard = Shard::kReplicated,
-                   int64_t part = 0) {
-      return s_.AddTensor(name(what), tokens_, cols, shard, part);
+    auto act = [&](const char* what, const TensorRole& role, int64_t cols,
+                   Shard shard = Shard::kReplicated, int64_t part = 0) {
+      return AddTensor(name(what), tokens_, cols, shard, part, role);
     };
-    auto weight = [&](const char* what, int64_t rows, int64_t cols, Shard shard, int64_t part = 0) {
-      return s_.AddTensor(name(what), rows, cols, shard, part);
+    auto residual = [&](const char* what, const TensorRole& role) {
+      return ResidualTensor(name(what), role);
     };
+    // A GEMM weight (`norm`: a norm's gain) or its gradient.
+    auto weight = [&](const char* what, TensorSlot slot, bool norm, bool gradient, int64_t rows,
+                      int64_t cols, Shard shard, int64_t part = 0) {
+      return AddTensor(name(what), rows, cols, shard, part,
+                       Role(norm ? TensorKind::kNormWeight : TensorKind::kWeight, slot, l,
+                            gradient));
+    };
+    // The first layer's x is the stage's input unless the embedding computes it.
+    const TensorKind x_kind =
+        l == 0 && !options_.embedding ? TensorKind::kInput : TensorKind::kActivation;
     const bool glu = f1_ != f_;
     const Shard fc1_shard = glu ? Shard::kGluCols : Shard::kCols;
     const int64_t kv = g_ * d_;
     // Partial sums before their collective: whole afterwards without SP (in place).
     const Shard partial = sp_ ? Shard::kPartialSum : Shard::kReplicated;
-    t.x = ResidualTensor(name("x")), t.mid = ResidualTensor(name("mid"));
-    t.ln1 = act("ln1", h_), t.ln2 = act("ln2", h_);
-    t.qkv = act("qkv", qkv_n_, Shard::kQkvCols, kv), t.ctx = act("ctx", a_ * d_, Shard::kCols);
-    t.proj = act("proj", h_, partial), t.fc1 = act("fc1", f1_, fc1_shard);
-    t.act = act("act", f_, Shard::kCols), t.fc2 = act("fc2", h_, partial);
-    t.g_x = ResidualTensor(name("x.grad")), t.g_mid = ResidualTensor(name("mid.grad"));
-    t.g_ln1 = act("ln1.grad", h_, partial), t.g_ln2 = act("ln2.grad", h_, partial);
-    t.g_qkv = act("qkv.grad", qkv_n_, Shard::kQkvCols, kv);
-    t.g_ctx = act("ctx.grad", a_ * d_, Shard::kCols);
-    t.g_fc1 = act("fc1.grad", f1_, fc1_shard), t.g_act = act("act.grad", f_, Shard::kCols);
+    t.x = residual("x", Role(x_kind, kX, l)), t.mid = residual("mid", Act(kMid, l));
+    t.ln1 = act("ln1", Act(kLn1, l), h_), t.ln2 = act("ln2", Act(kLn2, l), h_);
+    t.qkv = act("qkv", Act(kQkv, l), qkv_n_, Shard::kQkvCols, kv);
+    t.ctx = act("ctx", Act(kCtx, l), a_ * d_, Shard::kCols);
+    t.proj = act("proj", Act(kProj, l), h_, partial);
+    t.fc1 = act("fc1", Act(kFc1, l), f1_, fc1_shard);
+    t.act = act("act", Act(kAct, l), f_, Shard::kCols);
+    t.fc2 = act("fc2", Act(kFc2, l), h_, partial);
+    t.g_x = residual("x.grad", Role(x_kind, kX, l, true));
+    t.g_mid = residual("mid.grad", Grad(kMid, l));
+    t.g_ln1 = act("ln1.grad", Grad(kLn1, l), h_, partial);
+    t.g_ln2 = act("ln2.grad", Grad(kLn2, l), h_, partial);
+    t.g_qkv = act("qkv.grad", Grad(kQkv, l), qkv_n_, Shard::kQkvCols, kv);
+    t.g_ctx = act("ctx.grad", Grad(kCtx, l), a_ * d_, Shard::kCols);
+    t.g_fc1 = act("fc1.grad", Grad(kFc1, l), f1_, fc1_shard);
+    t.g_act = act("act.grad", Grad(kAct, l), f_, Shard::kCols);
     t.ln1_s = t.ln2_s = t.proj_s = t.fc2_s = t.g_ln1_s = t.g_ln2_s = -1;
     t.g_mid_full = t.g_out_full = -1;
     if (sp_) {
-      t.ln1_s = ResidualTensor(name("ln1.shard")), t.ln2_s = ResidualTensor(name("ln2.shard"));
-      t.proj_s = ResidualTensor(name("proj.shard")), t.fc2_s = ResidualTensor(name("fc2.shard"));
-      t.g_ln1_s = ResidualTensor(name("ln1.grad.shard"));
-      t.g_ln2_s = ResidualTensor(name("ln2.grad.shard"));
-      t.g_mid_full = act("mid.grad.full", h_), t.g_out_full = act("out.grad.full", h_);
+      t.ln1_s = residual("ln1.shard", Act(kLn1, l, F::kSequenceShard));
+      t.ln2_s = residual("ln2.shard", Act(kLn2, l, F::kSequenceShard));
+      t.proj_s = residual("proj.shard", Act(kProj, l, F::kSequenceShard));
+      t.fc2_s = residual("fc2.shard", Act(kFc2, l, F::kSequenceShard));
+      t.g_ln1_s = residual("ln1.grad.shard", Grad(kLn1, l, F::kSequenceShard));
+      t.g_ln2_s = residual("ln2.grad.shard", Grad(kLn2, l, F::kSequenceShard));
+      t.g_mid_full = act("mid.grad.full", Grad(kMid, l, F::kGathered), h_);
+      t.g_out_full = act("out.grad.full", Grad(kOut, l, F::kGathered), h_);
     }
-    t.w_qkv = weight("qkv.w", h_, qkv_n_, Shard::kQkvCols, kv);
-    t.w_proj = weight("proj.w", a_ * d_, h_, Shard::kRows);
-    t.w_fc1 = weight("fc1.w", h_, f1_, fc1_shard), t.w_fc2 = weight("fc2.w", f_, h_, Shard::kRows);
-    t.w_ln1 = weight("ln1.w", 1, h_, Shard::kReplicated);
-    t.w_ln2 = weight("ln2.w", 1, h_, Shard::kReplicated);
-    t.g_w_qkv = weight("qkv.w.grad", h_, qkv_n_, Shard::kQkvCols, kv);
-    t.g_w_proj = weight("proj.w.grad", a_ * d_, h_, Shard::kRows);
-    t.g_w_fc1 = weight("fc1.w.grad", h_, f1_, fc1_shard);
-    t.g_w_fc2 = weight("fc2.w.grad", f_, h_, Shard::kRows);
+    t.w_qkv = weight("qkv.w", kQkv, false, false, h_, qkv_n_, Shard::kQkvCols, kv);
+    t.w_proj = weight("proj.w", kProj, false, false, a_ * d_, h_, Shard::kRows);
+    t.w_fc1 = weight("fc1.w", kFc1, false, false, h_, f1_, fc1_shard);
+    t.w_fc2 = weight("fc2.w", kFc2, false, false, f_, h_, Shard::kRows);
+    t.w_ln1 = weight("ln1.w", kLn1, true, false, 1, h_, Shard::kReplicated);
+    t.w_ln2 = weight("ln2.w", kLn2, true, false, 1, h_, Shard::kReplicated);
+    t.g_w_qkv = weight("qkv.w.grad", kQkv, false, true, h_, qkv_n_, Shard::kQkvCols, kv);
+    t.g_w_proj = weight("proj.w.grad", kProj, false, true, a_ * d_, h_, Shard::kRows);
+    t.g_w_fc1 = weight("fc1.w.grad", kFc1, false, true, h_, f1_, fc1_shard);
+    t.g_w_fc2 = weight("fc2.w.grad", kFc2, false, true, f_, h_, Shard::kRows);
     // Each rank's norms see its own tokens under SP: their weight gradients are partial sums.
-    t.g_w_ln1 = weight("ln1.w.grad", 1, h_, partial);
-    t.g_w_ln2 = weight("ln2.w.grad", 1, h_, partial);
+    t.g_w_ln1 = weight("ln1.w.grad", kLn1, true, true, 1, h_, partial);
+    t.g_w_ln2 = weight("ln2.w.grad", kLn2, true, true, 1, h_, partial);
     return t;
   }
 
@@ -599,15 +640,22 @@ class Lowering {
   }
 
   void MakeHeadTensors() {
-    head_x_ = ResidualTensor("final.x");
-    head_ln_ = s_.AddTensor("final.ln", tokens_, h_);
-    logits_ = s_.AddTensor("logits", tokens_, vocab_, Shard::kCols);
-    g_logits_ = s_.AddTensor("logits.grad", tokens_, vocab_, Shard::kCols);
-    g_head_ln_ =
-        s_.AddTensor("final.ln.grad", tokens_, h_, sp_ ? Shard::kPartialSum : Shard::kReplicated);
-    g_head_ln_s_ = sp_ ? ResidualTensor("final.ln.grad.shard") : -1;
-    w_head_ = s_.AddTensor("lm_head.w", h_, vocab_, Shard::kCols);
-    g_w_head_ = s_.AddTensor("lm_head.w.grad", h_, vocab_, Shard::kCols);
+    using enum TensorSlot;
+    const int top = layers_ - 1;
+    // The head's tensors belong to no layer, except the top layer's output (its input).
+    head_x_ = ResidualTensor("final.x", Act(kOut, top));
+    head_ln_ = AddTensor("final.ln", tokens_, h_, Shard::kReplicated, 0, Act(kFinalNorm, -1));
+    logits_ = AddTensor("logits", tokens_, vocab_, Shard::kCols, 0, Act(kLmHead, -1));
+    g_logits_ = AddTensor("logits.grad", tokens_, vocab_, Shard::kCols, 0, Grad(kLmHead, -1));
+    g_head_ln_ = AddTensor("final.ln.grad", tokens_, h_,
+                           sp_ ? Shard::kPartialSum : Shard::kReplicated, 0, Grad(kFinalNorm, -1));
+    g_head_ln_s_ = sp_ ? ResidualTensor("final.ln.grad.shard",
+                                        Grad(kFinalNorm, -1, TensorForm::kSequenceShard))
+                       : -1;
+    w_head_ = AddTensor("lm_head.w", h_, vocab_, Shard::kCols, 0,
+                        Role(TensorKind::kWeight, kLmHead, -1));
+    g_w_head_ = AddTensor("lm_head.w.grad", h_, vocab_, Shard::kCols, 0,
+                          Role(TensorKind::kWeight, kLmHead, -1, true));
   }
 
   // Vocab-parallel embedding of slice i: each rank looks up the tokens of its vocabulary part,
@@ -615,8 +663,10 @@ class Lowering {
   void EmbeddingForward(int i) {
     OpTags tags = Tags(0, i, -1, Phase::kForward);
     const LayerTensors& t = tensors_[0];
-    int32_t partial =
-        s_.AddTensor(fmt::format("embed.s{}", i), slice_tokens_, h_, Shard::kPartialSum);
+    TensorRole role = Act(TensorSlot::kEmbedding, -1);
+    role.slice = static_cast<int8_t>(i);
+    int32_t partial = AddTensor(fmt::format("embed.s{}", i), slice_tokens_, h_,
+                                Shard::kPartialSum, 0, role);
     TensorUse whole{partial, View{0, slice_tokens_, 0, h_}};
     int32_t lookup = Elementwise(OpFunc::kEmbed, tags, 2 * RowBytes(h_), {}, {}, {whole});
     int32_t comm = sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, tags,

@@ -57,6 +57,11 @@ int32_t Schedule::AddTensor(std::string name, int64_t rows, int64_t cols, Shard 
   return static_cast<int32_t>(tensors_.size() - 1);
 }
 
+int32_t Schedule::AddTensor(Tensor tensor) {
+  tensors_.push_back(std::move(tensor));
+  return static_cast<int32_t>(tensors_.size() - 1);
+}
+
 int32_t Schedule::FindTensor(std::string_view name) const {
   for (size_t i = 0; i < tensors_.size(); ++i)
     if (tensors_[i].name == name) return static_cast<int32_t>(i);
@@ -133,6 +138,45 @@ double Timeline::end_us() const {
   double end = 0;
   for (const OpTime& t : ops) end = std::max(end, t.end_us);
   return end;
+}
+
+bool IsGiven(const TensorRole& role) {
+  return !role.gradient && (role.kind == TensorKind::kWeight ||
+                            role.kind == TensorKind::kNormWeight || role.kind == TensorKind::kInput);
+}
+
+int32_t FindTensor(std::span<const Tensor> tensors, const TensorRole& role) {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].role == role) return static_cast<int32_t>(i);
+  return -1;
+}
+
+std::string RoleName(const TensorRole& role) {
+  static constexpr std::array<std::string_view, 15> kSlots = {
+      "",    "x",   "ln1", "qkv", "ctx",   "proj",       "mid",    "ln2",
+      "fc1", "act", "fc2", "out", "embed", "final_norm", "lm_head"};
+  std::string name = role.layer >= 0 ? fmt::format("l{}.", role.layer) : "";
+  name += kSlots[static_cast<size_t>(role.slot)];
+  switch (role.kind) {
+    case TensorKind::kWeight:
+    case TensorKind::kNormWeight:
+      name += ".w";
+      break;
+    case TensorKind::kOptimizerState:
+      name += ".w.adam";
+      break;
+    case TensorKind::kLoss:
+      name = "loss";
+      break;
+    case TensorKind::kInput:
+    case TensorKind::kActivation:
+      break;
+  }
+  if (role.slice >= 0) name += fmt::format(".s{}", role.slice);
+  if (role.gradient) name += ".grad";
+  if (role.form == TensorForm::kSequenceShard) name += ".shard";
+  if (role.form == TensorForm::kGathered) name += ".full";
+  return name;
 }
 
 }  // namespace domino

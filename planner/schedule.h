@@ -109,15 +109,72 @@ enum class Shard : uint8_t {
   kPartialSum,  // each rank holds a partial sum; the whole tensor is the sum over ranks
 };
 
+// What a tensor is in the model. Backends and checks find tensors by role, never by name: a
+// name is a label for traces and messages.
+enum class TensorKind : uint8_t {
+  kInput,           // the stage's input activations: the first layer's x (no embedding before it)
+  kWeight,          // a GEMM weight: slot kQkv, kProj, kFc1, kFc2, kEmbedding or kLmHead
+  kNormWeight,      // a norm's gain: slot kLn1, kLn2 or kFinalNorm
+  kActivation,      // a value the forward pass computes, named by its slot
+  kOptimizerState,  // Adam's moments and fp32 master copy of the weight in `slot`
+  kLoss,
+};
+
+// Which value of a layer, or of the model's ends, a role names. A weight and the output of the
+// GEMM or norm that applies it share a slot; the kind tells them apart.
+enum class TensorSlot : uint8_t {
+  kNone,
+  kX,     // a layer's input, on the residual stream
+  kLn1,   // attention's norm
+  kQkv,   // the QKV projection
+  kCtx,   // the attention core's output
+  kProj,  // attention's output projection
+  kMid,   // the residual stream between attention and MLP
+  kLn2,   // the MLP's norm
+  kFc1,   // the MLP's first linear ([gate | up] with SwiGLU)
+  kAct,   // the activation function's output
+  kFc2,   // the MLP's second linear
+  kOut,   // a layer's output: the next layer's x, or the top layer's (final.x with a head)
+  kEmbedding,
+  kFinalNorm,
+  kLmHead,  // the LM head (its output: the logits)
+};
+
+// Sequence parallelism holds some values twice: whole on every rank and as this rank's sequence
+// shard. kSequenceShard is the shard of a value whose primary copy is whole (a norm's output
+// before its all-gather, a row-parallel output after its reduce-scatter); kGathered the whole
+// copy of a value whose primary copy is the shard (a residual-stream gradient all-gathered for
+// a row-parallel GEMM).
+enum class TensorForm : uint8_t { kPrimary, kSequenceShard, kGathered };
+
+struct TensorRole {
+  TensorKind kind = TensorKind::kActivation;
+  TensorSlot slot = TensorSlot::kNone;
+  bool gradient = false;  // the gradient of the value the rest of the role names
+  TensorForm form = TensorForm::kPrimary;
+  int16_t layer = -1;  // the layer, counted from the lowered stack's first; -1: none
+  int8_t slice = -1;   // a per-row-slice tensor's slice (the embedding's partial sums); else -1
+  bool operator==(const TensorRole&) const = default;
+};
+
 // A named 2D tensor of one rank: activations are tokens x features (rows = a micro-batch's
 // tokens, sequence-major), weights are in_features x out_features of this rank's shard.
 struct Tensor {
-  std::string name;  // "l3.fc1", "l3.fc1.w", "l3.fc1.w.grad"
+  std::string name;  // "l3.fc1", "l3.fc1.w", "l3.fc1.w.grad": a label only
   int64_t rows = 0;
   int64_t cols = 0;
   Shard shard = Shard::kReplicated;
   int64_t part_cols = 0;  // kQkvCols: width of K (= of V); kSequence: row slices
+  TensorRole role;
 };
+
+// Whether the tensor's values come from outside the schedule (no op of it computes them): a
+// weight, a norm's gain or the stage's input.
+bool IsGiven(const TensorRole& role);
+// The index of the tensor with `role`, or -1.
+int32_t FindTensor(std::span<const Tensor> tensors, const TensorRole& role);
+// "l3.fc1.w.grad"-like text of a role, for messages.
+std::string RoleName(const TensorRole& role);
 
 // The unsharded tensor's shape (rows, cols) for a TP group of `tp`.
 struct Shape2 {
@@ -185,6 +242,7 @@ class Schedule {
               std::span<const TensorUse> writes = {});
   int32_t AddTensor(std::string name, int64_t rows, int64_t cols, Shard shard = Shard::kReplicated,
                     int64_t part_cols = 0);
+  int32_t AddTensor(Tensor tensor);
   // The tensor named `name`, or -1.
   int32_t FindTensor(std::string_view name) const;
 

@@ -171,7 +171,7 @@ TEST(ExecuteTest, EveryDecomposedStrategyMatchesTheReference) {
 // A copy of `schedule` without op `drop`; ops that depended on it depend on its dependencies.
 Schedule Without(const Schedule& schedule, int32_t drop) {
   Schedule out;
-  for (const Tensor& t : schedule.tensors()) out.AddTensor(t.name, t.rows, t.cols, t.shard, t.part_cols);
+  for (const Tensor& t : schedule.tensors()) out.AddTensor(t);
   std::vector<int32_t> remap(schedule.size(), -1);
   for (size_t i = 0; i < schedule.size(); ++i) {
     const Op& op = schedule.ops()[i];
@@ -189,6 +189,45 @@ Schedule Without(const Schedule& schedule, int32_t drop) {
     remap[i] = out.Add(op, deps, reads, writes);
   }
   return out;
+}
+
+// A copy of `schedule` whose every tensor has another name: prefixed and suffixed, so that no
+// name matches a lowering's, whole or at either end.
+Schedule Renamed(const Schedule& schedule) {
+  Schedule out;
+  for (const Tensor& t : schedule.tensors()) {
+    Tensor renamed = t;
+    renamed.name = "renamed/" + t.name + "/" + std::to_string(out.tensors().size());
+    out.AddTensor(std::move(renamed));
+  }
+  for (const Op& op : schedule.ops()) out.Add(op, schedule.deps(op), schedule.reads(op), schedule.writes(op));
+  return out;
+}
+
+// Names are labels: the executor and its check find tensors by role, so a schedule whose tensors
+// are all renamed runs and matches the reference as the lowered one does.
+TEST(ExecuteTest, RenamedTensorsStillMatchTheReference) {
+  for (const char* model : {"tiny-gpt", "tiny-llama"}) {
+    for (const Strategy& st : {kStrategies[10], kStrategies[12]}) {  // 2D; SP with row split
+      SCOPED_TRACE(testing::Message() << model << " " << st.name);
+      Plan plan = TinyPlan(model, 2, st);
+      Schedule renamed = Renamed(LowerOk(plan));
+      ASSERT_EQ(renamed.FindTensor("l0.x"), -1);
+      std::vector<Result<ExecuteResult>> results = RunRanks(plan, renamed, 2);
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_TRUE(results[r].ok()) << results[r].message();
+        EXPECT_TRUE(results[r]->passed) << "rank " << r;
+      }
+      const std::vector<TensorCheck>& checks = results[0]->checks;
+      ASSERT_EQ(checks.size(), 2u + 6 * plan.model.layers);
+      for (const TensorCheck& c : checks) {
+        EXPECT_TRUE(c.ok) << c.name << ": rel error " << c.rel_error;
+        EXPECT_GT(c.reference_max, 0) << c.name << " is all zero: nothing was compared";
+      }
+      // Weight checks carry the executed schedule's names.
+      EXPECT_EQ(checks[2].name.rfind("renamed/l0.", 0), 0u) << checks[2].name;
+    }
+  }
 }
 
 TEST(ExecuteTest, ALoweringThatDropsOneAllReduceFailsTheCheck) {
@@ -344,11 +383,15 @@ TEST(ExecuteTest, ReferenceGradientsMatchFiniteDifferences) {
     Plan plan = MakePlan(k);
     Schedule s = LowerOk(plan);
     const int top = plan.model.layers - 1;
-    auto id = [&](const std::string& name) {
-      int32_t i = s.FindTensor(name);
-      EXPECT_GE(i, 0) << name;
+    auto id = [&](TensorKind kind, TensorSlot slot, int layer, bool gradient = false) {
+      int32_t i = FindTensor(s.tensors(), TensorRole{kind, slot, gradient, TensorForm::kPrimary,
+                                                     static_cast<int16_t>(layer), -1});
+      EXPECT_GE(i, 0) << RoleName(TensorRole{kind, slot, gradient});
       return i;
     };
+    using enum TensorSlot;
+    constexpr TensorKind value = TensorKind::kActivation, weight = TensorKind::kWeight,
+                         norm = TensorKind::kNormWeight, input = TensorKind::kInput;
     SelfCommunicator self;
     // Runs the stack with tensor `t` element `e` moved by `delta`; returns the loss (and the
     // backend, for the gradients of the unperturbed run).
@@ -356,31 +399,33 @@ TEST(ExecuteTest, ReferenceGradientsMatchFiniteDifferences) {
       auto backend = std::make_unique<CpuBackend>(s, plan.model, 0, 1, /*seed=*/7);
       backend->mutable_data(t)[e] += delta;
       EXPECT_TRUE(Interpret(s, *backend, self).ok());
-      const auto& mid = backend->data(id(fmt::format("l{}.mid", top)));
-      const auto& fc2 = backend->data(id(fmt::format("l{}.fc2", top)));
-      const auto& g = backend->data(id(fmt::format("l{}.out.grad", top)));
+      const auto& mid = backend->data(id(value, kMid, top));
+      const auto& fc2 = backend->data(id(value, kFc2, top));
+      const auto& g = backend->data(id(value, kOut, top, /*gradient=*/true));
       double loss = 0;
       for (size_t i = 0; i < g.size(); ++i) loss += (double{mid[i]} + fc2[i]) * g[i];
       if (keep) *keep = std::move(backend);
       return loss;
     };
     std::unique_ptr<CpuBackend> base;
-    run(id("l0.x"), 0, 0.0f, &base);
+    run(id(input, kX, 0), 0, 0.0f, &base);
     struct Probe {
-      std::string tensor, grad;
+      TensorKind kind;
+      TensorSlot slot;
+      int layer;
     };
-    for (const Probe& probe : {Probe{"l0.x", "l0.x.grad"}, Probe{"l0.qkv.w", "l0.qkv.w.grad"},
-                               Probe{"l0.ln1.w", "l0.ln1.w.grad"}, Probe{"l1.fc1.w", "l1.fc1.w.grad"},
-                               Probe{"l1.proj.w", "l1.proj.w.grad"}, Probe{"l1.ln2.w", "l1.ln2.w.grad"},
-                               Probe{"l0.fc2.w", "l0.fc2.w.grad"}}) {
-      const int32_t t = id(probe.tensor), g = id(probe.grad);
+    for (const Probe& probe : {Probe{input, kX, 0}, Probe{weight, kQkv, 0}, Probe{norm, kLn1, 0},
+                               Probe{weight, kFc1, 1}, Probe{weight, kProj, 1},
+                               Probe{norm, kLn2, 1}, Probe{weight, kFc2, 0}}) {
+      const int32_t t = id(probe.kind, probe.slot, probe.layer),
+                    g = id(probe.kind, probe.slot, probe.layer, /*gradient=*/true);
       const int64_t n = static_cast<int64_t>(base->data(t).size());
       for (int64_t e : {int64_t{0}, n / 3, n - 1}) {
         const float h = 1e-2f;
         double numeric = (run(t, e, h, nullptr) - run(t, e, -h, nullptr)) / (2.0 * h);
         double analytic = base->data(g)[e];
         EXPECT_NEAR(analytic, numeric, 2e-2 * std::max(1.0, std::fabs(numeric)))
-            << probe.grad << "[" << e << "]";
+            << s.tensors()[g].name << "[" << e << "]";
       }
     }
   }

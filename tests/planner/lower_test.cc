@@ -417,8 +417,7 @@ TEST(LowerTest, EveryReadFollowsTheWriteItNeeds) {
       const Op& op = s.ops()[i];
       for (const TensorUse& u : s.reads(op)) {
         const Tensor& t = s.tensors()[u.tensor];
-        bool initial = t.name.ends_with(".w") || t.name == "l0.x";
-        if (initial) continue;
+        if (IsGiven(t.role)) continue;
         for (int64_t r = u.view.row_begin; r < u.view.row_end; ++r) {
           for (int64_t col = u.view.col_begin; col < u.view.col_end; ++col) {
             int32_t w = writer[u.tensor][r * t.cols + col];
@@ -437,6 +436,49 @@ TEST(LowerTest, EveryReadFollowsTheWriteItNeeds) {
             writer[u.tensor][r * t.cols + col] = static_cast<int32_t>(i);
       }
     }
+  }
+}
+
+// Backends and checks find tensors by role: every tensor has one, and no two share it, with and
+// without sequence parallelism, for a stack and for a stage with the embedding and the head.
+TEST(LowerTest, EveryTensorHasARoleOfItsOwn) {
+  struct Case {
+    Strategy st;
+    bool sp;
+    bool ends;  // embedding and head
+  };
+  for (const Case& c : {Case{{1, 1, kNone}, false, false}, Case{{2, 2, kInter}, false, false},
+                        Case{{2, 1, kInter}, true, false}, Case{{1, 1, kNone}, false, true},
+                        Case{{2, 1, kInter}, true, true}}) {
+    SCOPED_TRACE(testing::Message() << "p=" << c.st.p << " q=" << c.st.q << " sp=" << c.sp
+                                    << " ends=" << c.ends);
+    Plan plan = MakePlan(Knobs(c.st.p, c.st.q, c.st.scope, c.sp));
+    LowerOptions options;
+    options.layers = 2;
+    options.embedding = options.head = c.ends;
+    Result<Schedule> s = LowerStage(plan, options);
+    ASSERT_TRUE(s.ok()) << s.message();
+    const std::vector<Tensor>& tensors = s->tensors();
+    int inputs = 0, weights = 0, norm_weights = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const TensorRole& role = tensors[i].role;
+      EXPECT_NE(role.slot, TensorSlot::kNone) << tensors[i].name;
+      EXPECT_EQ(FindTensor(tensors, role), static_cast<int32_t>(i))
+          << tensors[i].name << " shares its role with "
+          << tensors[FindTensor(tensors, role)].name;
+      if (role.gradient) continue;
+      inputs += role.kind == TensorKind::kInput;
+      weights += role.kind == TensorKind::kWeight;
+      norm_weights += role.kind == TensorKind::kNormWeight;
+    }
+    EXPECT_EQ(inputs, c.ends ? 0 : 1);  // the embedding computes the first layer's input
+    EXPECT_EQ(weights, 4 * 2 + (c.ends ? 1 : 0));  // qkv, proj, fc1, fc2; the LM head
+    EXPECT_EQ(norm_weights, 2 * 2);
+    const int32_t w = FindTensor(tensors, TensorRole{TensorKind::kWeight, TensorSlot::kFc2, false,
+                                                     TensorForm::kPrimary, 1, -1});
+    ASSERT_GE(w, 0);
+    EXPECT_EQ(tensors[w].name, "l1.fc2.w");
+    EXPECT_EQ(RoleName(tensors[w].role), "l1.fc2.w");
   }
 }
 
