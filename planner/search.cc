@@ -234,6 +234,10 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
       result.timed_out = true;
       break;
     }
+    if (space.stop && space.stop()) {
+      result.stopped = true;
+      break;
+    }
     trim();
     if (progress) progress(done++, static_cast<int>(outers.size()));
     // The lightest recompute that fits: heavier recompute only adds work.
@@ -313,15 +317,16 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   if (progress) progress(done, static_cast<int>(outers.size()));
   if (result.ranked.empty() && result.timed_out)
     return Error(fmt::format("no plan was evaluated within the {:g} s timeout", space.timeout_s));
-  if (result.ranked.empty()) {
-    return Error(
-        fmt::format("no plan fits: {} candidates rejected; first: {}", result.rejected,
-                    result.rejections.empty() ? std::string("none") : result.rejections.front()));
-  }
   std::sort(result.ranked.begin(), result.ranked.end(),
             [&](const Candidate& a, const Candidate& b) { return Better(a, b, objective); });
   if (result.ranked.size() > space.max_ranked) result.ranked.resize(space.max_ranked);
   return result;
+}
+
+std::string NoPlanFitsMessage(const SearchResult& result) {
+  return fmt::format(
+      "no plan fits: {} candidates rejected; first: {}", result.rejected,
+      result.rejections.empty() ? std::string("none") : result.rejections.front());
 }
 
 }  // namespace domino

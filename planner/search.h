@@ -44,6 +44,9 @@ struct SearchSpace {
   bool prune = true;  // false: evaluate every feasible candidate (brute force)
   // Stop after this many seconds (0: no limit) and rank what was evaluated by then.
   double timeout_s = 0;
+  // Polled between configurations: once it returns true the search stops as at the timeout
+  // (SearchResult::stopped). The command line stops on SIGINT and SIGTERM this way.
+  std::function<bool()> stop;
   // Keep at most this many ranked candidates (the best), so huge spaces stay in bounded memory.
   size_t max_ranked = 10000;
 };
@@ -66,21 +69,33 @@ struct Candidate {
   PlanFigures figures;
 };
 
+// What a search found. `ranked` is empty when no candidate is feasible (every one broke a rule,
+// did not fit in memory or failed to evaluate): NoPlanFits() then holds, and NoPlanFitsMessage()
+// says why. That is an answer about the input, not an error of the search.
 struct SearchResult {
   std::vector<Candidate> ranked;        // every feasible candidate evaluated, best first
   int evaluated = 0;                    // simulated
   int rejected = 0;                     // broke a plan rule or did not fit in memory
   int pruned = 0;                       // skipped: bounded out by a faster plan found earlier
   bool timed_out = false;               // stopped by SearchSpace::timeout_s: the best found so far
+  bool stopped = false;                 // stopped by SearchSpace::stop: the best found so far
   std::vector<std::string> rejections;  // "tp 3 pp 1 dp 1 ...: tp (3) must divide ..."
+
+  // The whole space was searched and nothing in it is feasible.
+  bool NoPlanFits() const { return ranked.empty() && !timed_out && !stopped; }
 };
+
+// "no plan fits: N candidates rejected; first: RULE" for a result where NoPlanFits() holds.
+std::string NoPlanFitsMessage(const SearchResult& result);
 
 // Enumerates plans around `base` (its model, cluster, precision, sequence length and global
 // batch) and ranks them by `objective` (the global batch is fixed, so tokens/s and iteration
 // time rank alike; ties are broken by the plan's YAML). Exact: pruning only skips a candidate
 // whose lower bound (its unsliced twin's ideal time) exceeds a plan already found, so the best
 // plan equals brute force's. Deterministic. `progress` is called with (outer configurations
-// done, in total).
+// done, in total). Errors: pins that contradict the cluster, or a timeout before any plan was
+// evaluated; a space with no feasible plan is a result (SearchResult::NoPlanFits), and so is a
+// search stopped before any was found (`stopped`, `ranked` empty).
 Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Evaluator& evaluator,
                                  Objective objective = Objective::kThroughput,
                                  const std::function<void(int, int)>& progress = {});

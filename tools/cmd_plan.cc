@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -128,15 +129,22 @@ std::string FiguresFlow(const Candidate& c) {
 }
 
 void Run(const PlanCommandFlags& flags) {
+  Result<SearchSpace> space = SpaceFor(flags);
+  if (!space.ok()) Fail("plan", space.message());
   // Flags describe the base plan; the defaults of the built-in plan must not pin anything.
   PlanFlags base_flags = flags.plan;
   base_flags.tp = base_flags.pp = base_flags.dp = base_flags.virtual_stages = 0;
+  // The global batch defaults to one micro-batch per DP rank, as for `simulate`: the micro-batch
+  // and dp pinned by a flag or by --fix count alike.
+  if (base_flags.micro_batch == 0) base_flags.micro_batch = space->micro_batch;
+  if (base_flags.global_batch == 0 && space->dp > 0)
+    base_flags.global_batch =
+        DefaultGlobalBatch(base_flags.micro_batch > 0 ? base_flags.micro_batch : Plan().micro_batch,
+                           space->dp);
   // The starting point only names the model, cluster, batch and precision: its degrees may
   // break rules the search varies anyway.
   Result<Plan> base = BuildPlan(base_flags, /*check_rules=*/false);
   if (!base.ok()) Fail("plan", base.message());
-  Result<SearchSpace> space = SpaceFor(flags);
-  if (!space.ok()) Fail("plan", space.message());
   if (!flags.out_path.empty()) CheckOk("plan", CheckOutputPath(flags.out_path, flags.force));
   // A pinned degree must divide the GPUs, else nothing is left to search: say which.
   const int gpus = base->cluster.total_gpus();
@@ -153,12 +161,22 @@ void Run(const PlanCommandFlags& flags) {
     if (!bar) bar.emplace("plan", "configurations", total);
     bar->Update(done);
   };
+  // SIGINT and SIGTERM stop the search between configurations; the best plan found so far is
+  // kept, marked as such, and the exit code is 128 + the signal, as for `domino sweep`.
+  CatchStopSignals();
+  space->stop = [] { return StopSignal() != 0; };
   const auto start = std::chrono::steady_clock::now();
   Result<SearchResult> result = SearchPlans(*base, *space, evaluator, objective, progress);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   bar.reset();
   if (!result.ok()) Fail("plan", result.message());
+  const int signal = StopSignal();
+  const std::string stopped_by = signal == SIGINT ? "SIGINT" : "SIGTERM";
+  if (result->ranked.empty() && result->stopped)
+    Fail("plan", fmt::format("stopped by {} before any plan was found: nothing written", stopped_by),
+         128 + signal);
+  if (result->NoPlanFits()) Fail("plan", NoPlanFitsMessage(*result), kExitNoPlanFits);
   const Candidate& best = result->ranked.front();
   // The Megatron baseline with the same degrees and memory options as the best plan.
   const Candidate* baseline = nullptr;
@@ -181,6 +199,8 @@ void Run(const PlanCommandFlags& flags) {
   if (result->timed_out)
     out << fmt::format("# stopped at --timeout {:g} s: the best plan found so far\n\n",
                        flags.timeout_s);
+  if (result->stopped)
+    out << fmt::format("# stopped by {}: the best plan found so far (partial)\n\n", stopped_by);
   Table table(
       {"rank", "plan", "iteration ms", "exposed ms", "hidden", "tokens/s", "MFU", "GiB/GPU"});
   auto add = [&](const std::string& rank, const Candidate& c) {
@@ -238,6 +258,7 @@ void Run(const PlanCommandFlags& flags) {
   yaml += fmt::format("search:\n  objective: {}\n  evaluated: {}\n  rejected: {}\n  pruned: {}\n",
                       flags.objective, result->evaluated, result->rejected, result->pruned);
   if (result->timed_out) yaml += fmt::format("  stopped_at_timeout_s: {:g}\n", flags.timeout_s);
+  if (result->stopped) yaml += fmt::format("  stopped_by: {}  # partial\n", stopped_by);
   if (baseline) {
     yaml += "  baseline: " + FiguresFlow(*baseline) + "\n";
     if (!gains.empty())
@@ -254,6 +275,12 @@ void Run(const PlanCommandFlags& flags) {
   } else {
     std::cout << "\n" << yaml;
   }
+  if (result->stopped)
+    Fail("plan",
+         fmt::format("stopped by {} after {} plans simulated: {} holds the best of those (partial)",
+                     stopped_by, result->evaluated,
+                     flags.out_path.empty() || plan_on_stdout ? "stdout" : flags.out_path),
+         128 + signal);
 }
 
 }  // namespace

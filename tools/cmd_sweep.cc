@@ -20,18 +20,10 @@
 #include "sim/predict.h"
 #include "tools/command.h"
 #include "tools/plan_flags.h"
+#include "tools/sweep_study.h"
 
 namespace domino::cli {
 namespace {
-
-// The keys a sweep may vary.
-constexpr const char* kKeys[] = {"network_GBps", "nvlink_GBps", "nodes", "node",
-                                 "seq_len",      "micro_batch", "model", "stack"};
-
-struct Axis {
-  std::string key;
-  std::vector<std::string> values;
-};
 
 struct SweepFlags {
   PlanFlags plan;
@@ -41,91 +33,6 @@ struct SweepFlags {
   bool force = false;
   double timeout_s = 0;
 };
-
-Result<Axis> ParseAxis(const std::string& text) {
-  size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    return Error(fmt::format("--vary {}: expected KEY=V1,V2,...", text));
-  Axis axis;
-  axis.key = text.substr(0, eq);
-  bool known = false;
-  for (const char* k : kKeys) known = known || axis.key == k;
-  if (!known)
-    return Error(
-        fmt::format("--vary {}: unknown key '{}' (network_GBps, nvlink_GBps, nodes, node, "
-                    "seq_len, micro_batch, model, stack)",
-                    text, axis.key));
-  std::string rest = text.substr(eq + 1);
-  size_t start = 0;
-  while (start <= rest.size()) {
-    size_t end = rest.find(',', start);
-    if (end == std::string::npos) end = rest.size();
-    if (end == start) return Error(fmt::format("--vary {}: an empty value", text));
-    axis.values.push_back(rest.substr(start, end - start));
-    start = end + 1;
-  }
-  if (axis.values.empty()) return Error(fmt::format("--vary {}: no values", text));
-  return axis;
-}
-
-bool KnownKey(const std::string& key) {
-  for (const char* k : kKeys)
-    if (key == k) return true;
-  return false;
-}
-
-// A study file: `name`, `grid` (key: [values], varied in the order given, the last fastest) and
-// `fixed` (key: value). Keys as for --vary.
-struct Study {
-  std::string name;
-  std::vector<Axis> axes;
-  std::vector<std::pair<std::string, std::string>> fixed;
-};
-
-Result<Study> LoadStudy(const std::string& path) {
-  Result<std::string> text = ReadTextFile(path);
-  if (!text.ok()) return text.error();
-  Result<YAML::Node> root = ParseYaml(*text, path);
-  if (!root.ok()) return root.error();
-  YamlMap map(*root, path);
-  Study study;
-  map.String("name", &study.name, Need::kRequired);
-  YAML::Node grid = map.Raw("grid");
-  YAML::Node fixed = map.Raw("fixed");
-  DOMINO_RETURN_IF_ERROR(map.Finish());
-  auto where = [&](const YAML::Node& n, const std::string& key, const std::string& rule) {
-    return Error(
-        fmt::format("{}:{}:{}: {}: {}", path, n.Mark().line + 1, n.Mark().column + 1, key, rule));
-  };
-  if (!grid || !grid.IsMap() || grid.size() == 0)
-    return where(*root, "grid", "expected a mapping of keys to lists of values");
-  for (const auto& entry : grid) {
-    const std::string key = entry.first.Scalar();
-    if (!KnownKey(key))
-      return where(
-          entry.first, "grid." + key,
-          "unknown key (network_GBps, nvlink_GBps, nodes, node, seq_len, micro_batch, model, stack)");
-    if (!entry.second.IsSequence() || entry.second.size() == 0)
-      return where(entry.second, "grid." + key, "expected a non-empty list of values");
-    Axis axis;
-    axis.key = key;
-    for (const auto& v : entry.second) {
-      if (!v.IsScalar()) return where(v, "grid." + key, "expected a scalar value");
-      axis.values.push_back(v.Scalar());
-    }
-    study.axes.push_back(std::move(axis));
-  }
-  if (fixed) {
-    if (!fixed.IsMap()) return where(fixed, "fixed", "expected a mapping of keys to values");
-    for (const auto& entry : fixed) {
-      const std::string key = entry.first.Scalar();
-      if (!KnownKey(key)) return where(entry.first, "fixed." + key, "unknown key");
-      if (!entry.second.IsScalar()) return where(entry.second, "fixed." + key, "expected a value");
-      study.fixed.emplace_back(key, entry.second.Scalar());
-    }
-  }
-  return study;
-}
 
 bool PositiveNumber(const std::string& text, double* out) {
   char* end = nullptr;
@@ -259,10 +166,8 @@ void Run(const SweepFlags& flags) {
     if (!from.ok()) Fail("sweep", from.message());
     base.cluster = from->cluster_ref;
   }
-  if (base.model.empty() && base.plan_path.empty()) base.model = "gpt3-13b";
-  if (base.cluster.empty() && base.plan_path.empty()) base.cluster = "dgx-h100:4";
-  if (base.seq_len == 0 && base.plan_path.empty()) base.seq_len = 1024;
-  if (base.micro_batch == 0 && base.plan_path.empty()) base.micro_batch = 16;
+  // Otherwise the built-in plan's cluster (every other default is BuildPlan's, as for simulate).
+  if (base.cluster.empty()) base.cluster = Plan().cluster_ref;
 
   // The node type first: a node count applies to it.
   std::stable_sort(fixed.begin(), fixed.end(), [](const auto& a, const auto& b) {
@@ -274,8 +179,9 @@ void Run(const SweepFlags& flags) {
   csv +=
       "strategy,plan,iteration_ms,ideal_ms,exposed_comm_ms,comm_share,tokens_per_s,mfu,"
       "speedup_vs_baseline,memory_gib,fits\n";
-  size_t total = 1;
-  for (const Axis& a : axes) total *= a.values.size();
+  Result<size_t> points = CountSweepPoints(axes);
+  if (!points.ok()) Fail("sweep", points.message());
+  const size_t total = *points;
   Simulator simulator;
   const auto start = std::chrono::steady_clock::now();
   size_t points_done = 0;
@@ -304,7 +210,11 @@ void Run(const SweepFlags& flags) {
           CheckOk("sweep", ApplyToFlags(axes[i].key, values[i], &f));
     for (size_t i = 0; i < axes.size(); ++i)
       where += fmt::format("{}{}={}", i ? ", " : "", axes[i].key, values[i]);
-    if (f.micro_batch > 0 && flags.plan.global_batch == 0) f.global_batch = f.micro_batch;
+    // A micro-batch given to a plan file's sweep keeps one micro-batch per DP rank, as flags
+    // alone do (BuildPlan), rather than the file's global batch.
+    if (f.micro_batch > 0 && flags.plan.global_batch == 0 && !f.plan_path.empty())
+      if (Result<Plan> loose = BuildPlan(f, /*check_rules=*/false); loose.ok())
+        f.global_batch = DefaultGlobalBatch(f.micro_batch, loose->dp);
     Result<Plan> plan = BuildPlan(f);
     if (!plan.ok()) {
       // A point the rules exclude (tp not dividing the heads, say) is recorded, not fatal.
@@ -349,7 +259,7 @@ void Run(const SweepFlags& flags) {
     space.distributed_optimizer = plan->distributed_optimizer;
     space.recompute = plan->recompute;
     Result<SearchResult> best = SearchPlans(*plan, space, simulator);
-    if (best.ok())
+    if (best.ok() && !best->ranked.empty())
       rows.push_back({"best", best->ranked.front().plan, best->ranked.front().figures});
     for (const Row& r : rows) {
       const PlanFigures& x = r.figures;

@@ -53,6 +53,14 @@ class Progress {
 void CatchStopSignals();
 int StopSignal();
 
+// Exit codes, the same for every command (README, `domino --help`): 0 success; 1 bad input or a
+// failed run; 2 a usage error (unknown command or flag, a flag value out of its range); 3 no plan
+// fits (`domino plan` searched the whole space and every candidate broke a rule or memory);
+// 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM), keeping what was finished.
+inline constexpr int kExitBadInput = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitNoPlanFits = 3;
+
 // Ends a command's callback with `exit_code` after printing "domino NAME: MESSAGE" to stderr.
 // CLI11 turns the exception into the process's exit code.
 [[noreturn]] void Fail(std::string_view command, const std::string& message, int exit_code = 1);

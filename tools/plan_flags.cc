@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "tools/command.h"
 
 namespace domino::cli {
@@ -24,6 +27,11 @@ Status ApplyEnum(const std::string& flag, const std::string& text,
 
 }  // namespace
 
+int DefaultGlobalBatch(int micro_batch, int dp) {
+  return static_cast<int>(std::min<int64_t>(static_cast<int64_t>(micro_batch) * dp,
+                                            kGlobalBatchBound.max + 1));
+}
+
 bool ParseBoolFlag(const std::string& text, bool* out) {
   if (text == "true" || text == "1" || text == "yes") return *out = true, true;
   if (text == "false" || text == "0" || text == "no") return *out = false, true;
@@ -33,6 +41,23 @@ bool ParseBoolFlag(const std::string& text, bool* out) {
 namespace {
 
 CLI::Validator Bounded(const PlanIntBound& bound) { return DecimalInt(bound.min, bound.max); }
+
+// A plain switch: --NAME turns it on, --no-NAME (or --NAME=false) off; given once at most. The
+// text stays empty when neither is given, so that a plan file's value is kept.
+void AddSwitch(CLI::App* app, const std::string& name, std::string* text,
+               const std::string& help) {
+  app->add_flag(fmt::format("--{}{{true}},--no-{}{{false}}", name, name), *text,
+                help + "; --no-" + name + " or --" + name + "=false turns it off")
+      ->multi_option_policy(CLI::MultiOptionPolicy::Throw)
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            bool unused = false;
+            return value.empty() || !ParseBoolFlag(value, &unused)
+                       ? fmt::format("expected true or false, got '{}'", value)
+                       : std::string();
+          },
+          ""));
+}
 
 }  // namespace
 
@@ -60,12 +85,12 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   app->add_option("--precision", f->precision, "bf16 | fp16 | fp8 (default: bf16)")
       ->check(NonEmpty());
   // The same bounds as the plan file's keys (planner/plan.h), checked before any size is derived.
-  app->add_option("--seq-len", f->seq_len, "sequence length (default: the model's)")
+  app->add_option("--seq-len", f->seq_len, "sequence length (default: 1024)")
       ->check(Bounded(kSeqLenBound));
-  app->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch")
+  app->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch (default: 16)")
       ->check(Bounded(kMicroBatchBound));
   app->add_option("--global-batch", f->global_batch,
-                  "sequences per iteration (default: one micro-batch per DP rank)")
+                  "sequences per iteration (default: micro-batch x dp, one micro-batch per DP rank)")
       ->check(Bounded(kGlobalBatchBound));
   app->add_option("--tp", f->tp, "tensor-parallel degree (default: the GPUs left by pp and dp)")
       ->check(Bounded(kTpBound));
@@ -74,29 +99,28 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   app->add_option("--virtual-stages", f->virtual_stages,
                   "interleaved pipeline stages per GPU (default: 1)")
       ->check(Bounded(kVirtualStagesBound));
-  app->add_option("--sp", f->sequence_parallel, "sequence parallelism: true | false")
-      ->check(NonEmpty());
-  app->add_option("--row-split", f->row_split, "row split p (Domino's micro-batch slices), 1-16")
+  AddSwitch(app, "sp", &f->sequence_parallel, "sequence parallelism (default: off)");
+  app->add_option("--row-split", f->row_split, "row split p (Domino's micro-batch slices), 1-16 (default: 1)")
       ->check(Bounded(kRowSplitBound));
-  app->add_option("--col-split", f->col_split, "column split q of the row-parallel weights, 1-16")
+  app->add_option("--col-split", f->col_split, "column split q of the row-parallel weights, 1-16 (default: 1)")
       ->check(Bounded(kColSplitBound));
-  app->add_option("--scope", f->scope, "overlap scope: none | intra-layer | inter-layer")
+  app->add_option("--scope", f->scope, "overlap scope: none | intra-layer | inter-layer (default: none, or the widest the "
+                  "splits allow when --row-split or --col-split is above 1)")
       ->check(NonEmpty());
   app->add_option("--method", f->method,
                   "overlap method: domino (slicing) | decomposed (TE/async-TP collective matmul, "
-                  "needs --sp true) | both")
+                  "needs --sp) | both")
       ->check(NonEmpty());
   app->add_option("--chunks", f->chunks, "pieces of each decomposed collective, 1-16 (default: tp)")
       ->check(Bounded(kChunksBound));
-  app->add_option("--copy-engine", f->copy_engine,
-                  "decomposed parts on copy engines (no SMs, TE's ring exchange): true | false")
-      ->check(NonEmpty());
-  app->add_option("--recompute", f->recompute, "none | selective | full")->check(NonEmpty());
+  AddSwitch(app, "copy-engine", &f->copy_engine,
+            "decomposed parts on copy engines (no SMs, TE's ring exchange; default: off)");
+  app->add_option("--recompute", f->recompute, "activation recompute: none | selective | full (default: none)")->check(NonEmpty());
   app->add_option("--placement", f->placement,
-                  "rank layout, innermost first: tp-dp-pp (Megatron's) | tp-pp-dp")
+                  "rank layout, innermost first: tp-dp-pp (Megatron's, default) | tp-pp-dp")
       ->check(NonEmpty());
-  app->add_option("--distributed-optimizer", f->distributed_optimizer, "true | false")
-      ->check(NonEmpty());
+  AddSwitch(app, "distributed-optimizer", &f->distributed_optimizer,
+            "shard the optimizer state over the DP ranks (default: off)");
 }
 
 Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
@@ -109,7 +133,6 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
     plan.predicted.reset();
     plan.measured.reset();
   }
-  bool built_in = !from_file && f.model.empty() && f.cluster.empty();
   if (!f.model.empty()) plan.model_ref = f.model;
   if (!f.cluster.empty()) plan.cluster_ref = f.cluster;
   if (!f.stack.empty()) plan.stack_ref = f.stack;
@@ -141,18 +164,12 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   if (!ParseBoolFlag(f.distributed_optimizer, &plan.distributed_optimizer))
     return Error(fmt::format("--distributed-optimizer: expected true or false, got '{}'",
                              f.distributed_optimizer));
-  // Resolve the model and cluster first: defaults below depend on them.
-  Result<ModelSpec> model =
-      plan.model_ref.empty() ? Result<ModelSpec>(plan.model) : LoadModel(plan.model_ref);
-  if (!model.ok()) return model.error();
+  // The cluster first: the default tp depends on it.
   Result<ClusterSpec> cluster = LoadCluster(plan.cluster_ref);
   if (!cluster.ok()) return cluster.error();
-  if (!from_file && !built_in) {
-    plan.seq_len = model->seq_len;
-    plan.micro_batch = 1;
-    plan.tp = 0;
-    plan.global_batch = 0;
-  }
+  // Without a plan file, every default is the built-in plan's (planner/plan.h), whatever subset of
+  // flags is given; only tp and the global batch are derived, from the degrees and micro-batch.
+  if (!from_file) plan.tp = plan.global_batch = 0;
   auto set = [](int value, int* out) {
     if (value > 0) *out = value;
   };
@@ -165,7 +182,6 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   set(f.col_split, &plan.col_split);
   set(f.chunks, &plan.chunks);
   set(f.tp, &plan.tp);
-  if (built_in && (f.pp > 0 || f.dp > 0) && f.tp == 0) plan.tp = 0;
   if (plan.tp == 0) {
     int per_tp = plan.pp * plan.dp;
     if (cluster->total_gpus() % per_tp != 0)
@@ -173,9 +189,7 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
                                cluster->total_gpus()));
     plan.tp = cluster->total_gpus() / per_tp;
   }
-  if (plan.global_batch == 0 ||
-      (!from_file && f.global_batch == 0 && (f.micro_batch > 0 || f.dp > 0)))
-    plan.global_batch = plan.micro_batch * plan.dp;
+  if (plan.global_batch == 0) plan.global_batch = DefaultGlobalBatch(plan.micro_batch, plan.dp);
   set(f.global_batch, &plan.global_batch);
   // Slicing without a scope means the user wants overlap: pick the widest the split allows.
   if (f.scope.empty() && (f.row_split > 1 || f.col_split > 1) && plan.scope == OverlapScope::kNone)

@@ -20,7 +20,7 @@ struct PlanFlags {
   std::string precision;
   int seq_len = 0, micro_batch = 0, global_batch = 0;
   int tp = 0, pp = 0, dp = 0, virtual_stages = 0;
-  std::string sequence_parallel;  // "true" / "false"
+  std::string sequence_parallel;  // "true" / "false" (--sp / --no-sp)
   int row_split = 0, col_split = 0, chunks = 0;
   std::string method;       // "domino" / "decomposed" / "both"
   std::string copy_engine;  // "true" / "false"
@@ -30,12 +30,17 @@ struct PlanFlags {
 // Declares the flags on `app`. With `with_plan_file`, also --plan.
 void AddPlanFlags(CLI::App* app, PlanFlags* flags, bool with_plan_file);
 
-// Builds a resolved plan: from --plan (then flags override its values) or from --model/--cluster
-// and flags. Without either, the built-in default: GPT-3 13B on 4 DGX-H100, seq 1024, micro-batch
-// 16, TP over all 32 GPUs (DeepSpeed-Domino's setting). An unset tp spans the GPUs left by pp and
-// dp; an unset global_batch is one micro-batch per DP rank; an unset seq_len is the model's.
-// Without `check_rules` the plan is only resolved (see ResolvePlan).
+// Builds a resolved plan: from --plan (then flags override its values) or from the built-in
+// plan's defaults (planner/plan.h: GPT-3 13B on 4 DGX-H100, seq 1024, micro-batch 16, as
+// DeepSpeed-Domino runs it) and flags. The defaults are the same whatever subset of flags is
+// given: --model alone changes the model and nothing else. Without a plan file, an unset tp spans
+// the GPUs left by pp and dp, and an unset global batch is one micro-batch per DP rank
+// (DefaultGlobalBatch). Without `check_rules` the plan is only resolved (see ResolvePlan).
 Result<Plan> BuildPlan(const PlanFlags& flags, bool check_rules = true);
+
+// The default global batch: one micro-batch per DP rank (above the bound when the product is, so
+// that the bound's message says so).
+int DefaultGlobalBatch(int micro_batch, int dp);
 
 // Applies `text` ("true"/"false"/"") to `out`; false on anything else.
 bool ParseBoolFlag(const std::string& text, bool* out);

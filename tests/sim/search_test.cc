@@ -204,9 +204,38 @@ TEST(SearchTest, NoPlanFitsSaysWhy) {
   SearchSpace space;
   Simulator eval;
   Result<SearchResult> r = SearchPlans(base, space, eval);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.message().find("no plan fits"), std::string::npos) << r.message();
+  // No feasible plan is an answer about the input, told apart from an error of the search.
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_TRUE(r->NoPlanFits());
+  EXPECT_TRUE(r->ranked.empty());
+  EXPECT_GT(r->rejected, 0);
+  const std::string message = NoPlanFitsMessage(*r);
+  EXPECT_EQ(message.rfind("no plan fits: ", 0), 0u) << message;
+  EXPECT_NE(message.find("must divide"), std::string::npos) << message;
   EXPECT_EQ(eval.calls, 0);
+}
+
+TEST(SearchTest, StopHookEndsTheSearchWithWhatItFound) {
+  Plan base = Base("gpt3-2.7b", "dgx-h100:1", 8);
+  SearchSpace space;
+  Simulator eval;
+  int polls = 0;
+  space.stop = [&polls] { return ++polls > 2; };  // two configurations, then a stop request
+  Result<SearchResult> r = SearchPlans(base, space, eval);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_TRUE(r->stopped);
+  EXPECT_FALSE(r->NoPlanFits());
+  EXPECT_EQ(polls, 3);
+  Result<SearchResult> whole = SearchPlans(base, SearchSpace(), eval);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_LT(r->evaluated + r->rejected, whole->evaluated + whole->rejected);
+
+  space.stop = [] { return true; };  // before anything: stopped, nothing found, not "no plan"
+  Result<SearchResult> none = SearchPlans(base, space, eval);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->stopped);
+  EXPECT_TRUE(none->ranked.empty());
+  EXPECT_FALSE(none->NoPlanFits());
 }
 
 }  // namespace

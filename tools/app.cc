@@ -1,0 +1,91 @@
+// The `domino` command line (tools/app.h): one CLI11 app over the command table.
+#include "tools/app.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/base/yaml_reader.h"
+#include "tools/command.h"
+
+namespace domino::cli {
+namespace {
+
+// Thrown once a command left out by RunDomino's `runs` is parsed and checked.
+struct ParsedOnly {};
+
+// A subcommand that is parsed and checked like any other, then stops before its callback runs
+// (CLI11 calls pre_callback() after every check). Its callback, and the flags the callback owns,
+// stay in place.
+class ParsedOnlyApp : public CLI::App {
+ public:
+  ParsedOnlyApp(std::string description, std::string name, CLI::App* parent)
+      : CLI::App(std::move(description), std::move(name), parent) {}
+
+ protected:
+  void pre_callback() override { throw ParsedOnly(); }
+};
+
+}  // namespace
+
+int RunDomino(int argc, const char* const* argv,
+              const std::function<bool(std::string_view)>& runs) {
+  CLI::App app{
+      "domino plans, predicts and runs tensor-parallel transformer training with communication\n"
+      "hidden behind computation (row, column and 2D slicing, as in DeepSpeed-Domino)."};
+  app.set_version_flag("--version", "domino " DOMINO_VERSION);
+  app.require_subcommand(1);
+  const std::string exit_codes =
+      "Exit codes: 0 success; 1 bad input or a failed run; 2 usage error (unknown command or "
+      "flag,\na flag value out of its range); 3 no plan fits (plan); 128 + N stopped by signal N "
+      "(130 SIGINT,\n143 SIGTERM; sweep and plan keep what they finished, marked partial).";
+  app.footer(exit_codes);
+  app.fallthrough(false);
+  for (const Command& command : Commands()) {
+    CLI::App* sub =
+        runs && !runs(command.name)
+            ? app.add_subcommand(std::make_shared<ParsedOnlyApp>(
+                  std::string(command.summary), std::string(command.name), &app))
+            : app.add_subcommand(std::string(command.name), std::string(command.summary));
+    command.setup(sub);
+    sub->footer(exit_codes);
+  }
+  // Usage errors in one line, like every other error: "domino SUB: MESSAGE (see --help)".
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    std::string name = failed->get_parent() ? " " + failed->get_name() : "";
+    return "domino" + name + ": " + e.what() + " (see --help)\n";
+  });
+  // A mistyped command gets its name and the nearest command, not "a subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const Command& command : Commands())
+      names.emplace_back(command.name);
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      const std::string nearest = NearestWord(argv[1], names);
+      std::string list;
+      for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+      std::fprintf(stderr, "domino: unknown command '%s'%s (commands: %s; see --help)\n", argv[1],
+                   nearest.empty() ? "" : (" (did you mean '" + nearest + "'?)").c_str(),
+                   list.c_str());
+      return kExitUsage;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return app.exit(e);  // a command's own failure (tools/command.h Fail): its exit code
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every usage error exits 2, whatever CLI11's own code.
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  } catch (const ParsedOnly&) {
+    return 0;
+  }
+  return 0;
+}
+
+}  // namespace domino::cli

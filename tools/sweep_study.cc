@@ -1,0 +1,104 @@
+#include "tools/sweep_study.h"
+
+#include <fmt/format.h>
+
+#include "models/base/file_io.h"
+#include "models/base/yaml_reader.h"
+
+namespace domino::cli {
+namespace {
+
+constexpr const char* kKeys[] = {"network_GBps", "nvlink_GBps", "nodes", "node",
+                                 "seq_len",      "micro_batch", "model", "stack"};
+constexpr const char* kKeyList =
+    "network_GBps, nvlink_GBps, nodes, node, seq_len, micro_batch, model, stack";
+
+}  // namespace
+
+bool KnownSweepKey(std::string_view key) {
+  for (const char* k : kKeys)
+    if (key == k) return true;
+  return false;
+}
+
+Result<Axis> ParseAxis(const std::string& text) {
+  size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    return Error(fmt::format("--vary {}: expected KEY=V1,V2,...", text));
+  Axis axis;
+  axis.key = text.substr(0, eq);
+  if (!KnownSweepKey(axis.key))
+    return Error(fmt::format("--vary {}: unknown key '{}' ({})", text, axis.key, kKeyList));
+  std::string rest = text.substr(eq + 1);
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t end = rest.find(',', start);
+    if (end == std::string::npos) end = rest.size();
+    if (end == start) return Error(fmt::format("--vary {}: an empty value", text));
+    axis.values.push_back(rest.substr(start, end - start));
+    start = end + 1;
+  }
+  if (axis.values.empty()) return Error(fmt::format("--vary {}: no values", text));
+  return axis;
+}
+
+Result<Study> ParseStudy(std::string_view text, std::string_view file) {
+  const std::string path(file);
+  Result<YAML::Node> root = ParseYaml(text, file);
+  if (!root.ok()) return root.error();
+  YamlMap map(*root, path);
+  Study study;
+  map.String("name", &study.name, Need::kRequired);
+  YAML::Node grid = map.Raw("grid");
+  YAML::Node fixed = map.Raw("fixed");
+  DOMINO_RETURN_IF_ERROR(map.Finish());
+  auto where = [&](const YAML::Node& n, const std::string& key, const std::string& rule) {
+    return Error(
+        fmt::format("{}:{}:{}: {}: {}", path, n.Mark().line + 1, n.Mark().column + 1, key, rule));
+  };
+  if (!grid || !grid.IsMap() || grid.size() == 0)
+    return where(*root, "grid", "expected a mapping of keys to lists of values");
+  for (const auto& entry : grid) {
+    const std::string key = entry.first.Scalar();
+    if (!KnownSweepKey(key))
+      return where(entry.first, "grid." + key, fmt::format("unknown key ({})", kKeyList));
+    if (!entry.second.IsSequence() || entry.second.size() == 0)
+      return where(entry.second, "grid." + key, "expected a non-empty list of values");
+    Axis axis;
+    axis.key = key;
+    for (const auto& v : entry.second) {
+      if (!v.IsScalar()) return where(v, "grid." + key, "expected a scalar value");
+      axis.values.push_back(v.Scalar());
+    }
+    study.axes.push_back(std::move(axis));
+  }
+  if (fixed) {
+    if (!fixed.IsMap()) return where(fixed, "fixed", "expected a mapping of keys to values");
+    for (const auto& entry : fixed) {
+      const std::string key = entry.first.Scalar();
+      if (!KnownSweepKey(key)) return where(entry.first, "fixed." + key, "unknown key");
+      if (!entry.second.IsScalar()) return where(entry.second, "fixed." + key, "expected a value");
+      study.fixed.emplace_back(key, entry.second.Scalar());
+    }
+  }
+  return study;
+}
+
+Result<Study> LoadStudy(const std::string& path) {
+  Result<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.error();
+  return ParseStudy(*text, path);
+}
+
+Result<size_t> CountSweepPoints(const std::vector<Axis>& axes) {
+  size_t total = 1;
+  for (const Axis& a : axes) {
+    if (a.values.size() > kMaxSweepPoints / total)
+      return Error(fmt::format("the grid has more than {} points: split the sweep",
+                               kMaxSweepPoints));
+    total *= a.values.size();
+  }
+  return total;
+}
+
+}  // namespace domino::cli

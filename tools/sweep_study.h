@@ -1,0 +1,48 @@
+#ifndef DOMINO_TOOLS_SWEEP_STUDY_H_
+#define DOMINO_TOOLS_SWEEP_STUDY_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "models/base/result.h"
+
+namespace domino::cli {
+
+// What `domino sweep` varies: one key (network_GBps, nvlink_GBps, nodes, node, seq_len,
+// micro_batch, model, stack) and its values, as given (each checked when applied to a point).
+struct Axis {
+  std::string key;
+  std::vector<std::string> values;
+};
+
+// A study file: `name`, `grid` (key: [values], varied in the order given, the last fastest) and
+// `fixed` (key: value). Keys as for --vary. The format is documented in docs/domino-study.md.
+struct Study {
+  std::string name;
+  std::vector<Axis> axes;
+  std::vector<std::pair<std::string, std::string>> fixed;
+};
+
+// The most points one sweep may take (the product of its axes' lengths).
+inline constexpr size_t kMaxSweepPoints = 1'000'000;
+
+// Whether `key` may be varied.
+bool KnownSweepKey(std::string_view key);
+
+// Parses "--vary KEY=V1,V2,...". Errors quote the flag: "--vary nodes=1,,2: an empty value".
+Result<Axis> ParseAxis(const std::string& text);
+
+// Parses a study from `text`; errors are "FILE:LINE:COL: KEY: RULE" with `file` as given.
+Result<Study> ParseStudy(std::string_view text, std::string_view file);
+// Reads and parses the study file at `path`.
+Result<Study> LoadStudy(const std::string& path);
+
+// The number of points of a grid over `axes`; an error above kMaxSweepPoints.
+Result<size_t> CountSweepPoints(const std::vector<Axis>& axes);
+
+}  // namespace domino::cli
+
+#endif  // DOMINO_TOOLS_SWEEP_STUDY_H_
