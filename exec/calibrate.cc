@@ -112,7 +112,7 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
   Result<std::vector<CudaDevice>> devices = ListCudaDevices();
   if (!devices.ok()) return devices.error();
   CudaOptions cuda = options.cuda;
-  cuda.comm = comm.size() > 1 ? "nccl" : "mpi";
+  cuda.comm = comm.size() > 1 ? CommMode::kNccl : CommMode::kMpi;
   Result<std::unique_ptr<CudaRunner>> runner =
       MakeCudaRunner(s, plan.model, comm.rank(), plan.tp, /*seed=*/1, cuda, comm);
   if (!runner.ok()) return runner.error();

@@ -1,9 +1,9 @@
 #include "exec/cpu_backend.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "exec/cpu_kernels.h"
 
@@ -33,8 +33,10 @@ uint64_t HashRole(const TensorRole& role) {
 
 float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t whole_rows, int64_t row,
                      int64_t col) {
-  uint64_t bits = SplitMix(seed ^ SplitMix(HashRole(role) ^ SplitMix(row * 0x100000001b3ull + col)));
-  float u = static_cast<float>(bits >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;  // [-1, 1)
+  uint64_t bits =
+      SplitMix(seed ^ SplitMix(HashRole(role) ^ SplitMix(row * 0x100000001b3ull + col)));
+  float u =
+      static_cast<float>(bits >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;  // [-1, 1)
   if (role.gradient) return u;
   if (role.kind == TensorKind::kNormWeight) return 1.0f + 0.1f * u;
   if (role.kind == TensorKind::kWeight) return u / std::sqrt(static_cast<float>(whole_rows));
@@ -74,7 +76,7 @@ void CpuBackend::Fill(const Tensor& t, std::vector<float>& values, const View& v
   FillReference(t, rank_, tp_, seed_, view, values);
 }
 
-void CpuBackend::Pack(const TensorUse& use, float* out) const {
+Status CpuBackend::Pack(const TensorUse& use, float* out) const {
   const Tensor& t = schedule_.tensors()[use.tensor];
   const std::vector<float>& values = data_[use.tensor];
   const View& v = use.view;
@@ -82,15 +84,17 @@ void CpuBackend::Pack(const TensorUse& use, float* out) const {
     const float* row = values.data() + r * t.cols;
     out = std::copy(row + v.col_begin, row + v.col_end, out);
   }
+  return Status::Ok();
 }
 
-void CpuBackend::Unpack(const TensorUse& use, const float* in) {
+Status CpuBackend::Unpack(const TensorUse& use, const float* in) {
   const Tensor& t = schedule_.tensors()[use.tensor];
   std::vector<float>& values = data_[use.tensor];
   const View& v = use.view;
   const int64_t width = v.col_end - v.col_begin;
   for (int64_t r = v.row_begin; r < v.row_end; ++r, in += width)
     std::copy(in, in + width, values.data() + r * t.cols + v.col_begin);
+  return Status::Ok();
 }
 
 Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
@@ -186,8 +190,8 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
       cpu::Mat dx = out(0);
       cpu::ConstMat residual = in(3);
       for (int64_t r = 0; r < dx.rows; ++r)
-        std::copy(residual.data + r * residual.stride, residual.data + r * residual.stride + dx.cols,
-                  dx.data + r * dx.stride);
+        std::copy(residual.data + r * residual.stride,
+                  residual.data + r * residual.stride + dx.cols, dx.data + r * dx.stride);
       cpu::NormBackward(norm, in(0), in(2).data, kNormEps, in(1), dx, /*accumulate_dx=*/true,
                         out(1).data);
       return Status::Ok();

@@ -35,9 +35,9 @@ class CpuBackend final : public Backend {
   CpuBackend(const Schedule& schedule, const ModelSpec& model, int rank, int tp, uint64_t seed);
 
   Status Run(const Schedule& schedule, int32_t id) override;
-  void Pack(const TensorUse& use, float* out) const override;
-  void Unpack(const TensorUse& use, const float* in) override;
-  std::vector<float> Read(int32_t tensor) const override { return data_[tensor]; }
+  Status Pack(const TensorUse& use, float* out) const override;
+  Status Unpack(const TensorUse& use, const float* in) override;
+  Result<std::vector<float>> Read(int32_t tensor) const override { return data_[tensor]; }
 
   // This rank's values of tensor `id` (rows x cols, row-major).
   const std::vector<float>& data(int32_t id) const { return data_[id]; }

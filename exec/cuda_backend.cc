@@ -24,11 +24,25 @@ constexpr float kNormEps = 1e-5f;  // as the CPU backend
 
 int64_t Elements(const View& v) { return (v.row_end - v.row_begin) * (v.col_end - v.col_begin); }
 
-Result<cuda::DType> ParseDType(const std::string& name) {
-  if (name == "fp32") return cuda::DType::kF32;
-  if (name == "bf16") return cuda::DType::kBf16;
-  if (name == "fp16") return cuda::DType::kF16;
-  return Error(fmt::format("unknown element type {} (fp32, bf16 or fp16)", name));
+// The context's CUDA stream that runs a Schedule stream's ops (PlanStreams admits only these two).
+cuda::StreamKind StreamOf(Stream stream) {
+  return stream == Stream::kCompute ? cuda::StreamKind::kCompute : cuda::StreamKind::kComm;
+}
+
+Result<cuda::DType> ElementType(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kFp32:
+      return cuda::DType::kF32;
+    case Dtype::kBf16:
+      return cuda::DType::kBf16;
+    case Dtype::kFp16:
+      return cuda::DType::kF16;
+    case Dtype::kTf32:
+    case Dtype::kFp8:
+      break;
+  }
+  return Error(fmt::format("the CUDA backend holds tensors in fp32, bf16 or fp16, not {}",
+                           DtypeName(dtype)));
 }
 
 class CudaBackend final : public Backend, public CudaRunner {
@@ -54,18 +68,17 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   Status Init(int rank, int tp, uint64_t seed, Communicator& host) {
     rank_ = rank, tp_ = tp, seed_ = seed;
-    Result<cuda::DType> type = ParseDType(options_.dtype);
+    Result<cuda::DType> type = ElementType(options_.dtype);
     if (!type.ok()) return type.error();
     type_ = *type;
-    const bool streams = options_.comm == "nccl" || options_.comm == "emulate";
-    if (!streams && options_.comm != "mpi")
-      return Error(fmt::format("unknown --comm {} (mpi, nccl or emulate)", options_.comm));
+    const bool streams = options_.comm != CommMode::kMpi;
     if (options_.graph && !streams)
-      return Error("CUDA graphs need --comm nccl or emulate (host collectives run on the CPU)");
-    if (options_.comm == "emulate" && options_.emulated.size() != schedule_.size())
       return Error(
-          fmt::format("--comm emulate needs the predicted cost of every collective ({} "
-                      "ops, {} given)",
+          "a CUDA graph needs collectives on the GPU (NCCL or emulated), not through the host");
+    if (options_.comm == CommMode::kEmulate && options_.emulated.size() != schedule_.size())
+      return Error(
+          fmt::format("emulated collectives need the predicted cost of every op ({} ops, {} "
+                      "given)",
                       schedule_.size(), options_.emulated.size()));
     if (streams) {
       Result<std::vector<StreamStep>> steps = PlanStreams(schedule_);
@@ -76,7 +89,7 @@ class CudaBackend final : public Backend, public CudaRunner {
     DOMINO_RETURN_IF_ERROR(AllocateTensors());
     FindAccumulators();
     DOMINO_RETURN_IF_ERROR(Ok(cuda::Reserve(context_, WorkspaceBytes())));
-    if (options_.comm == "nccl") DOMINO_RETURN_IF_ERROR(InitNccl(host));
+    if (options_.comm == CommMode::kNccl) DOMINO_RETURN_IF_ERROR(InitNccl(host));
     DOMINO_RETURN_IF_ERROR(Ok(cuda::CreateEvents(context_, kEventsPerOp * size() + 2)));
     return Ok(cuda::Synchronize(context_));
   }
@@ -85,13 +98,11 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   Result<Timeline> Run(Communicator& host,
                        const std::function<void(size_t, size_t)>& progress) override {
-    if (options_.comm == "mpi") {
+    if (options_.comm == CommMode::kMpi) {
       cuda::UseStream(context_, cuda::StreamKind::kCompute);
       DOMINO_RETURN_IF_ERROR(ZeroAccumulators());
       DOMINO_RETURN_IF_ERROR(Ok(cuda::Synchronize(context_)));
-      Result<Timeline> timeline = Interpret(schedule_, *this, host, progress);
-      DOMINO_RETURN_IF_ERROR(Deferred());
-      return timeline;
+      return Interpret(schedule_, *this, host, progress);
     }
     if (options_.graph) {
       if (!captured_) {
@@ -118,8 +129,8 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   Result<double> TimeOp(int32_t id, int repeats) override {
     const bool collective = schedule_.op(id).kind == OpKind::kCollective;
-    if (collective && nccl_ == nullptr && options_.comm != "emulate")
-      return Error(fmt::format("op {} ({}): timing a collective needs NCCL (--comm nccl)", id,
+    if (collective && nccl_ == nullptr && options_.comm != CommMode::kEmulate)
+      return Error(fmt::format("op {} ({}): timing a collective needs NCCL or its emulation", id,
                                schedule_.Label(id)));
     cuda::UseStream(context_, collective ? cuda::StreamKind::kComm : cuda::StreamKind::kCompute);
     auto once = [&] { return collective ? EnqueueCollective(id) : Enqueue(id); };
@@ -131,8 +142,8 @@ class CudaBackend final : public Backend, public CudaRunner {
   Result<double> TimeCollective(int32_t id, int repeats, Communicator& host) override {
     if (schedule_.op(id).kind != OpKind::kCollective)
       return Error(fmt::format("op {} ({}) is not a collective", id, schedule_.Label(id)));
-    if (nccl_ == nullptr && options_.comm != "emulate")
-      return Error(fmt::format("op {} ({}): timing a collective needs NCCL (--comm nccl)", id,
+    if (nccl_ == nullptr && options_.comm != CommMode::kEmulate)
+      return Error(fmt::format("op {} ({}): timing a collective needs NCCL or its emulation", id,
                                schedule_.Label(id)));
     constexpr int kWarmup = 5, kBatch = 10;
     cuda::UseStream(context_, cuda::StreamKind::kComm);
@@ -201,26 +212,21 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   // Runs compute op `id` to completion (the interpreter's one-at-a-time mode).
   Status Run(const Schedule& s, int32_t id) override {
-    DOMINO_RETURN_IF_ERROR(Deferred());
     cuda::UseStream(context_, cuda::StreamKind::kCompute);
     DOMINO_RETURN_IF_ERROR(Enqueue(id));
     return Ok(cuda::Synchronize(context_), id);
   }
 
-  // The Backend interface's copies cannot fail: a failed one is kept and reported by the next
-  // op the backend runs, or at the end of the run.
-  void Pack(const TensorUse& use, float* out) const override {
-    Defer(cuda::Download(context_, Of(use), out));
+  Status Pack(const TensorUse& use, float* out) const override {
+    return Ok(cuda::Download(context_, Of(use), out));
   }
-  void Unpack(const TensorUse& use, const float* in) override {
-    Defer(cuda::Upload(context_, Of(use), in));
+  Status Unpack(const TensorUse& use, const float* in) override {
+    return Ok(cuda::Upload(context_, Of(use), in));
   }
-  std::vector<float> Read(int32_t tensor) const override {
+  Result<std::vector<float>> Read(int32_t tensor) const override {
     const Tensor& t = schedule_.tensors()[tensor];
     std::vector<float> host(static_cast<size_t>(t.rows * t.cols));
-    Defer(cuda::Download(context_, Whole(tensor), host.data()));
-    // A failed read must not pass a check: NaN fails every comparison.
-    if (!deferred_.empty()) std::fill(host.begin(), host.end(), NAN);
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::Download(context_, Whole(tensor), host.data())));
     return host;
   }
 
@@ -235,19 +241,14 @@ class CudaBackend final : public Backend, public CudaRunner {
   int BeginEvent() const { return kEventsPerOp * size(); }
   int OriginEvent() const { return kEventsPerOp * size() + 1; }
 
-  void Defer(const std::string& error) const {
-    if (deferred_.empty()) deferred_ = error;
+  // A CUDA call's status, with what failed: the backend, or op `id`.
+  static Status Ok(Status status) {
+    if (status.ok()) return status;
+    return Error("CUDA backend: " + status.message());
   }
-  Status Deferred() const {
-    return deferred_.empty() ? Status::Ok() : Status(Error("CUDA backend: " + deferred_));
-  }
-
-  Status Ok(const std::string& error) const {
-    return error.empty() ? Status::Ok() : Status(Error("CUDA backend: " + error));
-  }
-  Status Ok(const std::string& error, int32_t id) const {
-    if (error.empty()) return Status::Ok();
-    return Error(fmt::format("op {} ({}): CUDA: {}", id, schedule_.Label(id), error));
+  Status Ok(Status status, int32_t id) const {
+    if (status.ok()) return status;
+    return Error(fmt::format("op {} ({}): CUDA: {}", id, schedule_.Label(id), status.message()));
   }
 
   // The tensors the backend's kernels add to rather than overwrite: weight gradients (their GEMMs
@@ -325,7 +326,7 @@ class CudaBackend final : public Backend, public CudaRunner {
       DOMINO_RETURN_IF_ERROR(Ok(cuda::Upload(context_, view, part.data())));
     }
     // Contiguous staging for NCCL on strided views (a column slice of a tensor).
-    if (options_.comm == "nccl" && stage > 0) {
+    if (options_.comm == CommMode::kNccl && stage > 0) {
       DOMINO_RETURN_IF_ERROR(Ok(cuda::Alloc(context_, static_cast<size_t>(stage), &stage_in_)));
       DOMINO_RETURN_IF_ERROR(Ok(cuda::Alloc(context_, static_cast<size_t>(stage), &stage_out_)));
     }
@@ -338,7 +339,7 @@ class CudaBackend final : public Backend, public CudaRunner {
       const Op& op = schedule_.op(id);
       if (op.kind == OpKind::kAttention)
         bytes = std::max(bytes, cuda::AttentionWorkspaceBytes(op.sequences, op.seq_len, op.heads));
-      if (op.kind == OpKind::kCollective && options_.comm == "emulate")
+      if (op.kind == OpKind::kCollective && options_.comm == CommMode::kEmulate)
         bytes = std::max(bytes, cuda::EmulationWorkspaceBytes(options_.emulated[id].hbm_bytes));
     }
     return bytes;
@@ -348,7 +349,7 @@ class CudaBackend final : public Backend, public CudaRunner {
   // communicator (its 128 bytes carried bit for bit as 32 floats of an all-gather).
   Status InitNccl(Communicator& host) {
     if (host.size() != tp_)
-      return Error(fmt::format("--comm nccl needs the plan's {} TP ranks launched, not {}", tp_,
+      return Error(fmt::format("NCCL collectives need the plan's {} TP ranks launched, not {}", tp_,
                                host.size()));
     std::string id;
     if (host.rank() == 0) DOMINO_RETURN_IF_ERROR(Ok(cuda::NcclUniqueId(&id)));
@@ -370,7 +371,7 @@ class CudaBackend final : public Backend, public CudaRunner {
     std::span<const TensorUse> reads = schedule_.reads(op), writes = schedule_.writes(op);
     auto in = [&](size_t i) { return Of(reads[i]); };
     auto out = [&](size_t i) { return Of(writes[i]); };
-    std::string e;
+    Status e;
     switch (op.func) {
       case OpFunc::kQkv:
       case OpFunc::kProj:
@@ -413,7 +414,7 @@ class CudaBackend final : public Backend, public CudaRunner {
       case OpFunc::kLn2Grad:
         // dx = the residual gradient + the norm's backward; dgamma accumulates.
         if (in(3).data != out(0).data) e = cuda::Copy(context_, in(3), out(0));
-        if (e.empty())
+        if (e.ok())
           e = cuda::NormBackward(context_, Rms(), in(0), in(2).data, kNormEps, in(1), out(0), true,
                                  out(1).data);
         break;
@@ -434,15 +435,15 @@ class CudaBackend final : public Backend, public CudaRunner {
   // Enqueues collective `id` on the comm stream: NCCL, or its emulation.
   Status EnqueueCollective(int32_t id) {
     const Op& op = schedule_.op(id);
-    if (options_.comm == "emulate") {
+    if (options_.comm == CommMode::kEmulate) {
       const EmulatedCollective& e = options_.emulated[id];
       return Ok(cuda::EmulateCollective(context_, e.ctas, e.hbm_bytes, e.us), id);
     }
     if (op.parts > 1)
       return Error(
           fmt::format("op {} ({}): the CUDA backend does not run decomposed collectives "
-                      "(overlap.method decomposed or both) yet; use --comm emulate or "
-                      "the CPU backend",
+                      "(overlap.method decomposed or both) yet; emulated collectives or "
+                      "the CPU backend do",
                       id, schedule_.Label(id)));
     const cuda::DView in = Of(schedule_.reads(op)[0]), out = Of(schedule_.writes(op)[0]);
     const int64_t n_in = in.rows * in.cols, n_out = out.rows * out.cols;
@@ -453,14 +454,14 @@ class CudaBackend final : public Backend, public CudaRunner {
       return Error(fmt::format("op {} ({}): buffer sizes {} and {} do not fit a {} over {} ranks",
                                id, schedule_.Label(id), n_in, n_out, OpFuncName(op.func), tp_));
     auto contiguous = [](const cuda::DView& v) { return v.stride == v.cols || v.rows == 1; };
-    std::string e;
+    Status e;
     const void* src = in.data;
     if (!contiguous(in)) {
       e = cuda::Copy(context_, in, cuda::DView{stage_in_, in.rows, in.cols, in.cols});
       src = stage_in_;
     }
     void* dst = contiguous(out) ? out.data : stage_out_;
-    if (e.empty()) {
+    if (e.ok()) {
       switch (op.collective) {
         case CollectiveOp::kAllReduce:
           e = cuda::NcclAllReduce(nccl_, src, dst, n_in);
@@ -472,30 +473,27 @@ class CudaBackend final : public Backend, public CudaRunner {
           e = cuda::NcclAllGather(nccl_, src, dst, n_in);
           break;
         case CollectiveOp::kNone:
-          e = "not a collective";
+          e = Error("not a collective");
           break;
       }
     }
-    if (e.empty() && dst == stage_out_)
+    if (e.ok() && dst == stage_out_)
       e = cuda::Copy(context_, cuda::DView{stage_out_, out.rows, out.cols, out.cols}, out);
-    if (!e.empty()) failed_ = true;
+    if (!e.ok()) failed_ = true;
     return Ok(e, id);
   }
 
   // Enqueues the whole schedule on the two streams as PlanStreams says, with timing events
   // around every op.
   Status EnqueueAll(const std::function<void(size_t, size_t)>& progress) {
-    using cuda::StreamKind;
-    auto use = [&](int stream) {
-      cuda::UseStream(context_, stream == 0 ? StreamKind::kCompute : StreamKind::kComm);
-    };
+    auto use = [&](Stream stream) { cuda::UseStream(context_, StreamOf(stream)); };
     // Both streams start after the origin: the comm stream waits for the compute stream's begin.
     // The accumulators' zeros come before the origin, outside the timeline (inside a graph).
-    use(0);
+    use(Stream::kCompute);
     DOMINO_RETURN_IF_ERROR(ZeroAccumulators());
     DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, OriginEvent(), true)));
     DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, BeginEvent(), false)));
-    use(1);
+    use(Stream::kTpComm);
     DOMINO_RETURN_IF_ERROR(Ok(cuda::WaitEvent(context_, BeginEvent())));
     for (int32_t id = 0; id < size(); ++id) {
       const StreamStep& step = steps_[id];
@@ -524,9 +522,9 @@ class CudaBackend final : public Backend, public CudaRunner {
       if (progress) progress(static_cast<size_t>(id) + 1, schedule_.size());
     }
     // The compute stream ends after the comm stream (the last event covers both).
-    use(1);
+    use(Stream::kTpComm);
     DOMINO_RETURN_IF_ERROR(Ok(cuda::RecordEvent(context_, BeginEvent(), false)));
-    use(0);
+    use(Stream::kCompute);
     return Ok(cuda::WaitEvent(context_, BeginEvent()));
   }
 
@@ -561,10 +559,10 @@ class CudaBackend final : public Backend, public CudaRunner {
       DOMINO_RETURN_IF_ERROR(Ok(cuda::QueryEvent(context_, event, &done)));
       if (done) return Ok(cuda::Synchronize(context_));
       if (nccl_ != nullptr) {
-        std::string e = cuda::NcclPoll(nccl_);
-        if (!e.empty()) {
+        if (Status polled = cuda::NcclPoll(nccl_); !polled.ok()) {
           failed_ = true;
-          return Error("NCCL failed during the run: " + e + "; communicator aborted");
+          return Error("NCCL failed during the run: " + polled.message() +
+                       "; communicator aborted");
         }
       }
       const double waited =
@@ -573,7 +571,7 @@ class CudaBackend final : public Backend, public CudaRunner {
         failed_ = true;
         return Error(
             fmt::format("the GPU has not finished the run after {:.0f} s (a peer has "
-                        "died or hangs, or --timeout {:g} is too short); aborting",
+                        "died or hangs, or the timeout of {:g} s is too short); aborting",
                         waited, options_.timeout_s));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -616,8 +614,7 @@ class CudaBackend final : public Backend, public CudaRunner {
   uint64_t seed_ = 1;
   cuda::Context* context_ = nullptr;
   cuda::Nccl* nccl_ = nullptr;
-  bool failed_ = false;           // NCCL failed: abort rather than finalize
-  mutable std::string deferred_;  // the first failed copy of Pack, Unpack or Read
+  bool failed_ = false;  // NCCL failed: abort rather than finalize
   bool captured_ = false;
   std::vector<void*> device_;
   std::vector<int32_t> accumulators_;  // tensors the kernels add to (FindAccumulators)

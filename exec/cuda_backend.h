@@ -9,6 +9,7 @@
 
 #include "exec/communicator.h"
 #include "exec/interpreter.h"
+#include "hardware/hardware_spec.h"
 #include "models/base/result.h"
 #include "models/model_spec.h"
 #include "planner/schedule.h"
@@ -23,17 +24,25 @@ struct EmulatedCollective {
   double us = 0;
 };
 
+// How the CUDA backend runs TP collectives.
+enum class CommMode {
+  // Through the launch communicator (MPI) on host copies; one op at a time, timed on the host:
+  // the numeric check's mode, no overlap.
+  kMpi,
+  // NCCL on a high-priority comm stream beside the compute stream, ordered by CUDA events as the
+  // schedule says, timed by events: overlap as in training.
+  kNccl,
+  // On one GPU, each collective replaced by a kernel that holds its CTAs and makes its HBM
+  // traffic for its predicted time (CudaOptions::emulated, indexed by op id).
+  kEmulate,
+};
+std::string_view CommModeName(CommMode mode);  // "mpi", "nccl", "emulate"
+Result<CommMode> ParseCommMode(std::string_view name);
+
 struct CudaOptions {
   int device = 0;
-  std::string dtype = "fp32";  // "fp32" | "bf16" | "fp16": tensors, GEMM inputs and outputs
-  // How TP collectives run:
-  //   "mpi"     through the launch communicator (MPI) on host copies; one op at a time, timed on
-  //             the host: the numeric check's mode, no overlap;
-  //   "nccl"    NCCL on a high-priority comm stream beside the compute stream, ordered by CUDA
-  //             events as the schedule says, timed by events: overlap as in training;
-  //   "emulate" on one GPU, each collective replaced by a kernel that holds its CTAs and makes
-  //             its HBM traffic for its predicted time (`emulated`, indexed by op id).
-  std::string comm = "mpi";
+  Dtype dtype = Dtype::kFp32;  // fp32, bf16 or fp16: tensors, GEMM inputs and outputs
+  CommMode comm = CommMode::kMpi;
   bool graph = false;  // capture the whole schedule in a CUDA graph once, replay it per run
   int min_ctas = 0;    // NCCL's minCTAs / maxCTAs (0: NCCL's default; exec/nccl_ctas.h)
   int max_ctas = 0;
@@ -47,16 +56,16 @@ class CudaRunner {
  public:
   virtual ~CudaRunner() = default;
   virtual Backend& backend() = 0;
-  // One run of the schedule; `host` is the launch communicator (collectives in "mpi" mode, the
+  // One run of the schedule; `host` is the launch communicator (collectives in CommMode::kMpi, the
   // NCCL bootstrap). Op times in microseconds from the run's start.
   virtual Result<Timeline> Run(Communicator& host,
                                const std::function<void(size_t, size_t)>& progress) = 0;
   // Median microseconds of `repeats` runs of op `id` alone after a warm-up, timed by CUDA
-  // events. A collective needs "nccl" (every rank must time it too) or "emulate".
+  // events. A collective needs CommMode::kNccl (every rank must time it too) or kEmulate.
   virtual Result<double> TimeOp(int32_t id, int repeats) = 0;
   // Microseconds per call of collective `id` as nccl-tests times it: a warm-up, then per batch a
   // barrier over `host` and back-to-back calls timed on the GPU; the median of `repeats` batches.
-  // Needs "nccl" (every rank calls it) or "emulate".
+  // Needs CommMode::kNccl (every rank calls it) or kEmulate.
   virtual Result<double> TimeCollective(int32_t id, int repeats, Communicator& host) = 0;
   // Fills every tensor with random values of the element type (uniform in [-1, 1)), for timing:
   // kernels on zeros or constants draw less power and read fast. Numeric results mean nothing

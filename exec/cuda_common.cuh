@@ -157,17 +157,17 @@ __device__ float BlockMax(float v) { return BlockReduce(v, MaxOp{}, -INFINITY); 
 // ---------------------------------------------------------------------------------------------
 // Launchers' helpers
 
-std::string Check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return "";
-  return std::string(what) + ": " + cudaGetErrorString(status);
+Status Check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return Status::Ok();
+  return Error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
-std::string CheckBlas(cublasStatus_t status, const char* what) {
-  if (status == CUBLAS_STATUS_SUCCESS) return "";
-  return std::string(what) + ": " + cublasGetStatusName(status);
+Status CheckBlas(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return Error(std::string(what) + ": " + cublasGetStatusName(status));
 }
 
-std::string Launched(const char* kernel) { return Check(cudaGetLastError(), kernel); }
+Status Launched(const char* kernel) { return Check(cudaGetLastError(), kernel); }
 
 cudaStream_t Current(const Context* c) { return c->streams[c->current]; }
 
@@ -192,8 +192,10 @@ bool Valid(DView v) {
   return v.rows >= 0 && v.cols >= 0 && (Empty(v) || (v.data != nullptr && v.stride >= v.cols));
 }
 
-std::string NotCapturing(const Context* c, const char* what) {
-  return c->capturing ? std::string(what) + ": not allowed while a graph is being captured" : "";
+Status NotCapturing(const Context* c, const char* what) {
+  if (c->capturing)
+    return Error(std::string(what) + ": not allowed while a graph is being captured");
+  return Status::Ok();
 }
 
 template <typename T>
@@ -203,7 +205,7 @@ struct Tag {
 
 // Calls f(Tag<T>{}) with T the context's element type.
 template <typename F>
-std::string ByType(DType type, F&& f) {
+Status ByType(DType type, F&& f) {
   switch (type) {
     case DType::kF32:
       return f(Tag<float>{});
@@ -212,7 +214,7 @@ std::string ByType(DType type, F&& f) {
     case DType::kF16:
       return f(Tag<__half>{});
   }
-  return "unknown element type";
+  return Error("unknown element type");
 }
 
 cudaDataType_t BlasType(DType type) {
@@ -229,13 +231,13 @@ cudaDataType_t BlasType(DType type) {
 
 // Points cuBLAS at the current stream. cublasSetStream resets the workspace to cuBLAS's own pool
 // (which may allocate, and allocation fails under capture), so the stream's buffer goes back.
-std::string BindBlas(Context* c) {
-  if (c->blas_stream == c->current) return "";
-  std::string e = CheckBlas(cublasSetStream(c->blas, Current(c)), "cublasSetStream");
-  if (e.empty())
+Status BindBlas(Context* c) {
+  if (c->blas_stream == c->current) return Status::Ok();
+  Status e = CheckBlas(cublasSetStream(c->blas, Current(c)), "cublasSetStream");
+  if (e.ok())
     e = CheckBlas(cublasSetWorkspace(c->blas, c->blas_workspace[c->current], kBlasWorkspaceBytes),
                   "cublasSetWorkspace");
-  if (e.empty()) c->blas_stream = c->current;
+  if (e.ok()) c->blas_stream = c->current;
   return e;
 }
 
@@ -257,18 +259,18 @@ bool FitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
 // out = alpha op(a) op(b) + beta out for `batch` matrices, all row-major, fp32 accumulation.
 // cuBLAS is column-major and a row-major matrix is its column-major transpose, so this computes
 // out^T = op(b)^T op(a)^T: the operands swap places and keep their transpose flags.
-std::string RowMajorGemm(Context* c, const Operand& a, bool ta, const Operand& b, bool tb,
-                         const Output& out, float alpha, float beta, int64_t batch) {
+Status RowMajorGemm(Context* c, const Operand& a, bool ta, const Operand& b, bool tb,
+                    const Output& out, float alpha, float beta, int64_t batch) {
   const int64_t m = out.rows, n = out.cols, k = ta ? a.rows : a.cols;
   if ((ta ? a.cols : a.rows) != m || (tb ? b.cols : b.rows) != k || (tb ? b.rows : b.cols) != n)
-    return "gemm: the shapes of a, b and c do not match";
-  if (m == 0 || n == 0 || k == 0 || batch == 0) return "";
+    return Error("gemm: the shapes of a, b and c do not match");
+  if (m == 0 || n == 0 || k == 0 || batch == 0) return Status::Ok();
   if (a.ld < a.cols || b.ld < b.cols || out.ld < out.cols)
-    return "gemm: a row pitch is shorter than its row";
+    return Error("gemm: a row pitch is shorter than its row");
   if (!FitsInt(m) || !FitsInt(n) || !FitsInt(k) || !FitsInt(a.ld) || !FitsInt(b.ld) ||
       !FitsInt(out.ld) || !FitsInt(batch))
-    return "gemm: a size exceeds cuBLAS's int range";
-  if (std::string e = BindBlas(c); !e.empty()) return e;
+    return Error("gemm: a size exceeds cuBLAS's int range");
+  if (Status e = BindBlas(c); !e.ok()) return e;
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int cm = static_cast<int>(n), cn = static_cast<int>(m), ck = static_cast<int>(k);

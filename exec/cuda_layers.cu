@@ -194,20 +194,20 @@ AttentionScratch Carve(void* workspace, size_t cells) {
   return a;
 }
 
-std::string CheckAttention(const Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
-                           int64_t kv_heads, int64_t head_dim, DView qkv, DView out) {
+Status CheckAttention(const Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
+                      int64_t kv_heads, int64_t head_dim, DView qkv, DView out) {
   if (sequences < 0 || seq_len < 0 || heads <= 0 || kv_heads <= 0 || head_dim <= 0 ||
       heads % kv_heads != 0)
-    return "attention: heads must be a positive multiple of kv_heads, sizes positive";
-  if (!Valid(qkv) || !Valid(out)) return "attention: an invalid view";
+    return Error("attention: heads must be a positive multiple of kv_heads, sizes positive");
+  if (!Valid(qkv) || !Valid(out)) return Error("attention: an invalid view");
   if (qkv.rows != sequences * seq_len || qkv.cols != (heads + 2 * kv_heads) * head_dim)
-    return "attention: qkv must be (sequences * seq_len) x ((heads + 2 kv_heads) head_dim)";
+    return Error("attention: qkv must be (sequences * seq_len) x ((heads + 2 kv_heads) head_dim)");
   if (out.rows != qkv.rows || out.cols != heads * head_dim)
-    return "attention: out must be (sequences * seq_len) x (heads head_dim)";
-  if (sequences * seq_len > INT_MAX) return "attention: too many query rows";
+    return Error("attention: out must be (sequences * seq_len) x (heads head_dim)");
+  if (sequences * seq_len > INT_MAX) return Error("attention: too many query rows");
   if (c->workspace_bytes < AttentionWorkspaceBytes(sequences, seq_len, heads))
-    return "attention: call Reserve(AttentionWorkspaceBytes(...)) first";
-  return "";
+    return Error("attention: call Reserve(AttentionWorkspaceBytes(...)) first");
+  return Status::Ok();
 }
 
 // The column offsets of query head h's blocks in a qkv row, and of its key/value head's.
@@ -231,11 +231,11 @@ Operand AsOperand(const Output& o) {
 
 // S = scale Q_h K_g^T into scratch.s (fp32), then the causal softmax in place (and P as T into
 // scratch.p_t for 16-bit types). Returns the operand that holds P in the context's type.
-std::string Probabilities(Context* c, const Operand& q, const Operand& k, int64_t sequences,
-                          int64_t n, float scale, const AttentionScratch& scratch, Operand* p) {
+Status Probabilities(Context* c, const Operand& q, const Operand& k, int64_t sequences, int64_t n,
+                     float scale, const AttentionScratch& scratch, Operand* p) {
   const Output s{scratch.s, CUDA_R_32F, n, n, n, n * n};
-  std::string e = RowMajorGemm(c, q, false, k, true, s, scale, 0.0f, sequences);
-  if (!e.empty()) return e;
+  Status e = RowMajorGemm(c, q, false, k, true, s, scale, 0.0f, sequences);
+  if (!e.ok()) return e;
   const bool f32 = c->type == DType::kF32;
   *p =
       Operand{f32 ? static_cast<void*>(scratch.s) : scratch.p_t, BlasType(c->type), n, n, n, n * n};
@@ -253,23 +253,23 @@ std::string Probabilities(Context* c, const Operand& q, const Operand& k, int64_
 // ---------------------------------------------------------------------------------------------
 // Layer kernels
 
-std::string Gemm(Context* c, DView a, bool transpose_a, DView b, bool transpose_b, DView out,
-                 bool accumulate) {
-  if (!Valid(a) || !Valid(b) || !Valid(out)) return "gemm: invalid view";
+Status Gemm(Context* c, DView a, bool transpose_a, DView b, bool transpose_b, DView out,
+            bool accumulate) {
+  if (!Valid(a) || !Valid(b) || !Valid(out)) return Error("gemm: invalid view");
   const cudaDataType_t t = BlasType(c->type);
-  std::string e = RowMajorGemm(c, Operand{a.data, t, a.rows, a.cols, a.stride, 0}, transpose_a,
-                               Operand{b.data, t, b.rows, b.cols, b.stride, 0}, transpose_b,
-                               Output{out.data, t, out.rows, out.cols, out.stride, 0}, 1.0f,
-                               accumulate ? 1.0f : 0.0f, 1);
+  Status e = RowMajorGemm(c, Operand{a.data, t, a.rows, a.cols, a.stride, 0}, transpose_a,
+                          Operand{b.data, t, b.rows, b.cols, b.stride, 0}, transpose_b,
+                          Output{out.data, t, out.rows, out.cols, out.stride, 0}, 1.0f,
+                          accumulate ? 1.0f : 0.0f, 1);
   // An empty inner dimension makes a zero product, which cuBLAS is not asked for.
-  if (e.empty() && (transpose_a ? a.rows : a.cols) == 0 && !accumulate) e = Zero(c, out);
+  if (e.ok() && (transpose_a ? a.rows : a.cols) == 0 && !accumulate) e = Zero(c, out);
   return e;
 }
 
-std::string Add(Context* c, DView a, DView b, DView out) {
+Status Add(Context* c, DView a, DView b, DView out) {
   if (!Valid(a) || !Valid(b) || !Valid(out) || !SameShape(a, out) || !SameShape(b, out))
-    return "add: views differ in shape";
-  if (Empty(out)) return "";
+    return Error("add: views differ in shape");
+  if (Empty(out)) return Status::Ok();
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     AddKernel<T>
@@ -278,11 +278,11 @@ std::string Add(Context* c, DView a, DView b, DView out) {
   });
 }
 
-std::string NormForward(Context* c, bool rms, DView x, const void* gamma, float eps, DView y) {
-  if (!Valid(x) || !Valid(y) || !SameShape(x, y)) return "norm: x and y differ in shape";
-  if (Empty(x)) return "";
-  if (gamma == nullptr) return "norm: no gamma";
-  if (x.rows > INT_MAX) return "norm: too many rows";
+Status NormForward(Context* c, bool rms, DView x, const void* gamma, float eps, DView y) {
+  if (!Valid(x) || !Valid(y) || !SameShape(x, y)) return Error("norm: x and y differ in shape");
+  if (Empty(x)) return Status::Ok();
+  if (gamma == nullptr) return Error("norm: no gamma");
+  if (x.rows > INT_MAX) return Error("norm: too many rows");
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     NormForwardKernel<T><<<static_cast<unsigned>(x.rows), kThreads, 0, Current(c)>>>(
@@ -294,13 +294,13 @@ std::string NormForward(Context* c, bool rms, DView x, const void* gamma, float 
 // Two kernels, so that dgamma is summed in fp32 without atomics on 16-bit values: the row kernel
 // writes dx and per-block column partial sums into the stream's reduction buffer, the column
 // kernel adds them into dgamma.
-std::string NormBackward(Context* c, bool rms, DView x, const void* gamma, float eps, DView dy,
-                         DView dx, bool accumulate_dx, void* dgamma) {
+Status NormBackward(Context* c, bool rms, DView x, const void* gamma, float eps, DView dy, DView dx,
+                    bool accumulate_dx, void* dgamma) {
   if (!Valid(x) || !Valid(dy) || !Valid(dx) || !SameShape(x, dy) || !SameShape(x, dx))
-    return "norm backward: x, dy and dx differ in shape";
-  if (Empty(x)) return "";
-  if (gamma == nullptr || dgamma == nullptr) return "norm backward: no gamma or dgamma";
-  if (static_cast<size_t>(x.cols) > kReduceFloats) return "norm backward: too many columns";
+    return Error("norm backward: x, dy and dx differ in shape");
+  if (Empty(x)) return Status::Ok();
+  if (gamma == nullptr || dgamma == nullptr) return Error("norm backward: no gamma or dgamma");
+  if (static_cast<size_t>(x.cols) > kReduceFloats) return Error("norm backward: too many columns");
   const int64_t parts = std::min<int64_t>(
       {x.rows, int64_t{2} * c->sms, static_cast<int64_t>(kReduceFloats) / x.cols});
   float* partial = c->reduce[c->current];
@@ -309,16 +309,16 @@ std::string NormBackward(Context* c, bool rms, DView x, const void* gamma, float
     NormBackwardRowsKernel<T><<<static_cast<unsigned>(parts), kThreads, 0, Current(c)>>>(
         rms, Typed<T>(x), static_cast<const T*>(gamma), eps, Typed<T>(dy), Typed<T>(dx),
         accumulate_dx, partial);
-    if (std::string e = Launched("norm backward"); !e.empty()) return e;
+    if (Status e = Launched("norm backward"); !e.ok()) return e;
     AddColumnSumsKernel<T><<<FlatBlocks(x.cols), kThreads, 0, Current(c)>>>(
         partial, parts, x.cols, static_cast<T*>(dgamma));
     return Launched("norm backward dgamma");
   });
 }
 
-std::string Gelu(Context* c, DView x, DView y) {
-  if (!Valid(x) || !Valid(y) || !SameShape(x, y)) return "gelu: x and y differ in shape";
-  if (Empty(x)) return "";
+Status Gelu(Context* c, DView x, DView y) {
+  if (!Valid(x) || !Valid(y) || !SameShape(x, y)) return Error("gelu: x and y differ in shape");
+  if (Empty(x)) return Status::Ok();
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     GeluKernel<T><<<RowBlocks(x.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(y));
@@ -326,10 +326,10 @@ std::string Gelu(Context* c, DView x, DView y) {
   });
 }
 
-std::string GeluBackward(Context* c, DView x, DView dy, DView dx) {
+Status GeluBackward(Context* c, DView x, DView dy, DView dx) {
   if (!Valid(x) || !Valid(dy) || !Valid(dx) || !SameShape(x, dy) || !SameShape(x, dx))
-    return "gelu backward: x, dy and dx differ in shape";
-  if (Empty(x)) return "";
+    return Error("gelu backward: x, dy and dx differ in shape");
+  if (Empty(x)) return Status::Ok();
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     GeluBackwardKernel<T>
@@ -338,10 +338,10 @@ std::string GeluBackward(Context* c, DView x, DView dy, DView dx) {
   });
 }
 
-std::string Swiglu(Context* c, DView x, DView y) {
+Status Swiglu(Context* c, DView x, DView y) {
   if (!Valid(x) || !Valid(y) || x.rows != y.rows || x.cols != 2 * y.cols)
-    return "swiglu: x must be rows x 2f and y rows x f";
-  if (Empty(y)) return "";
+    return Error("swiglu: x must be rows x 2f and y rows x f");
+  if (Empty(y)) return Status::Ok();
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     SwigluKernel<T><<<RowBlocks(y.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(y));
@@ -349,11 +349,11 @@ std::string Swiglu(Context* c, DView x, DView y) {
   });
 }
 
-std::string SwigluBackward(Context* c, DView x, DView dy, DView dx) {
+Status SwigluBackward(Context* c, DView x, DView dy, DView dx) {
   if (!Valid(x) || !Valid(dy) || !Valid(dx) || x.rows != dy.rows || x.cols != 2 * dy.cols ||
       !SameShape(x, dx))
-    return "swiglu backward: x and dx must be rows x 2f and dy rows x f";
-  if (Empty(dy)) return "";
+    return Error("swiglu backward: x and dx must be rows x 2f and dy rows x f");
+  if (Empty(dy)) return Status::Ok();
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     SwigluBackwardKernel<T>
@@ -364,12 +364,12 @@ std::string SwigluBackward(Context* c, DView x, DView dy, DView dx) {
 
 // Per query head h (key/value head g), batched over sequences:
 //   S = scale Q_h K_g^T (fp32), P = causal softmax(S), O_h = P V_g.
-std::string Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
-                      int64_t kv_heads, int64_t head_dim, DView qkv, DView out) {
-  if (std::string e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, qkv, out);
-      !e.empty())
+Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t kv_heads,
+                 int64_t head_dim, DView qkv, DView out) {
+  if (Status e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, qkv, out);
+      !e.ok())
     return e;
-  if (sequences == 0 || seq_len == 0) return "";
+  if (sequences == 0 || seq_len == 0) return Status::Ok();
   const int64_t n = seq_len, d = head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const AttentionScratch scratch = Carve(c->workspace, static_cast<size_t>(sequences * n * n));
@@ -379,28 +379,28 @@ std::string Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t he
                   k = AsOperand(HeadBlock(c, qkv, n, d, col.k));
     const Operand v = AsOperand(HeadBlock(c, qkv, n, d, col.v));
     Operand p{};
-    std::string e = Probabilities(c, q, k, sequences, n, scale, scratch, &p);
-    if (e.empty())
+    Status e = Probabilities(c, q, k, sequences, n, scale, scratch, &p);
+    if (e.ok())
       e = RowMajorGemm(c, p, false, v, false, HeadBlock(c, out, n, d, h * d), 1.0f, 0.0f,
                        sequences);
-    if (!e.empty()) return "attention: " + e;
+    if (!e.ok()) return Error("attention: " + e.message());
   }
-  return "";
+  return Status::Ok();
 }
 
 // Per query head h (key/value head g), batched over sequences, with P recomputed as forward:
 //   dP = dO_h V_g^T,  dV_g += P^T dO_h,  dS = P (dP - rowsum(P dP)),
 //   dQ_h = scale dS K_g,  dK_g += scale dS^T Q_h.
 // dqkv is cleared first because the query heads of a group add into one dK_g and dV_g.
-std::string AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
-                              int64_t kv_heads, int64_t head_dim, DView qkv, DView dout,
-                              DView dqkv) {
-  if (std::string e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, qkv, dout);
-      !e.empty())
+Status AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
+                         int64_t kv_heads, int64_t head_dim, DView qkv, DView dout, DView dqkv) {
+  if (Status e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, qkv, dout);
+      !e.ok())
     return e;
-  if (!Valid(dqkv) || !SameShape(qkv, dqkv)) return "attention backward: dqkv differs from qkv";
-  if (std::string e = Zero(c, dqkv); !e.empty()) return "attention backward: " + e;
-  if (sequences == 0 || seq_len == 0) return "";
+  if (!Valid(dqkv) || !SameShape(qkv, dqkv))
+    return Error("attention backward: dqkv differs from qkv");
+  if (Status e = Zero(c, dqkv); !e.ok()) return Error("attention backward: " + e.message());
+  if (sequences == 0 || seq_len == 0) return Status::Ok();
   const int64_t n = seq_len, d = head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const AttentionScratch scratch = Carve(c->workspace, static_cast<size_t>(sequences * n * n));
@@ -415,12 +415,12 @@ std::string AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, in
     const Operand v = AsOperand(HeadBlock(c, qkv, n, d, col.v));
     const Operand d_out = AsOperand(HeadBlock(c, dout, n, d, h * d));
     Operand p{};
-    std::string e = Probabilities(c, q, k, sequences, n, scale, scratch, &p);
-    if (e.empty()) e = RowMajorGemm(c, d_out, false, v, true, dp, 1.0f, 0.0f, sequences);
-    if (e.empty())
+    Status e = Probabilities(c, q, k, sequences, n, scale, scratch, &p);
+    if (e.ok()) e = RowMajorGemm(c, d_out, false, v, true, dp, 1.0f, 0.0f, sequences);
+    if (e.ok())
       e = RowMajorGemm(c, p, true, d_out, false, HeadBlock(c, dqkv, n, d, col.v), 1.0f, 1.0f,
                        sequences);
-    if (e.empty()) {
+    if (e.ok()) {
       e = ByType(c->type, [&](auto tag) {
         using T = typename decltype(tag)::type;
         T* ds_t = f32 ? nullptr : static_cast<T*>(scratch.ds_t);
@@ -429,15 +429,15 @@ std::string AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, in
         return Launched("softmax backward");
       });
     }
-    if (e.empty())
+    if (e.ok())
       e = RowMajorGemm(c, ds, false, k, false, HeadBlock(c, dqkv, n, d, col.q), scale, 0.0f,
                        sequences);
-    if (e.empty())
+    if (e.ok())
       e = RowMajorGemm(c, ds, true, q, false, HeadBlock(c, dqkv, n, d, col.k), scale, 1.0f,
                        sequences);
-    if (!e.empty()) return "attention backward: " + e;
+    if (!e.ok()) return Error("attention backward: " + e.message());
   }
-  return "";
+  return Status::Ok();
 }
 
 }  // namespace domino::exec::cuda

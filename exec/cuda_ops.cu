@@ -133,81 +133,80 @@ struct OwnedEvent {
 // Times `run` (enqueueing on the current stream) `repeats` times after one warm-up run: the
 // fastest, in milliseconds.
 template <typename F>
-std::string BestMs(Context* c, int repeats, F&& run, float* best_ms) {
+Status BestMs(Context* c, int repeats, F&& run, float* best_ms) {
   OwnedEvent start, stop;
-  std::string e = Check(cudaEventCreate(&start.event), "cudaEventCreate");
-  if (e.empty()) e = Check(cudaEventCreate(&stop.event), "cudaEventCreate");
-  if (e.empty()) e = run();
-  if (e.empty()) e = Check(cudaStreamSynchronize(Current(c)), "warm-up");
+  Status e = Check(cudaEventCreate(&start.event), "cudaEventCreate");
+  if (e.ok()) e = Check(cudaEventCreate(&stop.event), "cudaEventCreate");
+  if (e.ok()) e = run();
+  if (e.ok()) e = Check(cudaStreamSynchronize(Current(c)), "warm-up");
   *best_ms = INFINITY;
-  for (int i = 0; i < repeats && e.empty(); ++i) {
+  for (int i = 0; i < repeats && e.ok(); ++i) {
     e = Check(cudaEventRecord(start.event, Current(c)), "cudaEventRecord");
-    if (e.empty()) e = run();
-    if (e.empty()) e = Check(cudaEventRecord(stop.event, Current(c)), "cudaEventRecord");
-    if (e.empty()) e = Check(cudaEventSynchronize(stop.event), "timed run");
+    if (e.ok()) e = run();
+    if (e.ok()) e = Check(cudaEventRecord(stop.event, Current(c)), "cudaEventRecord");
+    if (e.ok()) e = Check(cudaEventSynchronize(stop.event), "timed run");
     float ms = 0.0f;
-    if (e.empty()) e = Check(cudaEventElapsedTime(&ms, start.event, stop.event), "elapsed time");
-    if (e.empty()) *best_ms = std::min(*best_ms, ms);
+    if (e.ok()) e = Check(cudaEventElapsedTime(&ms, start.event, stop.event), "elapsed time");
+    if (e.ok()) *best_ms = std::min(*best_ms, ms);
   }
-  if (e.empty() && !(*best_ms > 0.0f)) e = "the timed runs took no measurable time";
+  if (e.ok() && !(*best_ms > 0.0f)) e = Error("the timed runs took no measurable time");
   return e;
 }
 
-std::string Init(Context* c) {
+Status Init(Context* c) {
   if (c->type != DType::kF32 && c->type != DType::kBf16 && c->type != DType::kF16)
-    return "unknown element type";
-  std::string e = Check(cudaSetDevice(c->device), "cudaSetDevice");
-  if (e.empty())
+    return Error("unknown element type");
+  Status e = Check(cudaSetDevice(c->device), "cudaSetDevice");
+  if (e.ok())
     e = Check(cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, c->device),
               "multiprocessor count");
   int least = 0, greatest = 0;  // least: the lowest priority, numerically the greatest
-  if (e.empty())
-    e = Check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "stream priorities");
-  if (e.empty())
+  if (e.ok()) e = Check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "stream priorities");
+  if (e.ok())
     e = Check(cudaStreamCreateWithPriority(&c->streams[0], cudaStreamNonBlocking, least),
               "compute stream");
   // The comm stream gets the highest priority: its kernels (a collective or its emulation) take
   // SMs ahead of queued compute blocks, as NCCL's would.
-  if (e.empty())
+  if (e.ok())
     e = Check(cudaStreamCreateWithPriority(&c->streams[1], cudaStreamNonBlocking, greatest),
               "comm stream");
-  for (int s = 0; s < 2 && e.empty(); ++s) {
+  for (int s = 0; s < 2 && e.ok(); ++s) {
     e = Check(cudaMalloc(&c->blas_workspace[s], kBlasWorkspaceBytes), "cuBLAS workspace");
-    if (e.empty())
+    if (e.ok())
       e = Check(cudaMalloc(reinterpret_cast<void**>(&c->reduce[s]), kReduceFloats * sizeof(float)),
                 "norm reduction buffer");
   }
-  if (e.empty()) e = Check(cudaEventCreateWithFlags(&c->fork, cudaEventDisableTiming), "event");
-  if (e.empty()) e = Check(cudaEventCreateWithFlags(&c->join, cudaEventDisableTiming), "event");
-  if (e.empty()) e = CheckBlas(cublasCreate(&c->blas), "cublasCreate");
-  if (e.empty()) e = BindBlas(c);
+  if (e.ok()) e = Check(cudaEventCreateWithFlags(&c->fork, cudaEventDisableTiming), "event");
+  if (e.ok()) e = Check(cudaEventCreateWithFlags(&c->join, cudaEventDisableTiming), "event");
+  if (e.ok()) e = CheckBlas(cublasCreate(&c->blas), "cublasCreate");
+  if (e.ok()) e = BindBlas(c);
   // One emulation block per SM: each asks for more than half of an SM's shared memory.
   int per_sm = 0, per_block = 0;
-  if (e.empty())
+  if (e.ok())
     e = Check(
         cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, c->device),
         "shared memory per SM");
-  if (e.empty())
+  if (e.ok())
     e = Check(
         cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device),
         "shared memory per block");
-  if (e.empty()) {
+  if (e.ok()) {
     c->emulation_shared_bytes = std::min(per_block - 1024, per_sm / 2 + 1024);
     e = Check(
         cudaFuncSetAttribute(EmulateCollectiveKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              c->emulation_shared_bytes),
         "emulated collective's shared memory");
   }
-  if (e.empty()) {
+  if (e.ok()) {
     void* word = nullptr;
     e = Check(cudaHostAlloc(&word, sizeof(uint32_t), cudaHostAllocMapped), "gate word");
-    if (e.empty()) {
+    if (e.ok()) {
       c->gate = static_cast<volatile uint32_t*>(word);
       *c->gate = 0;
       e = Check(cudaHostGetDevicePointer(&c->gate_device, word, 0), "gate word");
     }
   }
-  if (e.empty()) {
+  if (e.ok()) {
     // Without the driver's stream memory operations a gate does nothing: timings then include
     // the host's enqueue latency, as they did before gates.
     void* fn = nullptr;
@@ -221,35 +220,35 @@ std::string Init(Context* c) {
   return e;
 }
 
-std::string EnsureStaging(Context* c, size_t floats) {
-  if (c->staging_floats >= floats) return "";
+Status EnsureStaging(Context* c, size_t floats) {
+  if (c->staging_floats >= floats) return Status::Ok();
   cudaFree(c->staging);
   c->staging = nullptr;
   c->staging_floats = 0;
-  std::string e =
+  Status e =
       Check(cudaMalloc(reinterpret_cast<void**>(&c->staging), floats * sizeof(float)), "staging");
-  if (e.empty()) c->staging_floats = floats;
+  if (e.ok()) c->staging_floats = floats;
   return e;
 }
 
-std::string EventAt(Context* c, int index, cudaEvent_t* out) {
+Status EventAt(Context* c, int index, cudaEvent_t* out) {
   if (index < 0 || static_cast<size_t>(index) >= c->events.size())
-    return "event " + std::to_string(index) + " does not exist (CreateEvents)";
+    return Error("event " + std::to_string(index) + " does not exist (CreateEvents)");
   *out = c->events[static_cast<size_t>(index)];
-  return "";
+  return Status::Ok();
 }
 
 // Grows one of the Reserve buffers to `bytes`, zeroed so that nothing ever reads uninitialized
 // memory (the emulated collective reads whatever is there).
-std::string Grow(Context* c, void** data, size_t* size, size_t bytes) {
-  if (*size >= bytes) return "";
+Status Grow(Context* c, void** data, size_t* size, size_t bytes) {
+  if (*size >= bytes) return Status::Ok();
   cudaFree(*data);  // synchronizes the device, so no queued kernel still uses it
   *data = nullptr;
   *size = 0;
-  std::string e = Check(cudaMalloc(data, bytes), "cudaMalloc");
-  if (e.empty()) e = Check(cudaMemsetAsync(*data, 0, bytes, Current(c)), "cudaMemsetAsync");
-  if (e.empty()) e = Check(cudaStreamSynchronize(Current(c)), "cudaMemsetAsync");
-  if (e.empty()) *size = bytes;
+  Status e = Check(cudaMalloc(data, bytes), "cudaMalloc");
+  if (e.ok()) e = Check(cudaMemsetAsync(*data, 0, bytes, Current(c)), "cudaMemsetAsync");
+  if (e.ok()) e = Check(cudaStreamSynchronize(Current(c)), "cudaMemsetAsync");
+  if (e.ok()) *size = bytes;
   return e;
 }
 
@@ -258,18 +257,18 @@ std::string Grow(Context* c, void** data, size_t* size, size_t bytes) {
 // ---------------------------------------------------------------------------------------------
 // The context
 
-std::string Create(int device, DType type, Context** out) {
+Status Create(int device, DType type, Context** out) {
   *out = nullptr;
   auto c = std::make_unique<Context>();
   c->device = device;
   c->type = type;
-  std::string e = Init(c.get());
-  if (!e.empty()) {
+  Status e = Init(c.get());
+  if (!e.ok()) {
     Destroy(c.release());
     return e;
   }
   *out = c.release();
-  return "";
+  return Status::Ok();
 }
 
 void Destroy(Context* context) {
@@ -311,33 +310,33 @@ void* StreamHandle(Context* context, StreamKind stream) {
   return context->streams[stream == StreamKind::kComm ? 1 : 0];
 }
 
-std::string Synchronize(Context* c) {
-  if (std::string e = NotCapturing(c, "synchronize"); !e.empty()) return e;
-  std::string e = Check(cudaStreamSynchronize(c->streams[0]), "compute stream");
-  if (e.empty()) e = Check(cudaStreamSynchronize(c->streams[1]), "comm stream");
-  if (e.empty()) e = Check(cudaGetLastError(), "CUDA");
+Status Synchronize(Context* c) {
+  if (Status e = NotCapturing(c, "synchronize"); !e.ok()) return e;
+  Status e = Check(cudaStreamSynchronize(c->streams[0]), "compute stream");
+  if (e.ok()) e = Check(cudaStreamSynchronize(c->streams[1]), "comm stream");
+  if (e.ok()) e = Check(cudaGetLastError(), "CUDA");
   return e;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Memory
 
-std::string Alloc(Context* c, size_t elements, void** out) {
+Status Alloc(Context* c, size_t elements, void** out) {
   *out = nullptr;
-  if (std::string e = NotCapturing(c, "alloc"); !e.empty()) return e;
+  if (Status e = NotCapturing(c, "alloc"); !e.ok()) return e;
   elements = std::max<size_t>(elements, 1);
-  if (elements > SIZE_MAX / Bytes(c)) return "alloc: size overflows";
+  if (elements > SIZE_MAX / Bytes(c)) return Error("alloc: size overflows");
   return Check(cudaMalloc(out, elements * Bytes(c)), "cudaMalloc");
 }
 
 void Free(void* data) { cudaFree(data); }
 
-std::string Reserve(Context* c, size_t bytes) {
-  if (std::string e = NotCapturing(c, "reserve"); !e.empty()) return e;
+Status Reserve(Context* c, size_t bytes) {
+  if (Status e = NotCapturing(c, "reserve"); !e.ok()) return e;
   // One size, two buffers: the caller may reserve the largest need or the sum of the needs, and
   // either way both the attention and the emulated collective get enough, apart.
-  std::string e = Grow(c, &c->workspace, &c->workspace_bytes, bytes);
-  if (e.empty()) e = Grow(c, &c->emulation, &c->emulation_bytes, std::min(bytes, kEmulationBytes));
+  Status e = Grow(c, &c->workspace, &c->workspace_bytes, bytes);
+  if (e.ok()) e = Grow(c, &c->emulation, &c->emulation_bytes, std::min(bytes, kEmulationBytes));
   return e;
 }
 
@@ -353,13 +352,13 @@ size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t heads
 
 size_t EmulationWorkspaceBytes(double hbm_bytes) { return hbm_bytes > 0 ? kEmulationBytes : 0; }
 
-std::string Upload(Context* c, DView dst, const float* host) {
-  if (std::string e = NotCapturing(c, "upload"); !e.empty()) return e;
-  if (!Valid(dst)) return "upload: invalid view";
-  if (Empty(dst)) return "";
+Status Upload(Context* c, DView dst, const float* host) {
+  if (Status e = NotCapturing(c, "upload"); !e.ok()) return e;
+  if (!Valid(dst)) return Error("upload: invalid view");
+  if (Empty(dst)) return Status::Ok();
   const cudaStream_t stream = Current(c);
   const size_t count = static_cast<size_t>(dst.rows * dst.cols);
-  std::string e;
+  Status e;
   if (c->type == DType::kF32) {
     e = Check(
         cudaMemcpy2DAsync(dst.data, dst.stride * sizeof(float), host, dst.cols * sizeof(float),
@@ -367,11 +366,11 @@ std::string Upload(Context* c, DView dst, const float* host) {
         "upload");
   } else {
     e = EnsureStaging(c, count);
-    if (e.empty())
+    if (e.ok())
       e = Check(
           cudaMemcpyAsync(c->staging, host, count * sizeof(float), cudaMemcpyHostToDevice, stream),
           "upload");
-    if (e.empty()) {
+    if (e.ok()) {
       e = ByType(c->type, [&](auto tag) {
         using T = typename decltype(tag)::type;
         UnpackKernel<T><<<RowBlocks(dst.rows), kThreads, 0, stream>>>(c->staging, Typed<T>(dst));
@@ -379,17 +378,17 @@ std::string Upload(Context* c, DView dst, const float* host) {
       });
     }
   }
-  if (e.empty()) e = Check(cudaStreamSynchronize(stream), "upload");
+  if (e.ok()) e = Check(cudaStreamSynchronize(stream), "upload");
   return e;
 }
 
-std::string Download(Context* c, DView src, float* host) {
-  if (std::string e = NotCapturing(c, "download"); !e.empty()) return e;
-  if (!Valid(src)) return "download: invalid view";
-  if (Empty(src)) return "";
+Status Download(Context* c, DView src, float* host) {
+  if (Status e = NotCapturing(c, "download"); !e.ok()) return e;
+  if (!Valid(src)) return Error("download: invalid view");
+  if (Empty(src)) return Status::Ok();
   const cudaStream_t stream = Current(c);
   const size_t count = static_cast<size_t>(src.rows * src.cols);
-  std::string e;
+  Status e;
   if (c->type == DType::kF32) {
     e = Check(
         cudaMemcpy2DAsync(host, src.cols * sizeof(float), src.data, src.stride * sizeof(float),
@@ -397,34 +396,35 @@ std::string Download(Context* c, DView src, float* host) {
         "download");
   } else {
     e = EnsureStaging(c, count);
-    if (e.empty()) {
+    if (e.ok()) {
       e = ByType(c->type, [&](auto tag) {
         using T = typename decltype(tag)::type;
         PackKernel<T><<<RowBlocks(src.rows), kThreads, 0, stream>>>(Typed<T>(src), c->staging);
         return Launched("download conversion");
       });
     }
-    if (e.empty())
+    if (e.ok())
       e = Check(
           cudaMemcpyAsync(host, c->staging, count * sizeof(float), cudaMemcpyDeviceToHost, stream),
           "download");
   }
-  if (e.empty()) e = Check(cudaStreamSynchronize(stream), "download");
+  if (e.ok()) e = Check(cudaStreamSynchronize(stream), "download");
   return e;
 }
 
-std::string Copy(Context* c, DView src, DView dst) {
-  if (!Valid(src) || !Valid(dst) || !SameShape(src, dst)) return "copy: views differ in shape";
-  if (Empty(src)) return "";
+Status Copy(Context* c, DView src, DView dst) {
+  if (!Valid(src) || !Valid(dst) || !SameShape(src, dst))
+    return Error("copy: views differ in shape");
+  if (Empty(src)) return Status::Ok();
   const size_t b = Bytes(c);
   return Check(cudaMemcpy2DAsync(dst.data, dst.stride * b, src.data, src.stride * b, src.cols * b,
                                  src.rows, cudaMemcpyDeviceToDevice, Current(c)),
                "copy");
 }
 
-std::string FillRandom(Context* c, DView view, uint64_t seed) {
-  if (!Valid(view)) return "fill random: invalid view";
-  if (Empty(view)) return "";
+Status FillRandom(Context* c, DView view, uint64_t seed) {
+  if (!Valid(view)) return Error("fill random: invalid view");
+  if (Empty(view)) return Status::Ok();
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     RandomKernel<T><<<RowBlocks(view.rows), kThreads, 0, Current(c)>>>(Typed<T>(view), seed);
@@ -432,9 +432,9 @@ std::string FillRandom(Context* c, DView view, uint64_t seed) {
   });
 }
 
-std::string Zero(Context* c, DView view) {
-  if (!Valid(view)) return "zero: invalid view";
-  if (Empty(view)) return "";
+Status Zero(Context* c, DView view) {
+  if (!Valid(view)) return Error("zero: invalid view");
+  if (Empty(view)) return Status::Ok();
   const size_t b = Bytes(c);  // all-zero bits are 0.0 in fp32, bf16 and fp16
   return Check(
       cudaMemset2DAsync(view.data, view.stride * b, 0, view.cols * b, view.rows, Current(c)),
@@ -444,26 +444,25 @@ std::string Zero(Context* c, DView view) {
 // ---------------------------------------------------------------------------------------------
 // Events and graphs
 
-std::string CreateEvents(Context* c, int count) {
-  if (count < 0) return "events: negative count";
+Status CreateEvents(Context* c, int count) {
+  if (count < 0) return Error("events: negative count");
   for (cudaEvent_t e : c->events) cudaEventDestroy(e);
   c->events.clear();
   for (int i = 0; i < count; ++i) {
     cudaEvent_t event = nullptr;
     // Default flags: timing enabled, so any event can be an end of ElapsedMs.
-    if (std::string e = Check(cudaEventCreate(&event), "cudaEventCreate"); !e.empty()) return e;
+    if (Status e = Check(cudaEventCreate(&event), "cudaEventCreate"); !e.ok()) return e;
     c->events.push_back(event);
   }
-  return "";
+  return Status::Ok();
 }
 
-std::string RecordEvent(Context* c, int event, bool timing) {
+Status RecordEvent(Context* c, int event, bool timing) {
   cudaEvent_t ev = nullptr;
-  if (std::string e = EventAt(c, event, &ev); !e.empty()) return e;
+  if (Status e = EventAt(c, event, &ev); !e.ok()) return e;
   const cudaStream_t stream = Current(c);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (std::string e = Check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
-      !e.empty())
+  if (Status e = Check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing"); !e.ok())
     return e;
   // Under capture a plain record only orders the captured work; an external record becomes a
   // node, so each replay records the event and ElapsedMs can time the replay.
@@ -473,42 +472,42 @@ std::string RecordEvent(Context* c, int event, bool timing) {
   return Check(cudaEventRecord(ev, stream), "cudaEventRecord");
 }
 
-std::string WaitEvent(Context* c, int event) {
+Status WaitEvent(Context* c, int event) {
   cudaEvent_t ev = nullptr;
-  if (std::string e = EventAt(c, event, &ev); !e.empty()) return e;
+  if (Status e = EventAt(c, event, &ev); !e.ok()) return e;
   return Check(cudaStreamWaitEvent(Current(c), ev, 0), "cudaStreamWaitEvent");
 }
 
-std::string ElapsedMs(Context* c, int from, int to, float* ms) {
+Status ElapsedMs(Context* c, int from, int to, float* ms) {
   cudaEvent_t a = nullptr, b = nullptr;
-  if (std::string e = EventAt(c, from, &a); !e.empty()) return e;
-  if (std::string e = EventAt(c, to, &b); !e.empty()) return e;
+  if (Status e = EventAt(c, from, &a); !e.ok()) return e;
+  if (Status e = EventAt(c, to, &b); !e.ok()) return e;
   return Check(cudaEventElapsedTime(ms, a, b), "cudaEventElapsedTime");
 }
 
-std::string QueryEvent(Context* c, int event, bool* done) {
+Status QueryEvent(Context* c, int event, bool* done) {
   cudaEvent_t ev = nullptr;
-  if (std::string e = EventAt(c, event, &ev); !e.empty()) return e;
+  if (Status e = EventAt(c, event, &ev); !e.ok()) return e;
   const cudaError_t status = cudaEventQuery(ev);
   *done = status == cudaSuccess;
   if (status == cudaErrorNotReady) {
     cudaGetLastError();  // not an error: clear it so later checks do not see it
-    return "";
+    return Status::Ok();
   }
   return Check(status, "cudaEventQuery");
 }
 
-std::string BeginCapture(Context* c) {
-  if (c->capturing) return "begin capture: already capturing";
+Status BeginCapture(Context* c) {
+  if (c->capturing) return Error("begin capture: already capturing");
   // Thread-local: other threads' unsafe calls (an allocation, a sync) do not break this capture,
   // while this thread's would, loudly.
-  std::string e = Check(cudaStreamBeginCapture(c->streams[0], cudaStreamCaptureModeThreadLocal),
-                        "cudaStreamBeginCapture");
-  if (!e.empty()) return e;
+  Status e = Check(cudaStreamBeginCapture(c->streams[0], cudaStreamCaptureModeThreadLocal),
+                   "cudaStreamBeginCapture");
+  if (!e.ok()) return e;
   c->capturing = true;
   e = Check(cudaEventRecord(c->fork, c->streams[0]), "capture fork");
-  if (e.empty()) e = Check(cudaStreamWaitEvent(c->streams[1], c->fork, 0), "capture fork");
-  if (!e.empty()) {
+  if (e.ok()) e = Check(cudaStreamWaitEvent(c->streams[1], c->fork, 0), "capture fork");
+  if (!e.ok()) {
     cudaGraph_t graph = nullptr;
     cudaStreamEndCapture(c->streams[0], &graph);
     if (graph != nullptr) cudaGraphDestroy(graph);
@@ -517,30 +516,29 @@ std::string BeginCapture(Context* c) {
   return e;
 }
 
-std::string EndCapture(Context* c) {
-  if (!c->capturing) return "end capture: not capturing";
-  std::string e = Check(cudaEventRecord(c->join, c->streams[1]), "capture join");
-  if (e.empty()) e = Check(cudaStreamWaitEvent(c->streams[0], c->join, 0), "capture join");
+Status EndCapture(Context* c) {
+  if (!c->capturing) return Error("end capture: not capturing");
+  Status e = Check(cudaEventRecord(c->join, c->streams[1]), "capture join");
+  if (e.ok()) e = Check(cudaStreamWaitEvent(c->streams[0], c->join, 0), "capture join");
   cudaGraph_t graph = nullptr;
-  const std::string end =
-      Check(cudaStreamEndCapture(c->streams[0], &graph), "cudaStreamEndCapture");
+  const Status end = Check(cudaStreamEndCapture(c->streams[0], &graph), "cudaStreamEndCapture");
   c->capturing = false;
-  if (e.empty()) e = end;
+  if (e.ok()) e = end;
   cudaGraphExec_t exec = nullptr;
   // Node priorities keep the comm stream's priority (copied into its kernel nodes at capture)
   // when the graph runs; without the flag every node would run at the launch stream's.
-  if (e.empty())
+  if (e.ok())
     e = Check(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority),
               "cudaGraphInstantiate");
   if (graph != nullptr) cudaGraphDestroy(graph);  // the executable graph keeps its own copy
-  if (!e.empty()) return e;
+  if (!e.ok()) return e;
   if (c->graph != nullptr) cudaGraphExecDestroy(c->graph);  // freed once any replay finishes
   c->graph = exec;
-  return "";
+  return Status::Ok();
 }
 
-std::string LaunchGraph(Context* c) {
-  if (c->graph == nullptr) return "launch graph: no graph has been captured";
+Status LaunchGraph(Context* c) {
+  if (c->graph == nullptr) return Error("launch graph: no graph has been captured");
   return Check(cudaGraphLaunch(c->graph, c->streams[0]), "cudaGraphLaunch");
 }
 
@@ -550,20 +548,20 @@ void DestroyGraph(Context* c) {
   c->graph = nullptr;
 }
 
-std::string CloseGate(Context* c) {
-  if (c->capturing || c->wait_value == nullptr) return "";
-  if (c->gate_closed) return "close gate: already closed";
+Status CloseGate(Context* c) {
+  if (c->capturing || c->wait_value == nullptr) return Status::Ok();
+  if (c->gate_closed) return Error("close gate: already closed");
   using WaitValue = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
   const uint32_t epoch = c->gate_epoch + 1;
   const CUresult r = reinterpret_cast<WaitValue>(c->wait_value)(
       Current(c), reinterpret_cast<CUdeviceptr>(c->gate_device), epoch, CU_STREAM_WAIT_VALUE_GEQ);
   if (r != CUDA_SUCCESS) {
     c->wait_value = nullptr;  // unsupported here: no gates from now on
-    return "";
+    return Status::Ok();
   }
   c->gate_epoch = epoch;
   c->gate_closed = true;
-  return "";
+  return Status::Ok();
 }
 
 void OpenGate(Context* c) {
@@ -578,11 +576,11 @@ void OpenGate(Context* c) {
 
 namespace {
 
-std::string LaunchEmulation(Context* c, int ctas, double hbm_bytes, double micros, int* smids) {
+Status LaunchEmulation(Context* c, int ctas, double hbm_bytes, double micros, int* smids) {
   const double bytes = hbm_bytes > 0 ? hbm_bytes : 0.0;  // NaN counts as none
   const double us = micros > 0 ? micros : 0.0;
-  if (bytes == 0 && us == 0 && smids == nullptr) return "";
-  if (bytes > 1e15 || us > 1e9) return "emulated collective: absurd size or duration";
+  if (bytes == 0 && us == 0 && smids == nullptr) return Status::Ok();
+  if (bytes > 1e15 || us > 1e9) return Error("emulated collective: absurd size or duration");
   ctas = std::clamp(ctas, 1, c->sms);
   int64_t half = 0, per_block = 0;
   const uint4* src = nullptr;
@@ -590,7 +588,7 @@ std::string LaunchEmulation(Context* c, int ctas, double hbm_bytes, double micro
   if (bytes > 0) {
     const size_t scratch = EmulationWorkspaceBytes(bytes);
     if (c->emulation_bytes < scratch)
-      return "emulated collective: call Reserve(EmulationWorkspaceBytes(...)) first";
+      return Error("emulated collective: call Reserve(EmulationWorkspaceBytes(...)) first");
     half = static_cast<int64_t>(scratch / 2 / sizeof(uint4));
     // Half the traffic is read, half written, in 16-byte words, shared out among the blocks.
     per_block = static_cast<int64_t>(std::ceil(bytes / 2 / sizeof(uint4) / ctas));
@@ -608,72 +606,73 @@ std::string LaunchEmulation(Context* c, int ctas, double hbm_bytes, double micro
 
 }  // namespace
 
-std::string EmulateCollective(Context* c, int ctas, double hbm_bytes, double micros) {
+Status EmulateCollective(Context* c, int ctas, double hbm_bytes, double micros) {
   return LaunchEmulation(c, ctas, hbm_bytes, micros, nullptr);
 }
 
-std::string ProbeEmulatedCollective(Context* c, int ctas, double hbm_bytes, double micros,
-                                    EmulationProbe* out) {
+Status ProbeEmulatedCollective(Context* c, int ctas, double hbm_bytes, double micros,
+                               EmulationProbe* out) {
   *out = EmulationProbe{};
-  if (std::string e = NotCapturing(c, "probe emulated collective"); !e.empty()) return e;
+  if (Status e = NotCapturing(c, "probe emulated collective"); !e.ok()) return e;
   const int blocks = std::clamp(ctas, 1, c->sms);
   DeviceMemory smids;
   OwnedEvent start, stop;
-  std::string e = Check(cudaMalloc(&smids.data, sizeof(int) * blocks), "cudaMalloc");
-  if (e.empty()) e = Check(cudaEventCreate(&start.event), "cudaEventCreate");
-  if (e.empty()) e = Check(cudaEventCreate(&stop.event), "cudaEventCreate");
-  if (e.empty()) e = Check(cudaEventRecord(start.event, Current(c)), "cudaEventRecord");
-  if (e.empty()) e = LaunchEmulation(c, ctas, hbm_bytes, micros, static_cast<int*>(smids.data));
-  if (e.empty()) e = Check(cudaEventRecord(stop.event, Current(c)), "cudaEventRecord");
-  if (e.empty()) e = Check(cudaEventSynchronize(stop.event), "emulated collective");
+  Status e = Check(cudaMalloc(&smids.data, sizeof(int) * blocks), "cudaMalloc");
+  if (e.ok()) e = Check(cudaEventCreate(&start.event), "cudaEventCreate");
+  if (e.ok()) e = Check(cudaEventCreate(&stop.event), "cudaEventCreate");
+  if (e.ok()) e = Check(cudaEventRecord(start.event, Current(c)), "cudaEventRecord");
+  if (e.ok()) e = LaunchEmulation(c, ctas, hbm_bytes, micros, static_cast<int*>(smids.data));
+  if (e.ok()) e = Check(cudaEventRecord(stop.event, Current(c)), "cudaEventRecord");
+  if (e.ok()) e = Check(cudaEventSynchronize(stop.event), "emulated collective");
   float ms = 0;
-  if (e.empty()) e = Check(cudaEventElapsedTime(&ms, start.event, stop.event), "elapsed time");
+  if (e.ok()) e = Check(cudaEventElapsedTime(&ms, start.event, stop.event), "elapsed time");
   std::vector<int> ids(static_cast<size_t>(blocks), -1);
-  if (e.empty())
+  if (e.ok())
     e = Check(cudaMemcpy(ids.data(), smids.data, sizeof(int) * blocks, cudaMemcpyDeviceToHost),
               "smids");
-  if (!e.empty()) return "probe emulated collective: " + e;
+  if (!e.ok()) return Error("probe emulated collective: " + e.message());
   out->distinct_sms = static_cast<int>(std::set<int>(ids.begin(), ids.end()).size());
   out->ms = ms;
   out->GBps = ms > 0 ? hbm_bytes / (ms * 1e-3) / 1e9 : 0;
-  return "";
+  return Status::Ok();
 }
 
-std::string MeasureGemmTflops(Context* c, int64_t n, int repeats, double* tflops) {
+Status MeasureGemmTflops(Context* c, int64_t n, int repeats, double* tflops) {
   *tflops = 0;
-  if (std::string e = NotCapturing(c, "measure gemm"); !e.empty()) return e;
-  if (n <= 0 || n > INT_MAX || repeats <= 0) return "measure gemm: n and repeats must be positive";
+  if (Status e = NotCapturing(c, "measure gemm"); !e.ok()) return e;
+  if (n <= 0 || n > INT_MAX || repeats <= 0)
+    return Error("measure gemm: n and repeats must be positive");
   const size_t count = static_cast<size_t>(n) * static_cast<size_t>(n);
   DeviceMemory m[3];
   for (DeviceMemory& buffer : m) {
-    if (std::string e = Check(cudaMalloc(&buffer.data, count * Bytes(c)), "cudaMalloc"); !e.empty())
-      return "measure gemm: " + e;
+    if (Status e = Check(cudaMalloc(&buffer.data, count * Bytes(c)), "cudaMalloc"); !e.ok())
+      return Error("measure gemm: " + e.message());
   }
   // Random inputs, as training's are: constant ones switch fewer transistors and read fast. Values
   // in [-1, 1) keep 16-bit sums of n products (about sqrt(n) / 3) far from overflow.
   const DView a{m[0].data, n, n, n}, b{m[1].data, n, n, n}, out{m[2].data, n, n, n};
-  std::string e = FillRandom(c, a, 1);
-  if (e.empty()) e = FillRandom(c, b, 2);
+  Status e = FillRandom(c, a, 1);
+  if (e.ok()) e = FillRandom(c, b, 2);
   float best_ms = 0.0f;
-  if (e.empty())
+  if (e.ok())
     e = BestMs(
         c, repeats, [&] { return Gemm(c, a, false, b, false, out, false); }, &best_ms);
-  if (!e.empty()) return "measure gemm: " + e;
+  if (!e.ok()) return Error("measure gemm: " + e.message());
   *tflops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) /
             (best_ms * 1e-3) / 1e12;
-  return "";
+  return Status::Ok();
 }
 
-std::string MeasureHbmGBps(Context* c, size_t bytes, int repeats, double* GBps) {
+Status MeasureHbmGBps(Context* c, size_t bytes, int repeats, double* GBps) {
   *GBps = 0;
-  if (std::string e = NotCapturing(c, "measure HBM"); !e.empty()) return e;
-  if (bytes == 0 || repeats <= 0) return "measure HBM: bytes and repeats must be positive";
+  if (Status e = NotCapturing(c, "measure HBM"); !e.ok()) return e;
+  if (bytes == 0 || repeats <= 0) return Error("measure HBM: bytes and repeats must be positive");
   DeviceMemory src, dst;
-  std::string e = Check(cudaMalloc(&src.data, bytes), "cudaMalloc");
-  if (e.empty()) e = Check(cudaMalloc(&dst.data, bytes), "cudaMalloc");
-  if (e.empty()) e = Check(cudaMemsetAsync(src.data, 1, bytes, Current(c)), "cudaMemsetAsync");
+  Status e = Check(cudaMalloc(&src.data, bytes), "cudaMalloc");
+  if (e.ok()) e = Check(cudaMalloc(&dst.data, bytes), "cudaMalloc");
+  if (e.ok()) e = Check(cudaMemsetAsync(src.data, 1, bytes, Current(c)), "cudaMemsetAsync");
   float best_ms = 0.0f;
-  if (e.empty()) {
+  if (e.ok()) {
     e = BestMs(
         c, repeats,
         [&] {
@@ -683,9 +682,9 @@ std::string MeasureHbmGBps(Context* c, size_t bytes, int repeats, double* GBps) 
         },
         &best_ms);
   }
-  if (!e.empty()) return "measure HBM: " + e;
+  if (!e.ok()) return Error("measure HBM: " + e.message());
   *GBps = 2.0 * static_cast<double>(bytes) / (best_ms * 1e-3) / 1e9;  // read + written
-  return "";
+  return Status::Ok();
 }
 
 }  // namespace domino::exec::cuda

@@ -5,10 +5,13 @@
 // GEMMs, the layer's kernels and the emulated collective, behind a C++17 interface with no CUDA
 // types (cuda_ops.cu implements it; cuda_backend.cc uses it). Every tensor of a context has the
 // context's element type; kernels compute in fp32 whatever it is. Every function that launches
-// work enqueues it on the context's current stream (UseStream) and returns "" or the error's text.
+// work enqueues it on the context's current stream (UseStream); every function that can fail
+// returns a Status whose message names the call and the CUDA or cuBLAS error.
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "models/base/result.h"
 
 namespace domino::exec::cuda {
 
@@ -27,11 +30,14 @@ struct DView {
   int64_t rows = 0, cols = 0, stride = 0;
 };
 
+// The context's two CUDA streams. This header is C++17 for nvcc and cannot name the Schedule's
+// streams (planner/schedule.h): the CUDA backend runs the compute stream's ops on kCompute and the
+// TP comm stream's on kComm.
 enum class StreamKind : int { kCompute = 0, kComm = 1 };
 
 // A context on `device`: a compute stream and a comm stream of the highest priority (both
 // non-blocking), a cuBLAS handle. Sets the calling thread's current device.
-std::string Create(int device, DType type, Context** out);
+Status Create(int device, DType type, Context** out);
 void Destroy(Context* context);
 DType TypeOf(const Context* context);
 // Launches after this go to `stream` (cuBLAS included).
@@ -39,45 +45,45 @@ void UseStream(Context* context, StreamKind stream);
 // The cudaStream_t of `stream`, for NCCL.
 void* StreamHandle(Context* context, StreamKind stream);
 // Waits for both streams.
-std::string Synchronize(Context* context);
+Status Synchronize(Context* context);
 
 // Device memory for `elements` elements of the context's type (at least one).
-std::string Alloc(Context* context, size_t elements, void** out);
+Status Alloc(Context* context, size_t elements, void** out);
 void Free(void* data);
 // Scratch memory the attention kernels and the emulated collective use: makes it at least
 // `bytes`. Call it before any capture (it may allocate) and not while work is queued.
-std::string Reserve(Context* context, size_t bytes);
+Status Reserve(Context* context, size_t bytes);
 size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t heads);
 // The emulated collective's scratch: a fixed size well above L2 (traffic wraps around it), or 0
 // without traffic.
 size_t EmulationWorkspaceBytes(double hbm_bytes);
 
 // Host fp32 (contiguous, rows * cols) <-> a view, converting; both wait for the copy.
-std::string Upload(Context* context, DView dst, const float* host);
-std::string Download(Context* context, DView src, float* host);
+Status Upload(Context* context, DView dst, const float* host);
+Status Download(Context* context, DView src, float* host);
 // dst = src (same shape), device to device, asynchronous.
-std::string Copy(Context* context, DView src, DView dst);
-std::string Zero(Context* context, DView view);
+Status Copy(Context* context, DView src, DView dst);
+Status Zero(Context* context, DView view);
 // Fills a view with pseudo-random values uniform in [-1, 1), rounded to the element type, from
 // `seed` (the same seed and view give the same values). For measurements: constant or zero inputs
 // switch fewer transistors, so the clocks stay high and times read optimistic.
-std::string FillRandom(Context* context, DView view, uint64_t seed);
+Status FillRandom(Context* context, DView view, uint64_t seed);
 
 // Events 0..count-1, replacing any earlier set. Timing events are recorded as external records
 // under graph capture (so a replayed graph records them); other events order streams.
-std::string CreateEvents(Context* context, int count);
-std::string RecordEvent(Context* context, int event, bool timing);
-std::string WaitEvent(Context* context, int event);  // the current stream waits for it
-std::string ElapsedMs(Context* context, int from, int to, float* ms);
+Status CreateEvents(Context* context, int count);
+Status RecordEvent(Context* context, int event, bool timing);
+Status WaitEvent(Context* context, int event);  // the current stream waits for it
+Status ElapsedMs(Context* context, int from, int to, float* ms);
 // Whether the work before the event's last record has finished (cudaEventQuery), without waiting.
-std::string QueryEvent(Context* context, int event, bool* done);
+Status QueryEvent(Context* context, int event, bool* done);
 
 // Graph capture of everything both streams are given between BeginCapture and EndCapture (the
 // comm stream forks from and joins the compute stream); LaunchGraph replays it on the compute
 // stream. No allocation, synchronization or download may happen while capturing.
-std::string BeginCapture(Context* context);
-std::string EndCapture(Context* context);
-std::string LaunchGraph(Context* context);
+Status BeginCapture(Context* context);
+Status EndCapture(Context* context);
+Status LaunchGraph(Context* context);
 // Destroys the captured executable graph, if any (a replay still running finishes first, then
 // its memory is freed). Call it before finalizing or aborting a communicator whose work the graph
 // captured: NCCL's finalize and abort wait until no graph refers to the communicator.
@@ -89,31 +95,30 @@ void DestroyGraph(Context* context);
 // and not when the host began enqueueing it. No-ops while capturing (a graph has no host latency)
 // and where the driver lacks stream memory operations. Every CloseGate needs its OpenGate, also
 // after an error, or the stream waits forever.
-std::string CloseGate(Context* context);
+Status CloseGate(Context* context);
 void OpenGate(Context* context);
 
 // c = op(a) op(b) (c += when accumulate), op = transpose when the flag is set; cuBLAS with fp32
 // accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F) whatever the element type.
-std::string Gemm(Context* context, DView a, bool transpose_a, DView b, bool transpose_b, DView c,
-                 bool accumulate);
-std::string Add(Context* context, DView a, DView b, DView c);
+Status Gemm(Context* context, DView a, bool transpose_a, DView b, bool transpose_b, DView c,
+            bool accumulate);
+Status Add(Context* context, DView a, DView b, DView c);
 // LayerNorm (no bias) or RMSNorm per row with gamma (x.cols elements); backward as
 // exec/cpu_kernels.h says: dx = (or +=) the input gradient, dgamma += sum over rows.
-std::string NormForward(Context* context, bool rms, DView x, const void* gamma, float eps, DView y);
-std::string NormBackward(Context* context, bool rms, DView x, const void* gamma, float eps,
-                         DView dy, DView dx, bool accumulate_dx, void* dgamma);
-std::string Gelu(Context* context, DView x, DView y);
-std::string GeluBackward(Context* context, DView x, DView dy, DView dx);
-std::string Swiglu(Context* context, DView x, DView y);
-std::string SwigluBackward(Context* context, DView x, DView dy, DView dx);
+Status NormForward(Context* context, bool rms, DView x, const void* gamma, float eps, DView y);
+Status NormBackward(Context* context, bool rms, DView x, const void* gamma, float eps, DView dy,
+                    DView dx, bool accumulate_dx, void* dgamma);
+Status Gelu(Context* context, DView x, DView y);
+Status GeluBackward(Context* context, DView x, DView dy, DView dx);
+Status Swiglu(Context* context, DView x, DView y);
+Status SwigluBackward(Context* context, DView x, DView dy, DView dx);
 // Causal attention with grouped-query heads, the layout of exec/cpu_kernels.h: batched cuBLAS
 // GEMMs for the scores and the outputs, a fused causal softmax; needs
 // Reserve(AttentionWorkspaceBytes(...)).
-std::string Attention(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
-                      int64_t kv_heads, int64_t head_dim, DView qkv, DView out);
-std::string AttentionBackward(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
-                              int64_t kv_heads, int64_t head_dim, DView qkv, DView dout,
-                              DView dqkv);
+Status Attention(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
+                 int64_t kv_heads, int64_t head_dim, DView qkv, DView out);
+Status AttentionBackward(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
+                         int64_t kv_heads, int64_t head_dim, DView qkv, DView dout, DView dqkv);
 
 // A stand-in for a collective on one GPU: `ctas` blocks that move `hbm_bytes` of HBM traffic
 // (half read, half written) paced to take `micros` when nothing else runs; HBM contention makes it
@@ -122,7 +127,7 @@ std::string AttentionBackward(Context* context, int64_t sequences, int64_t seq_l
 // (evict-first) through a scratch buffer several times the size of any L2 cache, and each call
 // starts where the last one ended, so its traffic is HBM traffic, not L2 hits. Needs
 // Reserve(EmulationWorkspaceBytes).
-std::string EmulateCollective(Context* context, int ctas, double hbm_bytes, double micros);
+Status EmulateCollective(Context* context, int ctas, double hbm_bytes, double micros);
 
 // What one emulated collective did on the device: for the GPU test of EmulateCollective.
 struct EmulationProbe {
@@ -130,14 +135,14 @@ struct EmulationProbe {
   double ms = 0;         // its duration, by events
   double GBps = 0;       // hbm_bytes / ms
 };
-std::string ProbeEmulatedCollective(Context* context, int ctas, double hbm_bytes, double micros,
-                                    EmulationProbe* out);
+Status ProbeEmulatedCollective(Context* context, int ctas, double hbm_bytes, double micros,
+                               EmulationProbe* out);
 
 // The device's dense GEMM throughput in the context's type: square n x n x n GEMMs of random
 // inputs, the best of `repeats` timed runs after a warm-up, in TFLOP/s.
-std::string MeasureGemmTflops(Context* context, int64_t n, int repeats, double* tflops);
+Status MeasureGemmTflops(Context* context, int64_t n, int repeats, double* tflops);
 // Achieved HBM bandwidth of a device-to-device copy of `bytes` (read + written), in GB/s.
-std::string MeasureHbmGBps(Context* context, size_t bytes, int repeats, double* GBps);
+Status MeasureHbmGBps(Context* context, size_t bytes, int repeats, double* GBps);
 
 }  // namespace domino::exec::cuda
 

@@ -29,8 +29,9 @@ Result<Whole> GatherWhole(const Schedule& schedule, const Backend& backend, Comm
   const int tp = comm.size();
   const int64_t count = t.rows * t.cols;
   std::vector<float> all(comm.rank() == 0 ? static_cast<size_t>(count * tp) : 0);
-  const std::vector<float> mine = backend.Read(id);
-  DOMINO_RETURN_IF_ERROR(comm.Gather(mine.data(), all.data(), count));
+  Result<std::vector<float>> mine = backend.Read(id);
+  if (!mine.ok()) return mine.error();
+  DOMINO_RETURN_IF_ERROR(comm.Gather(mine->data(), all.data(), count));
   Whole whole;
   if (comm.rank() != 0) return whole;
   Shape2 shape = WholeShape(t, tp);
@@ -64,10 +65,10 @@ Result<Whole> GatherOutput(const Schedule& schedule, const Backend& backend, Com
   Result<Whole> mid = GatherWhole(schedule, backend, comm,
                                   LayerRole(TensorKind::kActivation, TensorSlot::kMid, top));
   if (!mid.ok()) return mid;
-  Result<Whole> mlp = GatherWhole(
-      schedule, backend, comm,
-      LayerRole(TensorKind::kActivation, TensorSlot::kFc2, top, false,
-                sp ? TensorForm::kSequenceShard : TensorForm::kPrimary));
+  Result<Whole> mlp =
+      GatherWhole(schedule, backend, comm,
+                  LayerRole(TensorKind::kActivation, TensorSlot::kFc2, top, false,
+                            sp ? TensorForm::kSequenceShard : TensorForm::kPrimary));
   if (!mlp.ok()) return mlp;
   for (size_t i = 0; i < mid->values.size(); ++i) mid->values[i] += mlp->values[i];
   return mid;
@@ -138,8 +139,8 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
       Result<Whole> w = GatherWhole(*ref_schedule, ref, self, roles[i]);
       if (!w.ok()) return w.error();
       // Labels are the tensors' names in the executed schedule (the input's gradient: its own).
-      std::string label = i == 0 ? "input.grad"
-                                 : s.tensors()[FindTensor(s.tensors(), roles[i])].name;
+      std::string label =
+          i == 0 ? "input.grad" : s.tensors()[FindTensor(s.tensors(), roles[i])].name;
       result->checks.push_back(Compare(label, got[i + 1], *w, options.tolerance));
     }
     for (const TensorCheck& c : result->checks) failed += c.ok ? 0.0f : 1.0f;
@@ -175,6 +176,36 @@ Timeline MedianRun(std::vector<Timeline> runs) {
 
 }  // namespace
 
+std::string_view BackendName(BackendKind kind) {
+  return kind == BackendKind::kCuda ? "cuda" : "cpu";
+}
+
+Result<BackendKind> ParseBackendKind(std::string_view name) {
+  if (name == "cpu") return BackendKind::kCpu;
+  if (name == "cuda") return BackendKind::kCuda;
+  return Error(fmt::format("unknown backend {} (cpu or cuda)", name));
+}
+
+// CudaOptions' modes are named here, where every build has them (cuda_backend.cc is built only
+// with CUDA).
+std::string_view CommModeName(CommMode mode) {
+  switch (mode) {
+    case CommMode::kMpi:
+      return "mpi";
+    case CommMode::kNccl:
+      return "nccl";
+    case CommMode::kEmulate:
+      return "emulate";
+  }
+  return "?";
+}
+
+Result<CommMode> ParseCommMode(std::string_view name) {
+  for (CommMode mode : {CommMode::kMpi, CommMode::kNccl, CommMode::kEmulate})
+    if (name == CommModeName(mode)) return mode;
+  return Error(fmt::format("unknown collective mode {} (mpi, nccl or emulate)", name));
+}
+
 Plan ReferencePlan(const Plan& plan) {
   Plan ref = plan;
   ref.tp = ref.pp = ref.dp = 1;
@@ -202,17 +233,18 @@ Result<ExecuteResult> Execute(const Plan& plan, Communicator& comm, const Execut
 
 Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Communicator& comm,
                                       const ExecuteOptions& options) {
-  const bool emulate = options.backend == "cuda" && options.cuda.comm == "emulate";
+  const bool emulate =
+      options.backend == BackendKind::kCuda && options.cuda.comm == CommMode::kEmulate;
   if (emulate) {
     if (comm.size() != 1)
       return Error(
-          fmt::format("--comm emulate runs one rank of the TP group on one GPU; {} ranks "
+          fmt::format("emulated collectives run one rank of the TP group on one GPU; {} ranks "
                       "were launched",
                       comm.size()));
     if (options.check)
-      return Error("--check needs real collectives: use --comm mpi or nccl, not emulate");
+      return Error("the check needs real collectives (through MPI or NCCL), not emulated ones");
     if (options.emulate_rank < 0 || options.emulate_rank >= plan.tp)
-      return Error(fmt::format("--emulate-rank {} is not a rank of a TP group of {}",
+      return Error(fmt::format("rank {} to emulate is not a rank of a TP group of {}",
                                options.emulate_rank, plan.tp));
   } else if (comm.size() != plan.tp) {
     return Error(fmt::format("the plan's TP group has {} ranks; the communicator has {}", plan.tp,
@@ -223,7 +255,7 @@ Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Commu
   const Schedule& s = result.schedule;
   std::unique_ptr<CudaRunner> cuda;
   std::unique_ptr<CpuBackend> cpu;
-  if (options.backend == "cuda") {
+  if (options.backend == BackendKind::kCuda) {
     Result<std::unique_ptr<CudaRunner>> made =
         MakeCudaRunner(s, plan.model, emulate ? options.emulate_rank : comm.rank(), plan.tp,
                        options.seed, options.cuda, comm);
@@ -234,7 +266,7 @@ Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Commu
   }
   Backend& backend = cuda ? cuda->backend() : *cpu;
   // Streams overlap on the GPU unless collectives go through the host one op at a time.
-  const bool overlapping = cuda && options.cuda.comm != "mpi";
+  const bool overlapping = cuda && options.cuda.comm != CommMode::kMpi;
   auto run = [&]() -> Result<Timeline> {
     return cuda ? cuda->Run(comm, options.progress) : Interpret(s, backend, comm, options.progress);
   };

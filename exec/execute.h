@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "exec/communicator.h"
@@ -14,14 +15,22 @@
 
 namespace domino::exec {
 
+// Where the schedule's compute runs.
+enum class BackendKind {
+  kCpu,   // Eigen, fp32 (exec/cpu_backend.h)
+  kCuda,  // cuBLAS and own kernels (exec/cuda_backend.h)
+};
+std::string_view BackendName(BackendKind kind);  // "cpu", "cuda"
+Result<BackendKind> ParseBackendKind(std::string_view name);
+
 struct ExecuteOptions {
-  std::string backend = "cpu";  // "cpu" | "cuda" (the reference of --check always runs on the CPU)
-  CudaOptions cuda;             // the CUDA backend's device, element type, collectives, graphs
-  // --comm emulate: this process plays rank `emulate_rank` of the plan's TP group alone (the
-  // communicator has one rank); its collectives are emulated, so no check is possible.
+  BackendKind backend = BackendKind::kCpu;  // the check's reference always runs on the CPU
+  CudaOptions cuda;  // the CUDA backend's device, element type, collectives, graphs
+  // Emulated collectives (CommMode::kEmulate): this process plays rank `emulate_rank` of the
+  // plan's TP group alone (the communicator has one rank), so no check is possible.
   int emulate_rank = 0;
   uint64_t seed = 1;
-  bool check = false;       // compare with the unsharded single-rank reference
+  bool check = false;  // compare with the unsharded single-rank reference
   // Runs of the schedule; the timeline is each op's median over them. Runs after the first only
   // time (the check uses the first run's values).
   int iterations = 1;

@@ -41,21 +41,21 @@ Status RunCollectivePart(const Schedule& schedule, int32_t id, Backend& backend,
   out.assign(static_cast<size_t>(part_rows * cols), 0.0f);
   if (gather) {
     in.resize(static_cast<size_t>(shard_rows * cols));
-    backend.Pack(read, in.data());
+    DOMINO_RETURN_IF_ERROR(backend.Pack(read, in.data()));
     for (int64_t r = mine_lo; r < mine_hi; ++r)
       std::copy_n(in.data() + (r - comm.rank() * shard_rows) * cols, cols,
                   out.data() + (r - lo) * cols);
   } else {
-    backend.Pack(read, out.data());
+    DOMINO_RETURN_IF_ERROR(backend.Pack(read, out.data()));
   }
   DOMINO_RETURN_IF_ERROR(comm.AllReduce(out.data(), static_cast<int64_t>(out.size())));
   if (gather) {
-    backend.Unpack(write, out.data());
+    DOMINO_RETURN_IF_ERROR(backend.Unpack(write, out.data()));
   } else if (mine_lo < mine_hi) {
     TensorUse mine = write;
     mine.view.row_begin = write.view.row_begin + mine_lo - comm.rank() * shard_rows;
     mine.view.row_end = mine.view.row_begin + (mine_hi - mine_lo);
-    backend.Unpack(mine, out.data() + (mine_lo - lo) * cols);
+    DOMINO_RETURN_IF_ERROR(backend.Unpack(mine, out.data() + (mine_lo - lo) * cols));
   }
   return Status::Ok();
 }
@@ -75,24 +75,24 @@ Status RunCollective(const Schedule& schedule, int32_t id, Backend& backend, Com
                              schedule.Label(id), n_in, n_out, OpFuncName(op.func), ranks));
   };
   in.resize(static_cast<size_t>(n_in));
-  backend.Pack(reads[0], in.data());
+  DOMINO_RETURN_IF_ERROR(backend.Pack(reads[0], in.data()));
   switch (op.collective) {
     case CollectiveOp::kAllReduce:
       if (n_in != n_out) return mismatch();
       DOMINO_RETURN_IF_ERROR(comm.AllReduce(in.data(), n_in));
-      backend.Unpack(writes[0], in.data());
+      DOMINO_RETURN_IF_ERROR(backend.Unpack(writes[0], in.data()));
       return Status::Ok();
     case CollectiveOp::kReduceScatter:
       if (n_in != n_out * ranks) return mismatch();
       out.resize(static_cast<size_t>(n_out));
       DOMINO_RETURN_IF_ERROR(comm.ReduceScatter(in.data(), out.data(), n_out));
-      backend.Unpack(writes[0], out.data());
+      DOMINO_RETURN_IF_ERROR(backend.Unpack(writes[0], out.data()));
       return Status::Ok();
     case CollectiveOp::kAllGather:
       if (n_out != n_in * ranks) return mismatch();
       out.resize(static_cast<size_t>(n_out));
       DOMINO_RETURN_IF_ERROR(comm.AllGather(in.data(), out.data(), n_in));
-      backend.Unpack(writes[0], out.data());
+      DOMINO_RETURN_IF_ERROR(backend.Unpack(writes[0], out.data()));
       return Status::Ok();
     case CollectiveOp::kNone:
       break;

@@ -19,10 +19,10 @@ class Backend {
   // Runs compute op `id` (a GEMM, attention, norm, activation, residual).
   virtual Status Run(const Schedule& schedule, int32_t id) = 0;
   // Copies a view, row by row, to `out` (rows * cols floats), or back from `in`.
-  virtual void Pack(const TensorUse& use, float* out) const = 0;
-  virtual void Unpack(const TensorUse& use, const float* in) = 0;
+  virtual Status Pack(const TensorUse& use, float* out) const = 0;
+  virtual Status Unpack(const TensorUse& use, const float* in) = 0;
   // This rank's values of a whole tensor (rows x cols, row-major), for checks.
-  virtual std::vector<float> Read(int32_t tensor) const = 0;
+  virtual Result<std::vector<float>> Read(int32_t tensor) const = 0;
 };
 
 // Interpret runs every op of `schedule` in issue order: compute ops on `backend`, TP collectives

@@ -48,22 +48,23 @@ ncclDataType_t NcclType(DType t) {
 // between two of Domino's split collectives, so the wait spins (yielding the core) instead of
 // sleeping, which would cost at least a scheduler tick each; after kSpin it sleeps in short
 // steps, for the long waits (init, a stuck peer).
-std::string Ready(Nccl* n, const char* what, ncclResult_t issued) {
+Status Ready(Nccl* n, const char* what, ncclResult_t issued) {
   if (issued != ncclSuccess && issued != ncclInProgress)
-    return std::string(what) + ": " + Text(issued, n->comm);
+    return Error(std::string(what) + ": " + Text(issued, n->comm));
   constexpr auto kSpin = std::chrono::milliseconds(20);
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(n->timeout_s);
   for (;;) {
     ncclResult_t state = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(n->comm, &state);
-    if (r != ncclSuccess) return std::string(what) + ": " + Text(r, n->comm);
-    if (state == ncclSuccess) return "";
-    if (state != ncclInProgress) return std::string(what) + ": " + Text(state, n->comm);
+    if (r != ncclSuccess) return Error(std::string(what) + ": " + Text(r, n->comm));
+    if (state == ncclSuccess) return Status::Ok();
+    if (state != ncclInProgress) return Error(std::string(what) + ": " + Text(state, n->comm));
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline)
-      return std::string(what) + ": still in progress after " +
-             std::to_string(static_cast<int>(n->timeout_s)) + " s (a peer has died or hangs)";
+      return Error(std::string(what) + ": still in progress after " +
+                   std::to_string(static_cast<int>(n->timeout_s)) +
+                   " s (a peer has died or hangs)");
     if (now - start < kSpin)
       sched_yield();
     else
@@ -77,24 +78,24 @@ cudaStream_t Stream(Nccl* n) {
 
 }  // namespace
 
-std::string NcclUniqueId(std::string* id) {
+Status NcclUniqueId(std::string* id) {
   ncclUniqueId unique;
   ncclResult_t r = ncclGetUniqueId(&unique);
-  if (r != ncclSuccess) return std::string("ncclGetUniqueId: ") + ncclGetErrorString(r);
+  if (r != ncclSuccess) return Error(std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
   id->assign(unique.internal, sizeof(unique.internal));
-  return "";
+  return Status::Ok();
 }
 
-std::string NcclInit(Context* context, int rank, int size, const std::string& id,
-                     const NcclConfig& config, Nccl** out) {
+Status NcclInit(Context* context, int rank, int size, const std::string& id,
+                const NcclConfig& config, Nccl** out) {
   ncclUniqueId unique;
   if (id.size() != sizeof(unique.internal))
-    return "NCCL unique id of " + std::to_string(id.size()) + " bytes, not " +
-           std::to_string(sizeof(unique.internal));
+    return Error("NCCL unique id of " + std::to_string(id.size()) + " bytes, not " +
+                 std::to_string(sizeof(unique.internal)));
   std::memcpy(unique.internal, id.data(), sizeof(unique.internal));
   // Both or neither: NCCL compares them before filling an unset one (exec/nccl_ctas.h).
   Result<NcclCtas> ctas = ResolveNcclCtas(config.min_ctas, config.max_ctas);
-  if (!ctas.ok()) return ctas.message();
+  if (!ctas.ok()) return ctas.error();
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
   c.blocking = 0;
   if (config.min_ctas > 0 || config.max_ctas > 0) {
@@ -106,41 +107,41 @@ std::string NcclInit(Context* context, int rank, int size, const std::string& id
   n->timeout_s = config.timeout_s;
   n->size = size;
   ncclResult_t r = ncclCommInitRankConfig(&n->comm, size, unique, rank, &c);
-  std::string e = n->comm == nullptr && r != ncclSuccess
-                      ? std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(r)
-                      : Ready(n, "ncclCommInitRankConfig", r);
-  if (!e.empty()) {
+  Status e = n->comm == nullptr && r != ncclSuccess
+                 ? Error(std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(r))
+                 : Ready(n, "ncclCommInitRankConfig", r);
+  if (!e.ok()) {
     NcclAbort(n);
     return e;
   }
   *out = n;
-  return "";
+  return Status::Ok();
 }
 
-std::string NcclAllReduce(Nccl* n, const void* in, void* out, int64_t count) {
+Status NcclAllReduce(Nccl* n, const void* in, void* out, int64_t count) {
   return Ready(n, "ncclAllReduce",
                ncclAllReduce(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)),
                              ncclSum, n->comm, Stream(n)));
 }
 
-std::string NcclReduceScatter(Nccl* n, const void* in, void* out, int64_t count) {
+Status NcclReduceScatter(Nccl* n, const void* in, void* out, int64_t count) {
   return Ready(n, "ncclReduceScatter",
                ncclReduceScatter(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)),
                                  ncclSum, n->comm, Stream(n)));
 }
 
-std::string NcclAllGather(Nccl* n, const void* in, void* out, int64_t count) {
+Status NcclAllGather(Nccl* n, const void* in, void* out, int64_t count) {
   return Ready(n, "ncclAllGather",
                ncclAllGather(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)),
                              n->comm, Stream(n)));
 }
 
-std::string NcclPoll(Nccl* n) {
+Status NcclPoll(Nccl* n) {
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(n->comm, &state);
-  if (r != ncclSuccess) return Text(r, n->comm);
-  if (state != ncclSuccess && state != ncclInProgress) return Text(state, n->comm);
-  return "";
+  if (r != ncclSuccess) return Error(Text(r, n->comm));
+  if (state != ncclSuccess && state != ncclInProgress) return Error(Text(state, n->comm));
+  return Status::Ok();
 }
 
 void NcclAbort(Nccl* n) {
@@ -153,7 +154,7 @@ void NcclDestroy(Nccl* n) {
   if (n == nullptr) return;
   if (n->comm != nullptr) {
     // Finalize flushes outstanding work; a non-blocking communicator finishes it asynchronously.
-    if (Ready(n, "ncclCommFinalize", ncclCommFinalize(n->comm)).empty())
+    if (Ready(n, "ncclCommFinalize", ncclCommFinalize(n->comm)).ok())
       ncclCommDestroy(n->comm);
     else
       ncclCommAbort(n->comm);

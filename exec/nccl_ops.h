@@ -14,7 +14,7 @@ namespace domino::exec::cuda {
 struct Nccl;
 
 // The 128-byte ncclUniqueId rank 0 creates and every rank must receive (over MPI).
-std::string NcclUniqueId(std::string* id);
+Status NcclUniqueId(std::string* id);
 
 struct NcclConfig {
   int min_ctas = 0;  // 0: NCCL's default
@@ -23,15 +23,15 @@ struct NcclConfig {
 };
 
 // Rank `rank` of `size` on the context's device, from rank 0's unique id.
-std::string NcclInit(Context* context, int rank, int size, const std::string& id,
-                     const NcclConfig& config, Nccl** out);
+Status NcclInit(Context* context, int rank, int size, const std::string& id,
+                const NcclConfig& config, Nccl** out);
 // Collectives on the context's current stream, on contiguous device buffers of the context's
 // element type (sums in reductions). Counts as in exec/communicator.h: per rank.
-std::string NcclAllReduce(Nccl* nccl, const void* in, void* out, int64_t count);
-std::string NcclReduceScatter(Nccl* nccl, const void* in, void* out, int64_t count);
-std::string NcclAllGather(Nccl* nccl, const void* in, void* out, int64_t count);
-// "" while the communicator is healthy, else its asynchronous error (a peer failed).
-std::string NcclPoll(Nccl* nccl);
+Status NcclAllReduce(Nccl* nccl, const void* in, void* out, int64_t count);
+Status NcclReduceScatter(Nccl* nccl, const void* in, void* out, int64_t count);
+Status NcclAllGather(Nccl* nccl, const void* in, void* out, int64_t count);
+// Ok while the communicator is healthy, else its asynchronous error (a peer failed).
+Status NcclPoll(Nccl* nccl);
 // Ends the communicator without waiting for peers (after an error or a timeout).
 void NcclAbort(Nccl* nccl);
 // Frees a healthy communicator; null-safe.

@@ -15,14 +15,13 @@ namespace domino::exec {
 // op j of another stream also covers every earlier op of that stream, so each op waits only for
 // the latest dependency per other stream that its stream has not already waited past.
 struct StreamStep {
-  int stream = 0;                 // 0 = compute, 1 = TP comm
-  std::vector<int32_t> wait_for;  // ops of other streams, one per stream at most
-  bool record_done = false;       // another stream waits for this op
+  Stream stream = Stream::kCompute;  // the op's
+  std::vector<int32_t> wait_for;     // ops of other streams, one per stream at most
+  bool record_done = false;          // another stream waits for this op
 };
 
-inline constexpr int kExecStreams = 2;
-
-// Fails for ops on streams the executor does not run (pipeline and data-parallel comm).
+// Fails for ops on streams the executor does not run (pipeline and data-parallel comm): it runs
+// the compute and TP comm streams.
 Result<std::vector<StreamStep>> PlanStreams(const Schedule& schedule);
 
 }  // namespace domino::exec

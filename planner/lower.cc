@@ -171,9 +171,9 @@ class Lowering {
     // A GEMM weight (`norm`: a norm's gain) or its gradient.
     auto weight = [&](const char* what, TensorSlot slot, bool norm, bool gradient, int64_t rows,
                       int64_t cols, Shard shard, int64_t part = 0) {
-      return AddTensor(name(what), rows, cols, shard, part,
-                       Role(norm ? TensorKind::kNormWeight : TensorKind::kWeight, slot, l,
-                            gradient));
+      return AddTensor(
+          name(what), rows, cols, shard, part,
+          Role(norm ? TensorKind::kNormWeight : TensorKind::kWeight, slot, l, gradient));
     };
     // The first layer's x is the stage's input unless the embedding computes it.
     const TensorKind x_kind =
@@ -652,8 +652,8 @@ class Lowering {
     g_head_ln_s_ = sp_ ? ResidualTensor("final.ln.grad.shard",
                                         Grad(kFinalNorm, -1, TensorForm::kSequenceShard))
                        : -1;
-    w_head_ = AddTensor("lm_head.w", h_, vocab_, Shard::kCols, 0,
-                        Role(TensorKind::kWeight, kLmHead, -1));
+    w_head_ =
+        AddTensor("lm_head.w", h_, vocab_, Shard::kCols, 0, Role(TensorKind::kWeight, kLmHead, -1));
     g_w_head_ = AddTensor("lm_head.w.grad", h_, vocab_, Shard::kCols, 0,
                           Role(TensorKind::kWeight, kLmHead, -1, true));
   }
@@ -665,8 +665,8 @@ class Lowering {
     const LayerTensors& t = tensors_[0];
     TensorRole role = Act(TensorSlot::kEmbedding, -1);
     role.slice = static_cast<int8_t>(i);
-    int32_t partial = AddTensor(fmt::format("embed.s{}", i), slice_tokens_, h_,
-                                Shard::kPartialSum, 0, role);
+    int32_t partial =
+        AddTensor(fmt::format("embed.s{}", i), slice_tokens_, h_, Shard::kPartialSum, 0, role);
     TensorUse whole{partial, View{0, slice_tokens_, 0, h_}};
     int32_t lookup = Elementwise(OpFunc::kEmbed, tags, 2 * RowBytes(h_), {}, {}, {whole});
     int32_t comm = sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, tags,

@@ -16,15 +16,50 @@ std::string_view StreamName(Stream stream) {
 
 std::string_view OpFuncName(OpFunc func) {
   static constexpr std::array<std::string_view, static_cast<int>(OpFunc::kCount)> kNames = {
-      "ln1",          "qkv",       "attn",          "proj",          "residual1",
-      "ln2",          "fc1",       "act",           "fc2",           "residual2",
-      "ln1.grad",     "qkv.dgrad", "qkv.wgrad",     "attn.grad",     "proj.dgrad",
-      "proj.wgrad",   "ln2.grad",  "fc1.dgrad",     "fc1.wgrad",     "act.grad",
-      "fc2.dgrad",    "fc2.wgrad", "residual.grad", "tp.allreduce",  "tp.reducescatter",
-      "tp.allgather", "embed",     "embed.grad",    "final_norm",    "lm_head",
-      "loss",         "loss.grad", "lm_head.dgrad", "lm_head.wgrad", "final_norm.grad",
-      "forward",      "backward",  "pp.send",       "pp.recv",       "dp.allreduce",
-      "dp.reducescatter", "dp.allgather", "embedding.allreduce", "optimizer"};
+      "ln1",
+      "qkv",
+      "attn",
+      "proj",
+      "residual1",
+      "ln2",
+      "fc1",
+      "act",
+      "fc2",
+      "residual2",
+      "ln1.grad",
+      "qkv.dgrad",
+      "qkv.wgrad",
+      "attn.grad",
+      "proj.dgrad",
+      "proj.wgrad",
+      "ln2.grad",
+      "fc1.dgrad",
+      "fc1.wgrad",
+      "act.grad",
+      "fc2.dgrad",
+      "fc2.wgrad",
+      "residual.grad",
+      "tp.allreduce",
+      "tp.reducescatter",
+      "tp.allgather",
+      "embed",
+      "embed.grad",
+      "final_norm",
+      "lm_head",
+      "loss",
+      "loss.grad",
+      "lm_head.dgrad",
+      "lm_head.wgrad",
+      "final_norm.grad",
+      "forward",
+      "backward",
+      "pp.send",
+      "pp.recv",
+      "dp.allreduce",
+      "dp.reducescatter",
+      "dp.allgather",
+      "embedding.allreduce",
+      "optimizer"};
   int index = static_cast<int>(func);
   return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
 }
@@ -141,8 +176,9 @@ double Timeline::end_us() const {
 }
 
 bool IsGiven(const TensorRole& role) {
-  return !role.gradient && (role.kind == TensorKind::kWeight ||
-                            role.kind == TensorKind::kNormWeight || role.kind == TensorKind::kInput);
+  return !role.gradient &&
+         (role.kind == TensorKind::kWeight || role.kind == TensorKind::kNormWeight ||
+          role.kind == TensorKind::kInput);
 }
 
 int32_t FindTensor(std::span<const Tensor> tensors, const TensorRole& role) {

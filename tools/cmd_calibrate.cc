@@ -65,7 +65,8 @@ void PrintDevice(const Plan& plan, const Schedule& schedule, const HardwareProfi
         if (op.kind == OpKind::kCollective || OpSignature(op) != c.op) continue;
         const double alone = PredictedBesideUs(plan, p, op, 0, 0);
         if (alone > 0)
-          predicted = fmt::format("{:.3f}x", PredictedBesideUs(plan, p, op, c.ctas, c.hbm_GBps) / alone);
+          predicted =
+              fmt::format("{:.3f}x", PredictedBesideUs(plan, p, op, c.ctas, c.hbm_GBps) / alone);
         break;
       }
       table.AddRow({c.op, std::to_string(c.ctas), fmt::format("{:.0f}", c.hbm_GBps),
@@ -115,9 +116,10 @@ void Run(CalibrateFlags& flags) {
       FailOnRank("calibrate", rank,
                  fmt::format("--device {}: {} CUDA device(s) visible", options.cuda.device,
                              devices->size()));
-    options.cuda.dtype = !flags.dtype.empty()              ? flags.dtype
-                         : plan->precision == Dtype::kFp16 ? "fp16"
-                                                           : "bf16";
+    options.cuda.dtype = flags.dtype == "fp32"                                    ? Dtype::kFp32
+                         : flags.dtype == "fp16"                                  ? Dtype::kFp16
+                         : flags.dtype.empty() && plan->precision == Dtype::kFp16 ? Dtype::kFp16
+                                                                                  : Dtype::kBf16;
     options.beside = LargestCollective(*plan, *schedule);
   }
   if (rank == 0 && isatty(STDERR_FILENO))

@@ -116,8 +116,7 @@ void PrintRun(const Plan& plan, const std::string& backend, const exec::LaunchEn
           ? ""
           : fmt::format(", {} overlap in {} chunks", MethodName(plan.method),
                         plan.decomposed_chunks()),
-      plan.model.layers / plan.pp,
-      plan.micro_batch, plan.seq_len, r.schedule.size());
+      plan.model.layers / plan.pp, plan.micro_batch, plan.seq_len, r.schedule.size());
   Table summary({"measured on rank 0", "value"});
   summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
   summary.AddRow({"compute (sum of compute ops)", fmt::format("{:.2f} ms", f.ideal_ms)});
@@ -258,11 +257,17 @@ void Run(ExecuteFlags& flags) {
   std::unique_ptr<exec::Communicator> comm = std::move(launched).value();
 
   exec::ExecuteOptions options;
-  options.backend = flags.backend;
+  Result<exec::BackendKind> backend_kind = exec::ParseBackendKind(flags.backend);
+  if (!backend_kind.ok()) FailOnRank("execute", rank, "--backend: " + backend_kind.message());
+  Result<exec::CommMode> comm_mode = exec::ParseCommMode(flags.comm);
+  if (!comm_mode.ok()) FailOnRank("execute", rank, "--comm: " + comm_mode.message());
+  options.backend = *backend_kind;
   // Each rank takes the GPU of its local rank (one process per GPU, as NCCL wants).
   options.cuda.device = std::max(0, flags.device);
-  options.cuda.dtype = dtype;
-  options.cuda.comm = flags.comm;
+  options.cuda.dtype = dtype == "fp16"   ? Dtype::kFp16
+                       : dtype == "bf16" ? Dtype::kBf16
+                                         : Dtype::kFp32;
+  options.cuda.comm = *comm_mode;
   options.cuda.graph = flags.cuda_graph;
   // NCCL gets the CTA count the simulator assumed for the plan's collectives, so the contention
   // measured is the contention predicted (unless the flags say otherwise; 0: NCCL's choice).

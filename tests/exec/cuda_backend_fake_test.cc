@@ -45,9 +45,9 @@ Result<ExecuteResult> RunEmulated(const Plan& plan, bool graph, int iterations =
   Result<Schedule> s = Lower(plan);
   if (!s.ok()) return s.error();
   ExecuteOptions options;
-  options.backend = "cuda";
-  options.cuda.comm = "emulate";
-  options.cuda.dtype = "bf16";
+  options.backend = BackendKind::kCuda;
+  options.cuda.comm = CommMode::kEmulate;
+  options.cuda.dtype = Dtype::kBf16;
   options.cuda.graph = graph;
   options.cuda.emulated = Emulated(*s);
   options.iterations = iterations;
@@ -83,10 +83,10 @@ class TwoRankStandIn final : public Communicator {
 // The CUDA backend of rank 0 of TinyPlan's TP group of two, on NCCL (fakes) or MPI.
 Result<std::unique_ptr<CudaRunner>> NcclRunner(const Plan& plan, const Schedule& s,
                                                Communicator& host, bool graph,
-                                               const std::string& comm = "nccl") {
+                                               CommMode comm = CommMode::kNccl) {
   CudaOptions options;
   options.comm = comm;
-  options.dtype = "bf16";
+  options.dtype = Dtype::kBf16;
   options.graph = graph;
   return MakeCudaRunner(s, plan.model, 0, plan.tp, /*seed=*/1, options, host);
 }
@@ -250,14 +250,17 @@ TEST(CudaBackendFakeTest, EveryRunStartsTheGradientsFromZero) {
   std::vector<int32_t> grads;
   for (size_t t = 0; t < s->tensors().size(); ++t) {
     const TensorRole& role = s->tensors()[t].role;
-    if (role.gradient &&
-        (role.kind == TensorKind::kWeight || role.kind == TensorKind::kNormWeight))
+    if (role.gradient && (role.kind == TensorKind::kWeight || role.kind == TensorKind::kNormWeight))
       grads.push_back(static_cast<int32_t>(t));
   }
   ASSERT_EQ(grads.size(), 6u * plan.model.layers);
   auto counts = [&](CudaRunner& runner) {
     std::vector<float> c;
-    for (int32_t t : grads) c.push_back(runner.backend().Read(t)[0]);
+    for (int32_t t : grads) {
+      Result<std::vector<float>> values = runner.backend().Read(t);
+      EXPECT_TRUE(values.ok()) << values.message();
+      c.push_back(values.ok() ? (*values)[0] : -1.0f);
+    }
     return c;
   };
   TwoRankStandIn host;
@@ -279,7 +282,7 @@ TEST(CudaBackendFakeTest, EveryRunStartsTheGradientsFromZero) {
   ASSERT_TRUE((*graph)->Run(host, {}).ok());
   EXPECT_EQ(counts(**graph), once) << "the second replay";
 
-  Result<std::unique_ptr<CudaRunner>> mpi = NcclRunner(plan, *s, host, false, "mpi");
+  Result<std::unique_ptr<CudaRunner>> mpi = NcclRunner(plan, *s, host, false, CommMode::kMpi);
   ASSERT_TRUE(mpi.ok()) << mpi.message();
   for (int i = 0; i < 2; ++i) ASSERT_TRUE((*mpi)->Run(host, {}).ok());
   EXPECT_EQ(counts(**mpi), once) << "host collectives, second run";
@@ -351,7 +354,7 @@ TEST(CudaBackendFakeTest, NcclGetsAConsistentCtaPair) {
   ASSERT_TRUE(s.ok());
   TwoRankStandIn host;
   CudaOptions options;
-  options.comm = "nccl";
+  options.comm = CommMode::kNccl;
   options.min_ctas = 16;  // a minimum alone: NCCL's own maximum (64) fills in
   EXPECT_TRUE(MakeCudaRunner(*s, plan.model, 0, 2, 1, options, host).ok());
   options.max_ctas = 8;

@@ -23,6 +23,9 @@ using cuda::DType;
 using cuda::DView;
 using cuda::StreamKind;
 
+// A Status as text: empty when ok, so that a failed call's message shows in the assertion.
+std::string Msg(const Status& status) { return status.ok() ? "" : status.message(); }
+
 constexpr float kEps = 1e-5f;
 constexpr int64_t kBlockColumn = 3;  // where a test block starts in its wider matrix
 constexpr int64_t kExtraColumns = 7;
@@ -50,7 +53,7 @@ class CudaOpsTest : public ::testing::Test {
   void SetUp() override {
     Result<std::vector<CudaDevice>> devices = ListCudaDevices();
     if (!devices.ok()) GTEST_SKIP() << devices.message();
-    ASSERT_EQ(cuda::Create(0, Type(), &context_), "");
+    ASSERT_EQ(Msg(cuda::Create(0, Type(), &context_)), "");
   }
   void TearDown() override {
     for (void* p : allocations_) cuda::Free(p);
@@ -59,7 +62,7 @@ class CudaOpsTest : public ::testing::Test {
 
   std::vector<float> Read(DView v) {
     std::vector<float> host(static_cast<size_t>(v.rows * v.cols));
-    EXPECT_EQ(cuda::Download(context_, v, host.data()), "");
+    EXPECT_EQ(Msg(cuda::Download(context_, v, host.data())), "");
     return host;
   }
 
@@ -70,7 +73,7 @@ class CudaOpsTest : public ::testing::Test {
     Matrix m;
     const int64_t wide = cols + kExtraColumns;
     void* data = nullptr;
-    EXPECT_EQ(cuda::Alloc(context_, static_cast<size_t>(rows * wide), &data), "");
+    EXPECT_EQ(Msg(cuda::Alloc(context_, static_cast<size_t>(rows * wide), &data)), "");
     allocations_.push_back(data);
     m.whole = DView{data, rows, wide, wide};
     m.view =
@@ -78,7 +81,7 @@ class CudaOpsTest : public ::testing::Test {
     std::uniform_real_distribution<float> uniform(lo, hi);
     std::vector<float> values(static_cast<size_t>(rows * wide));
     for (float& v : values) v = uniform(random_);
-    EXPECT_EQ(cuda::Upload(context_, m.whole, values.data()), "");
+    EXPECT_EQ(Msg(cuda::Upload(context_, m.whole, values.data())), "");
     m.wide = Read(m.whole);
     m.host = Read(m.view);
     return m;
@@ -147,9 +150,9 @@ TEST_P(CudaOpsTypedTest, GemmMatchesCpuInTheLayoutsTheBackendUses) {
     std::vector<float> want = c.host;
     cpu::Gemm(HostView(a), l.transpose_a, HostView(b), l.transpose_b, HostView(&want, m, n),
               l.accumulate);
-    ASSERT_EQ(
-        cuda::Gemm(context_, a.view, l.transpose_a, b.view, l.transpose_b, c.view, l.accumulate),
-        "");
+    ASSERT_EQ(Msg(cuda::Gemm(context_, a.view, l.transpose_a, b.view, l.transpose_b, c.view,
+                             l.accumulate)),
+              "");
     ExpectNear(Read(c.view), want, "gemm");
     ExpectOutsideKept(c, "gemm");
   }
@@ -160,19 +163,20 @@ TEST_P(CudaOpsTypedTest, AddCopyAndZero) {
   const Matrix a = Make(rows, cols), b = Make(rows, cols), c = Make(rows, cols);
   std::vector<float> want(static_cast<size_t>(rows * cols));
   cpu::Add(HostView(a), HostView(b), HostView(&want, rows, cols));
-  ASSERT_EQ(cuda::Add(context_, a.view, b.view, c.view), "");
+  ASSERT_EQ(Msg(cuda::Add(context_, a.view, b.view, c.view)), "");
   ExpectNear(Read(c.view), want, "add");
   ExpectOutsideKept(c, "add");
 
   const Matrix d = Make(rows, cols);
-  ASSERT_EQ(cuda::Copy(context_, a.view, d.view), "");
+  ASSERT_EQ(Msg(cuda::Copy(context_, a.view, d.view)), "");
   EXPECT_EQ(Read(d.view), a.host);
   ExpectOutsideKept(d, "copy");
-  ASSERT_EQ(cuda::Zero(context_, d.view), "");
+  ASSERT_EQ(Msg(cuda::Zero(context_, d.view)), "");
   EXPECT_EQ(Read(d.view), std::vector<float>(want.size(), 0.0f));
   ExpectOutsideKept(d, "zero");
-  EXPECT_NE(cuda::Add(context_, a.view, b.view, DView{c.view.data, rows, cols - 1, c.view.stride}),
-            "");
+  EXPECT_NE(
+      Msg(cuda::Add(context_, a.view, b.view, DView{c.view.data, rows, cols - 1, c.view.stride})),
+      "");
 }
 
 TEST_P(CudaOpsTypedTest, NormsMatchCpu) {
@@ -186,7 +190,7 @@ TEST_P(CudaOpsTypedTest, NormsMatchCpu) {
     const Matrix dgamma = Make(1, cols);
     std::vector<float> want_y(static_cast<size_t>(rows * cols));
     cpu::NormForward(kind, HostView(x), gamma.host.data(), kEps, HostView(&want_y, rows, cols));
-    ASSERT_EQ(cuda::NormForward(context_, rms, x.view, gamma.view.data, kEps, y.view), "");
+    ASSERT_EQ(Msg(cuda::NormForward(context_, rms, x.view, gamma.view.data, kEps, y.view)), "");
     ExpectNear(Read(y.view), want_y, "norm forward");
     ExpectOutsideKept(y, "norm forward");
 
@@ -194,8 +198,8 @@ TEST_P(CudaOpsTypedTest, NormsMatchCpu) {
     std::vector<float> want_dx = dx.host, want_dgamma = dgamma.host;
     cpu::NormBackward(kind, HostView(x), gamma.host.data(), kEps, HostView(dy),
                       HostView(&want_dx, rows, cols), accumulate_dx, want_dgamma.data());
-    ASSERT_EQ(cuda::NormBackward(context_, rms, x.view, gamma.view.data, kEps, dy.view, dx.view,
-                                 accumulate_dx, dgamma.view.data),
+    ASSERT_EQ(Msg(cuda::NormBackward(context_, rms, x.view, gamma.view.data, kEps, dy.view, dx.view,
+                                     accumulate_dx, dgamma.view.data)),
               "");
     ExpectNear(Read(dx.view), want_dx, "norm dx");
     ExpectNear(Read(dgamma.view), want_dgamma, "norm dgamma");
@@ -212,8 +216,8 @@ TEST_P(CudaOpsTypedTest, ActivationsMatchCpu) {
     std::vector<float> want_y(static_cast<size_t>(rows * f)), want_dx = want_y;
     cpu::GeluForward(HostView(x), HostView(&want_y, rows, f));
     cpu::GeluBackward(HostView(x), HostView(dy), HostView(&want_dx, rows, f));
-    ASSERT_EQ(cuda::Gelu(context_, x.view, y.view), "");
-    ASSERT_EQ(cuda::GeluBackward(context_, x.view, dy.view, dx.view), "");
+    ASSERT_EQ(Msg(cuda::Gelu(context_, x.view, y.view)), "");
+    ASSERT_EQ(Msg(cuda::GeluBackward(context_, x.view, dy.view, dx.view)), "");
     ExpectNear(Read(y.view), want_y, "gelu");
     ExpectNear(Read(dx.view), want_dx, "gelu backward");
     ExpectOutsideKept(y, "gelu");
@@ -226,8 +230,8 @@ TEST_P(CudaOpsTypedTest, ActivationsMatchCpu) {
     std::vector<float> want_dx(static_cast<size_t>(rows * 2 * f));
     cpu::SwigluForward(HostView(x), HostView(&want_y, rows, f));
     cpu::SwigluBackward(HostView(x), HostView(dy), HostView(&want_dx, rows, 2 * f));
-    ASSERT_EQ(cuda::Swiglu(context_, x.view, y.view), "");
-    ASSERT_EQ(cuda::SwigluBackward(context_, x.view, dy.view, dx.view), "");
+    ASSERT_EQ(Msg(cuda::Swiglu(context_, x.view, y.view)), "");
+    ASSERT_EQ(Msg(cuda::SwigluBackward(context_, x.view, dy.view, dx.view)), "");
     ExpectNear(Read(y.view), want_y, "swiglu");
     ExpectNear(Read(dx.view), want_dx, "swiglu backward");
     ExpectOutsideKept(y, "swiglu");
@@ -241,22 +245,23 @@ TEST_P(CudaOpsTypedTest, GroupedQueryAttentionMatchesCpu) {
   const int64_t qkv_cols = (s.heads + 2 * s.kv_heads) * s.head_dim, out_cols = s.heads * s.head_dim;
   const Matrix qkv = Make(rows, qkv_cols, -1.5f, 1.5f), out = Make(rows, out_cols);
   const Matrix dout = Make(rows, out_cols), dqkv = Make(rows, qkv_cols);
-  EXPECT_NE(cuda::Attention(context_, s.sequences, s.seq_len, s.heads, s.kv_heads, s.head_dim,
-                            qkv.view, out.view),
+  EXPECT_NE(Msg(cuda::Attention(context_, s.sequences, s.seq_len, s.heads, s.kv_heads, s.head_dim,
+                                qkv.view, out.view)),
             "")
       << "runs without its workspace";
-  ASSERT_EQ(cuda::Reserve(context_, cuda::AttentionWorkspaceBytes(s.sequences, s.seq_len, s.heads)),
-            "");
+  ASSERT_EQ(
+      Msg(cuda::Reserve(context_, cuda::AttentionWorkspaceBytes(s.sequences, s.seq_len, s.heads))),
+      "");
 
   std::vector<float> want_out(static_cast<size_t>(rows * out_cols));
   std::vector<float> want_dqkv(static_cast<size_t>(rows * qkv_cols));
   cpu::AttentionForward(s, HostView(qkv), HostView(&want_out, rows, out_cols));
   cpu::AttentionBackward(s, HostView(qkv), HostView(dout), HostView(&want_dqkv, rows, qkv_cols));
-  ASSERT_EQ(cuda::Attention(context_, s.sequences, s.seq_len, s.heads, s.kv_heads, s.head_dim,
-                            qkv.view, out.view),
+  ASSERT_EQ(Msg(cuda::Attention(context_, s.sequences, s.seq_len, s.heads, s.kv_heads, s.head_dim,
+                                qkv.view, out.view)),
             "");
-  ASSERT_EQ(cuda::AttentionBackward(context_, s.sequences, s.seq_len, s.heads, s.kv_heads,
-                                    s.head_dim, qkv.view, dout.view, dqkv.view),
+  ASSERT_EQ(Msg(cuda::AttentionBackward(context_, s.sequences, s.seq_len, s.heads, s.kv_heads,
+                                        s.head_dim, qkv.view, dout.view, dqkv.view)),
             "");
   ExpectNear(Read(out.view), want_out, "attention");
   ExpectNear(Read(dqkv.view), want_dqkv, "attention backward");
@@ -269,14 +274,14 @@ TEST_P(CudaOpsTypedTest, GroupedQueryAttentionMatchesCpu) {
 // replayed twice: the replays give the eager result and record the timing events.
 TEST_P(CudaOpsTypedTest, CapturedGraphReplaysTheEagerRun) {
   const double transfer_bytes = 8 << 20;
-  ASSERT_EQ(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(transfer_bytes)), "");
-  ASSERT_EQ(cuda::CreateEvents(context_, 4), "");
+  ASSERT_EQ(Msg(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(transfer_bytes))), "");
+  ASSERT_EQ(Msg(cuda::CreateEvents(context_, 4)), "");
   const Matrix a = Make(64, 48), b = Make(48, 80), c = Make(64, 80), d = Make(64, 80);
   const Matrix e = Make(64, 80);
   auto run = [&] {
     std::string error;
-    auto step = [&](const std::string& result) {
-      if (error.empty()) error = result;
+    auto step = [&](const Status& result) {
+      if (error.empty() && !result.ok()) error = result.message();
     };
     cuda::UseStream(context_, StreamKind::kCompute);
     step(cuda::RecordEvent(context_, 2, true));
@@ -294,62 +299,62 @@ TEST_P(CudaOpsTypedTest, CapturedGraphReplaysTheEagerRun) {
     return error;
   };
   auto clear = [&] {
-    for (const Matrix* m : {&c, &d, &e}) EXPECT_EQ(cuda::Zero(context_, m->view), "");
+    for (const Matrix* m : {&c, &d, &e}) EXPECT_EQ(Msg(cuda::Zero(context_, m->view)), "");
   };
 
   ASSERT_EQ(run(), "");
-  ASSERT_EQ(cuda::Synchronize(context_), "");
+  ASSERT_EQ(Msg(cuda::Synchronize(context_)), "");
   const std::vector<float> want = Read(e.view);
   EXPECT_NE(want, std::vector<float>(want.size(), 0.0f));
   clear();
-  ASSERT_EQ(cuda::Synchronize(context_), "");
+  ASSERT_EQ(Msg(cuda::Synchronize(context_)), "");
 
-  ASSERT_EQ(cuda::BeginCapture(context_), "");
+  ASSERT_EQ(Msg(cuda::BeginCapture(context_)), "");
   ASSERT_EQ(run(), "");
-  EXPECT_NE(cuda::Synchronize(context_), "") << "synchronizes while capturing";
-  ASSERT_EQ(cuda::EndCapture(context_), "");
+  EXPECT_NE(Msg(cuda::Synchronize(context_)), "") << "synchronizes while capturing";
+  ASSERT_EQ(Msg(cuda::EndCapture(context_)), "");
   for (int replay = 0; replay < 2; ++replay) {
     SCOPED_TRACE(testing::Message() << "replay " << replay);
     clear();
-    ASSERT_EQ(cuda::LaunchGraph(context_), "");
-    ASSERT_EQ(cuda::Synchronize(context_), "");
+    ASSERT_EQ(Msg(cuda::LaunchGraph(context_)), "");
+    ASSERT_EQ(Msg(cuda::Synchronize(context_)), "");
     EXPECT_EQ(Read(e.view), want);
     float ms = -1.0f;
-    ASSERT_EQ(cuda::ElapsedMs(context_, 2, 3, &ms), "");
+    ASSERT_EQ(Msg(cuda::ElapsedMs(context_, 2, 3, &ms)), "");
     EXPECT_GE(ms, 0.0f);
   }
 }
 
 TEST_P(CudaOpsTypedTest, MeasuresGemmThroughput) {
   double tflops = 0;
-  ASSERT_EQ(cuda::MeasureGemmTflops(context_, 1024, 3, &tflops), "");
+  ASSERT_EQ(Msg(cuda::MeasureGemmTflops(context_, 1024, 3, &tflops)), "");
   EXPECT_GT(tflops, 0.0);
 }
 
 TEST_F(CudaOpsTest, EventsTimeAGemm) {
-  ASSERT_EQ(cuda::CreateEvents(context_, 2), "");
+  ASSERT_EQ(Msg(cuda::CreateEvents(context_, 2)), "");
   const Matrix a = Make(256, 256), b = Make(256, 256), c = Make(256, 256);
-  ASSERT_EQ(cuda::RecordEvent(context_, 0, true), "");
-  ASSERT_EQ(cuda::Gemm(context_, a.view, false, b.view, false, c.view, false), "");
-  ASSERT_EQ(cuda::RecordEvent(context_, 1, true), "");
-  ASSERT_EQ(cuda::Synchronize(context_), "");
+  ASSERT_EQ(Msg(cuda::RecordEvent(context_, 0, true)), "");
+  ASSERT_EQ(Msg(cuda::Gemm(context_, a.view, false, b.view, false, c.view, false)), "");
+  ASSERT_EQ(Msg(cuda::RecordEvent(context_, 1, true)), "");
+  ASSERT_EQ(Msg(cuda::Synchronize(context_)), "");
   float ms = -1.0f;
-  ASSERT_EQ(cuda::ElapsedMs(context_, 0, 1, &ms), "");
+  ASSERT_EQ(Msg(cuda::ElapsedMs(context_, 0, 1, &ms)), "");
   EXPECT_GE(ms, 0.0f);
-  EXPECT_NE(cuda::RecordEvent(context_, 2, false), "") << "event 2 does not exist";
+  EXPECT_NE(Msg(cuda::RecordEvent(context_, 2, false)), "") << "event 2 does not exist";
 }
 
 TEST_F(CudaOpsTest, EmulatedCollectiveLastsItsDurationWhenAlone) {
   const double bytes = 64.0 * (1 << 20);
-  ASSERT_EQ(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(bytes)), "");
-  ASSERT_EQ(cuda::CreateEvents(context_, 2), "");
+  ASSERT_EQ(Msg(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(bytes))), "");
+  ASSERT_EQ(Msg(cuda::CreateEvents(context_, 2)), "");
   auto time_ms = [&](double hbm_bytes, double micros) {
     float ms = -1.0f;
-    EXPECT_EQ(cuda::RecordEvent(context_, 0, true), "");
-    EXPECT_EQ(cuda::EmulateCollective(context_, 8, hbm_bytes, micros), "");
-    EXPECT_EQ(cuda::RecordEvent(context_, 1, true), "");
-    EXPECT_EQ(cuda::Synchronize(context_), "");
-    EXPECT_EQ(cuda::ElapsedMs(context_, 0, 1, &ms), "");
+    EXPECT_EQ(Msg(cuda::RecordEvent(context_, 0, true)), "");
+    EXPECT_EQ(Msg(cuda::EmulateCollective(context_, 8, hbm_bytes, micros)), "");
+    EXPECT_EQ(Msg(cuda::RecordEvent(context_, 1, true)), "");
+    EXPECT_EQ(Msg(cuda::Synchronize(context_)), "");
+    EXPECT_EQ(Msg(cuda::ElapsedMs(context_, 0, 1, &ms)), "");
     return ms;
   };
   time_ms(bytes, 200.0);  // warm-up
@@ -361,8 +366,8 @@ TEST_F(CudaOpsTest, EmulatedCollectiveLastsItsDurationWhenAlone) {
   const float spin = time_ms(0.0, 100.0);  // no traffic: waits out the duration
   EXPECT_GE(spin, 0.9f * 0.1f);
   EXPECT_LE(spin, 1.5f * 0.1f);
-  EXPECT_EQ(cuda::EmulateCollective(context_, 8, 0.0, 0.0), "");
-  EXPECT_NE(cuda::EmulateCollective(context_, 8, 1e16, 10.0), "") << "absurd traffic";
+  EXPECT_EQ(Msg(cuda::EmulateCollective(context_, 8, 0.0, 0.0)), "");
+  EXPECT_NE(Msg(cuda::EmulateCollective(context_, 8, 1e16, 10.0)), "") << "absurd traffic";
 }
 
 // Each block takes an SM of its own (its shared memory leaves no room for a second), so a
@@ -372,10 +377,10 @@ TEST_F(CudaOpsTest, EmulatedCollectiveHoldsOneSmPerCta) {
   ASSERT_TRUE(devices.ok());
   const int sms = (*devices)[0].sms;
   const double bytes = 256.0 * (1 << 20);
-  ASSERT_EQ(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(bytes)), "");
+  ASSERT_EQ(Msg(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(bytes))), "");
   for (int ctas : {1, 16, 32, std::min(64, sms)}) {
     cuda::EmulationProbe probe;
-    ASSERT_EQ(cuda::ProbeEmulatedCollective(context_, ctas, bytes, 0.0, &probe), "");
+    ASSERT_EQ(Msg(cuda::ProbeEmulatedCollective(context_, ctas, bytes, 0.0, &probe)), "");
     EXPECT_EQ(probe.distinct_sms, ctas) << ctas << " CTAs";
     std::cout << ctas << " CTAs: " << probe.GBps << " GB/s on " << probe.distinct_sms << " SMs\n";
   }
@@ -389,13 +394,13 @@ TEST_F(CudaOpsTest, EmulatedCollectiveTrafficIsHbmTraffic) {
   ASSERT_TRUE(devices.ok());
   const int sms = (*devices)[0].sms;
   double hbm_GBps = 0;
-  ASSERT_EQ(cuda::MeasureHbmGBps(context_, size_t{1} << 30, 5, &hbm_GBps), "");
+  ASSERT_EQ(Msg(cuda::MeasureHbmGBps(context_, size_t{1} << 30, 5, &hbm_GBps)), "");
   const double bytes = 16.0 * (1 << 20);  // a third of an H100's or H200's L2
-  ASSERT_EQ(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(bytes)), "");
+  ASSERT_EQ(Msg(cuda::Reserve(context_, cuda::EmulationWorkspaceBytes(bytes))), "");
   std::vector<double> GBps;
   for (int i = 0; i < 20; ++i) {
     cuda::EmulationProbe probe;
-    ASSERT_EQ(cuda::ProbeEmulatedCollective(context_, sms, bytes * 16, 0.0, &probe), "");
+    ASSERT_EQ(Msg(cuda::ProbeEmulatedCollective(context_, sms, bytes * 16, 0.0, &probe)), "");
     GBps.push_back(probe.GBps);
   }
   std::sort(GBps.begin(), GBps.end());
@@ -405,7 +410,7 @@ TEST_F(CudaOpsTest, EmulatedCollectiveTrafficIsHbmTraffic) {
   EXPECT_GE(GBps[GBps.size() / 2], 0.5 * hbm_GBps);
   for (int i = 0; i < 20; ++i) {
     cuda::EmulationProbe probe;
-    ASSERT_EQ(cuda::ProbeEmulatedCollective(context_, sms, bytes, 0.0, &probe), "");
+    ASSERT_EQ(Msg(cuda::ProbeEmulatedCollective(context_, sms, bytes, 0.0, &probe)), "");
     EXPECT_LE(probe.GBps, 1.1 * hbm_GBps) << "a small transfer, repeated: L2 hits";
   }
 }
@@ -413,8 +418,8 @@ TEST_F(CudaOpsTest, EmulatedCollectiveTrafficIsHbmTraffic) {
 // Random operands: uniform in [-1, 1), not constant, reproducible from the seed.
 TEST_P(CudaOpsTypedTest, FillsRandomValues) {
   const Matrix m = Make(256, 384);
-  ASSERT_EQ(cuda::FillRandom(context_, m.view, 7), "");
-  ASSERT_EQ(cuda::Synchronize(context_), "");
+  ASSERT_EQ(Msg(cuda::FillRandom(context_, m.view, 7)), "");
+  ASSERT_EQ(Msg(cuda::Synchronize(context_)), "");
   const std::vector<float> v = Read(m.view);
   double sum = 0, squares = 0;
   for (float x : v) {
@@ -426,13 +431,13 @@ TEST_P(CudaOpsTypedTest, FillsRandomValues) {
   const double n = static_cast<double>(v.size());
   EXPECT_NEAR(sum / n, 0.0, 0.02);
   EXPECT_NEAR(squares / n, 1.0 / 3.0, 0.02);  // the variance of U(-1, 1)
-  ASSERT_EQ(cuda::FillRandom(context_, m.view, 7), "");
+  ASSERT_EQ(Msg(cuda::FillRandom(context_, m.view, 7)), "");
   EXPECT_EQ(Read(m.view), v);
 }
 
 TEST_F(CudaOpsTest, MeasuresHbmBandwidth) {
   double GBps = 0;
-  ASSERT_EQ(cuda::MeasureHbmGBps(context_, size_t{64} << 20, 3, &GBps), "");
+  ASSERT_EQ(Msg(cuda::MeasureHbmGBps(context_, size_t{64} << 20, 3, &GBps)), "");
   EXPECT_GT(GBps, 0.0);
 }
 

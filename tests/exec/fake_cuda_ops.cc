@@ -75,7 +75,7 @@ Buffer* Find(const void* p) {
 }
 
 // Runs `call` now, holds it behind a closed gate, or records it for the graph while capturing.
-std::string Do(Context* c, std::function<void()> call) {
+Status Do(Context* c, std::function<void()> call) {
   if (c->capturing) {
     c->recording.push_back(std::move(call));
   } else if (c->gated == c->current) {
@@ -83,11 +83,11 @@ std::string Do(Context* c, std::function<void()> call) {
   } else {
     call();
   }
-  return "";
+  return Status::Ok();
 }
 
 // A kernel of `us` microseconds on the current stream; `effect` (if any) when it runs.
-std::string Launch(Context* c, double us, std::function<void()> effect = {}) {
+Status Launch(Context* c, double us, std::function<void()> effect = {}) {
   const int s = c->current;
   return Do(c, [c, s, us, effect] {
     c->clock[s] += us;
@@ -104,7 +104,7 @@ std::function<void()> Accumulate(const void* data) {
 
 // A collective on the communicator's stream: the host enqueues it for kNcclEnqueueUs first
 // (nothing while capturing: a replay has no host in the way).
-std::string NcclLaunch(Context* c) {
+Status NcclLaunch(Context* c) {
   const int s = c->current;
   if (c->capturing) {
     ++c->recording_nccl;
@@ -117,18 +117,19 @@ std::string NcclLaunch(Context* c) {
   return Launch(c, fake::kNcclEnqueueUs + fake::kNcclUs);
 }
 
-std::string NotCapturing(const Context* c, const char* what) {
-  return c->capturing ? std::string(what) + " while capturing" : "";
+Status NotCapturing(const Context* c, const char* what) {
+  if (c->capturing) return Error(std::string(what) + " while capturing");
+  return Status::Ok();
 }
 
 }  // namespace
 
-std::string Create(int device, DType type, Context** out) {
-  if (device != 0) return "no such fake device";
+Status Create(int device, DType type, Context** out) {
+  if (device != 0) return Error("no such fake device");
   *out = new Context;
   (*out)->type = type;
   stats = fake::Stats{};
-  return "";
+  return Status::Ok();
 }
 void Destroy(Context* context) {
   if (context == nullptr) return;
@@ -142,20 +143,20 @@ void UseStream(Context* context, StreamKind stream) {
 void* StreamHandle(Context* context, StreamKind stream) {
   return &context->clock[stream == StreamKind::kCompute ? 0 : 1];
 }
-std::string Synchronize(Context* context) { return NotCapturing(context, "synchronize"); }
+Status Synchronize(Context* context) { return NotCapturing(context, "synchronize"); }
 
-std::string Alloc(Context* context, size_t elements, void** out) {
+Status Alloc(Context* context, size_t elements, void** out) {
   const size_t bytes = std::max<size_t>(1, elements) * DTypeBytes(context->type);
   *out = std::calloc(1, bytes);
-  if (*out == nullptr) return "out of fake memory";
+  if (*out == nullptr) return Error("out of fake memory");
   buffers[static_cast<const char*>(*out)] = Buffer{bytes, 0};
-  return "";
+  return Status::Ok();
 }
 void Free(void* data) {
   buffers.erase(static_cast<const char*>(data));
   std::free(data);
 }
-std::string Reserve(Context* context, size_t bytes) {
+Status Reserve(Context* context, size_t bytes) {
   if (!context->capturing) context->workspace = std::max(context->workspace, bytes);
   context->emulation = std::max(context->emulation, std::min<size_t>(bytes, size_t{512} << 20));
   return NotCapturing(context, "reserve");
@@ -165,36 +166,34 @@ size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t) {
 }
 size_t EmulationWorkspaceBytes(double hbm_bytes) { return hbm_bytes > 0 ? size_t{512} << 20 : 0; }
 
-std::string Upload(Context* context, DView, const float*) {
-  return NotCapturing(context, "upload");
-}
-std::string Download(Context* context, DView src, float* host) {
+Status Upload(Context* context, DView, const float*) { return NotCapturing(context, "upload"); }
+Status Download(Context* context, DView src, float* host) {
   const Buffer* b = Find(src.data);
   std::fill(host, host + src.rows * src.cols, b != nullptr ? b->accumulations : 0.0f);
   return NotCapturing(context, "download");
 }
-std::string Copy(Context* c, DView, DView) { return Launch(c, fake::kCopyUs); }
-std::string Zero(Context* c, DView view) {
+Status Copy(Context* c, DView, DView) { return Launch(c, fake::kCopyUs); }
+Status Zero(Context* c, DView view) {
   return Launch(c, fake::kCopyUs, [data = view.data] {
     if (Buffer* b = Find(data)) b->accumulations = 0;
   });
 }
-std::string FillRandom(Context* c, DView, uint64_t) {
+Status FillRandom(Context* c, DView, uint64_t) {
   ++stats.random_fills;
   return Launch(c, fake::kCopyUs);
 }
 
-std::string CreateEvents(Context* context, int count) {
+Status CreateEvents(Context* context, int count) {
   context->events.assign(static_cast<size_t>(count), -1.0);
-  return "";
+  return Status::Ok();
 }
-std::string RecordEvent(Context* c, int event, bool) {
-  if (event < 0 || event >= static_cast<int>(c->events.size())) return "no such event";
+Status RecordEvent(Context* c, int event, bool) {
+  if (event < 0 || event >= static_cast<int>(c->events.size())) return Error("no such event");
   const int s = c->current;
   return Do(c, [c, s, event] { c->events[event] = c->clock[s]; });
 }
-std::string WaitEvent(Context* c, int event) {
-  if (event < 0 || event >= static_cast<int>(c->events.size())) return "no such event";
+Status WaitEvent(Context* c, int event) {
+  if (event < 0 || event >= static_cast<int>(c->events.size())) return Error("no such event");
   const int s = c->current;
   return Do(c, [c, s, event] {
     if (c->events[event] < 0) return;  // never recorded: CUDA's wait is a no-op
@@ -202,30 +201,30 @@ std::string WaitEvent(Context* c, int event) {
     ++stats.waits;
   });
 }
-std::string ElapsedMs(Context* c, int from, int to, float* ms) {
-  if (c->events[from] < 0 || c->events[to] < 0) return "an event was never recorded";
+Status ElapsedMs(Context* c, int from, int to, float* ms) {
+  if (c->events[from] < 0 || c->events[to] < 0) return Error("an event was never recorded");
   *ms = static_cast<float>((c->events[to] - c->events[from]) * 1e-3);
-  return "";
+  return Status::Ok();
 }
-std::string QueryEvent(Context*, int, bool* done) {
+Status QueryEvent(Context*, int, bool* done) {
   *done = true;
-  return "";
+  return Status::Ok();
 }
 
-std::string BeginCapture(Context* c) {
-  if (c->capturing) return "already capturing";
+Status BeginCapture(Context* c) {
+  if (c->capturing) return Error("already capturing");
   c->capturing = true;
   c->recording.clear();
-  return "";
+  return Status::Ok();
 }
-std::string EndCapture(Context* c) {
-  if (!c->capturing) return "not capturing";
+Status EndCapture(Context* c) {
+  if (!c->capturing) return Error("not capturing");
   c->capturing = false;
   c->graph = std::move(c->recording);
   c->graph_nccl = c->recording_nccl;
   c->recording_nccl = 0;
   ++stats.captures;
-  return "";
+  return Status::Ok();
 }
 void DestroyGraph(Context* c) {
   if (c == nullptr || c->graph.empty()) return;
@@ -234,12 +233,12 @@ void DestroyGraph(Context* c) {
   c->graph_nccl = 0;
 }
 
-std::string CloseGate(Context* c) {
-  if (c->capturing) return "";
-  if (c->gated >= 0) return "close gate: already closed";
+Status CloseGate(Context* c) {
+  if (c->capturing) return Status::Ok();
+  if (c->gated >= 0) return Error("close gate: already closed");
   c->gated = c->current;
   ++stats.gates;
-  return "";
+  return Status::Ok();
 }
 void OpenGate(Context* c) {
   if (c == nullptr || c->gated < 0) return;
@@ -251,91 +250,86 @@ void OpenGate(Context* c) {
   c->held.clear();
   for (const auto& call : held) call();
 }
-std::string LaunchGraph(Context* c) {
-  if (c->capturing || c->graph.empty()) return "no graph";
+Status LaunchGraph(Context* c) {
+  if (c->capturing || c->graph.empty()) return Error("no graph");
   c->clock[1] = std::max(c->clock[1], c->clock[0]);  // the comm stream forks from compute
   for (const auto& call : c->graph) call();
   c->clock[0] = std::max(c->clock[0], c->clock[1]);  // and joins it
   ++stats.graph_launches;
-  return "";
+  return Status::Ok();
 }
 
-std::string Gemm(Context* c, DView a, bool transpose_a, DView, bool, DView out, bool accumulate) {
+Status Gemm(Context* c, DView a, bool transpose_a, DView, bool, DView out, bool accumulate) {
   const double k = static_cast<double>(transpose_a ? a.rows : a.cols);
   return Launch(
       c, fake::kLaunchUs + 2.0 * static_cast<double>(out.rows * out.cols) * k * fake::kUsPerFlop,
       accumulate ? Accumulate(out.data) : std::function<void()>{});
 }
-std::string Add(Context* c, DView, DView, DView) { return Launch(c, fake::kElementwiseUs); }
-std::string NormForward(Context* c, bool, DView, const void*, float, DView) {
+Status Add(Context* c, DView, DView, DView) { return Launch(c, fake::kElementwiseUs); }
+Status NormForward(Context* c, bool, DView, const void*, float, DView) {
   return Launch(c, fake::kElementwiseUs);
 }
-std::string NormBackward(Context* c, bool, DView, const void*, float, DView, DView, bool,
-                         void* dgamma) {
+Status NormBackward(Context* c, bool, DView, const void*, float, DView, DView, bool, void* dgamma) {
   return Launch(c, fake::kElementwiseUs, Accumulate(dgamma));
 }
-std::string Gelu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
-std::string GeluBackward(Context* c, DView, DView, DView) {
-  return Launch(c, fake::kElementwiseUs);
-}
-std::string Swiglu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
-std::string SwigluBackward(Context* c, DView, DView, DView) {
-  return Launch(c, fake::kElementwiseUs);
-}
-std::string Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t,
-                      int64_t, DView, DView) {
-  if (c->workspace < AttentionWorkspaceBytes(sequences, seq_len, heads)) return "no workspace";
+Status Gelu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
+Status GeluBackward(Context* c, DView, DView, DView) { return Launch(c, fake::kElementwiseUs); }
+Status Swiglu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
+Status SwigluBackward(Context* c, DView, DView, DView) { return Launch(c, fake::kElementwiseUs); }
+Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t, int64_t,
+                 DView, DView) {
+  if (c->workspace < AttentionWorkspaceBytes(sequences, seq_len, heads))
+    return Error("no workspace");
   return Launch(c, fake::kAttentionUs);
 }
-std::string AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
-                              int64_t, int64_t, DView, DView, DView) {
-  if (c->workspace < AttentionWorkspaceBytes(sequences, seq_len, heads)) return "no workspace";
+Status AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t,
+                         int64_t, DView, DView, DView) {
+  if (c->workspace < AttentionWorkspaceBytes(sequences, seq_len, heads))
+    return Error("no workspace");
   return Launch(c, 2 * fake::kAttentionUs);
 }
 
-std::string EmulateCollective(Context* c, int ctas, double hbm_bytes, double micros) {
+Status EmulateCollective(Context* c, int ctas, double hbm_bytes, double micros) {
   if (hbm_bytes > 0 && c->emulation < EmulationWorkspaceBytes(hbm_bytes))
-    return "no emulation scratch";
+    return Error("no emulation scratch");
   ++stats.emulated;
   stats.emulated_ctas = ctas;
   return Launch(c, micros);
 }
-std::string ProbeEmulatedCollective(Context* c, int ctas, double hbm_bytes, double micros,
-                                    EmulationProbe* out) {
+Status ProbeEmulatedCollective(Context* c, int ctas, double hbm_bytes, double micros,
+                               EmulationProbe* out) {
   out->distinct_sms = ctas;
   out->ms = micros * 1e-3;
   out->GBps = micros > 0 ? hbm_bytes / (micros * 1e-6) / 1e9 : 0;
   return EmulateCollective(c, ctas, hbm_bytes, micros);
 }
 
-std::string MeasureGemmTflops(Context*, int64_t, int, double* tflops) {
+Status MeasureGemmTflops(Context*, int64_t, int, double* tflops) {
   *tflops = fake::kPeakTflops;
-  return "";
+  return Status::Ok();
 }
-std::string MeasureHbmGBps(Context*, size_t, int, double* GBps) {
+Status MeasureHbmGBps(Context*, size_t, int, double* GBps) {
   *GBps = fake::kHbmGBps;
-  return "";
+  return Status::Ok();
 }
 
-std::string NcclUniqueId(std::string* id) {
+Status NcclUniqueId(std::string* id) {
   id->assign(128, 'x');
-  return "";
+  return Status::Ok();
 }
-std::string NcclInit(Context* context, int, int, const std::string& id, const NcclConfig& config,
-                     Nccl** out) {
-  if (id.size() != 128) return "bad unique id";
+Status NcclInit(Context* context, int, int, const std::string& id, const NcclConfig& config,
+                Nccl** out) {
+  if (id.size() != 128) return Error("bad unique id");
   // As NCCL would (exec/nccl_ctas.h).
   if (Result<NcclCtas> ctas = ResolveNcclCtas(config.min_ctas, config.max_ctas); !ctas.ok())
-    return ctas.message();
+    return ctas.error();
   *out = new Nccl{context};
-  return "";
+  return Status::Ok();
 }
-std::string NcclAllReduce(Nccl* n, const void*, void*, int64_t) { return NcclLaunch(n->context); }
-std::string NcclReduceScatter(Nccl* n, const void*, void*, int64_t) {
-  return NcclLaunch(n->context);
-}
-std::string NcclAllGather(Nccl* n, const void*, void*, int64_t) { return NcclLaunch(n->context); }
-std::string NcclPoll(Nccl*) { return ""; }
+Status NcclAllReduce(Nccl* n, const void*, void*, int64_t) { return NcclLaunch(n->context); }
+Status NcclReduceScatter(Nccl* n, const void*, void*, int64_t) { return NcclLaunch(n->context); }
+Status NcclAllGather(Nccl* n, const void*, void*, int64_t) { return NcclLaunch(n->context); }
+Status NcclPoll(Nccl*) { return Status::Ok(); }
 namespace {
 void EndNccl(Nccl* n, const char* how) {
   if (n == nullptr) return;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
 #include <vector>
 
 #include "planner/lower.h"
@@ -39,7 +41,7 @@ TEST(StreamPlanTest, WaitsOnlyWhereAStreamHasNotWaitedPast) {
   ASSERT_TRUE(steps.ok()) << steps.message();
   const std::vector<std::vector<int32_t>> waits = {{}, {0}, {}, {1}, {2}, {4}, {}, {}};
   const std::vector<bool> done = {true, true, true, false, true, false, false, false};
-  const std::vector<int> stream = {0, 1, 0, 0, 1, 0, 1, 0};
+  const std::vector<Stream> stream = {c, t, c, c, t, c, t, c};
   for (size_t i = 0; i < waits.size(); ++i) {
     EXPECT_EQ((*steps)[i].wait_for, waits[i]) << "op " << i;
     EXPECT_EQ((*steps)[i].record_done, done[i]) << "op " << i;
@@ -83,21 +85,24 @@ TEST(StreamPlanTest, EveryCrossStreamDependencyIsCoveredOnRealLowerings) {
     ASSERT_TRUE(steps.ok()) << steps.message();
     size_t waits = 0;
     // covered[a][b]: the latest op of stream b that stream a has waited for, so far.
-    int32_t covered[2][2] = {{-1, -1}, {-1, -1}};
+    int32_t covered[kStreamCount][kStreamCount];
+    for (auto& row : covered) std::fill(std::begin(row), std::end(row), -1);
+    auto at = [&](Stream a, Stream b) -> int32_t& {
+      return covered[static_cast<int>(a)][static_cast<int>(b)];
+    };
     for (size_t i = 0; i < s->size(); ++i) {
       const StreamStep& step = (*steps)[i];
       for (int32_t w : step.wait_for) {
         ASSERT_LT(w, static_cast<int32_t>(i));
         EXPECT_TRUE((*steps)[w].record_done);
         EXPECT_NE((*steps)[w].stream, step.stream);
-        covered[step.stream][(*steps)[w].stream] =
-            std::max(covered[step.stream][(*steps)[w].stream], w);
+        at(step.stream, (*steps)[w].stream) = std::max(at(step.stream, (*steps)[w].stream), w);
       }
       size_t cross = 0;
       for (int32_t d : s->deps(s->ops()[i])) {
         if ((*steps)[d].stream == step.stream) continue;
         ++cross;
-        EXPECT_GE(covered[step.stream][(*steps)[d].stream], d)
+        EXPECT_GE(at(step.stream, (*steps)[d].stream), d)
             << "p " << k.p << " q " << k.q << ": op " << i << " (" << s->Label(i) << ") dep " << d;
       }
       EXPECT_LE(step.wait_for.size(), cross);

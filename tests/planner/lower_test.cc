@@ -52,7 +52,8 @@ double GemmFlops(const Schedule& s) {
 double AllReduceBytes(const Schedule& s) {
   double total = 0;
   for (const Op& op : s.ops())
-    if (op.kind == OpKind::kCollective && op.collective == CollectiveOp::kAllReduce) total += op.bytes;
+    if (op.kind == OpKind::kCollective && op.collective == CollectiveOp::kAllReduce)
+      total += op.bytes;
   return total;
 }
 
@@ -229,8 +230,10 @@ TEST(LowerTest, DepsPrecedeAndCrossStreams) {
         } else {
           EXPECT_EQ(op.stream, Stream::kCompute);
         }
-        for (const TensorUse& use : s.reads(op)) ASSERT_LT(use.tensor, static_cast<int32_t>(s.tensors().size()));
-        for (const TensorUse& use : s.writes(op)) ASSERT_LT(use.tensor, static_cast<int32_t>(s.tensors().size()));
+        for (const TensorUse& use : s.reads(op))
+          ASSERT_LT(use.tensor, static_cast<int32_t>(s.tensors().size()));
+        for (const TensorUse& use : s.writes(op))
+          ASSERT_LT(use.tensor, static_cast<int32_t>(s.tensors().size()));
       }
     }
   }
@@ -244,8 +247,9 @@ TEST(LowerTest, SlicingDoesNotChangeGemmWork) {
     Plan plan = MakePlan(base);
     // Forward GEMM FLOPs of one rank: 2 * tokens * (layer matmul parameters / tp) per layer.
     ParameterCounts counts = CountParameters(plan.model);
-    const double layer_matmul = static_cast<double>(counts.matmul - plan.model.vocab * plan.model.hidden) /
-                                plan.model.layers;
+    const double layer_matmul =
+        static_cast<double>(counts.matmul - plan.model.vocab * plan.model.hidden) /
+        plan.model.layers;
     const double tokens = 4.0 * 256;
     const double forward = 2.0 * tokens * layer_matmul / 8 * plan.model.layers;
     for (const Strategy& st : kStrategies) {
@@ -312,8 +316,8 @@ TEST(LowerTest, ScopeNoneWaitsForEveryCollective) {
         if (comm.kind != OpKind::kCollective) continue;
         // Forward: the next compute op waits. Backward (input-gradient collectives): the weight
         // gradient GEMM and later chunks' GEMMs run beside it; the next other compute op waits.
-        bool backward_dgrad = comm.tags.phase == Phase::kBackward &&
-                              comm.collective != CollectiveOp::kAllGather;
+        bool backward_dgrad =
+            comm.tags.phase == Phase::kBackward && comm.collective != CollectiveOp::kAllGather;
         if (comm.tags.phase == Phase::kBackward && !backward_dgrad) continue;
         if (sp && comm.collective == CollectiveOp::kAllGather && st.p > 1) continue;  // prefetched
         int32_t next = c + 1;
@@ -342,7 +346,8 @@ TEST(LowerTest, InterLayerHasOnlyDataDependencies) {
   int independent = 0;
   for (int32_t c = 0; c + 1 < static_cast<int32_t>(s.size()); ++c) {
     const Op& comm = s.op(c);
-    if (comm.kind != OpKind::kCollective || comm.tags.phase != Phase::kForward || comm.tags.row_slice != 0)
+    if (comm.kind != OpKind::kCollective || comm.tags.phase != Phase::kForward ||
+        comm.tags.row_slice != 0)
       continue;
     EXPECT_FALSE(DependsOn(s, c + 1, c)) << s.Label(c + 1);
     ++independent;
@@ -450,8 +455,8 @@ TEST(LowerTest, EveryTensorHasARoleOfItsOwn) {
   for (const Case& c : {Case{{1, 1, kNone}, false, false}, Case{{2, 2, kInter}, false, false},
                         Case{{2, 1, kInter}, true, false}, Case{{1, 1, kNone}, false, true},
                         Case{{2, 1, kInter}, true, true}}) {
-    SCOPED_TRACE(testing::Message() << "p=" << c.st.p << " q=" << c.st.q << " sp=" << c.sp
-                                    << " ends=" << c.ends);
+    SCOPED_TRACE(testing::Message()
+                 << "p=" << c.st.p << " q=" << c.st.q << " sp=" << c.sp << " ends=" << c.ends);
     Plan plan = MakePlan(Knobs(c.st.p, c.st.q, c.st.scope, c.sp));
     LowerOptions options;
     options.layers = 2;
@@ -464,14 +469,13 @@ TEST(LowerTest, EveryTensorHasARoleOfItsOwn) {
       const TensorRole& role = tensors[i].role;
       EXPECT_NE(role.slot, TensorSlot::kNone) << tensors[i].name;
       EXPECT_EQ(FindTensor(tensors, role), static_cast<int32_t>(i))
-          << tensors[i].name << " shares its role with "
-          << tensors[FindTensor(tensors, role)].name;
+          << tensors[i].name << " shares its role with " << tensors[FindTensor(tensors, role)].name;
       if (role.gradient) continue;
       inputs += role.kind == TensorKind::kInput;
       weights += role.kind == TensorKind::kWeight;
       norm_weights += role.kind == TensorKind::kNormWeight;
     }
-    EXPECT_EQ(inputs, c.ends ? 0 : 1);  // the embedding computes the first layer's input
+    EXPECT_EQ(inputs, c.ends ? 0 : 1);             // the embedding computes the first layer's input
     EXPECT_EQ(weights, 4 * 2 + (c.ends ? 1 : 0));  // qkv, proj, fc1, fc2; the LM head
     EXPECT_EQ(norm_weights, 2 * 2);
     const int32_t w = FindTensor(tensors, TensorRole{TensorKind::kWeight, TensorSlot::kFc2, false,
