@@ -1,11 +1,10 @@
 // libFuzzer target: the command line's plan overrides (`simulate`'s flags) from arbitrary
 // NUL-separated arguments, through CLI11 and BuildPlan.
+#include <CLI/CLI.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "tools/plan_flags.h"
 

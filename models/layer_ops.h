@@ -13,7 +13,7 @@ namespace domino {
 struct LayerShape {
   int64_t sequences = 1;  // batch rows (a micro-batch, or one row slice of it)
   int64_t seq_len = 1;
-  int tp = 1;             // tensor-parallel degree: heads, kv heads and ffn are split tp ways
+  int tp = 1;  // tensor-parallel degree: heads, kv heads and ffn are split tp ways
   int bytes_per_element = 2;
   int64_t tokens() const { return sequences * seq_len; }
 };

@@ -1,9 +1,9 @@
 #include "planner/profile.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
@@ -18,10 +18,14 @@ std::string OpSignature(const Op& op) {
 
 std::string_view CollectiveKindName(CollectiveOp kind) {
   switch (kind) {
-    case CollectiveOp::kAllReduce: return "allreduce";
-    case CollectiveOp::kReduceScatter: return "reducescatter";
-    case CollectiveOp::kAllGather: return "allgather";
-    case CollectiveOp::kNone: break;
+    case CollectiveOp::kAllReduce:
+      return "allreduce";
+    case CollectiveOp::kReduceScatter:
+      return "reducescatter";
+    case CollectiveOp::kAllGather:
+      return "allgather";
+    case CollectiveOp::kNone:
+      break;
   }
   return "none";
 }
@@ -36,8 +40,9 @@ double HardwareProfile::Lookup(const Op& op, int ranks) const {
   for (const CollectiveSample& s : collectives)
     if (s.kind == kind && s.ranks == ranks) samples.push_back(&s);
   if (samples.empty()) return -1.0;
-  std::sort(samples.begin(), samples.end(),
-            [](const CollectiveSample* a, const CollectiveSample* b) { return a->bytes < b->bytes; });
+  std::sort(
+      samples.begin(), samples.end(),
+      [](const CollectiveSample* a, const CollectiveSample* b) { return a->bytes < b->bytes; });
   const double bytes = op.bytes;
   if (bytes <= samples.front()->bytes) return samples.front()->us;
   for (size_t i = 1; i < samples.size(); ++i) {
@@ -66,8 +71,8 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
   YAML::Node samples = map.Raw("contention_samples");
   DOMINO_RETURN_IF_ERROR(map.Finish());
   auto fail = [&](const YAML::Node& n, std::string_view key, std::string_view rule) {
-    return Error(fmt::format("{}:{}:{}: {}: {}", file, n.Mark().line + 1, n.Mark().column + 1,
-                             key, rule));
+    return Error(
+        fmt::format("{}:{}:{}: {}: {}", file, n.Mark().line + 1, n.Mark().column + 1, key, rule));
   };
   auto time = [&](const YAML::Node& n, std::string_view key, double* out) -> Status {
     try {

@@ -324,9 +324,8 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
 }
 
 std::string NoPlanFitsMessage(const SearchResult& result) {
-  return fmt::format(
-      "no plan fits: {} candidates rejected; first: {}", result.rejected,
-      result.rejections.empty() ? std::string("none") : result.rejections.front());
+  return fmt::format("no plan fits: {} candidates rejected; first: {}", result.rejected,
+                     result.rejections.empty() ? std::string("none") : result.rejections.front());
 }
 
 }  // namespace domino

@@ -49,8 +49,8 @@ int RunDomino(int argc, const char* const* argv,
   for (const Command& command : Commands()) {
     CLI::App* sub =
         runs && !runs(command.name)
-            ? app.add_subcommand(std::make_shared<ParsedOnlyApp>(
-                  std::string(command.summary), std::string(command.name), &app))
+            ? app.add_subcommand(std::make_shared<ParsedOnlyApp>(std::string(command.summary),
+                                                                 std::string(command.name), &app))
             : app.add_subcommand(std::string(command.name), std::string(command.summary));
     command.setup(sub);
     sub->footer(exit_codes);
@@ -63,8 +63,7 @@ int RunDomino(int argc, const char* const* argv,
   // A mistyped command gets its name and the nearest command, not "a subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {
     std::vector<std::string> names;
-    for (const Command& command : Commands())
-      names.emplace_back(command.name);
+    for (const Command& command : Commands()) names.emplace_back(command.name);
     if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
       const std::string nearest = NearestWord(argv[1], names);
       std::string list;

@@ -1,8 +1,8 @@
 // `domino models [NAME|FILE]`: the model catalog as a table, or one model in detail.
+#include <fmt/format.h>
+
 #include <iostream>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "models/layer_ops.h"
 #include "models/model_counts.h"
@@ -40,7 +40,8 @@ void ShowModel(const std::string& name) {
   const ModelSpec& m = *model;
   ParameterCounts counts = CountParameters(m);
   std::cout << fmt::format(
-      "# {}\nlayers {}  hidden {}  heads {}  kv_heads {}  head_dim {}  ffn {}  vocab {}  seq_len {}\n"
+      "# {}\nlayers {}  hidden {}  heads {}  kv_heads {}  head_dim {}  ffn {}  vocab {}  seq_len "
+      "{}\n"
       "mlp {}  norm {}  bias {}  tied_embeddings {}  positions {}\n\n",
       m.name, m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim(), m.ffn, m.vocab, m.seq_len,
       ActivationName(m.activation), NormName(m.norm), m.bias, m.tied_embeddings,
@@ -54,9 +55,10 @@ void ShowModel(const std::string& name) {
   params.AddRow({"lm head (untied)", fmt::format("{}", counts.lm_head)});
   params.AddRow({"total", fmt::format("{} ({})", counts.total, Billions(counts.total))});
   params.Print(std::cout);
-  std::cout << fmt::format("\ntraining FLOPs per token at seq {}: {:.4g} (6N = {:.4g}, attention {:.4g})\n\n",
-                           m.seq_len, TrainingFlopsPerToken(m, m.seq_len), 6.0 * counts.matmul,
-                           TrainingFlopsPerToken(m, m.seq_len) - 6.0 * counts.matmul);
+  std::cout << fmt::format(
+      "\ntraining FLOPs per token at seq {}: {:.4g} (6N = {:.4g}, attention {:.4g})\n\n", m.seq_len,
+      TrainingFlopsPerToken(m, m.seq_len), 6.0 * counts.matmul,
+      TrainingFlopsPerToken(m, m.seq_len) - 6.0 * counts.matmul);
   LayerShape shape{.sequences = 1, .seq_len = m.seq_len, .tp = 1, .bytes_per_element = 2};
   Table ops({"layer op", "kind", "m", "n", "k", "fwd GFLOP", "bwd GFLOP", "fwd MB"});
   for (const LayerOp& op : LayerOps(m, shape)) {
@@ -65,10 +67,12 @@ void ShowModel(const std::string& name) {
                                                             : "elementwise";
     auto dim = [](int64_t v) { return v ? std::to_string(v) : std::string("-"); };
     ops.AddRow({std::string(op.name), kind, dim(op.m), dim(op.n), dim(op.k),
-                fmt::format("{:.2f}", op.fwd_flops / 1e9), fmt::format("{:.2f}", op.bwd_flops / 1e9),
+                fmt::format("{:.2f}", op.fwd_flops / 1e9),
+                fmt::format("{:.2f}", op.bwd_flops / 1e9),
                 fmt::format("{:.1f}", op.fwd_bytes / 1e6)});
   }
-  std::cout << "one layer, one sequence of " << m.seq_len << " tokens, bf16, no tensor parallelism:\n";
+  std::cout << "one layer, one sequence of " << m.seq_len
+            << " tokens, bf16, no tensor parallelism:\n";
   ops.Print(std::cout);
 }
 

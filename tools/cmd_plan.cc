@@ -138,9 +138,8 @@ void Run(const PlanCommandFlags& flags) {
   // and dp pinned by a flag or by --fix count alike.
   if (base_flags.micro_batch == 0) base_flags.micro_batch = space->micro_batch;
   if (base_flags.global_batch == 0 && space->dp > 0)
-    base_flags.global_batch =
-        DefaultGlobalBatch(base_flags.micro_batch > 0 ? base_flags.micro_batch : Plan().micro_batch,
-                           space->dp);
+    base_flags.global_batch = DefaultGlobalBatch(
+        base_flags.micro_batch > 0 ? base_flags.micro_batch : Plan().micro_batch, space->dp);
   // The starting point only names the model, cluster, batch and precision: its degrees may
   // break rules the search varies anyway.
   Result<Plan> base = BuildPlan(base_flags, /*check_rules=*/false);
@@ -174,7 +173,8 @@ void Run(const PlanCommandFlags& flags) {
   const int signal = StopSignal();
   const std::string stopped_by = signal == SIGINT ? "SIGINT" : "SIGTERM";
   if (result->ranked.empty() && result->stopped)
-    Fail("plan", fmt::format("stopped by {} before any plan was found: nothing written", stopped_by),
+    Fail("plan",
+         fmt::format("stopped by {} before any plan was found: nothing written", stopped_by),
          128 + signal);
   if (result->NoPlanFits()) Fail("plan", NoPlanFitsMessage(*result), kExitNoPlanFits);
   const Candidate& best = result->ranked.front();

@@ -28,8 +28,8 @@ Status ApplyEnum(const std::string& flag, const std::string& text,
 }  // namespace
 
 int DefaultGlobalBatch(int micro_batch, int dp) {
-  return static_cast<int>(std::min<int64_t>(static_cast<int64_t>(micro_batch) * dp,
-                                            kGlobalBatchBound.max + 1));
+  return static_cast<int>(
+      std::min<int64_t>(static_cast<int64_t>(micro_batch) * dp, kGlobalBatchBound.max + 1));
 }
 
 bool ParseBoolFlag(const std::string& text, bool* out) {
@@ -44,8 +44,7 @@ CLI::Validator Bounded(const PlanIntBound& bound) { return DecimalInt(bound.min,
 
 // A plain switch: --NAME turns it on, --no-NAME (or --NAME=false) off; given once at most. The
 // text stays empty when neither is given, so that a plan file's value is kept.
-void AddSwitch(CLI::App* app, const std::string& name, std::string* text,
-               const std::string& help) {
+void AddSwitch(CLI::App* app, const std::string& name, std::string* text, const std::string& help) {
   app->add_flag(fmt::format("--{}{{true}},--no-{}{{false}}", name, name), *text,
                 help + "; --no-" + name + " or --" + name + "=false turns it off")
       ->multi_option_policy(CLI::MultiOptionPolicy::Throw)
@@ -89,8 +88,9 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
       ->check(Bounded(kSeqLenBound));
   app->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch (default: 16)")
       ->check(Bounded(kMicroBatchBound));
-  app->add_option("--global-batch", f->global_batch,
-                  "sequences per iteration (default: micro-batch x dp, one micro-batch per DP rank)")
+  app->add_option(
+         "--global-batch", f->global_batch,
+         "sequences per iteration (default: micro-batch x dp, one micro-batch per DP rank)")
       ->check(Bounded(kGlobalBatchBound));
   app->add_option("--tp", f->tp, "tensor-parallel degree (default: the GPUs left by pp and dp)")
       ->check(Bounded(kTpBound));
@@ -100,12 +100,16 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
                   "interleaved pipeline stages per GPU (default: 1)")
       ->check(Bounded(kVirtualStagesBound));
   AddSwitch(app, "sp", &f->sequence_parallel, "sequence parallelism (default: off)");
-  app->add_option("--row-split", f->row_split, "row split p (Domino's micro-batch slices), 1-16 (default: 1)")
+  app->add_option("--row-split", f->row_split,
+                  "row split p (Domino's micro-batch slices), 1-16 (default: 1)")
       ->check(Bounded(kRowSplitBound));
-  app->add_option("--col-split", f->col_split, "column split q of the row-parallel weights, 1-16 (default: 1)")
+  app->add_option("--col-split", f->col_split,
+                  "column split q of the row-parallel weights, 1-16 (default: 1)")
       ->check(Bounded(kColSplitBound));
-  app->add_option("--scope", f->scope, "overlap scope: none | intra-layer | inter-layer (default: none, or the widest the "
-                  "splits allow when --row-split or --col-split is above 1)")
+  app->add_option(
+         "--scope", f->scope,
+         "overlap scope: none | intra-layer | inter-layer (default: none, or the widest the "
+         "splits allow when --row-split or --col-split is above 1)")
       ->check(NonEmpty());
   app->add_option("--method", f->method,
                   "overlap method: domino (slicing) | decomposed (TE/async-TP collective matmul, "
@@ -115,7 +119,9 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
       ->check(Bounded(kChunksBound));
   AddSwitch(app, "copy-engine", &f->copy_engine,
             "decomposed parts on copy engines (no SMs, TE's ring exchange; default: off)");
-  app->add_option("--recompute", f->recompute, "activation recompute: none | selective | full (default: none)")->check(NonEmpty());
+  app->add_option("--recompute", f->recompute,
+                  "activation recompute: none | selective | full (default: none)")
+      ->check(NonEmpty());
   app->add_option("--placement", f->placement,
                   "rank layout, innermost first: tp-dp-pp (Megatron's, default) | tp-pp-dp")
       ->check(NonEmpty());

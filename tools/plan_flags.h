@@ -1,9 +1,8 @@
 #ifndef DOMINO_TOOLS_PLAN_FLAGS_H_
 #define DOMINO_TOOLS_PLAN_FLAGS_H_
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "models/base/result.h"
 #include "planner/plan.h"

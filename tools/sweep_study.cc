@@ -94,8 +94,8 @@ Result<size_t> CountSweepPoints(const std::vector<Axis>& axes) {
   size_t total = 1;
   for (const Axis& a : axes) {
     if (a.values.size() > kMaxSweepPoints / total)
-      return Error(fmt::format("the grid has more than {} points: split the sweep",
-                               kMaxSweepPoints));
+      return Error(
+          fmt::format("the grid has more than {} points: split the sweep", kMaxSweepPoints));
     total *= a.values.size();
   }
   return total;

@@ -31,7 +31,8 @@ bool LooksNumeric(const std::string& cell) {
 void Table::Print(std::ostream& out) const {
   std::vector<size_t> width(header_.size(), 0);
   auto widen = [&](const std::vector<std::string>& row) {
-    for (size_t i = 0; i < row.size() && i < width.size(); ++i) width[i] = std::max(width[i], row[i].size());
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i)
+      width[i] = std::max(width[i], row[i].size());
   };
   widen(header_);
   for (const auto& row : rows_) widen(row);

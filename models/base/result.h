@@ -38,7 +38,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}     // NOLINT: implicit by design
+  Result(T value) : state_(std::move(value)) {}      // NOLINT: implicit by design
   Result(Error error) : state_(std::move(error)) {}  // NOLINT: implicit by design
   Result(Status status) : state_(status.error()) {}  // NOLINT: only from a failed Status
 
@@ -62,9 +62,9 @@ class [[nodiscard]] Result {
 }  // namespace domino
 
 // Returns early from the enclosing function when `expr` (a Status) failed.
-#define DOMINO_RETURN_IF_ERROR(expr)             \
-  do {                                           \
-    ::domino::Status domino_status_ = (expr);    \
+#define DOMINO_RETURN_IF_ERROR(expr)                         \
+  do {                                                       \
+    ::domino::Status domino_status_ = (expr);                \
     if (!domino_status_.ok()) return domino_status_.error(); \
   } while (0)
 

@@ -1,9 +1,9 @@
 #include "models/layer_ops.h"
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "models/model_counts.h"
 
@@ -50,14 +50,14 @@ double GemmFwdFlops(const std::vector<LayerOp>& ops) {
 
 TEST(LayerOps, NamesKindsAndOrder) {
   std::vector<LayerOp> ops = LayerOps(TinyGpt(), LayerShape{});
-  const std::vector<std::string> names = {"ln1", "qkv",  "attn", "proj", "residual1",
-                                          "ln2", "fc1",  "act",  "fc2",  "residual2"};
+  const std::vector<std::string> names = {"ln1", "qkv", "attn", "proj", "residual1",
+                                          "ln2", "fc1", "act",  "fc2",  "residual2"};
   ASSERT_EQ(ops.size(), names.size());
   for (size_t i = 0; i < ops.size(); ++i) {
     EXPECT_EQ(ops[i].name, names[i]);
-    const bool gemm = names[i] == "qkv" || names[i] == "proj" || names[i] == "fc1" ||
-                      names[i] == "fc2";
-    const LayerOpKind kind = gemm ? LayerOpKind::kGemm
+    const bool gemm =
+        names[i] == "qkv" || names[i] == "proj" || names[i] == "fc1" || names[i] == "fc2";
+    const LayerOpKind kind = gemm                 ? LayerOpKind::kGemm
                              : names[i] == "attn" ? LayerOpKind::kAttention
                                                   : LayerOpKind::kElementwise;
     EXPECT_EQ(ops[i].kind, kind) << names[i];
@@ -75,7 +75,7 @@ TEST(LayerOps, ExactShapesTinyGptTp2) {
   EXPECT_EQ(qkv.m, 32);
   EXPECT_EQ(qkv.n, 12);  // (1 + 2 * 1) * 4
   EXPECT_EQ(qkv.k, 8);
-  EXPECT_DOUBLE_EQ(qkv.fwd_flops, 2.0 * 32 * 12 * 8);              // 6144
+  EXPECT_DOUBLE_EQ(qkv.fwd_flops, 2.0 * 32 * 12 * 8);                  // 6144
   EXPECT_DOUBLE_EQ(qkv.fwd_bytes, (32 * 8 + 8 * 12 + 32 * 12) * 2.0);  // 1472
   EXPECT_DOUBLE_EQ(qkv.bwd_flops, 4.0 * 32 * 12 * 8);
   EXPECT_DOUBLE_EQ(qkv.bwd_bytes, 2 * 1472.0);

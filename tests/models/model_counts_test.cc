@@ -1,9 +1,9 @@
 #include "models/model_counts.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace domino {
 namespace {

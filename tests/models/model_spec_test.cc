@@ -1,12 +1,12 @@
 #include "models/model_spec.h"
 
-#include <filesystem>
-#include <string>
-#include <vector>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "models/base/file_io.h"
 
@@ -119,8 +119,7 @@ TEST(ParseModelErrors, ZeroAndNegativeSizes) {
 }
 
 TEST(ParseModelErrors, HiddenNotDivisibleByHeads) {
-  ExpectError(WithLine(3, "hidden: 9"), 3, "hidden",
-              "hidden (9) must be divisible by heads (2)");
+  ExpectError(WithLine(3, "hidden: 9"), 3, "hidden", "hidden (9) must be divisible by heads (2)");
 }
 
 TEST(ParseModelErrors, HeadsNotDivisibleByKvHeads) {
@@ -209,9 +208,9 @@ TEST(LoadModel, UnknownNameListsCatalog) {
 
 TEST(LoadModel, ReadsAFileByPath) {
   std::string dir = testing::TempDir();
-  std::string path = (std::filesystem::path(dir) /
-                      ("domino_model_" + std::to_string(getpid()) + ".yaml"))
-                         .string();
+  std::string path =
+      (std::filesystem::path(dir) / ("domino_model_" + std::to_string(getpid()) + ".yaml"))
+          .string();
   ASSERT_TRUE(WriteFileAtomically(path, Join(kGoodLines), /*overwrite=*/true).ok());
   Result<ModelSpec> model = LoadModel(path);
   std::filesystem::remove(path);

@@ -64,7 +64,8 @@ TEST(SearchTest, PruningFindsTheBruteForceOptimum) {
     ASSERT_TRUE(brute.ok()) << brute.message();
     EXPECT_EQ(brute->pruned, 0);
     EXPECT_EQ(PlanToYaml(pruned->ranked.front().plan), PlanToYaml(brute->ranked.front().plan));
-    EXPECT_EQ(pruned->ranked.front().figures.tokens_per_s, brute->ranked.front().figures.tokens_per_s);
+    EXPECT_EQ(pruned->ranked.front().figures.tokens_per_s,
+              brute->ranked.front().figures.tokens_per_s);
     // Brute force ranks every feasible plan; the pruned search simulates fewer.
     EXPECT_EQ(brute->evaluated, brute_eval.calls);
     EXPECT_LE(pruned_eval.calls, brute_eval.calls);

@@ -27,7 +27,7 @@ TEST(AppTest, ExitCodesTellTheCasesApart) {
   EXPECT_EQ(Domino({"simulate", "--sp", "true"}), kExitUsage);
   // 5,128 GPUs: every dp is a multiple of 641, which cannot divide a global batch of 2,520.
   EXPECT_EQ(Domino({"plan", "--model", "gpt-530b", "--cluster", "dgx-a100:641", "--global-batch",
-                 "2520", "--seq-len", "2048"}),
+                    "2520", "--seq-len", "2048"}),
             kExitNoPlanFits);
 }
 

@@ -32,20 +32,20 @@ TEST(PlanFlagsTest, DefaultsAreTheSameWhateverSubsetIsGiven) {
   EXPECT_EQ(none->global_batch, 16);
   EXPECT_EQ(none->tp, 32);
   EXPECT_FALSE(none->sequence_parallel);
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"--model", "gpt3-13b"},
-           {"--cluster", "dgx-h100:4"},
-           {"--model", "gpt3-13b", "--cluster", "dgx-h100:4"},
-           {"--stack", "megatron-core"},
-           {"--precision", "bf16"}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--model", "gpt3-13b"},
+                                             {"--cluster", "dgx-h100:4"},
+                                             {"--model", "gpt3-13b", "--cluster", "dgx-h100:4"},
+                                             {"--stack", "megatron-core"},
+                                             {"--precision", "bf16"}}) {
     Result<Plan> same = Build(args);
     ASSERT_TRUE(same.ok()) << args[0] << ": " << same.message();
     EXPECT_EQ(PlanToYaml(*same), PlanToYaml(*none)) << args[0];
   }
   Result<Plan> other = Build({"--model", "gpt3-2.7b", "--cluster", "dgx-h100:1"});
   ASSERT_TRUE(other.ok()) << other.message();
-  EXPECT_EQ(other->seq_len, 1024);  // once the model's 2048
-  EXPECT_EQ(other->micro_batch, 16);  // once 1
+  EXPECT_EQ(other->seq_len, 1024);     // once the model's 2048
+  EXPECT_EQ(other->micro_batch, 16);   // once 1
   EXPECT_EQ(other->global_batch, 16);  // once 1
   EXPECT_EQ(other->tp, 8);
 }
