@@ -7,7 +7,7 @@ domino_build="${DOMINO_BUILD_DIR:-$domino_root/build}"
 
 domino_packages=(cmake ninja-build g++ pkg-config libyaml-cpp-dev libcli11-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
-  libfmt-dev python3-matplotlib clang)
+  libfmt-dev python3-matplotlib clang clang-format)
 
 domino_say() { echo "domino: $*" >&2; }
 

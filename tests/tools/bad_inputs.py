@@ -194,7 +194,26 @@ CASES = [
      r"x: given for two outputs", "x"),
     ("emulate on the CPU", "emulated collectives without the CUDA backend", {}, ["execute", "--comm", "emulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1"],
      r"--comm emulate needs --backend cuda", None),
+    # Round 3: switches, exit codes.
+    ("no plan fits", "5,128 GPUs (8 x 641) for a global batch of 2,520: exit 3",
+     {}, ["plan", "--model", "gpt-530b", "--cluster", "dgx-a100:641", "--global-batch", "2520", "--seq-len", "2048", "--out", "{tmp}/p.yaml"],
+     r"no plan fits: \d+ candidates rejected; first: .*must divide global_batch \(2520\)", "p.yaml"),
+    ("switch given a value", "--sp true (--sp is a switch: --sp, --no-sp or --sp=false)", {},
+     ["simulate", "--sp", "true"], r"argument was not expected: true", None),
+    ("switch and its negation", "--sp --no-sp", {}, ["simulate", "--sp", "--no-sp"], r"--sp: At Most 1 required but received 2", None),
 ]
+
+# The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any
+# other bad input.
+USAGE_CASES = {"plan is a directory", "huge virtual stages", "huge virtual stages (2^31-1)",
+               "huge global batch", "zero tp flag", "octal-looking flag", "empty --model",
+               "NaN timeout", "NaN tolerance", "mistyped command", "switch given a value",
+               "switch and its negation"}
+NO_PLAN_CASES = {"GPU without bf16 (plan)", "no plan fits"}
+
+
+def expected_exit(name):
+    return 2 if name in USAGE_CASES else 3 if name in NO_PLAN_CASES else 1
 
 
 LONG_NAME = "n" * 250 + ".yaml"  # 255 bytes: the longest name a file may have
@@ -226,6 +245,15 @@ GOOD_CASES = [
      [("", ["plan", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--out", "-"]),
       ("", ["simulate", "--plan", "{stdout}"])],
      [("stdout", r"# gpt3-2.7b on dgx-h100:1")]),
+    ("--sp as a switch", "--sp alone turns sequence parallelism on (once it wanted a value)", {},
+     [("", ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--sp"])],
+     [("stdout", r"sequence parallel on")]),
+    ("defaults whatever is given", "--model naming the default model keeps every default (once seq 2048, micro-batch 1, global batch 1)", {},
+     [("", ["simulate", "--model", "gpt3-13b"])],
+     [("stdout", r"seq 1024, micro-batch 16, global batch 16 \(1 micro-batch")]),
+    ("sweep with dp", "sweep --dp 2: one micro-batch per DP rank, as simulate (once a global batch of one micro-batch)", {},
+     [("", ["sweep", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--dp", "2", "--vary", "seq_len=512", "--out", "{tmp}/s.csv"])],
+     [("s.csv", r"\n512,baseline,tp 4 pp 1 dp 2 ")]),
     ("no bf16, fp16 asked", "the GPU without bf16 at fp16", {"g.yaml": GPU.replace("bf16: 989", "bf16: 0"), "n.yaml": NODE_OF_G},
      [("", ["simulate", "--model", "gpt3-2.7b", "--cluster", "{tmp}/n.yaml:1", "--precision", "fp16"])],
      [("stdout", r"iteration")]),
@@ -314,6 +342,34 @@ def check_sigint(domino):
     return None
 
 
+def check_plan_sigterm(domino):
+    """A long search stopped by SIGTERM keeps the best plan found so far, marked partial, says so
+    in one line and exits 143, as a sweep does."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "p.yaml")
+        p = subprocess.Popen([domino, "plan", "--model", "gpt-530b", "--cluster", "dgx-a100:640",
+                              "--global-batch", "2520", "--seq-len", "2048", "--exhaustive",
+                              "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        p.send_signal(signal.SIGTERM)
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            return "plan SIGTERM: the search did not stop within 60 s"
+        lines = [l for l in err.splitlines() if l.strip()]
+        if p.returncode != 143 or len(lines) != 1 or not re.search(
+                r"stopped by SIGTERM after \d+ plans simulated: .*p\.yaml holds the best of those \(partial\)", err):
+            return f"plan SIGTERM: exit {p.returncode}, stderr: {err.strip()}"
+        text = open(out).read() if os.path.exists(out) else ""
+        if "stopped_by: SIGTERM  # partial" not in text or not text.startswith("# domino plan"):
+            return "plan SIGTERM: the best plan found was not written, marked partial"
+        leftovers = [n for n in os.listdir(tmp) if n.startswith(".domino")]
+        if leftovers:
+            return f"plan SIGTERM: left {', '.join(leftovers)}"
+    return None
+
+
 def run_case(domino, case):
     name, _, files, argv, pattern, output = case
     with tempfile.TemporaryDirectory() as tmp:
@@ -326,8 +382,8 @@ def run_case(domino, case):
         lines = [l for l in r.stderr.splitlines() if l.strip()]
         message = lines[0].replace(tmp, "TMP") if lines else ""
         problems = []
-        if r.returncode == 0:
-            problems.append("exit code 0")
+        if r.returncode != expected_exit(name):
+            problems.append(f"exit code {r.returncode}, not {expected_exit(name)}")
         if len(lines) != 1:
             problems.append(f"{len(lines)} lines on stderr")
         if not re.search(pattern, r.stderr):
@@ -362,15 +418,18 @@ def main():
         failure = run_good_case(domino, case)
         if failure:
             failures.append(failure)
-    failure = check_sigint(domino)
-    if failure:
-        failures.append(failure)
+    for check in (check_sigint, check_plan_sigterm):
+        failure = check(domino)
+        if failure:
+            failures.append(failure)
     for f in failures:
         print("FAIL " + f)
     doc = ["# Bad inputs and what domino says\n",
            "Each case below is run by `tests/tools/bad_inputs.py` (CTest `tools.bad_inputs`): it must end",
            "with exactly one line on stderr naming the file, line, key and rule where there is one, a",
            "non-zero exit code, and no output file. `TMP` stands for the test's temporary directory.",
+           "The exit code is checked too: 1 bad input, 2 a usage error (unknown command or flag, a flag",
+           "value out of its range), 3 no plan fits; 128 + N for a run stopped by signal N (below).",
            "Regenerate with `tests/tools/bad_inputs.py build/tools/domino --doc docs/bad-inputs.md`.\n",
            f"{len(CASES)} cases.\n",
            "| case | input | command | exit | message |", "| --- | --- | --- | ---: | --- |"]
@@ -381,7 +440,11 @@ def main():
             "Run by the same test: every step exits 0 and its output matches.", "",
             f"{len(GOOD_CASES)} cases, and a sweep of 4,000 points stopped by SIGINT after 1.5 s: it writes "
             "the points it finished, says `stopped by SIGINT after N of 4000 points: FILE holds those "
-            "(partial)` and exits 130 (128 + the signal).", "",
+            "(partial)` and exits 130 (128 + the signal). Likewise a search of Megatron-Turing NLG 530B "
+            "on 5,120 A100s (`--exhaustive`) stopped by SIGTERM after 1.5 s writes the best plan found "
+            "so far with `stopped_by: SIGTERM  # partial` in its `search:` block, says `stopped by "
+            "SIGTERM after N plans simulated: FILE holds the best of those (partial)` and exits 143.", "",
+
             "| case | input | commands |", "| --- | --- | --- |"]
     for name, what, _, steps, _ in GOOD_CASES:
         cmds = "; ".join((f"cd TMP/{cwd} && " if cwd else "") + "domino " +
