@@ -33,13 +33,41 @@ CommGroup TpGroup(const Plan& plan) {
   return CommGroup{plan.tp, (plan.tp + per_node - 1) / per_node, per_node};
 }
 
+CommGroup DpGroup(const Plan& plan) {
+  const int64_t stride =
+      plan.placement == Placement::kTpDpPp ? plan.tp : static_cast<int64_t>(plan.tp) * plan.pp;
+  const int per_node =
+      static_cast<int>(std::clamp<int64_t>(plan.cluster.gpus_per_node / stride, 1, plan.dp));
+  return CommGroup{plan.dp, (plan.dp + per_node - 1) / per_node, per_node};
+}
+
+namespace {
+// Two ranks `stride` apart: inside one node when the stride is shorter than a node.
+CommGroup Pair(const Plan& plan, int64_t stride) {
+  if (stride < plan.cluster.gpus_per_node) return CommGroup{2, 1, 2};
+  return CommGroup{2, 2, 1};
+}
+int64_t PpStride(const Plan& plan) {
+  return plan.placement == Placement::kTpDpPp ? static_cast<int64_t>(plan.tp) * plan.dp : plan.tp;
+}
+}  // namespace
+
+CommGroup PpPair(const Plan& plan) { return Pair(plan, PpStride(plan)); }
+
+CommGroup EmbeddingPair(const Plan& plan) {
+  return Pair(plan, PpStride(plan) * std::max(1, plan.pp - 1));
+}
+
 CostModel::CostModel(const Plan& plan, const CostOptions& options)
     : gpu_(plan.cluster.node.gpu),
       node_(plan.cluster.node),
       options_(options),
       plan_stack_(plan.stack),
       copy_engine_parts_(plan.copy_engine),
-      tp_group_(TpGroup(plan)) {
+      tp_group_(TpGroup(plan)),
+      dp_group_(DpGroup(plan)),
+      pp_pair_(PpPair(plan)),
+      embedding_pair_(EmbeddingPair(plan)) {
   // A precision the GPU lacks runs in the first 16- or 32-bit type it has (fp32's peak is always
   // above 0), never at a zero peak, which would make every op last forever. Plans that pass
   // CheckPlanRules never get here with one.
@@ -118,9 +146,26 @@ OpCost CostModel::AttentionCost(const Op& op) const {
   return cost;
 }
 
+CommGroup CostModel::GroupOf(const Op& op) const {
+  switch (op.group) {
+    case Group::kDp:
+      return dp_group_;
+    case Group::kPp:
+      return pp_pair_;
+    case Group::kEmbedding:
+      return embedding_pair_;
+    case Group::kTp:
+    case Group::kNone:
+      break;
+  }
+  return tp_group_;
+}
+
 OpCost CostModel::Cost(const Op& op) const {
   OpCost cost;
-  if (options_.profile != nullptr &&
+  // The profile measured kernels and the TP group's collectives.
+  const bool measured = op.kind != OpKind::kCollective || op.group == Group::kTp;
+  if (options_.profile != nullptr && measured && op.kind != OpKind::kPass &&
       !(op.group == Group::kTp && options_.tp_comm_free && op.kind == OpKind::kCollective)) {
     const double us = options_.profile->Lookup(op, tp_group_.size);
     if (us >= 0 && op.kind != OpKind::kCollective && op.kind != OpKind::kSendRecv) {
@@ -180,8 +225,10 @@ OpCost CostModel::ModelCost(const Op& op) const {
     case OpKind::kSendRecv: {
       cost.is_comm = true;
       if (op.group == Group::kTp && options_.tp_comm_free) return cost;
-      CollectiveEstimate estimate =
-          EstimateCollective(node_, ToCollective(op.collective), op.bytes, tp_group_);
+      if (op.func == OpFunc::kPpRecv) return cost;  // ends when its send does
+      const Collective kind =
+          op.kind == OpKind::kSendRecv ? Collective::kSendRecv : ToCollective(op.collective);
+      CollectiveEstimate estimate = EstimateCollective(node_, kind, op.bytes, GroupOf(op));
       cost.alone_us = estimate.time_us;
       cost.ctas = OnCopyEngine(op) ? 0 : estimate.ctas;
       cost.hbm_bytes = estimate.hbm_bytes;

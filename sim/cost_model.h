@@ -22,6 +22,9 @@ struct CostOptions {
   std::optional<bool> cuda_graphs;
   std::optional<AttentionKernel> attention;  // default: the stack's
   bool tp_comm_free = false;                 // the ideal: TP collectives cost nothing
+  // Predict: also split the iteration into its parts and price the serialized bound (three more
+  // runs of the iteration); the planner's search needs only the figures.
+  bool breakdown = true;
   // Measured op times (`domino calibrate`); ops it lacks fall back to the models, which take the
   // profile's measured GEMM throughput and HBM bandwidth when it has them. Not owned.
   const HardwareProfile* profile = nullptr;
@@ -33,6 +36,13 @@ AttentionKernel AttentionOf(const Plan& plan, const CostOptions& options);
 // Where a plan's TP group sits on the cluster (Megatron placement: TP ranks innermost, inside a
 // node while tp <= GPUs per node).
 CommGroup TpGroup(const Plan& plan);
+// The DP group: TP ranks innermost, then DP and PP in the plan's placement, so a DP group's ranks
+// are tp (or tp * pp) apart.
+CommGroup DpGroup(const Plan& plan);
+// Two pipeline neighbours (tp * dp, or tp, ranks apart).
+CommGroup PpPair(const Plan& plan);
+// The first and last pipeline stage (sharing the tied embedding).
+CommGroup EmbeddingPair(const Plan& plan);
 
 // CostModel turns each op of a Schedule into an OpCost for the engine.
 //
@@ -45,8 +55,11 @@ CommGroup TpGroup(const Plan& plan);
 // s x s, then the score passes through HBM the stack's kernels make (softmax fused or not,
 // dropout), added to the GEMM time rather than overlapped with it.
 // Elementwise: bytes over achieved HBM bandwidth.
-// Collectives: EstimateCollective on the fabric the group spans; a decomposed part on copy engines
-// (Plan::copy_engine) the same time and HBM traffic, but no CTAs.
+// Collectives: EstimateCollective on the fabric the group spans (TP, DP, the pipeline neighbours,
+// the embedding pair); a decomposed part on copy engines (Plan::copy_engine) the same time and
+// HBM traffic, but no CTAs. A pipeline send moves its bytes to the neighbour; its recv costs
+// nothing (it ends when the send does). A calibrated profile's collectives are the TP group's.
+// Optimizer step: its bytes over achieved HBM bandwidth, one launch.
 // Every compute op pays one kernel launch.
 class CostModel {
  public:
@@ -70,7 +83,8 @@ class CostModel {
   CostOptions options_;
   StackSpec plan_stack_;
   bool copy_engine_parts_ = false;  // decomposed collective parts take no SMs (Plan::copy_engine)
-  CommGroup tp_group_;
+  CommGroup tp_group_, dp_group_, pp_pair_, embedding_pair_;
+  CommGroup GroupOf(const Op& op) const;
   Dtype gemm_dtype_ = Dtype::kBf16;       // the plan's precision, where the GPU has it
   Dtype attention_dtype_ = Dtype::kBf16;  // 16-bit even under fp8
   double gemm_tflops_ = 0;                // GEMM main-loop ceiling (GemmCeilingTflops)

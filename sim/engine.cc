@@ -5,15 +5,10 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace domino::sim {
 namespace {
-
-struct Running {
-  int32_t op = -1;
-  double remaining = 0;  // fraction of the op's standalone work left, in (0, 1]
-  double rate = 0;       // fraction per microsecond
-};
 
 // One op's claim on HBM bandwidth: what it would move at full speed (GB/s) and its weight, the SMs
 // issuing its memory traffic.
@@ -65,111 +60,245 @@ void ShareHbm(double capacity, std::array<HbmParty, N>& parties) {
   }
 }
 
+// A binary min-heap of slots keyed by their running op's projected end, with each slot's position,
+// so a slot's key changes in place: the heap never holds more than one entry per stream.
+class SlotHeap {
+ public:
+  explicit SlotHeap(int slots) : key_(slots, 0), pos_(slots, -1) {}
+  bool empty() const { return heap_.empty(); }
+  int top() const { return heap_.front(); }
+  double key(int slot) const { return key_[slot]; }
+  void Set(int slot, double key) {
+    key_[slot] = key;
+    if (pos_[slot] < 0) {
+      pos_[slot] = static_cast<int>(heap_.size());
+      heap_.push_back(slot);
+    }
+    Up(pos_[slot]);
+    Down(pos_[slot]);
+  }
+  void Remove(int slot) {
+    const int i = pos_[slot];
+    const int last = heap_.back();
+    heap_.pop_back();
+    pos_[slot] = -1;
+    if (last == slot) return;
+    heap_[i] = last;
+    pos_[last] = i;
+    Up(i);
+    Down(pos_[last]);
+  }
+
+ private:
+  bool Less(int a, int b) const { return key_[a] < key_[b] || (key_[a] == key_[b] && a < b); }
+  void Swap(int i, int j) {
+    std::swap(heap_[i], heap_[j]);
+    pos_[heap_[i]] = i;
+    pos_[heap_[j]] = j;
+  }
+  void Up(int i) {
+    while (i > 0 && Less(heap_[i], heap_[(i - 1) / 2])) {
+      Swap(i, (i - 1) / 2);
+      i = (i - 1) / 2;
+    }
+  }
+  void Down(int i) {
+    const int n = static_cast<int>(heap_.size());
+    for (;;) {
+      int best = i;
+      for (int c : {2 * i + 1, 2 * i + 2})
+        if (c < n && Less(heap_[c], heap_[best])) best = c;
+      if (best == i) return;
+      Swap(i, best);
+      i = best;
+    }
+  }
+  std::vector<double> key_;
+  std::vector<int> pos_;
+  std::vector<int> heap_;
+};
+
 }  // namespace
+
+Engine::Engine(const Schedule& schedule) : schedule_(schedule) {
+  const std::vector<Op>& ops = schedule.ops();
+  const size_t n = ops.size();
+  // One slot per stream of each stage's rank; each stage has its own device.
+  for (const Op& op : ops) stages_ = std::max(stages_, op.stage + 1);
+  slots_ = stages_ * kStreamCount;
+  slot_.resize(n);
+  queues_.resize(slots_);
+  for (size_t i = 0; i < n; ++i) {
+    slot_[i] = ops[i].stage * kStreamCount + static_cast<int>(ops[i].stream);
+    queues_[slot_[i]].push_back(static_cast<int32_t>(i));
+  }
+  // Who waits on whom: each op's count of dependencies, and its dependents.
+  dep_count_.resize(n);
+  first_.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    dep_count_[i] = ops[i].dep_count;
+    for (int32_t dep : schedule.deps(ops[i])) ++first_[dep + 1];
+  }
+  for (size_t i = 0; i < n; ++i) first_[i + 1] += first_[i];
+  dependents_.resize(first_[n]);
+  std::vector<uint32_t> fill(first_.begin(), first_.end() - 1);
+  for (size_t i = 0; i < n; ++i)
+    for (int32_t dep : schedule.deps(ops[i])) dependents_[fill[dep]++] = static_cast<int32_t>(i);
+}
 
 Timeline Simulate(const Schedule& schedule, const std::vector<OpCost>& costs,
                   const DeviceResources& device) {
-  const std::vector<Op>& ops = schedule.ops();
-  assert(costs.size() == ops.size());
-  const size_t n = ops.size();
+  return Engine(schedule).Run(costs, device);
+}
 
-  std::array<std::vector<int32_t>, kStreamCount> queues;
-  for (size_t i = 0; i < n; ++i) queues[static_cast<int>(ops[i].stream)].push_back(static_cast<int32_t>(i));
-  std::array<size_t, kStreamCount> head{};
-  std::array<Running, kStreamCount> running;
-  std::vector<char> done(n, 0);
+Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& device) const {
+  assert(costs.size() == schedule_.size());
+  const size_t n = schedule_.size();
+  const int slots = slots_, stages = stages_;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<uint32_t> pending = dep_count_;
+  const std::vector<std::vector<int32_t>>& queues = queues_;
+
+  struct Slot {
+    int32_t op = -1;
+    double remaining = 0;  // fraction of the op's standalone work left at `since`
+    double rate = 0;       // fraction per microsecond
+    double since = 0;
+  };
+  // An op is done at `now` when its end has come or what is left rounds away (the old engine's
+  // 1e-12 of its work, so ops ending together within rounding end together).
+  auto Done = [](const Slot& r, double at) {
+    return r.since + r.remaining / r.rate <= at || r.remaining - (at - r.since) * r.rate <= 1e-12;
+  };
+  const bool use_heap = slots > kStreamCount;
+  std::vector<Slot> running(slots);
+  std::vector<size_t> head(slots, 0);
+  SlotHeap events(use_heap ? slots : 0);  // running ops by projected end
+  std::vector<int> work(slots);           // slots whose head may start
+  for (int s = 0; s < slots; ++s) work[s] = s;
+  std::vector<int> dirty;  // stages whose running set changed: new rates
+  std::vector<char> is_dirty(stages, 0);
+  auto mark = [&](int slot) {
+    const int stage = slot / kStreamCount;
+    if (!is_dirty[stage]) is_dirty[stage] = 1, dirty.push_back(stage);
+  };
   Timeline timeline;
-  timeline.ops.assign(n, OpTime{});
+  timeline.ops.assign(n, OpTime{kInf, kInf});
 
   double now = 0;
   size_t finished = 0;
-  auto ready = [&](int32_t id) {
-    for (int32_t dep : schedule.deps(ops[id]))
-      if (!done[dep]) return false;
-    return true;
+  auto finish = [&](int32_t id, int slot) {
+    timeline.ops[id].end_us = now;
+    ++finished;
+    ++head[slot];
+    work.push_back(slot);
+    for (uint32_t k = first_[id]; k < first_[id + 1]; ++k)
+      if (--pending[dependents_[k]] == 0) work.push_back(slot_[dependents_[k]]);
   };
 
   while (finished < n) {
     // Start every stream head that can start; zero-length ops finish at once, which may enable
-    // more heads, so repeat until nothing changes.
-    bool changed = true;
-    while (changed) {
-      changed = false;
-      for (int s = 0; s < kStreamCount; ++s) {
-        if (running[s].op >= 0 || head[s] >= queues[s].size()) continue;
-        int32_t id = queues[s][head[s]];
-        if (!ready(id)) continue;
-        timeline.ops[id].start_us = now;
-        if (costs[id].alone_us <= 0) {
-          timeline.ops[id].end_us = now;
-          done[id] = 1;
-          ++finished;
-          ++head[s];
-        } else {
-          running[s] = Running{id, 1.0, 0.0};
-        }
-        changed = true;
+    // more heads.
+    while (!work.empty()) {
+      const int s = work.back();
+      work.pop_back();
+      if (running[s].op >= 0 || head[s] >= queues[s].size()) continue;
+      const int32_t id = queues[s][head[s]];
+      if (pending[id] > 0) continue;
+      timeline.ops[id].start_us = now;
+      if (costs[id].alone_us <= 0) {
+        finish(id, s);
+      } else {
+        running[s] = Slot{id, 1.0, 0.0, now};
+        mark(s);
       }
     }
     if (finished == n) break;
 
-    // Rates for the current set of running ops. Collectives take their CTAs from the compute op;
-    // then HBM bandwidth is shared (see ShareHbm).
-    int ctas = 0;
-    for (const Running& r : running)
-      if (r.op >= 0 && costs[r.op].is_comm) ctas += costs[r.op].ctas;
-    const int compute_sms = std::max(1, device.sms - ctas);
-    double compute_body_us = 0;
-    int parties = 0;
-    std::array<HbmParty, kStreamCount> hbm{};
-    for (int s = 0; s < kStreamCount; ++s) {
-      const Running& r = running[s];
-      if (r.op < 0) continue;
-      const OpCost& c = costs[r.op];
-      HbmParty& party = hbm[s];
-      if (c.is_comm) {
-        party.weight = std::max(1, c.ctas);
-        party.demand = c.hbm_bytes / c.alone_us / 1e3;
-      } else {
-        compute_body_us = c.BodyUs(compute_sms, device.hbm_GBps);
-        party.weight = compute_sms;
-        if (compute_body_us > 0) party.demand = c.hbm_bytes / compute_body_us / 1e3;
+    // Rates for the running ops of each stage whose set changed. Collectives take their CTAs from
+    // the compute op; then HBM bandwidth is shared (see ShareHbm).
+    for (int stage : dirty) {
+      is_dirty[stage] = 0;
+      Slot* lane = &running[stage * kStreamCount];
+      int ctas = 0;
+      for (int s = 0; s < kStreamCount; ++s)
+        if (lane[s].op >= 0 && costs[lane[s].op].is_comm) ctas += costs[lane[s].op].ctas;
+      const int compute_sms = std::max(1, device.sms - ctas);
+      double compute_body_us = 0;
+      int parties = 0;
+      std::array<HbmParty, kStreamCount> hbm{};
+      for (int s = 0; s < kStreamCount; ++s) {
+        Slot& r = lane[s];
+        if (r.op < 0) continue;
+        // Work done at the old rate up to now.
+        r.remaining -= (now - r.since) * r.rate;
+        r.since = now;
+        const OpCost& c = costs[r.op];
+        HbmParty& party = hbm[s];
+        if (c.is_comm) {
+          party.weight = std::max(1, c.ctas);
+          party.demand = c.hbm_bytes / c.alone_us / 1e3;
+        } else {
+          compute_body_us = c.BodyUs(compute_sms, device.hbm_GBps);
+          party.weight = compute_sms;
+          if (compute_body_us > 0) party.demand = c.hbm_bytes / compute_body_us / 1e3;
+        }
+        ++parties;
       }
-      ++parties;
-    }
-    if (parties > 1) ShareHbm(device.hbm_GBps, hbm);
-    for (int s = 0; s < kStreamCount; ++s) {
-      Running& r = running[s];
-      if (r.op < 0) continue;
-      const OpCost& c = costs[r.op];
-      // The fraction of its demand an op gets; 1 when it runs alone or fits.
-      const double share =
-          parties > 1 && hbm[s].demand > 0 ? std::min(1.0, hbm[s].granted / hbm[s].demand) : 1.0;
-      if (c.is_comm) {
-        r.rate = share / c.alone_us;
-      } else {
-        r.rate = 1.0 / (c.launch_us + compute_body_us / share);
+      if (parties > 1) ShareHbm(device.hbm_GBps, hbm);
+      for (int s = 0; s < kStreamCount; ++s) {
+        Slot& r = lane[s];
+        if (r.op < 0) continue;
+        const OpCost& c = costs[r.op];
+        // The fraction of its demand an op gets; 1 when it runs alone or fits.
+        const double share =
+            parties > 1 && hbm[s].demand > 0 ? std::min(1.0, hbm[s].granted / hbm[s].demand) : 1.0;
+        r.rate = c.is_comm ? share / c.alone_us : 1.0 / (c.launch_us + compute_body_us / share);
+        if (use_heap) events.Set(stage * kStreamCount + s, now + r.remaining / r.rate);
       }
     }
+    dirty.clear();
 
-    // Advance to the next completion.
-    double step = std::numeric_limits<double>::infinity();
-    for (const Running& r : running)
-      if (r.op >= 0) step = std::min(step, r.remaining / r.rate);
-    assert(std::isfinite(step) && "a schedule with pending ops must have a running op");
-    now += step;
-    for (int s = 0; s < kStreamCount; ++s) {
-      Running& r = running[s];
-      if (r.op < 0) continue;
-      r.remaining -= step * r.rate;
-      if (r.remaining <= 1e-12) {
-        timeline.ops[r.op].end_us = now;
-        done[r.op] = 1;
-        ++finished;
-        ++head[s];
-        r = Running{};
+    // Advance to the next completion; every op done by then (within rounding) completes with it.
+    bool advanced = false;
+    if (!use_heap) {
+      // One stage: a scan of its four streams beats a heap.
+      double next = kInf;
+      for (const Slot& r : running)
+        if (r.op >= 0) next = std::min(next, r.since + r.remaining / r.rate);
+      if (std::isfinite(next)) {
+        now = std::max(now, next);
+        advanced = true;
+        for (int s = 0; s < slots; ++s) {
+          Slot& r = running[s];
+          if (r.op < 0 || !Done(r, now)) continue;
+          const int32_t id = r.op;
+          r.op = -1;
+          finish(id, s);
+          mark(s);
+        }
       }
     }
+    while (use_heap && !events.empty()) {
+      const int slot = events.top();
+      Slot& r = running[slot];
+      if (!advanced) {
+        const double end = events.key(slot);
+        if (!std::isfinite(end)) break;
+        now = std::max(now, end);
+        advanced = true;
+      } else if (!Done(r, now)) {
+        break;
+      }
+      events.Remove(slot);
+      const int32_t id = r.op;
+      r.op = -1;
+      finish(id, slot);
+      mark(slot);
+    }
+    // Nothing runs yet ops are left: they wait on each other (a lowering bug). They never run:
+    // they start and end at infinity.
+    if (!advanced) break;
   }
   return timeline;
 }

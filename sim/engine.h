@@ -18,9 +18,29 @@ namespace domino::sim {
 // or ends; between those events every op progresses at a constant rate, so the result is exact
 // for the model. `costs[i]` belongs to op i.
 //
-// Complexity: O(ops * streams). The returned timeline has one entry per op.
+// A schedule with ops of several stages (Op::stage: an Iteration) runs every stage's rank on its
+// own device with its own streams; dependencies may cross stages (a recv waits for its send).
+// Ops that can never run (dependencies that wait on each other) start and end at +infinity.
+//
+// Complexity: O(ops * stages * streams). The returned timeline has one entry per op.
 Timeline Simulate(const Schedule& schedule, const std::vector<OpCost>& costs,
                   const DeviceResources& device);
+
+// The same for several runs of one schedule with different costs (the iteration, its ideal, ...):
+// the streams and dependencies are prepared once. The schedule must outlive the engine.
+class Engine {
+ public:
+  explicit Engine(const Schedule& schedule);
+  Timeline Run(const std::vector<OpCost>& costs, const DeviceResources& device) const;
+
+ private:
+  const Schedule& schedule_;
+  int stages_ = 1, slots_ = kStreamCount;
+  std::vector<int32_t> slot_;                 // by op: stage * kStreamCount + stream
+  std::vector<std::vector<int32_t>> queues_;  // by slot: its ops in issue order
+  std::vector<uint32_t> dep_count_, first_;   // by op; first_: its dependents' range
+  std::vector<int32_t> dependents_;
+};
 
 }  // namespace domino::sim
 

@@ -5,156 +5,141 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <map>
-#include <tuple>
+#include <limits>
 
 #include "models/model_counts.h"
+#include "planner/iteration.h"
 #include "planner/lower.h"
 #include "planner/memory_model.h"
 #include "sim/engine.h"
-#include "sim/pipeline.h"
 
 namespace domino::sim {
 namespace {
 
 constexpr double kUsToMs = 1e-3;
-// Adam with fp32 master weights, bf16/fp16 parameters and fp32 gradients: read the parameter
-// (2), gradient (4), master (4), m (4), v (4); write parameter, master, m, v: 32 bytes per
-// parameter through HBM.
-constexpr double kAdamBytesPerParam = 32;
-constexpr double kGradBytes = 4;  // Megatron accumulates and reduces gradients in fp32
+// A pass, one op in the iteration, loses SMs to a collective beside it as its GEMMs would: its
+// SM-bound time is spread over this many waves (many, so one lost SM costs its share, not a wave).
+constexpr double kPassWaves = 64;
 
-// The groups of a plan on the cluster: TP ranks innermost, then DP and PP in the plan's order.
-// A DP group's ranks are `stride` apart (tp, or tp * pp); pipeline neighbours tp * dp (or tp).
-CommGroup DpGroup(const Plan& plan) {
-  const int64_t stride =
-      plan.placement == Placement::kTpDpPp ? plan.tp : static_cast<int64_t>(plan.tp) * plan.pp;
-  const int per_node =
-      static_cast<int>(std::clamp<int64_t>(plan.cluster.gpus_per_node / stride, 1, plan.dp));
-  return CommGroup{plan.dp, (plan.dp + per_node - 1) / per_node, per_node};
-}
-CommGroup PpPair(const Plan& plan) {
-  const int64_t stride =
-      plan.placement == Placement::kTpDpPp ? static_cast<int64_t>(plan.tp) * plan.dp : plan.tp;
-  if (stride < plan.cluster.gpus_per_node) return CommGroup{2, 1, 2};
-  return CommGroup{2, 2, 1};
-}
-
-struct ChunkKey {
-  int layers;
-  bool embedding, head;
-  auto operator<=>(const ChunkKey&) const = default;
-};
-
-// Forward and backward times of one chunk, real and with free TP collectives, plus its
-// uncontended op sum (for the serialized bound).
-struct ChunkSim {
-  ChunkTimes real, ideal, serial;  // serial: every op's uncontended time, summed
-  double tp_comm_us = 0;
-  // With one stage, the chunk's schedule and timelines are the prediction's representative.
+// One distinct pass of the iteration, simulated once (real and with free TP collectives).
+struct PassSim {
   Schedule schedule;
-  Timeline timeline, ideal_timeline;
+  Timeline real, ideal;
+  std::vector<OpCost> costs;
+  double tp_comm_us = 0;
 };
 
-Timeline Run(const Schedule& s, const CostModel& model, double* serial_us = nullptr) {
-  std::vector<OpCost> costs = model.CostAll(s);
-  if (serial_us)
-    for (const OpCost& c : costs) *serial_us += c.alone_us;
-  return Simulate(s, costs, model.device());
+// Where the layers of one part (forward or backward) of a simulated pass end, and what each layer's
+// piece holds, so that a piece of the pass (Op::layer_begin/layer_end) is priced in O(1).
+struct PartIndex {
+  double start_us = 0, end_us = 0;
+  // By layer: when the layer's work is done (forward: every layer up to it; backward: every layer
+  // from it up), and the piece's SM-bound time and uncontended op sum (prefix sums, layers + 1).
+  std::vector<double> done_us, gemm_prefix, serial_prefix;
+};
+
+struct PassIndex {
+  PartIndex real[2], ideal[2];  // [forward, backward]; a separate pass uses only its own part
+};
+
+bool InBackwardPart(const Op& op) { return op.tags.phase != Phase::kForward; }
+
+// A part of a simulated pass: the whole schedule, or (a combined pass) its forward up to the
+// first backward-part op's start and its backward from there, as the GPU runs them back to back.
+PartIndex IndexPart(const Schedule& s, const Timeline& t, const std::vector<OpCost>& costs,
+                    bool backward, bool combined, int layers) {
+  PartIndex part;
+  part.start_us = 0;
+  part.end_us = t.end_us();
+  auto in_part = [&](const Op& op) { return !combined || InBackwardPart(op) == backward; };
+  if (combined) {
+    double split = part.end_us;
+    for (size_t i = 0; i < s.size(); ++i)
+      if (InBackwardPart(s.ops()[i])) split = std::min(split, t.ops[i].start_us);
+    (backward ? part.start_us : part.end_us) = split;
+  }
+  part.done_us.assign(std::max(layers, 1), part.start_us);
+  for (size_t i = 0; i < s.size(); ++i) {
+    const Op& op = s.ops()[i];
+    if (!in_part(op) || op.tags.layer < 0 || op.tags.layer >= layers) continue;
+    double& done = part.done_us[op.tags.layer];
+    done = std::clamp(t.ops[i].end_us, done, part.end_us);
+  }
+  // Forward layers finish in ascending order, backward in descending: make the ends monotone.
+  if (!backward)
+    for (int l = 1; l < layers; ++l)
+      part.done_us[l] = std::max(part.done_us[l], part.done_us[l - 1]);
+  else
+    for (int l = layers - 2; l >= 0; --l)
+      part.done_us[l] = std::max(part.done_us[l], part.done_us[l + 1]);
+  // Each op belongs to the piece its end falls in.
+  std::vector<double> gemm(std::max(layers, 1), 0.0), serial(std::max(layers, 1), 0.0);
+  for (size_t i = 0; i < s.size(); ++i) {
+    const Op& op = s.ops()[i];
+    if (!in_part(op)) continue;
+    int piece = 0;
+    if (layers > 1) {
+      const double end = t.ops[i].end_us;
+      if (!backward) {
+        piece =
+            static_cast<int>(std::lower_bound(part.done_us.begin(), part.done_us.end() - 1, end) -
+                             part.done_us.begin());
+      } else {
+        // done_us descends with the layer: the piece is the highest layer whose end covers it.
+        piece = layers - 1;
+        while (piece > 0 && part.done_us[piece] < end) --piece;
+      }
+    }
+    const OpCost& c = costs[i];
+    serial[piece] += c.alone_us;
+    if (op.stream == Stream::kCompute &&
+        (op.kind == OpKind::kGemm || op.kind == OpKind::kAttention))
+      gemm[piece] += std::max(0.0, c.alone_us - c.launch_us);
+  }
+  part.gemm_prefix.assign(gemm.size() + 1, 0);
+  part.serial_prefix.assign(serial.size() + 1, 0);
+  for (size_t l = 0; l < gemm.size(); ++l) {
+    part.gemm_prefix[l + 1] = part.gemm_prefix[l] + gemm[l];
+    part.serial_prefix[l + 1] = part.serial_prefix[l] + serial[l];
+  }
+  return part;
 }
 
-Result<ChunkSim> SimulateChunk(const Plan& plan, const ChunkKey& key, const CostModel& real,
-                               const CostModel& ideal) {
-  ChunkSim sim;
-  LowerOptions options{key.layers, key.embedding, key.head, true, true};
-  if (plan.pp == 1) {
-    // One stage: forward and backward back to back in one schedule (the last forward
-    // collectives may overlap the first backward work); the pipeline sees it as one block.
-    Result<Schedule> both = LowerStage(plan, options);
-    if (!both.ok()) return both.error();
-    sim.timeline = Run(*both, real, &sim.serial.fwd_us);
-    sim.ideal_timeline = Run(*both, ideal);
-    // The pipeline sees forward up to the first backward op and backward after it, so that DP
-    // buckets are released while the backward runs.
-    auto split = [&](const Timeline& t, ChunkTimes* out) {
-      double backward_start = t.end_us();
-      for (size_t i = 0; i < both->size(); ++i)
-        if (both->ops()[i].tags.phase == Phase::kBackward)
-          backward_start = std::min(backward_start, t.ops[i].start_us);
-      out->fwd_us = backward_start;
-      out->bwd_us = t.end_us() - backward_start;
-    };
-    split(sim.timeline, &sim.real);
-    split(sim.ideal_timeline, &sim.ideal);
-    sim.tp_comm_us = real.TpCommUs(*both);
-    sim.schedule = std::move(both).value();
-    return sim;
+struct PieceTimes {
+  double duration_us = 0, gemm_us = 0, serial_us = 0;
+};
+
+PieceTimes Piece(const PartIndex& part, const Op& op, int layers) {
+  PieceTimes p;
+  int lb = 0, le = std::max(layers, 1);
+  double start = part.start_us, end = part.end_us;
+  if (op.layer_begin >= 0 && layers > 0) {
+    lb = op.layer_begin;
+    le = op.layer_end;
+    if (op.func == OpFunc::kForwardPass) {
+      if (lb > 0) start = part.done_us[lb - 1];
+      if (le < layers) end = part.done_us[le - 1];
+    } else {
+      if (le < layers) start = part.done_us[le];
+      if (lb > 0) end = part.done_us[lb];
+    }
   }
-  for (bool forward : {true, false}) {
-    options.forward = forward;
-    options.backward = !forward;
-    Result<Schedule> pass = LowerStage(plan, options);
-    if (!pass.ok()) return pass.error();
-    (forward ? sim.real.fwd_us : sim.real.bwd_us) =
-        Run(*pass, real, forward ? &sim.serial.fwd_us : &sim.serial.bwd_us).end_us();
-    (forward ? sim.ideal.fwd_us : sim.ideal.bwd_us) = Run(*pass, ideal).end_us();
-    sim.tp_comm_us += real.TpCommUs(*pass);
-  }
-  return sim;
+  p.duration_us = std::max(0.0, end - start);
+  p.gemm_us = std::min(p.duration_us, part.gemm_prefix[le] - part.gemm_prefix[lb]);
+  p.serial_us = part.serial_prefix[le] - part.serial_prefix[lb];
+  return p;
 }
 
-// Parameters per GPU of a chunk: its layers' 1/tp share, plus the embedding (first) and the LM
-// head and final norm (last; the tied embedding's gradient is shared with the first stage).
-double ChunkParams(const Plan& plan, const ChunkKey& key, const ParameterCounts& counts) {
-  double params = static_cast<double>(counts.per_layer) * key.layers / plan.tp;
-  if (key.embedding)
-    params += static_cast<double>(counts.embedding + counts.position_embedding) / plan.tp;
-  if (key.head) params += static_cast<double>(counts.lm_head + counts.final_norm) / plan.tp;
-  return params;
+OpCost PassCost(double duration_us, double gemm_us, int sms) {
+  OpCost cost;
+  cost.alone_us = duration_us;
+  cost.tiles = gemm_us > 0 ? sms * kPassWaves : 0;
+  cost.wave_us = gemm_us / kPassWaves;
+  cost.launch_us = duration_us - gemm_us;
+  return cost;
 }
 
-// When the DP reduction of one stage's gradients ends: one bucket per layer, released evenly
-// while its chunk's last backward runs (embedding and head buckets at that backward's end),
-// reduced one after another on the DP stream. Returns the end and adds the uncontended
-// collective time to *comm_us.
-double DpDone(const Plan& plan, const std::vector<ChunkKey>& keys, int stage,
-              const PipelineResult& pipe, const ParameterCounts& counts, double* comm_us) {
-  const CommGroup group = DpGroup(plan);
-  const Collective kind =
-      plan.distributed_optimizer ? Collective::kReduceScatter : Collective::kAllReduce;
-  struct Bucket {
-    double ready_us, bytes;
-  };
-  std::vector<Bucket> buckets;
-  const int v = plan.virtual_stages;
-  for (int c = 0; c < v; ++c) {
-    const ChunkKey& key = keys[c * plan.pp + stage];
-    const double start = pipe.last_backward_start_us[stage * v + c];
-    const double end = pipe.last_backward_end_us[stage * v + c];
-    const double layer_bytes = static_cast<double>(counts.per_layer) / plan.tp * kGradBytes;
-    // Backward walks the layers top down: the top layer's gradients are ready first.
-    // Without overlap (the stack reduces after the pipeline flush) every bucket waits for the
-    // stage's last backward.
-    const bool overlap = plan.stack.overlap_grad_reduce;
-    const double flush = pipe.stage_end_us[stage];
-    for (int l = 0; l < key.layers; ++l)
-      buckets.push_back(
-          {overlap ? start + (end - start) * (l + 1) / key.layers : flush, layer_bytes});
-    const double extra = (ChunkParams(plan, key, counts) -
-                          static_cast<double>(counts.per_layer) * key.layers / plan.tp) *
-                         kGradBytes;
-    if (extra > 0) buckets.push_back({overlap ? end : flush, extra});
-  }
-  std::stable_sort(buckets.begin(), buckets.end(),
-                   [](const Bucket& a, const Bucket& b) { return a.ready_us < b.ready_us; });
-  double done = 0;
-  for (const Bucket& b : buckets) {
-    double t = EstimateCollective(plan.cluster.node, kind, b.bytes, group).time_us;
-    *comm_us += t;
-    done = std::max(done, b.ready_us) + t;
-  }
-  return done;
-}
+bool IsDpSide(const Op& op) { return op.group == Group::kDp || op.group == Group::kEmbedding; }
 
 }  // namespace
 
@@ -189,138 +174,142 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   ideal_options.tp_comm_free = true;
   CostModel ideal_model(plan, ideal_options);
 
+  Result<Iteration> lowered = LowerIteration(plan, IterationOptions{false});
+  if (!lowered.ok()) return lowered.error();
+  const Iteration& it = *lowered;
   const int pp = plan.pp, v = plan.virtual_stages, m = plan.micro_batches();
-  const std::vector<int> layers = ChunkLayers(plan);
-  const int virtual_stages = pp * v;
-  std::vector<ChunkKey> keys;  // by virtual stage
-  for (int vs = 0; vs < virtual_stages; ++vs)
-    keys.push_back({layers[vs], vs == 0, vs == virtual_stages - 1});
-  std::map<ChunkKey, ChunkSim> sims;  // each distinct chunk simulated once
-  for (const ChunkKey& key : keys) {
-    if (sims.count(key)) continue;
-    Result<ChunkSim> sim = SimulateChunk(plan, key, model, ideal_model);
-    if (!sim.ok()) return sim.error();
-    sims.emplace(key, std::move(sim).value());
+  const int sms = model.device().sms;
+
+  // Each distinct pass: lowered and simulated once, real and ideal.
+  std::vector<PassSim> passes(it.passes.size());
+  std::vector<PassIndex> indexes(it.passes.size());
+  for (size_t i = 0; i < it.passes.size(); ++i) {
+    const PassSpec& spec = it.passes[i];
+    Result<Schedule> schedule =
+        LowerStage(plan, LowerOptions{spec.chunk.layers, spec.chunk.embedding, spec.chunk.head,
+                                      spec.forward, spec.backward});
+    if (!schedule.ok()) return schedule.error();
+    PassSim& sim = passes[i];
+    sim.schedule = std::move(schedule).value();
+    sim.costs = model.CostAll(sim.schedule);
+    sim.real = Simulate(sim.schedule, sim.costs, model.device());
+    sim.ideal = Simulate(sim.schedule, ideal_model.CostAll(sim.schedule), model.device());
+    sim.tp_comm_us = model.TpCommUs(sim.schedule);
+    const bool combined = spec.forward && spec.backward;
+    for (bool backward : {false, true}) {
+      if (!combined && backward != spec.backward) continue;
+      indexes[i].real[backward] =
+          IndexPart(sim.schedule, sim.real, sim.costs, backward, combined, spec.chunk.layers);
+      indexes[i].ideal[backward] =
+          IndexPart(sim.schedule, sim.ideal, sim.costs, backward, combined, spec.chunk.layers);
+    }
   }
 
-  PipelineSpec spec;
-  spec.stages = pp;
-  spec.chunks = v;
-  spec.micro_batches = m;
-  const double activation_bytes =
-      static_cast<double>(plan.micro_batch) * plan.seq_len * plan.model.hidden *
-      DtypeBytes(plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision) /
-      (plan.sequence_parallel ? plan.tp : 1);
-  spec.p2p_us = pp > 1 ? EstimateCollective(plan.cluster.node, Collective::kSendRecv,
-                                            activation_bytes, PpPair(plan))
-                             .time_us
-                       : 0;
-  auto times = [&](bool ideal, bool serial) {
-    std::vector<ChunkTimes> out(virtual_stages);
-    for (int s = 0; s < pp; ++s) {
-      for (int c = 0; c < v; ++c) {
-        const ChunkSim& sim = sims.at(keys[c * pp + s]);
-        out[s * v + c] = serial ? sim.serial : ideal ? sim.ideal : sim.real;
-      }
+  // The iteration's op costs: passes from their simulations, the rest from the cost model.
+  const Schedule& s = it.schedule;
+  const size_t n = s.size();
+  std::vector<OpCost> real(n), ideal(n), serial(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Op& op = s.ops()[i];
+    if (op.kind == OpKind::kPass) {
+      const int layers = it.passes[op.pass].chunk.layers;
+      const bool backward = op.func == OpFunc::kBackwardPass;
+      const PieceTimes r = Piece(indexes[op.pass].real[backward], op, layers);
+      const PieceTimes d = Piece(indexes[op.pass].ideal[backward], op, layers);
+      real[i] = PassCost(r.duration_us, r.gemm_us, sms);
+      ideal[i] = PassCost(d.duration_us, d.gemm_us, sms);
+      serial[i] = PassCost(r.serial_us, 0, sms);
+    } else {
+      real[i] = ideal[i] = serial[i] = model.Cost(op);
     }
-    return out;
-  };
-  spec.times = times(false, false);
-  Result<PipelineResult> pipe = SimulatePipeline(spec);
-  if (!pipe.ok()) return pipe.error();
-  PipelineSpec free_p2p = spec;
-  free_p2p.p2p_us = 0;
-  Result<PipelineResult> pipe_free = SimulatePipeline(free_p2p);
-  PipelineSpec ideal_spec = spec;
-  ideal_spec.times = times(true, false);
-  Result<PipelineResult> pipe_ideal = SimulatePipeline(ideal_spec);
-  if (!pipe_free.ok() || !pipe_ideal.ok()) return Error("pipeline simulation failed");
+  }
+  const DeviceResources device = model.device();
+  const Engine engine(s);
+  const Timeline t_real = engine.Run(real, device);
+  const Timeline t_ideal = engine.Run(ideal, device);
+  // For the breakdown: without DP-side collectives, without pipeline transfers too, serialized.
+  Timeline t_no_dp, t_no_dp_pp, t_serial;
+  if (options.breakdown) {
+    std::vector<OpCost> no_dp = real, no_dp_pp = real;
+    for (size_t i = 0; i < n; ++i) {
+      const Op& op = s.ops()[i];
+      if (IsDpSide(op)) no_dp[i] = no_dp_pp[i] = serial[i] = OpCost{};
+      if (op.group == Group::kPp) no_dp_pp[i] = OpCost{};
+    }
+    t_no_dp = engine.Run(no_dp, device);
+    t_no_dp_pp = engine.Run(no_dp_pp, device);
+    t_serial = engine.Run(serial, device);
+  }
+  const Timeline& r_no_dp = options.breakdown ? t_no_dp : t_real;
+  const Timeline& r_no_dp_pp = options.breakdown ? t_no_dp_pp : t_real;
+  const Timeline& r_serial = options.breakdown ? t_serial : t_real;
+  for (const Timeline* t : {&t_real, &t_ideal, &r_no_dp, &r_no_dp_pp, &r_serial})
+    if (!std::isfinite(t->end_us())) return Error("iteration schedule deadlocked");
 
-  // Data parallelism, optimizer and the end of the iteration, per stage.
-  const ParameterCounts counts = CountParameters(plan.model);
-  const double hbm_GBps = plan.cluster.node.gpu.hbm_GBps * plan.cluster.node.gpu.hbm_efficiency;
-  struct StageEnd {
-    double finish_us, dp_done_us, optimizer_us, dp_comm_us, params;
+  // Per stage: finish, end of its last pass, busy time, DP-side time, optimizer.
+  struct StageFigures {
+    double finish = 0, pass_end_real = 0, pass_end_no_dp = 0, pass_end_free = 0, serial_end = 0;
+    double busy = 0, ideal_busy = 0, dp_comm = 0, optimizer = 0, ideal_finish = 0;
   };
-  auto stage_ends = [&](const PipelineResult& p) {
-    std::vector<StageEnd> ends(pp);
-    for (int s = 0; s < pp; ++s) {
-      StageEnd& e = ends[s];
-      e.params = 0;
-      for (int c = 0; c < v; ++c) e.params += ChunkParams(plan, keys[c * pp + s], counts);
-      e.dp_comm_us = 0;
-      e.dp_done_us = plan.dp > 1 ? DpDone(plan, keys, s, p, counts, &e.dp_comm_us) : 0;
-      // With the distributed optimizer each rank steps its 1/dp shard, then the updated shards
-      // are all-gathered as 16-bit parameters.
-      double gather_us = plan.dp > 1 && plan.distributed_optimizer
-                             ? EstimateCollective(plan.cluster.node, Collective::kAllGather,
-                                                  e.params * 2, DpGroup(plan))
-                                   .time_us
-                             : 0;
-      e.dp_comm_us += gather_us;
-      const double step_params = plan.distributed_optimizer ? e.params / plan.dp : e.params;
-      e.optimizer_us = step_params * kAdamBytesPerParam / (hbm_GBps * 1e3) +
-                       plan.cluster.node.gpu.kernel_launch_us;
-      // Overlapped with the next iteration's first forward (one micro-batch through every
-      // chunk of the stage), the gather costs only what that forward does not cover.
-      double exposed_gather_us = gather_us;
-      if (plan.stack.overlap_param_gather) {
-        double first_forward_us = 0;
-        for (int c = 0; c < v; ++c) first_forward_us += sims.at(keys[c * pp + s]).real.fwd_us;
-        exposed_gather_us = std::max(0.0, gather_us - first_forward_us);
-      }
-      e.finish_us = std::max(p.stage_end_us[s], e.dp_done_us) + e.optimizer_us + exposed_gather_us;
+  std::vector<StageFigures> st(pp);
+  for (size_t i = 0; i < n; ++i) {
+    const Op& op = s.ops()[i];
+    StageFigures& f = st[op.stage];
+    f.finish = std::max(f.finish, t_real.ops[i].end_us);
+    f.ideal_finish = std::max(f.ideal_finish, t_ideal.ops[i].end_us);
+    f.serial_end = std::max(f.serial_end, r_serial.ops[i].end_us);
+    if (op.kind == OpKind::kPass) {
+      f.pass_end_real = std::max(f.pass_end_real, t_real.ops[i].end_us);
+      f.pass_end_no_dp = std::max(f.pass_end_no_dp, r_no_dp.ops[i].end_us);
+      f.pass_end_free = std::max(f.pass_end_free, r_no_dp_pp.ops[i].end_us);
+      f.busy += real[i].alone_us;
+      f.ideal_busy += ideal[i].alone_us;
     }
-    return ends;
-  };
-  std::vector<StageEnd> ends = stage_ends(*pipe);
-  std::vector<StageEnd> ideal_ends = stage_ends(*pipe_ideal);
+    if (IsDpSide(op)) f.dp_comm += real[i].alone_us;
+    if (op.kind == OpKind::kOptimizer) f.optimizer += real[i].alone_us;
+  }
   int critical = 0;
-  for (int s = 0; s < pp; ++s)
-    if (ends[s].finish_us > ends[critical].finish_us) critical = s;
-  double ideal_us = 0;
-  for (const StageEnd& e : ideal_ends) ideal_us = std::max(ideal_us, e.finish_us);
-  const double iteration_us = ends[critical].finish_us;
+  for (int stage = 0; stage < pp; ++stage)
+    if (st[stage].finish > st[critical].finish) critical = stage;
+  const double iteration_us = st[critical].finish;
+  double ideal_us = 0, serial_us = 0;
+  for (const StageFigures& f : st) {
+    ideal_us = std::max(ideal_us, f.ideal_finish);
+    serial_us = std::max(serial_us, f.serial_end + f.dp_comm);
+  }
 
   Prediction p;
   IterationBreakdown& b = p.breakdown;
+  const StageFigures& c = st[critical];
   b.critical_stage = critical;
-  double real_busy = 0, ideal_busy = 0;
-  for (int c = 0; c < v; ++c) {
-    const ChunkSim& sim = sims.at(keys[c * pp + critical]);
-    real_busy += m * (sim.real.fwd_us + sim.real.bwd_us);
-    ideal_busy += m * (sim.ideal.fwd_us + sim.ideal.bwd_us);
+  b.exposed_tp_ms = (c.busy - c.ideal_busy) * kUsToMs;
+  b.optimizer_ms = c.optimizer * kUsToMs;
+  if (pp > 1) {  // (with one stage the passes run back to back: no bubble)
+    b.bubble_ms = std::max(0.0, c.pass_end_free - c.busy) * kUsToMs;
+    b.exposed_pp_ms = std::max(0.0, c.pass_end_no_dp - c.pass_end_free) * kUsToMs;
   }
-  const StageEnd& ce = ends[critical];
-  b.compute_ms = ideal_busy * kUsToMs;
-  b.exposed_tp_ms = (real_busy - ideal_busy) * kUsToMs;
-  b.optimizer_ms = ce.optimizer_us * kUsToMs;
-  b.exposed_dp_ms =
-      std::max(0.0, (ce.finish_us - pipe->stage_end_us[critical] - ce.optimizer_us) * kUsToMs);
-  if (pp > 1) {  // (with one stage the pipeline is the busy time itself, up to rounding)
-    b.bubble_ms = std::max(0.0, pipe_free->stage_end_us[critical] - real_busy) * kUsToMs;
-    b.exposed_pp_ms =
-        std::max(0.0, (pipe->stage_end_us[critical] - real_busy) * kUsToMs - b.bubble_ms);
-  }
-  // Whatever rounding is left goes to compute, so that the parts add up to the iteration.
+  b.exposed_dp_ms = std::max(0.0, c.finish - c.pass_end_no_dp - c.optimizer) * kUsToMs;
+  // Whatever is left is compute, so that the parts add up to the iteration.
   b.compute_ms = iteration_us * kUsToMs - b.exposed_tp_ms - b.bubble_ms - b.exposed_pp_ms -
                  b.optimizer_ms - b.exposed_dp_ms;
 
   // The representative micro-batch: stage 0's first chunk, forward and backward together.
   {
-    const ChunkKey& key = keys[0];
-    if (pp == 1) {  // already simulated as the only chunk
-      ChunkSim& only = sims.at(key);
+    const ChunkShape& chunk = it.virtual_stages[0];
+    const PassSpec whole{chunk, true, true};
+    auto found = std::find(it.passes.begin(), it.passes.end(), whole);
+    if (found != it.passes.end()) {
+      PassSim& only = passes[found - it.passes.begin()];
       p.schedule = std::move(only.schedule);
-      p.timeline = std::move(only.timeline);
-      p.ideal_timeline = std::move(only.ideal_timeline);
+      p.timeline = std::move(only.real);
+      p.ideal_timeline = std::move(only.ideal);
     } else {
       Result<Schedule> schedule =
-          LowerStage(plan, LowerOptions{key.layers, key.embedding, key.head, true, true});
+          LowerStage(plan, LowerOptions{chunk.layers, chunk.embedding, chunk.head, true, true});
       if (!schedule.ok()) return schedule.error();
       p.schedule = std::move(schedule).value();
-      p.timeline = Run(p.schedule, model);
-      p.ideal_timeline = Run(p.schedule, ideal_model);
+      p.timeline = Simulate(p.schedule, model.CostAll(p.schedule), device);
+      p.ideal_timeline = Simulate(p.schedule, ideal_model.CostAll(p.schedule), device);
     }
     const double per_iteration = static_cast<double>(m) * v;
     for (size_t i = 0; i < p.schedule.size(); ++i) {
@@ -329,26 +318,25 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
           (t.end_us - t.start_us) * kUsToMs * per_iteration;
     }
   }
-  double tp_comm_us = 0, model_flops_per_token = TrainingFlopsPerToken(plan.model, plan.seq_len,
-                                                                       AttentionCount::kCausal);
-  for (int c = 0; c < v; ++c) tp_comm_us += sims.at(keys[c * pp]).tp_comm_us;
-  p.tp_comm_ms = tp_comm_us * m * kUsToMs;
-  p.dp_comm_ms = ends[0].dp_comm_us * kUsToMs;
-
-  // Serialized: every chunk's ops back to back in the pipeline, then DP collectives and the step.
-  {
-    PipelineSpec serial = spec;
-    serial.times = times(false, true);
-    Result<PipelineResult> pipe_serial = SimulatePipeline(serial);
-    if (!pipe_serial.ok()) return pipe_serial.error();
-    double serial_us = 0;
-    for (int s = 0; s < pp; ++s)
-      serial_us = std::max(
-          serial_us, pipe_serial->stage_end_us[s] + ends[s].dp_comm_us + ends[s].optimizer_us);
-    p.serial_ms = serial_us * kUsToMs;
+  // TP collectives of stage 0: each of its passes' (whole, uncontended), once per micro-batch.
+  double tp_comm_us = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Op& op = s.ops()[i];
+    // A pass cut in pieces counts once, at its layer 0; a combined pass once, at its forward.
+    if (op.kind != OpKind::kPass || op.stage != 0 || op.layer_begin > 0) continue;
+    const PassSpec& spec = it.passes[op.pass];
+    if (spec.forward && spec.backward && op.func == OpFunc::kBackwardPass) continue;
+    tp_comm_us += passes[op.pass].tp_comm_us;
   }
+  p.tp_comm_ms = tp_comm_us * kUsToMs;
+  p.dp_comm_ms = st[0].dp_comm * kUsToMs;
+  p.serial_ms = serial_us * kUsToMs;
+  p.iteration = std::move(lowered).value().schedule;
+  p.iteration_timeline = t_real;
 
   PlanFigures& f = p.figures;
+  const double model_flops_per_token =
+      TrainingFlopsPerToken(plan.model, plan.seq_len, AttentionCount::kCausal);
   f.iteration_ms = iteration_us * kUsToMs;
   f.ideal_ms = ideal_us * kUsToMs;
   f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;

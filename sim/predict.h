@@ -29,17 +29,18 @@ struct IterationBreakdown {
   double optimizer_ms = 0;   // Adam step
 };
 
-// Prediction is the simulator's answer for one plan (DESIGN.md "Definitions"). The iteration is
-// simulated in two levels without simulating identical work twice: each distinct model chunk
-// (layers, with or without embedding / LM head) is lowered and simulated once per pass (forward,
-// backward; real and with free TP collectives); the pipeline simulator then runs every stage's
-// 1F1B or interleaved schedule over those chunk times and the point-to-point transfers; DP
-// gradient buckets are reduced as each chunk's last backward releases them; the optimizer ends
-// the iteration.
+// Prediction is the simulator's answer for one plan (DESIGN.md "Definitions"). The plan is lowered
+// to its whole Iteration (planner/iteration.h); each distinct pass (a model chunk's forward,
+// backward, or both) is simulated once, real and with free TP collectives, and its time (or a
+// piece's) becomes the cost of every pass op naming it; the engine then runs every stage's
+// passes, pipeline transfers, DP buckets, embedding sync, parameter gathers and optimizer step
+// together, so they contend for SMs and HBM like every other op.
 struct Prediction {
-  Schedule schedule;        // stage 0's first chunk, one micro-batch, forward and backward
-  Timeline timeline;        // its predicted timeline
-  Timeline ideal_timeline;  // the same with TP collectives free
+  Schedule schedule;            // stage 0's first chunk, one micro-batch, forward and backward
+  Timeline timeline;            // its predicted timeline
+  Timeline ideal_timeline;      // the same with TP collectives free
+  Schedule iteration;           // the whole iteration (Iteration::schedule), every stage
+  Timeline iteration_timeline;  // its predicted timeline
   PlanFigures figures;
   IterationBreakdown breakdown;
   double tp_comm_ms = 0;  // uncontended TP collective time per iteration on stage 0

@@ -37,7 +37,9 @@ struct PlanCommandFlags {
 class SimulatorEvaluator : public Evaluator {
  public:
   Result<PlanFigures> Evaluate(const Plan& plan) override {
-    Result<sim::Prediction> p = sim::Predict(plan);
+    sim::CostOptions options;
+    options.breakdown = false;  // the ranking needs the figures only
+    Result<sim::Prediction> p = sim::Predict(plan, options);
     if (!p.ok()) return p.error();
     return p->figures;
   }

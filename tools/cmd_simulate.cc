@@ -19,7 +19,7 @@ namespace {
 
 struct SimulateFlags {
   PlanFlags plan;
-  std::string report_path, trace_path;
+  std::string report_path, trace_path, iteration_trace_path;
   bool force = false;
   bool compare_strategies = false;
   bool ignore_memory = false;
@@ -156,7 +156,8 @@ void Run(const SimulateFlags& flags) {
   Result<Plan> plan = BuildPlan(flags.plan);
   if (!plan.ok()) Fail("simulate", plan.message());
   // Fail fast on an output that cannot be written; they are written together at the end.
-  for (const std::string* path : {&flags.report_path, &flags.trace_path})
+  for (const std::string* path :
+       {&flags.report_path, &flags.trace_path, &flags.iteration_trace_path})
     if (!path->empty()) CheckOk("simulate", CheckOutputPath(*path, flags.force));
   sim::CostOptions options;
   HardwareProfile profile;
@@ -171,8 +172,11 @@ void Run(const SimulateFlags& flags) {
     options.attention =
         flags.attention == "unfused" ? AttentionKernel::kUnfused : AttentionKernel::kFlash;
   if (flags.compare_strategies) {
-    if (!flags.report_path.empty() || !flags.trace_path.empty())
-      Fail("simulate", "--compare-strategies writes no report or trace; drop --report/--trace");
+    if (!flags.report_path.empty() || !flags.trace_path.empty() ||
+        !flags.iteration_trace_path.empty())
+      Fail("simulate",
+           "--compare-strategies writes no report or trace; drop --report/--trace/"
+           "--trace-iteration");
     CompareStrategies(*plan, options);
     return;
   }
@@ -207,8 +211,12 @@ void Run(const SimulateFlags& flags) {
   if (!flags.trace_path.empty())
     outputs.push_back(
         {flags.trace_path, sim::TraceJson(prediction->schedule, prediction->timeline)});
+  if (!flags.iteration_trace_path.empty())
+    outputs.push_back({flags.iteration_trace_path,
+                       sim::TraceJson(prediction->iteration, prediction->iteration_timeline)});
   CheckOk("simulate", WriteFilesAtomically(outputs, flags.force));
-  const bool document_on_stdout = flags.report_path == "-" || flags.trace_path == "-";
+  const bool document_on_stdout =
+      flags.report_path == "-" || flags.trace_path == "-" || flags.iteration_trace_path == "-";
   PrintPrediction(*plan, *prediction, document_on_stdout ? std::cerr : std::cout);
 }
 
@@ -222,7 +230,13 @@ void SetupSimulate(CLI::App* sub) {
                   "goes to stderr)")
       ->check(NonEmpty());
   sub->add_option("--trace", flags->trace_path,
-                  "write the predicted timeline (Perfetto/Chrome JSON; - for stdout)")
+                  "write the predicted timeline of one micro-batch through stage 0's first chunk, "
+                  "op by op (Perfetto/Chrome JSON; - for stdout)")
+      ->check(NonEmpty());
+  sub->add_option("--trace-iteration", flags->iteration_trace_path,
+                  "write the predicted whole iteration: every pipeline stage's passes, pipeline "
+                  "sends and recvs, DP buckets, parameter gathers and optimizer step on their "
+                  "streams (Perfetto/Chrome JSON; - for stdout)")
       ->check(NonEmpty());
   sub->add_flag("--force", flags->force, "overwrite existing output files");
   sub->add_flag("--compare-strategies", flags->compare_strategies,

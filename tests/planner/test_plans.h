@@ -14,6 +14,11 @@ struct PlanKnobs {
   std::string model = "gpt3-2.7b";
   std::string cluster = "dgx-h100:1";
   int tp = 8;
+  int pp = 1;
+  int dp = 1;
+  int virtual_stages = 1;
+  bool distributed_optimizer = false;
+  std::string stack;  // "": the default
   int seq_len = 256;
   int micro_batch = 4;
   int global_batch = 4;
@@ -31,6 +36,11 @@ inline Plan MakePlan(const PlanKnobs& k) {
   plan.model_ref = k.model;
   plan.cluster_ref = k.cluster;
   plan.tp = k.tp;
+  plan.pp = k.pp;
+  plan.dp = k.dp;
+  plan.virtual_stages = k.virtual_stages;
+  plan.distributed_optimizer = k.distributed_optimizer;
+  if (!k.stack.empty()) plan.stack_ref = k.stack;
   plan.seq_len = k.seq_len;
   plan.micro_batch = k.micro_batch;
   plan.global_batch = k.global_batch;

@@ -1,100 +1,275 @@
-#include "sim/pipeline.h"
-
+// The whole iteration (planner/iteration.h) run by the engine: pipeline schedules, transfers, DP
+// buckets and the optimizer step, timed by hand where the costs allow it.
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
 #include <tuple>
+
+#include "planner/iteration.h"
+#include "sim/engine.h"
+#include "sim/predict.h"
+#include "tests/planner/test_plans.h"
 
 namespace domino::sim {
 namespace {
 
-PipelineSpec Equal(int stages, int chunks, int m, double fwd, double bwd, double p2p = 0) {
-  PipelineSpec spec;
-  spec.stages = stages;
-  spec.chunks = chunks;
-  spec.micro_batches = m;
-  spec.times.assign(stages * chunks, ChunkTimes{fwd, bwd});
-  spec.p2p_us = p2p;
-  return spec;
+using testing_util::MakePlan;
+using testing_util::PlanKnobs;
+
+// gpt3-2.7b (32 layers) on `stages` x `dp` GPUs of one node, tp 1, `m` micro-batches.
+Plan PipelinePlan(int stages, int chunks, int m, int dp = 1) {
+  PlanKnobs k;
+  k.tp = 1;
+  k.pp = stages;
+  k.dp = dp;
+  k.virtual_stages = chunks;
+  k.cluster = "dgx-h100:1:" + std::to_string(stages * dp);
+  k.micro_batch = 1;
+  k.global_batch = m * dp;
+  return MakePlan(k);
+}
+
+struct IterationRun {
+  Iteration it;
+  Timeline timeline;
+};
+
+// Every forward pass takes `fwd`, every backward `bwd`, every send `p2p`; nothing else costs
+// anything and nothing contends.
+IterationRun RunIteration(const Plan& plan, double fwd, double bwd, double p2p = 0) {
+  Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+  EXPECT_TRUE(it.ok()) << it.message();
+  IterationRun run{std::move(it).value(), {}};
+  std::vector<OpCost> costs(run.it.schedule.size());
+  for (size_t i = 0; i < costs.size(); ++i) {
+    const Op& op = run.it.schedule.ops()[i];
+    if (op.func == OpFunc::kForwardPass) costs[i].alone_us = costs[i].launch_us = fwd;
+    if (op.func == OpFunc::kBackwardPass) costs[i].alone_us = costs[i].launch_us = bwd;
+    if (op.func == OpFunc::kPpSend) {
+      costs[i].alone_us = p2p;
+      costs[i].is_comm = true;
+    }
+  }
+  run.timeline = Simulate(run.it.schedule, costs, DeviceResources{});
+  return run;
+}
+
+// The passes of one stage in the order they ran.
+std::vector<int32_t> Passes(const IterationRun& run, int stage) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < run.it.schedule.size(); ++i) {
+    const Op& op = run.it.schedule.ops()[i];
+    if (op.kind == OpKind::kPass && op.stage == stage) out.push_back(static_cast<int32_t>(i));
+  }
+  return out;
 }
 
 TEST(PipelineTest, OneFOneBBubbleEmergesExactly) {
   // 2 stages, 4 micro-batches, F = 1, B = 2: (m + p - 1)(F + B) = 5 * 3 = 15; bubble fraction
   // (p - 1) / (m + p - 1) = 1/5 on every stage.
-  Result<PipelineResult> r = SimulatePipeline(Equal(2, 1, 4, 1, 2));
-  ASSERT_TRUE(r.ok()) << r.message();
-  EXPECT_DOUBLE_EQ(r->end_us, 15);
+  IterationRun r = RunIteration(PipelinePlan(2, 1, 4), 1, 2);
+  EXPECT_DOUBLE_EQ(r.timeline.end_us(), 15);
   for (int s = 0; s < 2; ++s) {
     double busy = 0;
-    for (const PipelineOp& op : r->stages[s]) busy += op.end_us - op.start_us;
+    for (int32_t id : Passes(r, s)) busy += r.timeline.ops[id].end_us - r.timeline.ops[id].start_us;
     EXPECT_DOUBLE_EQ(busy, 12);
-    EXPECT_DOUBLE_EQ(1 - busy / r->end_us, 1.0 / 5);
+    EXPECT_DOUBLE_EQ(1 - busy / r.timeline.end_us(), 1.0 / 5);
   }
-  // The same law on a deeper pipeline.
-  for (auto [p, m] : {std::tuple{4, 8}, std::tuple{8, 16}, std::tuple{3, 3}}) {
-    Result<PipelineResult> deep = SimulatePipeline(Equal(p, 1, m, 2, 4));
-    ASSERT_TRUE(deep.ok());
-    EXPECT_DOUBLE_EQ(deep->end_us, (m + p - 1) * 6.0) << p << " " << m;
+  // The same law on deeper pipelines.
+  for (auto [p, m] : {std::tuple{4, 8}, std::tuple{8, 16}, std::tuple{4, 4}}) {
+    IterationRun deep = RunIteration(PipelinePlan(p, 1, m), 2, 4);
+    EXPECT_DOUBLE_EQ(deep.timeline.end_us(), (m + p - 1) * 6.0) << p << " " << m;
   }
 }
 
 TEST(PipelineTest, HandTimelineOfTwoStages) {
-  // Stage 0: F0 [0,1] F1 [1,2] B0 [4,6] F2 [6,7] B1 ... ; stage 1: F0 [1,2] B0 [2,4] F1 [4,5] ...
-  Result<PipelineResult> r = SimulatePipeline(Equal(2, 1, 4, 1, 2));
-  ASSERT_TRUE(r.ok());
-  const auto& s0 = r->stages[0];
-  const auto& s1 = r->stages[1];
-  EXPECT_FALSE(s0[0].backward);
-  EXPECT_DOUBLE_EQ(s0[0].start_us, 0);
-  EXPECT_DOUBLE_EQ(s1[0].start_us, 1);  // F0 on stage 1 waits for stage 0's F0
-  EXPECT_TRUE(s1[1].backward);
-  EXPECT_DOUBLE_EQ(s1[1].start_us, 2);  // B0 right after F0 on the last stage
-  EXPECT_DOUBLE_EQ(s0[2].start_us, 4);  // B0 on stage 0 waits for stage 1's B0
+  // Stage 0: F0 [0,1] F1 [1,2] B0 [4,6] ...; stage 1: F0 [1,2] B0 [2,4] F1 [4,5] ...
+  IterationRun r = RunIteration(PipelinePlan(2, 1, 4), 1, 2);
+  const std::vector<int32_t> s0 = Passes(r, 0), s1 = Passes(r, 1);
+  const Schedule& s = r.it.schedule;
+  EXPECT_EQ(s.op(s0[0]).func, OpFunc::kForwardPass);
+  EXPECT_DOUBLE_EQ(r.timeline.ops[s0[0]].start_us, 0);
+  EXPECT_DOUBLE_EQ(r.timeline.ops[s1[0]].start_us, 1);  // waits for stage 0's F0
+  EXPECT_EQ(s.op(s1[1]).func, OpFunc::kBackwardPass);
+  EXPECT_DOUBLE_EQ(r.timeline.ops[s1[1]].start_us, 2);  // B0 right after F0 on the last stage
+  EXPECT_EQ(s.op(s0[2]).func, OpFunc::kBackwardPass);
+  EXPECT_DOUBLE_EQ(r.timeline.ops[s0[2]].start_us, 4);  // waits for stage 1's B0
 }
 
-TEST(PipelineTest, TransfersDelayTheDependentOps) {
-  // One micro-batch through two stages: F0 [0,1], +0.5, F1 [1.5,2.5], B1 [2.5,4.5], +0.5,
-  // B0 [5,7].
-  Result<PipelineResult> r = SimulatePipeline(Equal(2, 1, 1, 1, 2, 0.5));
-  ASSERT_TRUE(r.ok());
-  EXPECT_DOUBLE_EQ(r->end_us, 7);
-  EXPECT_DOUBLE_EQ(r->last_backward_start_us[0], 5);
-  EXPECT_DOUBLE_EQ(r->last_backward_end_us[1], 4.5);
+TEST(PipelineTest, TransfersRunOnThePipelineStreamAndDelayTheirReceiver) {
+  // One micro-batch through two stages: F0 [0,1], send [1,1.5], F1 [1.5,2.5], B1 [2.5,4.5],
+  // send [4.5,5], B0 [5,7].
+  IterationRun r = RunIteration(PipelinePlan(2, 1, 1), 1, 2, 0.5);
+  EXPECT_DOUBLE_EQ(r.timeline.end_us(), 7);
+  int sends = 0, recvs = 0;
+  for (size_t i = 0; i < r.it.schedule.size(); ++i) {
+    const Op& op = r.it.schedule.ops()[i];
+    if (op.func != OpFunc::kPpSend && op.func != OpFunc::kPpRecv) continue;
+    EXPECT_EQ(op.stream, Stream::kPpComm);
+    EXPECT_EQ(op.group, Group::kPp);
+    (op.func == OpFunc::kPpSend ? sends : recvs) += 1;
+    if (op.func == OpFunc::kPpSend && op.stage == 1)
+      EXPECT_DOUBLE_EQ(r.timeline.ops[i].start_us, 4.5);
+  }
+  EXPECT_EQ(sends, 2);
+  EXPECT_EQ(recvs, 2);
 }
 
 TEST(PipelineTest, InterleavingShrinksTheBubble) {
   // Megatron: the bubble shrinks by the number of chunks. Same work (each chunk half a stage).
-  Result<PipelineResult> plain = SimulatePipeline(Equal(4, 1, 8, 2, 4));
-  Result<PipelineResult> inter = SimulatePipeline(Equal(4, 2, 8, 1, 2));
-  ASSERT_TRUE(plain.ok() && inter.ok()) << inter.message();
-  EXPECT_DOUBLE_EQ(plain->end_us, (8 + 3) * 6.0);
-  EXPECT_LT(inter->end_us, plain->end_us);
+  IterationRun plain = RunIteration(PipelinePlan(4, 1, 8), 2, 4);
+  IterationRun inter = RunIteration(PipelinePlan(4, 2, 8), 1, 2);
+  EXPECT_DOUBLE_EQ(plain.timeline.end_us(), (8 + 3) * 6.0);
   // Ideal interleaved bubble: (p - 1) (F + B) / v = 3 * 6 / 2 = 9 on top of 48 of work.
-  EXPECT_NEAR(inter->end_us, 48 + 9, 1e-9);
+  EXPECT_NEAR(inter.timeline.end_us(), 48 + 9, 1e-9);
 }
 
-TEST(PipelineTest, EveryOpRunsOnceInAValidOrder) {
-  for (auto [p, v, m] : {std::tuple{4, 1, 6}, std::tuple{4, 3, 8}, std::tuple{2, 2, 2}}) {
-    Result<PipelineResult> r = SimulatePipeline(Equal(p, v, m, 1, 2, 0.1));
-    ASSERT_TRUE(r.ok()) << r.message();
+TEST(PipelineTest, EveryPassRunsOnceInAValidOrder) {
+  for (auto [p, v, m] : {std::tuple{4, 1, 6}, std::tuple{4, 2, 8}, std::tuple{2, 2, 2}}) {
+    IterationRun r = RunIteration(PipelinePlan(p, v, m), 1, 2, 0.1);
     for (int s = 0; s < p; ++s) {
       std::set<std::tuple<int, int, bool>> seen;
       double last = 0;
-      for (const PipelineOp& op : r->stages[s]) {
-        EXPECT_TRUE(seen.insert({op.micro_batch, op.chunk, op.backward}).second);
-        EXPECT_GE(op.start_us, last);
-        last = op.end_us;
+      for (int32_t id : Passes(r, s)) {
+        const Op& op = r.it.schedule.op(id);
+        EXPECT_EQ(op.stream, Stream::kCompute);
+        EXPECT_TRUE(seen.insert({op.tags.micro_batch, op.tags.virtual_stage,
+                                 op.func == OpFunc::kBackwardPass})
+                        .second);
+        EXPECT_GE(r.timeline.ops[id].start_us, last);
+        last = r.timeline.ops[id].end_us;
       }
       EXPECT_EQ(static_cast<int>(seen.size()), 2 * v * m);
     }
   }
 }
 
-TEST(PipelineTest, RejectsImpossibleSpecs) {
-  EXPECT_FALSE(SimulatePipeline(Equal(4, 2, 6, 1, 2)).ok());  // 6 not a multiple of 4
-  PipelineSpec bad = Equal(2, 1, 2, 1, 1);
-  bad.times.pop_back();
-  EXPECT_FALSE(SimulatePipeline(bad).ok());
+TEST(PipelineTest, PipelineOrderIsMegatrons) {
+  // 1F1B on the first of 4 stages with 6 micro-batches: 3 warm-up forwards, then F/B pairs.
+  std::vector<PipelineStep> order = PipelineOrder(0, 4, 1, 6);
+  ASSERT_EQ(order.size(), 12u);
+  EXPECT_FALSE(order[2].backward);
+  EXPECT_FALSE(order[3].backward);
+  EXPECT_TRUE(order[4].backward);
+  EXPECT_EQ(order[4].micro_batch, 0);
+  // The last stage alternates from the start.
+  std::vector<PipelineStep> last = PipelineOrder(3, 4, 1, 6);
+  EXPECT_TRUE(last[1].backward);
+}
+
+TEST(PipelineTest, DpBucketsFollowTheLastBackwardLayerByLayer) {
+  // 2 stages x dp 2, the default stack overlaps the gradient reduction: each stage's last
+  // backward is cut into one piece per layer (16), each releasing its bucket on the DP stream.
+  const Plan plan = PipelinePlan(2, 1, 4, 2);
+  ASSERT_TRUE(plan.stack.overlap_grad_reduce);
+  Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+  ASSERT_TRUE(it.ok()) << it.message();
+  const Schedule& s = it->schedule;
+  for (int stage = 0; stage < 2; ++stage) {
+    int pieces = 0, buckets = 0, optimizers = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const Op& op = s.ops()[i];
+      if (op.stage != stage) continue;
+      if (op.kind == OpKind::kPass && op.layer_begin >= 0) {
+        ++pieces;
+        EXPECT_EQ(op.func, OpFunc::kBackwardPass);
+        EXPECT_EQ(op.tags.micro_batch, 3);  // the last micro-batch
+      }
+      if (op.func == OpFunc::kDpAllReduce) {
+        ++buckets;
+        EXPECT_EQ(op.stream, Stream::kDpComm);
+        EXPECT_EQ(op.group, Group::kDp);
+        // Released by the piece of its layer.
+        ASSERT_EQ(op.dep_count, 1u);
+        const Op& piece = s.op(s.deps(op)[0]);
+        EXPECT_EQ(piece.kind, OpKind::kPass);
+        if (op.tags.layer >= 0) EXPECT_EQ(piece.layer_begin, op.tags.layer);
+      }
+      if (op.kind == OpKind::kOptimizer) {
+        ++optimizers;
+        EXPECT_EQ(op.stream, Stream::kCompute);
+        EXPECT_EQ(i + 1 == s.size() || s.ops()[i + 1].stage != stage ||
+                      s.ops()[i + 1].stream != Stream::kCompute,
+                  true);
+      }
+    }
+    EXPECT_EQ(pieces, 16);
+    EXPECT_EQ(buckets, 17);  // 16 layers and the embedding (stage 0) or the head (stage 1)
+    EXPECT_EQ(optimizers, 1);
+  }
+}
+
+TEST(PipelineTest, EveryOpKindStreamAndGroupIsEmitted) {
+  // A 3D plan with the distributed optimizer: between the iteration and its pass schedules every
+  // op kind, stream and group of the IR appears.
+  PlanKnobs k;
+  k.model = "gpt3-2.7b";
+  k.tp = 2;
+  k.pp = 2;
+  k.dp = 2;
+  k.cluster = "dgx-h100:1";
+  k.micro_batch = 1;
+  k.global_batch = 4;
+  k.distributed_optimizer = true;
+  const Plan plan = MakePlan(k);
+  Result<Iteration> it = LowerIteration(plan);
+  ASSERT_TRUE(it.ok()) << it.message();
+  std::set<OpKind> kinds;
+  std::set<Stream> streams;
+  std::set<Group> groups;
+  std::set<OpFunc> funcs;
+  auto note = [&](const Schedule& s) {
+    for (const Op& op : s.ops()) {
+      kinds.insert(op.kind);
+      streams.insert(op.stream);
+      groups.insert(op.group);
+      funcs.insert(op.func);
+    }
+  };
+  note(it->schedule);
+  for (const Schedule& pass : it->pass_schedules) note(pass);
+  EXPECT_EQ(kinds.size(), 7u);  // GEMM, attention, elementwise, collective, send/recv, optimizer,
+                                // pass
+  EXPECT_EQ(streams.size(), static_cast<size_t>(kStreamCount));
+  EXPECT_EQ(groups.size(), 5u);  // none, TP, DP, PP, embedding
+  for (OpFunc f : {OpFunc::kPpSend, OpFunc::kPpRecv, OpFunc::kDpReduceScatter, OpFunc::kDpAllGather,
+                   OpFunc::kEmbeddingAllReduce, OpFunc::kOptimizerStep})
+    EXPECT_TRUE(funcs.count(f)) << OpFuncName(f);
+}
+
+TEST(PipelineTest, PredictionRunsTheIterationInTheEngine) {
+  // tp 2 x pp 2 x dp 2 of GPT-3 2.7B: the predicted iteration holds every stage's passes,
+  // transfers and buckets; the breakdown adds up; DP collectives beside the backward slow it
+  // (contention) but never make it faster than with free DP collectives.
+  PlanKnobs k;
+  k.tp = 2;
+  k.pp = 2;
+  k.dp = 2;
+  k.micro_batch = 2;
+  k.global_batch = 16;
+  const Plan plan = MakePlan(k);
+  Result<Prediction> p = Predict(plan);
+  ASSERT_TRUE(p.ok()) << p.message();
+  const Schedule& s = p->iteration;
+  ASSERT_EQ(p->iteration_timeline.ops.size(), s.size());
+  std::set<int> stages;
+  int dp_ops = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    stages.insert(s.ops()[i].stage);
+    if (s.ops()[i].group == Group::kDp) ++dp_ops;
+  }
+  EXPECT_EQ(stages.size(), 2u);
+  EXPECT_GT(dp_ops, 0);
+  const IterationBreakdown& b = p->breakdown;
+  EXPECT_NEAR(b.compute_ms + b.exposed_tp_ms + b.bubble_ms + b.exposed_pp_ms + b.exposed_dp_ms +
+                  b.optimizer_ms,
+              p->figures.iteration_ms, 1e-9 * p->figures.iteration_ms);
+  EXPECT_GT(b.bubble_ms, 0);
+  EXPECT_GT(b.optimizer_ms, 0);
+  EXPECT_NEAR(p->iteration_timeline.end_us() * 1e-3, p->figures.iteration_ms, 1e-9);
+  EXPECT_LE(p->figures.ideal_ms, p->figures.iteration_ms);
+  EXPECT_LE(p->figures.iteration_ms, p->serial_ms);
 }
 
 }  // namespace

@@ -1,0 +1,361 @@
+#include "planner/iteration.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "models/model_counts.h"
+#include "planner/lower.h"
+
+namespace domino {
+
+std::vector<PipelineStep> PipelineOrder(int s, int stages, int chunks, int m) {
+  std::vector<PipelineStep> order;
+  if (chunks == 1) {
+    const int warmup = std::min(m, stages - s - 1);
+    int f = 0, b = 0;
+    for (; f < warmup; ++f) order.push_back({f, 0, false});
+    for (; f < m; ++f, ++b) {
+      order.push_back({f, 0, false});
+      order.push_back({b, 0, true});
+    }
+    for (; b < m; ++b) order.push_back({b, 0, true});
+    return order;
+  }
+  // Interleaved: virtual micro-batch k runs chunk (k mod (stages * chunks)) / stages of
+  // micro-batch (k / (stages * chunks)) * stages + k mod stages; backward walks chunks in reverse.
+  const int total = m * chunks;
+  auto forward = [&](int k) {
+    const int group = stages * chunks;
+    return PipelineStep{(k / group) * stages + k % stages, (k % group) / stages, false};
+  };
+  auto backward = [&](int k) {
+    PipelineStep step = forward(k);
+    step.chunk = chunks - 1 - step.chunk;
+    step.backward = true;
+    return step;
+  };
+  const int warmup = std::min(total, (stages - s - 1) * 2 + (chunks - 1) * stages);
+  int f = 0, b = 0;
+  for (; f < warmup; ++f) order.push_back(forward(f));
+  for (; f < total; ++f, ++b) {
+    order.push_back(forward(f));
+    order.push_back(backward(b));
+  }
+  for (; b < total; ++b) order.push_back(backward(b));
+  return order;
+}
+
+namespace {
+
+// Builds an Iteration stage by stage, in an order where every op's dependencies precede it.
+class IterationBuilder {
+ public:
+  IterationBuilder(const Plan& plan, Iteration* it)
+      : plan_(plan),
+        it_(*it),
+        counts_(CountParameters(plan.model)),
+        pp_(plan.pp),
+        v_(plan.virtual_stages),
+        m_(plan.micro_batches()),
+        total_vs_(plan.pp * plan.virtual_stages) {
+    const ParameterCounts& c = counts_;
+    layer_grad_bytes_ = static_cast<double>(c.per_layer) / plan.tp * kGradBytes;
+    const Dtype activation = plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision;
+    activation_bytes_ = static_cast<double>(plan.micro_batch) * plan.seq_len * plan.model.hidden *
+                        DtypeBytes(activation) / (plan.sequence_parallel ? plan.tp : 1);
+    overlap_grad_ = plan.dp > 1 && plan.stack.overlap_grad_reduce;
+    gather_ = plan.dp > 1 && plan.distributed_optimizer;
+    overlap_gather_ = gather_ && plan.stack.overlap_param_gather;
+    combined_ = pp_ == 1 && v_ == 1;
+  }
+
+  Status Build() {
+    const std::vector<int> layers = ChunkLayers(plan_);
+    it_.stages = pp_;
+    it_.chunks = v_;
+    it_.micro_batches = m_;
+    for (int vs = 0; vs < total_vs_; ++vs)
+      it_.virtual_stages.push_back({layers[vs], vs == 0, vs == total_vs_ - 1});
+    orders_.resize(pp_);
+    last_backward_.assign(pp_, std::vector<size_t>(v_, 0));
+    for (int s = 0; s < pp_; ++s) {
+      orders_[s] = PipelineOrder(s, pp_, v_, m_);
+      for (size_t i = 0; i < orders_[s].size(); ++i)
+        if (orders_[s][i].backward) last_backward_[s][orders_[s][i].chunk] = i;
+    }
+    sends_.assign(2 * static_cast<size_t>(total_vs_) * m_, -1);
+    last_pass_.assign(pp_, -1);
+    gathers_.assign(total_vs_, {});
+    it_.schedule.Reserve(static_cast<size_t>(pp_) * (orders_.empty() ? 0 : orders_[0].size()) * 3);
+
+    if (overlap_gather_)
+      for (int s = 0; s < pp_; ++s) EmitGathers(s, -1);
+    std::vector<size_t> next(pp_, 0);
+    size_t left = 0;
+    for (const auto& order : orders_) left += order.size();
+    while (left > 0) {
+      bool progress = false;
+      for (int s = 0; s < pp_; ++s) {
+        while (next[s] < orders_[s].size() && EmitStep(s, next[s])) {
+          ++next[s];
+          --left;
+          progress = true;
+        }
+      }
+      if (!progress) return Error("pipeline schedule deadlocked (a step waits for one never run)");
+    }
+    // Buckets not overlapped with the backward: reduced after the stage's last pass.
+    std::vector<int32_t> dp_tail(pp_, -1);
+    for (int s = 0; s < pp_; ++s) {
+      dp_tail[s] = last_pass_[s];
+      if (plan_.dp > 1 && !overlap_grad_)
+        for (int c = 0; c < v_; ++c) dp_tail[s] = EmitBuckets(s, c, last_pass_[s], true);
+      if (overlap_grad_ && last_bucket_.count(s)) dp_tail[s] = last_bucket_[s];
+    }
+    // The tied embedding's gradient: summed over the first and last stage once both are final.
+    int32_t embedding_sync = -1;
+    if (pp_ > 1 && plan_.model.tied_embeddings) {
+      Op op = Comm(OpFunc::kEmbeddingAllReduce, Stream::kDpComm, pp_ - 1);
+      op.kind = OpKind::kCollective;
+      op.collective = CollectiveOp::kAllReduce;
+      op.group = Group::kEmbedding;
+      op.bytes = static_cast<double>(counts_.embedding) / plan_.tp * kGradBytes;
+      op.tags.phase = Phase::kOptimizer;
+      const int32_t deps[] = {dp_tail[0], dp_tail[pp_ - 1]};
+      embedding_sync = it_.schedule.Add(op, deps);
+    }
+    for (int s = 0; s < pp_; ++s) {
+      double params = 0;
+      for (int c = 0; c < v_; ++c) params += ChunkParams(c * pp_ + s);
+      Op step;
+      step.kind = OpKind::kOptimizer;
+      step.func = OpFunc::kOptimizerStep;
+      step.stream = Stream::kCompute;
+      step.stage = static_cast<int16_t>(s);
+      step.tags.phase = Phase::kOptimizer;
+      step.bytes = (plan_.distributed_optimizer ? params / plan_.dp : params) * kAdamBytesPerParam;
+      std::vector<int32_t> deps = {dp_tail[s]};
+      if (embedding_sync >= 0 && (s == 0 || s == pp_ - 1)) deps.push_back(embedding_sync);
+      const int32_t optimizer = it_.schedule.Add(step, deps);
+      if (gather_ && !overlap_gather_) EmitGathers(s, optimizer);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // Parameters per GPU of a virtual stage: its layers' 1/tp share, plus the embedding (first)
+  // and the LM head and final norm (last).
+  double ChunkParams(int vs) const {
+    const ChunkShape& chunk = it_.virtual_stages[vs];
+    double params = static_cast<double>(counts_.per_layer) * chunk.layers / plan_.tp;
+    return params + ExtraParams(vs);
+  }
+  double ExtraParams(int vs) const {
+    const ChunkShape& chunk = it_.virtual_stages[vs];
+    double params = 0;
+    if (chunk.embedding)
+      params += static_cast<double>(counts_.embedding + counts_.position_embedding) / plan_.tp;
+    if (chunk.head) params += static_cast<double>(counts_.lm_head + counts_.final_norm) / plan_.tp;
+    return params;
+  }
+
+  Op Comm(OpFunc func, Stream stream, int stage) const {
+    Op op;
+    op.func = func;
+    op.stream = stream;
+    op.stage = static_cast<int16_t>(stage);
+    return op;
+  }
+
+  int32_t PassIndex(int vs, bool backward) {
+    PassSpec spec{it_.virtual_stages[vs], combined_ || !backward, combined_ || backward};
+    auto [found, inserted] = pass_index_.try_emplace(spec, static_cast<int32_t>(it_.passes.size()));
+    if (inserted) it_.passes.push_back(spec);
+    return found->second;
+  }
+
+  int32_t& Send(bool backward, int vs, int mb) {
+    return sends_[(static_cast<size_t>(backward) * total_vs_ + vs) * m_ + mb];
+  }
+
+  // The parameter all-gather of virtual stage `vs`'s chunk, one op per layer bucket (and one for
+  // the embedding or head), after `after` (or at the start of the iteration).
+  void EmitGathers(int s, int32_t after) {
+    for (int c = 0; c < v_; ++c) {
+      const int vs = c * pp_ + s;
+      const int layers = it_.virtual_stages[vs].layers;
+      auto gather = [&](int layer, double params) {
+        Op op = Comm(OpFunc::kDpAllGather, Stream::kDpComm, s);
+        op.kind = OpKind::kCollective;
+        op.collective = CollectiveOp::kAllGather;
+        op.group = Group::kDp;
+        op.bytes = params * 2;  // 16-bit parameters
+        op.tags.layer = static_cast<int16_t>(layer);
+        op.tags.virtual_stage = static_cast<int16_t>(vs);
+        op.tags.phase = Phase::kOptimizer;
+        std::vector<int32_t> deps;
+        if (after >= 0) deps.push_back(after);
+        return it_.schedule.Add(op, deps);
+      };
+      // In the order the forward needs them: the embedding first, the head last.
+      std::vector<int32_t>& ids = gathers_[vs];
+      ids.assign(layers, -1);
+      const bool extra = ExtraParams(vs) > 0;
+      if (extra && it_.virtual_stages[vs].embedding) extra_gather_[vs] = gather(-1, ExtraParams(vs));
+      for (int l = 0; l < layers; ++l)
+        ids[l] = gather(l, static_cast<double>(counts_.per_layer) / plan_.tp);
+      if (extra && !it_.virtual_stages[vs].embedding) extra_gather_[vs] = gather(-1, ExtraParams(vs));
+    }
+  }
+
+  // Gradient buckets of virtual stage `c * pp + s` released by `after`: every layer's, and the
+  // embedding's or head's, when `all`; otherwise only layer `layer` (or the extra one for -1).
+  int32_t EmitBuckets(int s, int c, int32_t after, bool all, int layer = -1) {
+    const int vs = c * pp_ + s;
+    auto bucket = [&](int l, double bytes) {
+      Op op = Comm(plan_.distributed_optimizer ? OpFunc::kDpReduceScatter : OpFunc::kDpAllReduce,
+                   Stream::kDpComm, s);
+      op.kind = OpKind::kCollective;
+      op.collective =
+          plan_.distributed_optimizer ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
+      op.group = Group::kDp;
+      op.bytes = bytes;
+      op.tags.layer = static_cast<int16_t>(l);
+      op.tags.virtual_stage = static_cast<int16_t>(vs);
+      op.tags.phase = Phase::kBackward;
+      const int32_t deps[] = {after};
+      return last_bucket_[s] = it_.schedule.Add(op, deps);
+    };
+    int32_t id = after;
+    const int layers = it_.virtual_stages[vs].layers;
+    if (all) {
+      for (int l = layers - 1; l >= 0; --l) id = bucket(l, layer_grad_bytes_);
+      if (ExtraParams(vs) > 0) id = bucket(-1, ExtraParams(vs) * kGradBytes);
+    } else if (layer >= 0) {
+      id = bucket(layer, layer_grad_bytes_);
+    } else if (ExtraParams(vs) > 0) {
+      id = bucket(-1, ExtraParams(vs) * kGradBytes);
+    }
+    return id;
+  }
+
+  // Emits step `index` of stage `s` if its input has been sent; returns false if not yet.
+  bool EmitStep(int s, size_t index) {
+    const PipelineStep& step = orders_[s][index];
+    const int vs = step.chunk * pp_ + s;
+    const int mb = step.micro_batch;
+    int32_t input = -1;
+    if (!step.backward && vs > 0) input = Send(false, vs - 1, mb);
+    if (step.backward && vs + 1 < total_vs_) input = Send(true, vs + 1, mb);
+    const bool needs_input = (!step.backward && vs > 0) || (step.backward && vs + 1 < total_vs_);
+    if (needs_input && input < 0) return false;
+
+    std::vector<int32_t> deps;
+    if (needs_input) {
+      Op recv = Comm(OpFunc::kPpRecv, Stream::kPpComm, s);
+      recv.kind = OpKind::kSendRecv;
+      recv.group = Group::kPp;
+      recv.bytes = activation_bytes_;
+      recv.tags.micro_batch = static_cast<int16_t>(mb);
+      recv.tags.virtual_stage = static_cast<int16_t>(vs);
+      recv.tags.phase = step.backward ? Phase::kBackward : Phase::kForward;
+      const int32_t send[] = {input};
+      deps.push_back(it_.schedule.Add(recv, send));
+    }
+    Op pass;
+    pass.kind = OpKind::kPass;
+    pass.func = step.backward ? OpFunc::kBackwardPass : OpFunc::kForwardPass;
+    pass.stream = Stream::kCompute;
+    pass.stage = static_cast<int16_t>(s);
+    pass.pass = PassIndex(vs, step.backward);
+    pass.tags.micro_batch = static_cast<int16_t>(mb);
+    pass.tags.virtual_stage = static_cast<int16_t>(vs);
+    pass.tags.phase = step.backward ? Phase::kBackward : Phase::kForward;
+    const int layers = it_.virtual_stages[vs].layers;
+    int32_t last = -1;
+    const bool release = step.backward && overlap_grad_ && layers > 0 &&
+                         last_backward_[s][step.chunk] == index;
+    const bool gathered = !step.backward && overlap_gather_ && layers > 0 && mb == 0;
+    if (release) {
+      // Top layer first: its gradients are final first.
+      for (int l = layers - 1; l >= 0; --l) {
+        Op piece = pass;
+        piece.layer_begin = static_cast<int16_t>(l);
+        piece.layer_end = static_cast<int16_t>(l + 1);
+        last = it_.schedule.Add(piece, deps);
+        deps.clear();
+        EmitBuckets(s, step.chunk, last, false, l);
+      }
+      EmitBuckets(s, step.chunk, last, false, -1);
+    } else if (gathered) {
+      const std::vector<int32_t>& gathers = gathers_[vs];
+      const auto extra = extra_gather_.find(vs);
+      for (int l = 0; l < layers; ++l) {
+        Op piece = pass;
+        piece.layer_begin = static_cast<int16_t>(l);
+        piece.layer_end = static_cast<int16_t>(l + 1);
+        deps.push_back(gathers[l]);
+        // The embedding's parameters before the first layer, the head's by the last.
+        if (extra != extra_gather_.end() &&
+            ((l == 0 && it_.virtual_stages[vs].embedding) || l == layers - 1))
+          deps.push_back(extra->second);
+        last = it_.schedule.Add(piece, deps);
+        deps.clear();
+      }
+    } else {
+      last = it_.schedule.Add(pass, deps);
+    }
+    last_pass_[s] = last;
+
+    const bool sends = step.backward ? vs > 0 : vs + 1 < total_vs_;
+    if (sends) {
+      Op send = Comm(OpFunc::kPpSend, Stream::kPpComm, s);
+      send.kind = OpKind::kSendRecv;
+      send.group = Group::kPp;
+      send.bytes = activation_bytes_;
+      send.tags = pass.tags;
+      const int32_t after[] = {last};
+      Send(step.backward, vs, mb) = it_.schedule.Add(send, after);
+    }
+    return true;
+  }
+
+  const Plan& plan_;
+  Iteration& it_;
+  ParameterCounts counts_;
+  const int pp_, v_, m_, total_vs_;
+  double layer_grad_bytes_ = 0, activation_bytes_ = 0;
+  bool overlap_grad_ = false, gather_ = false, overlap_gather_ = false, combined_ = false;
+  std::vector<std::vector<PipelineStep>> orders_;
+  std::vector<std::vector<size_t>> last_backward_;  // by stage and chunk: its last backward step
+  std::vector<int32_t> sends_;      // by (backward, virtual stage, micro-batch)
+  std::vector<int32_t> last_pass_;  // by stage
+  std::map<int, int32_t> last_bucket_;
+  std::vector<std::vector<int32_t>> gathers_;  // by virtual stage: per layer
+  std::map<int, int32_t> extra_gather_;        // by virtual stage: the embedding's or head's
+  std::map<PassSpec, int32_t> pass_index_;
+};
+
+}  // namespace
+
+Result<Iteration> LowerIteration(const Plan& plan, const IterationOptions& options) {
+  if (auto failure = CheckPlanRules(plan))
+    return Error(fmt::format("{}: {}", failure->key, failure->rule));
+  Iteration it;
+  IterationBuilder builder(plan, &it);
+  DOMINO_RETURN_IF_ERROR(builder.Build());
+  if (options.lower_passes) {
+    for (const PassSpec& pass : it.passes) {
+      Result<Schedule> schedule = LowerStage(
+          plan, LowerOptions{pass.chunk.layers, pass.chunk.embedding, pass.chunk.head,
+                             pass.forward, pass.backward});
+      if (!schedule.ok()) return schedule.error();
+      it.pass_schedules.push_back(std::move(schedule).value());
+    }
+  }
+  return it;
+}
+
+}  // namespace domino
