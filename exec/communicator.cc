@@ -1,6 +1,6 @@
 #include "exec/communicator.h"
 
-#include "exec/mpi_communicator.h"
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <utility>
 
-#include <fmt/format.h>
+#include "exec/mpi_communicator.h"
 
 namespace domino::exec {
 

@@ -1,9 +1,9 @@
 #include "exec/launch_env.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 namespace domino::exec {
 namespace {
@@ -36,8 +36,8 @@ Result<LaunchEnv> ReadLaunchEnv(
     const char* end = text.data() + text.size();
     auto [ptr, ec] = std::from_chars(text.data(), end, *out);
     if (ec != std::errc() || ptr != end || *out < 0)
-      return Error(fmt::format("launch environment: {}=\"{}\" is not a non-negative integer", name,
-                               text));
+      return Error(
+          fmt::format("launch environment: {}=\"{}\" is not a non-negative integer", name, text));
     return Status::Ok();
   };
   for (const Launcher& launcher : kLaunchers) {
@@ -45,8 +45,8 @@ Result<LaunchEnv> ReadLaunchEnv(
     if (!size) continue;
     std::optional<std::string> rank = get(launcher.rank);
     if (!rank)
-      return Error(fmt::format("launch environment: {} is set but {} is not", launcher.size,
-                               launcher.rank));
+      return Error(
+          fmt::format("launch environment: {} is set but {} is not", launcher.size, launcher.rank));
     LaunchEnv env;
     env.source = fmt::format("{} ({})", launcher.name, launcher.size);
     DOMINO_RETURN_IF_ERROR(number(launcher.size, *size, &env.size));

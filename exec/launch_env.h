@@ -15,7 +15,8 @@ struct LaunchEnv {
   int size = 1;
   int rank = 0;
   int local_rank = 0;
-  std::string source = "no launcher";  // "OpenMPI (OMPI_COMM_WORLD_SIZE)", "Slurm (SLURM_NTASKS)", ...
+  std::string source =
+      "no launcher";  // "OpenMPI (OMPI_COMM_WORLD_SIZE)", "Slurm (SLURM_NTASKS)", ...
 };
 
 // Reads OpenMPI's (OMPI_COMM_WORLD_*), MPICH/Hydra's (PMI_*), Slurm's (SLURM_NTASKS, SLURM_PROCID,

@@ -1,11 +1,10 @@
 #include "exec/mpi_communicator.h"
 
+#include <fmt/format.h>
 #include <mpi.h>
 
 #include <cstdlib>
 #include <limits>
-
-#include <fmt/format.h>
 
 namespace domino::exec {
 namespace {
@@ -44,8 +43,8 @@ class MpiCommunicator final : public Communicator {
   }
   Status AllGather(const float* in, float* out, int64_t count) override {
     DOMINO_RETURN_IF_ERROR(CheckCount(count * size_));
-    return Check(MPI_Allgather(in, static_cast<int>(count), MPI_FLOAT, out,
-                               static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD),
+    return Check(MPI_Allgather(in, static_cast<int>(count), MPI_FLOAT, out, static_cast<int>(count),
+                               MPI_FLOAT, MPI_COMM_WORLD),
                  "all-gather");
   }
   Status Gather(const float* in, float* out, int64_t count) override {

@@ -78,9 +78,9 @@ enum class OpFunc : uint8_t {
   kBackwardPass,  // kPass: its backward (recompute included)
   kPpSend,        // activation (forward) or its gradient (backward) to the neighbour stage
   kPpRecv,
-  kDpAllReduce,      // a gradient bucket over the DP group
-  kDpReduceScatter,  // the same with the distributed optimizer
-  kDpAllGather,      // distributed optimizer: updated 16-bit parameters
+  kDpAllReduce,         // a gradient bucket over the DP group
+  kDpReduceScatter,     // the same with the distributed optimizer
+  kDpAllGather,         // distributed optimizer: updated 16-bit parameters
   kEmbeddingAllReduce,  // tied embedding's gradient between first and last stage
   kOptimizerStep,       // Adam over the stage's (or its DP shard's) parameters
   kCount,

@@ -95,14 +95,16 @@ TEST(LaunchEnvTest, ReadsEachLauncher) {
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->size, 1);
   EXPECT_EQ(none->rank, 0);
-  Result<LaunchEnv> ompi = Read({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "3"},
+  Result<LaunchEnv> ompi = Read({{"OMPI_COMM_WORLD_SIZE", "4"},
+                                 {"OMPI_COMM_WORLD_RANK", "3"},
                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
   ASSERT_TRUE(ompi.ok());
   EXPECT_EQ(ompi->size, 4);
   EXPECT_EQ(ompi->rank, 3);
   EXPECT_EQ(ompi->local_rank, 1);
   EXPECT_NE(ompi->source.find("OpenMPI"), std::string::npos);
-  Result<LaunchEnv> slurm = Read({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "5"}});
+  Result<LaunchEnv> slurm =
+      Read({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "5"}});
   ASSERT_TRUE(slurm.ok());
   EXPECT_EQ(slurm->size, 8);
   EXPECT_NE(slurm->source.find("Slurm"), std::string::npos);

@@ -1,7 +1,7 @@
 // Needs a GPU: labelled `gpu`, skips cleanly without one.
-#include "exec/cuda_device.h"
-
 #include <gtest/gtest.h>
+
+#include "exec/cuda_device.h"
 
 namespace domino::exec {
 namespace {

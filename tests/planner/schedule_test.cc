@@ -81,7 +81,8 @@ TEST(ScheduleTest, ReadsAndWritesAreKeptPerOp) {
 TEST(ScheduleTest, LabelNamesFuncAndTags) {
   Schedule s;
   Op op = OnStream(Stream::kCompute, OpFunc::kFc2GradInput);
-  op.tags = OpTags{.layer = 3, .micro_batch = 0, .row_slice = 1, .col_chunk = 0, .phase = Phase::kBackward};
+  op.tags = OpTags{
+      .layer = 3, .micro_batch = 0, .row_slice = 1, .col_chunk = 0, .phase = Phase::kBackward};
   int32_t full = s.Add(op, {});
   Op comm = OnStream(Stream::kTpComm, OpFunc::kTpAllReduce);
   comm.tags.layer = 12;
@@ -106,7 +107,8 @@ TEST(ScheduleTest, NamesOfStreamsAndFuncs) {
   // Every func has its own name.
   for (int i = 0; i < static_cast<int>(OpFunc::kCount); ++i)
     for (int j = 0; j < i; ++j)
-      EXPECT_NE(OpFuncName(static_cast<OpFunc>(i)), OpFuncName(static_cast<OpFunc>(j))) << i << " " << j;
+      EXPECT_NE(OpFuncName(static_cast<OpFunc>(i)), OpFuncName(static_cast<OpFunc>(j)))
+          << i << " " << j;
 }
 
 TEST(TimelineTest, EndIsTheLatestEnd) {

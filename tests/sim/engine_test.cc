@@ -77,8 +77,8 @@ TEST(EngineTest, DependencySerializesStreams) {
 
 TEST(EngineTest, SameStreamRunsInIssueOrder) {
   Case c;
-  int32_t a = c.Add(Stream::kCompute, Compute(150, 4));            // 2 waves: 8 us
-  int32_t b = c.Add(Stream::kCompute, Compute(0, 0, 0, 7));         // launch only: 7 us
+  int32_t a = c.Add(Stream::kCompute, Compute(150, 4));      // 2 waves: 8 us
+  int32_t b = c.Add(Stream::kCompute, Compute(0, 0, 0, 7));  // launch only: 7 us
   int32_t x = c.Add(Stream::kTpComm, Comm(3));
   int32_t y = c.Add(Stream::kTpComm, Comm(2));
   Timeline t = c.Run();
@@ -339,9 +339,9 @@ Lowered LowerAndCost(const testing_util::PlanKnobs& knobs) {
 }
 
 TEST(EngineTest, LoweredScheduleRespectsStreamsAndDeps) {
-  for (auto [p, q, scope] : {std::tuple{2, 1, OverlapScope::kInterLayer},
-                             std::tuple{2, 2, OverlapScope::kIntraLayer},
-                             std::tuple{1, 1, OverlapScope::kNone}}) {
+  for (auto [p, q, scope] :
+       {std::tuple{2, 1, OverlapScope::kInterLayer}, std::tuple{2, 2, OverlapScope::kIntraLayer},
+        std::tuple{1, 1, OverlapScope::kNone}}) {
     testing_util::PlanKnobs knobs;
     knobs.row_split = p, knobs.col_split = q, knobs.scope = scope;
     Lowered l = LowerAndCost(knobs);
@@ -358,7 +358,8 @@ TEST(EngineTest, LoweredScheduleRespectsStreamsAndDeps) {
       // than alone.
       double ready = stream_end[static_cast<int>(op.stream)];
       for (int32_t dep : l.schedule.deps(op)) ready = std::max(ready, t.ops[dep].end_us);
-      EXPECT_NEAR(ot.start_us, ready, kEps * std::max(1.0, ready)) << l.schedule.Label(static_cast<int32_t>(i));
+      EXPECT_NEAR(ot.start_us, ready, kEps * std::max(1.0, ready))
+          << l.schedule.Label(static_cast<int32_t>(i));
       EXPECT_GE(ot.end_us - ot.start_us, l.costs[i].alone_us * (1 - 1e-9));
       stream_end[static_cast<int>(op.stream)] = ot.end_us;
     }
@@ -378,7 +379,8 @@ TEST(EngineTest, WithoutSlicesIntraLayerEqualsNone) {
     Timeline a = Simulate(none.schedule, none.costs, none.device);
     Timeline b = Simulate(intra.schedule, intra.costs, intra.device);
     for (size_t i = 0; i < a.ops.size(); ++i) {
-      EXPECT_EQ(a.ops[i].start_us, b.ops[i].start_us) << sp << " " << none.schedule.Label(static_cast<int32_t>(i));
+      EXPECT_EQ(a.ops[i].start_us, b.ops[i].start_us)
+          << sp << " " << none.schedule.Label(static_cast<int32_t>(i));
       EXPECT_EQ(a.ops[i].end_us, b.ops[i].end_us);
     }
   }

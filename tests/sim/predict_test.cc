@@ -20,7 +20,8 @@ struct Strategy {
   bool sp;
 };
 constexpr Strategy kStrategies[] = {
-    {"baseline", 1, 1, OverlapScope::kNone, false},     {"sp", 1, 1, OverlapScope::kNone, true},
+    {"baseline", 1, 1, OverlapScope::kNone, false},
+    {"sp", 1, 1, OverlapScope::kNone, true},
     {"row2-inter", 2, 1, OverlapScope::kInterLayer, false},
     {"row4-intra", 4, 1, OverlapScope::kIntraLayer, false},
     {"col2-intra", 1, 2, OverlapScope::kIntraLayer, false},
@@ -196,7 +197,8 @@ void ExpectFasterLinksNeverExposeMore(bool hbm_contention) {
         const double tol = 1e-9 * p.figures.iteration_ms;
         EXPECT_LE(p.tp_comm_ms, tp_comm) << "x" << scale;
         EXPECT_LE(p.figures.exposed_comm_ms, exposed + tol)
-            << "x" << scale << ": iteration " << p.figures.iteration_ms << " ms, before " << iteration;
+            << "x" << scale << ": iteration " << p.figures.iteration_ms << " ms, before "
+            << iteration;
         EXPECT_LE(p.figures.iteration_ms, iteration + tol) << "x" << scale;
         tp_comm = p.tp_comm_ms;
         exposed = p.figures.exposed_comm_ms;
@@ -281,7 +283,8 @@ TEST(PredictTest, BrokenPlanIsAnError) {
 namespace domino::sim {
 namespace {
 
-Plan ThreeD(int pp, int dp, int v = 1, Recompute recompute = Recompute::kNone, bool distopt = false) {
+Plan ThreeD(int pp, int dp, int v = 1, Recompute recompute = Recompute::kNone,
+            bool distopt = false) {
   Plan plan;
   plan.model_ref = "gpt3-2.7b";
   plan.cluster_ref = "dgx-h100:" + std::to_string(pp * dp);
@@ -324,7 +327,8 @@ TEST(PredictIterationTest, PipelineBubbleAndTransfersAppear) {
   EXPECT_LT(two.figures.iteration_ms, one.figures.iteration_ms);
   EXPECT_GT(two.figures.iteration_ms, 0.5 * one.figures.iteration_ms);
   // 1F1B's bubble on 2 stages and 8 micro-batches is about (p-1)/(m+p-1) = 1/9 of the stage time.
-  const double stage = two.breakdown.compute_ms + two.breakdown.exposed_tp_ms + two.breakdown.bubble_ms;
+  const double stage =
+      two.breakdown.compute_ms + two.breakdown.exposed_tp_ms + two.breakdown.bubble_ms;
   EXPECT_NEAR(two.breakdown.bubble_ms / stage, 1.0 / 9, 0.03);
 }
 
@@ -359,7 +363,8 @@ TEST(PredictIterationTest, RecomputeAddsForwardWork) {
   EXPECT_GT(recomputed, 0);
   // Model FLOPs leave recompute out: the same tokens/s would mean the same TFLOP/s.
   EXPECT_NEAR(full.figures.tflops_per_gpu * full.figures.iteration_ms,
-              none.figures.tflops_per_gpu * none.figures.iteration_ms, 1e-6 * none.figures.tflops_per_gpu * none.figures.iteration_ms);
+              none.figures.tflops_per_gpu * none.figures.iteration_ms,
+              1e-6 * none.figures.tflops_per_gpu * none.figures.iteration_ms);
   EXPECT_GT(full.figures.memory_gib_per_gpu, 0);
   EXPECT_LT(full.figures.memory_gib_per_gpu, none.figures.memory_gib_per_gpu);
 }

@@ -147,7 +147,8 @@ TEST(ProfileTest, BadProfilesNameLineAndKey) {
     ASSERT_FALSE(p.ok()) << text;
     EXPECT_NE(p.message().find("p.yaml:4:"), std::string::npos) << p.message();
   }
-  Result<HardwareProfile> typo = ParseProfile("device: cpu\nbackend: cpu\ncontension: true\n", "p.yaml");
+  Result<HardwareProfile> typo =
+      ParseProfile("device: cpu\nbackend: cpu\ncontension: true\n", "p.yaml");
   ASSERT_FALSE(typo.ok());
   EXPECT_NE(typo.message().find("contention"), std::string::npos) << typo.message();
 }

@@ -1,7 +1,6 @@
 #include "sim/report.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,9 +19,7 @@ std::string TempPath(const char* name) {
   return testing::TempDir() + "/" + std::to_string(::getpid()) + "_" + name;
 }
 
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 TEST(ReportTest, TimelineRoundTripsThroughAReport) {
   testing_util::PlanKnobs k;

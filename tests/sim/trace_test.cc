@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-
 #include <set>
 #include <string>
 
@@ -93,7 +92,8 @@ TEST(TraceTest, PredictedTimelineIsAValidTrace) {
     ASSERT_EQ(e["ph"], "X");
     const size_t i = complete++;
     ASSERT_LT(i, p->schedule.size());
-    for (const char* key : {"name", "ph", "ts", "dur", "pid", "tid"}) ASSERT_TRUE(e.contains(key)) << key;
+    for (const char* key : {"name", "ph", "ts", "dur", "pid", "tid"})
+      ASSERT_TRUE(e.contains(key)) << key;
     EXPECT_EQ(e["name"], p->schedule.Label(static_cast<int32_t>(i)));
     EXPECT_GE(e["dur"].get<double>(), 0);
     EXPECT_GE(e["ts"].get<double>(), 0);
