@@ -62,8 +62,8 @@ void BM_LowerGpt3_13B(benchmark::State& state) {
 }
 BENCHMARK(BM_LowerGpt3_13B)->Arg(4)->Unit(benchmark::kMicrosecond);
 
-// Whole iterations of 3D-parallel plans: every distinct pipeline chunk simulated once per pass,
-// then the pipeline, DP buckets and the optimizer.
+// Whole iterations of 3D-parallel plans: every distinct pass simulated once, then the whole
+// iteration (every stage's passes, pipeline transfers, DP buckets, optimizer) in the engine.
 Plan ThreeD(const char* model, const char* cluster, int pp, int dp, int v, int micro_batches,
             int seq_len) {
   Plan plan;

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "planner/iteration.h"
+#include "sim/cost_model.h"
 #include "sim/engine.h"
 #include "sim/predict.h"
 #include "tests/planner/test_plans.h"
@@ -270,6 +271,48 @@ TEST(PipelineTest, PredictionRunsTheIterationInTheEngine) {
   EXPECT_NEAR(p->iteration_timeline.end_us() * 1e-3, p->figures.iteration_ms, 1e-9);
   EXPECT_LE(p->figures.ideal_ms, p->figures.iteration_ms);
   EXPECT_LE(p->figures.iteration_ms, p->serial_ms);
+}
+
+TEST(PipelineTest, IterationOpsArePricedByTheCostModel) {
+  // The optimizer step pays the stack's launch (smaller under CUDA graphs) plus its bytes over
+  // HBM; a DP bucket is priced on the DP group (across nodes here), a pipeline recv costs nothing.
+  PlanKnobs k;
+  k.tp = 8;
+  k.pp = 1;
+  k.dp = 2;
+  k.global_batch = 8;
+  k.cluster = "dgx-h100:2";
+  const Plan plan = MakePlan(k);
+  Op step;
+  step.kind = OpKind::kOptimizer;
+  step.func = OpFunc::kOptimizerStep;
+  step.bytes = 3e9;
+  CostOptions eager, graphs;
+  eager.cuda_graphs = false;
+  graphs.cuda_graphs = true;
+  const OpCost a = CostModel(plan, eager).Cost(step), b = CostModel(plan, graphs).Cost(step);
+  const GpuSpec& gpu = plan.cluster.node.gpu;
+  EXPECT_NEAR(a.alone_us - b.alone_us, gpu.kernel_launch_us - gpu.graph_launch_us, 1e-9);
+  EXPECT_NEAR(a.alone_us, gpu.kernel_launch_us + 3e9 / (gpu.hbm_GBps * gpu.hbm_efficiency * 1e3),
+              1e-6);
+  Op bucket;
+  bucket.kind = OpKind::kCollective;
+  bucket.collective = CollectiveOp::kAllReduce;
+  bucket.group = Group::kDp;
+  bucket.stream = Stream::kDpComm;
+  bucket.bytes = 64e6;
+  const OpCost dp = CostModel(plan, {}).Cost(bucket);
+  EXPECT_NEAR(
+      dp.alone_us,
+      EstimateCollective(plan.cluster.node, Collective::kAllReduce, 64e6, DpGroup(plan)).time_us,
+      1e-9);
+  EXPECT_EQ(DpGroup(plan).nodes_spanned, 2);
+  Op recv;
+  recv.kind = OpKind::kSendRecv;
+  recv.func = OpFunc::kPpRecv;
+  recv.group = Group::kPp;
+  recv.bytes = 1e6;
+  EXPECT_EQ(CostModel(plan, {}).Cost(recv).alone_us, 0);
 }
 
 }  // namespace

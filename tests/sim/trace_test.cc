@@ -110,5 +110,41 @@ TEST(TraceTest, PredictedTimelineIsAValidTrace) {
   EXPECT_EQ(named_threads, (std::set<int>{0, 1, 2, 3}));
 }
 
+TEST(TraceTest, IterationTraceHasAProcessPerStageAndItsStreams) {
+  // tp 2 x pp 2 x dp 2 of GPT-3 2.7B: the predicted iteration as a trace shows each stage as a
+  // process, pipeline sends and recvs on pp-comm and DP buckets on dp-comm.
+  testing_util::PlanKnobs k;
+  k.tp = 2;
+  k.pp = 2;
+  k.dp = 2;
+  k.micro_batch = 2;
+  k.global_batch = 8;
+  Result<Prediction> p = Predict(testing_util::MakePlan(k));
+  ASSERT_TRUE(p.ok()) << p.message();
+  json trace = json::parse(TraceJson(p->iteration, p->iteration_timeline));
+  std::set<std::string> processes;
+  std::set<std::pair<int, std::string>> placed;  // (tid, category)
+  std::set<int> pids;
+  for (const json& e : trace.at("traceEvents")) {
+    if (e.at("name") == "process_name")
+      processes.insert(e.at("args").at("name").get<std::string>());
+    if (e.at("ph") != "X") continue;
+    pids.insert(e.at("pid").get<int>());
+    placed.insert({e.at("tid").get<int>(), e.at("cat").get<std::string>()});
+  }
+  EXPECT_EQ(processes, (std::set<std::string>{"stage 0", "stage 1"}));
+  EXPECT_EQ(pids, (std::set<int>{0, 1}));
+  const int pp_comm = static_cast<int>(Stream::kPpComm),
+            dp_comm = static_cast<int>(Stream::kDpComm);
+  const int compute = static_cast<int>(Stream::kCompute);
+  EXPECT_TRUE(placed.count({pp_comm, "pp.send"}));
+  EXPECT_TRUE(placed.count({pp_comm, "pp.recv"}));
+  EXPECT_TRUE(placed.count({dp_comm, "dp.allreduce"}));
+  EXPECT_TRUE(placed.count({dp_comm, "embedding.allreduce"}));
+  EXPECT_TRUE(placed.count({compute, "forward"}));
+  EXPECT_TRUE(placed.count({compute, "backward"}));
+  EXPECT_TRUE(placed.count({compute, "optimizer"}));
+}
+
 }  // namespace
 }  // namespace domino::sim
