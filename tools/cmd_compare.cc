@@ -11,6 +11,7 @@
 
 #include "sim/report.h"
 #include "tools/command.h"
+#include "tools/json_output.h"
 #include "tools/table.h"
 
 namespace domino::cli {
@@ -19,12 +20,30 @@ namespace {
 struct CompareFlags {
   std::string predicted_path, measured_path;
   int top = 15;
+  OutputFormat format = OutputFormat::kTable;
 };
 
 // (predicted - measured) / measured as a signed percentage, or "-" when measured is (about) zero.
 std::string Error(double predicted, double measured) {
   if (std::fabs(measured) < 1e-9) return "-";
   return fmt::format("{:+.1f}%", 100 * (predicted - measured) / measured);
+}
+
+// (predicted - measured) / measured as a fraction, or null when measured is (about) zero.
+Json ErrorJson(double predicted, double measured) {
+  if (std::fabs(measured) < 1e-9) return nullptr;
+  return (predicted - measured) / measured;
+}
+
+// A figure of both reports: {"predicted", "measured", "error"}, or "difference" for fractions.
+Json PairJson(double predicted, double measured, bool fraction = false) {
+  Json pair{{"predicted", predicted}, {"measured", measured}};
+  if (fraction) {
+    pair["difference"] = predicted - measured;
+  } else {
+    pair["error"] = ErrorJson(predicted, measured);
+  }
+  return pair;
 }
 
 // For fractions (0..1): the difference in points, meaningful even when the measured one is 0.
@@ -64,6 +83,89 @@ StackFigures Stack(const std::vector<const sim::ReportOp*>& ops) {
   return f;
 }
 
+// A predicted op and the measured op with the same label and occurrence.
+struct Pair {
+  const sim::ReportOp* p;
+  const sim::ReportOp* m;
+};
+
+// The median of |predicted - measured| / measured over the matched ops measured above zero.
+struct MedianError {
+  double error = 0;
+  size_t ops = 0;
+};
+
+MedianError MedianOpError(const std::vector<Pair>& pairs) {
+  std::vector<double> errors;
+  for (const Pair& pair : pairs) {
+    const double measured_us = pair.m->end_us - pair.m->start_us;
+    if (measured_us > 0)
+      errors.push_back(std::fabs((pair.p->end_us - pair.p->start_us) - measured_us) / measured_us);
+  }
+  if (errors.empty()) return {};
+  std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
+  return {errors[errors.size() / 2], errors.size()};
+}
+
+Json StackJson(const StackFigures& a, const StackFigures& b) {
+  return Json{{"length_ms", PairJson(a.ms, b.ms)},
+              {"compute_busy_ms", PairJson(a.compute_ms, b.compute_ms)},
+              {"tp_comm_busy_ms", PairJson(a.comm_ms, b.comm_ms)},
+              {"hidden_fraction", PairJson(a.hidden, b.hidden, /*fraction=*/true)}};
+}
+
+// What the tables say, as one document: the figures, and with both timelines the layer stack,
+// the op classes and every matched op in the predicted report's order.
+Json CompareJson(const CompareFlags& flags, const sim::Report& predicted,
+                 const sim::Report& measured, const PlanFigures& p, const PlanFigures& m,
+                 const std::vector<Pair>& pairs, size_t unmatched,
+                 const std::map<std::string, std::pair<double, double>>& classes) {
+  Json document = JsonDocument("compare");
+  document["predicted"] = {{"path", flags.predicted_path}, {"model", predicted.plan.model.name}};
+  document["measured"] = {{"path", flags.measured_path}, {"model", measured.plan.model.name}};
+  document["figures"] = {
+      {"iteration_ms", PairJson(p.iteration_ms, m.iteration_ms)},
+      {"ideal_ms", PairJson(p.ideal_ms, m.ideal_ms)},
+      {"exposed_comm_ms", PairJson(p.exposed_comm_ms, m.exposed_comm_ms)},
+      {"hidden_comm_fraction",
+       PairJson(p.hidden_comm_fraction, m.hidden_comm_fraction, /*fraction=*/true)},
+      {"tokens_per_s", PairJson(p.tokens_per_s, m.tokens_per_s)}};
+  const bool timelines = !predicted.ops.empty() && !measured.ops.empty();
+  document["timelines"] = timelines;
+  document["predicted_ops"] = predicted.ops.size();
+  document["measured_ops"] = measured.ops.size();
+  document["matched_ops"] = pairs.size();
+  document["unmatched_predicted_ops"] = unmatched;
+  if (!timelines) return document;
+  std::vector<const sim::ReportOp*> predicted_ops, measured_ops;
+  for (const Pair& pair : pairs) {
+    predicted_ops.push_back(pair.p);
+    measured_ops.push_back(pair.m);
+  }
+  document["layer_stack"] = StackJson(Stack(predicted_ops), Stack(measured_ops));
+  Json by_class = Json::array();
+  for (const auto& [name, t] : classes)
+    by_class.push_back({{"op_class", name},
+                        {"predicted_us", t.first},
+                        {"measured_us", t.second},
+                        {"error", ErrorJson(t.first, t.second)}});
+  document["op_classes"] = std::move(by_class);
+  const MedianError median = MedianOpError(pairs);
+  document["median_op_error"] = median.ops > 0 ? Json(median.error) : Json(nullptr);
+  document["median_op_error_ops"] = median.ops;
+  Json ops = Json::array();
+  for (const Pair& pair : pairs) {
+    const double a = pair.p->end_us - pair.p->start_us, b = pair.m->end_us - pair.m->start_us;
+    ops.push_back({{"label", pair.p->label},
+                   {"op_class", pair.p->op_class},
+                   {"predicted_us", a},
+                   {"measured_us", b},
+                   {"error", ErrorJson(a, b)}});
+  }
+  document["ops"] = std::move(ops);
+  return document;
+}
+
 void Run(const CompareFlags& flags) {
   Result<sim::Report> predicted = sim::LoadReport(flags.predicted_path);
   if (!predicted.ok()) Fail("compare", predicted.message());
@@ -81,10 +183,6 @@ void Run(const CompareFlags& flags) {
   std::map<std::string, int> seen;
   for (const sim::ReportOp& op : measured->ops) by_key[{op.label, seen[op.label]++}] = &op;
   seen.clear();
-  struct Pair {
-    const sim::ReportOp* p;
-    const sim::ReportOp* m;
-  };
   std::vector<Pair> pairs;
   size_t unmatched = 0;
   std::map<std::string, std::pair<double, double>> classes;  // busy us: predicted, measured
@@ -103,6 +201,11 @@ void Run(const CompareFlags& flags) {
     Fail("compare", fmt::format("{} and {} share no op (0 of {} predicted ops match a measured "
                                 "one): compare a prediction and a measurement of the same plan",
                                 flags.predicted_path, flags.measured_path, predicted->ops.size()));
+  if (flags.format == OutputFormat::kJson) {
+    PrintJson(CompareJson(flags, *predicted, *measured, *p, *m, pairs, unmatched, classes),
+              std::cout);
+    return;
+  }
   std::cout << fmt::format(
       "# predicted: {} ({})\n# measured:  {} ({})\n"
       "# error = (predicted - measured) / measured; for fractions, "
@@ -163,17 +266,10 @@ void Run(const CompareFlags& flags) {
     };
     return gap(a) > gap(b);
   });
-  std::vector<double> errors;
-  for (const Pair& pair : pairs) {
-    const double measured_us = pair.m->end_us - pair.m->start_us;
-    if (measured_us > 0)
-      errors.push_back(std::fabs((pair.p->end_us - pair.p->start_us) - measured_us) / measured_us);
-  }
-  if (!errors.empty()) {
-    std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
-    std::cout << fmt::format("\nmedian per-op error: {:.1f}% over {} ops\n",
-                             100 * errors[errors.size() / 2], errors.size());
-  }
+  const MedianError median = MedianOpError(pairs);
+  if (median.ops > 0)
+    std::cout << fmt::format("\nmedian per-op error: {:.1f}% over {} ops\n", 100 * median.error,
+                             median.ops);
   std::cout << fmt::format(
       "\n{} ops matched ({} of {} predicted ops unmatched, {} measured); "
       "the {} with the largest duration gaps:\n",
@@ -197,8 +293,10 @@ void SetupCompare(CLI::App* sub) {
       ->required();
   sub->add_option("measured", flags->measured_path, "report from `domino execute --report`")
       ->required();
-  sub->add_option("--top", flags->top, "ops listed, largest duration gaps first")
+  sub->add_option("--top", flags->top,
+                  "ops listed, largest duration gaps first (the JSON lists every matched op)")
       ->check(CLI::PositiveNumber);
+  AddFormatOption(sub, &flags->format);
   sub->callback([flags] { Run(*flags); });
 }
 

@@ -9,6 +9,7 @@
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
 #include "tools/command.h"
+#include "tools/json_output.h"
 #include "tools/table.h"
 
 namespace domino::cli {
@@ -41,21 +42,32 @@ void AddNodeRow(Table& table, const NodeSpec& node) {
                 fmt::format("{:g}", node.nics * node.network.GBps_per_direction)});
 }
 
-void ListHardware() {
+void ListHardware(OutputFormat format) {
   Table gpus = GpuTable();
+  Json gpus_json = Json::array();
   for (const EmbeddedFile& file : GpuCatalog()) {
     Result<GpuSpec> gpu = LoadGpu(file.name);
     if (!gpu.ok()) Fail("hardware", gpu.message());
     AddGpuRow(gpus, *gpu);
+    gpus_json.push_back(GpuJson(*gpu));
   }
-  gpus.Print(std::cout);
-  std::cout << "\n";
   Table nodes = NodeTable();
+  Json nodes_json = Json::array();
   for (const EmbeddedFile& file : NodeCatalog()) {
     Result<NodeSpec> node = LoadNode(file.name);
     if (!node.ok()) Fail("hardware", node.message());
     AddNodeRow(nodes, *node);
+    nodes_json.push_back(NodeJson(*node));
   }
+  if (format == OutputFormat::kJson) {
+    Json document = JsonDocument("hardware");
+    document["gpus"] = std::move(gpus_json);
+    document["nodes"] = std::move(nodes_json);
+    PrintJson(document, std::cout);
+    return;
+  }
+  gpus.Print(std::cout);
+  std::cout << "\n";
   nodes.Print(std::cout);
   std::cout << "\nTF/s are dense peaks. A cluster is NODE:COUNT (dgx-h100:4), NODE:COUNT:GPUS "
                "(dgx-h100:1:2) or a YAML file.\n";
@@ -92,8 +104,17 @@ bool IsNodeFile(const std::string& path) {
   return root.ok() && root->IsMap() && (*root)["gpu"].IsDefined() && !(*root)["node"].IsDefined();
 }
 
-void ShowHardware(const std::string& name) {
+// One GPU, node or cluster as {"gpu": ...}, {"node": ...} or {"cluster": ...}.
+void PrintOneJson(std::string_view kind, Json entry) {
+  Json document = JsonDocument("hardware");
+  document[std::string(kind)] = std::move(entry);
+  PrintJson(document, std::cout);
+}
+
+void ShowHardware(const std::string& name, OutputFormat format) {
+  const bool json = format == OutputFormat::kJson;
   if (Result<GpuSpec> gpu = LoadGpu(name); gpu.ok()) {
+    if (json) return PrintOneJson("gpu", GpuJson(*gpu));
     Table gpus = GpuTable();
     AddGpuRow(gpus, *gpu);
     gpus.Print(std::cout);
@@ -106,11 +127,13 @@ void ShowHardware(const std::string& name) {
   if (FindEmbedded(NodeCatalog(), name) != nullptr || IsNodeFile(name)) {
     Result<NodeSpec> node = LoadNode(name);
     if (!node.ok()) Fail("hardware", node.message());
+    if (json) return PrintOneJson("node", NodeJson(*node));
     ShowNode(*node);
     return;
   }
   Result<ClusterSpec> cluster = LoadCluster(name);
   if (!cluster.ok()) Fail("hardware", cluster.message());
+  if (json) return PrintOneJson("cluster", ClusterJson(*cluster));
   std::cout << fmt::format("# cluster {}: {} node(s) x {} GPU(s) = {} GPUs\n\n", cluster->name,
                            cluster->nodes, cluster->gpus_per_node, cluster->total_gpus());
   ShowNode(cluster->node);
@@ -120,13 +143,15 @@ void ShowHardware(const std::string& name) {
 
 void SetupHardware(CLI::App* sub) {
   auto name = std::make_shared<std::string>();
+  auto format = std::make_shared<OutputFormat>();
   sub->add_option("name", *name,
                   "GPU or node name (h100-sxm, dgx-h100), a cluster (dgx-h100:4) or a YAML file");
-  sub->callback([name] {
+  AddFormatOption(sub, format.get());
+  sub->callback([name, format] {
     if (name->empty()) {
-      ListHardware();
+      ListHardware(*format);
     } else {
-      ShowHardware(*name);
+      ShowHardware(*name, *format);
     }
   });
 }

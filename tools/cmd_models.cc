@@ -8,12 +8,61 @@
 #include "models/model_counts.h"
 #include "models/model_spec.h"
 #include "tools/command.h"
+#include "tools/json_output.h"
 #include "tools/table.h"
 
 namespace domino::cli {
 namespace {
 
 std::string Billions(int64_t count) { return fmt::format("{:.2f}B", count / 1e9); }
+
+const char* LayerOpKindName(LayerOpKind kind) {
+  return kind == LayerOpKind::kGemm        ? "gemm"
+         : kind == LayerOpKind::kAttention ? "attention"
+                                           : "elementwise";
+}
+
+void ListModelsJson() {
+  Json document = JsonDocument("models");
+  Json models = Json::array();
+  for (const EmbeddedFile& file : ModelCatalog()) {
+    Result<ModelSpec> model = LoadModel(file.name);
+    if (!model.ok()) Fail("models", model.message());
+    models.push_back(ModelJson(*model));
+  }
+  document["models"] = std::move(models);
+  PrintJson(document, std::cout);
+}
+
+// One model with its layer ops as `domino models NAME` tabulates them.
+void ShowModelJson(const std::string& name) {
+  Result<ModelSpec> model = LoadModel(name);
+  if (!model.ok()) Fail("models", model.message());
+  const ModelSpec& m = *model;
+  Json entry = ModelJson(m);
+  LayerShape shape{.sequences = 1, .seq_len = m.seq_len, .tp = 1, .bytes_per_element = 2};
+  Json ops = Json::array();
+  auto dim = [](int64_t v) { return v ? Json(v) : Json(nullptr); };  // GEMMs only
+  for (const LayerOp& op : LayerOps(m, shape))
+    ops.push_back({{"name", op.name},
+                   {"kind", LayerOpKindName(op.kind)},
+                   {"m", dim(op.m)},
+                   {"n", dim(op.n)},
+                   {"k", dim(op.k)},
+                   {"fwd_flops", op.fwd_flops},
+                   {"bwd_flops", op.bwd_flops},
+                   {"fwd_bytes", op.fwd_bytes},
+                   {"bwd_bytes", op.bwd_bytes},
+                   {"row_parallel", op.row_parallel}});
+  entry["layer_ops"] = {{"sequences", shape.sequences},
+                        {"seq_len", shape.seq_len},
+                        {"tp", shape.tp},
+                        {"bytes_per_element", shape.bytes_per_element},
+                        {"ops", std::move(ops)}};
+  Json document = JsonDocument("models");
+  document["model"] = std::move(entry);
+  PrintJson(document, std::cout);
+}
 
 void ListModels() {
   Table table({"model", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq", "mlp", "norm",
@@ -62,11 +111,8 @@ void ShowModel(const std::string& name) {
   LayerShape shape{.sequences = 1, .seq_len = m.seq_len, .tp = 1, .bytes_per_element = 2};
   Table ops({"layer op", "kind", "m", "n", "k", "fwd GFLOP", "bwd GFLOP", "fwd MB"});
   for (const LayerOp& op : LayerOps(m, shape)) {
-    const char* kind = op.kind == LayerOpKind::kGemm        ? "gemm"
-                       : op.kind == LayerOpKind::kAttention ? "attention"
-                                                            : "elementwise";
     auto dim = [](int64_t v) { return v ? std::to_string(v) : std::string("-"); };
-    ops.AddRow({std::string(op.name), kind, dim(op.m), dim(op.n), dim(op.k),
+    ops.AddRow({std::string(op.name), LayerOpKindName(op.kind), dim(op.m), dim(op.n), dim(op.k),
                 fmt::format("{:.2f}", op.fwd_flops / 1e9),
                 fmt::format("{:.2f}", op.bwd_flops / 1e9),
                 fmt::format("{:.1f}", op.fwd_bytes / 1e6)});
@@ -80,12 +126,15 @@ void ShowModel(const std::string& name) {
 
 void SetupModels(CLI::App* sub) {
   auto name = std::make_shared<std::string>();
+  auto format = std::make_shared<OutputFormat>();
   sub->add_option("model", *name, "catalog name (e.g. gpt3-13b) or path to a model YAML file");
-  sub->callback([name] {
+  AddFormatOption(sub, format.get());
+  sub->callback([name, format] {
+    const bool json = *format == OutputFormat::kJson;
     if (name->empty()) {
-      ListModels();
+      json ? ListModelsJson() : ListModels();
     } else {
-      ShowModel(*name);
+      json ? ShowModelJson(*name) : ShowModel(*name);
     }
   });
 }

@@ -14,6 +14,7 @@
 #include "planner/search.h"
 #include "sim/predict.h"
 #include "tools/command.h"
+#include "tools/json_output.h"
 #include "tools/plan_flags.h"
 #include "tools/table.h"
 
@@ -31,6 +32,7 @@ struct PlanCommandFlags {
   bool explain = false;
   bool exhaustive = false;
   double timeout_s = 0;
+  OutputFormat format = OutputFormat::kTable;
 };
 
 // Scores candidates with the simulator.
@@ -38,7 +40,7 @@ class SimulatorEvaluator : public Evaluator {
  public:
   Result<PlanFigures> Evaluate(const Plan& plan) override {
     sim::CostOptions options;
-    options.breakdown = false;  // the ranking needs the figures only
+    options.figures_only = true;  // the ranking needs nothing else
     Result<sim::Prediction> p = sim::Predict(plan, options);
     if (!p.ok()) return p.error();
     return p->figures;
@@ -130,7 +132,119 @@ std::string FiguresFlow(const Candidate& c) {
                      c.figures.mfu);
 }
 
+// The gain of one Domino dimension over the Megatron baseline with the same degrees: the
+// baseline's iteration time over that of the best plan using only this dimension.
+struct DimensionGain {
+  const char* name;
+  double gain;
+  const Candidate* top;
+};
+
+std::vector<DimensionGain> GainsOver(const Candidate& baseline, const Plan& best,
+                                     const std::vector<Candidate>& ranked) {
+  struct Dimension {
+    const char* name;
+    bool (*uses)(const Plan&);
+  };
+  const Dimension dimensions[] = {
+      {"row",
+       [](const Plan& p) {
+         return p.row_split > 1 && p.col_split == 1 && p.method == OverlapMethod::kDomino;
+       }},
+      {"col", [](const Plan& p) { return p.row_split == 1 && p.col_split > 1; }},
+      {"2d", [](const Plan& p) { return p.row_split > 1 && p.col_split > 1; }},
+      {"inter_layer", [](const Plan& p) { return p.scope == OverlapScope::kInterLayer; }},
+      {"decomposed", [](const Plan& p) { return p.method == OverlapMethod::kDecomposed; }},
+      {"both", [](const Plan& p) { return p.method == OverlapMethod::kBoth; }},
+  };
+  std::vector<DimensionGain> gains;
+  for (const Dimension& d : dimensions) {
+    const Candidate* top = nullptr;
+    for (const Candidate& c : ranked)
+      if (SameOuter(c.plan, best) && d.uses(c.plan) && !top) top = &c;
+    if (top)
+      gains.push_back({d.name, baseline.figures.iteration_ms / top->figures.iteration_ms, top});
+  }
+  return gains;
+}
+
+// The chosen plan as YAML, with its predicted: block and the search: block.
+std::string PlanYaml(const PlanCommandFlags& flags, const SearchResult& result,
+                     const Candidate* baseline, const std::vector<DimensionGain>& gains,
+                     const std::string& stopped_by) {
+  const Candidate& best = result.ranked.front();
+  Plan chosen = best.plan;
+  chosen.predicted = best.figures;
+  std::string yaml = PlanToYaml(chosen, "domino plan: the best of the plans searched");
+  yaml += fmt::format("search:\n  objective: {}\n  evaluated: {}\n  rejected: {}\n  pruned: {}\n",
+                      flags.objective, result.evaluated, result.rejected, result.pruned);
+  if (result.timed_out) yaml += fmt::format("  stopped_at_timeout_s: {:g}\n", flags.timeout_s);
+  if (result.stopped) yaml += fmt::format("  stopped_by: {}  # partial\n", stopped_by);
+  if (baseline) {
+    yaml += "  baseline: " + FiguresFlow(*baseline) + "\n";
+    if (!gains.empty()) {
+      yaml += "  gains:  # over the baseline, best plan using only this dimension\n";
+      for (const DimensionGain& g : gains) yaml += fmt::format("    {}: {:.4f}\n", g.name, g.gain);
+    }
+  }
+  yaml += "  runners_up:\n";
+  for (int i = 1; i <= flags.top && i < static_cast<int>(result.ranked.size()); ++i)
+    yaml += "    - " + FiguresFlow(result.ranked[i]) + "\n";
+  return yaml;
+}
+
+Json CandidateJson(const Candidate& c) {
+  return Json{{"description", DescribeCandidate(c.plan)},
+              {"plan", PlanJson(c.plan)},
+              {"predicted", FiguresJson(c.figures)}};
+}
+
+// The search as one JSON document (docs/json.md, domino.plan/1).
+Json PlanDocument(const PlanCommandFlags& flags, const Plan& base, const SearchResult& result,
+                  const Candidate* baseline, const std::vector<DimensionGain>& gains,
+                  double seconds, const std::string& stopped_by) {
+  Json document = JsonDocument("plan");
+  document["problem"] = {{"model", base.model.name},
+                         {"cluster", base.cluster.name},
+                         {"gpus", base.cluster.total_gpus()},
+                         {"seq_len", base.seq_len},
+                         {"global_batch", base.global_batch}};
+  const Candidate& best = result.ranked.front();
+  document["plan"] = PlanJson(best.plan);
+  document["predicted"] = FiguresJson(best.figures);
+  document["description"] = DescribeCandidate(best.plan);
+  Json search{{"objective", flags.objective},
+              {"evaluated", result.evaluated},
+              {"rejected", result.rejected},
+              {"pruned", result.pruned},
+              {"seconds", seconds},
+              {"plans_per_s", result.evaluated / std::max(seconds, 1e-9)},
+              {"exhaustive", flags.exhaustive},
+              {"timed_out", result.timed_out},
+              {"stopped_at_timeout_s", result.timed_out ? Json(flags.timeout_s) : Json(nullptr)},
+              {"stopped_by", result.stopped ? Json(stopped_by) : Json(nullptr)},
+              {"partial", result.timed_out || result.stopped}};
+  document["search"] = std::move(search);
+  Json top = Json::array();
+  for (int i = 0; i < flags.top && i < static_cast<int>(result.ranked.size()); ++i) {
+    Json entry{{"rank", i + 1}};
+    entry.update(CandidateJson(result.ranked[i]));
+    top.push_back(std::move(entry));
+  }
+  document["top"] = std::move(top);
+  document["baseline"] = baseline ? CandidateJson(*baseline) : Json(nullptr);
+  Json gains_json = Json::array();
+  for (const DimensionGain& g : gains)
+    gains_json.push_back(
+        {{"dimension", g.name}, {"gain", g.gain}, {"best", CandidateJson(*g.top)}});
+  document["gains"] = std::move(gains_json);
+  if (flags.explain) document["rejections"] = result.rejections;
+  return document;
+}
+
 void Run(const PlanCommandFlags& flags) {
+  if (flags.format == OutputFormat::kJson && flags.out_path == "-")
+    Fail("plan", "--format json prints its document on stdout: give --out a file, not -");
   Result<SearchSpace> space = SpaceFor(flags);
   if (!space.ok()) Fail("plan", space.message());
   // Flags describe the base plan; the defaults of the built-in plan must not pin anything.
@@ -187,6 +301,26 @@ void Run(const PlanCommandFlags& flags) {
         c.plan.method == OverlapMethod::kDomino)
       baseline = &c;
 
+  // Gain of each Domino dimension over that baseline: the best plan using only it.
+  const std::vector<DimensionGain> gains =
+      baseline ? GainsOver(*baseline, best.plan, result->ranked) : std::vector<DimensionGain>{};
+  const std::string yaml = PlanYaml(flags, *result, baseline, gains, stopped_by);
+  if (flags.format == OutputFormat::kJson) {
+    PrintJson(PlanDocument(flags, *base, *result, baseline, gains, seconds, stopped_by), std::cout);
+    if (!flags.out_path.empty()) {
+      CheckOk("plan", WriteFileAtomically(flags.out_path, yaml, flags.force));
+      std::cerr << "wrote " << flags.out_path << "\n";
+    }
+    if (result->stopped)
+      Fail("plan",
+           fmt::format("stopped by {} after {} plans simulated: {} holds the best of those "
+                       "(partial)",
+                       stopped_by, result->evaluated,
+                       flags.out_path.empty() ? "stdout" : flags.out_path),
+           128 + signal);
+    return;
+  }
+
   // With the plan on stdout (--out -), the table goes to stderr: stdout holds one YAML document.
   const bool plan_on_stdout = flags.out_path == "-";
   std::ostream& out = plan_on_stdout ? std::cerr : std::cout;
@@ -218,57 +352,17 @@ void Run(const PlanCommandFlags& flags) {
   if (baseline) add("base", *baseline);
   table.Print(out);
 
-  // Gain of each Domino dimension over that baseline: the best plan using only it.
-  std::string gains;
-  if (baseline) {
-    struct Dimension {
-      const char* name;
-      bool (*uses)(const Plan&);
-    };
-    const Dimension dimensions[] = {
-        {"row",
-         [](const Plan& p) {
-           return p.row_split > 1 && p.col_split == 1 && p.method == OverlapMethod::kDomino;
-         }},
-        {"col", [](const Plan& p) { return p.row_split == 1 && p.col_split > 1; }},
-        {"2d", [](const Plan& p) { return p.row_split > 1 && p.col_split > 1; }},
-        {"inter_layer", [](const Plan& p) { return p.scope == OverlapScope::kInterLayer; }},
-        {"decomposed", [](const Plan& p) { return p.method == OverlapMethod::kDecomposed; }},
-        {"both", [](const Plan& p) { return p.method == OverlapMethod::kBoth; }},
-    };
-    std::string lines;
-    for (const Dimension& d : dimensions) {
-      const Candidate* top = nullptr;
-      for (const Candidate& c : result->ranked)
-        if (SameOuter(c.plan, best.plan) && d.uses(c.plan) && !top) top = &c;
-      if (!top) continue;
-      const double gain = baseline->figures.iteration_ms / top->figures.iteration_ms;
-      lines += fmt::format("  {:<12} {:.3f}x  ({})\n", d.name, gain, DescribeCandidate(top->plan));
-      gains += fmt::format("    {}: {:.4f}\n", d.name, gain);
-    }
-    if (!lines.empty())
-      out << "\ngain over the baseline with the same degrees (best plan using only):\n" << lines;
+  if (!gains.empty()) {
+    out << "\ngain over the baseline with the same degrees (best plan using only):\n";
+    for (const DimensionGain& g : gains)
+      out << fmt::format("  {:<12} {:.3f}x  ({})\n", g.name, g.gain,
+                         DescribeCandidate(g.top->plan));
   }
   if (flags.explain) {
     out << "\nrejected:\n";
     for (const std::string& line : result->rejections) out << "  " << line << "\n";
   }
 
-  Plan chosen = best.plan;
-  chosen.predicted = best.figures;
-  std::string yaml = PlanToYaml(chosen, "domino plan: the best of the plans searched");
-  yaml += fmt::format("search:\n  objective: {}\n  evaluated: {}\n  rejected: {}\n  pruned: {}\n",
-                      flags.objective, result->evaluated, result->rejected, result->pruned);
-  if (result->timed_out) yaml += fmt::format("  stopped_at_timeout_s: {:g}\n", flags.timeout_s);
-  if (result->stopped) yaml += fmt::format("  stopped_by: {}  # partial\n", stopped_by);
-  if (baseline) {
-    yaml += "  baseline: " + FiguresFlow(*baseline) + "\n";
-    if (!gains.empty())
-      yaml += "  gains:  # over the baseline, best plan using only this dimension\n" + gains;
-  }
-  yaml += "  runners_up:\n";
-  for (int i = 1; i <= flags.top && i < static_cast<int>(result->ranked.size()); ++i)
-    yaml += "    - " + FiguresFlow(result->ranked[i]) + "\n";
   if (plan_on_stdout) {
     CheckOk("plan", WriteFileAtomically("-", yaml, flags.force));
   } else if (!flags.out_path.empty()) {
@@ -314,6 +408,7 @@ void SetupPlan(CLI::App* sub) {
   sub->add_option("--timeout", flags->timeout_s,
                   "stop searching after this many seconds and keep the best plan found so far")
       ->check(PositiveFinite());
+  AddFormatOption(sub, &flags->format);
   sub->callback([flags] { Run(*flags); });
 }
 

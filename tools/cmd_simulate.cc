@@ -11,6 +11,7 @@
 #include "sim/report.h"
 #include "sim/trace.h"
 #include "tools/command.h"
+#include "tools/json_output.h"
 #include "tools/plan_flags.h"
 #include "tools/table.h"
 
@@ -26,6 +27,7 @@ struct SimulateFlags {
   std::string profile_path;
   bool cuda_graphs = false;
   std::string attention;  // empty: the stack's
+  OutputFormat format = OutputFormat::kTable;
 };
 
 std::string Describe(const Plan& p) {
@@ -87,6 +89,36 @@ void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& o
       p.schedule.size(), p.serial_ms, p.dp_comm_ms);
 }
 
+// The resolved plan beside its YAML keys: what `Describe` says in its header lines.
+Json ResolvedJson(const Plan& p) {
+  return Json{{"model", p.model.name},          {"cluster", p.cluster.name},
+              {"gpus", p.cluster.total_gpus()}, {"gpu", p.cluster.node.gpu.name},
+              {"stack", p.stack.name},          {"micro_batches", p.micro_batches()}};
+}
+
+Json PredictionJson(const Plan& plan, const sim::Prediction& p) {
+  Json document = JsonDocument("simulate");
+  document["mode"] = "predict";
+  document["plan"] = PlanJson(plan);
+  document["resolved"] = ResolvedJson(plan);
+  document["predicted"] = FiguresJson(p.figures);
+  document["mfu_full_attention"] = p.mfu_full_attention;
+  document["tp_comm_ms"] = p.tp_comm_ms;
+  document["dp_comm_ms"] = p.dp_comm_ms;
+  document["serial_ms"] = p.serial_ms;
+  document["ops_per_micro_batch"] = p.schedule.size();
+  Json busy;
+  for (int c = 0; c < sim::kOpClassCount; ++c)
+    busy[std::string(sim::OpClassName(static_cast<sim::OpClass>(c)))] = p.busy_ms[c];
+  document["busy_ms"] = std::move(busy);
+  const sim::IterationBreakdown& b = p.breakdown;
+  document["breakdown"] = {{"critical_stage", b.critical_stage}, {"compute_ms", b.compute_ms},
+                           {"exposed_tp_ms", b.exposed_tp_ms},   {"bubble_ms", b.bubble_ms},
+                           {"exposed_pp_ms", b.exposed_pp_ms},   {"exposed_dp_ms", b.exposed_dp_ms},
+                           {"optimizer_ms", b.optimizer_ms}};
+  return document;
+}
+
 struct Strategy {
   const char* name;
   bool sp;
@@ -96,7 +128,7 @@ struct Strategy {
   int chunks = 0;  // decomposed overlap: 0 = tp
 };
 
-void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
+void CompareStrategies(const Plan& base, const sim::CostOptions& options, OutputFormat format) {
   static const Strategy kStrategies[] = {
       {"baseline (Megatron)", false, 1, 1, OverlapScope::kNone},
       {"sequence parallel", true, 1, 1, OverlapScope::kNone},
@@ -115,9 +147,9 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
       {"decomposed c=4", true, 1, 1, OverlapScope::kNone, OverlapMethod::kDecomposed, 4},
       {"both p=2 c=2", true, 2, 1, OverlapScope::kInterLayer, OverlapMethod::kBoth, 2},
   };
-  std::cout << Describe(base) << "\n";
   Table table({"strategy", "iteration ms", "exposed ms", "comm share", "hidden", "tokens/s", "MFU",
                "vs baseline"});
+  Json rows = Json::array(), skipped_json = Json::array();
   double baseline_ms = 0, ideal_ms = 0;
   std::vector<std::string> skipped;
   for (const Strategy& s : kStrategies) {
@@ -131,6 +163,8 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
     plan.copy_engine = base.copy_engine && s.method != OverlapMethod::kDomino;
     if (auto failure = CheckPlanRules(plan)) {
       skipped.push_back(fmt::format("{}: {}", s.name, failure->rule));
+      skipped_json.push_back(
+          {{"strategy", s.name}, {"key", failure->key}, {"rule", failure->rule}});
       continue;
     }
     Result<sim::Prediction> p = sim::Predict(plan, options);
@@ -143,7 +177,26 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
                   fmt::format("{:.1f}%", 100 * f.hidden_comm_fraction),
                   fmt::format("{:.0f}", f.tokens_per_s), fmt::format("{:.1f}%", 100 * f.mfu),
                   fmt::format("{:.3f}x", baseline_ms / f.iteration_ms)});
+    rows.push_back({{"strategy", s.name},
+                    {"plan", PlanJson(plan)},
+                    {"predicted", FiguresJson(f)},
+                    {"comm_share", f.exposed_comm_ms / f.iteration_ms},
+                    {"speedup_vs_baseline", baseline_ms / f.iteration_ms}});
   }
+  if (format == OutputFormat::kJson) {
+    Json document = JsonDocument("simulate");
+    document["mode"] = "compare_strategies";
+    document["plan"] = PlanJson(base);
+    document["resolved"] = ResolvedJson(base);
+    document["strategies"] = std::move(rows);
+    document["baseline_ideal_ms"] = ideal_ms > 0 ? Json(ideal_ms) : Json(nullptr);
+    document["ideal_speedup_vs_baseline"] =
+        ideal_ms > 0 ? Json(baseline_ms / ideal_ms) : Json(nullptr);
+    document["skipped"] = std::move(skipped_json);
+    PrintJson(document, std::cout);
+    return;
+  }
+  std::cout << Describe(base) << "\n";
   table.Print(std::cout);
   if (ideal_ms > 0)
     std::cout << fmt::format(
@@ -153,6 +206,12 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options) {
 }
 
 void Run(const SimulateFlags& flags) {
+  if (flags.format == OutputFormat::kJson)
+    for (const std::string* path :
+         {&flags.report_path, &flags.trace_path, &flags.iteration_trace_path})
+      if (*path == "-")
+        Fail("simulate",
+             "--format json prints its document on stdout: write the report or trace to a file");
   Result<Plan> plan = BuildPlan(flags.plan);
   if (!plan.ok()) Fail("simulate", plan.message());
   // Fail fast on an output that cannot be written; they are written together at the end.
@@ -177,7 +236,7 @@ void Run(const SimulateFlags& flags) {
       Fail("simulate",
            "--compare-strategies writes no report or trace; drop --report/--trace/"
            "--trace-iteration");
-    CompareStrategies(*plan, options);
+    CompareStrategies(*plan, options, flags.format);
     return;
   }
   Result<sim::Prediction> prediction = sim::Predict(*plan, options);
@@ -215,6 +274,10 @@ void Run(const SimulateFlags& flags) {
     outputs.push_back({flags.iteration_trace_path,
                        sim::TraceJson(prediction->iteration, prediction->iteration_timeline)});
   CheckOk("simulate", WriteFilesAtomically(outputs, flags.force));
+  if (flags.format == OutputFormat::kJson) {
+    PrintJson(PredictionJson(*plan, *prediction), std::cout);
+    return;
+  }
   const bool document_on_stdout =
       flags.report_path == "-" || flags.trace_path == "-" || flags.iteration_trace_path == "-";
   PrintPrediction(*plan, *prediction, document_on_stdout ? std::cerr : std::cout);
@@ -249,6 +312,7 @@ void SetupSimulate(CLI::App* sub) {
                 "predict even a plan that does not fit in GPU memory");
   sub->add_option("--attention", flags->attention, "flash | unfused (default: the plan's stack's)")
       ->check(CLI::IsMember({"flash", "unfused"}));
+  AddFormatOption(sub, &flags->format);
   sub->callback([flags] { Run(*flags); });
 }
 

@@ -9,6 +9,7 @@
 #include "models/base/file_io.h"
 #include "sim/validate.h"
 #include "tools/command.h"
+#include "tools/json_output.h"
 #include "tools/table.h"
 
 namespace domino::cli {
@@ -17,7 +18,7 @@ namespace {
 struct ValidateFlags {
   std::string table;
   std::string category;
-  std::string format = "table";
+  OutputFormat format = OutputFormat::kTable;
   std::string csv_path;
   bool check = false;
   bool force = false;
@@ -68,6 +69,46 @@ std::string Csv(const std::string& text) {
   return out + "\"";
 }
 
+Json BoundJson(const sim::ErrorBound& bound) {
+  return Json{{"mean_abs_error", bound.mean}, {"max_abs_error", bound.max}};
+}
+
+Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flags,
+                    const std::vector<sim::RowResult>& results,
+                    const std::vector<sim::CategorySummary>& summary) {
+  Json document = JsonDocument("validate");
+  document["table"] = table.file;
+  document["category"] = flags.category.empty() ? Json(nullptr) : Json(flags.category);
+  Json rows = Json::array();
+  for (const sim::RowResult& r : results)
+    rows.push_back({{"id", r.row->id},
+                    {"category", sim::ValidationCategoryName(r.row->category)},
+                    {"source", r.row->source},
+                    {"configuration", Configuration(*r.row)},
+                    {"unit", sim::MeasuredUnitName(r.row->unit)},
+                    {"measured", r.row->measured},
+                    {"predicted", r.predicted},
+                    {"error", r.error}});
+  document["rows"] = std::move(rows);
+  Json categories = Json::array();
+  for (const sim::CategorySummary& s : summary)
+    categories.push_back({{"category", sim::ValidationCategoryName(s.category)},
+                          {"rows", s.rows},
+                          {"mean_abs_error", s.mean_abs_error},
+                          {"max_abs_error", s.max_abs_error},
+                          {"worst_id", s.worst_id},
+                          {"target", BoundJson(s.bounds.target)},
+                          {"target_met", s.Within(s.bounds.target)},
+                          {"guard", BoundJson(s.bounds.guard)},
+                          {"guard_met", s.Within(s.bounds.guard)}});
+  document["summary"] = std::move(categories);
+  Json excluded = Json::array();
+  for (const sim::ExcludedMeasurement& e : table.excluded)
+    excluded.push_back({{"what", e.what}, {"source", e.source}, {"reason", e.reason}});
+  document["excluded"] = std::move(excluded);
+  return document;
+}
+
 void Run(const ValidateFlags& flags) {
   Result<sim::ValidationTable> table = sim::LoadValidationTable(flags.table);
   if (!table.ok()) Fail("validate", table.message());
@@ -92,7 +133,9 @@ void Run(const ValidateFlags& flags) {
     CheckOk("validate", WriteFileAtomically(flags.csv_path, csv.str(), flags.force));
   }
 
-  if (flags.format == "markdown") {
+  if (flags.format == OutputFormat::kJson) {
+    PrintJson(ValidationJson(*table, flags, results, summary), std::cout);
+  } else if (flags.format == OutputFormat::kMarkdown) {
     std::cout << "| id | configuration | measured | predicted | error |\n"
                  "| --- | --- | ---: | ---: | ---: |\n";
     for (const sim::RowResult& r : results)
@@ -157,8 +200,8 @@ void SetupValidate(CLI::App* sub) {
       ->check(CLI::ExistingFile);
   sub->add_option("--category", flags->category, "only rows of one category")
       ->check(CLI::IsMember({"end-to-end", "gemm", "collective"}));
-  sub->add_option("--format", flags->format, "table (default) | markdown")
-      ->check(CLI::IsMember({"table", "markdown"}));
+  AddFormatOption(sub, &flags->format,
+                  {OutputFormat::kTable, OutputFormat::kMarkdown, OutputFormat::kJson});
   sub->add_option("--csv", flags->csv_path, "also write every row's prediction as CSV");
   sub->add_flag("--force", flags->force, "overwrite an existing --csv file");
   sub->add_flag("--check", flags->check,
