@@ -201,6 +201,9 @@ CASES = [
     ("switch given a value", "--sp true (--sp is a switch: --sp, --no-sp or --sp=false)", {},
      ["simulate", "--sp", "true"], r"argument was not expected: true", None),
     ("switch and its negation", "--sp --no-sp", {}, ["simulate", "--sp", "--no-sp"], r"--sp: At Most 1 required but received 2", None),
+    # Machine-readable output (docs/json.md): the formats a command prints are listed.
+    ("unknown --format", "--format yaml (table or json)", {}, ["simulate", "--format", "yaml"],
+     r"--format: yaml not in \{table,json\}", None),
 ]
 
 # The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any
@@ -208,7 +211,7 @@ CASES = [
 USAGE_CASES = {"plan is a directory", "huge virtual stages", "huge virtual stages (2^31-1)",
                "huge global batch", "zero tp flag", "octal-looking flag", "empty --model",
                "NaN timeout", "NaN tolerance", "mistyped command", "switch given a value",
-               "switch and its negation"}
+               "switch and its negation", "unknown --format"}
 NO_PLAN_CASES = {"GPU without bf16 (plan)", "no plan fits"}
 
 
