@@ -22,9 +22,10 @@ struct CostOptions {
   std::optional<bool> cuda_graphs;
   std::optional<AttentionKernel> attention;  // default: the stack's
   bool tp_comm_free = false;                 // the ideal: TP collectives cost nothing
-  // Predict: also split the iteration into its parts and price the serialized bound (three more
-  // runs of the iteration); the planner's search needs only the figures.
-  bool breakdown = true;
+  // Predict only the figures (the planner's search): no breakdown, serialized bound,
+  // representative timeline or iteration in the result, and the lowered iteration of the last
+  // plan with the same shape (degrees, batch, model, stack; any slicing) is reused.
+  bool figures_only = false;
   // Measured op times (`domino calibrate`); ops it lacks fall back to the models, which take the
   // profile's measured GEMM throughput and HBM bandwidth when it has them. Not owned.
   const HardwareProfile* profile = nullptr;

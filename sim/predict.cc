@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "models/model_counts.h"
 #include "planner/iteration.h"
@@ -166,6 +167,62 @@ OpClass ClassOf(const Op& op) {
   return OpClass::kElementwise;
 }
 
+// An iteration with its engine prepared (the engine refers to the iteration: never moved).
+struct LoweredIteration {
+  explicit LoweredIteration(Iteration lowered)
+      : iteration(std::move(lowered)), engine(iteration.schedule) {}
+  LoweredIteration(const LoweredIteration&) = delete;
+  LoweredIteration& operator=(const LoweredIteration&) = delete;
+  Iteration iteration;
+  Engine engine;
+};
+
+// What the iteration's ops depend on (planner/iteration.cc): everything but the slicing, the
+// overlap method and the attention kernel, which change only what the passes cost.
+struct IterationShape {
+  std::vector<int64_t> numbers;
+  auto operator<=>(const IterationShape&) const = default;
+};
+IterationShape ShapeOf(const Plan& plan) {
+  const ParameterCounts c = CountParameters(plan.model);
+  IterationShape shape;
+  shape.numbers = {plan.tp,
+                   plan.pp,
+                   plan.dp,
+                   plan.virtual_stages,
+                   plan.micro_batch,
+                   plan.global_batch,
+                   plan.seq_len,
+                   plan.model.hidden,
+                   plan.model.layers,
+                   static_cast<int64_t>(plan.precision),
+                   plan.sequence_parallel,
+                   plan.distributed_optimizer,
+                   plan.stack.overlap_grad_reduce,
+                   plan.stack.overlap_param_gather,
+                   plan.model.tied_embeddings,
+                   c.per_layer,
+                   c.embedding,
+                   c.position_embedding,
+                   c.final_norm,
+                   c.lm_head};
+  return shape;
+}
+
+// The last iteration lowered for figures, per thread: a search evaluates every slicing of one
+// shape in a row.
+Result<std::shared_ptr<const LoweredIteration>> CachedIteration(const Plan& plan) {
+  thread_local IterationShape last_shape;
+  thread_local std::shared_ptr<const LoweredIteration> last;
+  IterationShape shape = ShapeOf(plan);
+  if (last != nullptr && shape == last_shape) return last;
+  Result<Iteration> fresh = LowerIteration(plan, IterationOptions{false});
+  if (!fresh.ok()) return fresh.error();
+  last = std::make_shared<const LoweredIteration>(std::move(fresh).value());
+  last_shape = std::move(shape);
+  return last;
+}
+
 Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   if (auto failure = CheckPlanRules(plan))
     return Error(fmt::format("{}: {}", failure->key, failure->rule));
@@ -174,9 +231,18 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   ideal_options.tp_comm_free = true;
   CostModel ideal_model(plan, ideal_options);
 
-  Result<Iteration> lowered = LowerIteration(plan, IterationOptions{false});
-  if (!lowered.ok()) return lowered.error();
-  const Iteration& it = *lowered;
+  // The iteration and its engine: lowered here, or (figures only) the cached one of this shape.
+  std::shared_ptr<const LoweredIteration> lowered;
+  if (options.figures_only) {
+    Result<std::shared_ptr<const LoweredIteration>> cached = CachedIteration(plan);
+    if (!cached.ok()) return cached.error();
+    lowered = *cached;
+  } else {
+    Result<Iteration> fresh = LowerIteration(plan, IterationOptions{false});
+    if (!fresh.ok()) return fresh.error();
+    lowered = std::make_shared<const LoweredIteration>(std::move(fresh).value());
+  }
+  const Iteration& it = lowered->iteration;
   const int pp = plan.pp, v = plan.virtual_stages, m = plan.micro_batches();
   const int sms = model.device().sms;
 
@@ -224,12 +290,13 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
     }
   }
   const DeviceResources device = model.device();
-  const Engine engine(s);
+  const Engine& engine = lowered->engine;
   const Timeline t_real = engine.Run(real, device);
   const Timeline t_ideal = engine.Run(ideal, device);
   // For the breakdown: without DP-side collectives, without pipeline transfers too, serialized.
   Timeline t_no_dp, t_no_dp_pp, t_serial;
-  if (options.breakdown) {
+  const bool breakdown = !options.figures_only;
+  if (breakdown) {
     std::vector<OpCost> no_dp = real, no_dp_pp = real;
     for (size_t i = 0; i < n; ++i) {
       const Op& op = s.ops()[i];
@@ -240,9 +307,9 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
     t_no_dp_pp = engine.Run(no_dp_pp, device);
     t_serial = engine.Run(serial, device);
   }
-  const Timeline& r_no_dp = options.breakdown ? t_no_dp : t_real;
-  const Timeline& r_no_dp_pp = options.breakdown ? t_no_dp_pp : t_real;
-  const Timeline& r_serial = options.breakdown ? t_serial : t_real;
+  const Timeline& r_no_dp = breakdown ? t_no_dp : t_real;
+  const Timeline& r_no_dp_pp = breakdown ? t_no_dp_pp : t_real;
+  const Timeline& r_serial = breakdown ? t_serial : t_real;
   for (const Timeline* t : {&t_real, &t_ideal, &r_no_dp, &r_no_dp_pp, &r_serial})
     if (!std::isfinite(t->end_us())) return Error("iteration schedule deadlocked");
 
@@ -294,7 +361,7 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
                  b.optimizer_ms - b.exposed_dp_ms;
 
   // The representative micro-batch: stage 0's first chunk, forward and backward together.
-  {
+  if (breakdown) {
     const ChunkShape& chunk = it.virtual_stages[0];
     const PassSpec whole{chunk, true, true};
     auto found = std::find(it.passes.begin(), it.passes.end(), whole);
@@ -331,8 +398,10 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   p.tp_comm_ms = tp_comm_us * kUsToMs;
   p.dp_comm_ms = st[0].dp_comm * kUsToMs;
   p.serial_ms = serial_us * kUsToMs;
-  p.iteration = std::move(lowered).value().schedule;
-  p.iteration_timeline = t_real;
+  if (breakdown) {
+    p.iteration = it.schedule;
+    p.iteration_timeline = t_real;
+  }
 
   PlanFigures& f = p.figures;
   const double model_flops_per_token =

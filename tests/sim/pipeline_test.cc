@@ -315,5 +315,34 @@ TEST(PipelineTest, IterationOpsArePricedByTheCostModel) {
   EXPECT_EQ(CostModel(plan, {}).Cost(recv).alone_us, 0);
 }
 
+TEST(PipelineTest, FiguresOnlyAgreesWithTheFullPrediction) {
+  // The planner's mode reuses the lowered iteration across slicings of one shape: the figures
+  // must be those of a full prediction, whatever was evaluated before.
+  CostOptions fast;
+  fast.figures_only = true;
+  for (int row_split : {1, 2, 1, 4}) {
+    for (bool sp : {false, true}) {
+      PlanKnobs k;
+      k.tp = 2;
+      k.pp = 2;
+      k.dp = 2;
+      k.micro_batch = 4;
+      k.global_batch = 32;
+      k.row_split = row_split;
+      k.scope = row_split > 1 ? OverlapScope::kInterLayer : OverlapScope::kNone;
+      k.sequence_parallel = sp;
+      k.distributed_optimizer = sp;
+      const Plan plan = MakePlan(k);
+      Result<Prediction> full = Predict(plan), quick = Predict(plan, fast);
+      ASSERT_TRUE(full.ok() && quick.ok());
+      EXPECT_EQ(quick->figures.iteration_ms, full->figures.iteration_ms) << row_split << sp;
+      EXPECT_EQ(quick->figures.ideal_ms, full->figures.ideal_ms);
+      EXPECT_EQ(quick->figures.hidden_comm_fraction, full->figures.hidden_comm_fraction);
+      EXPECT_EQ(quick->figures.memory_gib_per_gpu, full->figures.memory_gib_per_gpu);
+      EXPECT_TRUE(quick->iteration.ops().empty());  // nothing but the figures
+    }
+  }
+}
+
 }  // namespace
 }  // namespace domino::sim
