@@ -260,6 +260,10 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
                          outer.cluster.node.gpu.name, capacity / (1 << 30)));
     }
     if (!fits) continue;
+    // A pipeline's whole iteration costs far more to simulate than its passes: every slicing of a
+    // configuration is pruned when even its lower bound is beaten.
+    const bool beaten =
+        space.prune && outer.pp > 1 && best_ms < 1e300 && evaluator.LowerBoundMs(outer) > best_ms;
     // The unsliced plan first: its ideal bounds every sliced variant from below.
     double bound_ms = 0;
     bool first = true;
@@ -295,7 +299,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
               reject(plan, failure->rule);
               continue;
             }
-            if (space.prune && !first && bound_ms > best_ms) {
+            if (space.prune && (beaten || (!first && bound_ms > best_ms))) {
               ++result.pruned;
               continue;
             }

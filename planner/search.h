@@ -20,6 +20,9 @@ class Evaluator {
  public:
   virtual ~Evaluator() = default;
   virtual Result<PlanFigures> Evaluate(const Plan& plan) = 0;
+  // A lower bound of `ideal_ms` for the plan and every slicing of it, cheaper than Evaluate (0:
+  // none). The search skips a whole configuration whose bound already exceeds a plan found.
+  virtual double LowerBoundMs(const Plan& plan) { return 0; }
 };
 
 // What the search varies. A pinned value (> 0, or set) is fixed; the rest are enumerated:

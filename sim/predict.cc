@@ -6,7 +6,9 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
+#include <tuple>
 
 #include "models/model_counts.h"
 #include "planner/iteration.h"
@@ -426,6 +428,44 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
       EstimateMemory(plan, AttentionOf(plan, options) == AttentionKernel::kFlash).total_bytes() /
       (1 << 30);
   return p;
+}
+
+Result<double> IdealLowerBoundMs(const Plan& plan, const CostOptions& options) {
+  if (auto failure = CheckPlanRules(plan))
+    return Error(fmt::format("{}: {}", failure->key, failure->rule));
+  CostOptions ideal_options = options;
+  ideal_options.tp_comm_free = true;
+  const CostModel ideal(plan, ideal_options);
+  const int pp = plan.pp, v = plan.virtual_stages, m = plan.micro_batches();
+  const std::vector<int> layers = ChunkLayers(plan);
+  const int total = pp * v;
+  // Ideal forward and backward of each virtual stage, each distinct pass simulated once.
+  std::vector<double> fwd(total), bwd(total);
+  std::map<std::tuple<int, bool, bool, bool>, double> done;
+  auto pass_us = [&](int vs, bool forward) -> Result<double> {
+    const bool first = vs == 0, last = vs == total - 1;
+    const auto key = std::make_tuple(layers[vs], first, last, forward);
+    if (auto it = done.find(key); it != done.end()) return it->second;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{layers[vs], first, last, forward, !forward});
+    if (!s.ok()) return s.error();
+    const double us = Simulate(*s, ideal.CostAll(*s), ideal.device()).end_us();
+    done.emplace(key, us);
+    return us;
+  };
+  for (int vs = 0; vs < total; ++vs) {
+    Result<double> f = pass_us(vs, true), b = pass_us(vs, false);
+    if (!f.ok()) return f.error();
+    if (!b.ok()) return b.error();
+    fwd[vs] = *f, bwd[vs] = *b;
+  }
+  double bound = 0, chain = 0;  // chain: the first stages' forward and backward of one micro-batch
+  for (int s = 0; s < pp; ++s) {
+    double busy = 0;
+    for (int c = 0; c < v; ++c) busy += m * (fwd[c * pp + s] + bwd[c * pp + s]);
+    bound = std::max(bound, chain + busy);
+    chain += fwd[s] + bwd[s];
+  }
+  return bound * kUsToMs;
 }
 
 }  // namespace domino::sim

@@ -56,6 +56,13 @@ struct Prediction {
 // Lowers, costs and simulates a resolved plan.
 Result<Prediction> Predict(const Plan& plan, const CostOptions& options = {});
 
+// A lower bound of Predict's ideal_ms for the plan and for every slicing of it (slicing only adds
+// work), from its passes alone, without the iteration: each stage runs its m micro-batches'
+// passes one after another; its first forward waits for the first micro-batch's forward through
+// the stages before it, and after its last backward the earlier stages still run theirs. With
+// equal stages this is 1F1B's (m + p - 1)(F + B).
+Result<double> IdealLowerBoundMs(const Plan& plan, const CostOptions& options = {});
+
 }  // namespace domino::sim
 
 #endif  // DOMINO_SIM_PREDICT_H_

@@ -45,6 +45,10 @@ class SimulatorEvaluator : public Evaluator {
     if (!p.ok()) return p.error();
     return p->figures;
   }
+  double LowerBoundMs(const Plan& plan) override {
+    Result<double> bound = sim::IdealLowerBoundMs(plan);
+    return bound.ok() ? *bound : 0;
+  }
 };
 
 // The --fix keys, each with the plan flag that pins the same dimension.

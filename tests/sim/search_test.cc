@@ -22,6 +22,17 @@ class Simulator : public Evaluator {
   int calls = 0;
 };
 
+// The planner's evaluator: figures only, and the pipeline lower bound that prunes whole
+// configurations.
+class BoundedSimulator : public Simulator {
+ public:
+  double LowerBoundMs(const Plan& plan) override {
+    Result<double> bound = sim::IdealLowerBoundMs(plan);
+    EXPECT_TRUE(bound.ok()) << bound.message();
+    return bound.ok() ? *bound : 0;
+  }
+};
+
 Plan Base(const char* model, const char* cluster, int global_batch, int seq_len = 1024) {
   Plan plan;
   plan.model_ref = model;
@@ -237,6 +248,48 @@ TEST(SearchTest, StopHookEndsTheSearchWithWhatItFound) {
   EXPECT_TRUE(none->stopped);
   EXPECT_TRUE(none->ranked.empty());
   EXPECT_FALSE(none->NoPlanFits());
+}
+
+TEST(SearchTest, PipelineLowerBoundPrunesToTheBruteForceOptimum) {
+  // Pipelines over 8 GPUs: the bound from the passes alone skips whole configurations, and the
+  // best plan is still brute force's.
+  Plan base = Base("gpt3-2.7b", "dgx-h100:1", 32, 1024);
+  SearchSpace space;
+  space.max_micro_batch = 2;
+  space.tp = 2;
+  BoundedSimulator bounded;
+  Simulator brute_eval;
+  Result<SearchResult> pruned = SearchPlans(base, space, bounded);
+  space.prune = false;
+  Result<SearchResult> brute = SearchPlans(base, space, brute_eval);
+  ASSERT_TRUE(pruned.ok() && brute.ok());
+  EXPECT_EQ(PlanToYaml(pruned->ranked.front().plan), PlanToYaml(brute->ranked.front().plan));
+  EXPECT_EQ(pruned->evaluated + pruned->pruned, brute->evaluated);
+  EXPECT_GT(pruned->pruned, 0);
+}
+
+TEST(SearchTest, PipelineLowerBoundIsBelowEveryIdeal) {
+  // Over pipelines, interleaving, data parallelism and slicings, the bound never exceeds the
+  // simulated ideal, and with a pipeline it is not loose.
+  for (int pp : {1, 2, 4}) {
+    for (int v : {1, 2}) {
+      if (pp == 1 && v > 1) continue;
+      for (int p : {1, 2}) {
+        Plan plan = Base("gpt3-2.7b", "dgx-h100:1", 16, 1024);
+        plan.tp = 2, plan.pp = pp, plan.dp = 4 / pp, plan.virtual_stages = v;
+        plan.micro_batch = 2, plan.global_batch = 8 * plan.dp;
+        plan.row_split = p;
+        plan.scope = p > 1 ? OverlapScope::kInterLayer : OverlapScope::kNone;
+        ASSERT_TRUE(ResolvePlan(plan).ok());
+        Result<double> bound = sim::IdealLowerBoundMs(plan);
+        Result<sim::Prediction> predicted = sim::Predict(plan);
+        ASSERT_TRUE(bound.ok() && predicted.ok());
+        EXPECT_GT(*bound, 0);
+        EXPECT_LE(*bound, predicted->figures.ideal_ms * (1 + 1e-12)) << pp << v << p;
+        if (pp > 1) EXPECT_GT(*bound, 0.5 * predicted->figures.ideal_ms);
+      }
+    }
+  }
 }
 
 }  // namespace
