@@ -38,10 +38,10 @@ Json JsonDocument(std::string_view command);
 // null.
 void PrintJson(const Json& document, std::ostream& out);
 
-// A plan's YAML keys as JSON (docs/formats.md): model, cluster and stack as a plan file names
-// them (catalog names bare, files as absolute paths; a model written inline as an object), then
-// precision and the training, parallel, overlap and memory objects. Every key is present whatever
-// the overlap method (chunks is 1 under method domino).
+// A plan's YAML keys (PlanToYaml, planner/plan.h) as JSON: model, cluster and stack as a plan file
+// names them (catalog names bare, files as absolute paths; a model written inline as an object),
+// then precision and the training, parallel, overlap and memory objects. Every key is present
+// whatever the overlap method (chunks is 1 under method domino).
 Json PlanJson(const Plan& plan);
 
 // The `predicted:` (or `measured:`) figures of a plan: iteration_ms, ideal_ms, exposed_comm_ms,
