@@ -215,6 +215,27 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     return Error(fmt::format("--fix: tp*pp*dp = {}*{}*{} must equal the cluster's {} GPUs",
                              space.tp, space.pp, space.dp, gpus));
 
+  // Configurations in the order of their lower bound, so that the plans found early are good
+  // ones and the bound prunes the rest.
+  std::vector<double> bounds(outers.size(), 0);
+  if (space.prune) {
+    std::vector<size_t> order(outers.size());
+    for (size_t i = 0; i < outers.size(); ++i) {
+      order[i] = i;
+      if (!CheckPlanRules(outers[i])) bounds[i] = evaluator.LowerBoundMs(outers[i]);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return bounds[a] < bounds[b]; });
+    std::vector<Plan> sorted;
+    std::vector<double> sorted_bounds;
+    for (size_t i : order) {
+      sorted.push_back(std::move(outers[i]));
+      sorted_bounds.push_back(bounds[i]);
+    }
+    outers = std::move(sorted);
+    bounds = std::move(sorted_bounds);
+  }
+
   double best_ms = 1e300;  // best iteration found so far, for pruning
   int done = 0;
   const auto start = std::chrono::steady_clock::now();
@@ -229,7 +250,8 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
               [&](const Candidate& a, const Candidate& b) { return Better(a, b, objective); });
     result.ranked.resize(space.max_ranked);
   };
-  for (Plan& outer : outers) {
+  for (size_t index = 0; index < outers.size(); ++index) {
+    Plan& outer = outers[index];
     if (out_of_time()) {
       result.timed_out = true;
       break;
@@ -260,10 +282,9 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
                          outer.cluster.node.gpu.name, capacity / (1 << 30)));
     }
     if (!fits) continue;
-    // A pipeline's whole iteration costs far more to simulate than its passes: every slicing of a
-    // configuration is pruned when even its lower bound is beaten.
-    const bool beaten =
-        space.prune && outer.pp > 1 && best_ms < 1e300 && evaluator.LowerBoundMs(outer) > best_ms;
+    // An iteration costs far more to simulate than its passes: every slicing of a configuration is
+    // pruned when even its lower bound is beaten.
+    const bool beaten = space.prune && bounds[index] > best_ms;
     // The unsliced plan first: its ideal bounds every sliced variant from below.
     double bound_ms = 0;
     bool first = true;

@@ -439,6 +439,11 @@ Result<double> IdealLowerBoundMs(const Plan& plan, const CostOptions& options) {
   const int pp = plan.pp, v = plan.virtual_stages, m = plan.micro_batches();
   const std::vector<int> layers = ChunkLayers(plan);
   const int total = pp * v;
+  if (total == 1) {  // one pass, forward and backward back to back, as Predict runs it
+    Result<Schedule> s = LowerStage(plan, LowerOptions{layers[0], true, true, true, true});
+    if (!s.ok()) return s.error();
+    return m * Simulate(*s, ideal.CostAll(*s), ideal.device()).end_us() * kUsToMs;
+  }
   // Ideal forward and backward of each virtual stage, each distinct pass simulated once.
   std::vector<double> fwd(total), bwd(total);
   std::map<std::tuple<int, bool, bool, bool>, double> done;

@@ -60,7 +60,8 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options = {});
 // work), from its passes alone, without the iteration: each stage runs its m micro-batches'
 // passes one after another; its first forward waits for the first micro-batch's forward through
 // the stages before it, and after its last backward the earlier stages still run theirs. With
-// equal stages this is 1F1B's (m + p - 1)(F + B).
+// equal stages this is 1F1B's (m + p - 1)(F + B); with one stage, m (F + B) of the pass that runs
+// forward and backward back to back.
 Result<double> IdealLowerBoundMs(const Plan& plan, const CostOptions& options = {});
 
 }  // namespace domino::sim
