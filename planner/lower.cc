@@ -96,6 +96,8 @@ class Lowering {
     for (int l = 0; l < layers_; ++l) tensors_.push_back(MakeTensors(l));
     out_grad_ = ResidualTensor(fmt::format("l{}.out.grad", layers_ - 1),
                                Grad(TensorSlot::kOut, layers_ - 1));
+    if (options_.embedding || (options_.head && plan_.model.tied_embeddings))
+      MakeEmbeddingTensors();
     if (options_.head) MakeHeadTensors();
     if (options_.forward) {
       if (options_.embedding)
@@ -120,10 +122,7 @@ class Lowering {
       // The first layer's input gradient completes the stack.
       for (int i = 0; i < p_; ++i) {
         int32_t grad = BackwardEntry(0, Block::kAttention, i, /*final=*/true)[0];
-        if (options_.embedding) {
-          Elementwise(OpFunc::kEmbedGrad, Tags(0, i, -1, Phase::kBackward), 2 * RowBytes(h_),
-                      {grad}, {SliceOf(tensors_[0].g_x, i)}, {});
-        }
+        if (options_.embedding) EmbeddingBackward(i, grad);
       }
     }
     return std::move(s_);
@@ -639,12 +638,38 @@ class Lowering {
     waits_ = std::move(backward_waits);
   }
 
+  // The word embedding's table (vocabulary-major: this rank's vocab_ rows of hidden columns), the
+  // tokens it looks up and, with sequence parallelism, the whole gradient of the first layer's
+  // input that its backward all-gathers. With tied embeddings the LM head reads the same table.
+  void MakeEmbeddingTensors() {
+    using enum TensorSlot;
+    TensorRole table = Role(TensorKind::kWeight, kEmbedding, -1);
+    w_embed_ = AddTensor("embed.w", vocab_, h_, Shard::kRows, 0, table);
+    table.gradient = true;
+    g_w_embed_ = AddTensor("embed.w.grad", vocab_, h_, Shard::kRows, 0, table);
+    if (!options_.embedding) return;
+    tokens_in_ = AddTensor("tokens", tokens_, 1, Shard::kReplicated, 0,
+                           Role(TensorKind::kInput, kEmbedding, -1));
+    if (sp_)
+      g_x_full_ = AddTensor("l0.x.grad.full", tokens_, h_, Shard::kReplicated, 0,
+                            Grad(kX, 0, TensorForm::kGathered));
+  }
+
   void MakeHeadTensors() {
     using enum TensorSlot;
     const int top = layers_ - 1;
     // The head's tensors belong to no layer, except the top layer's output (its input).
     head_x_ = ResidualTensor("final.x", Act(kOut, top));
     head_ln_ = AddTensor("final.ln", tokens_, h_, Shard::kReplicated, 0, Act(kFinalNorm, -1));
+    head_ln_s_ =
+        sp_ ? ResidualTensor("final.ln.shard", Act(kFinalNorm, -1, TensorForm::kSequenceShard))
+            : -1;
+    w_final_norm_ = AddTensor("final_norm.w", 1, h_, Shard::kReplicated, 0,
+                              Role(TensorKind::kNormWeight, kFinalNorm, -1));
+    // Each rank's norm sees its own tokens under SP: the gain's gradient is a partial sum.
+    g_w_final_norm_ =
+        AddTensor("final_norm.w.grad", 1, h_, sp_ ? Shard::kPartialSum : Shard::kReplicated, 0,
+                  Role(TensorKind::kNormWeight, kFinalNorm, -1, true));
     logits_ = AddTensor("logits", tokens_, vocab_, Shard::kCols, 0, Act(kLmHead, -1));
     g_logits_ = AddTensor("logits.grad", tokens_, vocab_, Shard::kCols, 0, Grad(kLmHead, -1));
     g_head_ln_ = AddTensor("final.ln.grad", tokens_, h_,
@@ -652,14 +677,27 @@ class Lowering {
     g_head_ln_s_ = sp_ ? ResidualTensor("final.ln.grad.shard",
                                         Grad(kFinalNorm, -1, TensorForm::kSequenceShard))
                        : -1;
+    labels_ = AddTensor("labels", tokens_, 1, Shard::kReplicated, 0,
+                        Role(TensorKind::kInput, kLmHead, -1));
+    // Per token: column r holds TP rank r's log-sum-exp over its vocabulary part, column tp the
+    // label's logit (on the rank that holds it, 0 elsewhere); whole on every rank after the
+    // all-reduce.
+    loss_ = AddTensor("loss", tokens_, plan_.tp + 1, Shard::kReplicated, 0,
+                      Role(TensorKind::kLoss, kLmHead, -1));
+    if (plan_.model.tied_embeddings) {
+      w_head_ = w_embed_, g_w_head_ = g_w_embed_;
+      return;
+    }
+    // Vocabulary-major like the embedding: rank r holds the weights of its vocab_ logits.
     w_head_ =
-        AddTensor("lm_head.w", h_, vocab_, Shard::kCols, 0, Role(TensorKind::kWeight, kLmHead, -1));
-    g_w_head_ = AddTensor("lm_head.w.grad", h_, vocab_, Shard::kCols, 0,
+        AddTensor("lm_head.w", vocab_, h_, Shard::kRows, 0, Role(TensorKind::kWeight, kLmHead, -1));
+    g_w_head_ = AddTensor("lm_head.w.grad", vocab_, h_, Shard::kRows, 0,
                           Role(TensorKind::kWeight, kLmHead, -1, true));
   }
 
-  // Vocab-parallel embedding of slice i: each rank looks up the tokens of its vocabulary part,
-  // then the partial rows are summed over TP (reduce-scattered with SP) into layer 0's input.
+  // Vocab-parallel embedding of slice i: each rank looks up the tokens of its vocabulary part
+  // (others contribute zero rows), then the partial rows are summed over TP (reduce-scattered
+  // with SP) into layer 0's input.
   void EmbeddingForward(int i) {
     OpTags tags = Tags(0, i, -1, Phase::kForward);
     const LayerTensors& t = tensors_[0];
@@ -668,7 +706,8 @@ class Lowering {
     int32_t partial =
         AddTensor(fmt::format("embed.s{}", i), slice_tokens_, h_, Shard::kPartialSum, 0, role);
     TensorUse whole{partial, View{0, slice_tokens_, 0, h_}};
-    int32_t lookup = Elementwise(OpFunc::kEmbed, tags, 2 * RowBytes(h_), {}, {}, {whole});
+    int32_t lookup = Elementwise(OpFunc::kEmbed, tags, 2 * RowBytes(h_), {},
+                                 {SliceOf(tokens_in_, i), WholeOf(w_embed_)}, {whole});
     int32_t comm = sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, tags,
                                     RowBytes(h_), lookup, whole, SliceOf(t.x, i))
                        : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags,
@@ -677,8 +716,28 @@ class Lowering {
     SyncIfNoOverlap(comm);
   }
 
-  // Slice i's final residual add, final norm, LM head (vocab-parallel columns) and cross-entropy,
-  // whose max and sum over the vocabulary take two small all-reduces (counted as one).
+  // Slice i's embedding gradient, after `grad` wrote the first layer's input gradient: each rank
+  // adds the rows of the tokens in its vocabulary part. With SP the gradient is a sequence shard
+  // and is all-gathered first (the backward of the forward's reduce-scatter).
+  void EmbeddingBackward(int i, int32_t grad) {
+    OpTags tags = Tags(0, i, -1, Phase::kBackward);
+    const LayerTensors& t = tensors_[0];
+    int32_t dy = t.g_x;
+    if (sp_) {
+      grad = Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), grad,
+                        SliceOf(t.g_x, i), SliceOf(g_x_full_, i));
+      dy = g_x_full_;
+    }
+    Elementwise(OpFunc::kEmbedGrad, tags, 2 * RowBytes(h_), {grad},
+                {SliceOf(tokens_in_, i), SliceOf(dy, i)}, {WholeOf(g_w_embed_)});
+  }
+
+  // Slice i's final residual add, final norm, LM head (vocab-parallel columns) and cross-entropy.
+  // Megatron all-reduces the logits' maximum, then the label's logit and the sum of exponentials
+  // (three all-reduces of one float per token); here each rank's log-sum-exp over its own
+  // vocabulary part and the label's logit take one all-reduce of tp + 1 floats per token (each
+  // rank fills its own column), from which every rank combines the same stable log-sum-exp: the
+  // same loss in one collective. The loss gradient waits for it.
   void HeadForward(int i) {
     const int l = layers_ - 1;
     const LayerTensors& t = tensors_[l];
@@ -688,18 +747,20 @@ class Lowering {
     const double hb = NormRows() * h_ * e_;
     Elementwise(OpFunc::kResidual2, tags, ResidualBytes(hb), std::move(deps),
                 {SliceOf(t.mid, i), SliceOf(Reduced(t.fc2, t.fc2_s), i)}, {SliceOf(head_x_, i)});
-    int32_t norm = Elementwise(OpFunc::kFinalNorm, tags, 2 * hb, {}, {SliceOf(head_x_, i)},
-                               {sp_ ? SliceOf(head_x_, i) : SliceOf(head_ln_, i)});
+    int32_t norm = Elementwise(OpFunc::kFinalNorm, tags, 2 * hb, {},
+                               {SliceOf(head_x_, i), WholeOf(w_final_norm_)},
+                               {SliceOf(Reduced(head_ln_, head_ln_s_), i)});
     if (sp_)
       norm = Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), norm,
-                        SliceOf(head_x_, i), SliceOf(head_ln_, i));
+                        SliceOf(head_ln_s_, i), SliceOf(head_ln_, i));
     Gemm(OpFunc::kLmHead, tags, slice_tokens_, vocab_, h_, {norm},
          {SliceOf(head_ln_, i), WholeOf(w_head_)}, {SliceOf(logits_, i)});
-    int32_t loss =
-        Elementwise(OpFunc::kLoss, tags, 2 * RowBytes(vocab_), {}, {SliceOf(logits_, i)}, {});
+    int32_t loss = Elementwise(OpFunc::kLoss, tags, 2 * RowBytes(vocab_), {},
+                               {SliceOf(logits_, i), SliceOf(labels_, i)}, {SliceOf(loss_, i)});
     int32_t comm = Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags,
-                              static_cast<double>(slice_tokens_) * 2 * 4, loss, SliceOf(logits_, i),
-                              SliceOf(logits_, i));
+                              static_cast<double>(slice_tokens_) * (plan_.tp + 1) * 4, loss,
+                              SliceOf(loss_, i), SliceOf(loss_, i));
+    loss_comm_[i] = comm;
     SyncIfNoOverlap(comm);
   }
 
@@ -709,7 +770,10 @@ class Lowering {
   void HeadBackward(int i) {
     const int l = layers_ - 1;
     OpTags tags = Tags(l, i, -1, Phase::kBackward);
-    Elementwise(OpFunc::kLossGrad, tags, 2 * RowBytes(vocab_), {}, {SliceOf(logits_, i)},
+    Deps after_loss;
+    if (loss_comm_[i] >= 0) after_loss.push_back(loss_comm_[i]);
+    Elementwise(OpFunc::kLossGrad, tags, 2 * RowBytes(vocab_), std::move(after_loss),
+                {SliceOf(logits_, i), SliceOf(labels_, i), SliceOf(loss_, i)},
                 {SliceOf(g_logits_, i)});
     int32_t dgrad = Gemm(OpFunc::kLmHeadGradInput, tags, slice_tokens_, h_, vocab_, {},
                          {SliceOf(g_logits_, i), WholeOf(w_head_)}, {SliceOf(g_head_ln_, i)});
@@ -719,11 +783,12 @@ class Lowering {
             : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags, RowBytes(h_), dgrad,
                          SliceOf(g_head_ln_, i), SliceOf(g_head_ln_, i));
     Gemm(OpFunc::kLmHeadGradWeight, tags, h_, vocab_, slice_tokens_, {},
-         {SliceOf(head_ln_, i), SliceOf(g_logits_, i)}, {WholeOf(g_w_head_)});
+         {SliceOf(g_logits_, i), SliceOf(head_ln_, i)}, {WholeOf(g_w_head_)});
     const double hb = NormRows() * h_ * e_;
     head_grad_[i] = Elementwise(OpFunc::kFinalNormGrad, tags, 5 * hb, {comm},
-                                {SliceOf(head_x_, i), SliceOf(sp_ ? g_head_ln_s_ : g_head_ln_, i)},
-                                {SliceOf(out_grad_, i)});
+                                {SliceOf(head_x_, i), SliceOf(Reduced(g_head_ln_, g_head_ln_s_), i),
+                                 WholeOf(w_final_norm_)},
+                                {SliceOf(out_grad_, i), WholeOf(g_w_final_norm_)});
   }
 
   const Plan& plan_;
@@ -736,9 +801,12 @@ class Lowering {
   int64_t tokens_ = 0, slice_tokens_ = 0, vocab_ = 0;
   Phase fwd_phase_ = Phase::kForward;  // kRecompute while a layer's forward is redone
   bool recomputing_ = false;
-  int32_t head_x_ = -1, head_ln_ = -1, logits_ = -1, g_logits_ = -1, g_head_ln_ = -1;
-  int32_t g_head_ln_s_ = -1, w_head_ = -1, g_w_head_ = -1;
+  int32_t head_x_ = -1, head_ln_ = -1, head_ln_s_ = -1, logits_ = -1, g_logits_ = -1;
+  int32_t g_head_ln_ = -1, g_head_ln_s_ = -1, w_head_ = -1, g_w_head_ = -1;
+  int32_t w_final_norm_ = -1, g_w_final_norm_ = -1, labels_ = -1, loss_ = -1;
+  int32_t w_embed_ = -1, g_w_embed_ = -1, tokens_in_ = -1, g_x_full_ = -1;
   std::vector<int32_t> head_grad_ = std::vector<int32_t>(kMaxSplit + 1, -1);
+  std::vector<int32_t> loss_comm_ = std::vector<int32_t>(kMaxSplit + 1, -1);
   Schedule s_;
   std::vector<LayerTensors> tensors_;
   int32_t out_grad_ = -1;             // gradient of the top layer's output

@@ -377,19 +377,24 @@ TEST(LowerTest, IntraLayerBarrierHoldsTheNextLayer) {
 }
 
 // Every element an op reads was written by an earlier op the reader is ordered after (same
-// stream, or a dependency chain), except what the run starts with: weights and the first layer's
-// input. That is what lets an executor run the schedule numerically; it is checked here on a
-// small model for every strategy, by rank-independent views.
+// stream, or a dependency chain), except what the run starts with: weights, the first layer's
+// input, or the tokens and labels with the model's ends. That is what lets an executor run the
+// schedule numerically; it is checked here on a small model for every strategy, by
+// rank-independent views, for the layer stack and for the whole model.
 TEST(LowerTest, EveryReadFollowsTheWriteItNeeds) {
   struct Case {
     int p, q;
     OverlapScope scope;
     bool sp;
+    bool ends = false;  // the embedding and the head
   };
-  for (Case c : {Case{1, 1, kNone, false}, Case{1, 1, kNone, true}, Case{2, 1, kInter, false},
-                 Case{3, 1, kIntra, false}, Case{1, 4, kIntra, false}, Case{2, 2, kInter, false},
-                 Case{2, 1, kInter, true}}) {
-    SCOPED_TRACE(testing::Message() << "p " << c.p << " q " << c.q << " sp " << c.sp);
+  for (Case c :
+       {Case{1, 1, kNone, false}, Case{1, 1, kNone, true}, Case{2, 1, kInter, false},
+        Case{3, 1, kIntra, false}, Case{1, 4, kIntra, false}, Case{2, 2, kInter, false},
+        Case{2, 1, kInter, true}, Case{1, 1, kNone, false, true}, Case{1, 1, kNone, true, true},
+        Case{2, 1, kInter, true, true}, Case{3, 2, kIntra, false, true}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "p " << c.p << " q " << c.q << " sp " << c.sp << " ends " << c.ends);
     PlanKnobs k = Knobs(c.p, c.q, c.scope, c.sp);
     k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/tiny-llama.yaml";
     k.cluster = "dgx-h100:1:2";
@@ -397,7 +402,14 @@ TEST(LowerTest, EveryReadFollowsTheWriteItNeeds) {
     k.seq_len = 16;
     k.micro_batch = 6;
     k.global_batch = 6;
-    Schedule s = LowerOk(k);
+    Schedule s;
+    if (c.ends) {
+      Result<Schedule> stage = LowerStage(MakePlan(k), LowerOptions{-1, true, true, true, true});
+      ASSERT_TRUE(stage.ok()) << stage.message();
+      s = std::move(stage).value();
+    } else {
+      s = LowerOk(k);
+    }
     ASSERT_GT(s.size(), 0u);
     // ordered[i] = ops that op i is ordered after (transitively), as a bitset per op.
     const size_t n = s.size();
@@ -475,9 +487,12 @@ TEST(LowerTest, EveryTensorHasARoleOfItsOwn) {
       weights += role.kind == TensorKind::kWeight;
       norm_weights += role.kind == TensorKind::kNormWeight;
     }
-    EXPECT_EQ(inputs, c.ends ? 0 : 1);             // the embedding computes the first layer's input
-    EXPECT_EQ(weights, 4 * 2 + (c.ends ? 1 : 0));  // qkv, proj, fc1, fc2; the LM head
-    EXPECT_EQ(norm_weights, 2 * 2);
+    // With the ends the embedding computes the first layer's input from the tokens, and the loss
+    // reads the labels.
+    EXPECT_EQ(inputs, c.ends ? 2 : 1);
+    // qkv, proj, fc1, fc2; the embedding, which is also the LM head (tied embeddings).
+    EXPECT_EQ(weights, 4 * 2 + (c.ends ? 1 : 0));
+    EXPECT_EQ(norm_weights, 2 * 2 + (c.ends ? 1 : 0));  // ln1, ln2; the final norm
     const int32_t w = FindTensor(tensors, TensorRole{TensorKind::kWeight, TensorSlot::kFc2, false,
                                                      TensorForm::kPrimary, 1, -1});
     ASSERT_GE(w, 0);
