@@ -31,7 +31,7 @@ uint64_t HashRole(const TensorRole& role) {
 
 }  // namespace
 
-float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t whole_rows, int64_t row,
+float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t fan_in, int64_t row,
                      int64_t col) {
   uint64_t bits =
       SplitMix(seed ^ SplitMix(HashRole(role) ^ SplitMix(row * 0x100000001b3ull + col)));
@@ -39,7 +39,7 @@ float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t whole_rows, 
       static_cast<float>(bits >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;  // [-1, 1)
   if (role.gradient) return u;
   if (role.kind == TensorKind::kNormWeight) return 1.0f + 0.1f * u;
-  if (role.kind == TensorKind::kWeight) return u / std::sqrt(static_cast<float>(whole_rows));
+  if (role.kind == TensorKind::kWeight) return u / std::sqrt(static_cast<float>(fan_in));
   return u;
 }
 
@@ -63,17 +63,39 @@ double CpuBackend::BytesFor(const Schedule& schedule) {
 
 void FillReference(const Tensor& t, int rank, int tp, uint64_t seed, const View& view,
                    std::vector<float>& values) {
-  const int64_t whole_rows = WholeShape(t, tp).rows;
+  const Shape2 whole = WholeShape(t, tp);
+  const bool vocab_major =
+      t.role.slot == TensorSlot::kEmbedding || t.role.slot == TensorSlot::kLmHead;
+  const int64_t fan_in = vocab_major ? whole.cols : whole.rows;
   for (int64_t r = view.row_begin; r < view.row_end; ++r) {
     for (int64_t c = view.col_begin; c < view.col_end; ++c) {
       Shape2 at = WholeIndex(t, rank, tp, r, c);
-      values[r * t.cols + c] = ReferenceValue(seed, t.role, whole_rows, at.rows, at.cols);
+      values[r * t.cols + c] = ReferenceValue(seed, t.role, fan_in, at.rows, at.cols);
     }
   }
 }
 
+bool IsTokens(const TensorRole& role) {
+  return role.kind == TensorKind::kInput &&
+         (role.slot == TensorSlot::kEmbedding || role.slot == TensorSlot::kLmHead);
+}
+
+int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index) {
+  constexpr uint64_t kTokenStream = 0x746f6b656e73ull;  // "tokens"
+  return static_cast<int64_t>(SplitMix(seed ^ SplitMix(kTokenStream ^ SplitMix(index))) %
+                              static_cast<uint64_t>(vocab));
+}
+
 void CpuBackend::Fill(const Tensor& t, std::vector<float>& values, const View& view) const {
-  FillReference(t, rank_, tp_, seed_, view, values);
+  if (!IsTokens(t.role)) {
+    FillReference(t, rank_, tp_, seed_, view, values);
+    return;
+  }
+  const int64_t next = t.role.slot == TensorSlot::kLmHead ? 1 : 0;  // labels: the next token
+  for (int64_t r = view.row_begin; r < view.row_end; ++r)
+    for (int64_t c = view.col_begin; c < view.col_end; ++c)
+      values[r * t.cols + c] = static_cast<float>(
+          ReferenceToken(seed_, model_.vocab, WholeIndex(t, rank_, tp_, r, c).rows + next));
 }
 
 Status CpuBackend::Pack(const TensorUse& use, float* out) const {
@@ -201,6 +223,65 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
       if (!need(2, 1)) return fail("a residual add reads two tensors and writes one");
       cpu::Add(in(0), in(1), out(0));
       return Status::Ok();
+    case OpFunc::kEmbed:
+    case OpFunc::kEmbedGrad: {
+      // Tokens and the table's (or its gradient's) vocabulary rows; out-of-part tokens add 0.
+      const bool backward = op.func == OpFunc::kEmbedGrad;
+      if (!need(2, 1)) return fail("the embedding reads tokens and a table (or gradient)");
+      const TensorUse& table = backward ? writes[0] : reads[1];
+      const Tensor& t = schedule.tensors()[table.tensor];
+      if (t.shard != Shard::kRows || in(0).cols != 1 ||
+          (backward ? in(1).cols : out(0).cols) != t.cols)
+        return fail("the embedding needs a column of tokens and a vocabulary-row table");
+      const int64_t vocab_begin = WholeIndex(t, rank_, tp_, 0, 0).rows;
+      if (backward)
+        cpu::EmbeddingBackward(in(0), vocab_begin, in(1), out(0));
+      else
+        cpu::EmbeddingForward(in(0), vocab_begin, in(1), out(0));
+      return Status::Ok();
+    }
+    case OpFunc::kFinalNorm:
+      if (!need(2, 1)) return fail("a norm reads its input and weight and writes one tensor");
+      cpu::NormForward(norm, in(0), in(1).data, kNormEps, out(0));
+      return Status::Ok();
+    case OpFunc::kFinalNormGrad:
+      // The residual stream ends here: dx is the norm's backward alone; dgamma accumulates.
+      if (!need(3, 2)) return fail("the final norm's backward reads x, dy and gamma");
+      cpu::NormBackward(norm, in(0), in(2).data, kNormEps, in(1), out(0), /*accumulate_dx=*/false,
+                        out(1).data);
+      return Status::Ok();
+    case OpFunc::kLmHead:
+    case OpFunc::kLmHeadGradInput:
+    case OpFunc::kLmHeadGradWeight: {
+      // The weight is vocabulary-major (vocab x hidden): logits = X W^T, dX = dlogits W,
+      // dW += dlogits^T X.
+      if (!need(2, 1)) return fail("a GEMM reads two tensors and writes one");
+      cpu::ConstMat a = in(0), b = in(1);
+      cpu::Mat c = out(0);
+      const bool forward = op.func == OpFunc::kLmHead, wgrad = op.func == OpFunc::kLmHeadGradWeight;
+      const int64_t m = wgrad ? a.cols : a.rows, k = wgrad ? a.rows : a.cols;
+      const int64_t n = forward ? b.rows : b.cols, kb = forward ? b.cols : b.rows;
+      if (k != kb || c.rows != m || c.cols != n) return fail("GEMM shapes do not agree");
+      cpu::Gemm(a, wgrad, b, forward, c, wgrad);
+      return Status::Ok();
+    }
+    case OpFunc::kLoss:
+    case OpFunc::kLossGrad: {
+      const bool backward = op.func == OpFunc::kLossGrad;
+      if (!need(backward ? 3 : 2, 1))
+        return fail("the loss reads logits and labels (and, backward, the loss statistics)");
+      const Tensor& logits = schedule.tensors()[reads[0].tensor];
+      const int64_t vocab_begin = WholeIndex(logits, rank_, tp_, 0, reads[0].view.col_begin).cols;
+      const cpu::ConstMat stats = backward ? in(2) : cpu::ConstMat(out(0));
+      if (stats.cols != tp_ + 1 || stats.rows != in(0).rows || in(1).cols != 1)
+        return fail(fmt::format("the loss statistics need tp + 1 = {} columns per token", tp_ + 1));
+      if (backward)
+        cpu::CrossEntropyBackward(in(0), in(1), in(2), vocab_begin, model_.vocab,
+                                  WholeShape(logits, tp_).rows, out(0));
+      else
+        cpu::CrossEntropyStats(in(0), in(1), vocab_begin, model_.vocab, rank_, out(0));
+      return Status::Ok();
+    }
     case OpFunc::kResidualGrad: {
       // The loss gradient of the stack's output: reference values of the written tensor.
       if (!need(0, 1)) return fail("the output gradient writes one tensor");

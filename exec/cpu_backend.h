@@ -14,22 +14,35 @@ namespace domino::exec {
 // The reference values of the unsharded model: weights, the first layer's input and the top
 // layer's output gradient, as a function of (seed, tensor role, whole row, whole column) only, so
 // every sharding of a tensor holds the same numbers as the unsharded one, whatever its name.
-// GEMM weights are uniform in +-1/sqrt(rows), norm weights in 1 +- 0.1, inputs and output
+// GEMM weights are uniform in +-1/sqrt(fan_in), norm weights in 1 +- 0.1, inputs and output
 // gradients in +-1.
-float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t whole_rows, int64_t row,
+float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t fan_in, int64_t row,
                      int64_t col);
 
 // Fills `view` of rank `rank`'s `values` of `tensor` (rows x cols) with ReferenceValue through the
-// tensor's Shard rule.
+// tensor's Shard rule. A GEMM weight's fan-in is its whole rows (in_features x out_features), or
+// its columns for the vocabulary-major embedding and LM head, so that padding the vocabulary
+// differently for another TP size leaves every weight's value alone.
 void FillReference(const Tensor& tensor, int rank, int tp, uint64_t seed, const View& view,
                    std::vector<float>& values);
+
+// Whether a role is a column of token ids: the tokens the embedding looks up or the labels of
+// the loss (inputs of slot kEmbedding or kLmHead).
+bool IsTokens(const TensorRole& role);
+// Token `index` of the run's token stream, uniform over [0, vocab), from the seed alone. Row r of
+// a micro-batch's tokens is token r of the stream and its label token r + 1 (the next token),
+// the same on every rank.
+int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index);
 
 // The CPU reference backend: fp32 tensors in host memory, kernels on Eigen (exec/cpu_kernels.h).
 // It holds rank `rank`'s shard (of a TP group of `tp`) of every tensor of the schedule:
 // the tensors whose values the schedule is given (IsGiven: weights, norm gains, the stage's input)
-// filled with ReferenceValue through the tensors' Shard rules, everything else zero. The
-// activation function is the model's. Weight-gradient GEMMs
-// accumulate, as the row slices of a micro-batch add to one gradient. Biases are not modelled.
+// filled with ReferenceValue through the tensors' Shard rules (tokens and labels with
+// ReferenceToken), everything else zero. The activation function is the model's. Weight-gradient
+// GEMMs and the embedding's gradient accumulate, as the row slices of a micro-batch add to one
+// gradient (and the tied LM head's to the embedding's). The loss is the mean cross-entropy over
+// the micro-batch's tokens; vocabulary padding takes no part in it. Biases and position
+// embeddings are not modelled.
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const Schedule& schedule, const ModelSpec& model, int rank, int tp, uint64_t seed);

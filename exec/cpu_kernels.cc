@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace domino::exec::cpu {
@@ -262,6 +263,96 @@ void AttentionBackward(const AttentionShape& s, ConstMat qkv, ConstMat dout, Mat
       Block(dqkv, row0, col.k, n, d).noalias() +=
           scale * (ds.transpose() * Block(qkv, row0, col.q, n, d));
     }
+  }
+}
+
+namespace {
+
+// The table row of a token, or -1 when another part of the vocabulary holds it.
+int64_t LocalRow(float token, int64_t vocab_begin, int64_t rows) {
+  const int64_t row = static_cast<int64_t>(token) - vocab_begin;
+  return row >= 0 && row < rows ? row : -1;
+}
+
+}  // namespace
+
+void EmbeddingForward(ConstMat tokens, int64_t vocab_begin, ConstMat table, Mat out) {
+  assert(tokens.cols == 1 && tokens.rows == out.rows && table.cols == out.cols);
+  for (int64_t j = 0; j < out.rows; ++j) {
+    float* yr = out.data + j * out.stride;
+    const int64_t row = LocalRow(tokens.data[j * tokens.stride], vocab_begin, table.rows);
+    if (row < 0) {
+      std::fill(yr, yr + out.cols, 0.0f);
+      continue;
+    }
+    const float* src = table.data + row * table.stride;
+    std::copy(src, src + out.cols, yr);
+  }
+}
+
+void EmbeddingBackward(ConstMat tokens, int64_t vocab_begin, ConstMat dy, Mat dtable) {
+  assert(tokens.cols == 1 && tokens.rows == dy.rows && dtable.cols == dy.cols);
+  for (int64_t j = 0; j < dy.rows; ++j) {
+    const int64_t row = LocalRow(tokens.data[j * tokens.stride], vocab_begin, dtable.rows);
+    if (row < 0) continue;
+    const float* g = dy.data + j * dy.stride;
+    float* d = dtable.data + row * dtable.stride;
+    for (int64_t c = 0; c < dy.cols; ++c) d[c] += g[c];
+  }
+}
+
+void CrossEntropyStats(ConstMat logits, ConstMat labels, int64_t vocab_begin, int64_t vocab,
+                       int part, Mat stats) {
+  const int parts = static_cast<int>(stats.cols) - 1;
+  assert(labels.cols == 1 && labels.rows == logits.rows && stats.rows == logits.rows);
+  assert(part >= 0 && part < parts);
+  const int64_t valid = std::clamp<int64_t>(vocab - vocab_begin, 0, logits.cols);
+  for (int64_t j = 0; j < logits.rows; ++j) {
+    const float* z = logits.data + j * logits.stride;
+    float* out = stats.data + j * stats.stride;
+    std::fill(out, out + stats.cols, 0.0f);
+    if (valid == 0) {
+      out[part] = std::numeric_limits<float>::lowest();
+    } else {
+      const float peak = *std::max_element(z, z + valid);
+      double sum = 0;
+      for (int64_t c = 0; c < valid; ++c) sum += std::exp(static_cast<double>(z[c]) - peak);
+      out[part] = static_cast<float>(peak + std::log(sum));
+    }
+    const int64_t label = LocalRow(labels.data[j * labels.stride], vocab_begin, valid);
+    if (label >= 0) out[parts] = z[label];
+  }
+}
+
+double LogSumExp(ConstMat stats, int64_t row) {
+  const float* s = stats.data + row * stats.stride;
+  const int64_t parts = stats.cols - 1;
+  const double peak = *std::max_element(s, s + parts);
+  double sum = 0;
+  for (int64_t p = 0; p < parts; ++p) sum += std::exp(s[p] - peak);
+  return peak + std::log(sum);
+}
+
+double MeanCrossEntropy(ConstMat stats) {
+  double total = 0;
+  for (int64_t j = 0; j < stats.rows; ++j)
+    total += LogSumExp(stats, j) - stats.data[j * stats.stride + stats.cols - 1];
+  return stats.rows > 0 ? total / static_cast<double>(stats.rows) : 0.0;
+}
+
+void CrossEntropyBackward(ConstMat logits, ConstMat labels, ConstMat stats, int64_t vocab_begin,
+                          int64_t vocab, int64_t tokens, Mat dlogits) {
+  assert(SameShape(logits, dlogits) && labels.rows == logits.rows && stats.rows == logits.rows);
+  const int64_t valid = std::clamp<int64_t>(vocab - vocab_begin, 0, logits.cols);
+  const double scale = 1.0 / static_cast<double>(tokens);
+  for (int64_t j = 0; j < logits.rows; ++j) {
+    const float* z = logits.data + j * logits.stride;
+    float* d = dlogits.data + j * dlogits.stride;
+    const double lse = LogSumExp(stats, j);
+    for (int64_t c = 0; c < valid; ++c) d[c] = static_cast<float>(std::exp(z[c] - lse) * scale);
+    std::fill(d + valid, d + logits.cols, 0.0f);
+    const int64_t label = LocalRow(labels.data[j * labels.stride], vocab_begin, valid);
+    if (label >= 0) d[label] -= static_cast<float>(scale);
   }
 }
 

@@ -3,7 +3,8 @@
 
 #include <cstdint>
 
-// fp32 reference kernels of one transformer layer, forward and backward, on row-major views.
+// fp32 reference kernels of one transformer layer and of the model's ends (embedding and
+// cross-entropy), forward and backward, on row-major views.
 // Every kernel reads and writes only the rows x cols window of its views, never the padding
 // between rows, so a view may be a block of a wider tensor (a TP shard's columns). Shapes are
 // preconditions, checked by assert. Eigen stays inside cpu_kernels.cc.
@@ -58,6 +59,32 @@ struct AttentionShape {
 void AttentionForward(const AttentionShape& shape, ConstMat qkv, Mat out);
 // dqkv (qkv's layout) = gradient of sum(out * dout) with respect to qkv; recomputes the softmax.
 void AttentionBackward(const AttentionShape& shape, ConstMat qkv, ConstMat dout, Mat dqkv);
+
+// The model's ends. Token ids are stored as floats (exact below 2^24), one per row of a column.
+
+// Vocab-parallel embedding lookup: row j of out = row (tokens[j] - vocab_begin) of `table` when
+// the token lies in [vocab_begin, vocab_begin + table.rows), else zeros (another rank's part).
+// out.cols = table.cols; out.rows = tokens.rows.
+void EmbeddingForward(ConstMat tokens, int64_t vocab_begin, ConstMat table, Mat out);
+// dtable += the rows of dy scattered to the tokens this part of the table holds.
+void EmbeddingBackward(ConstMat tokens, int64_t vocab_begin, ConstMat dy, Mat dtable);
+
+// Vocab-parallel cross-entropy, forward half. `logits` holds the columns [vocab_begin,
+// vocab_begin + logits.cols) of the vocabulary; columns at or past `vocab` (padding) take no part.
+// Per row j, with `parts` ranks: stats(j, part) = log-sum-exp of this part's valid logits (the
+// lowest float when it has none), stats(j, parts) = the logit of label labels[j] if this part
+// holds it, and every other column 0, so that the sum over parts of the stats is every part's
+// log-sum-exp and the label's logit. stats.cols = parts + 1.
+void CrossEntropyStats(ConstMat logits, ConstMat labels, int64_t vocab_begin, int64_t vocab,
+                       int part, Mat stats);
+// The log-sum-exp over the whole vocabulary of summed stats row `row` (its first cols - 1 entries).
+double LogSumExp(ConstMat stats, int64_t row);
+// The mean over rows of summed stats of the token losses log-sum-exp - label logit.
+double MeanCrossEntropy(ConstMat stats);
+// dlogits = (softmax(logits) - onehot(label)) / tokens over this part's valid columns (the
+// gradient of the mean loss over `tokens` tokens), 0 on padding; stats are the summed stats.
+void CrossEntropyBackward(ConstMat logits, ConstMat labels, ConstMat stats, int64_t vocab_begin,
+                          int64_t vocab, int64_t tokens, Mat dlogits);
 
 }  // namespace domino::exec::cpu
 

@@ -75,6 +75,7 @@ class CudaBackend final : public Backend, public CudaRunner {
     if (options_.graph && !streams)
       return Error(
           "a CUDA graph needs collectives on the GPU (NCCL or emulated), not through the host");
+    DOMINO_RETURN_IF_ERROR(RefuseTheEnds());
     if (options_.comm == CommMode::kEmulate && options_.emulated.size() != schedule_.size())
       return Error(
           fmt::format("emulated collectives need the predicted cost of every op ({} ops, {} "
@@ -240,6 +241,31 @@ class CudaBackend final : public Backend, public CudaRunner {
   int DoneEvent(int op) const { return kEventsPerOp * op + 2; }
   int BeginEvent() const { return kEventsPerOp * size(); }
   int OriginEvent() const { return kEventsPerOp * size() + 1; }
+
+  // The model's ends (embedding, final norm, LM head, loss) have CPU kernels only: a schedule
+  // with them is refused before anything is allocated, rather than failing half-way through.
+  Status RefuseTheEnds() const {
+    for (int32_t id = 0; id < size(); ++id) {
+      switch (schedule_.op(id).func) {
+        case OpFunc::kEmbed:
+        case OpFunc::kEmbedGrad:
+        case OpFunc::kFinalNorm:
+        case OpFunc::kFinalNormGrad:
+        case OpFunc::kLmHead:
+        case OpFunc::kLmHeadGradInput:
+        case OpFunc::kLmHeadGradWeight:
+        case OpFunc::kLoss:
+        case OpFunc::kLossGrad:
+          return Error(fmt::format(
+              "op {} ({}): the CUDA backend runs the layer stack only; the embedding, final "
+              "norm, LM head and loss run on the CPU backend",
+              id, schedule_.Label(id)));
+        default:
+          break;
+      }
+    }
+    return Status::Ok();
+  }
 
   // A CUDA call's status, with what failed: the backend, or op `id`.
   static Status Ok(Status status) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "exec/cpu_backend.h"
+#include "exec/cpu_kernels.h"
 #include "exec/cuda_backend.h"
 #include "exec/interpreter.h"
 #include "planner/lower.h"
@@ -92,56 +93,122 @@ TensorCheck Compare(std::string name, const Whole& got, const Whole& want, doubl
   return check;
 }
 
-// The input gradient, then every weight's gradient, layer by layer.
-std::vector<TensorRole> ComparedTensors(int layers) {
-  std::vector<TensorRole> roles = {LayerRole(TensorKind::kInput, TensorSlot::kX, 0, true)};
+// The first `rows` rows of a whole tensor: a vocabulary-major table without its padding, whose
+// size depends on the TP size.
+void CropRows(Whole& whole, int64_t rows) {
+  if (whole.rows <= rows) return;
+  whole.rows = rows;
+  whole.values.resize(static_cast<size_t>(rows * whole.cols));
+}
+
+// The mean loss of a gathered loss tensor, as a 1 x 1 tensor.
+Whole LossOf(const Whole& stats) {
+  const cpu::ConstMat view(stats.values.data(), stats.rows, stats.cols, stats.cols);
+  return Whole{1, 1, {static_cast<float>(cpu::MeanCrossEntropy(view))}};
+}
+
+// What a schedule covers, read from its tensors' roles.
+struct Covers {
+  bool embedding = false;  // the token embedding in front of the first layer
+  bool head = false;       // the final norm, LM head and loss behind the last
+};
+
+Covers CoversOf(const Schedule& s) {
+  Covers covers;
+  covers.embedding =
+      FindTensor(s.tensors(), LayerRole(TensorKind::kInput, TensorSlot::kEmbedding, -1)) >= 0;
+  covers.head = FindTensor(s.tensors(), LayerRole(TensorKind::kLoss, TensorSlot::kLmHead, -1)) >= 0;
+  return covers;
+}
+
+// A gradient the check compares, and whether it is vocabulary-major (cropped to the vocabulary).
+struct Compared {
+  TensorRole role;
+  bool vocab_rows = false;
+};
+
+// The stack's input gradient or the embedding's, then every layer's weight gradients, then the
+// final norm's and the LM head's. The tied LM head's gradient is the embedding's.
+std::vector<Compared> ComparedTensors(const Schedule& s, int layers) {
+  const Covers covers = CoversOf(s);
+  std::vector<Compared> roles;
+  if (covers.embedding)
+    roles.push_back({LayerRole(TensorKind::kWeight, TensorSlot::kEmbedding, -1, true), true});
+  else
+    roles.push_back({LayerRole(TensorKind::kInput, TensorSlot::kX, 0, true)});
   for (int l = 0; l < layers; ++l) {
-    roles.push_back(LayerRole(TensorKind::kNormWeight, TensorSlot::kLn1, l, true));
+    roles.push_back({LayerRole(TensorKind::kNormWeight, TensorSlot::kLn1, l, true)});
     for (TensorSlot w : {TensorSlot::kQkv, TensorSlot::kProj})
-      roles.push_back(LayerRole(TensorKind::kWeight, w, l, true));
-    roles.push_back(LayerRole(TensorKind::kNormWeight, TensorSlot::kLn2, l, true));
+      roles.push_back({LayerRole(TensorKind::kWeight, w, l, true)});
+    roles.push_back({LayerRole(TensorKind::kNormWeight, TensorSlot::kLn2, l, true)});
     for (TensorSlot w : {TensorSlot::kFc1, TensorSlot::kFc2})
-      roles.push_back(LayerRole(TensorKind::kWeight, w, l, true));
+      roles.push_back({LayerRole(TensorKind::kWeight, w, l, true)});
+  }
+  if (covers.head) {
+    roles.push_back({LayerRole(TensorKind::kNormWeight, TensorSlot::kFinalNorm, -1, true)});
+    const TensorRole head = LayerRole(TensorKind::kWeight, TensorSlot::kLmHead, -1, true);
+    if (FindTensor(s.tensors(), head) >= 0) roles.push_back({head, true});
+    const TensorRole table = LayerRole(TensorKind::kWeight, TensorSlot::kEmbedding, -1, true);
+    if (!covers.embedding && FindTensor(s.tensors(), table) >= 0) roles.push_back({table, true});
   }
   return roles;
 }
 
-// With --check: gathers the output, input gradient and weight gradients over the ranks, runs
-// the unsharded reference on rank 0, compares, and tells every rank the verdict.
+// The per-token loss statistics (exec/cpu_kernels.h, CrossEntropyStats).
+TensorRole LossRole() { return LayerRole(TensorKind::kLoss, TensorSlot::kLmHead, -1); }
+
+// With --check: gathers the output, loss and gradients over the ranks, runs the unsharded
+// reference of what the schedule covers on rank 0, compares, and tells every rank the verdict.
 Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Communicator& comm,
              const ExecuteOptions& options, ExecuteResult* result) {
   // Every rank takes part in the gathers; rank 0 then runs the reference and compares.
   const int layers = plan.model.layers / plan.pp;
+  const Covers covers = CoversOf(s);
   std::vector<Whole> got;
   Result<Whole> output = GatherOutput(s, backend, comm, layers - 1, plan.sequence_parallel);
   if (!output.ok()) return output.error();
   got.push_back(std::move(output).value());
-  const std::vector<TensorRole> roles = ComparedTensors(layers);
-  for (const TensorRole& role : roles) {
-    Result<Whole> whole = GatherWhole(s, backend, comm, role);
+  if (covers.head) {
+    Result<Whole> stats = GatherWhole(s, backend, comm, LossRole());
+    if (!stats.ok()) return stats.error();
+    got.push_back(comm.rank() == 0 ? LossOf(*stats) : Whole{});
+  }
+  const std::vector<Compared> roles = ComparedTensors(s, layers);
+  for (const Compared& c : roles) {
+    Result<Whole> whole = GatherWhole(s, backend, comm, c.role);
     if (!whole.ok()) return whole.error();
+    if (c.vocab_rows) CropRows(*whole, plan.model.vocab);
     got.push_back(std::move(whole).value());
   }
 
   float failed = 0;
   if (comm.rank() == 0) {
     Plan ref_plan = ReferencePlan(plan);
-    Result<Schedule> ref_schedule = Lower(ref_plan);
+    Result<Schedule> ref_schedule =
+        LowerStage(ref_plan, LowerOptions{layers, covers.embedding, covers.head, true, true});
     if (!ref_schedule.ok()) return ref_schedule.error();
     SelfCommunicator self;
     CpuBackend ref(*ref_schedule, ref_plan.model, 0, 1, options.seed);
     Result<Timeline> ref_timeline = Interpret(*ref_schedule, ref, self);
     if (!ref_timeline.ok()) return ref_timeline.error();
+    size_t next = 0;
     Result<Whole> want = GatherOutput(*ref_schedule, ref, self, layers - 1, false);
     if (!want.ok()) return want.error();
-    result->checks.push_back(Compare("output", got[0], *want, options.tolerance));
-    for (size_t i = 0; i < roles.size(); ++i) {
-      Result<Whole> w = GatherWhole(*ref_schedule, ref, self, roles[i]);
+    result->checks.push_back(Compare("output", got[next++], *want, options.tolerance));
+    if (covers.head) {
+      Result<Whole> stats = GatherWhole(*ref_schedule, ref, self, LossRole());
+      if (!stats.ok()) return stats.error();
+      result->checks.push_back(Compare("loss", got[next++], LossOf(*stats), options.tolerance));
+    }
+    for (const Compared& c : roles) {
+      Result<Whole> w = GatherWhole(*ref_schedule, ref, self, c.role);
       if (!w.ok()) return w.error();
+      if (c.vocab_rows) CropRows(*w, plan.model.vocab);
       // Labels are the tensors' names in the executed schedule (the input's gradient: its own).
-      std::string label =
-          i == 0 ? "input.grad" : s.tensors()[FindTensor(s.tensors(), roles[i])].name;
-      result->checks.push_back(Compare(label, got[i + 1], *w, options.tolerance));
+      std::string label = c.role.kind == TensorKind::kInput
+                              ? "input.grad"
+                              : s.tensors()[FindTensor(s.tensors(), c.role)].name;
+      result->checks.push_back(Compare(label, got[next++], *w, options.tolerance));
     }
     for (const TensorCheck& c : result->checks) failed += c.ok ? 0.0f : 1.0f;
   }
@@ -225,8 +292,32 @@ Plan ReferencePlan(const Plan& plan) {
   return ref;
 }
 
+std::string_view ExtentName(Extent extent) { return extent == Extent::kModel ? "model" : "layers"; }
+
+Result<Extent> ParseExtent(std::string_view name) {
+  for (Extent extent : {Extent::kModel, Extent::kLayerStack})
+    if (name == ExtentName(extent)) return extent;
+  return Error(fmt::format("unknown extent {} (model or layers)", name));
+}
+
+Extent DefaultExtent(const Plan& plan, BackendKind backend) {
+  return backend == BackendKind::kCpu && plan.pp == 1 && plan.dp == 1 ? Extent::kModel
+                                                                      : Extent::kLayerStack;
+}
+
+Result<Schedule> LowerForExecution(const Plan& plan, Extent extent) {
+  if (extent == Extent::kLayerStack) return Lower(plan);
+  if (plan.pp != 1 || plan.dp != 1)
+    return Error(fmt::format(
+        "the whole model is executed in one pipeline stage and one data-parallel replica; this "
+        "plan has pp {} and dp {} (its layer stack per stage can be executed)",
+        plan.pp, plan.dp));
+  return LowerStage(plan, LowerOptions{plan.model.layers, true, true, true, true});
+}
+
 Result<ExecuteResult> Execute(const Plan& plan, Communicator& comm, const ExecuteOptions& options) {
-  Result<Schedule> schedule = Lower(plan);
+  Result<Schedule> schedule =
+      LowerForExecution(plan, options.extent.value_or(DefaultExtent(plan, options.backend)));
   if (!schedule.ok()) return schedule.error();
   return ExecuteSchedule(plan, std::move(schedule).value(), comm, options);
 }
@@ -273,6 +364,12 @@ Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Commu
   Result<Timeline> timeline = run();
   if (!timeline.ok()) return timeline.error();
   result.timeline = std::move(timeline).value();
+  if (cpu && CoversOf(s).head) {
+    const int32_t stats = FindTensor(s.tensors(), LossRole());
+    const Tensor& t = s.tensors()[stats];
+    result.loss =
+        cpu::MeanCrossEntropy(cpu::ConstMat(cpu->data(stats).data(), t.rows, t.cols, t.cols));
+  }
   if (options.check) DOMINO_RETURN_IF_ERROR(Check(plan, s, backend, comm, options, &result));
   // Further runs for steadier timings.
   if (options.iterations > 1) {

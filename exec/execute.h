@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,9 +24,29 @@ enum class BackendKind {
 std::string_view BackendName(BackendKind kind);  // "cpu", "cuda"
 Result<BackendKind> ParseBackendKind(std::string_view name);
 
+// What one execution covers.
+enum class Extent {
+  // The whole model: token embedding, every layer, final norm, LM head and cross-entropy loss, in
+  // one pipeline stage (plans with pp = dp = 1), from reference tokens and labels.
+  kModel,
+  // One pipeline stage's layer stack (model.layers / pp layers), fed a reference input and a
+  // reference gradient of its output.
+  kLayerStack,
+};
+std::string_view ExtentName(Extent extent);  // "model", "layers"
+Result<Extent> ParseExtent(std::string_view name);
+// The whole model when the plan has one pipeline stage and one data-parallel replica and the
+// backend runs the model's ends (the CPU backend); the layer stack otherwise.
+Extent DefaultExtent(const Plan& plan, BackendKind backend);
+// The schedule an execution of `extent` runs: Lower(plan) for the layer stack, LowerStage with
+// the embedding and the head for the whole model. Fails for the whole model of a plan with more
+// than one pipeline stage or data-parallel replica (not executed yet).
+Result<Schedule> LowerForExecution(const Plan& plan, Extent extent);
+
 struct ExecuteOptions {
   BackendKind backend = BackendKind::kCpu;  // the check's reference always runs on the CPU
-  CudaOptions cuda;  // the CUDA backend's device, element type, collectives, graphs
+  std::optional<Extent> extent;  // Execute's schedule; unset: DefaultExtent(plan, backend)
+  CudaOptions cuda;              // the CUDA backend's device, element type, collectives, graphs
   // Emulated collectives (CommMode::kEmulate): this process plays rank `emulate_rank` of the
   // plan's TP group alone (the communicator has one rank), so no check is possible.
   int emulate_rank = 0;
@@ -41,7 +62,7 @@ struct ExecuteOptions {
 // One tensor compared with the reference: the largest absolute difference, and that difference
 // relative to the reference's largest absolute value.
 struct TensorCheck {
-  std::string name;  // "output", "input.grad", "l0.qkv.w.grad", ...
+  std::string name;  // "output", "loss", "input.grad", "l0.qkv.w.grad", "embed.w.grad", ...
   int64_t rows = 0, cols = 0;
   double max_abs_error = 0;
   double rel_error = 0;
@@ -56,16 +77,24 @@ struct ExecuteResult {
   Timeline timeline;
   std::vector<TensorCheck> checks;  // rank 0 only, with options.check
   bool passed = true;               // on every rank: every check passed (or none ran)
+  // The mean cross-entropy over the micro-batch's tokens (first run), when the schedule has the
+  // loss and the backend can read it.
+  std::optional<double> loss;
 };
 
-// Executes the plan's layer stack (forward and backward of one micro-batch) on the CPU or the CUDA
-// backend, this process being rank comm.rank() of a TP group of comm.size() = plan.tp ranks. With
-// options.check, rank 0 also runs the unsharded reference (tp = 1, no slicing, no sequence
-// parallelism) of the same layers and compares the stack's output, its input gradient and every
-// weight gradient, gathered over the ranks; every rank learns the verdict.
+// Executes one micro-batch's forward and backward pass of the plan (its whole model, or one
+// stage's layer stack: options.extent) on the CPU or the CUDA backend, this process being rank
+// comm.rank() of a TP group of comm.size() = plan.tp ranks. With options.check, rank 0 also runs
+// the unsharded reference (tp = 1, no slicing, no sequence parallelism) of the same model or
+// layers and compares, gathered over the ranks: the stack's output; the loss (whole model); the
+// stack's input gradient (layer stack) or the embedding's gradient (whole model); every layer's
+// weight gradients; the final norm's and the untied LM head's gradients (whole model). Vocabulary
+// padding, which differs with the TP size, is left out of the comparison. Every rank learns the
+// verdict.
 Result<ExecuteResult> Execute(const Plan& plan, Communicator& comm, const ExecuteOptions& options);
 
-// As Execute, for a given schedule of the plan (for tests that alter one).
+// As Execute, for a given schedule of the plan (for tests that alter one). What it covers, and so
+// what the check compares, is read from the schedule's tensor roles; options.extent is not used.
 Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Communicator& comm,
                                       const ExecuteOptions& options);
 

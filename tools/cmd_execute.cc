@@ -1,5 +1,5 @@
-// `domino execute PLAN`: run a plan's layer stack for real, measure its timeline, and (--check)
-// compare it numerically with the unsharded reference.
+// `domino execute PLAN`: run a plan's whole model or layer stack for real, measure its timeline,
+// and (--check) compare it numerically with the unsharded reference.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -36,6 +36,7 @@ struct ExecuteFlags {
   PlanFlags plan;
   std::string positional_plan;
   std::string backend = "cpu";
+  std::string extent;  // default: exec::DefaultExtent
   std::string comm = "mpi";
   std::string dtype;  // default: fp32 on the CPU or with --check, else the plan's precision
   bool cuda_graph = false;
@@ -104,11 +105,12 @@ PlanFigures MeasuredFigures(const Plan& plan, const exec::ExecuteResult& r, doub
   return f;
 }
 
-void PrintRun(const Plan& plan, const std::string& backend, const exec::LaunchEnv& env,
-              const exec::ExecuteResult& r, const PlanFigures& f, double comm_ms) {
+void PrintRun(const Plan& plan, exec::Extent extent, const std::string& backend,
+              const exec::LaunchEnv& env, const exec::ExecuteResult& r, const PlanFigures& f,
+              double comm_ms) {
   std::cout << fmt::format(
       "# {} executed on the {} backend: {} rank(s), launcher: {}\n"
-      "# tp {} | row split {}, col split {}, scope {}, sequence parallel {}{} | {} layers, "
+      "# tp {} | row split {}, col split {}, scope {}, sequence parallel {}{} | {}, "
       "micro-batch {} x seq {}, forward + backward, {} ops per rank\n\n",
       plan.model.name, backend, env.size, env.source, plan.tp, plan.row_split, plan.col_split,
       ScopeName(plan.scope), plan.sequence_parallel ? "on" : "off",
@@ -116,8 +118,12 @@ void PrintRun(const Plan& plan, const std::string& backend, const exec::LaunchEn
           ? ""
           : fmt::format(", {} overlap in {} chunks", MethodName(plan.method),
                         plan.decomposed_chunks()),
-      plan.model.layers / plan.pp, plan.micro_batch, plan.seq_len, r.schedule.size());
+      extent == exec::Extent::kModel
+          ? fmt::format("whole model (embedding, {} layers, LM head, loss)", plan.model.layers)
+          : fmt::format("layer stack of {} layers", plan.model.layers / plan.pp),
+      plan.micro_batch, plan.seq_len, r.schedule.size());
   Table summary({"measured on rank 0", "value"});
+  if (r.loss) summary.AddRow({"loss (mean cross-entropy)", fmt::format("{:.6f}", *r.loss)});
   summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
   summary.AddRow({"compute (sum of compute ops)", fmt::format("{:.2f} ms", f.ideal_ms)});
   summary.AddRow({"TP comm (sum of collectives)", fmt::format("{:.2f} ms", comm_ms)});
@@ -198,7 +204,15 @@ void Run(ExecuteFlags& flags) {
             "with `mpirun -np {} domino execute ...`",
             what, plan->tp, plan->tp, env->size, env->source, plan->tp));
   }
-  Result<Schedule> schedule = Lower(*plan);
+  Result<exec::BackendKind> backend_kind = exec::ParseBackendKind(flags.backend);
+  if (!backend_kind.ok()) FailOnRank("execute", rank, "--backend: " + backend_kind.message());
+  exec::Extent extent = exec::DefaultExtent(*plan, *backend_kind);
+  if (!flags.extent.empty()) {
+    Result<exec::Extent> parsed = exec::ParseExtent(flags.extent);
+    if (!parsed.ok()) FailOnRank("execute", rank, "--extent: " + parsed.message());
+    extent = *parsed;
+  }
+  Result<Schedule> schedule = exec::LowerForExecution(*plan, extent);
   if (!schedule.ok()) FailOnRank("execute", rank, schedule.message());
   // Host memory: the CPU backend's tensors, and with --check the reference and the gathers.
   double gib = flags.backend == "cpu" ? exec::CpuBackend::BytesFor(*schedule) / (1 << 30) : 0;
@@ -257,11 +271,10 @@ void Run(ExecuteFlags& flags) {
   std::unique_ptr<exec::Communicator> comm = std::move(launched).value();
 
   exec::ExecuteOptions options;
-  Result<exec::BackendKind> backend_kind = exec::ParseBackendKind(flags.backend);
-  if (!backend_kind.ok()) FailOnRank("execute", rank, "--backend: " + backend_kind.message());
   Result<exec::CommMode> comm_mode = exec::ParseCommMode(flags.comm);
   if (!comm_mode.ok()) FailOnRank("execute", rank, "--comm: " + comm_mode.message());
   options.backend = *backend_kind;
+  options.extent = extent;
   // Each rank takes the GPU of its local rank (one process per GPU, as NCCL wants).
   options.cuda.device = std::max(0, flags.device);
   options.cuda.dtype = dtype == "fp16"   ? Dtype::kFp16
@@ -347,7 +360,7 @@ void Run(ExecuteFlags& flags) {
                                                                       flags.emulate_rank, plan->tp)
                                                         : flags.comm,
                                                 flags.cuda_graph ? ", CUDA graph" : "");
-  PrintRun(*plan, backend, *env, *result, figures, comm_ms);
+  PrintRun(*plan, extent, backend, *env, *result, figures, comm_ms);
   if (!result->passed) {
     int bad = 0;
     for (const exec::TensorCheck& c : result->checks) bad += c.ok ? 0 : 1;
@@ -368,6 +381,11 @@ void SetupExecute(CLI::App* sub) {
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
   sub->add_option("--backend", flags->backend, "cpu (Eigen, fp32) | cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--extent", flags->extent,
+                  "model (embedding, layers, LM head and loss; pp 1 and dp 1) | layers (one "
+                  "stage's layer stack); default: model on the CPU backend when the plan has "
+                  "pp 1 and dp 1, else layers")
+      ->check(CLI::IsMember({"model", "layers"}));
   sub->add_option("--comm", flags->comm,
                   "TP collectives (cuda): mpi (MPI on host copies, one op at a time) | nccl "
                   "(NCCL on a comm stream, overlapping) | emulate (one GPU plays one rank; "
@@ -394,8 +412,8 @@ void SetupExecute(CLI::App* sub) {
                   "CUDA device (default: the launcher's local rank, modulo the visible devices)")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--check", flags->check,
-                "compare output, input gradient and every weight gradient with the unsharded "
-                "single-rank reference");
+                "compare the output, the loss and every gradient (the input's or the "
+                "embedding's, every weight's) with the unsharded single-rank reference");
   sub->add_option("--tolerance", flags->tolerance,
                   "largest error allowed by --check, relative to the reference's largest value "
                   "(default: 1e-4 in fp32, 3e-2 in bf16/fp16)")

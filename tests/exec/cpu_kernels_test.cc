@@ -394,6 +394,85 @@ TEST(CpuKernelsTest, AttentionBackwardMatchesFiniteDifferences) {
 
 // Runs each kernel on contiguous matrices and on the same values as windows of wider buffers: the
 // results agree and nothing outside the windows changes.
+// --- Embedding and cross-entropy ------------------------------------------------------------
+
+TEST(CpuKernelsTest, EmbeddingPartsAddUpToTheWholeLookup) {
+  // A 6-token vocabulary of 2 features in two parts of 3 rows; tokens 0, 5, 3, 5.
+  Dense table(6, 2), tokens(4, 1);
+  for (int64_t r = 0; r < 6; ++r) table.at(r, 0) = static_cast<float>(r), table.at(r, 1) = -1;
+  tokens.v = {0, 5, 3, 5};
+  Dense part0(4, 2, 9), part1(4, 2, 9);
+  EmbeddingForward(tokens.cmat(), 0, ConstMat(table.v.data(), 3, 2, 2), part0.mat());
+  EmbeddingForward(tokens.cmat(), 3, ConstMat(table.v.data() + 6, 3, 2, 2), part1.mat());
+  // Part 0 holds token 0 only; part 1 tokens 5, 3, 5; a token of the other part reads zeros.
+  EXPECT_EQ(part0.v, (std::vector<float>{0, -1, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(part1.v, (std::vector<float>{0, 0, 5, -1, 3, -1, 5, -1}));
+  // Backward: a token seen twice gets both rows of the gradient; other parts' tokens nothing.
+  Dense dy(4, 2), dtable(3, 2, 1);
+  dy.v = {1, 2, 3, 4, 5, 6, 7, 8};
+  EmbeddingBackward(tokens.cmat(), 3, dy.cmat(), dtable.mat());
+  EXPECT_EQ(dtable.v, (std::vector<float>{1 + 5, 1 + 6, 1, 1, 1 + 3 + 7, 1 + 4 + 8}));
+}
+
+TEST(CpuKernelsTest, CrossEntropyByHand) {
+  // Equal logits over a vocabulary of 4: the loss is ln 4 whatever the label, and the gradient
+  // (1/4 - onehot) / tokens.
+  Dense logits(2, 4, 0.5f), labels(2, 1), stats(2, 2), grad(2, 4);
+  labels.v = {1, 3};
+  CrossEntropyStats(logits.cmat(), labels.cmat(), 0, 4, 0, stats.mat());
+  EXPECT_NEAR(MeanCrossEntropy(stats.cmat()), std::log(4.0), 1e-6);
+  CrossEntropyBackward(logits.cmat(), labels.cmat(), stats.cmat(), 0, 4, 2, grad.mat());
+  EXPECT_NEAR(grad.at(0, 0), 0.125, 1e-7);
+  EXPECT_NEAR(grad.at(0, 1), -0.375, 1e-7);
+  EXPECT_NEAR(grad.at(1, 3), -0.375, 1e-7);
+  // Padding: with a vocabulary of 3 the fourth column takes no part (ln 3) and gets no gradient.
+  CrossEntropyStats(logits.cmat(), labels.cmat(), 0, 3, 0, stats.mat());
+  EXPECT_NEAR(LogSumExp(stats.cmat(), 0) - stats.at(0, 1), std::log(3.0), 1e-6);
+  CrossEntropyBackward(logits.cmat(), labels.cmat(), stats.cmat(), 0, 3, 2, grad.mat());
+  EXPECT_EQ(grad.at(0, 3), 0.0f);
+  EXPECT_NEAR(grad.at(0, 0), 0.5 / 3, 1e-7);
+}
+
+// The vocab-parallel split: each part's stats summed over parts give the whole vocabulary's loss
+// and each part's gradient is its columns of the whole gradient. The parts are uneven (5 + 3
+// columns) and the whole vocabulary (7) leaves one padded column in the last part.
+TEST(CpuKernelsTest, CrossEntropyOverVocabularyPartsEqualsTheWhole) {
+  const Dense logits = Random(3, 8, 21, 4);
+  Dense labels(3, 1);
+  labels.v = {6, 0, 4};
+  Dense whole_stats(3, 2), whole_grad(3, 8);
+  CrossEntropyStats(logits.cmat(), labels.cmat(), 0, 7, 0, whole_stats.mat());
+  CrossEntropyBackward(logits.cmat(), labels.cmat(), whole_stats.cmat(), 0, 7, 3, whole_grad.mat());
+  Dense sum(3, 3), part(3, 3);
+  for (int p = 0; p < 2; ++p) {
+    const int64_t begin = p == 0 ? 0 : 5, cols = p == 0 ? 5 : 3;
+    CrossEntropyStats(ConstMat(logits.v.data() + begin, 3, cols, 8), labels.cmat(), begin, 7, p,
+                      part.mat());
+    for (size_t i = 0; i < sum.v.size(); ++i) sum.v[i] += part.v[i];
+  }
+  EXPECT_NEAR(MeanCrossEntropy(sum.cmat()), MeanCrossEntropy(whole_stats.cmat()), 1e-5);
+  for (int p = 0; p < 2; ++p) {
+    const int64_t begin = p == 0 ? 0 : 5, cols = p == 0 ? 5 : 3;
+    Dense grad(3, cols);
+    CrossEntropyBackward(ConstMat(logits.v.data() + begin, 3, cols, 8), labels.cmat(), sum.cmat(),
+                         begin, 7, 3, grad.mat());
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        EXPECT_NEAR(grad.at(r, c), whole_grad.at(r, begin + c), 1e-6) << r << "," << begin + c;
+  }
+  // The gradient of the mean loss against central differences of the loss.
+  for (int64_t e : {int64_t{0}, int64_t{6}, int64_t{8 + 0}, int64_t{16 + 4}}) {
+    auto loss = [&](float delta) {
+      Dense moved = logits, stats(3, 2);
+      moved.v[e] += delta;
+      CrossEntropyStats(moved.cmat(), labels.cmat(), 0, 7, 0, stats.mat());
+      return MeanCrossEntropy(stats.cmat());
+    };
+    const double h = 1e-2, numeric = (loss(h) - loss(-h)) / (2 * h);
+    EXPECT_NEAR(whole_grad.v[e], numeric, 1e-4) << "logit " << e;
+  }
+}
+
 TEST(CpuKernelsTest, EveryKernelWorksOnStridedViews) {
   auto check = [](const Dense& contiguous, const Padded& padded, const char* what) {
     ExpectNear(padded.Contents(), contiguous, 1e-6, what);

@@ -97,6 +97,24 @@ bool Overlap(const OpTime& a, const OpTime& b) {
 
 // Every op waits for its dependencies and for the op before it on its stream; each lasts what
 // the fake says; a collective overlaps independent compute; every collective was emulated.
+// The model's ends have CPU kernels only: a whole-model schedule is refused up front, naming the
+// first such op, rather than failing half-way through a run.
+TEST(CudaBackendFakeTest, TheModelsEndsAreRefusedBeforeAnythingRuns) {
+  Plan plan = TinyPlan(1, OverlapScope::kNone);
+  Result<Schedule> s = LowerForExecution(plan, Extent::kModel);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ExecuteOptions options;
+  options.backend = BackendKind::kCuda;
+  options.cuda.comm = CommMode::kEmulate;
+  options.cuda.emulated = Emulated(*s);
+  SelfCommunicator self;
+  Result<ExecuteResult> r = ExecuteSchedule(plan, std::move(s).value(), self, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("embed"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("the CUDA backend runs the layer stack only"), std::string::npos)
+      << r.message();
+}
+
 TEST(CudaBackendFakeTest, EmulatedRunKeepsEveryOrderAndOverlaps) {
   Result<ExecuteResult> r = RunEmulated(TinyPlan(2, OverlapScope::kInterLayer), false);
   ASSERT_TRUE(r.ok()) << r.message();
