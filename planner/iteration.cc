@@ -203,10 +203,12 @@ class IterationBuilder {
       std::vector<int32_t>& ids = gathers_[vs];
       ids.assign(layers, -1);
       const bool extra = ExtraParams(vs) > 0;
-      if (extra && it_.virtual_stages[vs].embedding) extra_gather_[vs] = gather(-1, ExtraParams(vs));
+      if (extra && it_.virtual_stages[vs].embedding)
+        extra_gather_[vs] = gather(-1, ExtraParams(vs));
       for (int l = 0; l < layers; ++l)
         ids[l] = gather(l, static_cast<double>(counts_.per_layer) / plan_.tp);
-      if (extra && !it_.virtual_stages[vs].embedding) extra_gather_[vs] = gather(-1, ExtraParams(vs));
+      if (extra && !it_.virtual_stages[vs].embedding)
+        extra_gather_[vs] = gather(-1, ExtraParams(vs));
     }
   }
 
@@ -275,8 +277,8 @@ class IterationBuilder {
     pass.tags.phase = step.backward ? Phase::kBackward : Phase::kForward;
     const int layers = it_.virtual_stages[vs].layers;
     int32_t last = -1;
-    const bool release = step.backward && overlap_grad_ && layers > 0 &&
-                         last_backward_[s][step.chunk] == index;
+    const bool release =
+        step.backward && overlap_grad_ && layers > 0 && last_backward_[s][step.chunk] == index;
     const bool gathered = !step.backward && overlap_gather_ && layers > 0 && mb == 0;
     if (release) {
       // Top layer first: its gradients are final first.
@@ -330,8 +332,8 @@ class IterationBuilder {
   bool overlap_grad_ = false, gather_ = false, overlap_gather_ = false, combined_ = false;
   std::vector<std::vector<PipelineStep>> orders_;
   std::vector<std::vector<size_t>> last_backward_;  // by stage and chunk: its last backward step
-  std::vector<int32_t> sends_;      // by (backward, virtual stage, micro-batch)
-  std::vector<int32_t> last_pass_;  // by stage
+  std::vector<int32_t> sends_;                      // by (backward, virtual stage, micro-batch)
+  std::vector<int32_t> last_pass_;                  // by stage
   std::map<int, int32_t> last_bucket_;
   std::vector<std::vector<int32_t>> gathers_;  // by virtual stage: per layer
   std::map<int, int32_t> extra_gather_;        // by virtual stage: the embedding's or head's
@@ -348,9 +350,9 @@ Result<Iteration> LowerIteration(const Plan& plan, const IterationOptions& optio
   DOMINO_RETURN_IF_ERROR(builder.Build());
   if (options.lower_passes) {
     for (const PassSpec& pass : it.passes) {
-      Result<Schedule> schedule = LowerStage(
-          plan, LowerOptions{pass.chunk.layers, pass.chunk.embedding, pass.chunk.head,
-                             pass.forward, pass.backward});
+      Result<Schedule> schedule =
+          LowerStage(plan, LowerOptions{pass.chunk.layers, pass.chunk.embedding, pass.chunk.head,
+                                        pass.forward, pass.backward});
       if (!schedule.ok()) return schedule.error();
       it.pass_schedules.push_back(std::move(schedule).value());
     }
