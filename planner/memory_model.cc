@@ -41,6 +41,13 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
     estimate.activation_bytes = per_layer * layers * in_flight;
     if (estimate.total_bytes() > worst.total_bytes()) worst = estimate;
   }
+  if (plan.method != OverlapMethod::kDomino) {
+    constexpr int kAllGatherBuffers = 6, kBuffers = 10;
+    const double fp8 = plan.precision == Dtype::kFp8;
+    const double element = s * b * h;
+    worst.comm_buffer_bytes =
+        element * ((kBuffers - kAllGatherBuffers) * 2.0 + kAllGatherBuffers * (fp8 ? 1.0 : 2.0));
+  }
   return worst;
 }
 

@@ -14,11 +14,20 @@ namespace domino {
 //   with sequence parallelism (b = micro_batch, a = heads); flash attention drops the a*s/h term;
 //   selective recompute drops it too; full recompute keeps only the 2*s*b*h layer input; stage s
 //   keeps up to pp - s micro-batches in flight under 1F1B, times 1 + (pp-1)/(pp*v) when
-//   interleaved over v virtual stages.
+//   interleaved over v virtual stages;
+// - with decomposed overlap (method decomposed or both), Transformer Engine's userbuffers:
+//   initialize_ub (transformer_engine/pytorch/module/base.py) allocates one buffer shaped like the
+//   whole sequence's activations (seq_len * micro_batch x hidden, as Megatron passes it) per
+//   overlapped GEMM: qkv and fc1 fprop and proj and fc2 dgrad (ring exchange), proj and fc2 fprop
+//   (pipelined), qkv and fc1 dgrad and wgrad (bulk) — 10 buffers in the activation dtype, the six
+//   all-gather buffers (qkv/fc1 fprop and dgrad, proj/fc2 dgrad) in fp8 under an fp8 recipe.
 struct MemoryEstimate {
   double weights_and_optimizer_bytes = 0;
   double activation_bytes = 0;
-  double total_bytes() const { return weights_and_optimizer_bytes + activation_bytes; }
+  double comm_buffer_bytes = 0;  // decomposed overlap's userbuffers
+  double total_bytes() const {
+    return weights_and_optimizer_bytes + activation_bytes + comm_buffer_bytes;
+  }
 };
 
 MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention = true);

@@ -156,5 +156,21 @@ TEST(ChunkLayersTest, RemainderGoesToTheMiddleStages) {
   EXPECT_EQ(ChunkLayers(plan), std::vector<int>(24, 4));
 }
 
+TEST(MemoryModelTest, DecomposedOverlapAddsTransformerEnginesUserbuffers) {
+  // Ten buffers of s*b*h elements (8192), two bytes each in bf16; under fp8 the six all-gather
+  // buffers take one byte. Domino's slicing allocates none.
+  Plan plan = TinyPlan();
+  plan.sequence_parallel = true;
+  const double domino = EstimateMemory(plan).total_bytes();
+  EXPECT_EQ(EstimateMemory(plan).comm_buffer_bytes, 0);
+  plan.method = OverlapMethod::kDecomposed;
+  EXPECT_EQ(EstimateMemory(plan).comm_buffer_bytes, 8192.0 * 10 * 2);
+  EXPECT_EQ(EstimateMemory(plan).total_bytes(), domino + 8192.0 * 10 * 2);
+  plan.method = OverlapMethod::kBoth;
+  EXPECT_EQ(EstimateMemory(plan).comm_buffer_bytes, 8192.0 * 10 * 2);
+  plan.precision = Dtype::kFp8;
+  EXPECT_EQ(EstimateMemory(plan).comm_buffer_bytes, 8192.0 * (4 * 2 + 6 * 1));
+}
+
 }  // namespace
 }  // namespace domino
