@@ -201,6 +201,16 @@ OpCost CostModel::Cost(const Op& op) const {
   return ModelCost(op);
 }
 
+double CostModel::MovedFraction(const Op& op) const {
+  // Transformer Engine's ring exchange starts with the GEMM on the rank's own shard while the
+  // first transfer moves, and async TP likewise: a decomposed all-gather's first part holds the
+  // rank's own rows, and only the other ranks' rows of it (all but parts / tp of it) move.
+  if (op.collective != CollectiveOp::kAllGather || op.group != Group::kTp || op.parts <= 1 ||
+      op.part != 0)
+    return 1.0;
+  return std::max(0.0, 1.0 - static_cast<double>(op.parts) / tp_group_.size);
+}
+
 bool CostModel::OnCopyEngine(const Op& op) const {
   return copy_engine_parts_ && op.kind == OpKind::kCollective && op.parts > 1;
 }
@@ -228,7 +238,9 @@ OpCost CostModel::ModelCost(const Op& op) const {
       if (op.func == OpFunc::kPpRecv) return cost;  // ends when its send does
       const Collective kind =
           op.kind == OpKind::kSendRecv ? Collective::kSendRecv : ToCollective(op.collective);
-      CollectiveEstimate estimate = EstimateCollective(node_, kind, op.bytes, GroupOf(op));
+      const double moved = op.bytes * MovedFraction(op);
+      if (moved <= 0) return cost;  // the rank's own rows only: nothing moves
+      CollectiveEstimate estimate = EstimateCollective(node_, kind, moved, GroupOf(op));
       cost.alone_us = estimate.time_us;
       cost.ctas = OnCopyEngine(op) ? 0 : estimate.ctas;
       cost.hbm_bytes = estimate.hbm_bytes;

@@ -58,7 +58,9 @@ CommGroup EmbeddingPair(const Plan& plan);
 // Elementwise: bytes over achieved HBM bandwidth.
 // Collectives: EstimateCollective on the fabric the group spans (TP, DP, the pipeline neighbours,
 // the embedding pair); a decomposed part on copy engines (Plan::copy_engine) the same time and
-// HBM traffic, but no CTAs. A pipeline send moves its bytes to the neighbour; its recv costs
+// HBM traffic, but no CTAs; a decomposed all-gather's first part holds the rank's own rows (TE's
+// ring starts from the local shard), so only the others' rows of it move. A pipeline send moves
+// its bytes to the neighbour; its recv costs
 // nothing (it ends when the send does). A calibrated profile's collectives are the TP group's.
 // Optimizer step: its bytes over achieved HBM bandwidth, one launch.
 // Every compute op pays one kernel launch.
@@ -76,6 +78,7 @@ class CostModel {
  private:
   OpCost ModelCost(const Op& op) const;  // without the profile
   bool OnCopyEngine(const Op& op) const;
+  double MovedFraction(const Op& op) const;  // of a collective's bytes: see cost_model.cc
   OpCost GemmCost(double m, double n, double k, Dtype dtype) const;
   OpCost AttentionCost(const Op& op) const;
 

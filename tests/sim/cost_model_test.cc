@@ -264,5 +264,30 @@ TEST(CostModelTest, HierarchicalAllReduceByHand) {
   EXPECT_NEAR(c.alone_us, 443.424219478738, 1e-9);
 }
 
+// Transformer Engine's ring exchange starts from the rank's own shard: the first part of a
+// decomposed all-gather moves only the other ranks' rows of it (none with one part per rank); its
+// other parts, and reduce-scatter parts, move all of theirs.
+TEST(CostModelTest, DecomposedAllGathersFirstPartHoldsTheRanksOwnRows) {
+  testing_util::PlanKnobs knobs;  // tp 8
+  knobs.sequence_parallel = true;
+  knobs.method = OverlapMethod::kDecomposed;
+  const Plan plan = testing_util::MakePlan(knobs);
+  const CostModel model(plan, {});
+  auto estimate = [&](Collective kind, double bytes) {
+    return EstimateCollective(plan.cluster.node, kind, bytes, TpGroup(plan)).time_us;
+  };
+  Op first = TpCollective(CollectiveOp::kAllGather, 4 * kMiB);
+  first.part = 0, first.parts = 8;
+  EXPECT_EQ(model.Cost(first).alone_us, 0);
+  first.parts = 2;  // ranks 0-3's rows: three of the four move
+  EXPECT_EQ(model.Cost(first).alone_us, estimate(Collective::kAllGather, 3 * kMiB));
+  Op second = first;
+  second.part = 1;
+  EXPECT_EQ(model.Cost(second).alone_us, estimate(Collective::kAllGather, 4 * kMiB));
+  Op reduce = TpCollective(CollectiveOp::kReduceScatter, 4 * kMiB);
+  reduce.part = 0, reduce.parts = 2;
+  EXPECT_EQ(model.Cost(reduce).alone_us, estimate(Collective::kReduceScatter, 4 * kMiB));
+}
+
 }  // namespace
 }  // namespace domino::sim
