@@ -423,7 +423,8 @@ void SetupExecute(CLI::App* sub) {
                   "runs of the schedule; the measured timeline takes each op's median")
       ->check(CLI::Range(1, 1000));
   sub->add_option("--timeout", flags->timeout_s,
-                  "seconds without progress (a dead or stuck peer) before every rank is aborted")
+                  "seconds without progress (a dead or stuck peer) before every rank is aborted "
+                  "(default: 300)")
       ->check(PositiveFinite());
   sub->add_option("--max-memory-gib", flags->max_memory_gib,
                   "refuse plans whose CPU tensors exceed this per rank")

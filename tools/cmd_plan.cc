@@ -410,7 +410,8 @@ void SetupPlan(CLI::App* sub) {
   sub->add_flag("--explain", flags->explain, "list every rejected candidate and the rule it broke");
   sub->add_flag("--exhaustive", flags->exhaustive, "simulate every feasible plan (no pruning)");
   sub->add_option("--timeout", flags->timeout_s,
-                  "stop searching after this many seconds and keep the best plan found so far")
+                  "stop searching after this many seconds and keep the best plan found so far "
+                  "(default: no limit)")
       ->check(PositiveFinite());
   AddFormatOption(sub, &flags->format);
   sub->callback([flags] { Run(*flags); });

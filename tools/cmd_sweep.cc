@@ -307,8 +307,9 @@ void SetupSweep(CLI::App* sub) {
       "node (node type), seq_len, micro_batch, model, stack (software stack)");
   sub->add_option("--out", flags->out_path, "CSV to write")->check(NonEmpty());
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
-  sub->add_option("--timeout", flags->timeout_s,
-                  "stop after this many seconds and write the points done so far")
+  sub->add_option(
+         "--timeout", flags->timeout_s,
+         "stop after this many seconds and write the points done so far (default: no limit)")
       ->check(PositiveFinite());
   sub->callback([flags] { Run(*flags); });
 }
