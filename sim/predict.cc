@@ -169,6 +169,8 @@ OpClass ClassOf(const Op& op) {
   return OpClass::kElementwise;
 }
 
+namespace {
+
 // An iteration with its engine prepared (the engine refers to the iteration: never moved).
 struct LoweredIteration {
   explicit LoweredIteration(Iteration lowered)
@@ -224,6 +226,8 @@ Result<std::shared_ptr<const LoweredIteration>> CachedIteration(const Plan& plan
   last_shape = std::move(shape);
   return last;
 }
+
+}  // namespace
 
 Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   if (auto failure = CheckPlanRules(plan))
