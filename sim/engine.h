@@ -22,7 +22,8 @@ namespace domino::sim {
 // own device with its own streams; dependencies may cross stages (a recv waits for its send).
 // Ops that can never run (dependencies that wait on each other) start and end at +infinity.
 //
-// Complexity: O(ops * stages * streams). The returned timeline has one entry per op.
+// Complexity: O((ops + dependencies) * log(stages * streams)); a stage's rates are recomputed
+// only when its running set changes. The returned timeline has one entry per op.
 Timeline Simulate(const Schedule& schedule, const std::vector<OpCost>& costs,
                   const DeviceResources& device);
 
