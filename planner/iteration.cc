@@ -117,12 +117,10 @@ class IterationBuilder {
     // The tied embedding's gradient: summed over the first and last stage once both are final.
     int32_t embedding_sync = -1;
     if (pp_ > 1 && plan_.model.tied_embeddings) {
-      Op op = Comm(OpFunc::kEmbeddingAllReduce, Stream::kDpComm, pp_ - 1);
-      op.kind = OpKind::kCollective;
-      op.collective = CollectiveOp::kAllReduce;
-      op.group = Group::kEmbedding;
-      op.bytes = static_cast<double>(counts_.embedding) / plan_.tp * kGradBytes;
-      op.tags.phase = Phase::kOptimizer;
+      const Op op = Comm(OpFunc::kEmbeddingAllReduce, Stream::kDpComm, pp_ - 1, Group::kEmbedding,
+                         CollectiveOp::kAllReduce,
+                         static_cast<double>(counts_.embedding) / plan_.tp * kGradBytes,
+                         ChunkTags(-1, -1, -1, Phase::kOptimizer));
       const int32_t deps[] = {dp_tail[0], dp_tail[pp_ - 1]};
       embedding_sync = it_.schedule.Add(op, deps);
     }
@@ -161,12 +159,27 @@ class IterationBuilder {
     return params;
   }
 
-  Op Comm(OpFunc func, Stream stream, int stage) const {
+  // A communication op of stage `stage`: a collective (over `group`) or a pipeline transfer.
+  static Op Comm(OpFunc func, Stream stream, int stage, Group group, CollectiveOp collective,
+                 double bytes, const OpTags& tags) {
     Op op;
+    op.kind = collective == CollectiveOp::kNone ? OpKind::kSendRecv : OpKind::kCollective;
     op.func = func;
     op.stream = stream;
     op.stage = static_cast<int16_t>(stage);
+    op.group = group;
+    op.collective = collective;
+    op.bytes = bytes;
+    op.tags = tags;
     return op;
+  }
+  static OpTags ChunkTags(int layer, int micro_batch, int vs, Phase phase) {
+    OpTags tags;
+    tags.layer = static_cast<int16_t>(layer);
+    tags.micro_batch = static_cast<int16_t>(micro_batch);
+    tags.virtual_stage = static_cast<int16_t>(vs);
+    tags.phase = phase;
+    return tags;
   }
 
   int32_t PassIndex(int vs, bool backward) {
@@ -187,14 +200,9 @@ class IterationBuilder {
       const int vs = c * pp_ + s;
       const int layers = it_.virtual_stages[vs].layers;
       auto gather = [&](int layer, double params) {
-        Op op = Comm(OpFunc::kDpAllGather, Stream::kDpComm, s);
-        op.kind = OpKind::kCollective;
-        op.collective = CollectiveOp::kAllGather;
-        op.group = Group::kDp;
-        op.bytes = params * 2;  // 16-bit parameters
-        op.tags.layer = static_cast<int16_t>(layer);
-        op.tags.virtual_stage = static_cast<int16_t>(vs);
-        op.tags.phase = Phase::kOptimizer;
+        const Op op = Comm(OpFunc::kDpAllGather, Stream::kDpComm, s, Group::kDp,
+                           CollectiveOp::kAllGather, params * 2,  // 16-bit parameters
+                           ChunkTags(layer, -1, vs, Phase::kOptimizer));
         std::vector<int32_t> deps;
         if (after >= 0) deps.push_back(after);
         return it_.schedule.Add(op, deps);
@@ -217,16 +225,11 @@ class IterationBuilder {
   int32_t EmitBuckets(int s, int c, int32_t after, bool all, int layer = -1) {
     const int vs = c * pp_ + s;
     auto bucket = [&](int l, double bytes) {
-      Op op = Comm(plan_.distributed_optimizer ? OpFunc::kDpReduceScatter : OpFunc::kDpAllReduce,
-                   Stream::kDpComm, s);
-      op.kind = OpKind::kCollective;
-      op.collective =
-          plan_.distributed_optimizer ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
-      op.group = Group::kDp;
-      op.bytes = bytes;
-      op.tags.layer = static_cast<int16_t>(l);
-      op.tags.virtual_stage = static_cast<int16_t>(vs);
-      op.tags.phase = Phase::kBackward;
+      const bool shard = plan_.distributed_optimizer;
+      const Op op =
+          Comm(shard ? OpFunc::kDpReduceScatter : OpFunc::kDpAllReduce, Stream::kDpComm, s,
+               Group::kDp, shard ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce, bytes,
+               ChunkTags(l, -1, vs, Phase::kBackward));
       const int32_t deps[] = {after};
       return last_bucket_[s] = it_.schedule.Add(op, deps);
     };
@@ -254,15 +257,11 @@ class IterationBuilder {
     const bool needs_input = (!step.backward && vs > 0) || (step.backward && vs + 1 < total_vs_);
     if (needs_input && input < 0) return false;
 
+    const OpTags tags = ChunkTags(-1, mb, vs, step.backward ? Phase::kBackward : Phase::kForward);
     std::vector<int32_t> deps;
     if (needs_input) {
-      Op recv = Comm(OpFunc::kPpRecv, Stream::kPpComm, s);
-      recv.kind = OpKind::kSendRecv;
-      recv.group = Group::kPp;
-      recv.bytes = activation_bytes_;
-      recv.tags.micro_batch = static_cast<int16_t>(mb);
-      recv.tags.virtual_stage = static_cast<int16_t>(vs);
-      recv.tags.phase = step.backward ? Phase::kBackward : Phase::kForward;
+      const Op recv = Comm(OpFunc::kPpRecv, Stream::kPpComm, s, Group::kPp, CollectiveOp::kNone,
+                           activation_bytes_, tags);
       const int32_t send[] = {input};
       deps.push_back(it_.schedule.Add(recv, send));
     }
@@ -272,9 +271,7 @@ class IterationBuilder {
     pass.stream = Stream::kCompute;
     pass.stage = static_cast<int16_t>(s);
     pass.pass = PassIndex(vs, step.backward);
-    pass.tags.micro_batch = static_cast<int16_t>(mb);
-    pass.tags.virtual_stage = static_cast<int16_t>(vs);
-    pass.tags.phase = step.backward ? Phase::kBackward : Phase::kForward;
+    pass.tags = tags;
     const int layers = it_.virtual_stages[vs].layers;
     int32_t last = -1;
     const bool release =
@@ -313,11 +310,8 @@ class IterationBuilder {
 
     const bool sends = step.backward ? vs > 0 : vs + 1 < total_vs_;
     if (sends) {
-      Op send = Comm(OpFunc::kPpSend, Stream::kPpComm, s);
-      send.kind = OpKind::kSendRecv;
-      send.group = Group::kPp;
-      send.bytes = activation_bytes_;
-      send.tags = pass.tags;
+      const Op send = Comm(OpFunc::kPpSend, Stream::kPpComm, s, Group::kPp, CollectiveOp::kNone,
+                           activation_bytes_, tags);
       const int32_t after[] = {last};
       Send(step.backward, vs, mb) = it_.schedule.Add(send, after);
     }
