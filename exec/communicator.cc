@@ -27,6 +27,18 @@ Result<std::unique_ptr<Communicator>> MakeLaunchCommunicator(const LaunchEnv& en
   return mpi;
 }
 
+Status Communicator::Send(const float*, int64_t, int) {
+  return Error("this communicator has no point-to-point sends");
+}
+
+Status Communicator::Recv(float*, int64_t, int) {
+  return Error("this communicator has no point-to-point receives");
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::Split(int, int) {
+  return Error("this communicator cannot be split into groups");
+}
+
 Status SelfCommunicator::AllReduce(float*, int64_t) { return Status::Ok(); }
 
 Status SelfCommunicator::ReduceScatter(const float* in, float* out, int64_t count) {
@@ -49,6 +61,66 @@ Status SelfCommunicator::SendRecv(const float* send, int to, float* recv, int fr
   std::copy(send, send + count, recv);
   return Status::Ok();
 }
+
+Status SelfCommunicator::Send(const float* data, int64_t count, int to) {
+  if (to != 0) return Error(fmt::format("send: a group of one has no rank {}", to));
+  mail_.emplace_back(data, data + count);
+  return Status::Ok();
+}
+
+Status SelfCommunicator::Recv(float* data, int64_t count, int from) {
+  if (from != 0) return Error(fmt::format("recv: a group of one has no rank {}", from));
+  if (mail_.empty()) return Error("recv: nothing was sent (a group of one would wait forever)");
+  if (static_cast<int64_t>(mail_.front().size()) != count)
+    return Error(
+        fmt::format("recv: {} elements were sent, {} expected", mail_.front().size(), count));
+  std::copy(mail_.front().begin(), mail_.front().end(), data);
+  mail_.pop_front();
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Communicator>> SelfCommunicator::Split(int, int) {
+  return std::unique_ptr<Communicator>(std::make_unique<SelfCommunicator>());
+}
+
+namespace {
+
+// A communicator owned elsewhere (a split LocalGroup's member), handed out as a unique_ptr.
+class Borrowed final : public Communicator {
+ public:
+  explicit Borrowed(Communicator& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  Status AllReduce(float* data, int64_t count) override { return c_.AllReduce(data, count); }
+  Status ReduceScatter(const float* in, float* out, int64_t count) override {
+    return c_.ReduceScatter(in, out, count);
+  }
+  Status AllGather(const float* in, float* out, int64_t count) override {
+    return c_.AllGather(in, out, count);
+  }
+  Status Gather(const float* in, float* out, int64_t count) override {
+    return c_.Gather(in, out, count);
+  }
+  Status SendRecv(const float* send, int to, float* recv, int from, int64_t count) override {
+    return c_.SendRecv(send, to, recv, from, count);
+  }
+  Status Send(const float* data, int64_t count, int to) override {
+    return c_.Send(data, count, to);
+  }
+  Status Recv(float* data, int64_t count, int from) override { return c_.Recv(data, count, from); }
+  Result<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    return c_.Split(color, key);
+  }
+  [[noreturn]] void Abort(int exit_code) override {
+    c_.Abort(exit_code);
+    std::_Exit(exit_code);  // not reached
+  }
+
+ private:
+  Communicator& c_;
+};
+
+}  // namespace
 
 // Each collective is two phases separated by barriers: every rank publishes its input pointer,
 // then every rank reads what it needs from the others, then a barrier before anyone may reuse
@@ -74,6 +146,10 @@ struct LocalGroup::Shared {
   uint64_t barrier_generation = 0;
   // Point-to-point messages in flight, by (from, to), in send order.
   std::map<std::pair<int, int>, std::deque<std::vector<float>>> mail;
+  // Split: each rank's (color, key), then its new group and rank in it; the groups made.
+  std::vector<std::pair<int, int>> split_requests;
+  std::vector<std::pair<LocalGroup*, int>> split_assigned;
+  std::vector<std::unique_ptr<LocalGroup>> children;
 };
 
 class LocalGroup::Member final : public Communicator {
@@ -127,6 +203,54 @@ class LocalGroup::Member final : public Communicator {
                                message.size(), rank_, count));
     std::copy(message.begin(), message.end(), recv);
     return Status::Ok();
+  }
+  Status Send(const float* data, int64_t count, int to) override {
+    if (to < 0 || to >= shared_->size)
+      return Error(fmt::format("send: peer {} is not a rank of {}", to, shared_->size));
+    std::unique_lock lock(shared_->mutex);
+    shared_->mail[{rank_, to}].emplace_back(data, data + count);
+    shared_->cv.notify_all();
+    return Status::Ok();
+  }
+  Status Recv(float* data, int64_t count, int from) override {
+    if (from < 0 || from >= shared_->size)
+      return Error(fmt::format("recv: peer {} is not a rank of {}", from, shared_->size));
+    std::unique_lock lock(shared_->mutex);
+    auto& inbox = shared_->mail[{from, rank_}];
+    shared_->cv.wait(lock, [&] { return !inbox.empty(); });
+    std::vector<float> message = std::move(inbox.front());
+    inbox.pop_front();
+    if (static_cast<int64_t>(message.size()) != count)
+      return Error(fmt::format("recv: rank {} sent {} elements, rank {} expected {}", from,
+                               message.size(), rank_, count));
+    std::copy(message.begin(), message.end(), data);
+    return Status::Ok();
+  }
+  Result<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    Shared& sh = *shared_;
+    {
+      std::unique_lock lock(sh.mutex);
+      if (sh.split_requests.empty()) sh.split_requests.resize(sh.size);
+      sh.split_requests[rank_] = {color, key};
+    }
+    sh.Barrier();
+    if (rank_ == 0) {
+      // Rank 0 makes every new group; each rank then takes its member.
+      std::map<int, std::vector<std::pair<int, int>>> by_color;  // color: (key, rank)
+      for (int r = 0; r < sh.size; ++r)
+        by_color[sh.split_requests[r].first].push_back({sh.split_requests[r].second, r});
+      sh.split_assigned.assign(sh.size, {nullptr, 0});
+      for (auto& [c, members] : by_color) {
+        std::sort(members.begin(), members.end());
+        sh.children.push_back(std::make_unique<LocalGroup>(static_cast<int>(members.size())));
+        for (size_t i = 0; i < members.size(); ++i)
+          sh.split_assigned[members[i].second] = {sh.children.back().get(), static_cast<int>(i)};
+      }
+    }
+    sh.Barrier();
+    auto [group, index] = sh.split_assigned[rank_];
+    sh.Barrier();  // before a later split overwrites the assignment
+    return std::unique_ptr<Communicator>(std::make_unique<Borrowed>(group->member(index)));
   }
 
  private:

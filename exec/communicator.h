@@ -2,6 +2,7 @@
 #define DOMINO_EXEC_COMMUNICATOR_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,15 @@ class Communicator {
   // Sends send[0, count) to rank `to` and receives recv[0, count) from rank `from` (pipeline
   // activations and gradients); deadlock-free when every rank of a ring or chain calls it.
   virtual Status SendRecv(const float* send, int to, float* recv, int from, int64_t count) = 0;
+  // Point-to-point for pipeline schedules, where a rank's sends and receives do not pair up.
+  // Send returns once data[0, count) is copied (it never waits for the receiver); Recv waits for
+  // the next message from rank `from`, which must hold `count` elements. Messages between two
+  // ranks arrive in send order.
+  virtual Status Send(const float* data, int64_t count, int to);
+  virtual Status Recv(float* data, int64_t count, int from);
+  // Splits the group, called by every rank: the ranks of one `color` form a new group, ranked by
+  // `key` (ties by rank). The new group lives no longer than this one.
+  virtual Result<std::unique_ptr<Communicator>> Split(int color, int key);
   // Ends every rank of the group now (a peer is dead or stuck); never returns.
   [[noreturn]] virtual void Abort(int exit_code);
 };
@@ -43,6 +53,12 @@ class SelfCommunicator final : public Communicator {
   Status AllGather(const float* in, float* out, int64_t count) override;
   Status Gather(const float* in, float* out, int64_t count) override;
   Status SendRecv(const float* send, int to, float* recv, int from, int64_t count) override;
+  Status Send(const float* data, int64_t count, int to) override;
+  Status Recv(float* data, int64_t count, int from) override;
+  Result<std::unique_ptr<Communicator>> Split(int color, int key) override;
+
+ private:
+  std::deque<std::vector<float>> mail_;  // sent to itself, not yet received
 };
 
 // Ranks as threads of one process, for tests: LocalGroup(n).member(r) is rank r's communicator;

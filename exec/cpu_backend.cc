@@ -44,8 +44,8 @@ float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t fan_in, int6
 }
 
 CpuBackend::CpuBackend(const Schedule& schedule, const ModelSpec& model, int rank, int tp,
-                       uint64_t seed)
-    : schedule_(schedule), model_(model), rank_(rank), tp_(tp), seed_(seed) {
+                       uint64_t seed, const FillOffsets& offsets)
+    : schedule_(schedule), model_(model), rank_(rank), tp_(tp), seed_(seed), offsets_(offsets) {
   const std::vector<Tensor>& tensors = schedule.tensors();
   data_.resize(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -88,14 +88,20 @@ int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index) {
 
 void CpuBackend::Fill(const Tensor& t, std::vector<float>& values, const View& view) const {
   if (!IsTokens(t.role)) {
-    FillReference(t, rank_, tp_, seed_, view, values);
+    if (offsets_.layer == 0 || t.role.layer < 0) {
+      FillReference(t, rank_, tp_, seed_, view, values);
+    } else {
+      Tensor shifted = t;
+      shifted.role.layer = static_cast<int16_t>(t.role.layer + offsets_.layer);
+      FillReference(shifted, rank_, tp_, seed_, view, values);
+    }
     return;
   }
   const int64_t next = t.role.slot == TensorSlot::kLmHead ? 1 : 0;  // labels: the next token
   for (int64_t r = view.row_begin; r < view.row_end; ++r)
     for (int64_t c = view.col_begin; c < view.col_end; ++c)
-      values[r * t.cols + c] = static_cast<float>(
-          ReferenceToken(seed_, model_.vocab, WholeIndex(t, rank_, tp_, r, c).rows + next));
+      values[r * t.cols + c] = static_cast<float>(ReferenceToken(
+          seed_, model_.vocab, offsets_.token + WholeIndex(t, rank_, tp_, r, c).rows + next));
 }
 
 Status CpuBackend::Pack(const TensorUse& use, float* out) const {

@@ -43,9 +43,19 @@ int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index);
 // gradient (and the tied LM head's to the embedding's). The loss is the mean cross-entropy over
 // the micro-batch's tokens; vocabulary padding takes no part in it. Biases and position
 // embeddings are not modelled.
+//
+// Where the schedule sits in a larger run (exec/step.h): its layer l is the model's layer
+// l + layer_offset (weights draw that layer's values), and its token stream starts at token
+// token_offset (micro-batch g of an iteration starts at g x its tokens).
+struct FillOffsets {
+  int layer = 0;
+  int64_t token = 0;
+};
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const Schedule& schedule, const ModelSpec& model, int rank, int tp, uint64_t seed);
+  CpuBackend(const Schedule& schedule, const ModelSpec& model, int rank, int tp, uint64_t seed,
+             const FillOffsets& offsets = {});
 
   Status Run(const Schedule& schedule, int32_t id) override;
   Status Pack(const TensorUse& use, float* out) const override;
@@ -66,6 +76,7 @@ class CpuBackend final : public Backend {
   ModelSpec model_;
   int rank_, tp_;
   uint64_t seed_;
+  FillOffsets offsets_;
   std::vector<std::vector<float>> data_;
 };
 

@@ -9,46 +9,21 @@
 #include "exec/cpu_kernels.h"
 #include "exec/cuda_backend.h"
 #include "exec/interpreter.h"
+#include "exec/step.h"
 #include "planner/lower.h"
 
 namespace domino::exec {
 namespace {
 
-// A whole (unsharded) tensor on rank 0.
-struct Whole {
-  int64_t rows = 0, cols = 0;
-  std::vector<float> values;
-};
+using Whole = WholeTensor;
 
-// Gathers the tensor of `role` from every rank and assembles the unsharded tensor on rank 0 by
-// its Shard rule (partial sums add up; replicated tensors are taken from rank 0).
 Result<Whole> GatherWhole(const Schedule& schedule, const Backend& backend, Communicator& comm,
                           const TensorRole& role) {
   const int32_t id = FindTensor(schedule.tensors(), role);
   if (id < 0) return Error(fmt::format("the schedule has no tensor {}", RoleName(role)));
-  const Tensor& t = schedule.tensors()[id];
-  const int tp = comm.size();
-  const int64_t count = t.rows * t.cols;
-  std::vector<float> all(comm.rank() == 0 ? static_cast<size_t>(count * tp) : 0);
   Result<std::vector<float>> mine = backend.Read(id);
   if (!mine.ok()) return mine.error();
-  DOMINO_RETURN_IF_ERROR(comm.Gather(mine->data(), all.data(), count));
-  Whole whole;
-  if (comm.rank() != 0) return whole;
-  Shape2 shape = WholeShape(t, tp);
-  whole.rows = shape.rows, whole.cols = shape.cols;
-  whole.values.assign(static_cast<size_t>(shape.rows * shape.cols), 0.0f);
-  const int ranks = t.shard == Shard::kReplicated ? 1 : tp;
-  for (int r = 0; r < ranks; ++r) {
-    const float* local = all.data() + r * count;
-    for (int64_t i = 0; i < t.rows; ++i) {
-      for (int64_t j = 0; j < t.cols; ++j) {
-        Shape2 at = WholeIndex(t, r, tp, i, j);
-        whole.values[at.rows * shape.cols + at.cols] += local[i * t.cols + j];
-      }
-    }
-  }
-  return whole;
+  return GatherWholeTensor(schedule.tensors()[id], *mine, comm);
 }
 
 TensorRole LayerRole(TensorKind kind, TensorSlot slot, int layer, bool gradient = false,
@@ -73,24 +48,6 @@ Result<Whole> GatherOutput(const Schedule& schedule, const Backend& backend, Com
   if (!mlp.ok()) return mlp;
   for (size_t i = 0; i < mid->values.size(); ++i) mid->values[i] += mlp->values[i];
   return mid;
-}
-
-TensorCheck Compare(std::string name, const Whole& got, const Whole& want, double tolerance) {
-  TensorCheck check;
-  check.name = std::move(name);
-  check.rows = want.rows, check.cols = want.cols;
-  if (got.rows != want.rows || got.cols != want.cols) {
-    check.max_abs_error = check.rel_error = INFINITY;
-    return check;
-  }
-  for (size_t i = 0; i < want.values.size(); ++i) {
-    check.reference_max = std::max(check.reference_max, std::fabs(double{want.values[i]}));
-    double error = std::fabs(double{got.values[i]} - want.values[i]);
-    if (!(error <= check.max_abs_error)) check.max_abs_error = error;  // NaN sticks
-  }
-  check.rel_error = check.max_abs_error / std::max(check.reference_max, 1e-30);
-  check.ok = check.rel_error <= tolerance;
-  return check;
 }
 
 // The first `rows` rows of a whole tensor: a vocabulary-major table without its padding, whose
@@ -194,11 +151,12 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
     size_t next = 0;
     Result<Whole> want = GatherOutput(*ref_schedule, ref, self, layers - 1, false);
     if (!want.ok()) return want.error();
-    result->checks.push_back(Compare("output", got[next++], *want, options.tolerance));
+    result->checks.push_back(CompareTensors("output", got[next++], *want, options.tolerance));
     if (covers.head) {
       Result<Whole> stats = GatherWhole(*ref_schedule, ref, self, LossRole());
       if (!stats.ok()) return stats.error();
-      result->checks.push_back(Compare("loss", got[next++], LossOf(*stats), options.tolerance));
+      result->checks.push_back(
+          CompareTensors("loss", got[next++], LossOf(*stats), options.tolerance));
     }
     for (const Compared& c : roles) {
       Result<Whole> w = GatherWhole(*ref_schedule, ref, self, c.role);
@@ -208,7 +166,7 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
       std::string label = c.role.kind == TensorKind::kInput
                               ? "input.grad"
                               : s.tensors()[FindTensor(s.tensors(), c.role)].name;
-      result->checks.push_back(Compare(label, got[next++], *w, options.tolerance));
+      result->checks.push_back(CompareTensors(label, got[next++], *w, options.tolerance));
     }
     for (const TensorCheck& c : result->checks) failed += c.ok ? 0.0f : 1.0f;
   }
@@ -242,6 +200,53 @@ Timeline MedianRun(std::vector<Timeline> runs) {
 }
 
 }  // namespace
+
+Result<WholeTensor> GatherWholeTensor(const Tensor& t, std::span<const float> mine,
+                                      Communicator& comm, bool reduced) {
+  const int tp = comm.size();
+  const int64_t count = t.rows * t.cols;
+  if (static_cast<int64_t>(mine.size()) != count)
+    return Error(
+        fmt::format("tensor {} holds {} values, not {} x {}", t.name, mine.size(), t.rows, t.cols));
+  std::vector<float> all(comm.rank() == 0 ? static_cast<size_t>(count * tp) : 0);
+  DOMINO_RETURN_IF_ERROR(comm.Gather(mine.data(), all.data(), count));
+  WholeTensor whole;
+  if (comm.rank() != 0) return whole;
+  Shape2 shape = WholeShape(t, tp);
+  whole.rows = shape.rows, whole.cols = shape.cols;
+  whole.values.assign(static_cast<size_t>(shape.rows * shape.cols), 0.0f);
+  const bool one = t.shard == Shard::kReplicated || (reduced && t.shard == Shard::kPartialSum);
+  const int ranks = one ? 1 : tp;
+  for (int r = 0; r < ranks; ++r) {
+    const float* local = all.data() + r * count;
+    for (int64_t i = 0; i < t.rows; ++i) {
+      for (int64_t j = 0; j < t.cols; ++j) {
+        Shape2 at = WholeIndex(t, r, tp, i, j);
+        whole.values[at.rows * shape.cols + at.cols] += local[i * t.cols + j];
+      }
+    }
+  }
+  return whole;
+}
+
+TensorCheck CompareTensors(std::string name, const WholeTensor& got, const WholeTensor& want,
+                           double tolerance) {
+  TensorCheck check;
+  check.name = std::move(name);
+  check.rows = want.rows, check.cols = want.cols;
+  if (got.rows != want.rows || got.cols != want.cols) {
+    check.max_abs_error = check.rel_error = INFINITY;
+    return check;
+  }
+  for (size_t i = 0; i < want.values.size(); ++i) {
+    check.reference_max = std::max(check.reference_max, std::fabs(double{want.values[i]}));
+    double error = std::fabs(double{got.values[i]} - want.values[i]);
+    if (!(error <= check.max_abs_error)) check.max_abs_error = error;  // NaN sticks
+  }
+  check.rel_error = check.max_abs_error / std::max(check.reference_max, 1e-30);
+  check.ok = check.rel_error <= tolerance;
+  return check;
+}
 
 std::string_view BackendName(BackendKind kind) {
   return kind == BackendKind::kCuda ? "cuda" : "cpu";
@@ -292,21 +297,33 @@ Plan ReferencePlan(const Plan& plan) {
   return ref;
 }
 
-std::string_view ExtentName(Extent extent) { return extent == Extent::kModel ? "model" : "layers"; }
+std::string_view ExtentName(Extent extent) {
+  switch (extent) {
+    case Extent::kModel:
+      return "model";
+    case Extent::kLayerStack:
+      return "layers";
+    case Extent::kStep:
+      return "step";
+  }
+  return "?";
+}
 
 Result<Extent> ParseExtent(std::string_view name) {
-  for (Extent extent : {Extent::kModel, Extent::kLayerStack})
+  for (Extent extent : {Extent::kModel, Extent::kLayerStack, Extent::kStep})
     if (name == ExtentName(extent)) return extent;
-  return Error(fmt::format("unknown extent {} (model or layers)", name));
+  return Error(fmt::format("unknown extent {} (model, layers or step)", name));
 }
 
 Extent DefaultExtent(const Plan& plan, BackendKind backend) {
-  return backend == BackendKind::kCpu && plan.pp == 1 && plan.dp == 1 ? Extent::kModel
-                                                                      : Extent::kLayerStack;
+  if (backend != BackendKind::kCpu) return Extent::kLayerStack;
+  return plan.pp == 1 && plan.dp == 1 ? Extent::kModel : Extent::kStep;
 }
 
 Result<Schedule> LowerForExecution(const Plan& plan, Extent extent) {
   if (extent == Extent::kLayerStack) return Lower(plan);
+  if (extent == Extent::kStep)
+    return Error("whole training steps run the plan's iteration (exec/step.h), not one schedule");
   if (plan.pp != 1 || plan.dp != 1)
     return Error(fmt::format(
         "the whole model is executed in one pipeline stage and one data-parallel replica; this "
@@ -316,8 +333,13 @@ Result<Schedule> LowerForExecution(const Plan& plan, Extent extent) {
 }
 
 Result<ExecuteResult> Execute(const Plan& plan, Communicator& comm, const ExecuteOptions& options) {
-  Result<Schedule> schedule =
-      LowerForExecution(plan, options.extent.value_or(DefaultExtent(plan, options.backend)));
+  const Extent extent = options.extent.value_or(DefaultExtent(plan, options.backend));
+  if (extent == Extent::kStep) {
+    if (options.backend != BackendKind::kCpu)
+      return Error("whole training steps run on the CPU backend (--backend cpu)");
+    return ExecuteStep(plan, comm, options);
+  }
+  Result<Schedule> schedule = LowerForExecution(plan, extent);
   if (!schedule.ok()) return schedule.error();
   return ExecuteSchedule(plan, std::move(schedule).value(), comm, options);
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,16 +33,29 @@ enum class Extent {
   // One pipeline stage's layer stack (model.layers / pp layers), fed a reference input and a
   // reference gradient of its output.
   kLayerStack,
+  // Whole training steps of a 3D plan (exec/step.h): every stage's chunks for every micro-batch,
+  // pipeline sends and receives, DP gradient buckets and the Adam step, on tp x pp x dp ranks.
+  kStep,
 };
-std::string_view ExtentName(Extent extent);  // "model", "layers"
+std::string_view ExtentName(Extent extent);  // "model", "layers", "step"
 Result<Extent> ParseExtent(std::string_view name);
-// The whole model when the plan has one pipeline stage and one data-parallel replica and the
-// backend runs the model's ends (the CPU backend); the layer stack otherwise.
+// On the CPU backend: the whole model when the plan has one pipeline stage and one data-parallel
+// replica, whole training steps otherwise; the layer stack on the CUDA backend.
 Extent DefaultExtent(const Plan& plan, BackendKind backend);
 // The schedule an execution of `extent` runs: Lower(plan) for the layer stack, LowerStage with
 // the embedding and the head for the whole model. Fails for the whole model of a plan with more
 // than one pipeline stage or data-parallel replica (not executed yet).
 Result<Schedule> LowerForExecution(const Plan& plan, Extent extent);
+
+// Adam (no weight decay) on fp32 master weights. A larger eps than training's 1e-8 keeps the
+// update a smooth function of the gradient, so that rounding differences between a sharded run
+// and the reference stay rounding-sized (with eps -> 0 a gradient near zero flips the update by
+// 2 lr).
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-4;
+};
 
 struct ExecuteOptions {
   BackendKind backend = BackendKind::kCpu;  // the check's reference always runs on the CPU
@@ -56,6 +70,8 @@ struct ExecuteOptions {
   // time (the check uses the first run's values).
   int iterations = 1;
   double tolerance = 1e-4;  // largest error allowed, relative to the reference's largest value
+  int steps = 2;            // Extent::kStep: training iterations (the check compares after them)
+  AdamOptions adam;
   std::function<void(size_t, size_t)> progress;  // ops done, ops in total (this rank)
 };
 
@@ -80,6 +96,7 @@ struct ExecuteResult {
   // The mean cross-entropy over the micro-batch's tokens (first run), when the schedule has the
   // loss and the backend can read it.
   std::optional<double> loss;
+  std::vector<double> losses;  // Extent::kStep: each step's mean loss over the global batch
 };
 
 // Executes one micro-batch's forward and backward pass of the plan (its whole model, or one
@@ -97,6 +114,22 @@ Result<ExecuteResult> Execute(const Plan& plan, Communicator& comm, const Execut
 // what the check compares, is read from the schedule's tensor roles; options.extent is not used.
 Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Communicator& comm,
                                       const ExecuteOptions& options);
+
+// A whole (unsharded) tensor, on rank 0 of the TP group that gathered it.
+struct WholeTensor {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> values;
+};
+// Gathers this rank's values `mine` of `tensor` from every rank of the TP group `comm` and, on
+// rank 0, assembles the unsharded tensor by the tensor's Shard rule: partial sums add up (unless
+// `reduced`: they were summed over the group already), replicated tensors are rank 0's.
+Result<WholeTensor> GatherWholeTensor(const Tensor& tensor, std::span<const float> mine,
+                                      Communicator& comm, bool reduced = false);
+
+// Compares a gathered tensor with the reference's (rank 0): its largest error, absolute and
+// relative to the reference's largest value, within `tolerance` or not (NaN never is).
+TensorCheck CompareTensors(std::string name, const WholeTensor& got, const WholeTensor& want,
+                           double tolerance);
 
 // The plan of the unsharded reference: tp = pp = dp = 1 on one GPU, no slicing, no SP.
 Plan ReferencePlan(const Plan& plan);

@@ -103,6 +103,24 @@ Status RunCollective(const Schedule& schedule, int32_t id, Backend& backend, Com
 
 }  // namespace
 
+Status RunOp(const Schedule& schedule, int32_t id, Backend& backend, Communicator& comm,
+             std::vector<float>& in, std::vector<float>& out) {
+  const Op& op = schedule.op(id);
+  switch (op.kind) {
+    case OpKind::kCollective:
+      return RunCollective(schedule, id, backend, comm, in, out);
+    case OpKind::kSendRecv:
+    case OpKind::kOptimizer:
+    case OpKind::kPass:
+      return Error(
+          fmt::format("op {} ({}): an iteration op, not an op of a pass (exec/step.h runs "
+                      "iterations)",
+                      id, schedule.Label(id)));
+    default:
+      return backend.Run(schedule, id);
+  }
+}
+
 Result<Timeline> Interpret(const Schedule& schedule, Backend& backend, Communicator& comm,
                            const std::function<void(size_t, size_t)>& progress) {
   using Clock = std::chrono::steady_clock;
@@ -115,20 +133,8 @@ Result<Timeline> Interpret(const Schedule& schedule, Backend& backend, Communica
   };
   for (size_t i = 0; i < schedule.size(); ++i) {
     const int32_t id = static_cast<int32_t>(i);
-    const Op& op = schedule.op(id);
     const Clock::time_point start = Clock::now();
-    switch (op.kind) {
-      case OpKind::kCollective:
-        DOMINO_RETURN_IF_ERROR(RunCollective(schedule, id, backend, comm, in, out));
-        break;
-      case OpKind::kSendRecv:
-      case OpKind::kOptimizer:
-      case OpKind::kPass:
-        return Error(fmt::format("op {} ({}): the executor runs the TP layer stack only", id,
-                                 schedule.Label(id)));
-      default:
-        DOMINO_RETURN_IF_ERROR(backend.Run(schedule, id));
-    }
+    DOMINO_RETURN_IF_ERROR(RunOp(schedule, id, backend, comm, in, out));
     timeline.ops[i] = OpTime{since(start), since(Clock::now())};
     if (progress) progress(i + 1, schedule.size());
   }

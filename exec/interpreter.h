@@ -25,6 +25,11 @@ class Backend {
   virtual Result<std::vector<float>> Read(int32_t tensor) const = 0;
 };
 
+// Runs op `id` of a pass schedule: a compute op on `backend`, a TP collective on `communicator`
+// (`in` and `out` are scratch buffers, kept between calls).
+Status RunOp(const Schedule& schedule, int32_t id, Backend& backend, Communicator& communicator,
+             std::vector<float>& in, std::vector<float>& out);
+
 // Interpret runs every op of `schedule` in issue order: compute ops on `backend`, TP collectives
 // on `communicator` (a collective packs its read view, reduces or gathers it, and unpacks into its
 // write view). Issue order respects every stream's order and every dependency, and every rank

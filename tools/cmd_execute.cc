@@ -18,6 +18,7 @@
 #include "exec/launch_env.h"
 #include "exec/mpi_communicator.h"
 #include "exec/nccl_ctas.h"
+#include "exec/step.h"
 #include "exec/watchdog.h"
 #include "models/base/file_io.h"
 #include "planner/lower.h"
@@ -49,6 +50,7 @@ struct ExecuteFlags {
   double max_memory_gib = 8;
   double timeout_s = 300;
   int iterations = 1;
+  int steps = 2;
   std::string report_path, trace_path;
   bool force = false;
 };
@@ -156,6 +158,74 @@ void PrintRun(const Plan& plan, exec::Extent extent, const std::string& backend,
   table.Print(std::cout);
 }
 
+// A whole step's figures: the iteration as measured on rank 0 (its stage's ops one at a time).
+PlanFigures StepFigures(const Plan& plan, const exec::ExecuteResult& r) {
+  PlanFigures f;
+  double compute_us = 0;
+  for (size_t i = 0; i < r.schedule.size(); ++i)
+    if (r.schedule.ops()[i].stream == Stream::kCompute)
+      compute_us += r.timeline.ops[i].end_us - r.timeline.ops[i].start_us;
+  f.iteration_ms = r.timeline.end_us() * 1e-3;
+  f.ideal_ms = compute_us * 1e-3;
+  f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;
+  const double seconds = f.iteration_ms * 1e-3;
+  f.tokens_per_s = static_cast<double>(plan.global_batch) * plan.seq_len / seconds;
+  return f;
+}
+
+void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchEnv& env,
+               const exec::ExecuteResult& r, const PlanFigures& f) {
+  std::cout << fmt::format(
+      "# {} executed on the {} backend: {} rank(s), launcher: {}\n"
+      "# tp {} x pp {} x dp {}{} | {} micro-batches of {} x seq {} per replica | row split {}, "
+      "col split {}, sequence parallel {}{} | {} training step(s), {} iteration ops\n\n",
+      plan.model.name, backend, env.size, env.source, plan.tp, plan.pp, plan.dp,
+      plan.virtual_stages > 1
+          ? fmt::format(" (interleaved, {} chunks per stage)", plan.virtual_stages)
+          : "",
+      plan.micro_batches(), plan.micro_batch, plan.seq_len, plan.row_split, plan.col_split,
+      plan.sequence_parallel ? "on" : "off",
+      plan.distributed_optimizer ? ", distributed optimizer" : "", r.losses.size(),
+      r.schedule.size());
+  Table summary({"measured on rank 0 (last step)", "value"});
+  for (size_t i = 0; i < r.losses.size(); ++i)
+    summary.AddRow({fmt::format("loss, step {} (mean cross-entropy)", i + 1),
+                    fmt::format("{:.6f}", r.losses[i])});
+  // Rank 0's time by what its ops do.
+  double by_func[static_cast<size_t>(OpFunc::kCount)] = {};
+  for (size_t i = 0; i < r.schedule.size(); ++i)
+    by_func[static_cast<size_t>(r.schedule.ops()[i].func)] +=
+        r.timeline.ops[i].end_us - r.timeline.ops[i].start_us;
+  auto ms = [&](std::initializer_list<OpFunc> funcs) {
+    double us = 0;
+    for (OpFunc func : funcs) us += by_func[static_cast<size_t>(func)];
+    return fmt::format("{:.2f} ms", us * 1e-3);
+  };
+  summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
+  summary.AddRow({"forward passes", ms({OpFunc::kForwardPass})});
+  summary.AddRow({"backward passes", ms({OpFunc::kBackwardPass})});
+  summary.AddRow({"pipeline sends and receives", ms({OpFunc::kPpSend, OpFunc::kPpRecv})});
+  summary.AddRow({"DP gradient buckets and gathers",
+                  ms({OpFunc::kDpAllReduce, OpFunc::kDpReduceScatter, OpFunc::kDpAllGather})});
+  summary.AddRow({"tied embedding sync", ms({OpFunc::kEmbeddingAllReduce})});
+  summary.AddRow({"optimizer step (Adam)", ms({OpFunc::kOptimizerStep})});
+  summary.AddRow({"tokens/s", fmt::format("{:.0f}", f.tokens_per_s)});
+  summary.Print(std::cout);
+  std::cout << "\n";
+  if (r.checks.empty()) return;
+  Table table({"tensor", "shape", "max abs error", "rel error", "verdict"});
+  for (const exec::TensorCheck& c : r.checks)
+    table.AddRow({c.name, fmt::format("{}x{}", c.rows, c.cols),
+                  fmt::format("{:.3g}", c.max_abs_error), fmt::format("{:.3g}", c.rel_error),
+                  c.ok ? "ok" : "DIFFERS"});
+  std::cout << fmt::format(
+      "numeric check against the single-rank reference after {} step(s) of Adam: every step's "
+      "loss, every weight's gradient and updated weight (rel error = max abs error / largest "
+      "reference value)\n",
+      r.losses.size());
+  table.Print(std::cout);
+}
+
 void Run(ExecuteFlags& flags) {
   Result<exec::LaunchEnv> env = exec::ReadLaunchEnv();
   if (!env.ok()) Fail("execute", env.message());
@@ -195,15 +265,6 @@ void Run(ExecuteFlags& flags) {
     FailOnRank("execute", rank,
                fmt::format("--emulate-rank {} is not a rank of the plan's TP group of {}",
                            flags.emulate_rank, plan->tp));
-  if (!emulate && env->size != plan->tp) {
-    FailOnRank(
-        "execute", rank,
-        fmt::format(
-            "{}: parallel.tp is {}, so it runs on {} ranks (one per TP rank; pipeline and data "
-            "parallelism are simulated, not executed), but {} rank(s) were launched ({}); launch "
-            "with `mpirun -np {} domino execute ...`",
-            what, plan->tp, plan->tp, env->size, env->source, plan->tp));
-  }
   Result<exec::BackendKind> backend_kind = exec::ParseBackendKind(flags.backend);
   if (!backend_kind.ok()) FailOnRank("execute", rank, "--backend: " + backend_kind.message());
   exec::Extent extent = exec::DefaultExtent(*plan, *backend_kind);
@@ -212,11 +273,40 @@ void Run(ExecuteFlags& flags) {
     if (!parsed.ok()) FailOnRank("execute", rank, "--extent: " + parsed.message());
     extent = *parsed;
   }
-  Result<Schedule> schedule = exec::LowerForExecution(*plan, extent);
+  const bool whole_step = extent == exec::Extent::kStep;
+  if (whole_step && flags.backend != "cpu")
+    FailOnRank("execute", rank,
+               "--extent step (pipeline, data parallelism and the optimizer) runs on the CPU "
+               "backend: use --backend cpu");
+  if (whole_step && flags.iterations != 1)
+    FailOnRank("execute", rank, "--extent step: give --steps, not --iterations");
+  const int ranks = whole_step ? plan->tp * plan->pp * plan->dp : plan->tp;
+  if (!emulate && env->size != ranks) {
+    FailOnRank(
+        "execute", rank,
+        whole_step
+            ? fmt::format("{}: parallel.tp {} x pp {} x dp {} = {} ranks run a whole step, but "
+                          "{} rank(s) were launched ({}); launch with `mpirun -np {} domino "
+                          "execute ...`",
+                          what, plan->tp, plan->pp, plan->dp, ranks, env->size, env->source, ranks)
+            : fmt::format("{}: parallel.tp is {}, so {} runs on {} ranks (one per TP rank), but "
+                          "{} rank(s) were launched ({}); launch with `mpirun -np {} domino "
+                          "execute ...`",
+                          what, plan->tp, exec::ExtentName(extent), plan->tp, env->size,
+                          env->source, plan->tp));
+  }
+  Result<Schedule> schedule =
+      whole_step ? Result<Schedule>(Schedule{}) : exec::LowerForExecution(*plan, extent);
   if (!schedule.ok()) FailOnRank("execute", rank, schedule.message());
   // Host memory: the CPU backend's tensors, and with --check the reference and the gathers.
-  double gib = flags.backend == "cpu" ? exec::CpuBackend::BytesFor(*schedule) / (1 << 30) : 0;
-  if (flags.check) gib += exec::CpuBackend::BytesFor(*schedule) * plan->tp / (1 << 30);
+  double gib = 0;
+  if (whole_step) {
+    gib = exec::StepBytesPerRank(*plan) / (1 << 30);
+    if (flags.check) gib += 2 * exec::StepBytesPerRank(exec::StepReferencePlan(*plan)) / (1 << 30);
+  } else {
+    gib = flags.backend == "cpu" ? exec::CpuBackend::BytesFor(*schedule) / (1 << 30) : 0;
+    if (flags.check) gib += exec::CpuBackend::BytesFor(*schedule) * plan->tp / (1 << 30);
+  }
   if (gib > flags.max_memory_gib) {
     FailOnRank(
         "execute", rank,
@@ -285,7 +375,8 @@ void Run(ExecuteFlags& flags) {
   // NCCL gets the CTA count the simulator assumed for the plan's collectives, so the contention
   // measured is the contention predicted (unless the flags say otherwise; 0: NCCL's choice).
   // A flag given alone bounds the other's default, so that the pair stays one NCCL accepts.
-  const int model_ctas = std::min(exec::kNcclMaxCtas, LargestCollective(*plan, *schedule).ctas);
+  const int model_ctas =
+      whole_step ? 0 : std::min(exec::kNcclMaxCtas, LargestCollective(*plan, *schedule).ctas);
   int min_ctas = flags.min_ctas, max_ctas = flags.max_ctas;
   if (min_ctas < 0 && max_ctas < 0) {
     min_ctas = max_ctas = model_ctas;
@@ -306,6 +397,7 @@ void Run(ExecuteFlags& flags) {
   options.seed = flags.seed;
   options.check = flags.check;
   options.iterations = flags.iterations;
+  options.steps = flags.steps;
   options.tolerance = tolerance;
   const bool tty = rank == 0 && isatty(STDERR_FILENO);
   // A peer that dies or hangs leaves this rank blocked in a collective: the watchdog says so and
@@ -331,14 +423,16 @@ void Run(ExecuteFlags& flags) {
                 << std::flush;
   };
   Result<exec::ExecuteResult> result =
-      exec::ExecuteSchedule(*plan, std::move(schedule).value(), *comm, options);
+      whole_step ? exec::ExecuteStep(*plan, *comm, options)
+                 : exec::ExecuteSchedule(*plan, std::move(schedule).value(), *comm, options);
   if (!result.ok()) FailOnRank("execute", rank, result.message());
   if (rank != 0) {
     if (!result->passed) throw CLI::RuntimeError(1);
     return;
   }
   double comm_ms = 0;
-  PlanFigures figures = MeasuredFigures(*plan, *result, &comm_ms);
+  PlanFigures figures =
+      whole_step ? StepFigures(*plan, *result) : MeasuredFigures(*plan, *result, &comm_ms);
   Plan report = *plan;
   report.measured = figures;
   if (!flags.report_path.empty())
@@ -360,7 +454,10 @@ void Run(ExecuteFlags& flags) {
                                                                       flags.emulate_rank, plan->tp)
                                                         : flags.comm,
                                                 flags.cuda_graph ? ", CUDA graph" : "");
-  PrintRun(*plan, extent, backend, *env, *result, figures, comm_ms);
+  if (whole_step)
+    PrintStep(*plan, backend, *env, *result, figures);
+  else
+    PrintRun(*plan, extent, backend, *env, *result, figures, comm_ms);
   if (!result->passed) {
     int bad = 0;
     for (const exec::TensorCheck& c : result->checks) bad += c.ok ? 0 : 1;
@@ -382,10 +479,18 @@ void SetupExecute(CLI::App* sub) {
   sub->add_option("--backend", flags->backend, "cpu (Eigen, fp32) | cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--extent", flags->extent,
-                  "model (embedding, layers, LM head and loss; pp 1 and dp 1) | layers (one "
-                  "stage's layer stack); default: model on the CPU backend when the plan has "
-                  "pp 1 and dp 1, else layers")
-      ->check(CLI::IsMember({"model", "layers"}));
+                  "model (embedding, layers, LM head and loss of one micro-batch; pp 1 and dp 1) "
+                  "| layers (one stage's layer stack) | step (whole training steps of a 3D plan "
+                  "on tp x pp x dp ranks: every micro-batch through the pipeline, DP gradient "
+                  "buckets, the tied embedding's sync and Adam; CPU backend); default: model on "
+                  "the CPU backend when the plan has pp 1 and dp 1, step when it has more, "
+                  "layers on the CUDA backend")
+      ->check(CLI::IsMember({"model", "layers", "step"}));
+  sub->add_option("--steps", flags->steps,
+                  "--extent step: training steps to run; --check compares every step's loss and, "
+                  "after the last, every gradient and updated weight")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   sub->add_option("--comm", flags->comm,
                   "TP collectives (cuda): mpi (MPI on host copies, one op at a time) | nccl "
                   "(NCCL on a comm stream, overlapping) | emulate (one GPU plays one rank; "

@@ -1,0 +1,715 @@
+#include "exec/step.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "exec/cpu_backend.h"
+#include "exec/cpu_kernels.h"
+#include "exec/interpreter.h"
+#include "planner/lower.h"
+
+namespace domino::exec {
+namespace {
+
+TensorRole RoleOf(TensorKind kind, TensorSlot slot, int layer, bool gradient,
+                  TensorForm form = TensorForm::kPrimary) {
+  TensorRole role;
+  role.kind = kind, role.slot = slot, role.gradient = gradient, role.form = form;
+  role.layer = static_cast<int16_t>(layer);
+  return role;
+}
+
+// Bucket keys beside the layers: the chunk's other parameters (final norm, LM head) and the word
+// embedding, which has a bucket of its own so that the first and last stage lay it out alike.
+constexpr int kExtraBucket = -1;
+constexpr int kEmbeddingBucket = -2;
+
+// A weight (or norm gain) and its gradient: tensors of the chunk's schedule.
+struct Param {
+  int32_t value = -1, grad = -1;
+  int64_t offset = 0, size = 0;  // in the bucket's flat buffers
+};
+
+// The parameters whose gradients one DP collective reduces, flattened in tensor order, with the
+// optimizer's state. With the distributed optimizer the rank owns elements [dp_rank x shard,
+// (dp_rank + 1) x shard) of the padded buffers: only those of `grad` are reduced and only those of
+// `master`, `m` and `v` are updated.
+struct Bucket {
+  int key = 0;  // the chunk's layer, kExtraBucket or kEmbeddingBucket
+  std::vector<Param> params;
+  int64_t size = 0, shard = 0;
+  std::vector<float> grad, master, m, v;
+  bool final = false;  // gradient summed over micro-batches (and reduced, if a bucket op ran)
+};
+
+// One model chunk (virtual stage) of this rank: its schedule, forward and backward, and one
+// backend per micro-batch (each keeps its activations until its backward; weights are the same
+// in all of them).
+struct Chunk {
+  int vs = 0, first_layer = 0;
+  ChunkShape shape;
+  Schedule schedule;
+  size_t forward_end = 0;  // ops [0, forward_end) are the forward pass
+  std::vector<std::unique_ptr<CpuBackend>> mbs;
+  std::vector<size_t> cursor;  // per micro-batch: its next op
+  std::vector<Bucket> buckets;
+  int32_t input = -1, input_grad = -1, out_mid = -1, out_mlp = -1, out_grad = -1, loss = -1;
+};
+
+int BucketKey(const TensorRole& role) {
+  if (role.layer >= 0) return role.layer;
+  return role.slot == TensorSlot::kEmbedding ? kEmbeddingBucket : kExtraBucket;
+}
+
+Result<Schedule> LowerChunk(const Plan& plan, const ChunkShape& shape) {
+  return LowerStage(plan, LowerOptions{shape.layers, shape.embedding, shape.head, true, true});
+}
+
+// The chunk's parameters by bucket, its boundary tensors and where its forward ends.
+Status Describe(const Plan& plan, Chunk& c) {
+  const std::vector<Tensor>& tensors = c.schedule.tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorRole& role = tensors[i].role;
+    if ((role.kind != TensorKind::kWeight && role.kind != TensorKind::kNormWeight) || role.gradient)
+      continue;
+    TensorRole grad_role = role;
+    grad_role.gradient = true;
+    Param p;
+    p.value = static_cast<int32_t>(i);
+    p.grad = FindTensor(tensors, grad_role);
+    if (p.grad < 0)
+      return Error(
+          fmt::format("chunk {}: weight {} has no gradient tensor", c.vs, tensors[i].name));
+    p.size = tensors[i].rows * tensors[i].cols;
+    const int key = BucketKey(role);
+    auto it = std::find_if(c.buckets.begin(), c.buckets.end(),
+                           [&](const Bucket& b) { return b.key == key; });
+    if (it == c.buckets.end()) {
+      c.buckets.push_back(Bucket{key, {}, 0, 0, {}, {}, {}, {}, false});
+      it = c.buckets.end() - 1;
+    }
+    p.offset = it->size;
+    it->size += p.size;
+    it->params.push_back(p);
+  }
+  for (Bucket& b : c.buckets) {
+    b.shard = (b.size + plan.dp - 1) / plan.dp;
+    const size_t padded = static_cast<size_t>(b.shard * plan.dp);
+    b.grad.assign(padded, 0.0f);
+    b.master.assign(padded, 0.0f);
+    b.m.assign(padded, 0.0f);
+    b.v.assign(padded, 0.0f);
+  }
+  const int top = c.shape.layers - 1;
+  using enum TensorSlot;
+  c.input = FindTensor(tensors, RoleOf(TensorKind::kInput, kX, 0, false));
+  c.input_grad = FindTensor(tensors, RoleOf(TensorKind::kInput, kX, 0, true));
+  c.out_mid = FindTensor(tensors, RoleOf(TensorKind::kActivation, kMid, top, false));
+  c.out_mlp = FindTensor(
+      tensors, RoleOf(TensorKind::kActivation, kFc2, top, false,
+                      plan.sequence_parallel ? TensorForm::kSequenceShard : TensorForm::kPrimary));
+  c.out_grad = FindTensor(tensors, RoleOf(TensorKind::kActivation, kOut, top, true));
+  c.loss = FindTensor(tensors, RoleOf(TensorKind::kLoss, kLmHead, -1, false));
+  if ((!c.shape.embedding && (c.input < 0 || c.input_grad < 0)) ||
+      (!c.shape.head && (c.out_mid < 0 || c.out_mlp < 0 || c.out_grad < 0)) ||
+      (c.shape.head && c.loss < 0))
+    return Error(fmt::format("chunk {}: its schedule lacks a boundary tensor", c.vs));
+  const std::vector<Op>& ops = c.schedule.ops();
+  c.forward_end = ops.size();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const bool forward = ops[i].tags.phase == Phase::kForward;
+    if (!forward && c.forward_end == ops.size()) c.forward_end = i;
+    if (forward && c.forward_end < i)
+      return Error(fmt::format("chunk {}: forward op {} ({}) follows the backward", c.vs, i,
+                               c.schedule.Label(static_cast<int32_t>(i))));
+  }
+  return Status::Ok();
+}
+
+// The communicators of one rank: its TP group, its pipeline (the stages of its TP and DP rank)
+// and its DP group (the replicas of its TP rank and stage).
+struct Groups {
+  std::unique_ptr<Communicator> tp, pp, dp;
+};
+
+Result<Groups> SplitGroups(const Plan& plan, Communicator& world, const RankCoords& me) {
+  Groups g;
+  Result<std::unique_ptr<Communicator>> tp = world.Split(me.pp * plan.dp + me.dp, me.tp);
+  if (!tp.ok()) return tp.error();
+  Result<std::unique_ptr<Communicator>> pp = world.Split(me.dp * plan.tp + me.tp, me.pp);
+  if (!pp.ok()) return pp.error();
+  Result<std::unique_ptr<Communicator>> dp = world.Split(me.pp * plan.tp + me.tp, me.dp);
+  if (!dp.ok()) return dp.error();
+  g.tp = std::move(tp).value(), g.pp = std::move(pp).value(), g.dp = std::move(dp).value();
+  return g;
+}
+
+// One rank's run of an iteration, step after step.
+class StepRunner {
+ public:
+  StepRunner(const Plan& plan, const Iteration& it, const RankCoords& me, Groups groups,
+             const ExecuteOptions& options)
+      : plan_(plan), it_(it), me_(me), g_(std::move(groups)), options_(options) {}
+
+  Status Init() {
+    const int vs_total = static_cast<int>(it_.virtual_stages.size());
+    std::vector<int> first(vs_total + 1, 0);
+    for (int vs = 0; vs < vs_total; ++vs) first[vs + 1] = first[vs] + it_.virtual_stages[vs].layers;
+    const int m = it_.micro_batches;
+    const int64_t tokens = static_cast<int64_t>(plan_.micro_batch) * plan_.seq_len;
+    for (int c = 0; c < it_.chunks; ++c) {
+      auto chunk = std::make_unique<Chunk>();
+      chunk->vs = c * it_.stages + me_.pp;
+      chunk->first_layer = first[chunk->vs];
+      chunk->shape = it_.virtual_stages[chunk->vs];
+      Result<Schedule> s = LowerChunk(plan_, chunk->shape);
+      if (!s.ok()) return s.error();
+      chunk->schedule = std::move(s).value();
+      DOMINO_RETURN_IF_ERROR(Describe(plan_, *chunk));
+      for (int mb = 0; mb < m; ++mb) {
+        const int64_t global_mb = static_cast<int64_t>(me_.dp) * m + mb;
+        chunk->mbs.push_back(std::make_unique<CpuBackend>(
+            chunk->schedule, plan_.model, me_.tp, plan_.tp, options_.seed,
+            FillOffsets{chunk->first_layer, global_mb * tokens}));
+      }
+      chunk->cursor.assign(m, 0);
+      // The master weights start as the backends' initial weights.
+      for (Bucket& b : chunk->buckets)
+        for (const Param& p : b.params) {
+          const std::vector<float>& w = chunk->mbs[0]->data(p.value);
+          std::copy(w.begin(), w.end(), b.master.begin() + p.offset);
+        }
+      chunks_.push_back(std::move(chunk));
+    }
+    // The sends the schedule has, so that a recv without one receives nothing.
+    for (const Op& op : it_.schedule.ops())
+      if (op.func == OpFunc::kPpSend)
+        sends_.insert(
+            {op.tags.phase != Phase::kForward, op.tags.virtual_stage, op.tags.micro_batch});
+    for (size_t i = 0; i < it_.schedule.size(); ++i) {
+      const Op& op = it_.schedule.ops()[i];
+      const bool embedding_peer = op.func == OpFunc::kEmbeddingAllReduce && me_.pp == 0;
+      if (op.stage == me_.pp || embedding_peer) mine_.push_back(static_cast<int32_t>(i));
+    }
+    return Status::Ok();
+  }
+
+  // Runs one iteration (step `step`, from 1); `timeline` gets this rank's ops' times.
+  Status Step(int step, Timeline* timeline) {
+    using Clock = std::chrono::steady_clock;
+    for (auto& c : chunks_) {
+      std::fill(c->cursor.begin(), c->cursor.end(), 0);
+      for (auto& b : c->buckets) b.final = false;
+      for (auto& backend : c->mbs) ZeroComputed(*c, *backend);
+    }
+    timeline->ops.assign(it_.schedule.size(), OpTime{});
+    const Clock::time_point t0 = Clock::now();
+    auto since = [&](Clock::time_point t) {
+      return std::chrono::duration<double, std::micro>(t - t0).count();
+    };
+    for (size_t n = 0; n < mine_.size(); ++n) {
+      const int32_t id = mine_[n];
+      const Clock::time_point start = Clock::now();
+      DOMINO_RETURN_IF_ERROR(RunIterationOp(id, step));
+      timeline->ops[id] = OpTime{since(start), since(Clock::now())};
+      if (options_.progress)
+        options_.progress((step - 1) * mine_.size() + n + 1, options_.steps * mine_.size());
+    }
+    return Status::Ok();
+  }
+
+  // This rank's mean loss over its micro-batches, averaged over DP; last stage only.
+  Result<double> Loss() {
+    Chunk* last = ChunkOf(static_cast<int>(it_.virtual_stages.size()) - 1);
+    if (last == nullptr) return 0.0;
+    const Tensor& t = last->schedule.tensors()[last->loss];
+    double sum = 0;
+    for (auto& backend : last->mbs)
+      sum += cpu::MeanCrossEntropy(
+          cpu::ConstMat(backend->data(last->loss).data(), t.rows, t.cols, t.cols));
+    float mean = static_cast<float>(sum / static_cast<double>(last->mbs.size()));
+    DOMINO_RETURN_IF_ERROR(g_.dp->AllReduce(&mean, 1));
+    return static_cast<double>(mean) / plan_.dp;
+  }
+
+  // Makes the first micro-batch's backend hold the whole final gradient and the updated weights
+  // of every parameter (gathering the distributed optimizer's shards over DP), for the check.
+  Status Settle() {
+    for (auto& c : chunks_) {
+      for (Bucket& b : c->buckets) {
+        DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
+        if (plan_.distributed_optimizer && plan_.dp > 1) {
+          DOMINO_RETURN_IF_ERROR(GatherShards(b.grad));
+          DOMINO_RETURN_IF_ERROR(GatherShards(b.master));
+        }
+        for (const Param& p : b.params) {
+          std::vector<float>& grad = c->mbs[0]->mutable_data(p.grad);
+          std::copy_n(b.grad.begin() + p.offset, p.size, grad.begin());
+          std::vector<float>& value = c->mbs[0]->mutable_data(p.value);
+          std::copy_n(b.master.begin() + p.offset, p.size, value.begin());
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  const std::vector<std::unique_ptr<Chunk>>& chunks() const { return chunks_; }
+  Groups& groups() { return g_; }
+
+ private:
+  Chunk* ChunkOf(int vs) {
+    for (auto& c : chunks_)
+      if (c->vs == vs) return c.get();
+    return nullptr;
+  }
+  Result<Chunk*> MyChunk(const Op& op, int32_t id) {
+    Chunk* c = ChunkOf(op.tags.virtual_stage);
+    if (c == nullptr || op.tags.micro_batch >= static_cast<int>(c->mbs.size()))
+      return Error(
+          fmt::format("iteration op {} ({}): virtual stage {} micro-batch {} is not this "
+                      "rank's",
+                      id, it_.schedule.Label(id), op.tags.virtual_stage, op.tags.micro_batch));
+    return c;
+  }
+  // Zeroes what the schedule computes (the given tensors keep their values; weights are set by
+  // the optimizer).
+  static void ZeroComputed(const Chunk& c, CpuBackend& backend) {
+    const std::vector<Tensor>& tensors = c.schedule.tensors();
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (!IsGiven(tensors[i].role)) {
+        std::vector<float>& v = backend.mutable_data(static_cast<int32_t>(i));
+        std::fill(v.begin(), v.end(), 0.0f);
+      }
+  }
+
+  Status RunIterationOp(int32_t id, int step) {
+    const Op& op = it_.schedule.op(id);
+    switch (op.func) {
+      case OpFunc::kForwardPass:
+      case OpFunc::kBackwardPass:
+        return RunPass(op, id);
+      case OpFunc::kPpSend:
+      case OpFunc::kPpRecv:
+        return Transfer(op, id);
+      case OpFunc::kDpAllReduce:
+      case OpFunc::kDpReduceScatter:
+      case OpFunc::kDpAllGather: {
+        Chunk* c = ChunkOf(op.tags.virtual_stage);
+        if (c == nullptr)
+          return Error(fmt::format("iteration op {} ({}): virtual stage {} is not this rank's", id,
+                                   it_.schedule.Label(id), op.tags.virtual_stage));
+        for (Bucket& b : c->buckets) {
+          const bool mine = op.tags.layer >= 0 ? b.key == op.tags.layer : b.key < 0;
+          if (!mine) continue;
+          if (op.func == OpFunc::kDpAllGather) {
+            DOMINO_RETURN_IF_ERROR(GatherShards(b.master));
+            WriteWeights(*c, b);
+          } else {
+            DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
+            DOMINO_RETURN_IF_ERROR(ReduceOverDp(b, op.func == OpFunc::kDpReduceScatter));
+          }
+        }
+        return Status::Ok();
+      }
+      case OpFunc::kEmbeddingAllReduce:
+        return SyncEmbedding();
+      case OpFunc::kOptimizerStep:
+        return Optimize(step);
+      default:
+        break;
+    }
+    return Error(fmt::format("iteration op {} ({}): not an op the step executor runs", id,
+                             it_.schedule.Label(id)));
+  }
+
+  // A pass, or a piece of one: the micro-batch's forward or backward ops of the chunk, from where
+  // it stopped; a piece runs through the last op of its layers (the last piece to the end).
+  Status RunPass(const Op& op, int32_t id) {
+    Result<Chunk*> found = MyChunk(op, id);
+    if (!found.ok()) return found.error();
+    Chunk& c = **found;
+    const int mb = op.tags.micro_batch;
+    const bool backward = op.func == OpFunc::kBackwardPass;
+    const Schedule& s = c.schedule;
+    const size_t begin = backward ? c.forward_end : 0, end = backward ? s.size() : c.forward_end;
+    size_t& cursor = c.cursor[mb];
+    cursor = std::max(cursor, begin);
+    size_t stop = end;
+    const bool last_piece =
+        op.layer_begin < 0 || (backward ? op.layer_begin == 0 : op.layer_end >= c.shape.layers);
+    if (!last_piece) {
+      stop = cursor;
+      for (size_t i = cursor; i < end; ++i) {
+        const int layer = s.ops()[i].tags.layer;
+        if (layer >= op.layer_begin && layer < op.layer_end) stop = i + 1;
+      }
+    }
+    CpuBackend& backend = *c.mbs[mb];
+    for (; cursor < stop; ++cursor) {
+      // The stack's output gradient comes from the next stage (kPpRecv), not from a fill.
+      if (s.ops()[cursor].func == OpFunc::kResidualGrad) continue;
+      DOMINO_RETURN_IF_ERROR(
+          RunOp(s, static_cast<int32_t>(cursor), backend, *g_.tp, scratch_in_, scratch_out_));
+    }
+    return Status::Ok();
+  }
+
+  // The pipeline stage that runs virtual stage `vs`.
+  int StageOf(int vs) const { return vs % it_.stages; }
+
+  Status Transfer(const Op& op, int32_t id) {
+    Result<Chunk*> found = MyChunk(op, id);
+    if (!found.ok()) return found.error();
+    Chunk& c = **found;
+    CpuBackend& backend = *c.mbs[op.tags.micro_batch];
+    const bool backward = op.tags.phase != Phase::kForward;
+    const int vs = c.vs;
+    if (op.func == OpFunc::kPpSend) {
+      const int to = StageOf(backward ? vs - 1 : vs + 1);
+      if (backward) {
+        const std::vector<float>& grad = backend.data(c.input_grad);
+        return g_.pp->Send(grad.data(), static_cast<int64_t>(grad.size()), to);
+      }
+      // The stack's output: the top layer's mid plus its MLP output (after its collective).
+      const std::vector<float>& mid = backend.data(c.out_mid);
+      const std::vector<float>& mlp = backend.data(c.out_mlp);
+      if (mid.size() != mlp.size())
+        return Error(fmt::format("iteration op {}: the output's parts differ in size", id));
+      send_.resize(mid.size());
+      for (size_t i = 0; i < mid.size(); ++i) send_[i] = mid[i] + mlp[i];
+      return g_.pp->Send(send_.data(), static_cast<int64_t>(send_.size()), to);
+    }
+    const int from_vs = backward ? vs + 1 : vs - 1;
+    if (!sends_.count({backward, static_cast<int16_t>(from_vs), op.tags.micro_batch}))
+      return Status::Ok();  // nothing was sent: the input stays as it is
+    std::vector<float>& into = backend.mutable_data(backward ? c.out_grad : c.input);
+    return g_.pp->Recv(into.data(), static_cast<int64_t>(into.size()), StageOf(from_vs));
+  }
+
+  // Sums the bucket's gradients over the micro-batches and scales them to the global batch's
+  // mean; sequence-parallel partial sums (norm gains) are summed over TP.
+  Status Finalize(Chunk& c, Bucket& b) {
+    if (b.final) return Status::Ok();
+    b.final = true;
+    std::fill(b.grad.begin(), b.grad.end(), 0.0f);
+    for (const Param& p : b.params)
+      for (auto& backend : c.mbs) {
+        const std::vector<float>& g = backend->data(p.grad);
+        for (int64_t i = 0; i < p.size; ++i) b.grad[p.offset + i] += g[i];
+      }
+    const float scale = 1.0f / static_cast<float>(static_cast<int64_t>(c.mbs.size()) * plan_.dp);
+    for (float& x : b.grad) x *= scale;
+    for (const Param& p : b.params)
+      if (c.schedule.tensors()[p.grad].shard == Shard::kPartialSum)
+        DOMINO_RETURN_IF_ERROR(g_.tp->AllReduce(b.grad.data() + p.offset, p.size));
+    return Status::Ok();
+  }
+
+  Status ReduceOverDp(Bucket& b, bool scatter) {
+    if (!scatter) return g_.dp->AllReduce(b.grad.data(), static_cast<int64_t>(b.grad.size()));
+    shard_.resize(static_cast<size_t>(b.shard));
+    DOMINO_RETURN_IF_ERROR(g_.dp->ReduceScatter(b.grad.data(), shard_.data(), b.shard));
+    std::copy(shard_.begin(), shard_.end(), b.grad.begin() + me_.dp * b.shard);
+    return Status::Ok();
+  }
+
+  // All-gathers each DP rank's shard of `flat` into the whole of it.
+  Status GatherShards(std::vector<float>& flat) {
+    const int64_t shard = static_cast<int64_t>(flat.size()) / plan_.dp;
+    shard_.assign(flat.begin() + me_.dp * shard, flat.begin() + (me_.dp + 1) * shard);
+    return g_.dp->AllGather(shard_.data(), flat.data(), shard);
+  }
+
+  // The rank's range of a bucket: its DP shard with the distributed optimizer, else the whole.
+  std::pair<int64_t, int64_t> Owned(const Bucket& b) const {
+    if (!plan_.distributed_optimizer || plan_.dp == 1) return {0, b.size};
+    return {std::min(b.size, me_.dp * b.shard), std::min(b.size, (me_.dp + 1) * b.shard)};
+  }
+
+  // The tied word embedding's gradient, summed over the first and the last stage.
+  Status SyncEmbedding() {
+    const int peer = me_.pp == 0 ? it_.stages - 1 : 0;
+    Chunk* c = ChunkOf(me_.pp == 0 ? 0 : static_cast<int>(it_.virtual_stages.size()) - 1);
+    Bucket* b = nullptr;
+    if (c != nullptr)
+      for (Bucket& bucket : c->buckets)
+        if (bucket.key == kEmbeddingBucket) b = &bucket;
+    if (b == nullptr) return Error("the embedding's gradient sync needs the word embedding here");
+    DOMINO_RETURN_IF_ERROR(Finalize(*c, *b));
+    const auto [lo, hi] = Owned(*b);
+    DOMINO_RETURN_IF_ERROR(g_.pp->Send(b->grad.data() + lo, hi - lo, peer));
+    shard_.resize(static_cast<size_t>(hi - lo));
+    DOMINO_RETURN_IF_ERROR(g_.pp->Recv(shard_.data(), hi - lo, peer));
+    for (int64_t i = lo; i < hi; ++i) b->grad[i] += shard_[i - lo];
+    return Status::Ok();
+  }
+
+  // Adam on the rank's range of every bucket; the weights follow now, or after the gathers of
+  // the distributed optimizer.
+  Status Optimize(int step) {
+    const AdamOptions& a = options_.adam;
+    const double c1 = 1 - std::pow(a.beta1, step), c2 = 1 - std::pow(a.beta2, step);
+    for (auto& c : chunks_) {
+      for (Bucket& b : c->buckets) {
+        DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
+        const auto [lo, hi] = Owned(b);
+        for (int64_t i = lo; i < hi; ++i) {
+          const double g = b.grad[i];
+          const double m = a.beta1 * b.m[i] + (1 - a.beta1) * g;
+          const double v = a.beta2 * b.v[i] + (1 - a.beta2) * g * g;
+          b.m[i] = static_cast<float>(m), b.v[i] = static_cast<float>(v);
+          b.master[i] =
+              static_cast<float>(b.master[i] - a.lr * (m / c1) / (std::sqrt(v / c2) + a.eps));
+        }
+        if (!plan_.distributed_optimizer || plan_.dp == 1) WriteWeights(*c, b);
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Every micro-batch's copy of the bucket's weights from the master weights.
+  static void WriteWeights(Chunk& c, const Bucket& b) {
+    for (auto& backend : c.mbs)
+      for (const Param& p : b.params) {
+        std::vector<float>& w = backend->mutable_data(p.value);
+        std::copy_n(b.master.begin() + p.offset, p.size, w.begin());
+      }
+  }
+
+  const Plan& plan_;
+  const Iteration& it_;
+  RankCoords me_;
+  Groups g_;
+  const ExecuteOptions& options_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  std::set<std::tuple<bool, int16_t, int16_t>> sends_;  // (backward, sender's vs, micro-batch)
+  std::vector<int32_t> mine_;                           // this rank's iteration ops, in order
+  std::vector<float> scratch_in_, scratch_out_, send_, shard_;
+};
+
+// One compared item of the check: a parameter of one stage's chunk (its gradient and its updated
+// value), in the order the stage's first rank sends them to rank 0.
+struct Item {
+  int stage = 0;
+  std::string name;
+  TensorRole role;    // the reference's role (layers counted from the model's first)
+  bool copy = false;  // the last stage's copy of the tied word embedding
+};
+
+Status CheckStep(const Plan& plan, const Iteration& it, StepRunner& run, const RankCoords& me,
+                 Communicator& world, const ExecuteOptions& options,
+                 const std::vector<double>& losses, ExecuteResult* result) {
+  DOMINO_RETURN_IF_ERROR(run.Settle());
+  Groups& g = run.groups();
+  // Each stage's first TP and DP ranks gather their chunks' parameters over TP and send them,
+  // gradient then value, to rank 0.
+  if (me.dp == 0) {
+    for (const auto& c : run.chunks()) {
+      for (const Bucket& b : c->buckets) {
+        for (const Param& p : b.params) {
+          for (int32_t id : {p.grad, p.value}) {
+            const Tensor& t = c->schedule.tensors()[id];
+            Result<WholeTensor> whole =
+                GatherWholeTensor(t, c->mbs[0]->data(id), *g.tp, /*reduced=*/true);
+            if (!whole.ok()) return whole.error();
+            if (me.tp == 0)
+              DOMINO_RETURN_IF_ERROR(
+                  world.Send(whole->values.data(), static_cast<int64_t>(whole->values.size()), 0));
+          }
+        }
+      }
+    }
+  }
+  float failed = 0;
+  if (world.rank() == 0) {
+    const Plan ref_plan = StepReferencePlan(plan);
+    Result<Iteration> ref_it = LowerIteration(ref_plan, IterationOptions{false});
+    if (!ref_it.ok()) return ref_it.error();
+    SelfCommunicator self;
+    Result<Groups> ref_groups = SplitGroups(ref_plan, self, RankCoords{});
+    if (!ref_groups.ok()) return ref_groups.error();
+    ExecuteOptions ref_options = options;
+    ref_options.progress = {};
+    StepRunner ref(ref_plan, *ref_it, RankCoords{}, std::move(ref_groups).value(), ref_options);
+    DOMINO_RETURN_IF_ERROR(ref.Init());
+    std::vector<double> ref_losses;
+    Timeline unused;
+    for (int step = 1; step <= options.steps; ++step) {
+      DOMINO_RETURN_IF_ERROR(ref.Step(step, &unused));
+      Result<double> loss = ref.Loss();
+      if (!loss.ok()) return loss.error();
+      ref_losses.push_back(*loss);
+    }
+    DOMINO_RETURN_IF_ERROR(ref.Settle());
+    const Chunk& ref_chunk = *ref.chunks()[0];
+    for (int step = 0; step < options.steps; ++step) {
+      WholeTensor got{1, 1, {static_cast<float>(losses[step])}};
+      WholeTensor want{1, 1, {static_cast<float>(ref_losses[step])}};
+      result->checks.push_back(
+          CompareTensors(fmt::format("loss (step {})", step + 1), got, want, options.tolerance));
+    }
+    // Every stage's chunks, in the order their first ranks sent them.
+    const int vs_total = static_cast<int>(it.virtual_stages.size());
+    std::vector<int> first(vs_total + 1, 0);
+    for (int vs = 0; vs < vs_total; ++vs) first[vs + 1] = first[vs] + it.virtual_stages[vs].layers;
+    std::vector<TensorCheck> grads, values;
+    for (int s = 0; s < it.stages; ++s) {
+      const int from = WorldRank(plan, RankCoords{0, s, 0});
+      for (int chunk = 0; chunk < it.chunks; ++chunk) {
+        const int vs = chunk * it.stages + s;
+        Chunk shape;
+        shape.vs = vs;
+        shape.shape = it.virtual_stages[vs];
+        Result<Schedule> sched = LowerChunk(plan, shape.shape);
+        if (!sched.ok()) return sched.error();
+        shape.schedule = std::move(sched).value();
+        DOMINO_RETURN_IF_ERROR(Describe(plan, shape));
+        for (const Bucket& b : shape.buckets) {
+          for (const Param& p : b.params) {
+            for (int32_t id : {p.grad, p.value}) {
+              const Tensor& t = shape.schedule.tensors()[id];
+              TensorRole role = t.role;
+              if (role.layer >= 0) role.layer = static_cast<int16_t>(role.layer + first[vs]);
+              const int32_t ref_id = FindTensor(ref_chunk.schedule.tensors(), role);
+              if (ref_id < 0)
+                return Error(fmt::format("the reference has no tensor {}", RoleName(role)));
+              const Tensor& rt = ref_chunk.schedule.tensors()[ref_id];
+              WholeTensor got;
+              const Shape2 whole = WholeShape(t, plan.tp);
+              got.rows = whole.rows, got.cols = whole.cols;
+              got.values.resize(static_cast<size_t>(whole.rows * whole.cols));
+              DOMINO_RETURN_IF_ERROR(
+                  world.Recv(got.values.data(), static_cast<int64_t>(got.values.size()), from));
+              WholeTensor want{rt.rows, rt.cols, ref_chunk.mbs[0]->data(ref_id)};
+              // Vocabulary padding depends on the TP size: compare the vocabulary's rows.
+              const bool vocab =
+                  role.slot == TensorSlot::kEmbedding || role.slot == TensorSlot::kLmHead;
+              for (WholeTensor* w : {&got, &want})
+                if (vocab && w->rows > plan.model.vocab) {
+                  w->rows = plan.model.vocab;
+                  w->values.resize(static_cast<size_t>(w->rows * w->cols));
+                }
+              std::string name = id == p.grad ? rt.name : rt.name + " (updated)";
+              if (role.slot == TensorSlot::kEmbedding && role.layer < 0 && !shape.shape.embedding)
+                name += fmt::format(" (stage {}'s copy)", s);
+              (id == p.grad ? grads : values)
+                  .push_back(CompareTensors(name, got, want, options.tolerance));
+            }
+          }
+        }
+      }
+    }
+    for (auto* list : {&grads, &values})
+      result->checks.insert(result->checks.end(), list->begin(), list->end());
+    for (const TensorCheck& c : result->checks) failed += c.ok ? 0.0f : 1.0f;
+  }
+  DOMINO_RETURN_IF_ERROR(world.AllReduce(&failed, 1));
+  result->passed = failed == 0;
+  return Status::Ok();
+}
+
+}  // namespace
+
+RankCoords CoordsOf(const Plan& plan, int world_rank) {
+  RankCoords c;
+  c.tp = world_rank % plan.tp;
+  const int rest = world_rank / plan.tp;
+  if (plan.placement == Placement::kTpDpPp) {
+    c.dp = rest % plan.dp, c.pp = rest / plan.dp;
+  } else {
+    c.pp = rest % plan.pp, c.dp = rest / plan.pp;
+  }
+  return c;
+}
+
+int WorldRank(const Plan& plan, const RankCoords& c) {
+  if (plan.placement == Placement::kTpDpPp) return c.tp + plan.tp * (c.dp + plan.dp * c.pp);
+  return c.tp + plan.tp * (c.pp + plan.pp * c.dp);
+}
+
+Plan StepReferencePlan(const Plan& plan) {
+  Plan ref = plan;
+  ref.tp = ref.pp = ref.dp = 1;
+  ref.cluster.nodes = 1;
+  ref.cluster.gpus_per_node = 1;
+  ref.row_split = ref.col_split = 1;
+  ref.scope = OverlapScope::kNone;
+  ref.sequence_parallel = false;
+  ref.method = OverlapMethod::kDomino;
+  ref.chunks = 0;
+  ref.copy_engine = false;
+  ref.virtual_stages = 1;
+  ref.distributed_optimizer = false;
+  ref.recompute = Recompute::kNone;
+  ref.predicted.reset();
+  ref.measured.reset();
+  return ref;
+}
+
+double StepBytesPerRank(const Plan& plan) {
+  Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+  if (!it.ok()) return 0;
+  double bytes = 0;
+  for (int c = 0; c < it->chunks; ++c) {
+    // The largest chunk of any stage: every rank holds one of each chunk index.
+    double largest = 0;
+    for (int s = 0; s < it->stages; ++s) {
+      Result<Schedule> sched = LowerChunk(plan, it->virtual_stages[c * it->stages + s]);
+      if (sched.ok()) largest = std::max(largest, CpuBackend::BytesFor(*sched));
+    }
+    bytes += largest * it->micro_batches;
+  }
+  return bytes;
+}
+
+Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Communicator& world,
+                                       const ExecuteOptions& options) {
+  const int ranks = plan.tp * plan.pp * plan.dp;
+  if (world.size() != ranks)
+    return Error(fmt::format("the plan has tp {} x pp {} x dp {} = {} ranks; {} were launched",
+                             plan.tp, plan.pp, plan.dp, ranks, world.size()));
+  if (options.steps < 1) return Error(fmt::format("steps {}: at least 1", options.steps));
+  const RankCoords me = CoordsOf(plan, world.rank());
+  Result<Groups> groups = SplitGroups(plan, world, me);
+  if (!groups.ok()) return groups.error();
+  StepRunner run(plan, it, me, std::move(groups).value(), options);
+  DOMINO_RETURN_IF_ERROR(run.Init());
+  ExecuteResult result;
+  result.schedule = it.schedule;
+  const int last_stage = it.stages - 1;
+  const int loss_rank = WorldRank(plan, RankCoords{0, last_stage, 0});
+  for (int step = 1; step <= options.steps; ++step) {
+    DOMINO_RETURN_IF_ERROR(run.Step(step, &result.timeline));
+    double loss = 0;
+    if (me.pp == last_stage) {
+      Result<double> mean = run.Loss();
+      if (!mean.ok()) return mean.error();
+      loss = *mean;
+    }
+    // Rank 0 reports every step's loss.
+    float value = static_cast<float>(loss);
+    if (world.rank() == loss_rank) DOMINO_RETURN_IF_ERROR(world.Send(&value, 1, 0));
+    if (world.rank() == 0) DOMINO_RETURN_IF_ERROR(world.Recv(&value, 1, loss_rank));
+    result.losses.push_back(value);
+  }
+  if (!result.losses.empty()) result.loss = result.losses.back();
+  if (options.check)
+    DOMINO_RETURN_IF_ERROR(CheckStep(plan, it, run, me, world, options, result.losses, &result));
+  return result;
+}
+
+Result<ExecuteResult> ExecuteStep(const Plan& plan, Communicator& world,
+                                  const ExecuteOptions& options) {
+  Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+  if (!it.ok()) return it.error();
+  return ExecuteIteration(plan, *it, world, options);
+}
+
+}  // namespace domino::exec
