@@ -158,6 +158,21 @@ void PrintRun(const Plan& plan, exec::Extent extent, const std::string& backend,
   table.Print(std::cout);
 }
 
+// Keeps the ops rank 0 ran (its stage's, and the tied embedding's sync) of a whole step's
+// iteration, with their times, so that reports and traces hold what was measured.
+void RankZeroOps(exec::ExecuteResult& r) {
+  Schedule mine;
+  Timeline times;
+  for (size_t i = 0; i < r.schedule.size(); ++i) {
+    const Op& op = r.schedule.ops()[i];
+    if (op.stage != 0 && op.func != OpFunc::kEmbeddingAllReduce) continue;
+    mine.Add(op, {});
+    times.ops.push_back(r.timeline.ops[i]);
+  }
+  r.schedule = std::move(mine);
+  r.timeline = std::move(times);
+}
+
 // A whole step's figures: the iteration as measured on rank 0 (its stage's ops one at a time).
 PlanFigures StepFigures(const Plan& plan, const exec::ExecuteResult& r) {
   PlanFigures f;
@@ -178,7 +193,7 @@ void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchE
   std::cout << fmt::format(
       "# {} executed on the {} backend: {} rank(s), launcher: {}\n"
       "# tp {} x pp {} x dp {}{} | {} micro-batches of {} x seq {} per replica | row split {}, "
-      "col split {}, sequence parallel {}{} | {} training step(s), {} iteration ops\n\n",
+      "col split {}, sequence parallel {}{} | {} training step(s), {} ops on rank 0\n\n",
       plan.model.name, backend, env.size, env.source, plan.tp, plan.pp, plan.dp,
       plan.virtual_stages > 1
           ? fmt::format(" (interleaved, {} chunks per stage)", plan.virtual_stages)
@@ -289,10 +304,11 @@ void Run(ExecuteFlags& flags) {
                           "{} rank(s) were launched ({}); launch with `mpirun -np {} domino "
                           "execute ...`",
                           what, plan->tp, plan->pp, plan->dp, ranks, env->size, env->source, ranks)
-            : fmt::format("{}: parallel.tp is {}, so {} runs on {} ranks (one per TP rank), but "
+            : fmt::format("{}: parallel.tp is {}, so it runs on {} ranks (one per TP rank, "
+                          "--extent {}), but "
                           "{} rank(s) were launched ({}); launch with `mpirun -np {} domino "
                           "execute ...`",
-                          what, plan->tp, exec::ExtentName(extent), plan->tp, env->size,
+                          what, plan->tp, plan->tp, exec::ExtentName(extent), env->size,
                           env->source, plan->tp));
   }
   Result<Schedule> schedule =
@@ -435,6 +451,8 @@ void Run(ExecuteFlags& flags) {
       whole_step ? StepFigures(*plan, *result) : MeasuredFigures(*plan, *result, &comm_ms);
   Plan report = *plan;
   report.measured = figures;
+  // A whole step's report and trace hold rank 0's ops: its pipeline stage's.
+  if (whole_step) RankZeroOps(*result);
   if (!flags.report_path.empty())
     CheckOk("execute",
             WriteFileAtomically(flags.report_path,
@@ -534,8 +552,13 @@ void SetupExecute(CLI::App* sub) {
   sub->add_option("--max-memory-gib", flags->max_memory_gib,
                   "refuse plans whose CPU tensors exceed this per rank")
       ->check(PositiveFinite());
-  sub->add_option("--report", flags->report_path, "write the plan with its measured: block (YAML)");
-  sub->add_option("--trace", flags->trace_path, "write rank 0's measured timeline (Perfetto JSON)");
+  sub->add_option("--report", flags->report_path,
+                  "write the plan with its measured: block and rank 0's timeline (YAML; for "
+                  "`domino compare` with `simulate --report`, or with `simulate "
+                  "--iteration-report` for --extent step)");
+  sub->add_option("--trace", flags->trace_path,
+                  "write rank 0's measured timeline (Perfetto JSON; --extent step: its pipeline "
+                  "stage's passes, sends, receives, DP buckets and optimizer step)");
   sub->add_flag("--force", flags->force, "overwrite existing output files");
   // A CUDA run needs a GPU whatever else is missing: say so first, as the executor will; before
   // that, a CTA pair NCCL would refuse (its init fails only after every rank has started).

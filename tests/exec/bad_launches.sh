@@ -33,6 +33,10 @@ expect "too few ranks" "parallel.tp is 4, so it runs on 4 ranks.*but 2 rank" \
 expect "too many ranks" "but 4 rank" \
   "$mpiexec" -np 4 --oversubscribe "$domino" execute --model "$tiny" --cluster dgx-h100:1:2 \
   --tp 2 --seq-len 16 --micro-batch 12
+expect "a 3D plan on too few ranks" \
+  "parallel.tp 2 x pp 2 x dp 2 = 8 ranks run a whole step, but 4 rank.*mpirun -np 8" \
+  "$mpiexec" -np 4 --oversubscribe "$domino" execute --model "$tiny" --cluster dgx-h100:1:8 \
+  --tp 2 --pp 2 --dp 2 --seq-len 16 --micro-batch 4 --global-batch 16
 expect "no launcher for a tp 4 plan" "but 1 rank(s) were launched (no launcher)" \
   "$domino" execute "${flags[@]}"
 expect "missing plan" "$tmp/missing.yaml: cannot open" \

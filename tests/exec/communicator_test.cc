@@ -66,6 +66,56 @@ TEST(LocalGroupTest, SendRecvPassesAlongARing) {
   });
 }
 
+TEST(LocalGroupTest, SendsDoNotWaitForTheReceiverAndArriveInOrder) {
+  OnRanks(2, [](int r, Communicator& c) {
+    // Both ranks send twice before either receives (a pipeline's forward and backward cross).
+    const int peer = 1 - r;
+    for (float k : {1.0f, 2.0f}) {
+      std::vector<float> send = {10.0f * r + k};
+      ASSERT_TRUE(c.Send(send.data(), 1, peer).ok());
+    }
+    std::vector<float> got(1);
+    for (float k : {1.0f, 2.0f}) {
+      ASSERT_TRUE(c.Recv(got.data(), 1, peer).ok());
+      EXPECT_EQ(got[0], 10.0f * peer + k);
+    }
+    EXPECT_FALSE(c.Send(got.data(), 1, 2).ok());
+  });
+}
+
+TEST(LocalGroupTest, SplitMakesGroupsOrderedByKey) {
+  OnRanks(4, [](int r, Communicator& c) {
+    // Even and odd ranks, ranked in reverse.
+    Result<std::unique_ptr<Communicator>> sub = c.Split(r % 2, -r);
+    ASSERT_TRUE(sub.ok()) << sub.message();
+    Communicator& g = **sub;
+    EXPECT_EQ(g.size(), 2);
+    EXPECT_EQ(g.rank(), r < 2 ? 1 : 0);
+    std::vector<float> v = {static_cast<float>(r)};
+    ASSERT_TRUE(g.AllReduce(v.data(), 1).ok());
+    EXPECT_EQ(v[0], r % 2 == 0 ? 0.0f + 2.0f : 1.0f + 3.0f);
+    // A second split of the same group.
+    Result<std::unique_ptr<Communicator>> all = c.Split(0, r);
+    ASSERT_TRUE(all.ok());
+    EXPECT_EQ((*all)->size(), 4);
+    EXPECT_EQ((*all)->rank(), r);
+  });
+}
+
+TEST(SelfCommunicatorTest, SendsToItself) {
+  SelfCommunicator c;
+  std::vector<float> v = {1, 2}, got(2);
+  EXPECT_FALSE(c.Recv(got.data(), 2, 0).ok());  // nothing sent: an error, not a hang
+  ASSERT_TRUE(c.Send(v.data(), 2, 0).ok());
+  EXPECT_FALSE(c.Recv(got.data(), 3, 0).ok());  // the wrong size
+  ASSERT_TRUE(c.Send(v.data(), 2, 0).ok());
+  ASSERT_TRUE(c.Recv(got.data(), 2, 0).ok());
+  EXPECT_EQ(got, v);
+  Result<std::unique_ptr<Communicator>> sub = c.Split(3, 0);
+  ASSERT_TRUE(sub.ok());
+  EXPECT_EQ((*sub)->size(), 1);
+}
+
 TEST(SelfCommunicatorTest, CollectivesOfOneAreCopies) {
   SelfCommunicator c;
   std::vector<float> v = {1, 2}, out(2);

@@ -1,0 +1,225 @@
+#include "exec/step.h"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "exec/communicator.h"
+#include "planner/iteration.h"
+#include "tests/planner/test_plans.h"
+
+namespace domino::exec {
+namespace {
+
+using testing_util::MakePlan;
+using testing_util::PlanKnobs;
+
+Plan TinyPlan(const char* model, int tp, int pp, int dp, int layers = 0) {
+  PlanKnobs k;
+  k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/" + model + ".yaml";
+  k.cluster = "dgx-h100:1:" + std::to_string(tp * pp * dp);
+  k.tp = tp, k.pp = pp, k.dp = dp;
+  k.seq_len = 16;
+  k.micro_batch = 4;
+  k.global_batch = 16;
+  Plan plan = MakePlan(k);
+  if (layers > 0) plan.model.layers = layers;
+  return plan;
+}
+
+// Runs `iteration` of `plan` on tp x pp x dp threads, one rank each; returns every rank's result.
+std::vector<Result<ExecuteResult>> RunRanks(
+    const Plan& plan, const Iteration& iteration, const ExecuteOptions& options = [] {
+      ExecuteOptions o;
+      o.check = true;
+      return o;
+    }()) {
+  const int ranks = plan.tp * plan.pp * plan.dp;
+  LocalGroup group(ranks);
+  std::vector<std::optional<Result<ExecuteResult>>> results(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      results[r].emplace(ExecuteIteration(plan, iteration, group.member(r), options));
+    });
+  for (std::thread& t : threads) t.join();
+  std::vector<Result<ExecuteResult>> out;
+  for (auto& r : results) out.push_back(std::move(*r));
+  return out;
+}
+
+Iteration IterationOf(const Plan& plan) {
+  Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+  EXPECT_TRUE(it.ok()) << it.message();
+  return std::move(it).value();
+}
+
+// The iteration without op `drop` (its dependants lose that dependency).
+Iteration Without(const Iteration& it, int32_t drop) {
+  Iteration out = it;
+  out.schedule = Schedule();
+  for (const Tensor& t : it.schedule.tensors()) out.schedule.AddTensor(t);
+  std::vector<int32_t> id(it.schedule.size(), -1);
+  for (size_t i = 0; i < it.schedule.size(); ++i) {
+    if (static_cast<int32_t>(i) == drop) continue;
+    const Op& op = it.schedule.ops()[i];
+    std::vector<int32_t> deps;
+    for (int32_t d : it.schedule.deps(op))
+      if (id[d] >= 0) deps.push_back(id[d]);
+    id[i] = out.schedule.Add(op, deps, it.schedule.reads(op), it.schedule.writes(op));
+  }
+  return out;
+}
+
+int32_t FirstOf(const Iteration& it, OpFunc func) {
+  for (size_t i = 0; i < it.schedule.size(); ++i)
+    if (it.schedule.ops()[i].func == func) return static_cast<int32_t>(i);
+  return -1;
+}
+
+TEST(StepTest, RanksArePlacedTpInnermost) {
+  Plan plan = TinyPlan("tiny-gpt", 2, 2, 2);
+  // tp-dp-pp: world = tp + 2 (dp + 2 pp).
+  EXPECT_EQ(CoordsOf(plan, 5), (RankCoords{1, 1, 0}));
+  EXPECT_EQ(CoordsOf(plan, 2), (RankCoords{0, 0, 1}));
+  plan.placement = Placement::kTpPpDp;  // world = tp + 2 (pp + 2 dp)
+  EXPECT_EQ(CoordsOf(plan, 2), (RankCoords{0, 1, 0}));
+  EXPECT_EQ(CoordsOf(plan, 5), (RankCoords{1, 0, 1}));
+  for (Placement placement : {Placement::kTpDpPp, Placement::kTpPpDp}) {
+    plan.placement = placement;
+    for (int r = 0; r < 8; ++r) EXPECT_EQ(WorldRank(plan, CoordsOf(plan, r)), r);
+  }
+}
+
+TEST(StepTest, ReferencePlanIsOneRankWithTheSameBatch) {
+  Plan plan = TinyPlan("tiny-gpt", 2, 2, 2);
+  plan.distributed_optimizer = true;
+  const Plan ref = StepReferencePlan(plan);
+  EXPECT_EQ(ref.tp * ref.pp * ref.dp, 1);
+  EXPECT_EQ(ref.model.layers, plan.model.layers);
+  EXPECT_EQ(ref.global_batch, plan.global_batch);
+  EXPECT_EQ(ref.micro_batches(), plan.micro_batches() * plan.dp);  // 4 = 2 x 2
+  EXPECT_FALSE(ref.distributed_optimizer);
+}
+
+TEST(StepTest, ThreeDStepMatchesTheReference) {
+  // tp 2 x pp 2 x dp 2 on 8 threads: both steps' losses, every gradient and updated weight.
+  const Plan plan = TinyPlan("tiny-llama", 2, 2, 2);
+  std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_TRUE(r->passed);
+  }
+  const ExecuteResult& r0 = *results[0];
+  ASSERT_EQ(r0.losses.size(), 2u);
+  EXPECT_LT(r0.losses[1], r0.losses[0]);  // Adam lowered the loss
+  // 2 losses, then a gradient and an updated value for each of the 2 x 6 layer tensors, the
+  // embedding, the final norm and the untied LM head.
+  EXPECT_EQ(r0.checks.size(), 2u + 2u * (12 + 3));
+  for (const TensorCheck& c : r0.checks) EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+  // Every rank timed its stage's ops only.
+  const Schedule& s = r0.schedule;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s.ops()[i].stage != 0 && s.ops()[i].func != OpFunc::kEmbeddingAllReduce)
+      EXPECT_EQ(r0.timeline.ops[i].end_us, 0.0) << s.Label(static_cast<int32_t>(i));
+}
+
+TEST(StepTest, InterleavedDistributedOptimizerWithOverlappedBuckets) {
+  // Two chunks per stage; buckets released layer by layer under the last backward and parameters
+  // gathered under the first forward (Megatron-Core's overlap), sharded optimizer.
+  Plan plan = TinyPlan("tiny-gpt", 1, 2, 2, /*layers=*/4);
+  plan.virtual_stages = 2;
+  plan.distributed_optimizer = true;
+  plan.stack.overlap_grad_reduce = plan.stack.overlap_param_gather = true;
+  const Iteration it = IterationOf(plan);
+  bool pieces = false;
+  for (const Op& op : it.schedule.ops()) pieces |= op.kind == OpKind::kPass && op.layer_begin >= 0;
+  EXPECT_TRUE(pieces);
+  std::vector<Result<ExecuteResult>> results = RunRanks(plan, it);
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_TRUE(r->passed);
+  }
+  for (const TensorCheck& c : results[0]->checks) EXPECT_TRUE(c.ok) << c.name;
+}
+
+TEST(StepTest, DroppingAPipelineSendFailsTheCheck) {
+  const Plan plan = TinyPlan("tiny-gpt", 1, 2, 1);
+  const Iteration it = IterationOf(plan);
+  const int32_t send = FirstOf(it, OpFunc::kPpSend);
+  ASSERT_GE(send, 0);
+  std::vector<Result<ExecuteResult>> results = RunRanks(plan, Without(it, send));
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_FALSE(r->passed);
+  }
+  // The first micro-batch's activation never reached stage 1: the loss is wrong from step 1.
+  EXPECT_FALSE(results[0]->checks[0].ok) << results[0]->checks[0].name;
+}
+
+TEST(StepTest, DroppingADpBucketFailsTheCheck) {
+  const Plan plan = TinyPlan("tiny-gpt", 1, 1, 2);
+  const Iteration it = IterationOf(plan);
+  int32_t bucket = -1;
+  for (size_t i = 0; i < it.schedule.size(); ++i) {
+    const Op& op = it.schedule.ops()[i];
+    if (op.func == OpFunc::kDpAllReduce && op.tags.layer == 1) bucket = static_cast<int32_t>(i);
+  }
+  ASSERT_GE(bucket, 0);
+  ExecuteOptions options;
+  options.check = true;
+  options.steps = 1;  // a second step would carry layer 1's error into layer 0's gradients
+  std::vector<Result<ExecuteResult>> results = RunRanks(plan, Without(it, bucket), options);
+  ASSERT_TRUE(results[0].ok()) << results[0].message();
+  EXPECT_FALSE(results[0]->passed);
+  // The loss comes before any reduction; layer 1's gradient (one replica's half of the batch) and
+  // updated weights differ, layer 0's do not.
+  for (const TensorCheck& c : results[0]->checks) {
+    if (c.name == "loss (step 1)" || c.name.starts_with("l0.")) {
+      EXPECT_TRUE(c.ok) << c.name;
+    }
+    if (c.name.starts_with("l1.") && c.name.find(".w") != std::string::npos) {
+      EXPECT_FALSE(c.ok) << c.name;
+    }
+  }
+}
+
+TEST(StepTest, RefusesAWrongRankCount) {
+  const Plan plan = TinyPlan("tiny-gpt", 1, 2, 2);
+  LocalGroup group(2);
+  std::vector<std::optional<Result<ExecuteResult>>> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] { results[r].emplace(ExecuteStep(plan, group.member(r), {})); });
+  for (std::thread& t : threads) t.join();
+  ASSERT_FALSE(results[0]->ok());
+  EXPECT_NE(results[0]->message().find("tp 1 x pp 2 x dp 2 = 4 ranks; 2 were launched"),
+            std::string::npos)
+      << results[0]->message();
+}
+
+TEST(StepTest, RunsOnTheCpuBackendOnly) {
+  const Plan plan = TinyPlan("tiny-gpt", 1, 1, 1);
+  SelfCommunicator self;
+  ExecuteOptions options;
+  options.backend = BackendKind::kCuda;
+  options.extent = Extent::kStep;
+  Result<ExecuteResult> r = Execute(plan, self, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.message(), "whole training steps run on the CPU backend (--backend cpu)");
+  // On the CPU, a one-rank plan's step runs (the reference itself) and passes its check.
+  options.backend = BackendKind::kCpu;
+  options.check = true;
+  r = Execute(plan, self, options);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_TRUE(r->passed);
+  EXPECT_EQ(DefaultExtent(plan, BackendKind::kCpu), Extent::kModel);
+  EXPECT_EQ(DefaultExtent(TinyPlan("tiny-gpt", 1, 2, 1), BackendKind::kCpu), Extent::kStep);
+  EXPECT_EQ(DefaultExtent(TinyPlan("tiny-gpt", 1, 2, 1), BackendKind::kCuda), Extent::kLayerStack);
+}
+
+}  // namespace
+}  // namespace domino::exec
