@@ -20,7 +20,7 @@ namespace {
 
 struct SimulateFlags {
   PlanFlags plan;
-  std::string report_path, trace_path, iteration_trace_path;
+  std::string report_path, trace_path, iteration_trace_path, iteration_report_path;
   bool force = false;
   bool compare_strategies = false;
   bool ignore_memory = false;
@@ -207,16 +207,16 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options, Output
 
 void Run(const SimulateFlags& flags) {
   if (flags.format == OutputFormat::kJson)
-    for (const std::string* path :
-         {&flags.report_path, &flags.trace_path, &flags.iteration_trace_path})
+    for (const std::string* path : {&flags.report_path, &flags.trace_path,
+                                    &flags.iteration_trace_path, &flags.iteration_report_path})
       if (*path == "-")
         Fail("simulate",
              "--format json prints its document on stdout: write the report or trace to a file");
   Result<Plan> plan = BuildPlan(flags.plan);
   if (!plan.ok()) Fail("simulate", plan.message());
   // Fail fast on an output that cannot be written; they are written together at the end.
-  for (const std::string* path :
-       {&flags.report_path, &flags.trace_path, &flags.iteration_trace_path})
+  for (const std::string* path : {&flags.report_path, &flags.trace_path,
+                                  &flags.iteration_trace_path, &flags.iteration_report_path})
     if (!path->empty()) CheckOk("simulate", CheckOutputPath(*path, flags.force));
   sim::CostOptions options;
   HardwareProfile profile;
@@ -232,10 +232,10 @@ void Run(const SimulateFlags& flags) {
         flags.attention == "unfused" ? AttentionKernel::kUnfused : AttentionKernel::kFlash;
   if (flags.compare_strategies) {
     if (!flags.report_path.empty() || !flags.trace_path.empty() ||
-        !flags.iteration_trace_path.empty())
+        !flags.iteration_trace_path.empty() || !flags.iteration_report_path.empty())
       Fail("simulate",
            "--compare-strategies writes no report or trace; drop --report/--trace/"
-           "--trace-iteration");
+           "--trace-iteration/--report-iteration");
     CompareStrategies(*plan, options, flags.format);
     return;
   }
@@ -273,6 +273,11 @@ void Run(const SimulateFlags& flags) {
   if (!flags.trace_path.empty())
     outputs.push_back(
         {flags.trace_path, sim::TraceJson(prediction->schedule, prediction->timeline)});
+  if (!flags.iteration_report_path.empty())
+    outputs.push_back(
+        {flags.iteration_report_path,
+         PlanToYaml(report, "domino simulate report (whole iteration)") +
+             sim::TimelineYaml(prediction->iteration, prediction->iteration_timeline)});
   if (!flags.iteration_trace_path.empty())
     outputs.push_back({flags.iteration_trace_path,
                        sim::TraceJson(prediction->iteration, prediction->iteration_timeline)});
@@ -281,8 +286,9 @@ void Run(const SimulateFlags& flags) {
     PrintJson(PredictionJson(*plan, *prediction), std::cout);
     return;
   }
-  const bool document_on_stdout =
-      flags.report_path == "-" || flags.trace_path == "-" || flags.iteration_trace_path == "-";
+  const bool document_on_stdout = flags.report_path == "-" || flags.trace_path == "-" ||
+                                  flags.iteration_trace_path == "-" ||
+                                  flags.iteration_report_path == "-";
   PrintPrediction(*plan, *prediction, document_on_stdout ? std::cerr : std::cout);
 }
 
@@ -303,6 +309,11 @@ void SetupSimulate(CLI::App* sub) {
                   "write the predicted whole iteration: every pipeline stage's passes, pipeline "
                   "sends and recvs, DP buckets, parameter gathers and optimizer step on their "
                   "streams (Perfetto/Chrome JSON; - for stdout)")
+      ->check(NonEmpty());
+  sub->add_option("--report-iteration", flags->iteration_report_path,
+                  "write the plan with its predicted: block and the whole iteration's timeline "
+                  "(every stage's passes, pipeline transfers, DP buckets and optimizer step; YAML, "
+                  "- for stdout), for `domino compare` with `execute --extent step --report`")
       ->check(NonEmpty());
   sub->add_flag("--force", flags->force, "overwrite existing output files");
   sub->add_flag("--compare-strategies", flags->compare_strategies,

@@ -1,0 +1,26 @@
+#!/bin/bash
+# `domino compare` of a whole step's prediction (simulate --report-iteration) with its CPU run
+# (execute --extent step --report): rank 0's ops of every stream match their predictions by label.
+# Usage: step_compare.sh DOMINO MPIEXEC SOURCE_DIR
+set -uo pipefail
+domino=$1 mpiexec=$2 src=$3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+flags=(--model "$src/models/examples/tiny-gpt.yaml" --cluster dgx-h100:1:8 --tp 2 --pp 2 --dp 2
+       --seq-len 16 --micro-batch 4 --global-batch 16)
+"$domino" simulate "${flags[@]}" --report-iteration "$dir/predicted.yaml" >/dev/null ||
+  fail "simulate --report-iteration"
+out=$(timeout 120 "$mpiexec" -np 8 --oversubscribe "$domino" execute --backend cpu "${flags[@]}" \
+      --report "$dir/measured.yaml" 2>&1) || fail "execute: $out"
+out=$("$domino" compare "$dir/predicted.yaml" "$dir/measured.yaml" --top 100 2>&1) ||
+  fail "compare: $out"
+# Stage 0 of tp 2 x pp 2 x dp 2 with 2 micro-batches: 2 forwards, 2 sends, 2 recvs, 2 backwards,
+# 2 DP buckets (layer 0, then the embedding), the embedding's sync and Adam.
+grep -q "^12 ops matched (11 of 23 predicted ops unmatched, 12 measured)" <<<"$out" ||
+  fail "not every measured op matched: $out"
+for op in "forward v0 mb1 fwd" "backward v0 mb0 bwd" "pp.send v0 mb0 fwd" "pp.recv v0 mb1 bwd" \
+          "dp.allreduce v0 L0 bwd" "embedding.allreduce S1 optim" "optimizer optim"; do
+  grep -q "^$op " <<<"$out" || fail "$op not compared: $out"
+done
+echo "step compare ok"
