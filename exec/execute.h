@@ -44,7 +44,8 @@ Result<Extent> ParseExtent(std::string_view name);
 Extent DefaultExtent(const Plan& plan, BackendKind backend);
 // The schedule an execution of `extent` runs: Lower(plan) for the layer stack, LowerStage with
 // the embedding and the head for the whole model. Fails for the whole model of a plan with more
-// than one pipeline stage or data-parallel replica (not executed yet).
+// than one pipeline stage or data-parallel replica (its whole steps run its Iteration:
+// exec/step.h), and for Extent::kStep.
 Result<Schedule> LowerForExecution(const Plan& plan, Extent extent);
 
 // Adam (no weight decay) on fp32 master weights. A larger eps than training's 1e-8 keeps the

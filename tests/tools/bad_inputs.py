@@ -194,6 +194,9 @@ CASES = [
      r"x: given for two outputs", "x"),
     ("emulate on the CPU", "emulated collectives without the CUDA backend", {}, ["execute", "--comm", "emulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1"],
      r"--comm emulate needs --backend cuda", None),
+    ("3D plan without its ranks", "a tp 2 x pp 2 x dp 2 plan's whole step on one rank", {},
+     ["execute", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--tp", "2", "--pp", "2", "--dp", "2"],
+     r"tp 2 x pp 2 x dp 2 = 8 ranks run a whole step, but 1 rank\(s\) were launched \(no launcher\); launch with `mpirun -np 8", None),
     # Round 3: switches, exit codes.
     ("no plan fits", "5,128 GPUs (8 x 641) for a global batch of 2,520: exit 3",
      {}, ["plan", "--model", "gpt-530b", "--cluster", "dgx-a100:641", "--global-batch", "2520", "--seq-len", "2048", "--out", "{tmp}/p.yaml"],
