@@ -31,6 +31,9 @@ struct Output {
 };
 
 std::string Degrees(const Plan& plan) {
+  if (plan.cp > 1)
+    return fmt::format("{} GPUs = tp {} x cp {} x pp {} x dp {}", plan.cluster.total_gpus(),
+                       plan.tp, plan.cp, plan.pp, plan.dp);
   return fmt::format("{} GPUs = tp {} x pp {} x dp {}", plan.cluster.total_gpus(), plan.tp, plan.pp,
                      plan.dp);
 }
@@ -131,9 +134,14 @@ std::string ExportMegatron(const Plan& plan) {
   const ModelSpec& m = plan.model;
   Output out;
   out.comments.push_back(Title(plan, "Megatron-LM / Megatron-Core arguments (pretrain_gpt.py)"));
-  out.comments.push_back(
-      fmt::format("data-parallel size {} follows from the world size: {} GPUs / (tp {} x pp {})",
-                  plan.dp, plan.cluster.total_gpus(), plan.tp, plan.pp));
+  if (plan.cp > 1)
+    out.comments.push_back(fmt::format(
+        "data-parallel size {} follows from the world size: {} GPUs / (tp {} x cp {} x pp {})",
+        plan.dp, plan.cluster.total_gpus(), plan.tp, plan.cp, plan.pp));
+  else
+    out.comments.push_back(
+        fmt::format("data-parallel size {} follows from the world size: {} GPUs / (tp {} x pp {})",
+                    plan.dp, plan.cluster.total_gpus(), plan.tp, plan.pp));
   out.comments.push_back(fmt::format(
       "vocabulary {}: from the tokenizer (--tokenizer-type, --tokenizer-model), padded by "
       "--make-vocab-size-divisible-by",
@@ -153,6 +161,11 @@ std::string ExportMegatron(const Plan& plan) {
   if (!m.tied_embeddings) args.push_back("--untie-embeddings-and-output-weights");
   args.push_back(fmt::format("--tensor-model-parallel-size {}", plan.tp));
   args.push_back(fmt::format("--pipeline-model-parallel-size {}", plan.pp));
+  if (plan.cp > 1) {
+    // Ring attention (TE's "p2p"), the comm type domino models.
+    args.push_back(fmt::format("--context-parallel-size {}", plan.cp));
+    args.push_back("--cp-comm-type p2p");
+  }
   if (plan.virtual_stages > 1)
     args.push_back(
         fmt::format("--num-layers-per-virtual-pipeline-stage {}", LayersPerVirtualStage(plan)));
@@ -204,6 +217,7 @@ std::string ExportNemo(const Plan& plan) {
   body += fmt::format("  global_batch_size: {}\n", plan.global_batch);
   body += fmt::format("  tensor_model_parallel_size: {}\n", plan.tp);
   body += fmt::format("  pipeline_model_parallel_size: {}\n", plan.pp);
+  if (plan.cp > 1) body += fmt::format("  context_parallel_size: {}\n", plan.cp);
   body += fmt::format("  virtual_pipeline_model_parallel_size: {}\n",
                       plan.virtual_stages > 1 ? std::to_string(plan.virtual_stages) : "null");
   if (plan.placement == Placement::kTpPpDp) body += "  use_tp_pp_dp_mapping: true\n";
@@ -253,6 +267,8 @@ std::vector<std::string> DeepSpeedDominoRefusals(const Plan& plan) {
   if (plan.col_split != 1)
     refusals.push_back(fmt::format("column split {} (it has none)", plan.col_split));
   if (plan.pp != 1) refusals.push_back(fmt::format("pp {} (it has no pipeline)", plan.pp));
+  if (plan.cp != 1)
+    refusals.push_back(fmt::format("cp {} (it has no context parallelism)", plan.cp));
   if (plan.sequence_parallel) refusals.push_back("sequence parallelism (it has none)");
   if (plan.dp != 1)
     refusals.push_back(fmt::format("dp {} (its data-parallel size is fixed at 1)", plan.dp));
@@ -446,7 +462,7 @@ std::string ExportTorchtitan(const Plan& plan) {
     if (plan.virtual_stages > 1)
       body += fmt::format("pipeline_parallel_layers_per_stage = {}\n", LayersPerVirtualStage(plan));
   }
-  body += "context_parallel_degree = 1\n";
+  body += fmt::format("context_parallel_degree = {}\n", plan.cp);
   body += "\n[activation_checkpoint]\n";
   body += fmt::format("mode = \"{}\"\n", RecomputeName(plan.recompute));
   if (plan.recompute == Recompute::kSelective) body += "selective_ac_option = \"op\"\n";

@@ -65,8 +65,8 @@ class IterationBuilder {
     const Dtype activation = plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision;
     activation_bytes_ = static_cast<double>(plan.micro_batch) * plan.seq_len * plan.model.hidden *
                         DtypeBytes(activation) / (plan.sequence_parallel ? plan.tp : 1);
-    overlap_grad_ = plan.dp > 1 && plan.stack.overlap_grad_reduce;
-    gather_ = plan.dp > 1 && plan.distributed_optimizer;
+    overlap_grad_ = plan.dp_cp() > 1 && plan.stack.overlap_grad_reduce;
+    gather_ = plan.dp_cp() > 1 && plan.distributed_optimizer;
     overlap_gather_ = gather_ && plan.stack.overlap_param_gather;
     combined_ = pp_ == 1 && v_ == 1;
   }
@@ -110,7 +110,7 @@ class IterationBuilder {
     std::vector<int32_t> dp_tail(pp_, -1);
     for (int s = 0; s < pp_; ++s) {
       dp_tail[s] = last_pass_[s];
-      if (plan_.dp > 1 && !overlap_grad_)
+      if (plan_.dp_cp() > 1 && !overlap_grad_)
         for (int c = 0; c < v_; ++c) dp_tail[s] = EmitBuckets(s, c, last_pass_[s], true);
       if (overlap_grad_ && last_bucket_.count(s)) dp_tail[s] = last_bucket_[s];
     }
@@ -133,7 +133,8 @@ class IterationBuilder {
       step.stream = Stream::kCompute;
       step.stage = static_cast<int16_t>(s);
       step.tags.phase = Phase::kOptimizer;
-      step.bytes = (plan_.distributed_optimizer ? params / plan_.dp : params) * kAdamBytesPerParam;
+      step.bytes =
+          (plan_.distributed_optimizer ? params / plan_.dp_cp() : params) * kAdamBytesPerParam;
       std::vector<int32_t> deps = {dp_tail[s]};
       if (embedding_sync >= 0 && (s == 0 || s == pp_ - 1)) deps.push_back(embedding_sync);
       const int32_t optimizer = it_.schedule.Add(step, deps);

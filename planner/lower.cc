@@ -46,6 +46,23 @@ namespace {
 // Only the last reduce-scatter part has nothing left to hide behind. Scope none then makes the
 // next compute op wait for all of a block's parts, not for each: the pieces are one GEMM. With
 // c = 1 the schedule is plain sequence parallelism, op for op.
+//
+// Context parallelism (cp > 1) gives each rank seq_len / cp tokens of every sequence (chunks r
+// and 2cp-1-r of 2cp, Megatron-Core's causal load balance): every GEMM, norm and collective works
+// on those tokens, and the attention core becomes ring attention as Transformer Engine's "p2p" CP
+// runs it. Forward: cp steps, step j an attention block of the local queries against the KV block
+// that started j ranks back; while block j computes, the cp-comm stream passes the block on
+// (sends it to the next CP rank, receives the next one: 2 * kv_heads/tp * head_dim * local tokens
+// * bytes), so block j+1 waits only for that transfer. Causal: the diagonal block (step 0) is the
+// local queries against their own keys under the mask; every other step is half a block unmasked
+// (both local chunks against the earlier half of the KV, or the later chunk against all of it),
+// the same work as the masked diagonal, so each step is priced as a causal block of the local
+// tokens. Backward: cp steps again, each passing KV and the dKV accumulated so far (step 0 only
+// KV, the last only dKV, which then reaches its owner); step j's transfer carries step j-1's dKV,
+// so it waits for that block, and the QKV input gradient waits for the last transfer. KV buffers
+// are double-buffered (as TE's): step j's transfer also waits for block j-1 to be done with the
+// buffer it receives into. Softmax
+// statistics corrections between steps are left out (elementwise, small beside a block).
 
 enum class Block { kAttention, kMlp };
 
@@ -73,6 +90,7 @@ class Lowering {
         layers_(options.layers > 0 ? options.layers : plan.model.layers / plan.pp),
         sp_(plan.sequence_parallel),
         c_(plan.decomposed_chunks()),
+        cp_(plan.cp),
         scope_(plan.scope) {
     const ModelSpec& m = plan.model;
     int t = plan.tp;
@@ -84,7 +102,7 @@ class Lowering {
     f1_ = m.activation == Activation::kSwiglu ? 2 * f_ : f_;
     qkv_n_ = (a_ + 2 * g_) * d_;
     e_ = DtypeBytes(plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision);
-    tokens_ = static_cast<int64_t>(plan.micro_batch) * plan.seq_len;
+    tokens_ = static_cast<int64_t>(plan.micro_batch) * plan.local_seq_len();
     slice_tokens_ = tokens_ / p_;
     // Megatron pads the vocabulary to a multiple of 128 per TP rank.
     vocab_ = (m.vocab + 128 * t - 1) / (128 * t) * 128;
@@ -276,8 +294,8 @@ class Lowering {
     op.stream = Stream::kCompute;
     deps.insert(deps.end(), sync_.begin(), sync_.end());
     sync_.clear();
-    return s_.Add(op, deps, std::span(reads.begin(), reads.size()),
-                  std::span(writes.begin(), writes.size()));
+    return last_compute_ = s_.Add(op, deps, std::span(reads.begin(), reads.size()),
+                                  std::span(writes.begin(), writes.size()));
   }
 
   int32_t Gemm(OpFunc func, const OpTags& tags, int64_t m, int64_t n, int64_t k, Deps deps,
@@ -303,19 +321,87 @@ class Lowering {
     return Compute(op, std::move(deps), reads, writes);
   }
 
+  // The attention core of a row slice (a ring attention step with context parallelism: a causal
+  // block of the local tokens).
   int32_t Attention(OpFunc func, const OpTags& tags, double flops_factor,
-                    std::initializer_list<TensorUse> reads,
-                    std::initializer_list<TensorUse> writes) {
+                    std::initializer_list<TensorUse> reads, std::initializer_list<TensorUse> writes,
+                    Deps deps = {}) {
     Op op;
     op.kind = OpKind::kAttention;
     op.func = func;
     op.tags = tags;
     op.sequences = plan_.micro_batch / p_;
-    op.seq_len = plan_.seq_len;
+    op.seq_len = plan_.local_seq_len();
     op.heads = a_, op.kv_heads = g_, op.head_dim = d_;
     op.flops = flops_factor * 4.0 * op.sequences * op.seq_len * op.seq_len * a_ * d_;
     op.bytes = static_cast<double>(slice_tokens_) * (2 * a_ + 2 * g_) * d_ * e_ * flops_factor;
-    return Compute(op, {}, reads, writes);
+    return Compute(op, std::move(deps), reads, writes);
+  }
+
+  // Bytes of one KV block of a row slice: K and V of this rank's kv heads for its local tokens.
+  double KvBlockBytes() const { return 2.0 * g_ * d_ * slice_tokens_ * e_; }
+
+  // One ring step's transfer on the cp-comm stream: sends `bytes` to the next CP rank and
+  // receives as many from the previous one, in place in `buffers` (the KV columns of qkv, and
+  // backward those of its gradient).
+  int32_t RingTransfer(const OpTags& tags, int step, double bytes, Deps deps,
+                       std::initializer_list<TensorUse> buffers) {
+    Op op;
+    op.kind = OpKind::kSendRecv;
+    op.stream = Stream::kCpComm;
+    op.func = OpFunc::kCpSendRecv;
+    op.group = Group::kCp;
+    op.tags = tags;
+    op.tags.ring_step = static_cast<int8_t>(step);
+    op.bytes = bytes;
+    return s_.Add(op, deps, std::span(buffers.begin(), buffers.size()),
+                  std::span(buffers.begin(), buffers.size()));
+  }
+
+  // The attention core of slice i (forward or recomputed: kAttn; backward: kAttnGrad): one op,
+  // or with context parallelism the ring of cp steps described at the top of this file.
+  void AttentionCore(OpFunc func, const OpTags& tags, int l, int i) {
+    const LayerTensors& t = tensors_[l];
+    const bool backward = func == OpFunc::kAttnGrad;
+    const double factor = backward ? 2.0 : 1.0;
+    if (cp_ == 1) {
+      if (backward) {
+        Attention(func, tags, factor, {SliceOf(t.qkv, i), SliceOf(t.g_ctx, i)},
+                  {SliceOf(t.g_qkv, i)});
+      } else {
+        Attention(func, tags, factor, {SliceOf(t.qkv, i)}, {SliceOf(t.ctx, i)});
+      }
+      return;
+    }
+    const int64_t rows = slice_tokens_;
+    const View kv{i * rows, (i + 1) * rows, a_ * d_, qkv_n_};
+    int32_t transfer = -1, block = -1;
+    for (int j = 0; j < cp_; ++j) {
+      OpTags step_tags = tags;
+      step_tags.ring_step = static_cast<int8_t>(j);
+      if (backward) {
+        // Step j sends the KV block for step j+1 and the dKV accumulated through step j-1.
+        const double bytes = KvBlockBytes() * (j == 0 || j == cp_ - 1 ? 1 : 2);
+        Deps after = j == 0 ? Deps{last_compute_} : Deps{transfer, block};
+        const int32_t next =
+            RingTransfer(tags, j, bytes, std::move(after), {Use(t.qkv, kv), Use(t.g_qkv, kv)});
+        block = Attention(func, step_tags, factor, {SliceOf(t.qkv, i), SliceOf(t.g_ctx, i)},
+                          {SliceOf(t.g_qkv, i)}, j == 0 ? Deps{} : Deps{transfer});
+        transfer = next;
+      } else {
+        // Double-buffered: step j's transfer receives into the buffer block j-1 read.
+        int32_t next = -1;
+        if (j + 1 < cp_)
+          next =
+              RingTransfer(tags, j, KvBlockBytes(),
+                           j == 0 ? Deps{last_compute_} : Deps{transfer, block}, {Use(t.qkv, kv)});
+        block = Attention(func, step_tags, factor, {SliceOf(t.qkv, i)}, {SliceOf(t.ctx, i)},
+                          j == 0 ? Deps{} : Deps{transfer});
+        transfer = next;
+      }
+    }
+    // The gradient of this rank's KV arrives with the last transfer.
+    if (backward) sync_.push_back(transfer);
   }
 
   // Appends a TP collective over `bytes` (nccl-tests size) that waits for `producer`. It reads
@@ -428,7 +514,7 @@ class Lowering {
       for (int j = 0; j < pieces; ++j)
         Gemm(OpFunc::kQkv, PieceTags(tags, j), piece_rows, qkv_n_, h_, PieceDeps(entry, j),
              {Use(t.ln1, Piece(i, j, h_)), WholeOf(t.w_qkv)}, {Use(t.qkv, Piece(i, j, qkv_n_))});
-      Attention(OpFunc::kAttn, tags, 1.0, {SliceOf(t.qkv, i)}, {SliceOf(t.ctx, i)});
+      AttentionCore(OpFunc::kAttn, tags, l, i);
       in = t.ctx, w_out = t.w_proj, out = t.proj, k = a_ * d_;
     } else {
       for (int j = 0; j < pieces; ++j)
@@ -560,10 +646,8 @@ class Lowering {
     // Middle: attention core or activation backward.
     if (attn) {
       if (plan_.recompute == Recompute::kSelective)  // the attention core, not kept in forward
-        Attention(OpFunc::kAttn, Tags(l, i, -1, Phase::kRecompute), 1.0, {SliceOf(t.qkv, i)},
-                  {SliceOf(t.ctx, i)});
-      Attention(OpFunc::kAttnGrad, tags, 2.0, {SliceOf(t.qkv, i), SliceOf(t.g_ctx, i)},
-                {SliceOf(t.g_qkv, i)});
+        AttentionCore(OpFunc::kAttn, Tags(l, i, -1, Phase::kRecompute), l, i);
+      AttentionCore(OpFunc::kAttnGrad, tags, l, i);
     } else {
       double bytes = (2 * f1_ + f_) * RowBytes(1);
       Elementwise(OpFunc::kActGrad, tags, bytes, {}, {SliceOf(t.fc1, i), SliceOf(t.g_act, i)},
@@ -795,7 +879,8 @@ class Lowering {
   LowerOptions options_;
   int p_, q_, layers_;
   bool sp_;
-  int c_;  // decomposed-overlap chunks (1: none)
+  int c_;   // decomposed-overlap chunks (1: none)
+  int cp_;  // context-parallel degree (1: none)
   OverlapScope scope_;
   int64_t h_ = 0, d_ = 0, a_ = 0, g_ = 0, f_ = 0, f1_ = 0, qkv_n_ = 0, e_ = 2;
   int64_t tokens_ = 0, slice_tokens_ = 0, vocab_ = 0;
@@ -812,6 +897,7 @@ class Lowering {
   int32_t out_grad_ = -1;             // gradient of the top layer's output
   std::vector<Deps> waits_;           // per slice: collectives its next entry consumes
   std::vector<int32_t> sync_;         // collectives the next compute op must wait for
+  int32_t last_compute_ = -1;         // the compute op issued last
   std::vector<int32_t> layer_comms_;  // collectives of the current layer (intra-layer barrier)
 };
 

@@ -9,7 +9,10 @@ namespace domino {
 MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const ModelSpec& m = plan.model;
   ParameterCounts counts = CountParameters(m);
-  const double s = plan.seq_len, b = plan.micro_batch, h = m.hidden, a = m.heads, t = plan.tp;
+  // A rank holds seq_len / cp tokens of each sequence: its activations shrink by cp (ring
+  // attention's KV blocks in flight are two of the local K and V, small beside a layer's).
+  const double s = plan.local_seq_len(), b = plan.micro_batch, h = m.hidden, a = m.heads,
+               t = plan.tp;
   const bool drop_scores = flash_attention || plan.recompute == Recompute::kSelective;
   double per_layer;
   if (plan.recompute == Recompute::kFull) {
@@ -19,7 +22,8 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   } else {
     per_layer = s * b * h * (10 + 24 / t + (drop_scores ? 0 : 5 * a * s / (h * t)));
   }
-  const double bytes_per_param = plan.distributed_optimizer ? 6.0 + 12.0 / plan.dp : 18.0;
+  // Weights are not sharded by CP; the distributed optimizer shards over DP x CP, as Megatron's.
+  const double bytes_per_param = plan.distributed_optimizer ? 6.0 + 12.0 / plan.dp_cp() : 18.0;
   const std::vector<int> chunk_layers = ChunkLayers(plan);
   // Every stage: its layers' 1/tp share; the first also the vocab-parallel embedding, the last
   // the untied LM head (learned position embeddings are replicated and, like Megatron's count,

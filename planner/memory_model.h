@@ -7,14 +7,15 @@ namespace domino {
 
 // Per-GPU memory of a plan on its most loaded pipeline stage, in bytes, following Megatron-LM's
 // theoretical_memory_usage.py and Korthikanti et al. 2022:
-// - weights, gradients and Adam states: 18 bytes per parameter held by the GPU (6 + 12/dp with
-//   the distributed optimizer); a GPU holds its 1/tp share of its stage's layers (ChunkLayers),
-//   the first stage also the vocab-parallel embedding, the last the untied LM head;
+// - weights, gradients and Adam states: 18 bytes per parameter held by the GPU (6 + 12/(dp*cp)
+//   with the distributed optimizer, which Megatron shards over DP x CP); a GPU holds its 1/tp share
+//   of its stage's layers (ChunkLayers), the first stage also the vocab-parallel embedding, the
+//   last the untied LM head;
 // - activations per layer: s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes with TP, s*b*h/t*(34 + 5*a*s/h)
 //   with sequence parallelism (b = micro_batch, a = heads); flash attention drops the a*s/h term;
 //   selective recompute drops it too; full recompute keeps only the 2*s*b*h layer input; stage s
 //   keeps up to pp - s micro-batches in flight under 1F1B, times 1 + (pp-1)/(pp*v) when
-//   interleaved over v virtual stages;
+//   interleaved over v virtual stages; with context parallelism s is the rank's seq_len / cp;
 // - with decomposed overlap (method decomposed or both), Transformer Engine's userbuffers:
 //   initialize_ub (transformer_engine/pytorch/module/base.py) allocates one buffer shaped like the
 //   whole sequence's activations (seq_len * micro_batch x hidden, as Megatron passes it) per

@@ -162,6 +162,7 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
       {&kMicroBatchBound, p.micro_batch},
       {&kGlobalBatchBound, p.global_batch},
       {&kTpBound, p.tp},
+      {&kCpBound, p.cp},
       {&kPpBound, p.pp},
       {&kDpBound, p.dp},
       {&kVirtualStagesBound, p.virtual_stages},
@@ -176,11 +177,21 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
     return fail("precision", fmt::format("the {} has no {} peak (peak_tflops.{} is 0): choose a "
                                          "precision it runs",
                                          gpu.name, DtypeName(p.precision), DtypeName(p.precision)));
-  int64_t gpus = static_cast<int64_t>(p.tp) * p.pp * p.dp;
-  if (gpus != p.cluster.total_gpus())
+  int64_t gpus = static_cast<int64_t>(p.tp) * p.cp * p.pp * p.dp;
+  if (gpus != p.cluster.total_gpus() && p.cp == 1)
     return fail("parallel.tp",
                 fmt::format("tp*pp*dp = {}*{}*{} = {} must equal the cluster's {} GPUs", p.tp, p.pp,
                             p.dp, gpus, p.cluster.total_gpus()));
+  if (gpus != p.cluster.total_gpus())
+    return fail("parallel.cp",
+                fmt::format("tp*cp*pp*dp = {}*{}*{}*{} = {} must equal the cluster's {} GPUs", p.tp,
+                            p.cp, p.pp, p.dp, gpus, p.cluster.total_gpus()));
+  // Causal load balance: each rank holds two of the 2*cp chunks of every sequence.
+  if (p.cp > 1 && p.seq_len % (2 * p.cp) != 0)
+    return fail("parallel.cp",
+                fmt::format("context parallelism cuts each sequence into 2*cp = {} chunks (two per "
+                            "rank, for causal load balance): 2*cp must divide seq_len ({})",
+                            2 * p.cp, p.seq_len));
   if (m.heads % p.tp != 0)
     return fail("parallel.tp",
                 fmt::format("tp ({}) must divide the model's heads ({})", p.tp, m.heads));
@@ -218,10 +229,15 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                 "layer boundary)");
   if (p.sequence_parallel && p.col_split > 1)
     return fail("overlap.col_split", "column split is not supported with sequence_parallel");
-  if (p.sequence_parallel && p.seq_len % p.tp != 0)
+  if (p.sequence_parallel && p.seq_len % p.tp != 0 && p.cp == 1)
     return fail(
         "parallel.sequence_parallel",
         fmt::format("sequence parallelism needs tp ({}) to divide seq_len ({})", p.tp, p.seq_len));
+  if (p.sequence_parallel && p.local_seq_len() % p.tp != 0)
+    return fail("parallel.sequence_parallel",
+                fmt::format("sequence parallelism needs tp ({}) to divide each rank's part of the "
+                            "sequence (seq_len/cp = {})",
+                            p.tp, p.local_seq_len()));
   if (p.method == OverlapMethod::kDomino && p.copy_engine)
     return fail("overlap.copy_engine",
                 "copy engines move decomposed parts: it needs overlap.method decomposed or both");
@@ -250,11 +266,12 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
       return fail("overlap.chunks", fmt::format("chunks defaults to tp ({}), more than {}: set "
                                                 "overlap.chunks between 1 and {}",
                                                 p.tp, kMaxSplit, kMaxSplit));
-    const int64_t slice_tokens = static_cast<int64_t>(p.micro_batch) / p.row_split * p.seq_len;
+    const int64_t slice_tokens =
+        static_cast<int64_t>(p.micro_batch) / p.row_split * p.local_seq_len();
     if (slice_tokens % chunks != 0)
       return fail("overlap.chunks", fmt::format("chunks ({}) must divide the tokens of a row slice "
-                                                "(micro_batch/row_split*seq_len = {})",
-                                                chunks, slice_tokens));
+                                                "(micro_batch/row_split*seq_len{} = {})",
+                                                chunks, p.cp > 1 ? "/cp" : "", slice_tokens));
   }
   if (p.global_batch % (static_cast<int64_t>(p.micro_batch) * p.dp) != 0)
     return fail("training.global_batch",
@@ -331,6 +348,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   }
   if (auto parallel = root.Map("parallel", Need::kOptional)) {
     parallel->Int("tp", &plan.tp, Need::kOptional, Range(kTpBound));
+    parallel->Int("cp", &plan.cp, Need::kOptional, Range(kCpBound));
     parallel->Int("pp", &plan.pp, Need::kOptional, Range(kPpBound));
     parallel->Int("dp", &plan.dp, Need::kOptional, Range(kDpBound));
     parallel->Bool("sequence_parallel", &plan.sequence_parallel, Need::kOptional);
@@ -428,13 +446,15 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       "stack: {}\n"
       "precision: {}\n"
       "training: {{seq_len: {}, micro_batch: {}, global_batch: {}}}\n"
-      "parallel: {{tp: {}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}}}\n"
+      "parallel: {{tp: {}{}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}}}\n"
       "overlap: {{row_split: {}, col_split: {}, scope: {}{}}}\n"
       "memory: {{recompute: {}, distributed_optimizer: {}}}\n",
       p.model_ref.empty() ? ModelToFlowYaml(p.model) : RefToYaml(p.model_ref, ModelCatalog()),
       ClusterRefToYaml(p.cluster_ref), RefToYaml(p.stack_ref, StackCatalog()),
-      DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch, p.tp, p.pp, p.dp,
-      p.sequence_parallel, p.virtual_stages,
+      DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch, p.tp,
+      // Written only with context parallelism, so a plan without it keeps its YAML.
+      p.cp == 1 ? "" : fmt::format(", cp: {}", p.cp), p.pp, p.dp, p.sequence_parallel,
+      p.virtual_stages,
       p.placement == Placement::kTpDpPp
           ? ""
           : fmt::format(", placement: {}", PlacementName(p.placement)),

@@ -66,6 +66,9 @@ struct Plan {
   int global_batch = 16;  // sequences per iteration, over all DP ranks and micro-batches
   // parallel
   int tp = 32;
+  // Context parallelism: each sequence cut into 2 * cp chunks, rank r of the CP group holding
+  // chunks r and 2 * cp - 1 - r (causal load balance), attention run as ring attention.
+  int cp = 1;
   int pp = 1;
   int dp = 1;
   bool sequence_parallel = false;
@@ -89,6 +92,11 @@ struct Plan {
   std::optional<PlanFigures> measured;
 
   int micro_batches() const { return global_batch / (micro_batch * dp); }
+  // Tokens of each sequence one rank holds.
+  int local_seq_len() const { return seq_len / cp; }
+  // Ranks that hold the same weights: Megatron reduces gradients, and shards the distributed
+  // optimizer, over DP x CP.
+  int dp_cp() const { return dp * cp; }
   // Pieces of each decomposed collective: 1 under Domino's method (nothing decomposed).
   int decomposed_chunks() const {
     if (method == OverlapMethod::kDomino) return 1;
@@ -115,6 +123,7 @@ inline constexpr PlanIntBound kSeqLenBound{"training.seq_len", 1, 1 << 24};
 inline constexpr PlanIntBound kMicroBatchBound{"training.micro_batch", 1, 1 << 20};
 inline constexpr PlanIntBound kGlobalBatchBound{"training.global_batch", 1, 1 << 24};
 inline constexpr PlanIntBound kTpBound{"parallel.tp", 1, 1 << 20};
+inline constexpr PlanIntBound kCpBound{"parallel.cp", 1, 128};
 inline constexpr PlanIntBound kPpBound{"parallel.pp", 1, 1 << 20};
 inline constexpr PlanIntBound kDpBound{"parallel.dp", 1, 1 << 20};
 inline constexpr PlanIntBound kVirtualStagesBound{"parallel.virtual_stages", 1, 1024};
@@ -131,15 +140,16 @@ std::optional<std::string> CheckBound(const PlanIntBound& bound, int64_t value);
 // plan above it would take minutes and gigabytes to lower; it is refused instead.
 inline constexpr int64_t kMaxLayerPasses = int64_t{1} << 21;
 
-// Checks the rules that tie a plan to its model and cluster: tp*pp*dp = the cluster's GPUs; tp
-// divides heads, kv_heads and ffn; row_split divides micro_batch; col_split divides hidden;
-// pp <= layers (uneven stages allowed without interleaving); with virtual stages, pp*virtual_stages
-// divides layers and the micro-batches are a multiple of pp; micro_batch*dp divides global_batch;
-// splits between 1 and 16;
-// inter-layer scope needs row_split >= 2; sequence parallelism needs tp dividing seq_len/row.
+// Checks the rules that tie a plan to its model and cluster: tp*cp*pp*dp = the cluster's GPUs;
+// tp divides heads, kv_heads and ffn; with cp > 1, 2*cp divides seq_len (two chunks per rank);
+// row_split divides micro_batch; col_split divides hidden; pp <= layers (uneven stages allowed
+// without interleaving); with virtual stages, pp*virtual_stages divides layers and the
+// micro-batches are a multiple of pp; micro_batch*dp divides global_batch; splits between 1 and 16;
+// inter-layer scope needs row_split >= 2; sequence parallelism needs tp dividing seq_len / cp.
 // Decomposed overlap (method decomposed or both) needs sequence parallelism; decomposed alone
 // runs without Domino's splits, both with row_split >= 2 and col_split 1; its chunks (tp by
-// default) between 1 and 16 and dividing a row slice's tokens; copy_engine only with it.
+// default) between 1 and 16 and dividing a row slice's tokens (of the local sequence);
+// copy_engine only with it.
 // First of all, every integer setting within its PlanIntBound, the GPU able to run the
 // precision (a peak above 0) and the work within kMaxLayerPasses.
 // `key_of` maps each failure to the YAML key it concerns ("parallel.tp").

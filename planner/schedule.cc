@@ -9,8 +9,8 @@
 namespace domino {
 
 std::string_view StreamName(Stream stream) {
-  static constexpr std::array<std::string_view, kStreamCount> kNames = {"compute", "tp-comm",
-                                                                        "dp-comm", "pp-comm"};
+  static constexpr std::array<std::string_view, kStreamCount> kNames = {
+      "compute", "tp-comm", "dp-comm", "pp-comm", "cp-comm"};
   return kNames[static_cast<int>(stream)];
 }
 
@@ -59,7 +59,8 @@ std::string_view OpFuncName(OpFunc func) {
       "dp.reducescatter",
       "dp.allgather",
       "embedding.allreduce",
-      "optimizer"};
+      "optimizer",
+      "cp.sendrecv"};
   int index = static_cast<int>(func);
   return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
 }
@@ -119,6 +120,7 @@ std::string Schedule::Label(int32_t id) const {
   if (o.tags.row_slice >= 0) label += fmt::format(" s{}", o.tags.row_slice);
   if (o.tags.col_chunk >= 0) label += fmt::format(" c{}", o.tags.col_chunk);
   if (o.tags.chunk >= 0) label += fmt::format(" k{}", o.tags.chunk);
+  if (o.tags.ring_step >= 0) label += fmt::format(" r{}", o.tags.ring_step);
   static constexpr std::array<std::string_view, 4> kPhases = {"fwd", "bwd", "recompute", "optim"};
   label += fmt::format(" {}", kPhases[static_cast<int>(o.tags.phase)]);
   return label;

@@ -10,17 +10,19 @@
 namespace domino {
 
 // Streams of one rank, as CUDA streams with CUDA_DEVICE_MAX_CONNECTIONS=1: each runs its ops in
-// issue order, one at a time.
-enum class Stream : uint8_t { kCompute, kTpComm, kDpComm, kPpComm };
-inline constexpr int kStreamCount = 4;
-std::string_view StreamName(Stream stream);  // "compute", "tp-comm", "dp-comm", "pp-comm"
+// issue order, one at a time. cp-comm carries ring attention's KV transfers (context parallelism).
+enum class Stream : uint8_t { kCompute, kTpComm, kDpComm, kPpComm, kCpComm };
+inline constexpr int kStreamCount = 5;
+// "compute", "tp-comm", "dp-comm", "pp-comm", "cp-comm"
+std::string_view StreamName(Stream stream);
 
 enum class OpKind : uint8_t {
   kGemm,         // C[m,n] = A[m,k] B[k,n]
   kAttention,    // attention core of `sequences` x `seq_len` tokens
   kElementwise,  // memory-bound: `bytes` read plus written
   kCollective,   // `bytes` per rank over a group
-  kSendRecv,     // point-to-point between pipeline stages: a send moves `bytes`; its recv waits
+  kSendRecv,     // point-to-point: a pipeline send moves `bytes` (its recv waits for it); a CP
+                 // ring step sends `bytes` to the next CP rank while receiving as many
   kOptimizer,    // memory-bound optimizer step: `bytes` through HBM
   // One micro-batch's forward or backward pass through one model chunk: the ops of the
   // Iteration's pass schedule `pass` (planner/iteration.h), run as one op on the compute stream.
@@ -30,8 +32,10 @@ enum class OpKind : uint8_t {
 };
 
 enum class CollectiveOp : uint8_t { kAllReduce, kReduceScatter, kAllGather, kNone };
-// kEmbedding: the first and last pipeline stages, which share the tied word embedding.
-enum class Group : uint8_t { kNone, kTp, kDp, kPp, kEmbedding };
+// kEmbedding: the first and last pipeline stages, which share the tied word embedding. kCp: the
+// context-parallel ring (a rank and its neighbours in it). kDp spans DP x CP ranks (gradients are
+// reduced over both).
+enum class Group : uint8_t { kNone, kTp, kDp, kPp, kEmbedding, kCp };
 enum class Phase : uint8_t { kForward, kBackward, kRecompute, kOptimizer };
 
 // What an op computes, for traces and for an executor that runs the schedule numerically. The
@@ -83,6 +87,9 @@ enum class OpFunc : uint8_t {
   kDpAllGather,         // distributed optimizer: updated 16-bit parameters
   kEmbeddingAllReduce,  // tied embedding's gradient between first and last stage
   kOptimizerStep,       // Adam over the stage's (or its DP shard's) parameters
+  // Context parallelism: one ring attention step's transfer of a KV block (backward: and of the
+  // accumulated dKV) to the next CP rank, and the same from the previous one.
+  kCpSendRecv,
   kCount,
 };
 std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce", ...
@@ -197,6 +204,7 @@ struct OpTags {
   int8_t col_chunk = -1;
   int8_t chunk = -1;  // decomposed overlap: the piece of a pipelined collective and its GEMM
   int16_t virtual_stage = -1;  // iteration: the model chunk (virtual pipeline stage) of a pass
+  int8_t ring_step = -1;       // context parallelism: the ring attention step (KV block)
   Phase phase = Phase::kForward;
 };
 

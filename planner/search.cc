@@ -36,7 +36,9 @@ bool Better(const Candidate& a, const Candidate& b, Objective objective) {
 }  // namespace
 
 std::string DescribeCandidate(const Plan& p) {
-  std::string out = fmt::format("tp {} pp {} dp {}", p.tp, p.pp, p.dp);
+  std::string out = fmt::format("tp {}", p.tp);
+  if (p.cp > 1) out += fmt::format(" cp {}", p.cp);
+  out += fmt::format(" pp {} dp {}", p.pp, p.dp);
   if (p.virtual_stages > 1) out += fmt::format(" v {}", p.virtual_stages);
   out += fmt::format(" mb {}", p.micro_batch);
   if (p.sequence_parallel) out += " sp";
@@ -73,10 +75,12 @@ Status ApplyFix(std::string_view fix, SearchSpace* space) {
         return bad("expected true or false");
       return Status::Ok();
     };
-    if (key == "tp" || key == "pp" || key == "dp" || key == "v" || key == "mb" || key == "p" ||
-        key == "q") {
+    if (key == "tp" || key == "cp" || key == "pp" || key == "dp" || key == "v" || key == "mb" ||
+        key == "p" || key == "q") {
       if (!ParseInt(value, &n)) return bad("expected a positive integer");
+      if (key == "cp" && CheckBound(kCpBound, n)) return bad(*CheckBound(kCpBound, n));
       if (key == "tp") space->tp = n;
+      if (key == "cp") space->cp = n;
       if (key == "pp") space->pp = n;
       if (key == "dp") space->dp = n;
       if (key == "v") space->virtual_stages = n;
@@ -107,7 +111,7 @@ Status ApplyFix(std::string_view fix, SearchSpace* space) {
         return bad("expected none, intra-layer or inter-layer");
     } else {
       return Error(
-          fmt::format("--fix: unknown key '{}' (tp, pp, dp, v, mb, sp, distopt, "
+          fmt::format("--fix: unknown key '{}' (tp, cp, pp, dp, v, mb, sp, distopt, "
                       "recompute, p, q, scope)",
                       key));
     }
@@ -158,6 +162,19 @@ Status ApplyStrategy(std::string_view s, SearchSpace* space) {
   return Status::Ok();
 }
 
+std::vector<int> SearchCpDegrees(const Plan& base, const SearchSpace& space, bool cp1_fits) {
+  if (space.cp > 0) return {space.cp};
+  std::vector<int> degrees = {1};
+  if (base.seq_len < kCpSearchMinSeqLen && cp1_fits) return degrees;
+  const int64_t gpus = base.cluster.total_gpus();
+  for (int cp = 2; cp <= kCpBound.max; cp *= 2) {
+    if (gpus % cp != 0 || base.seq_len % (2 * cp) != 0) break;
+    if (base.seq_len / cp < kCpSearchMinLocalSeqLen) break;
+    degrees.push_back(cp);
+  }
+  return degrees;
+}
+
 Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Evaluator& evaluator,
                                  Objective objective,
                                  const std::function<void(int, int)>& progress) {
@@ -171,46 +188,68 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
 
   // Outer configurations: everything but the Domino dimensions.
   std::vector<Plan> outers;
-  for (int tp : Divisors(gpus, gpus)) {
-    if (space.tp > 0 && tp != space.tp) continue;
-    for (int pp : Divisors(gpus / tp, base.model.layers)) {
-      if (space.pp > 0 && pp != space.pp) continue;
-      const int dp = static_cast<int>(gpus / tp / pp);
-      if (space.dp > 0 && dp != space.dp) continue;
-      const int max_v = pp == 1 ? 1 : space.max_virtual_stages;
-      for (int v = 1; v <= max_v; ++v) {
-        if (space.virtual_stages > 0 && v != space.virtual_stages) continue;
-        if (v > 1 && base.model.layers % (pp * v) != 0) continue;
-        std::vector<int> micro_batches =
-            base.global_batch % dp == 0 ? Divisors(base.global_batch / dp, space.max_micro_batch)
-                                        : std::vector<int>{1};
-        for (int mb : micro_batches) {
-          if (space.micro_batch > 0 && mb != space.micro_batch) continue;
-          for (int sp = 0; sp <= 1; ++sp) {
-            if (space.sequence_parallel && *space.sequence_parallel != (sp == 1)) continue;
-            for (int dist = 0; dist <= (dp > 1 ? 1 : 0); ++dist) {
-              if (space.distributed_optimizer && *space.distributed_optimizer != (dist == 1))
-                continue;
-              Plan plan = base;
-              plan.tp = tp, plan.pp = pp, plan.dp = dp, plan.virtual_stages = v;
-              plan.micro_batch = mb;
-              plan.sequence_parallel = sp == 1;
-              plan.distributed_optimizer = dist == 1;
-              plan.row_split = plan.col_split = 1;
-              plan.scope = OverlapScope::kNone;
-              plan.method = OverlapMethod::kDomino;
-              plan.chunks = 0;
-              plan.copy_engine = false;
-              plan.predicted.reset();
-              plan.measured.reset();
-              outers.push_back(std::move(plan));
+  auto add_outers = [&](int cp) {
+    if (gpus % cp != 0) return;
+    for (int tp : Divisors(gpus / cp, gpus / cp)) {
+      if (space.tp > 0 && tp != space.tp) continue;
+      for (int pp : Divisors(gpus / cp / tp, base.model.layers)) {
+        if (space.pp > 0 && pp != space.pp) continue;
+        const int dp = static_cast<int>(gpus / cp / tp / pp);
+        if (space.dp > 0 && dp != space.dp) continue;
+        const int max_v = pp == 1 ? 1 : space.max_virtual_stages;
+        for (int v = 1; v <= max_v; ++v) {
+          if (space.virtual_stages > 0 && v != space.virtual_stages) continue;
+          if (v > 1 && base.model.layers % (pp * v) != 0) continue;
+          std::vector<int> micro_batches =
+              base.global_batch % dp == 0 ? Divisors(base.global_batch / dp, space.max_micro_batch)
+                                          : std::vector<int>{1};
+          for (int mb : micro_batches) {
+            if (space.micro_batch > 0 && mb != space.micro_batch) continue;
+            for (int sp = 0; sp <= 1; ++sp) {
+              if (space.sequence_parallel && *space.sequence_parallel != (sp == 1)) continue;
+              for (int dist = 0; dist <= (dp * cp > 1 ? 1 : 0); ++dist) {
+                if (space.distributed_optimizer && *space.distributed_optimizer != (dist == 1))
+                  continue;
+                Plan plan = base;
+                plan.tp = tp, plan.cp = cp, plan.pp = pp, plan.dp = dp, plan.virtual_stages = v;
+                plan.micro_batch = mb;
+                plan.sequence_parallel = sp == 1;
+                plan.distributed_optimizer = dist == 1;
+                plan.row_split = plan.col_split = 1;
+                plan.scope = OverlapScope::kNone;
+                plan.method = OverlapMethod::kDomino;
+                plan.chunks = 0;
+                plan.copy_engine = false;
+                plan.predicted.reset();
+                plan.measured.reset();
+                outers.push_back(std::move(plan));
+              }
             }
           }
         }
       }
     }
+  };
+  // Without CP first; with it as SearchCpDegrees says, which needs to know whether any
+  // configuration without CP fits at all (with the heaviest recompute the space allows).
+  const bool cp1_pinned = space.cp == 0 || space.cp == 1;
+  if (cp1_pinned) add_outers(1);
+  bool cp1_fits = false;
+  for (const Plan& outer : outers) {
+    Plan lightest = outer;
+    lightest.recompute = space.recompute.value_or(Recompute::kFull);
+    if (!CheckPlanRules(lightest) && EstimateMemory(lightest).total_bytes() <= capacity) {
+      cp1_fits = true;
+      break;
+    }
   }
-  if (space.dp > 0 && space.tp > 0 && space.pp > 0 &&
+  for (int cp : SearchCpDegrees(base, space, cp1_fits))
+    if (cp > 1) add_outers(cp);
+  if (space.dp > 0 && space.tp > 0 && space.pp > 0 && space.cp > 1 &&
+      static_cast<int64_t>(space.tp) * space.cp * space.pp * space.dp != gpus)
+    return Error(fmt::format("--fix: tp*cp*pp*dp = {}*{}*{}*{} must equal the cluster's {} GPUs",
+                             space.tp, space.cp, space.pp, space.dp, gpus));
+  if (space.dp > 0 && space.tp > 0 && space.pp > 0 && space.cp <= 1 &&
       static_cast<int64_t>(space.tp) * space.pp * space.dp != gpus)
     return Error(fmt::format("--fix: tp*pp*dp = {}*{}*{} must equal the cluster's {} GPUs",
                              space.tp, space.pp, space.dp, gpus));

@@ -26,12 +26,12 @@ class Evaluator {
 };
 
 // What the search varies. A pinned value (> 0, or set) is fixed; the rest are enumerated:
-// tp * pp * dp = the cluster's GPUs, virtual stages 1..max_virtual_stages, micro-batches that
-// divide the global batch per DP rank (up to max_micro_batch), sequence parallelism, the
-// distributed optimizer (dp > 1), recompute (the lightest that fits in memory: heavier recompute
-// only adds work), and the Domino dimensions.
+// tp * cp * pp * dp = the cluster's GPUs (cp as SearchCpDegrees says), virtual
+// stages 1..max_virtual_stages, micro-batches that divide the global batch per DP rank (up to
+// max_micro_batch), sequence parallelism, the distributed optimizer (dp > 1), recompute (the
+// lightest that fits in memory: heavier recompute only adds work), and the Domino dimensions.
 struct SearchSpace {
-  int tp = 0, pp = 0, dp = 0, virtual_stages = 0, micro_batch = 0;
+  int tp = 0, cp = 0, pp = 0, dp = 0, virtual_stages = 0, micro_batch = 0;
   std::optional<bool> sequence_parallel, distributed_optimizer;
   std::optional<Recompute> recompute;
   std::vector<int> row_splits = {1, 2, 4, 8};
@@ -55,8 +55,8 @@ struct SearchSpace {
 };
 
 // Applies "--fix" pins, "tp=8,pp=1,sp=true,recompute=none,p=2,q=1,scope=inter-layer,mb=4,v=2,
-// dp=4,distopt=false" (keys tp, pp, dp, v, mb, sp, distopt, recompute, p, q, scope). Errors name
-// the key and the rule.
+// dp=4,distopt=false,cp=2" (keys tp, cp, pp, dp, v, mb, sp, distopt, recompute, p, q, scope).
+// Errors name the key and the rule.
 Status ApplyFix(std::string_view fix, SearchSpace* space);
 
 // Limits the Domino dimensions: "baseline" (p = q = 1), "row" (p > 1, q = 1), "col" (q > 1,
@@ -64,6 +64,17 @@ Status ApplyFix(std::string_view fix, SearchSpace* space);
 // sequence parallelism, each chunk count), "both" (decomposed row slices, p > 1, q = 1), "all"
 // (any Domino slicing, decomposed and both).
 Status ApplyStrategy(std::string_view strategy, SearchSpace* space);
+
+// The context-parallel degrees a search tries when cp is not pinned. Context parallelism only
+// pays where attention dominates or memory runs out, so the search keeps to cp = 1 (and costs
+// what it did without CP) unless the sequence is long, seq_len >= kCpSearchMinSeqLen, or no
+// configuration without CP fits in memory even with full recompute (`cp1_fits` false). Then it
+// also tries every power of two cp >= 2 that divides the GPUs, with 2 * cp dividing seq_len and
+// each rank keeping at least kCpSearchMinLocalSeqLen tokens of a sequence (shorter local
+// sequences give ring attention too little compute per step to hide its KV transfer).
+inline constexpr int kCpSearchMinSeqLen = 16384;
+inline constexpr int kCpSearchMinLocalSeqLen = 4096;
+std::vector<int> SearchCpDegrees(const Plan& base, const SearchSpace& space, bool cp1_fits);
 
 enum class Objective { kThroughput, kIterationTime };
 
@@ -103,8 +114,8 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
                                  Objective objective = Objective::kThroughput,
                                  const std::function<void(int, int)>& progress = {});
 
-// "tp 8 pp 2 dp 4 v 1 mb 2 sp p 2 q 1 inter-layer" (recompute and the distributed optimizer when
-// on).
+// "tp 8 pp 2 dp 4 v 1 mb 2 sp p 2 q 1 inter-layer" (context parallelism, "cp 16" after tp,
+// recompute and the distributed optimizer when on).
 std::string DescribeCandidate(const Plan& plan);
 
 }  // namespace domino

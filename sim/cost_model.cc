@@ -33,12 +33,43 @@ CommGroup TpGroup(const Plan& plan) {
   return CommGroup{plan.tp, (plan.tp + per_node - 1) / per_node, per_node};
 }
 
+namespace {
+// One dimension of a group: `count` ranks `stride` apart.
+struct GroupDim {
+  int64_t stride;
+  int count;
+};
+// Ranks of a group per node: whole inner dimensions while they fit in a node, then as many of the
+// next dimension's ranks as a node holds.
+int PerNode(const Plan& plan, std::initializer_list<GroupDim> dims) {
+  const int64_t node = plan.cluster.gpus_per_node;
+  int64_t per_node = 1;
+  for (const GroupDim& d : dims) {
+    if (d.stride >= node) break;
+    const int64_t fit = std::clamp<int64_t>(node / d.stride, 1, d.count);
+    per_node *= fit;
+    if (fit < d.count) break;
+  }
+  return static_cast<int>(per_node);
+}
+CommGroup MakeGroup(int size, int per_node) {
+  per_node = std::min(per_node, size);
+  return CommGroup{size, (size + per_node - 1) / per_node, per_node};
+}
+}  // namespace
+
 CommGroup DpGroup(const Plan& plan) {
-  const int64_t stride =
-      plan.placement == Placement::kTpDpPp ? plan.tp : static_cast<int64_t>(plan.tp) * plan.pp;
-  const int per_node =
-      static_cast<int>(std::clamp<int64_t>(plan.cluster.gpus_per_node / stride, 1, plan.dp));
-  return CommGroup{plan.dp, (plan.dp + per_node - 1) / per_node, per_node};
+  // Megatron's rank order, innermost first: tp, cp, then dp and pp in the plan's placement.
+  const int64_t tp = plan.tp, cp = plan.cp;
+  const int64_t dp_stride = plan.placement == Placement::kTpDpPp ? tp * cp : tp * cp * plan.pp;
+  return MakeGroup(plan.dp_cp(), PerNode(plan, {{tp, plan.cp}, {dp_stride, plan.dp}}));
+}
+
+CommGroup CpRing(const Plan& plan) {
+  // The ring's ranks are tp apart; a step is as slow as its slowest hop, which crosses nodes
+  // once the ring does.
+  if (static_cast<int64_t>(plan.tp) * plan.cp <= plan.cluster.gpus_per_node) return {2, 1, 2};
+  return {2, 2, 1};
 }
 
 namespace {
@@ -48,7 +79,8 @@ CommGroup Pair(const Plan& plan, int64_t stride) {
   return CommGroup{2, 2, 1};
 }
 int64_t PpStride(const Plan& plan) {
-  return plan.placement == Placement::kTpDpPp ? static_cast<int64_t>(plan.tp) * plan.dp : plan.tp;
+  const int64_t tp_cp = static_cast<int64_t>(plan.tp) * plan.cp;
+  return plan.placement == Placement::kTpDpPp ? tp_cp * plan.dp : tp_cp;
 }
 }  // namespace
 
@@ -67,7 +99,8 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       tp_group_(TpGroup(plan)),
       dp_group_(DpGroup(plan)),
       pp_pair_(PpPair(plan)),
-      embedding_pair_(EmbeddingPair(plan)) {
+      embedding_pair_(EmbeddingPair(plan)),
+      cp_ring_(CpRing(plan)) {
   // A precision the GPU lacks runs in the first 16- or 32-bit type it has (fp32's peak is always
   // above 0), never at a zero peak, which would make every op last forever. Plans that pass
   // CheckPlanRules never get here with one.
@@ -154,6 +187,8 @@ CommGroup CostModel::GroupOf(const Op& op) const {
       return pp_pair_;
     case Group::kEmbedding:
       return embedding_pair_;
+    case Group::kCp:
+      return cp_ring_;
     case Group::kTp:
     case Group::kNone:
       break;

@@ -37,10 +37,14 @@ AttentionKernel AttentionOf(const Plan& plan, const CostOptions& options);
 // Where a plan's TP group sits on the cluster (Megatron placement: TP ranks innermost, inside a
 // node while tp <= GPUs per node).
 CommGroup TpGroup(const Plan& plan);
-// The DP group: TP ranks innermost, then DP and PP in the plan's placement, so a DP group's ranks
-// are tp (or tp * pp) apart.
+// Ranks are laid out as Megatron's: TP innermost, then CP, then DP and PP in the plan's placement.
+// The DP group, over which gradients are reduced, is DP x CP: its CP ranks tp apart, its DP ranks
+// tp * cp (or tp * cp * pp) apart.
 CommGroup DpGroup(const Plan& plan);
-// Two pipeline neighbours (tp * dp, or tp, ranks apart).
+// Two neighbours of the CP ring (tp ranks apart): inside a node while the ring fits in one,
+// across nodes once it spans several.
+CommGroup CpRing(const Plan& plan);
+// Two pipeline neighbours (tp * cp * dp, or tp * cp, ranks apart).
 CommGroup PpPair(const Plan& plan);
 // The first and last pipeline stage (sharing the tied embedding).
 CommGroup EmbeddingPair(const Plan& plan);
@@ -57,13 +61,14 @@ CommGroup EmbeddingPair(const Plan& plan);
 // dropout), added to the GEMM time rather than overlapped with it.
 // Elementwise: bytes over achieved HBM bandwidth.
 // Collectives: EstimateCollective on the fabric the group spans (TP, DP, the pipeline neighbours,
-// the embedding pair); a decomposed part on copy engines (Plan::copy_engine) the same time and
-// HBM traffic, but no CTAs; a decomposed all-gather's first part holds the rank's own rows (TE's
-// ring starts from the local shard), so only the others' rows of it move. A pipeline send moves
-// its bytes to the neighbour; its recv costs
-// nothing (it ends when the send does). A calibrated profile's collectives are the TP group's.
-// Optimizer step: its bytes over achieved HBM bandwidth, one launch.
-// Every compute op pays one kernel launch.
+// the embedding pair, the CP ring's neighbours); a decomposed part on copy engines
+// (Plan::copy_engine) the same time and HBM traffic, but no CTAs; a decomposed all-gather's first
+// part holds the rank's own rows (TE's ring starts from the local shard), so only the others' rows
+// of it move. A pipeline send moves its bytes to the neighbour; its recv costs nothing (it ends
+// when the send does). A CP ring step (kCpSendRecv) is a send/recv of its bytes between CP
+// neighbours (CpRing): it sends one way while receiving the other, each direction at the link's
+// per-direction bandwidth. A calibrated profile's collectives are the TP group's. Optimizer step:
+// its bytes over achieved HBM bandwidth, one launch. Every compute op pays one kernel launch.
 class CostModel {
  public:
   CostModel(const Plan& plan, const CostOptions& options);
@@ -87,7 +92,7 @@ class CostModel {
   CostOptions options_;
   StackSpec plan_stack_;
   bool copy_engine_parts_ = false;  // decomposed collective parts take no SMs (Plan::copy_engine)
-  CommGroup tp_group_, dp_group_, pp_pair_, embedding_pair_;
+  CommGroup tp_group_, dp_group_, pp_pair_, embedding_pair_, cp_ring_;
   CommGroup GroupOf(const Op& op) const;
   Dtype gemm_dtype_ = Dtype::kBf16;       // the plan's precision, where the GPU has it
   Dtype attention_dtype_ = Dtype::kBf16;  // 16-bit even under fp8

@@ -191,6 +191,7 @@ IterationShape ShapeOf(const Plan& plan) {
   const ParameterCounts c = CountParameters(plan.model);
   IterationShape shape;
   shape.numbers = {plan.tp,
+                   plan.cp,
                    plan.pp,
                    plan.dp,
                    plan.virtual_stages,

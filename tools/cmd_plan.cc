@@ -54,6 +54,7 @@ class SimulatorEvaluator : public Evaluator {
 // The --fix keys, each with the plan flag that pins the same dimension.
 constexpr std::pair<const char*, const char*> kFixKeys[] = {
     {"tp", "--tp"},
+    {"cp", "--cp"},
     {"pp", "--pp"},
     {"dp", "--dp"},
     {"v", "--virtual-stages"},
@@ -72,6 +73,7 @@ Status CheckPins(const PlanCommandFlags& flags) {
   const PlanFlags& f = flags.plan;
   auto flag_given = [&](std::string_view key) {
     if (key == "tp") return f.tp > 0;
+    if (key == "cp") return f.cp > 0;
     if (key == "pp") return f.pp > 0;
     if (key == "dp") return f.dp > 0;
     if (key == "v") return f.virtual_stages > 0;
@@ -107,7 +109,8 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   DOMINO_RETURN_IF_ERROR(CheckPins(flags));
   SearchSpace space;
   const PlanFlags& f = flags.plan;
-  space.tp = f.tp, space.pp = f.pp, space.dp = f.dp, space.virtual_stages = f.virtual_stages;
+  space.tp = f.tp, space.cp = f.cp, space.pp = f.pp, space.dp = f.dp;
+  space.virtual_stages = f.virtual_stages;
   space.micro_batch = f.micro_batch;
   if (f.row_split > 0) space.row_splits = {f.row_split};
   if (f.col_split > 0) space.col_splits = {f.col_split};
@@ -125,8 +128,9 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
 }
 
 bool SameOuter(const Plan& a, const Plan& b) {
-  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.virtual_stages == b.virtual_stages &&
-         a.micro_batch == b.micro_batch && a.sequence_parallel == b.sequence_parallel &&
+  return a.tp == b.tp && a.cp == b.cp && a.pp == b.pp && a.dp == b.dp &&
+         a.virtual_stages == b.virtual_stages && a.micro_batch == b.micro_batch &&
+         a.sequence_parallel == b.sequence_parallel &&
          a.distributed_optimizer == b.distributed_optimizer && a.recompute == b.recompute;
 }
 
@@ -253,7 +257,7 @@ void Run(const PlanCommandFlags& flags) {
   if (!space.ok()) Fail("plan", space.message());
   // Flags describe the base plan; the defaults of the built-in plan must not pin anything.
   PlanFlags base_flags = flags.plan;
-  base_flags.tp = base_flags.pp = base_flags.dp = base_flags.virtual_stages = 0;
+  base_flags.tp = base_flags.cp = base_flags.pp = base_flags.dp = base_flags.virtual_stages = 0;
   // The global batch defaults to one micro-batch per DP rank, as for `simulate`: the micro-batch
   // and dp pinned by a flag or by --fix count alike.
   if (base_flags.micro_batch == 0) base_flags.micro_batch = space->micro_batch;
@@ -267,8 +271,10 @@ void Run(const PlanCommandFlags& flags) {
   if (!flags.out_path.empty()) CheckOk("plan", CheckOutputPath(flags.out_path, flags.force));
   // A pinned degree must divide the GPUs, else nothing is left to search: say which.
   const int gpus = base->cluster.total_gpus();
-  for (const auto& [name, degree] :
-       {std::pair<const char*, int>{"tp", space->tp}, {"pp", space->pp}, {"dp", space->dp}})
+  for (const auto& [name, degree] : {std::pair<const char*, int>{"tp", space->tp},
+                                     {"cp", space->cp},
+                                     {"pp", space->pp},
+                                     {"dp", space->dp}})
     if (degree > 0 && gpus % degree != 0)
       Fail("plan", fmt::format("{} pinned to {}: it must divide the cluster's {} GPUs", name,
                                degree, gpus));
@@ -398,8 +404,9 @@ void SetupPlan(CLI::App* sub) {
                   "collective-matmul overlap: decomposed | both | all")
       ->check(CLI::IsMember({"baseline", "row", "col", "2d", "any", "decomposed", "both", "all"}));
   sub->add_option("--fix", flags->fix,
-                  "pin dimensions: tp=8,pp=1,dp=4,v=2,mb=4,sp=true,distopt=false,recompute=none,"
-                  "p=2,q=1,scope=inter-layer");
+                  "pin dimensions: tp=8,cp=2,pp=1,dp=4,v=2,mb=4,sp=true,distopt=false,"
+                  "recompute=none,p=2,q=1,scope=inter-layer (cp > 1 is searched from seq-len "
+                  "16384, or when nothing fits without it)");
   sub->add_option("--objective", flags->objective,
                   "throughput (tokens/s, default) | time (iteration time; the same ranking for a "
                   "fixed global batch)")

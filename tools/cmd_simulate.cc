@@ -34,11 +34,11 @@ std::string Describe(const Plan& p) {
   return fmt::format(
       "# {} on {} ({} x {}), {}, stack {}, seq {}, micro-batch {}, global batch {} ({} "
       "micro-batch(es))\n"
-      "# tp {}, pp {}, dp {}, sequence parallel {} | row split {}, col split {}, scope {}{}\n",
+      "# tp {}{}, pp {}, dp {}, sequence parallel {} | row split {}, col split {}, scope {}{}\n",
       p.model.name, p.cluster.name, p.cluster.total_gpus(), p.cluster.node.gpu.name,
       DtypeName(p.precision), p.stack.name, p.seq_len, p.micro_batch, p.global_batch,
-      p.micro_batches(), p.tp, p.pp, p.dp, p.sequence_parallel ? "on" : "off", p.row_split,
-      p.col_split, ScopeName(p.scope),
+      p.micro_batches(), p.tp, p.cp > 1 ? fmt::format(", cp {}", p.cp) : "", p.pp, p.dp,
+      p.sequence_parallel ? "on" : "off", p.row_split, p.col_split, ScopeName(p.scope),
       p.method == OverlapMethod::kDomino
           ? ""
           : fmt::format(", {} overlap in {} chunks", MethodName(p.method), p.decomposed_chunks()));

@@ -253,7 +253,7 @@ void Run(const SweepFlags& flags) {
       rows.push_back({"deepspeed-domino", domino, *d});
     }
     SearchSpace space;
-    space.tp = plan->tp, space.pp = plan->pp, space.dp = plan->dp;
+    space.tp = plan->tp, space.cp = plan->cp, space.pp = plan->pp, space.dp = plan->dp;
     space.virtual_stages = plan->virtual_stages, space.micro_batch = plan->micro_batch;
     space.sequence_parallel = plan->sequence_parallel;
     space.distributed_optimizer = plan->distributed_optimizer;

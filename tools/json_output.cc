@@ -108,6 +108,7 @@ Json PlanJson(const Plan& p) {
   plan["training"] = {
       {"seq_len", p.seq_len}, {"micro_batch", p.micro_batch}, {"global_batch", p.global_batch}};
   plan["parallel"] = {{"tp", p.tp},
+                      {"cp", p.cp},
                       {"pp", p.pp},
                       {"dp", p.dp},
                       {"sequence_parallel", p.sequence_parallel},

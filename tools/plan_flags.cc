@@ -92,8 +92,12 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
          "--global-batch", f->global_batch,
          "sequences per iteration (default: micro-batch x dp, one micro-batch per DP rank)")
       ->check(Bounded(kGlobalBatchBound));
-  app->add_option("--tp", f->tp, "tensor-parallel degree (default: the GPUs left by pp and dp)")
+  app->add_option("--tp", f->tp, "tensor-parallel degree (default: the GPUs left by cp, pp and dp)")
       ->check(Bounded(kTpBound));
+  app->add_option("--cp", f->cp,
+                  "context-parallel degree: ring attention over seq-len/cp tokens per GPU "
+                  "(default: 1)")
+      ->check(Bounded(kCpBound));
   app->add_option("--pp", f->pp, "pipeline-parallel degree (default: 1)")->check(Bounded(kPpBound));
   app->add_option("--dp", f->dp, "data-parallel degree (default: 1)")->check(Bounded(kDpBound));
   app->add_option("--virtual-stages", f->virtual_stages,
@@ -181,6 +185,7 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   };
   set(f.seq_len, &plan.seq_len);
   set(f.micro_batch, &plan.micro_batch);
+  set(f.cp, &plan.cp);
   set(f.pp, &plan.pp);
   set(f.dp, &plan.dp);
   set(f.virtual_stages, &plan.virtual_stages);
@@ -189,11 +194,11 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   set(f.chunks, &plan.chunks);
   set(f.tp, &plan.tp);
   if (plan.tp == 0) {
-    int per_tp = plan.pp * plan.dp;
+    const int64_t per_tp = static_cast<int64_t>(plan.cp) * plan.pp * plan.dp;
     if (cluster->total_gpus() % per_tp != 0)
-      return Error(fmt::format("pp*dp = {} does not divide the cluster's {} GPUs", per_tp,
-                               cluster->total_gpus()));
-    plan.tp = cluster->total_gpus() / per_tp;
+      return Error(fmt::format("{} = {} does not divide the cluster's {} GPUs",
+                               plan.cp > 1 ? "cp*pp*dp" : "pp*dp", per_tp, cluster->total_gpus()));
+    plan.tp = static_cast<int>(cluster->total_gpus() / per_tp);
   }
   if (plan.global_batch == 0) plan.global_batch = DefaultGlobalBatch(plan.micro_batch, plan.dp);
   set(f.global_batch, &plan.global_batch);

@@ -18,7 +18,7 @@ struct PlanFlags {
   std::string stack;
   std::string precision;
   int seq_len = 0, micro_batch = 0, global_batch = 0;
-  int tp = 0, pp = 0, dp = 0, virtual_stages = 0;
+  int tp = 0, cp = 0, pp = 0, dp = 0, virtual_stages = 0;
   std::string sequence_parallel;  // "true" / "false" (--sp / --no-sp)
   int row_split = 0, col_split = 0, chunks = 0;
   std::string method;       // "domino" / "decomposed" / "both"
@@ -33,7 +33,7 @@ void AddPlanFlags(CLI::App* app, PlanFlags* flags, bool with_plan_file);
 // plan's defaults (planner/plan.h: GPT-3 13B on 4 DGX-H100, seq 1024, micro-batch 16, as
 // DeepSpeed-Domino runs it) and flags. The defaults are the same whatever subset of flags is
 // given: --model alone changes the model and nothing else. Without a plan file, an unset tp spans
-// the GPUs left by pp and dp, and an unset global batch is one micro-batch per DP rank
+// the GPUs left by cp, pp and dp, and an unset global batch is one micro-batch per DP rank
 // (DefaultGlobalBatch). Without `check_rules` the plan is only resolved (see ResolvePlan).
 Result<Plan> BuildPlan(const PlanFlags& flags, bool check_rules = true);
 

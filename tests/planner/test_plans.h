@@ -28,6 +28,7 @@ struct PlanKnobs {
   bool sequence_parallel = false;
   OverlapMethod method = OverlapMethod::kDomino;
   int chunks = 0;  // 0: tp
+  int cp = 1;      // last: tests initialize the fields above in order
 };
 
 // A resolved plan; fails the test (and returns the unresolved plan) when it breaks a rule.
@@ -36,6 +37,7 @@ inline Plan MakePlan(const PlanKnobs& k) {
   plan.model_ref = k.model;
   plan.cluster_ref = k.cluster;
   plan.tp = k.tp;
+  plan.cp = k.cp;
   plan.pp = k.pp;
   plan.dp = k.dp;
   plan.virtual_stages = k.virtual_stages;

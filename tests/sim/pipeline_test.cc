@@ -202,14 +202,15 @@ TEST(PipelineTest, DpBucketsFollowTheLastBackwardLayerByLayer) {
 }
 
 TEST(PipelineTest, EveryOpKindStreamAndGroupIsEmitted) {
-  // A 3D plan with the distributed optimizer: between the iteration and its pass schedules every
-  // op kind, stream and group of the IR appears.
+  // A 4D plan (context parallelism too) with the distributed optimizer: between the iteration and
+  // its pass schedules every op kind, stream and group of the IR appears.
   PlanKnobs k;
   k.model = "gpt3-2.7b";
   k.tp = 2;
+  k.cp = 2;
   k.pp = 2;
   k.dp = 2;
-  k.cluster = "dgx-h100:1";
+  k.cluster = "dgx-h100:2";
   k.micro_batch = 1;
   k.global_batch = 4;
   k.distributed_optimizer = true;
@@ -233,9 +234,9 @@ TEST(PipelineTest, EveryOpKindStreamAndGroupIsEmitted) {
   EXPECT_EQ(kinds.size(), 7u);  // GEMM, attention, elementwise, collective, send/recv, optimizer,
                                 // pass
   EXPECT_EQ(streams.size(), static_cast<size_t>(kStreamCount));
-  EXPECT_EQ(groups.size(), 5u);  // none, TP, DP, PP, embedding
+  EXPECT_EQ(groups.size(), 6u);  // none, TP, DP, PP, embedding, CP
   for (OpFunc f : {OpFunc::kPpSend, OpFunc::kPpRecv, OpFunc::kDpReduceScatter, OpFunc::kDpAllGather,
-                   OpFunc::kEmbeddingAllReduce, OpFunc::kOptimizerStep})
+                   OpFunc::kEmbeddingAllReduce, OpFunc::kOptimizerStep, OpFunc::kCpSendRecv})
     EXPECT_TRUE(funcs.count(f)) << OpFuncName(f);
 }
 

@@ -71,7 +71,7 @@ def check_plan_keys(plan, where):
     typed(plan, {"model": (str, dict), "cluster": str, "stack": str, "precision": str,
                  "training": dict, "parallel": dict, "overlap": dict, "memory": dict}, where)
     typed(plan["training"], {"seq_len": int, "micro_batch": int, "global_batch": int}, where)
-    typed(plan["parallel"], {"tp": int, "pp": int, "dp": int, "sequence_parallel": bool,
+    typed(plan["parallel"], {"tp": int, "cp": int, "pp": int, "dp": int, "sequence_parallel": bool,
                              "virtual_stages": int, "placement": str}, where)
     typed(plan["overlap"], {"row_split": int, "col_split": int, "scope": str, "method": str,
                             "chunks": int, "copy_engine": bool}, where)

@@ -1,0 +1,191 @@
+// Context parallelism in the planner: the plan key and its rules, the lowering's ring attention
+// and the memory model.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "planner/lower.h"
+#include "planner/memory_model.h"
+#include "tests/planner/test_plans.h"
+
+namespace domino {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_util::MakePlan;
+using testing_util::PlanKnobs;
+
+// gpt3-2.7b (hidden 2560, 32 heads of 80, MHA): tp 2, 2 sequences of 512 tokens, on 2 or 4
+// GPUs of one node.
+PlanKnobs Knobs(int cp) {
+  PlanKnobs k;
+  k.tp = 2;
+  k.cp = cp;
+  k.cluster = cp == 1 ? "dgx-h100:1:2" : "dgx-h100:1:4";
+  k.seq_len = 512;
+  k.micro_batch = 2;
+  k.global_batch = 2;
+  return k;
+}
+
+Schedule LowerOk(const PlanKnobs& knobs) {
+  Result<Schedule> s = Lower(MakePlan(knobs));
+  EXPECT_TRUE(s.ok()) << s.message();
+  return s.ok() ? std::move(s).value() : Schedule();
+}
+
+std::vector<Op> OpsOf(const Schedule& s, OpFunc func, int layer = 0) {
+  std::vector<Op> out;
+  for (const Op& op : s.ops())
+    if (op.func == func && op.tags.layer == layer) out.push_back(op);
+  return out;
+}
+
+TEST(ContextParallelTest, CpOneEmitsNoRingAndKeepsTheWholeSequence) {
+  const Schedule s = LowerOk(Knobs(1));
+  for (const Op& op : s.ops()) {
+    EXPECT_NE(op.stream, Stream::kCpComm);
+    EXPECT_NE(op.group, Group::kCp);
+    EXPECT_EQ(op.tags.ring_step, -1);
+  }
+  const std::vector<Op> attn = OpsOf(s, OpFunc::kAttn);
+  ASSERT_EQ(attn.size(), 1u);
+  EXPECT_EQ(attn[0].seq_len, 512);
+  EXPECT_EQ(OpsOf(s, OpFunc::kQkv)[0].m, 1024);  // 2 sequences x 512 tokens
+}
+
+TEST(ContextParallelTest, CpTwoHalvesTheGemmsAndPassesKvBlocksAroundTheRing) {
+  const Schedule one = LowerOk(Knobs(1));
+  const Schedule two = LowerOk(Knobs(2));
+  // Every GEMM works on the rank's 2 x 256 tokens: m (or, for weight gradients, k) halves.
+  for (OpFunc f : {OpFunc::kQkv, OpFunc::kProj, OpFunc::kFc1, OpFunc::kFc2})
+    EXPECT_EQ(OpsOf(two, f)[0].m * 2, OpsOf(one, f)[0].m) << OpFuncName(f);
+  EXPECT_EQ(OpsOf(two, OpFunc::kQkv)[0].m, 512);
+  EXPECT_EQ(OpsOf(two, OpFunc::kFc2GradWeight)[0].k, 512);
+  // Forward: two ring steps, each a causal block of the 256 local tokens; one KV transfer of
+  // K and V of 16 heads x 80 x 512 tokens in bf16 = 2 x 16 x 80 x 512 x 2 bytes, under step 0.
+  const std::vector<Op> attn = OpsOf(two, OpFunc::kAttn);
+  ASSERT_EQ(attn.size(), 2u);
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(attn[j].seq_len, 256);
+    EXPECT_EQ(attn[j].tags.ring_step, j);
+  }
+  constexpr double kKvBlock = 2.0 * 16 * 80 * 512 * 2;  // 2,621,440 bytes
+  std::vector<Op> transfers;
+  for (const Op& op : two.ops())
+    if (op.func == OpFunc::kCpSendRecv && op.tags.layer == 0) transfers.push_back(op);
+  // Forward one (KV); backward two: KV for step 1, then the accumulated dKV back to its owner.
+  ASSERT_EQ(transfers.size(), 3u);
+  for (const Op& op : transfers) {
+    EXPECT_EQ(op.kind, OpKind::kSendRecv);
+    EXPECT_EQ(op.stream, Stream::kCpComm);
+    EXPECT_EQ(op.group, Group::kCp);
+    EXPECT_DOUBLE_EQ(op.bytes, kKvBlock);
+  }
+  EXPECT_EQ(transfers[0].tags.phase, Phase::kForward);
+  EXPECT_EQ(transfers[1].tags.phase, Phase::kBackward);
+  // Per step the attention does a quarter of the whole sequence's work: cp = 2 steps of
+  // (s/2)^2 against s^2, so the ring does half of it, the rank's share.
+  EXPECT_DOUBLE_EQ(attn[0].flops * 4, OpsOf(one, OpFunc::kAttn)[0].flops);
+}
+
+TEST(ContextParallelTest, RingStepsWaitForTheirKvBlock) {
+  PlanKnobs k = Knobs(4);
+  k.cluster = "dgx-h100:1";
+  const Schedule s = LowerOk(k);
+  // Forward of layer 0: transfer j runs beside block j, block j+1 waits for it.
+  std::vector<int32_t> blocks, transfers;
+  for (int32_t i = 0; i < static_cast<int32_t>(s.size()); ++i) {
+    const Op& op = s.op(i);
+    if (op.tags.layer != 0 || op.tags.phase != Phase::kForward) continue;
+    if (op.func == OpFunc::kAttn) blocks.push_back(i);
+    if (op.func == OpFunc::kCpSendRecv) transfers.push_back(i);
+  }
+  ASSERT_EQ(blocks.size(), 4u);
+  ASSERT_EQ(transfers.size(), 3u);
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_LT(transfers[j], blocks[j]);  // issued first, so it runs under the block
+    auto deps = s.deps(s.op(blocks[j + 1]));
+    EXPECT_NE(std::find(deps.begin(), deps.end(), transfers[j]), deps.end()) << j;
+  }
+}
+
+TEST(ContextParallelTest, ActivationsHalveWeightsDoNot) {
+  PlanKnobs k = Knobs(1);
+  k.dp = 2;
+  k.cluster = "dgx-h100:1:4";
+  k.global_batch = 4;
+  const MemoryEstimate dp2 = EstimateMemory(MakePlan(k));
+  const MemoryEstimate cp2 = EstimateMemory(MakePlan(Knobs(2)));
+  EXPECT_DOUBLE_EQ(cp2.activation_bytes * 2, dp2.activation_bytes);
+  EXPECT_DOUBLE_EQ(cp2.weights_and_optimizer_bytes, dp2.weights_and_optimizer_bytes);
+  // The distributed optimizer shards over DP x CP: 6 + 12/2 bytes per parameter either way.
+  k.distributed_optimizer = true;
+  PlanKnobs c = Knobs(2);
+  c.distributed_optimizer = true;
+  EXPECT_DOUBLE_EQ(EstimateMemory(MakePlan(c)).weights_and_optimizer_bytes,
+                   EstimateMemory(MakePlan(k)).weights_and_optimizer_bytes);
+}
+
+constexpr char kPlan[] =
+    "model: gpt3-2.7b\n"
+    "cluster: dgx-h100:1\n"
+    "training: {seq_len: 512, micro_batch: 2, global_batch: 2}\n"
+    "parallel: {tp: 2, cp: 4, pp: 1, dp: 1}\n";
+
+TEST(ContextParallelTest, PlanYamlRoundTripsCp) {
+  Result<Plan> plan = ParsePlan(kPlan, "plan.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  EXPECT_EQ(plan->cp, 4);
+  const std::string yaml = PlanToYaml(*plan);
+  EXPECT_THAT(yaml, HasSubstr("parallel: {tp: 2, cp: 4, pp: 1,"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->cp, 4);
+  EXPECT_EQ(PlanToYaml(*back), yaml);
+  // Without context parallelism the key is not written: such plans keep their YAML.
+  back->cp = 1, back->tp = 8;
+  EXPECT_THAT(PlanToYaml(*back), HasSubstr("parallel: {tp: 8, pp: 1,"));
+}
+
+TEST(ContextParallelTest, BadCpNamesTheKeyAndTheRule) {
+  std::string text = kPlan;
+  text.replace(text.find("seq_len: 512"), 12, "seq_len: 500");
+  Result<Plan> odd = ParsePlan(text, "plan.yaml");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_THAT(odd.message(), HasSubstr("plan.yaml:4:"));
+  EXPECT_THAT(odd.message(), HasSubstr("cp: context parallelism cuts each sequence into 2*cp = 8 "
+                                       "chunks (two per rank, for causal load balance): 2*cp "
+                                       "must divide seq_len (500)"));
+  std::string count = kPlan;
+  count.replace(count.find("cp: 4"), 5, "cp: 2");
+  Result<Plan> gpus = ParsePlan(count, "plan.yaml");
+  ASSERT_FALSE(gpus.ok());
+  EXPECT_THAT(gpus.message(),
+              HasSubstr("tp*cp*pp*dp = 2*2*1*1 = 4 must equal the cluster's 8 GPUs"));
+  std::string zero = kPlan;
+  zero.replace(zero.find("cp: 4"), 5, "cp: 0");
+  Result<Plan> bad = ParsePlan(zero, "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("cp: must be a positive integer, got 0"));
+}
+
+TEST(ContextParallelTest, SequenceParallelismSplitsTheLocalSequence) {
+  PlanKnobs k = Knobs(2);
+  k.seq_len = 4;  // 2 local tokens per sequence: tp 2 divides them
+  k.sequence_parallel = true;
+  EXPECT_FALSE(CheckPlanRules(MakePlan(k)));
+  Plan plan = MakePlan(k);
+  plan.tp = 4, plan.cp = 2, plan.cluster.nodes = 1;
+  plan.cluster.gpus_per_node = 8;
+  std::optional<PlanRuleFailure> failure = CheckPlanRules(plan);
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failure->key, "parallel.sequence_parallel");
+  EXPECT_THAT(failure->rule, HasSubstr("(seq_len/cp = 2)"));
+}
+
+}  // namespace
+}  // namespace domino
