@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/export.h"
 #include "planner/lower.h"
 #include "planner/memory_model.h"
 #include "tests/planner/test_plans.h"
@@ -185,6 +186,26 @@ TEST(ContextParallelTest, SequenceParallelismSplitsTheLocalSequence) {
   ASSERT_TRUE(failure);
   EXPECT_EQ(failure->key, "parallel.sequence_parallel");
   EXPECT_THAT(failure->rule, HasSubstr("(seq_len/cp = 2)"));
+}
+
+TEST(ContextParallelTest, ExportNamesEachFrameworksCpSetting) {
+  Result<Plan> plan = ParsePlan(kPlan, "plan.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  Result<std::string> megatron = ExportPlan(*plan, ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok());
+  EXPECT_THAT(*megatron, HasSubstr("--context-parallel-size 4"));
+  EXPECT_THAT(*megatron, HasSubstr("--cp-comm-type p2p"));
+  EXPECT_THAT(*megatron, HasSubstr("8 GPUs / (tp 2 x cp 4 x pp 1)"));
+  Result<std::string> nemo = ExportPlan(*plan, ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok());
+  EXPECT_THAT(*nemo, HasSubstr("  context_parallel_size: 4\n"));
+  Result<std::string> titan = ExportPlan(*plan, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(titan.ok());
+  EXPECT_THAT(*titan, HasSubstr("context_parallel_degree = 4\n"));
+  Result<std::string> deepspeed = ExportPlan(*plan, ExportTarget::kDeepSpeed);
+  ASSERT_FALSE(deepspeed.ok());
+  EXPECT_THAT(deepspeed.message(), HasSubstr("cp 4 (it has no context parallelism)"));
+  EXPECT_EQ(deepspeed.message().find('\n'), std::string::npos);
 }
 
 }  // namespace

@@ -20,6 +20,19 @@ Result<Plan> Build(std::vector<std::string> args) {
   return BuildPlan(flags);
 }
 
+// --cp sets context parallelism; an unset tp spans the GPUs left by cp, pp and dp.
+TEST(PlanFlagsTest, CpTakesItsShareOfTheGpus) {
+  Result<Plan> plan = Build({"--cp", "2", "--dp", "2", "--seq-len", "4096"});
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  EXPECT_EQ(plan->cp, 2);
+  EXPECT_EQ(plan->tp, 8);  // 32 GPUs / (cp 2 x dp 2)
+  Result<Plan> odd = Build({"--cp", "4", "--tp", "8", "--seq-len", "1004"});
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.message().find("parallel.cp: context parallelism cuts each sequence into 2*cp = 8"),
+            std::string::npos)
+      << odd.message();
+}
+
 // The defaults do not depend on which other flags are given: naming the default model or
 // cluster changes nothing, and another model or cluster changes only itself and tp.
 TEST(PlanFlagsTest, DefaultsAreTheSameWhateverSubsetIsGiven) {
