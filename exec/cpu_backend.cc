@@ -86,6 +86,19 @@ int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index) {
                               static_cast<uint64_t>(vocab));
 }
 
+int64_t CpPosition(int64_t local, int64_t seq_len, int cp, int cp_rank) {
+  const int64_t chunk = seq_len / (2 * cp);
+  return local < chunk ? cp_rank * chunk + local : (2 * cp - 1 - cp_rank) * chunk + local - chunk;
+}
+
+int64_t CpuBackend::TokenIndex(const Tensor& t, int64_t row, int64_t col) const {
+  const int64_t whole = WholeIndex(t, rank_, tp_, row, col).rows;
+  if (offsets_.cp <= 1) return whole;
+  const int64_t local_len = offsets_.seq_len / offsets_.cp;
+  return whole / local_len * offsets_.seq_len +
+         CpPosition(whole % local_len, offsets_.seq_len, offsets_.cp, offsets_.cp_rank);
+}
+
 void CpuBackend::Fill(const Tensor& t, std::vector<float>& values, const View& view) const {
   if (!IsTokens(t.role)) {
     if (offsets_.layer == 0 || t.role.layer < 0) {
@@ -100,8 +113,8 @@ void CpuBackend::Fill(const Tensor& t, std::vector<float>& values, const View& v
   const int64_t next = t.role.slot == TensorSlot::kLmHead ? 1 : 0;  // labels: the next token
   for (int64_t r = view.row_begin; r < view.row_end; ++r)
     for (int64_t c = view.col_begin; c < view.col_end; ++c)
-      values[r * t.cols + c] = static_cast<float>(ReferenceToken(
-          seed_, model_.vocab, offsets_.token + WholeIndex(t, rank_, tp_, r, c).rows + next));
+      values[r * t.cols + c] = static_cast<float>(
+          ReferenceToken(seed_, model_.vocab, offsets_.token + TokenIndex(t, r, c) + next));
 }
 
 Status CpuBackend::Pack(const TensorUse& use, float* out) const {

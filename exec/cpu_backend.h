@@ -46,11 +46,20 @@ int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index);
 //
 // Where the schedule sits in a larger run (exec/step.h): its layer l is the model's layer
 // l + layer_offset (weights draw that layer's values), and its token stream starts at token
-// token_offset (micro-batch g of an iteration starts at g x its tokens).
+// token_offset (micro-batch g of an iteration starts at g x its tokens). With context parallelism
+// (cp > 1) the schedule's rows are the rank's tokens of each sequence: CpPosition says where they
+// sit in it.
 struct FillOffsets {
   int layer = 0;
   int64_t token = 0;
+  int cp = 1, cp_rank = 0;
+  int64_t seq_len = 0;  // the whole sequence's tokens (with cp > 1)
 };
+
+// Context parallelism's causal load balance: a sequence of `seq_len` tokens is cut into 2 cp
+// chunks and CP rank r holds chunks r and 2 cp - 1 - r. The position in the sequence of the
+// rank's local token `local` (0 <= local < seq_len / cp).
+int64_t CpPosition(int64_t local, int64_t seq_len, int cp, int cp_rank);
 
 class CpuBackend final : public Backend {
  public:
@@ -71,6 +80,8 @@ class CpuBackend final : public Backend {
 
  private:
   void Fill(const Tensor& tensor, std::vector<float>& values, const View& view) const;
+  // The token stream index (before the token offset) of row `row` of a tokens tensor.
+  int64_t TokenIndex(const Tensor& tensor, int64_t row, int64_t col) const;
 
   const Schedule& schedule_;
   ModelSpec model_;

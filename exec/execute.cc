@@ -280,7 +280,7 @@ Result<CommMode> ParseCommMode(std::string_view name) {
 
 Plan ReferencePlan(const Plan& plan) {
   Plan ref = plan;
-  ref.tp = ref.pp = ref.dp = 1;
+  ref.tp = ref.pp = ref.dp = ref.cp = 1;
   ref.cluster.nodes = 1;
   ref.cluster.gpus_per_node = 1;
   ref.model.layers = plan.model.layers / plan.pp;  // one stage's layers
@@ -317,10 +317,15 @@ Result<Extent> ParseExtent(std::string_view name) {
 
 Extent DefaultExtent(const Plan& plan, BackendKind backend) {
   if (backend != BackendKind::kCpu) return Extent::kLayerStack;
-  return plan.pp == 1 && plan.dp == 1 ? Extent::kModel : Extent::kStep;
+  return plan.pp == 1 && plan.dp == 1 && plan.cp == 1 ? Extent::kModel : Extent::kStep;
 }
 
 Result<Schedule> LowerForExecution(const Plan& plan, Extent extent) {
+  if (plan.cp > 1 && extent != Extent::kStep)
+    return Error(
+        fmt::format("context parallelism (cp {}) is executed in whole training steps "
+                    "(--extent step), not as {}",
+                    plan.cp, ExtentName(extent)));
   if (extent == Extent::kLayerStack) return Lower(plan);
   if (extent == Extent::kStep)
     return Error("whole training steps run the plan's iteration (exec/step.h), not one schedule");

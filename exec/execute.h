@@ -39,8 +39,9 @@ enum class Extent {
 };
 std::string_view ExtentName(Extent extent);  // "model", "layers", "step"
 Result<Extent> ParseExtent(std::string_view name);
-// On the CPU backend: the whole model when the plan has one pipeline stage and one data-parallel
-// replica, whole training steps otherwise; the layer stack on the CUDA backend.
+// On the CPU backend: the whole model when the plan has one pipeline stage, one data-parallel
+// replica and no context parallelism, whole training steps otherwise; the layer stack on the
+// CUDA backend.
 Extent DefaultExtent(const Plan& plan, BackendKind backend);
 // The schedule an execution of `extent` runs: Lower(plan) for the layer stack, LowerStage with
 // the embedding and the head for the whole model. Fails for the whole model of a plan with more
@@ -132,7 +133,7 @@ Result<WholeTensor> GatherWholeTensor(const Tensor& tensor, std::span<const floa
 TensorCheck CompareTensors(std::string name, const WholeTensor& got, const WholeTensor& want,
                            double tolerance);
 
-// The plan of the unsharded reference: tp = pp = dp = 1 on one GPU, no slicing, no SP.
+// The plan of the unsharded reference: tp = cp = pp = dp = 1 on one GPU, no slicing, no SP.
 Plan ReferencePlan(const Plan& plan);
 
 }  // namespace domino::exec

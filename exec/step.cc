@@ -7,6 +7,8 @@
 #include <cmath>
 #include <memory>
 #include <set>
+#include <span>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -100,8 +102,8 @@ Status Describe(const Plan& plan, Chunk& c) {
     it->params.push_back(p);
   }
   for (Bucket& b : c.buckets) {
-    b.shard = (b.size + plan.dp - 1) / plan.dp;
-    const size_t padded = static_cast<size_t>(b.shard * plan.dp);
+    b.shard = (b.size + plan.dp_cp() - 1) / plan.dp_cp();
+    const size_t padded = static_cast<size_t>(b.shard * plan.dp_cp());
     b.grad.assign(padded, 0.0f);
     b.master.assign(padded, 0.0f);
     b.m.assign(padded, 0.0f);
@@ -133,21 +135,31 @@ Status Describe(const Plan& plan, Chunk& c) {
   return Status::Ok();
 }
 
-// The communicators of one rank: its TP group, its pipeline (the stages of its TP and DP rank)
-// and its DP group (the replicas of its TP rank and stage).
+// The communicators of one rank: its TP group, its CP group (the ranks that share its sequences),
+// its pipeline (the stages of its TP, CP and DP rank) and its replicas (the DP x CP ranks of its
+// TP rank and stage, which hold the same weights: gradients are reduced over them).
 struct Groups {
-  std::unique_ptr<Communicator> tp, pp, dp;
+  std::unique_ptr<Communicator> tp, cp, pp, dp;
 };
 
 Result<Groups> SplitGroups(const Plan& plan, Communicator& world, const RankCoords& me) {
   Groups g;
-  Result<std::unique_ptr<Communicator>> tp = world.Split(me.pp * plan.dp + me.dp, me.tp);
-  if (!tp.ok()) return tp.error();
-  Result<std::unique_ptr<Communicator>> pp = world.Split(me.dp * plan.tp + me.tp, me.pp);
-  if (!pp.ok()) return pp.error();
-  Result<std::unique_ptr<Communicator>> dp = world.Split(me.pp * plan.tp + me.tp, me.dp);
-  if (!dp.ok()) return dp.error();
-  g.tp = std::move(tp).value(), g.pp = std::move(pp).value(), g.dp = std::move(dp).value();
+  const int tp = plan.tp, cp = plan.cp, dp = plan.dp;
+  struct Split {
+    std::unique_ptr<Communicator>* into;
+    int color, key;
+  };
+  const Split splits[] = {
+      {&g.tp, (me.pp * dp + me.dp) * cp + me.cp, me.tp},
+      {&g.cp, (me.pp * dp + me.dp) * tp + me.tp, me.cp},
+      {&g.pp, (me.dp * cp + me.cp) * tp + me.tp, me.pp},
+      {&g.dp, me.pp * tp + me.tp, me.dp * cp + me.cp},
+  };
+  for (const Split& split : splits) {
+    Result<std::unique_ptr<Communicator>> made = world.Split(split.color, split.key);
+    if (!made.ok()) return made.error();
+    *split.into = std::move(made).value();
+  }
   return g;
 }
 
@@ -177,7 +189,7 @@ class StepRunner {
         const int64_t global_mb = static_cast<int64_t>(me_.dp) * m + mb;
         chunk->mbs.push_back(std::make_unique<CpuBackend>(
             chunk->schedule, plan_.model, me_.tp, plan_.tp, options_.seed,
-            FillOffsets{chunk->first_layer, global_mb * tokens}));
+            FillOffsets{chunk->first_layer, global_mb * tokens, plan_.cp, me_.cp, plan_.seq_len}));
       }
       chunk->cursor.assign(m, 0);
       // The master weights start as the backends' initial weights.
@@ -225,7 +237,7 @@ class StepRunner {
     return Status::Ok();
   }
 
-  // This rank's mean loss over its micro-batches, averaged over DP; last stage only.
+  // This rank's mean loss over its micro-batches, averaged over DP x CP; last stage only.
   Result<double> Loss() {
     Chunk* last = ChunkOf(static_cast<int>(it_.virtual_stages.size()) - 1);
     if (last == nullptr) return 0.0;
@@ -236,7 +248,7 @@ class StepRunner {
           cpu::ConstMat(backend->data(last->loss).data(), t.rows, t.cols, t.cols));
     float mean = static_cast<float>(sum / static_cast<double>(last->mbs.size()));
     DOMINO_RETURN_IF_ERROR(g_.dp->AllReduce(&mean, 1));
-    return static_cast<double>(mean) / plan_.dp;
+    return static_cast<double>(mean) / plan_.dp_cp();
   }
 
   // Makes the first micro-batch's backend hold the whole final gradient and the updated weights
@@ -245,7 +257,7 @@ class StepRunner {
     for (auto& c : chunks_) {
       for (Bucket& b : c->buckets) {
         DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
-        if (plan_.distributed_optimizer && plan_.dp > 1) {
+        if (Sharded()) {
           DOMINO_RETURN_IF_ERROR(GatherShards(b.grad));
           DOMINO_RETURN_IF_ERROR(GatherShards(b.master));
         }
@@ -353,12 +365,84 @@ class StepRunner {
     }
     CpuBackend& backend = *c.mbs[mb];
     for (; cursor < stop; ++cursor) {
+      const Op& o = s.ops()[cursor];
       // The stack's output gradient comes from the next stage (kPpRecv), not from a fill.
-      if (s.ops()[cursor].func == OpFunc::kResidualGrad) continue;
+      if (o.func == OpFunc::kResidualGrad) continue;
+      if (plan_.cp > 1 && (o.func == OpFunc::kAttn || o.func == OpFunc::kAttnGrad ||
+                           o.func == OpFunc::kCpSendRecv)) {
+        // A ring's first step computes the whole ring's result; its later steps and transfers are
+        // parts of it.
+        if (o.func != OpFunc::kCpSendRecv && o.tags.ring_step <= 0)
+          DOMINO_RETURN_IF_ERROR(CpAttention(s, static_cast<int32_t>(cursor), backend));
+        continue;
+      }
       DOMINO_RETURN_IF_ERROR(
           RunOp(s, static_cast<int32_t>(cursor), backend, *g_.tp, scratch_in_, scratch_out_));
     }
     return Status::Ok();
+  }
+
+  // Gathers a view's rows (sequences x local tokens, sequence-major) from every CP rank and lays
+  // them out as the whole sequences' rows (sequences x seq_len) in sequence order.
+  Status GatherSequence(CpuBackend& backend, const TensorUse& use, int64_t sequences,
+                        std::vector<float>& whole) {
+    const int64_t cols = use.view.col_end - use.view.col_begin;
+    const int64_t local = plan_.local_seq_len(), rows = sequences * local;
+    if (use.view.row_end - use.view.row_begin != rows)
+      return Error(fmt::format("ring attention: a view of {} rows, not {} sequences of {} tokens",
+                               use.view.row_end - use.view.row_begin, sequences, local));
+    scratch_in_.resize(static_cast<size_t>(rows * cols));
+    DOMINO_RETURN_IF_ERROR(backend.Pack(use, scratch_in_.data()));
+    scratch_out_.resize(static_cast<size_t>(rows * cols * plan_.cp));
+    DOMINO_RETURN_IF_ERROR(g_.cp->AllGather(scratch_in_.data(), scratch_out_.data(), rows * cols));
+    whole.assign(static_cast<size_t>(rows * cols * plan_.cp), 0.0f);
+    for (int r = 0; r < plan_.cp; ++r)
+      for (int64_t b = 0; b < sequences; ++b)
+        for (int64_t t = 0; t < local; ++t) {
+          const float* from = scratch_out_.data() + ((r * sequences + b) * local + t) * cols;
+          const int64_t pos = CpPosition(t, plan_.seq_len, plan_.cp, r);
+          std::copy_n(from, cols, whole.data() + (b * plan_.seq_len + pos) * cols);
+        }
+    return Status::Ok();
+  }
+
+  // Context parallelism's attention core, forward or backward, for this rank's tokens.
+  Status CpAttention(const Schedule& s, int32_t id, CpuBackend& backend) {
+    const Op& op = s.op(id);
+    const bool backward = op.func == OpFunc::kAttnGrad;
+    std::span<const TensorUse> reads = s.reads(op), writes = s.writes(op);
+    if (reads.size() != (backward ? 2u : 1u) || writes.size() != 1)
+      return Error(fmt::format("op {} ({}): attention reads qkv (and the output gradient)", id,
+                               s.Label(id)));
+    const cpu::AttentionShape shape{op.sequences, plan_.seq_len, op.heads, op.kv_heads,
+                                    op.head_dim};
+    const int64_t qkv_cols = (op.heads + 2 * op.kv_heads) * op.head_dim;
+    const int64_t out_cols = backward ? qkv_cols : op.heads * op.head_dim;
+    const int64_t rows = op.sequences * plan_.seq_len;
+    std::vector<float> qkv, dout, out(static_cast<size_t>(rows * out_cols), 0.0f);
+    DOMINO_RETURN_IF_ERROR(GatherSequence(backend, reads[0], op.sequences, qkv));
+    if (qkv.size() != static_cast<size_t>(rows * qkv_cols))
+      return Error(
+          fmt::format("op {} ({}): attention shape does not match its qkv view", id, s.Label(id)));
+    const cpu::ConstMat q(qkv.data(), rows, qkv_cols, qkv_cols);
+    cpu::Mat o{out.data(), rows, out_cols, out_cols};
+    if (backward) {
+      DOMINO_RETURN_IF_ERROR(GatherSequence(backend, reads[1], op.sequences, dout));
+      const int64_t d_cols = op.heads * op.head_dim;
+      cpu::AttentionBackward(shape, q, cpu::ConstMat(dout.data(), rows, d_cols, d_cols), o);
+    } else {
+      cpu::AttentionForward(shape, q, o);
+    }
+    // This rank's tokens' rows.
+    const int64_t local = plan_.local_seq_len();
+    std::vector<float> mine(static_cast<size_t>(op.sequences * local * out_cols));
+    for (int64_t b = 0; b < op.sequences; ++b)
+      for (int64_t t = 0; t < local; ++t)
+        std::copy_n(
+            out.data() +
+                (b * plan_.seq_len + CpPosition(t, plan_.seq_len, plan_.cp, me_.cp)) * out_cols,
+            out_cols, mine.data() + (b * local + t) * out_cols);
+    return backend.Unpack(writes[0], mine.data());
   }
 
   // The pipeline stage that runs virtual stage `vs`.
@@ -404,7 +488,8 @@ class StepRunner {
         const std::vector<float>& g = backend->data(p.grad);
         for (int64_t i = 0; i < p.size; ++i) b.grad[p.offset + i] += g[i];
       }
-    const float scale = 1.0f / static_cast<float>(static_cast<int64_t>(c.mbs.size()) * plan_.dp);
+    const float scale =
+        1.0f / static_cast<float>(static_cast<int64_t>(c.mbs.size()) * plan_.dp_cp());
     for (float& x : b.grad) x *= scale;
     for (const Param& p : b.params)
       if (c.schedule.tensors()[p.grad].shard == Shard::kPartialSum)
@@ -416,22 +501,25 @@ class StepRunner {
     if (!scatter) return g_.dp->AllReduce(b.grad.data(), static_cast<int64_t>(b.grad.size()));
     shard_.resize(static_cast<size_t>(b.shard));
     DOMINO_RETURN_IF_ERROR(g_.dp->ReduceScatter(b.grad.data(), shard_.data(), b.shard));
-    std::copy(shard_.begin(), shard_.end(), b.grad.begin() + me_.dp * b.shard);
+    std::copy(shard_.begin(), shard_.end(), b.grad.begin() + Replica() * b.shard);
     return Status::Ok();
   }
 
   // All-gathers each DP rank's shard of `flat` into the whole of it.
   Status GatherShards(std::vector<float>& flat) {
-    const int64_t shard = static_cast<int64_t>(flat.size()) / plan_.dp;
-    shard_.assign(flat.begin() + me_.dp * shard, flat.begin() + (me_.dp + 1) * shard);
+    const int64_t shard = static_cast<int64_t>(flat.size()) / plan_.dp_cp();
+    shard_.assign(flat.begin() + Replica() * shard, flat.begin() + (Replica() + 1) * shard);
     return g_.dp->AllGather(shard_.data(), flat.data(), shard);
   }
 
   // The rank's range of a bucket: its DP shard with the distributed optimizer, else the whole.
   std::pair<int64_t, int64_t> Owned(const Bucket& b) const {
-    if (!plan_.distributed_optimizer || plan_.dp == 1) return {0, b.size};
-    return {std::min(b.size, me_.dp * b.shard), std::min(b.size, (me_.dp + 1) * b.shard)};
+    if (!Sharded()) return {0, b.size};
+    return {std::min(b.size, Replica() * b.shard), std::min(b.size, (Replica() + 1) * b.shard)};
   }
+  // Whether the optimizer state is sharded over the replicas (DP x CP), and this rank's shard.
+  bool Sharded() const { return plan_.distributed_optimizer && plan_.dp_cp() > 1; }
+  int Replica() const { return g_.dp->rank(); }
 
   // The tied word embedding's gradient, summed over the first and the last stage.
   Status SyncEmbedding() {
@@ -468,7 +556,7 @@ class StepRunner {
           b.master[i] =
               static_cast<float>(b.master[i] - a.lr * (m / c1) / (std::sqrt(v / c2) + a.eps));
         }
-        if (!plan_.distributed_optimizer || plan_.dp == 1) WriteWeights(*c, b);
+        if (!Sharded()) WriteWeights(*c, b);
       }
     }
     return Status::Ok();
@@ -510,7 +598,7 @@ Status CheckStep(const Plan& plan, const Iteration& it, StepRunner& run, const R
   Groups& g = run.groups();
   // Each stage's first TP and DP ranks gather their chunks' parameters over TP and send them,
   // gradient then value, to rank 0.
-  if (me.dp == 0) {
+  if (me.dp == 0 && me.cp == 0) {
     for (const auto& c : run.chunks()) {
       for (const Bucket& b : c->buckets) {
         for (const Param& p : b.params) {
@@ -561,7 +649,7 @@ Status CheckStep(const Plan& plan, const Iteration& it, StepRunner& run, const R
     for (int vs = 0; vs < vs_total; ++vs) first[vs + 1] = first[vs] + it.virtual_stages[vs].layers;
     std::vector<TensorCheck> grads, values;
     for (int s = 0; s < it.stages; ++s) {
-      const int from = WorldRank(plan, RankCoords{0, s, 0});
+      const int from = WorldRank(plan, RankCoords{0, s, 0, 0});
       for (int chunk = 0; chunk < it.chunks; ++chunk) {
         const int vs = chunk * it.stages + s;
         Chunk shape;
@@ -620,7 +708,8 @@ Status CheckStep(const Plan& plan, const Iteration& it, StepRunner& run, const R
 RankCoords CoordsOf(const Plan& plan, int world_rank) {
   RankCoords c;
   c.tp = world_rank % plan.tp;
-  const int rest = world_rank / plan.tp;
+  c.cp = world_rank / plan.tp % plan.cp;
+  const int rest = world_rank / plan.tp / plan.cp;
   if (plan.placement == Placement::kTpDpPp) {
     c.dp = rest % plan.dp, c.pp = rest / plan.dp;
   } else {
@@ -630,13 +719,20 @@ RankCoords CoordsOf(const Plan& plan, int world_rank) {
 }
 
 int WorldRank(const Plan& plan, const RankCoords& c) {
-  if (plan.placement == Placement::kTpDpPp) return c.tp + plan.tp * (c.dp + plan.dp * c.pp);
-  return c.tp + plan.tp * (c.pp + plan.pp * c.dp);
+  const int outer =
+      plan.placement == Placement::kTpDpPp ? c.dp + plan.dp * c.pp : c.pp + plan.pp * c.dp;
+  return c.tp + plan.tp * (c.cp + plan.cp * outer);
+}
+
+std::string RanksText(const Plan& plan) {
+  return plan.cp > 1
+             ? fmt::format("tp {} x cp {} x pp {} x dp {}", plan.tp, plan.cp, plan.pp, plan.dp)
+             : fmt::format("tp {} x pp {} x dp {}", plan.tp, plan.pp, plan.dp);
 }
 
 Plan StepReferencePlan(const Plan& plan) {
   Plan ref = plan;
-  ref.tp = ref.pp = ref.dp = 1;
+  ref.tp = ref.pp = ref.dp = ref.cp = 1;
   ref.cluster.nodes = 1;
   ref.cluster.gpus_per_node = 1;
   ref.row_split = ref.col_split = 1;
@@ -671,10 +767,10 @@ double StepBytesPerRank(const Plan& plan) {
 
 Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Communicator& world,
                                        const ExecuteOptions& options) {
-  const int ranks = plan.tp * plan.pp * plan.dp;
+  const int ranks = plan.tp * plan.cp * plan.pp * plan.dp;
   if (world.size() != ranks)
-    return Error(fmt::format("the plan has tp {} x pp {} x dp {} = {} ranks; {} were launched",
-                             plan.tp, plan.pp, plan.dp, ranks, world.size()));
+    return Error(fmt::format("the plan has {} = {} ranks; {} were launched", RanksText(plan), ranks,
+                             world.size()));
   if (options.steps < 1) return Error(fmt::format("steps {}: at least 1", options.steps));
   const RankCoords me = CoordsOf(plan, world.rank());
   Result<Groups> groups = SplitGroups(plan, world, me);
@@ -684,7 +780,7 @@ Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Co
   ExecuteResult result;
   result.schedule = it.schedule;
   const int last_stage = it.stages - 1;
-  const int loss_rank = WorldRank(plan, RankCoords{0, last_stage, 0});
+  const int loss_rank = WorldRank(plan, RankCoords{0, last_stage, 0, 0});
   for (int step = 1; step <= options.steps; ++step) {
     DOMINO_RETURN_IF_ERROR(run.Step(step, &result.timeline));
     double loss = 0;

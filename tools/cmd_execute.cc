@@ -192,9 +192,9 @@ void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchE
                const exec::ExecuteResult& r, const PlanFigures& f) {
   std::cout << fmt::format(
       "# {} executed on the {} backend: {} rank(s), launcher: {}\n"
-      "# tp {} x pp {} x dp {}{} | {} micro-batches of {} x seq {} per replica | row split {}, "
-      "col split {}, sequence parallel {}{} | {} training step(s), {} ops on rank 0\n\n",
-      plan.model.name, backend, env.size, env.source, plan.tp, plan.pp, plan.dp,
+      "# {}{} | {} micro-batches of {} x seq {} per replica | row split {}, col split {}, "
+      "sequence parallel {}{} | {} training step(s), {} ops on rank 0\n\n",
+      plan.model.name, backend, env.size, env.source, exec::RanksText(plan),
       plan.virtual_stages > 1
           ? fmt::format(" (interleaved, {} chunks per stage)", plan.virtual_stages)
           : "",
@@ -295,21 +295,19 @@ void Run(ExecuteFlags& flags) {
                "backend: use --backend cpu");
   if (whole_step && flags.iterations != 1)
     FailOnRank("execute", rank, "--extent step: give --steps, not --iterations");
-  const int ranks = whole_step ? plan->tp * plan->pp * plan->dp : plan->tp;
+  const int ranks = whole_step ? plan->tp * plan->cp * plan->pp * plan->dp : plan->tp;
   if (!emulate && env->size != ranks) {
-    FailOnRank(
-        "execute", rank,
-        whole_step
-            ? fmt::format("{}: parallel.tp {} x pp {} x dp {} = {} ranks run a whole step, but "
-                          "{} rank(s) were launched ({}); launch with `mpirun -np {} domino "
-                          "execute ...`",
-                          what, plan->tp, plan->pp, plan->dp, ranks, env->size, env->source, ranks)
-            : fmt::format("{}: parallel.tp is {}, so it runs on {} ranks (one per TP rank, "
-                          "--extent {}), but "
-                          "{} rank(s) were launched ({}); launch with `mpirun -np {} domino "
-                          "execute ...`",
-                          what, plan->tp, plan->tp, exec::ExtentName(extent), env->size,
-                          env->source, plan->tp));
+    FailOnRank("execute", rank,
+               whole_step
+                   ? fmt::format("{}: parallel.{} = {} ranks run a whole step, but {} rank(s) were "
+                                 "launched ({}); launch with `mpirun -np {} domino execute ...`",
+                                 what, exec::RanksText(*plan), ranks, env->size, env->source, ranks)
+                   : fmt::format("{}: parallel.tp is {}, so it runs on {} ranks (one per TP rank, "
+                                 "--extent {}), but "
+                                 "{} rank(s) were launched ({}); launch with `mpirun -np {} domino "
+                                 "execute ...`",
+                                 what, plan->tp, plan->tp, exec::ExtentName(extent), env->size,
+                                 env->source, plan->tp));
   }
   Result<Schedule> schedule =
       whole_step ? Result<Schedule>(Schedule{}) : exec::LowerForExecution(*plan, extent);

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "exec/communicator.h"
+#include "exec/cpu_backend.h"
 #include "planner/iteration.h"
+#include "planner/lower.h"
 #include "tests/planner/test_plans.h"
 
 namespace domino::exec {
@@ -17,11 +19,11 @@ namespace {
 using testing_util::MakePlan;
 using testing_util::PlanKnobs;
 
-Plan TinyPlan(const char* model, int tp, int pp, int dp, int layers = 0) {
+Plan TinyPlan(const char* model, int tp, int pp, int dp, int layers = 0, int cp = 1) {
   PlanKnobs k;
   k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/" + model + ".yaml";
-  k.cluster = "dgx-h100:1:" + std::to_string(tp * pp * dp);
-  k.tp = tp, k.pp = pp, k.dp = dp;
+  k.cluster = "dgx-h100:1:" + std::to_string(tp * cp * pp * dp);
+  k.tp = tp, k.pp = pp, k.dp = dp, k.cp = cp;
   k.seq_len = 16;
   k.micro_batch = 4;
   k.global_batch = 16;
@@ -37,7 +39,7 @@ std::vector<Result<ExecuteResult>> RunRanks(
       o.check = true;
       return o;
     }()) {
-  const int ranks = plan.tp * plan.pp * plan.dp;
+  const int ranks = plan.tp * plan.cp * plan.pp * plan.dp;
   LocalGroup group(ranks);
   std::vector<std::optional<Result<ExecuteResult>>> results(ranks);
   std::vector<std::thread> threads;
@@ -92,6 +94,44 @@ TEST(StepTest, RanksArePlacedTpInnermost) {
     plan.placement = placement;
     for (int r = 0; r < 8; ++r) EXPECT_EQ(WorldRank(plan, CoordsOf(plan, r)), r);
   }
+}
+
+TEST(StepTest, ContextParallelRanksSitBesideTheirTpGroup) {
+  const Plan plan = TinyPlan("tiny-llama", 2, 2, 1, 0, /*cp=*/2);
+  // tp-cp-dp-pp: world = tp + 2 (cp + 2 (dp + 1 pp)).
+  EXPECT_EQ(CoordsOf(plan, 3), (RankCoords{1, 0, 0, 1}));
+  EXPECT_EQ(CoordsOf(plan, 6), (RankCoords{0, 1, 0, 1}));
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(WorldRank(plan, CoordsOf(plan, r)), r);
+  EXPECT_EQ(RanksText(plan), "tp 2 x cp 2 x pp 2 x dp 1");
+}
+
+TEST(StepTest, ContextParallelTokensAreLoadBalancedChunks) {
+  // seq 16 over cp 2: chunks of 4; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.
+  EXPECT_EQ(CpPosition(0, 16, 2, 0), 0);
+  EXPECT_EQ(CpPosition(3, 16, 2, 0), 3);
+  EXPECT_EQ(CpPosition(4, 16, 2, 0), 12);
+  EXPECT_EQ(CpPosition(7, 16, 2, 0), 15);
+  EXPECT_EQ(CpPosition(0, 16, 2, 1), 4);
+  EXPECT_EQ(CpPosition(4, 16, 2, 1), 8);
+  EXPECT_EQ(CpPosition(7, 16, 2, 1), 11);
+}
+
+TEST(StepTest, ContextParallelStepMatchesTheReference) {
+  // CP 2 x TP 2 on tiny-llama (causal, grouped-query attention): the ring's transfers are in the
+  // schedule, and the loss, gradients and weights match the single rank.
+  const Plan plan = TinyPlan("tiny-llama", 2, 1, 1, 0, /*cp=*/2);
+  const Iteration it = IterationOf(plan);
+  Result<Schedule> pass = LowerStage(plan, LowerOptions{plan.model.layers, true, true, true, true});
+  ASSERT_TRUE(pass.ok());
+  int transfers = 0;
+  for (const Op& op : pass->ops()) transfers += op.func == OpFunc::kCpSendRecv;
+  EXPECT_GT(transfers, 0);
+  std::vector<Result<ExecuteResult>> results = RunRanks(plan, it);
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_TRUE(r->passed);
+  }
+  for (const TensorCheck& c : results[0]->checks) EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
 }
 
 TEST(StepTest, ReferencePlanIsOneRankWithTheSameBatch) {
