@@ -172,9 +172,10 @@ ErrorBounds BoundsOf(ValidationCategory category) {
   switch (category) {
     // Targets: end-to-end mean 5%, max 12%; GEMM mean 5%; collective busbw mean 8% (their max:
     // one row may be a quarter off, a collective's small sizes a third). Guards: the errors of
-    // the model as it stands (docs/validation.md), rounded up.
+    // the model as it stands (docs/validation.md), rounded up. End-to-end rose from 13.9% to
+    // 15.5% when context parallelism let the 30 Llama 3/3.1 cp-2 rows in (most 17-34% fast).
     case ValidationCategory::kEndToEnd:
-      return {{0.05, 0.12}, {0.14, 0.55}};
+      return {{0.05, 0.12}, {0.16, 0.55}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:

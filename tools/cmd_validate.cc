@@ -33,8 +33,9 @@ std::string Configuration(const sim::ValidationRow& row) {
   if (row.plan) {
     const Plan& p = *row.plan;
     return fmt::format(
-        "{} {} {} {}x{} tp{} pp{}{} dp{} mb{} gb{} seq{}{}{}{}", p.model.name, p.stack_ref,
-        DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name, p.tp, p.pp,
+        "{} {} {} {}x{} tp{}{} pp{}{} dp{} mb{} gb{} seq{}{}{}{}", p.model.name, p.stack_ref,
+        DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name, p.tp,
+        p.cp > 1 ? fmt::format(" cp{}", p.cp) : "", p.pp,
         p.virtual_stages > 1 ? fmt::format(" v{}", p.virtual_stages) : "", p.dp, p.micro_batch,
         p.global_batch, p.seq_len, p.sequence_parallel ? " sp" : "",
         p.method == OverlapMethod::kDomino ? "" : " " + std::string(MethodName(p.method)),
