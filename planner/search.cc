@@ -361,9 +361,9 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
             }
             // A sliced pipeline's own bound (its passes are slower than the unsliced ones) can
             // prune it before its iteration is simulated.
-            if (space.prune &&
-                (beaten || (!first && bound_ms > best_ms) ||
-                 (!first && plan.pp > 1 && evaluator.LowerBoundMs(plan) > best_ms))) {
+            if (space.prune && (beaten || (!first && bound_ms > best_ms) ||
+                                (!first && plan.pp > 1 && evaluator.LowerBoundMs(plan) > best_ms) ||
+                                (best_ms < 1e300 && evaluator.PlanLowerBoundMs(plan) > best_ms))) {
               ++result.pruned;
               continue;
             }

@@ -23,6 +23,9 @@ class Evaluator {
   // A lower bound of `ideal_ms` for the plan and every slicing of it, cheaper than Evaluate (0:
   // none). The search skips a whole configuration whose bound already exceeds a plan found.
   virtual double LowerBoundMs(const Plan& plan) { return 0; }
+  // A lower bound of `iteration_ms` for this plan alone (0: none): the search skips a plan whose
+  // bound already exceeds a plan found, before evaluating it.
+  virtual double PlanLowerBoundMs(const Plan& plan) { return 0; }
 };
 
 // What the search varies. A pinned value (> 0, or set) is fixed; the rest are enumerated:

@@ -435,12 +435,10 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   return p;
 }
 
-Result<double> IdealLowerBoundMs(const Plan& plan, const CostOptions& options) {
-  if (auto failure = CheckPlanRules(plan))
-    return Error(fmt::format("{}: {}", failure->key, failure->rule));
-  CostOptions ideal_options = options;
-  ideal_options.tp_comm_free = true;
-  const CostModel ideal(plan, ideal_options);
+namespace {
+
+// The bound of IdealLowerBoundMs from passes priced by `costs`.
+Result<double> PassesBoundMs(const Plan& plan, const CostModel& ideal) {
   const int pp = plan.pp, v = plan.virtual_stages, m = plan.micro_batches();
   const std::vector<int> layers = ChunkLayers(plan);
   const int total = pp * v;
@@ -476,6 +474,26 @@ Result<double> IdealLowerBoundMs(const Plan& plan, const CostOptions& options) {
     chain += fwd[s] + bwd[s];
   }
   return bound * kUsToMs;
+}
+
+Status CheckRules(const Plan& plan) {
+  if (auto failure = CheckPlanRules(plan))
+    return Error(fmt::format("{}: {}", failure->key, failure->rule));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<double> IdealLowerBoundMs(const Plan& plan, const CostOptions& options) {
+  DOMINO_RETURN_IF_ERROR(CheckRules(plan));
+  CostOptions ideal_options = options;
+  ideal_options.tp_comm_free = true;
+  return PassesBoundMs(plan, CostModel(plan, ideal_options));
+}
+
+Result<double> LowerBoundMs(const Plan& plan, const CostOptions& options) {
+  DOMINO_RETURN_IF_ERROR(CheckRules(plan));
+  return PassesBoundMs(plan, CostModel(plan, options));
 }
 
 }  // namespace domino::sim

@@ -64,6 +64,13 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options = {});
 // forward and backward back to back.
 Result<double> IdealLowerBoundMs(const Plan& plan, const CostOptions& options = {});
 
+// The same bound from the plan's passes with their TP collectives priced: a lower bound of
+// Predict's iteration_ms for this plan alone (not for its other slicings, which may hide more of
+// their TP time). In the iteration each pass lasts at least its simulation (pipeline and DP
+// traffic only slow it), waits for its input, and the optimizer step and exposed DP reduction
+// come after.
+Result<double> LowerBoundMs(const Plan& plan, const CostOptions& options = {});
+
 }  // namespace domino::sim
 
 #endif  // DOMINO_SIM_PREDICT_H_

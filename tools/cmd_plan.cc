@@ -36,6 +36,11 @@ struct PlanCommandFlags {
 };
 
 // Scores candidates with the simulator.
+// Passes per iteration (micro-batches x chunks x stages) from which a plan's own lower bound is
+// worth computing before its iteration is simulated (gpt3-13b's and gpt-530b's searches: below
+// it the bound cost about what it saved).
+constexpr int64_t kBoundMinPasses = 32;
+
 class SimulatorEvaluator : public Evaluator {
  public:
   Result<PlanFigures> Evaluate(const Plan& plan) override {
@@ -47,6 +52,15 @@ class SimulatorEvaluator : public Evaluator {
   }
   double LowerBoundMs(const Plan& plan) override {
     Result<double> bound = sim::IdealLowerBoundMs(plan);
+    return bound.ok() ? *bound : 0;
+  }
+  double PlanLowerBoundMs(const Plan& plan) override {
+    // The bound simulates the plan's passes; an iteration of few passes costs little more, so it
+    // pays only for long iterations (kBoundMinPasses and up).
+    if (static_cast<int64_t>(plan.micro_batches()) * plan.virtual_stages * plan.pp <
+        kBoundMinPasses)
+      return 0;
+    Result<double> bound = sim::LowerBoundMs(plan);
     return bound.ok() ? *bound : 0;
   }
 };

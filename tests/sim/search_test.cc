@@ -22,12 +22,17 @@ class Simulator : public Evaluator {
   int calls = 0;
 };
 
-// The planner's evaluator: figures only, and the pipeline lower bound that prunes whole
-// configurations.
+// The planner's evaluator: the pipeline lower bound that prunes whole configurations, and each
+// plan's own bound (its passes with TP time) that prunes it before its iteration is simulated.
 class BoundedSimulator : public Simulator {
  public:
   double LowerBoundMs(const Plan& plan) override {
     Result<double> bound = sim::IdealLowerBoundMs(plan);
+    EXPECT_TRUE(bound.ok()) << bound.message();
+    return bound.ok() ? *bound : 0;
+  }
+  double PlanLowerBoundMs(const Plan& plan) override {
+    Result<double> bound = sim::LowerBoundMs(plan);
     EXPECT_TRUE(bound.ok()) << bound.message();
     return bound.ok() ? *bound : 0;
   }
@@ -248,6 +253,47 @@ TEST(SearchTest, StopHookEndsTheSearchWithWhatItFound) {
   EXPECT_TRUE(none->stopped);
   EXPECT_TRUE(none->ranked.empty());
   EXPECT_FALSE(none->NoPlanFits());
+}
+
+TEST(SearchTest, PlanLowerBoundIsBelowItsIteration) {
+  // Each plan's own bound (its passes with their TP collectives) lies between the ideal bound and
+  // its simulated iteration, over pipelines, interleaving, DP with and without the distributed
+  // optimizer, SP, row and column splits and decomposed overlap.
+  struct Case {
+    int pp, v, p, q;
+    bool sp, distopt;
+    OverlapMethod method;
+  };
+  const Case cases[] = {
+      {1, 1, 1, 1, false, false, OverlapMethod::kDomino},
+      {1, 1, 2, 1, true, true, OverlapMethod::kDomino},
+      {1, 1, 1, 2, false, false, OverlapMethod::kDomino},
+      {2, 1, 1, 1, true, true, OverlapMethod::kDomino},
+      {2, 1, 2, 2, false, false, OverlapMethod::kDomino},
+      {2, 2, 1, 1, true, false, OverlapMethod::kDomino},
+      {4, 1, 2, 1, true, true, OverlapMethod::kDomino},
+      {2, 1, 1, 1, true, false, OverlapMethod::kDecomposed},
+      {4, 2, 1, 1, false, true, OverlapMethod::kDomino},
+  };
+  for (const Case& c : cases) {
+    Plan plan = Base("gpt3-2.7b", "dgx-h100:1", 16, 1024);
+    plan.tp = 2, plan.pp = c.pp, plan.dp = 4 / c.pp, plan.virtual_stages = c.v;
+    plan.micro_batch = 2, plan.global_batch = 8 * plan.dp;
+    plan.row_split = c.p, plan.col_split = c.q;
+    plan.scope = c.p > 1   ? OverlapScope::kInterLayer
+                 : c.q > 1 ? OverlapScope::kIntraLayer
+                           : OverlapScope::kNone;
+    plan.sequence_parallel = c.sp, plan.distributed_optimizer = c.distopt;
+    plan.method = c.method;
+    ASSERT_TRUE(ResolvePlan(plan).ok()) << DescribeCandidate(plan);
+    Result<double> ideal = sim::IdealLowerBoundMs(plan), bound = sim::LowerBoundMs(plan);
+    Result<sim::Prediction> predicted = sim::Predict(plan);
+    ASSERT_TRUE(ideal.ok() && bound.ok() && predicted.ok()) << DescribeCandidate(plan);
+    EXPECT_LE(*ideal, *bound * (1 + 1e-12)) << DescribeCandidate(plan);
+    EXPECT_LE(*bound, predicted->figures.iteration_ms * (1 + 1e-12)) << DescribeCandidate(plan);
+    // Not loose: the passes are most of an iteration.
+    EXPECT_GT(*bound, 0.5 * predicted->figures.iteration_ms) << DescribeCandidate(plan);
+  }
 }
 
 TEST(SearchTest, PipelineLowerBoundPrunesToTheBruteForceOptimum) {
