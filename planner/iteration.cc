@@ -63,8 +63,9 @@ class IterationBuilder {
     const ParameterCounts& c = counts_;
     layer_grad_bytes_ = static_cast<double>(c.per_layer) / plan.tp * kGradBytes;
     const Dtype activation = plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision;
-    activation_bytes_ = static_cast<double>(plan.micro_batch) * plan.seq_len * plan.model.hidden *
-                        DtypeBytes(activation) / (plan.sequence_parallel ? plan.tp : 1);
+    activation_bytes_ = static_cast<double>(plan.micro_batch) * plan.local_seq_len() *
+                        plan.model.hidden * DtypeBytes(activation) /
+                        (plan.sequence_parallel ? plan.tp : 1);
     overlap_grad_ = plan.dp_cp() > 1 && plan.stack.overlap_grad_reduce;
     gather_ = plan.dp_cp() > 1 && plan.distributed_optimizer;
     overlap_gather_ = gather_ && plan.stack.overlap_param_gather;

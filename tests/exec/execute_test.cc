@@ -398,9 +398,12 @@ TEST(ExecuteTest, TheWholeModelRunsWithOnePipelineStageAndReplicaOnTheCpu) {
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(*parsed, Extent::kLayerStack);
   EXPECT_EQ(ExtentName(Extent::kModel), "model");
+  EXPECT_EQ(ExtentName(Extent::kStep), "step");
   EXPECT_FALSE(ParseExtent("stage").ok());
-  plan.pp = 2;
-  EXPECT_EQ(DefaultExtent(plan, BackendKind::kCpu), Extent::kLayerStack);
+  plan.pp = 2;  // whole training steps (exec/step.h) on the CPU, the layer stack on a GPU
+  EXPECT_EQ(DefaultExtent(plan, BackendKind::kCpu), Extent::kStep);
+  EXPECT_EQ(DefaultExtent(plan, BackendKind::kCuda), Extent::kLayerStack);
+  EXPECT_FALSE(LowerForExecution(plan, Extent::kStep).ok());
   Result<Schedule> s = LowerForExecution(plan, Extent::kModel);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("pp 2"), std::string::npos) << s.message();
