@@ -77,6 +77,24 @@ TEST(ContextParallelSimTest, GradientsAreReducedOverDpTimesCp) {
   EXPECT_GT(cp.size(), 2u);
 }
 
+TEST(ContextParallelSimTest, PipelineSendsCarryTheRanksTokens) {
+  // gpt3-2.7b (hidden 2560), micro-batch 4 x seq 256 in bf16 over cp 2 and SP over tp 2: a stage
+  // sends 4 x 128 x 2560 x 2 B / 2 = 1,310,720 bytes of activations (or their gradient).
+  PlanKnobs k;
+  k.tp = 2, k.cp = 2, k.pp = 2, k.dp = 1;
+  k.sequence_parallel = true;
+  k.global_batch = 8;
+  Result<Iteration> it = LowerIteration(MakePlan(k), IterationOptions{false});
+  ASSERT_TRUE(it.ok()) << it.message();
+  int sends = 0;
+  for (const Op& op : it->schedule.ops()) {
+    if (op.func != OpFunc::kPpSend) continue;
+    ++sends;
+    EXPECT_DOUBLE_EQ(op.bytes, 4.0 * 128 * 2560 * 2 / 2);
+  }
+  EXPECT_EQ(sends, 2 * 2);  // 2 micro-batches, forward and backward
+}
+
 TEST(ContextParallelSimTest, RingTransferIsPricedAsASendRecvOnItsFabric) {
   PlanKnobs k;
   k.tp = 2, k.cp = 2, k.dp = 4;
