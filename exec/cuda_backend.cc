@@ -458,6 +458,58 @@ class CudaBackend final : public Backend, public CudaRunner {
     return Ok(e, id);
   }
 
+  static bool Contiguous(const cuda::DView& v) { return v.stride == v.cols || v.rows == 1; }
+
+  // A part of a decomposed all-gather or reduce-scatter (Op::part of Op::parts: rows [lo, hi) of
+  // the slice's R gathered rows, as the interpreter's RunCollectivePart has it): each rank whose
+  // shard holds some of those rows broadcasts them to every rank (all-gather), or has their sums
+  // reduced to it (reduce-scatter), all in one NCCL group: only the part's rows move.
+  Status EnqueuePart(int32_t id) {
+    const Op& op = schedule_.op(id);
+    const bool gather = op.collective == CollectiveOp::kAllGather;
+    const cuda::DView in = Of(schedule_.reads(op)[0]), out = Of(schedule_.writes(op)[0]);
+    const cuda::DView& shard = gather ? in : out;
+    const cuda::DView& part = gather ? out : in;
+    const int64_t cols = shard.cols, shard_rows = shard.rows, part_rows = part.rows;
+    if ((!gather && op.collective != CollectiveOp::kReduceScatter) || part.cols != cols ||
+        part_rows * op.parts != shard_rows * tp_ || op.part < 0 || op.part >= op.parts)
+      return Error(fmt::format(
+          "op {} ({}): part {} of {} does not fit a {} of {} rows over {} ranks", id,
+          schedule_.Label(id), op.part, op.parts, OpFuncName(op.func), shard_rows * tp_, tp_));
+    const int64_t lo = op.part * part_rows, hi = lo + part_rows;
+    const size_t bytes = cuda::DTypeBytes(cuda::TypeOf(context_));
+    Status e;
+    const char* src = static_cast<const char*>(in.data);
+    if (!Contiguous(in)) {
+      e = cuda::Copy(context_, in, cuda::DView{stage_in_, in.rows, in.cols, in.cols});
+      src = static_cast<const char*>(stage_in_);
+    }
+    char* dst = static_cast<char*>(out.data);
+    if (!Contiguous(out)) {
+      // A reduce-scatter part writes some rows of the shard: the others must come back as they
+      // were.
+      if (e.ok() && !gather)
+        e = cuda::Copy(context_, out, cuda::DView{stage_out_, out.rows, out.cols, out.cols});
+      dst = static_cast<char*>(stage_out_);
+    }
+    std::vector<cuda::NcclPiece> pieces;
+    for (int q = 0; q < tp_; ++q) {
+      const int64_t a = std::max(lo, q * shard_rows), b = std::min(hi, (q + 1) * shard_rows);
+      if (a >= b) continue;
+      const size_t in_row = static_cast<size_t>(gather ? a - q * shard_rows : a - lo);
+      const size_t out_row = static_cast<size_t>(gather ? a - lo : a - q * shard_rows);
+      pieces.push_back(cuda::NcclPiece{src + in_row * cols * bytes, dst + out_row * cols * bytes,
+                                       (b - a) * cols, q});
+    }
+    if (e.ok())
+      e = gather ? cuda::NcclBroadcasts(nccl_, pieces.data(), static_cast<int>(pieces.size()))
+                 : cuda::NcclReduces(nccl_, pieces.data(), static_cast<int>(pieces.size()));
+    if (e.ok() && dst == stage_out_)
+      e = cuda::Copy(context_, cuda::DView{stage_out_, out.rows, out.cols, out.cols}, out);
+    if (!e.ok()) failed_ = true;
+    return Ok(e, id);
+  }
+
   // Enqueues collective `id` on the comm stream: NCCL, or its emulation.
   Status EnqueueCollective(int32_t id) {
     const Op& op = schedule_.op(id);
@@ -465,12 +517,7 @@ class CudaBackend final : public Backend, public CudaRunner {
       const EmulatedCollective& e = options_.emulated[id];
       return Ok(cuda::EmulateCollective(context_, e.ctas, e.hbm_bytes, e.us), id);
     }
-    if (op.parts > 1)
-      return Error(
-          fmt::format("op {} ({}): the CUDA backend does not run decomposed collectives "
-                      "(overlap.method decomposed or both) yet; emulated collectives or "
-                      "the CPU backend do",
-                      id, schedule_.Label(id)));
+    if (op.parts > 1) return EnqueuePart(id);
     const cuda::DView in = Of(schedule_.reads(op)[0]), out = Of(schedule_.writes(op)[0]);
     const int64_t n_in = in.rows * in.cols, n_out = out.rows * out.cols;
     const bool fits = (op.collective == CollectiveOp::kAllReduce && n_in == n_out) ||
@@ -479,14 +526,13 @@ class CudaBackend final : public Backend, public CudaRunner {
     if (!fits)
       return Error(fmt::format("op {} ({}): buffer sizes {} and {} do not fit a {} over {} ranks",
                                id, schedule_.Label(id), n_in, n_out, OpFuncName(op.func), tp_));
-    auto contiguous = [](const cuda::DView& v) { return v.stride == v.cols || v.rows == 1; };
     Status e;
     const void* src = in.data;
-    if (!contiguous(in)) {
+    if (!Contiguous(in)) {
       e = cuda::Copy(context_, in, cuda::DView{stage_in_, in.rows, in.cols, in.cols});
       src = stage_in_;
     }
-    void* dst = contiguous(out) ? out.data : stage_out_;
+    void* dst = Contiguous(out) ? out.data : stage_out_;
     if (e.ok()) {
       switch (op.collective) {
         case CollectiveOp::kAllReduce:

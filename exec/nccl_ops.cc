@@ -136,6 +136,41 @@ Status NcclAllGather(Nccl* n, const void* in, void* out, int64_t count) {
                              n->comm, Stream(n)));
 }
 
+namespace {
+
+// Issues `call` for every piece inside one NCCL group; the group is the one call to wait for.
+template <typename Call>
+Status Grouped(Nccl* n, const char* what, const NcclPiece* pieces, int count, Call call) {
+  ncclResult_t r = ncclGroupStart();
+  if (r != ncclSuccess) return Error(std::string("ncclGroupStart: ") + Text(r, n->comm));
+  ncclResult_t first = ncclSuccess;
+  for (int i = 0; i < count; ++i) {
+    ncclResult_t issued = call(pieces[i]);
+    if (issued != ncclSuccess && issued != ncclInProgress && first == ncclSuccess) first = issued;
+  }
+  r = ncclGroupEnd();
+  if (first != ncclSuccess) return Error(std::string(what) + ": " + Text(first, n->comm));
+  return Ready(n, what, r);
+}
+
+}  // namespace
+
+Status NcclBroadcasts(Nccl* n, const NcclPiece* pieces, int count) {
+  const ncclDataType_t type = NcclType(TypeOf(n->context));
+  return Grouped(n, "ncclBroadcast (grouped)", pieces, count, [&](const NcclPiece& p) {
+    return ncclBroadcast(p.in, p.out, static_cast<size_t>(p.count), type, p.root, n->comm,
+                         Stream(n));
+  });
+}
+
+Status NcclReduces(Nccl* n, const NcclPiece* pieces, int count) {
+  const ncclDataType_t type = NcclType(TypeOf(n->context));
+  return Grouped(n, "ncclReduce (grouped)", pieces, count, [&](const NcclPiece& p) {
+    return ncclReduce(p.in, p.out, static_cast<size_t>(p.count), type, ncclSum, p.root, n->comm,
+                      Stream(n));
+  });
+}
+
 Status NcclPoll(Nccl* n) {
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(n->comm, &state);

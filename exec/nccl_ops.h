@@ -5,6 +5,7 @@
 // (nccl_ops.cc implements it). The communicator is non-blocking: every call returns at once and
 // the wait for it to be ready polls its asynchronous error with a deadline, so a dead or stuck peer
 // ends in a clear error and ncclCommAbort instead of a hang.
+#include <cstdint>
 #include <string>
 
 #include "exec/cuda_ops.h"
@@ -30,6 +31,18 @@ Status NcclInit(Context* context, int rank, int size, const std::string& id,
 Status NcclAllReduce(Nccl* nccl, const void* in, void* out, int64_t count);
 Status NcclReduceScatter(Nccl* nccl, const void* in, void* out, int64_t count);
 Status NcclAllGather(Nccl* nccl, const void* in, void* out, int64_t count);
+// Rooted collectives in one NCCL group (ncclGroupStart/End), for a decomposed collective's part:
+// each piece moves `count` elements of the context's type. Broadcast: from rank `root`'s `in`
+// into every rank's `out` (`in` read on the root only). Reduce: the sum over ranks of `in` into
+// rank `root`'s `out` (`out` written on the root only).
+struct NcclPiece {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t count = 0;
+  int root = 0;
+};
+Status NcclBroadcasts(Nccl* nccl, const NcclPiece* pieces, int count);
+Status NcclReduces(Nccl* nccl, const NcclPiece* pieces, int count);
 // Ok while the communicator is healthy, else its asynchronous error (a peer failed).
 Status NcclPoll(Nccl* nccl);
 // Ends the communicator without waiting for peers (after an error or a timeout).

@@ -338,30 +338,48 @@ TEST(CudaBackendFakeTest, NcclCollectivesAreTimedOnTheGpuNotTheHost) {
 }
 
 // Decomposed collective-matmul overlap: emulated, its parts run as kernels like any collective;
-// on NCCL the backend refuses them in one line (it has no partial all-gather/reduce-scatter yet).
-TEST(CudaBackendFakeTest, DecomposedPartsRunEmulatedAndAreRefusedOnNccl) {
-  testing_util::PlanKnobs k;
-  k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/tiny-gpt.yaml";
-  k.cluster = "dgx-h100:1:2";
-  k.tp = 2;
-  k.seq_len = 16;
-  k.micro_batch = 12;
-  k.global_batch = 12;
-  k.sequence_parallel = true;
-  k.method = OverlapMethod::kDecomposed;
-  const Plan plan = testing_util::MakePlan(k);
-  Result<ExecuteResult> emulated = RunEmulated(plan, /*graph=*/false);
-  ASSERT_TRUE(emulated.ok()) << emulated.message();
-  Result<Schedule> s = Lower(plan);
-  ASSERT_TRUE(s.ok());
-  TwoRankStandIn host;
-  Result<std::unique_ptr<CudaRunner>> runner = NcclRunner(plan, *s, host, /*graph=*/false);
-  ASSERT_TRUE(runner.ok()) << runner.message();
-  Result<Timeline> t = (*runner)->Run(host, {});
-  ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.message().find("does not run decomposed collectives"), std::string::npos)
-      << t.message();
-  EXPECT_EQ(t.message().find('\n'), std::string::npos) << t.message();
+// on NCCL each part is one group of rooted collectives (a broadcast or reduce per rank whose
+// shard holds some of the part's rows) on the comm stream, timed like any collective.
+TEST(CudaBackendFakeTest, DecomposedPartsRunEmulatedAndOnNccl) {
+  for (int chunks : {0, 3}) {  // tp parts (a shard each), or 3 parts of a 2-rank group
+    SCOPED_TRACE(chunks);
+    testing_util::PlanKnobs k;
+    k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/tiny-gpt.yaml";
+    k.cluster = "dgx-h100:1:2";
+    k.tp = 2;
+    k.seq_len = 16;
+    k.micro_batch = 12;
+    k.global_batch = 12;
+    k.sequence_parallel = true;
+    k.method = OverlapMethod::kDecomposed;
+    k.chunks = chunks;
+    const Plan plan = testing_util::MakePlan(k);
+    Result<ExecuteResult> emulated = RunEmulated(plan, /*graph=*/false);
+    ASSERT_TRUE(emulated.ok()) << emulated.message();
+    Result<Schedule> s = Lower(plan);
+    ASSERT_TRUE(s.ok());
+    TwoRankStandIn host;
+    Result<std::unique_ptr<CudaRunner>> runner = NcclRunner(plan, *s, host, /*graph=*/false);
+    ASSERT_TRUE(runner.ok()) << runner.message();
+    Result<Timeline> t = (*runner)->Run(host, {});
+    ASSERT_TRUE(t.ok()) << t.message();
+    // Every part is one group on the comm stream; a part holds one rank's rows (tp parts of a
+    // two-rank group) or spans two ranks' (3 parts: the middle one).
+    int parts = 0, pieces = 0;
+    const int parts_per = chunks == 0 ? 2 : chunks;
+    for (size_t i = 0; i < s->size(); ++i) {
+      const Op& op = s->ops()[i];
+      if (op.kind != OpKind::kCollective || op.parts <= 1) continue;
+      ASSERT_EQ(op.parts, parts_per);
+      ++parts;
+      pieces += parts_per == 3 && op.part == 1 ? 2 : 1;
+      EXPECT_NEAR(t->ops[i].end_us - t->ops[i].start_us, fake::kNcclUs, 1e-3)
+          << s->Label(static_cast<int32_t>(i));
+    }
+    EXPECT_GT(parts, 0);
+    EXPECT_EQ(fake::Counters().nccl_groups, parts);
+    EXPECT_EQ(fake::Counters().nccl_group_pieces, pieces);
+  }
 }
 
 // NCCL refuses minCTAs > maxCTAs, and compares them before filling an unset one: the backend

@@ -329,6 +329,17 @@ Status NcclInit(Context* context, int, int, const std::string& id, const NcclCon
 Status NcclAllReduce(Nccl* n, const void*, void*, int64_t) { return NcclLaunch(n->context); }
 Status NcclReduceScatter(Nccl* n, const void*, void*, int64_t) { return NcclLaunch(n->context); }
 Status NcclAllGather(Nccl* n, const void*, void*, int64_t) { return NcclLaunch(n->context); }
+// A group of rooted collectives is one operation on the comm stream.
+Status NcclBroadcasts(Nccl* n, const NcclPiece*, int count) {
+  ++stats.nccl_groups;
+  stats.nccl_group_pieces += count;
+  return NcclLaunch(n->context);
+}
+Status NcclReduces(Nccl* n, const NcclPiece*, int count) {
+  ++stats.nccl_groups;
+  stats.nccl_group_pieces += count;
+  return NcclLaunch(n->context);
+}
 Status NcclPoll(Nccl*) { return Status::Ok(); }
 namespace {
 void EndNccl(Nccl* n, const char* how) {

@@ -27,8 +27,10 @@ struct Stats {
   int emulated_ctas = 0;     // CTAs of the last one
   int captures = 0;
   int graph_launches = 0;
-  int gates = 0;         // CloseGate calls that held a stream
-  int random_fills = 0;  // FillRandom calls
+  int gates = 0;              // CloseGate calls that held a stream
+  int random_fills = 0;       // FillRandom calls
+  int nccl_groups = 0;        // grouped broadcasts or reduces (a decomposed collective's part)
+  int nccl_group_pieces = 0;  // the rooted collectives in them
   // Teardown, in order: "graph" (DestroyGraph of a captured graph), "nccl finalize", "nccl
   // abort", "context".
   std::vector<std::string> teardown;
