@@ -75,6 +75,9 @@ struct ExecuteOptions {
   int steps = 2;            // Extent::kStep: training iterations (the check compares after them)
   AdamOptions adam;
   std::function<void(size_t, size_t)> progress;  // ops done, ops in total (this rank)
+  // Extent::kStep, for tests: alters each model chunk's schedule (LowerStage of the chunk)
+  // before it runs, on every rank alike.
+  std::function<void(Schedule&)> alter_chunk;
 };
 
 // One tensor compared with the reference: the largest absolute difference, and that difference

@@ -45,10 +45,10 @@ Plan StepReferencePlan(const Plan& plan);
 //  - kOptimizerStep runs Adam (options.adam) on the fp32 master weights (the rank's DP shard of
 //    each bucket with the distributed optimizer) and kDpAllGather gathers the updated weights;
 //  - with context parallelism (cp > 1) each rank holds its CP rank's tokens of every sequence
-//    (CpPosition) and each attention core (its ring's first step; the later steps and the ring's
-//    transfers are its parts) gathers the sequence's q, k and v, and backward the output's
-//    gradient, over the CP group, runs the causal kernel on the whole sequence and keeps its
-//    tokens' rows: ring attention's result, not its step-by-step online softmax.
+//    (CpPosition) and the attention core runs as ring attention, op by op as the schedule has it:
+//    each block folds the current KV block into the local queries' online softmax (backward: adds
+//    its share of dQ, dK and dV, the latter travelling with their block), each transfer passes
+//    the block to the next CP rank.
 // Micro-batch g = dp_rank x micro-batches + i of a step reads tokens [g x tokens, (g + 1) x
 // tokens) of the seed's token stream; every step reads the same batch.
 //

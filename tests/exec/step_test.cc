@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <thread>
@@ -132,6 +133,43 @@ TEST(StepTest, ContextParallelStepMatchesTheReference) {
     EXPECT_TRUE(r->passed);
   }
   for (const TensorCheck& c : results[0]->checks) EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+}
+
+TEST(StepTest, DroppingARingTransferFailsTheCheck) {
+  // Without layer 0's first forward transfer, each rank's second ring step sees its own keys
+  // again instead of its neighbour's: the attention, hence the loss, is wrong.
+  const Plan plan = TinyPlan("tiny-llama", 1, 1, 1, 0, /*cp=*/2);
+  ExecuteOptions options;
+  options.check = true;
+  options.steps = 1;
+  std::atomic<int> dropped = 0;  // the ranks' threads count
+  options.alter_chunk = [&dropped](Schedule& s) {
+    Schedule out;
+    for (const Tensor& t : s.tensors()) out.AddTensor(t);
+    std::vector<int32_t> id(s.size(), -1);
+    bool done = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const Op& op = s.ops()[i];
+      if (!done && op.func == OpFunc::kCpSendRecv && op.tags.layer == 0 &&
+          op.tags.phase == Phase::kForward) {
+        done = true;
+        continue;
+      }
+      std::vector<int32_t> deps;
+      for (int32_t d : s.deps(op))
+        if (id[d] >= 0) deps.push_back(id[d]);
+      id[i] = out.Add(op, deps, s.reads(op), s.writes(op));
+    }
+    dropped += done;
+    s = std::move(out);
+  };
+  std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan), options);
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_FALSE(r->passed);
+  }
+  EXPECT_EQ(dropped, 2);                                                 // on both ranks
+  EXPECT_FALSE(results[0]->checks[0].ok) << results[0]->checks[0].name;  // the loss
 }
 
 TEST(StepTest, ReferencePlanIsOneRankWithTheSameBatch) {
