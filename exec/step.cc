@@ -864,21 +864,11 @@ std::string RanksText(const Plan& plan) {
 }
 
 Plan StepReferencePlan(const Plan& plan) {
-  Plan ref = plan;
-  ref.tp = ref.pp = ref.dp = ref.cp = 1;
-  ref.cluster.nodes = 1;
-  ref.cluster.gpus_per_node = 1;
-  ref.row_split = ref.col_split = 1;
-  ref.scope = OverlapScope::kNone;
-  ref.sequence_parallel = false;
-  ref.method = OverlapMethod::kDomino;
-  ref.chunks = 0;
-  ref.copy_engine = false;
-  ref.virtual_stages = 1;
+  Plan ref = ReferencePlan(plan);
+  ref.model.layers = plan.model.layers;  // every layer
+  ref.global_batch = plan.global_batch;  // every micro-batch, one after another
   ref.distributed_optimizer = false;
   ref.recompute = Recompute::kNone;
-  ref.predicted.reset();
-  ref.measured.reset();
   return ref;
 }
 

@@ -107,6 +107,18 @@ PlanFigures MeasuredFigures(const Plan& plan, const exec::ExecuteResult& r, doub
   return f;
 }
 
+// The check's table, under `title`.
+void PrintChecks(const std::vector<exec::TensorCheck>& checks, const std::string& title) {
+  if (checks.empty()) return;
+  Table table({"tensor", "shape", "max abs error", "rel error", "verdict"});
+  for (const exec::TensorCheck& c : checks)
+    table.AddRow({c.name, fmt::format("{}x{}", c.rows, c.cols),
+                  fmt::format("{:.3g}", c.max_abs_error), fmt::format("{:.3g}", c.rel_error),
+                  c.ok ? "ok" : "DIFFERS"});
+  std::cout << title << "\n";
+  table.Print(std::cout);
+}
+
 void PrintRun(const Plan& plan, exec::Extent extent, const std::string& backend,
               const exec::LaunchEnv& env, const exec::ExecuteResult& r, const PlanFigures& f,
               double comm_ms) {
@@ -147,15 +159,9 @@ void PrintRun(const Plan& plan, exec::Extent extent, const std::string& backend,
                     fmt::format("{:.3f}", gemm_flops / gemm_us * 1e-6)});
   summary.Print(std::cout);
   std::cout << "\n";
-  if (r.checks.empty()) return;
-  Table table({"tensor", "shape", "max abs error", "rel error", "verdict"});
-  for (const exec::TensorCheck& c : r.checks)
-    table.AddRow({c.name, fmt::format("{}x{}", c.rows, c.cols),
-                  fmt::format("{:.3g}", c.max_abs_error), fmt::format("{:.3g}", c.rel_error),
-                  c.ok ? "ok" : "DIFFERS"});
-  std::cout << "numeric check against the unsharded single-rank reference "
-               "(rel error = max abs error / largest reference value)\n";
-  table.Print(std::cout);
+  PrintChecks(r.checks,
+              "numeric check against the unsharded single-rank reference (rel error = max abs "
+              "error / largest reference value)");
 }
 
 // Keeps the ops rank 0 ran (its stage's, and the tied embedding's sync) of a whole step's
@@ -227,18 +233,11 @@ void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchE
   summary.AddRow({"tokens/s", fmt::format("{:.0f}", f.tokens_per_s)});
   summary.Print(std::cout);
   std::cout << "\n";
-  if (r.checks.empty()) return;
-  Table table({"tensor", "shape", "max abs error", "rel error", "verdict"});
-  for (const exec::TensorCheck& c : r.checks)
-    table.AddRow({c.name, fmt::format("{}x{}", c.rows, c.cols),
-                  fmt::format("{:.3g}", c.max_abs_error), fmt::format("{:.3g}", c.rel_error),
-                  c.ok ? "ok" : "DIFFERS"});
-  std::cout << fmt::format(
-      "numeric check against the single-rank reference after {} step(s) of Adam: every step's "
-      "loss, every weight's gradient and updated weight (rel error = max abs error / largest "
-      "reference value)\n",
-      r.losses.size());
-  table.Print(std::cout);
+  PrintChecks(r.checks,
+              fmt::format("numeric check against the single-rank reference after {} step(s) of "
+                          "Adam: every step's loss, every weight's gradient and updated weight "
+                          "(rel error = max abs error / largest reference value)",
+                          r.losses.size()));
 }
 
 void Run(ExecuteFlags& flags) {
