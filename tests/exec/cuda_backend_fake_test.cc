@@ -19,7 +19,8 @@
 namespace domino::exec {
 namespace {
 
-Plan TinyPlan(int p, OverlapScope scope) {
+// tiny-gpt over a TP group of two, micro-batch 12 x seq 16.
+testing_util::PlanKnobs TinyKnobs() {
   testing_util::PlanKnobs k;
   k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/tiny-gpt.yaml";
   k.cluster = "dgx-h100:1:2";
@@ -27,6 +28,11 @@ Plan TinyPlan(int p, OverlapScope scope) {
   k.seq_len = 16;
   k.micro_batch = 12;
   k.global_batch = 12;
+  return k;
+}
+
+Plan TinyPlan(int p, OverlapScope scope) {
+  testing_util::PlanKnobs k = TinyKnobs();
   k.row_split = p;
   k.scope = scope;
   return testing_util::MakePlan(k);
@@ -343,13 +349,7 @@ TEST(CudaBackendFakeTest, NcclCollectivesAreTimedOnTheGpuNotTheHost) {
 TEST(CudaBackendFakeTest, DecomposedPartsRunEmulatedAndOnNccl) {
   for (int chunks : {0, 3}) {  // tp parts (a shard each), or 3 parts of a 2-rank group
     SCOPED_TRACE(chunks);
-    testing_util::PlanKnobs k;
-    k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/tiny-gpt.yaml";
-    k.cluster = "dgx-h100:1:2";
-    k.tp = 2;
-    k.seq_len = 16;
-    k.micro_batch = 12;
-    k.global_batch = 12;
+    testing_util::PlanKnobs k = TinyKnobs();
     k.sequence_parallel = true;
     k.method = OverlapMethod::kDecomposed;
     k.chunks = chunks;
