@@ -19,6 +19,8 @@ out=$("$domino" compare "$dir/predicted.yaml" "$dir/measured.yaml" --top 100 2>&
 # 2 DP buckets (layer 0, then the embedding), the embedding's sync and Adam.
 grep -q "^12 ops matched (11 of 23 predicted ops unmatched, 12 measured)" <<<"$out" ||
   fail "not every measured op matched: $out"
+grep -q "^whole iteration, rank 0's stage (matched ops)" <<<"$out" ||
+  fail "the iteration's figures are not labelled as such: $out"
 for op in "forward v0 mb1 fwd" "backward v0 mb0 bwd" "pp.send v0 mb0 fwd" "pp.recv v0 mb1 bwd" \
           "dp.allreduce v0 L0 bwd" "embedding.allreduce S1 optim" "optimizer optim"; do
   grep -q "^$op " <<<"$out" || fail "$op not compared: $out"
