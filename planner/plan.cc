@@ -340,6 +340,9 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   root.String("stack", &plan.stack_ref, Need::kOptional);
   root.Enum("precision", &plan.precision, Need::kOptional, kPrecisions);
   plan.seq_len = 0;
+  // Unset, these follow the rest of the plan as the command-line flags do (below).
+  plan.tp = 0;
+  plan.global_batch = 0;
   if (auto training = root.Map("training", Need::kOptional)) {
     training->Int("seq_len", &plan.seq_len, Need::kOptional, Range(kSeqLenBound));
     training->Int("micro_batch", &plan.micro_batch, Need::kOptional, Range(kMicroBatchBound));
@@ -393,6 +396,20 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     return root.Finish().error();
   }
   plan.cluster = std::move(cluster).value();
+  // As the flags have it: tp takes the GPUs cp, pp and dp leave; the global batch is one
+  // micro-batch per DP rank.
+  if (plan.tp == 0) {
+    const int64_t gpus = plan.cluster.total_gpus();
+    const int64_t others = static_cast<int64_t>(plan.cp) * plan.pp * plan.dp;
+    if (gpus % others != 0) {
+      root.Fail("parallel", fmt::format("tp is not given, and cp*pp*dp = {}*{}*{} = {} does not "
+                                        "divide the cluster's {} GPUs",
+                                        plan.cp, plan.pp, plan.dp, others, gpus));
+      return root.Finish().error();
+    }
+    plan.tp = static_cast<int>(gpus / others);
+  }
+  if (plan.global_batch == 0) plan.global_batch = plan.micro_batch * plan.dp;
   Result<StackSpec> stack = LoadStack(plan.stack_ref);
   if (!stack.ok()) {
     root.Fail("stack", stack.message());

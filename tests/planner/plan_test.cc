@@ -452,3 +452,34 @@ TEST(LoadPlanTest, MissingFileIsAnError) {
 
 }  // namespace
 }  // namespace domino
+
+namespace domino {
+namespace {
+
+TEST(PlanFileTest, UnsetTpAndGlobalBatchFollowTheRestAsTheFlagsDo) {
+  // 8 GPUs, dp 2, micro-batch 2: tp takes the 4 GPUs left, the global batch one micro-batch per
+  // DP rank.
+  Result<Plan> plan = ParsePlan(
+      "model: gpt3-2.7b\ncluster: dgx-h100:1\ntraining: {micro_batch: 2}\nparallel: {dp: 2}\n",
+      "p.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  EXPECT_EQ(plan->tp, 4);
+  EXPECT_EQ(plan->global_batch, 4);
+  // Given, they stay as given.
+  plan = ParsePlan(
+      "model: gpt3-2.7b\ncluster: dgx-h100:1\ntraining: {global_batch: 8}\nparallel: {tp: 8}\n",
+      "p.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  EXPECT_EQ(plan->tp, 8);
+  EXPECT_EQ(plan->global_batch, 8);
+  // cp * pp * dp that does not divide the GPUs: one line naming the key and the rule.
+  plan = ParsePlan("model: gpt3-2.7b\ncluster: dgx-h100:1\nparallel: {dp: 3}\n", "p.yaml");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.message().find("p.yaml:3:11: parallel: tp is not given, and cp*pp*dp = 1*1*3 = 3 "
+                                "does not divide the cluster's 8 GPUs"),
+            std::string::npos)
+      << plan.message();
+}
+
+}  // namespace
+}  // namespace domino
