@@ -288,13 +288,13 @@ TEST(ParsePlanTest, EveryRuleNamesFileLineAndKey) {
 }
 
 TEST(ParsePlanTest, RuleOnAKeyNotInTheFileNamesTheKey) {
-  // No parallel section: tp defaults to 32, which does not fit one node.
-  Result<Plan> plan =
-      ParsePlan("model: gpt3-13b\ncluster: dgx-h100:1\ntraining: {seq_len: 1024}\n", "short.yaml");
+  // No parallel section: tp takes the cluster's 6 GPUs, which do not divide gpt3-13b's 64 heads.
+  Result<Plan> plan = ParsePlan(
+      "model: gpt3-13b\ncluster: dgx-h100:1:6\ntraining: {seq_len: 1024}\n", "short.yaml");
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(plan.message(), ::testing::StartsWith("short.yaml:"));
   EXPECT_THAT(plan.message(), HasSubstr("parallel.tp"));
-  EXPECT_THAT(plan.message(), HasSubstr("8 GPUs"));
+  EXPECT_THAT(plan.message(), HasSubstr("tp (6) must divide the model's heads (64)"));
 }
 
 TEST(CheckPlanRulesTest, ReportsTheKeyOfEachRule) {
@@ -467,7 +467,8 @@ TEST(PlanFileTest, UnsetTpAndGlobalBatchFollowTheRestAsTheFlagsDo) {
   EXPECT_EQ(plan->global_batch, 4);
   // Given, they stay as given.
   plan = ParsePlan(
-      "model: gpt3-2.7b\ncluster: dgx-h100:1\ntraining: {global_batch: 8}\nparallel: {tp: 8}\n",
+      "model: gpt3-2.7b\ncluster: dgx-h100:1\ntraining: {micro_batch: 2, global_batch: 8}\n"
+      "parallel: {tp: 8}\n",
       "p.yaml");
   ASSERT_TRUE(plan.ok()) << plan.message();
   EXPECT_EQ(plan->tp, 8);
