@@ -12,14 +12,12 @@ namespace domino {
 // Reads a Hugging Face transformers `config.json` into a ModelSpec, so that a user can hand domino
 // the config of the model they train. Families read (by `model_type`, else by `architectures`):
 //
-//   family                     layers / hidden / heads / ffn / vocab / positions          MLP norm
-//   llama, mistral, qwen2,     num_hidden_layers, hidden_size, num_attention_heads,      swiglu
-//   rmsnorm gemma                      num_key_value_heads, intermediate_size, vocab_size,
-//                              max_position_embeddings
-//   gpt_neox                   the same keys (no kv heads)                               gelu
-//   layernorm gpt2                       n_layer, n_embd, n_head, n_inner (null: 4 * n_embd), gelu
-//   layernorm
-//                              vocab_size, n_positions
+//   - llama, mistral, qwen2, gemma: num_hidden_layers, hidden_size, num_attention_heads,
+//     num_key_value_heads, intermediate_size, vocab_size, max_position_embeddings; MLP swiglu,
+//     norm rmsnorm;
+//   - gpt_neox: the same keys (no kv heads); MLP gelu, norm layernorm;
+//   - gpt2: n_layer, n_embd, n_head, n_inner (null: 4 * n_embd), vocab_size, n_positions; MLP
+//     gelu, norm layernorm.
 //
 // The gated MLPs of the Llama family (SiLU in Llama, Mistral and Qwen2; GeLU in Gemma) have
 // SwiGLU's three matrices, and domino's `swiglu` stands for all of them. ModelSpec.seq_len is the

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "models/base/file_io.h"
@@ -62,7 +63,12 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
   YamlMap map(*root, std::string(file));
   HardwareProfile profile;
   map.String("device", &profile.device, Need::kRequired);
-  map.String("backend", &profile.backend, Need::kRequired);
+  // The backend that measured it, kept as its name ("cpu" or "cuda").
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 2> kBackends = {
+      {{"cpu", "cpu"}, {"cuda", "cuda"}}};
+  std::string_view backend;
+  map.Enum("backend", &backend, Need::kRequired, kBackends);
+  profile.backend = std::string(backend);
   map.Bool("contention", &profile.contention, Need::kOptional);
   map.Real("gemm_tflops", &profile.gemm_tflops, Need::kOptional, RealRange{0, 1e6, false});
   map.Real("hbm_GBps", &profile.hbm_GBps, Need::kOptional, RealRange{0, 1e9, false});

@@ -19,7 +19,7 @@ struct Axis {
 };
 
 // A study file: `name`, `grid` (key: [values], varied in the order given, the last fastest) and
-// `fixed` (key: value). Keys as for --vary. The format is documented in docs/domino-study.md.
+// `fixed` (key: value). Keys as for --vary. The format is documented in docs/formats.md.
 struct Study {
   std::string name;
   std::vector<Axis> axes;
