@@ -136,7 +136,7 @@ struct ClusterSpec {
   int total_gpus() const { return nodes * gpus_per_node; }
 };
 
-// Parsers of the YAML formats in hardware/README.md. `file` names the source in messages
+// Parsers of the YAML formats in docs/formats.md. `file` names the source in messages
 // ("FILE:LINE:COLUMN: KEY: RULE") and is the folder that relative paths inside the text (a node's
 // `gpu`, a cluster's `node`) are tried against before the working directory. A node's GPU and a
 // cluster's node are loaded as LoadGpu / LoadNode do; their errors are reported at that key.

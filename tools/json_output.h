@@ -53,7 +53,7 @@ Json FiguresJson(const PlanFigures& figures);
 Json ModelJson(const ModelSpec& model);
 
 // A GPU, a node (its GPU nested) and a cluster (its node nested), with the keys of their YAML
-// files (hardware/README.md); a peak the GPU lacks is null.
+// files (docs/formats.md); a peak the GPU lacks is null.
 Json GpuJson(const GpuSpec& gpu);
 Json NodeJson(const NodeSpec& node);
 Json ClusterJson(const ClusterSpec& cluster);
