@@ -12,36 +12,7 @@ namespace {
 
 constexpr float kNormEps = 1e-5f;
 
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// What a value is, independent of how it is stored: kind, slot, gradient and layer (not the
-// sequence-parallel form, not the row slice), so every sharding of it draws the same numbers.
-uint64_t HashRole(const TensorRole& role) {
-  uint64_t key = static_cast<uint64_t>(role.kind);
-  key = key << 8 | static_cast<uint64_t>(role.slot);
-  key = key << 8 | (role.gradient ? 1u : 0u);
-  key = key << 16 | static_cast<uint16_t>(role.layer);
-  return SplitMix(key);
-}
-
 }  // namespace
-
-float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t fan_in, int64_t row,
-                     int64_t col) {
-  uint64_t bits =
-      SplitMix(seed ^ SplitMix(HashRole(role) ^ SplitMix(row * 0x100000001b3ull + col)));
-  float u =
-      static_cast<float>(bits >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;  // [-1, 1)
-  if (role.gradient) return u;
-  if (role.kind == TensorKind::kNormWeight) return 1.0f + 0.1f * u;
-  if (role.kind == TensorKind::kWeight) return u / std::sqrt(static_cast<float>(fan_in));
-  return u;
-}
 
 CpuBackend::CpuBackend(const Schedule& schedule, const ModelSpec& model, int rank, int tp,
                        uint64_t seed, const FillOffsets& offsets)
@@ -51,7 +22,8 @@ CpuBackend::CpuBackend(const Schedule& schedule, const ModelSpec& model, int ran
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     data_[i].assign(static_cast<size_t>(t.rows * t.cols), 0.0f);
-    if (IsGiven(t.role)) Fill(t, data_[i], View{0, t.rows, 0, t.cols});
+    if (IsGiven(t.role))
+      FillGiven(t, model_, rank_, tp_, seed_, offsets_, View{0, t.rows, 0, t.cols}, data_[i]);
   }
 }
 
@@ -59,62 +31,6 @@ double CpuBackend::BytesFor(const Schedule& schedule) {
   double bytes = 0;
   for (const Tensor& t : schedule.tensors()) bytes += 4.0 * t.rows * t.cols;
   return bytes;
-}
-
-void FillReference(const Tensor& t, int rank, int tp, uint64_t seed, const View& view,
-                   std::vector<float>& values) {
-  const Shape2 whole = WholeShape(t, tp);
-  const bool vocab_major =
-      t.role.slot == TensorSlot::kEmbedding || t.role.slot == TensorSlot::kLmHead;
-  const int64_t fan_in = vocab_major ? whole.cols : whole.rows;
-  for (int64_t r = view.row_begin; r < view.row_end; ++r) {
-    for (int64_t c = view.col_begin; c < view.col_end; ++c) {
-      Shape2 at = WholeIndex(t, rank, tp, r, c);
-      values[r * t.cols + c] = ReferenceValue(seed, t.role, fan_in, at.rows, at.cols);
-    }
-  }
-}
-
-bool IsTokens(const TensorRole& role) {
-  return role.kind == TensorKind::kInput &&
-         (role.slot == TensorSlot::kEmbedding || role.slot == TensorSlot::kLmHead);
-}
-
-int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index) {
-  constexpr uint64_t kTokenStream = 0x746f6b656e73ull;  // "tokens"
-  return static_cast<int64_t>(SplitMix(seed ^ SplitMix(kTokenStream ^ SplitMix(index))) %
-                              static_cast<uint64_t>(vocab));
-}
-
-int64_t CpPosition(int64_t local, int64_t seq_len, int cp, int cp_rank) {
-  const int64_t chunk = seq_len / (2 * cp);
-  return local < chunk ? cp_rank * chunk + local : (2 * cp - 1 - cp_rank) * chunk + local - chunk;
-}
-
-int64_t CpuBackend::TokenIndex(const Tensor& t, int64_t row, int64_t col) const {
-  const int64_t whole = WholeIndex(t, rank_, tp_, row, col).rows;
-  if (offsets_.cp <= 1) return whole;
-  const int64_t local_len = offsets_.seq_len / offsets_.cp;
-  return whole / local_len * offsets_.seq_len +
-         CpPosition(whole % local_len, offsets_.seq_len, offsets_.cp, offsets_.cp_rank);
-}
-
-void CpuBackend::Fill(const Tensor& t, std::vector<float>& values, const View& view) const {
-  if (!IsTokens(t.role)) {
-    if (offsets_.layer == 0 || t.role.layer < 0) {
-      FillReference(t, rank_, tp_, seed_, view, values);
-    } else {
-      Tensor shifted = t;
-      shifted.role.layer = static_cast<int16_t>(t.role.layer + offsets_.layer);
-      FillReference(shifted, rank_, tp_, seed_, view, values);
-    }
-    return;
-  }
-  const int64_t next = t.role.slot == TensorSlot::kLmHead ? 1 : 0;  // labels: the next token
-  for (int64_t r = view.row_begin; r < view.row_end; ++r)
-    for (int64_t c = view.col_begin; c < view.col_end; ++c)
-      values[r * t.cols + c] = static_cast<float>(
-          ReferenceToken(seed_, model_.vocab, offsets_.token + TokenIndex(t, r, c) + next));
 }
 
 Status CpuBackend::Pack(const TensorUse& use, float* out) const {
@@ -305,7 +221,8 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
       // The loss gradient of the stack's output: reference values of the written tensor.
       if (!need(0, 1)) return fail("the output gradient writes one tensor");
       const TensorUse& u = writes[0];
-      Fill(schedule.tensors()[u.tensor], data_[u.tensor], u.view);
+      FillGiven(schedule.tensors()[u.tensor], model_, rank_, tp_, seed_, offsets_, u.view,
+                data_[u.tensor]);
       return Status::Ok();
     }
     default:

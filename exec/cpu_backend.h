@@ -6,33 +6,11 @@
 #include <vector>
 
 #include "exec/interpreter.h"
+#include "exec/reference.h"
 #include "models/model_spec.h"
 #include "planner/schedule.h"
 
 namespace domino::exec {
-
-// The reference values of the unsharded model: weights, the first layer's input and the top
-// layer's output gradient, as a function of (seed, tensor role, whole row, whole column) only, so
-// every sharding of a tensor holds the same numbers as the unsharded one, whatever its name.
-// GEMM weights are uniform in +-1/sqrt(fan_in), norm weights in 1 +- 0.1, inputs and output
-// gradients in +-1.
-float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t fan_in, int64_t row,
-                     int64_t col);
-
-// Fills `view` of rank `rank`'s `values` of `tensor` (rows x cols) with ReferenceValue through the
-// tensor's Shard rule. A GEMM weight's fan-in is its whole rows (in_features x out_features), or
-// its columns for the vocabulary-major embedding and LM head, so that padding the vocabulary
-// differently for another TP size leaves every weight's value alone.
-void FillReference(const Tensor& tensor, int rank, int tp, uint64_t seed, const View& view,
-                   std::vector<float>& values);
-
-// Whether a role is a column of token ids: the tokens the embedding looks up or the labels of
-// the loss (inputs of slot kEmbedding or kLmHead).
-bool IsTokens(const TensorRole& role);
-// Token `index` of the run's token stream, uniform over [0, vocab), from the seed alone. Row r of
-// a micro-batch's tokens is token r of the stream and its label token r + 1 (the next token),
-// the same on every rank.
-int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index);
 
 // The CPU reference backend: fp32 tensors in host memory, kernels on Eigen (exec/cpu_kernels.h).
 // It holds rank `rank`'s shard (of a TP group of `tp`) of every tensor of the schedule:
@@ -44,23 +22,7 @@ int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index);
 // the micro-batch's tokens; vocabulary padding takes no part in it. Biases and position
 // embeddings are not modelled.
 //
-// Where the schedule sits in a larger run (exec/step.h): its layer l is the model's layer
-// l + layer_offset (weights draw that layer's values), and its token stream starts at token
-// token_offset (micro-batch g of an iteration starts at g x its tokens). With context parallelism
-// (cp > 1) the schedule's rows are the rank's tokens of each sequence: CpPosition says where they
-// sit in it.
-struct FillOffsets {
-  int layer = 0;
-  int64_t token = 0;
-  int cp = 1, cp_rank = 0;
-  int64_t seq_len = 0;  // the whole sequence's tokens (with cp > 1)
-};
-
-// Context parallelism's causal load balance: a sequence of `seq_len` tokens is cut into 2 cp
-// chunks and CP rank r holds chunks r and 2 cp - 1 - r. The position in the sequence of the
-// rank's local token `local` (0 <= local < seq_len / cp).
-int64_t CpPosition(int64_t local, int64_t seq_len, int cp, int cp_rank);
-
+// Given tensors are filled by FillGiven (exec/reference.h) with `offsets`.
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const Schedule& schedule, const ModelSpec& model, int rank, int tp, uint64_t seed,
@@ -79,10 +41,6 @@ class CpuBackend final : public Backend {
   static double BytesFor(const Schedule& schedule);
 
  private:
-  void Fill(const Tensor& tensor, std::vector<float>& values, const View& view) const;
-  // The token stream index (before the token offset) of row `row` of a tokens tensor.
-  int64_t TokenIndex(const Tensor& tensor, int64_t row, int64_t col) const;
-
   const Schedule& schedule_;
   ModelSpec model_;
   int rank_, tp_;

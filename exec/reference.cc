@@ -1,0 +1,98 @@
+#include "exec/reference.h"
+
+#include <cmath>
+
+namespace domino::exec {
+namespace {
+
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// What a value is, independent of how it is stored: kind, slot, gradient and layer (not the
+// sequence-parallel form, not the row slice), so every sharding of it draws the same numbers.
+uint64_t HashRole(const TensorRole& role) {
+  uint64_t key = static_cast<uint64_t>(role.kind);
+  key = key << 8 | static_cast<uint64_t>(role.slot);
+  key = key << 8 | (role.gradient ? 1u : 0u);
+  key = key << 16 | static_cast<uint16_t>(role.layer);
+  return SplitMix(key);
+}
+
+// The token stream index (before the token offset) of row `row` of a tokens tensor.
+int64_t TokenIndex(const Tensor& t, int rank, int tp, const FillOffsets& offsets, int64_t row,
+                   int64_t col) {
+  const int64_t whole = WholeIndex(t, rank, tp, row, col).rows;
+  if (offsets.cp <= 1) return whole;
+  const int64_t local_len = offsets.seq_len / offsets.cp;
+  return whole / local_len * offsets.seq_len +
+         CpPosition(whole % local_len, offsets.seq_len, offsets.cp, offsets.cp_rank);
+}
+
+}  // namespace
+
+float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t fan_in, int64_t row,
+                     int64_t col) {
+  uint64_t bits =
+      SplitMix(seed ^ SplitMix(HashRole(role) ^ SplitMix(row * 0x100000001b3ull + col)));
+  float u =
+      static_cast<float>(bits >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;  // [-1, 1)
+  if (role.gradient) return u;
+  if (role.kind == TensorKind::kNormWeight) return 1.0f + 0.1f * u;
+  if (role.kind == TensorKind::kWeight) return u / std::sqrt(static_cast<float>(fan_in));
+  return u;
+}
+
+void FillReference(const Tensor& t, int rank, int tp, uint64_t seed, const View& view,
+                   std::vector<float>& values) {
+  const Shape2 whole = WholeShape(t, tp);
+  const bool vocab_major =
+      t.role.slot == TensorSlot::kEmbedding || t.role.slot == TensorSlot::kLmHead;
+  const int64_t fan_in = vocab_major ? whole.cols : whole.rows;
+  for (int64_t r = view.row_begin; r < view.row_end; ++r) {
+    for (int64_t c = view.col_begin; c < view.col_end; ++c) {
+      Shape2 at = WholeIndex(t, rank, tp, r, c);
+      values[r * t.cols + c] = ReferenceValue(seed, t.role, fan_in, at.rows, at.cols);
+    }
+  }
+}
+
+bool IsTokens(const TensorRole& role) {
+  return role.kind == TensorKind::kInput &&
+         (role.slot == TensorSlot::kEmbedding || role.slot == TensorSlot::kLmHead);
+}
+
+int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index) {
+  constexpr uint64_t kTokenStream = 0x746f6b656e73ull;  // "tokens"
+  return static_cast<int64_t>(SplitMix(seed ^ SplitMix(kTokenStream ^ SplitMix(index))) %
+                              static_cast<uint64_t>(vocab));
+}
+
+int64_t CpPosition(int64_t local, int64_t seq_len, int cp, int cp_rank) {
+  const int64_t chunk = seq_len / (2 * cp);
+  return local < chunk ? cp_rank * chunk + local : (2 * cp - 1 - cp_rank) * chunk + local - chunk;
+}
+
+void FillGiven(const Tensor& t, const ModelSpec& model, int rank, int tp, uint64_t seed,
+               const FillOffsets& offsets, const View& view, std::vector<float>& values) {
+  if (!IsTokens(t.role)) {
+    if (offsets.layer == 0 || t.role.layer < 0) {
+      FillReference(t, rank, tp, seed, view, values);
+    } else {
+      Tensor shifted = t;
+      shifted.role.layer = static_cast<int16_t>(t.role.layer + offsets.layer);
+      FillReference(shifted, rank, tp, seed, view, values);
+    }
+    return;
+  }
+  const int64_t next = t.role.slot == TensorSlot::kLmHead ? 1 : 0;  // labels: the next token
+  for (int64_t r = view.row_begin; r < view.row_end; ++r)
+    for (int64_t c = view.col_begin; c < view.col_end; ++c)
+      values[r * t.cols + c] = static_cast<float>(ReferenceToken(
+          seed, model.vocab, offsets.token + TokenIndex(t, rank, tp, offsets, r, c) + next));
+}
+
+}  // namespace domino::exec
