@@ -1,6 +1,7 @@
 #ifndef DOMINO_EXEC_CPU_BACKEND_H_
 #define DOMINO_EXEC_CPU_BACKEND_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,10 @@ class CpuBackend final : public Backend {
   Status Pack(const TensorUse& use, float* out) const override;
   Status Unpack(const TensorUse& use, const float* in) override;
   Result<std::vector<float>> Read(int32_t tensor) const override { return data_[tensor]; }
+  Status Zero(int32_t tensor) override {
+    std::fill(data_[tensor].begin(), data_[tensor].end(), 0.0f);
+    return Status::Ok();
+  }
 
   // This rank's values of tensor `id` (rows x cols, row-major).
   const std::vector<float>& data(int32_t id) const { return data_[id]; }

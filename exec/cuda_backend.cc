@@ -230,6 +230,10 @@ class CudaBackend final : public Backend, public CudaRunner {
     DOMINO_RETURN_IF_ERROR(Ok(cuda::Download(context_, Whole(tensor), host.data())));
     return host;
   }
+  Status Zero(int32_t tensor) override {
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::Zero(context_, Whole(tensor))));
+    return Ok(cuda::Synchronize(context_));
+  }
 
  private:
   // Per op: start and end (timing events) and done (ordering another stream); then the run's

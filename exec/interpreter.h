@@ -23,6 +23,8 @@ class Backend {
   virtual Status Unpack(const TensorUse& use, const float* in) = 0;
   // This rank's values of a whole tensor (rows x cols, row-major), for checks.
   virtual Result<std::vector<float>> Read(int32_t tensor) const = 0;
+  // Zeroes a whole tensor.
+  virtual Status Zero(int32_t tensor) = 0;
 };
 
 // Runs op `id` of a pass schedule: a compute op on `backend`, a TP collective on `communicator`

@@ -60,7 +60,7 @@ struct Chunk {
   ChunkShape shape;
   Schedule schedule;
   size_t forward_end = 0;  // ops [0, forward_end) are the forward pass
-  std::vector<std::unique_ptr<CpuBackend>> mbs;
+  std::vector<std::unique_ptr<Backend>> mbs;
   std::vector<size_t> cursor;  // per micro-batch: its next op
   std::vector<Bucket> buckets;
   int32_t input = -1, input_grad = -1, out_mid = -1, out_mlp = -1, out_grad = -1, loss = -1;
@@ -197,8 +197,9 @@ class StepRunner {
       // The master weights start as the backends' initial weights.
       for (Bucket& b : chunk->buckets)
         for (const Param& p : b.params) {
-          const std::vector<float>& w = chunk->mbs[0]->data(p.value);
-          std::copy(w.begin(), w.end(), b.master.begin() + p.offset);
+          Result<std::vector<float>> w = chunk->mbs[0]->Read(p.value);
+          if (!w.ok()) return w.error();
+          std::copy(w->begin(), w->end(), b.master.begin() + p.offset);
         }
       chunks_.push_back(std::move(chunk));
     }
@@ -221,7 +222,7 @@ class StepRunner {
     for (auto& c : chunks_) {
       std::fill(c->cursor.begin(), c->cursor.end(), 0);
       for (auto& b : c->buckets) b.final = false;
-      for (auto& backend : c->mbs) ZeroComputed(*c, *backend);
+      for (auto& backend : c->mbs) DOMINO_RETURN_IF_ERROR(ZeroComputed(*c, *backend));
     }
     timeline->ops.assign(it_.schedule.size(), OpTime{});
     const Clock::time_point t0 = Clock::now();
@@ -245,9 +246,11 @@ class StepRunner {
     if (last == nullptr) return 0.0;
     const Tensor& t = last->schedule.tensors()[last->loss];
     double sum = 0;
-    for (auto& backend : last->mbs)
-      sum += cpu::MeanCrossEntropy(
-          cpu::ConstMat(backend->data(last->loss).data(), t.rows, t.cols, t.cols));
+    for (auto& backend : last->mbs) {
+      Result<std::vector<float>> stats = backend->Read(last->loss);
+      if (!stats.ok()) return stats.error();
+      sum += cpu::MeanCrossEntropy(cpu::ConstMat(stats->data(), t.rows, t.cols, t.cols));
+    }
     float mean = static_cast<float>(sum / static_cast<double>(last->mbs.size()));
     DOMINO_RETURN_IF_ERROR(g_.dp->AllReduce(&mean, 1));
     return static_cast<double>(mean) / plan_.dp_cp();
@@ -264,10 +267,8 @@ class StepRunner {
           DOMINO_RETURN_IF_ERROR(GatherShards(b.master));
         }
         for (const Param& p : b.params) {
-          std::vector<float>& grad = c->mbs[0]->mutable_data(p.grad);
-          std::copy_n(b.grad.begin() + p.offset, p.size, grad.begin());
-          std::vector<float>& value = c->mbs[0]->mutable_data(p.value);
-          std::copy_n(b.master.begin() + p.offset, p.size, value.begin());
+          DOMINO_RETURN_IF_ERROR(Write(*c, *c->mbs[0], p.grad, b.grad.data() + p.offset));
+          DOMINO_RETURN_IF_ERROR(Write(*c, *c->mbs[0], p.value, b.master.data() + p.offset));
         }
       }
     }
@@ -294,13 +295,16 @@ class StepRunner {
   }
   // Zeroes what the schedule computes (the given tensors keep their values; weights are set by
   // the optimizer).
-  static void ZeroComputed(const Chunk& c, CpuBackend& backend) {
+  static Status ZeroComputed(const Chunk& c, Backend& backend) {
     const std::vector<Tensor>& tensors = c.schedule.tensors();
     for (size_t i = 0; i < tensors.size(); ++i)
-      if (!IsGiven(tensors[i].role)) {
-        std::vector<float>& v = backend.mutable_data(static_cast<int32_t>(i));
-        std::fill(v.begin(), v.end(), 0.0f);
-      }
+      if (!IsGiven(tensors[i].role)) DOMINO_RETURN_IF_ERROR(backend.Zero(static_cast<int32_t>(i)));
+    return Status::Ok();
+  }
+  // Sets a whole tensor of the chunk's schedule from `values` (rows x cols).
+  static Status Write(const Chunk& c, Backend& backend, int32_t id, const float* values) {
+    const Tensor& t = c.schedule.tensors()[id];
+    return backend.Unpack(TensorUse{id, View{0, t.rows, 0, t.cols}}, values);
   }
 
   Status RunIterationOp(int32_t id, int step) {
@@ -324,7 +328,7 @@ class StepRunner {
           if (!mine) continue;
           if (op.func == OpFunc::kDpAllGather) {
             DOMINO_RETURN_IF_ERROR(GatherShards(b.master));
-            WriteWeights(*c, b);
+            DOMINO_RETURN_IF_ERROR(WriteWeights(*c, b));
           } else {
             DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
             DOMINO_RETURN_IF_ERROR(ReduceOverDp(b, op.func == OpFunc::kDpReduceScatter));
@@ -365,7 +369,7 @@ class StepRunner {
         if (layer >= op.layer_begin && layer < op.layer_end) stop = i + 1;
       }
     }
-    CpuBackend& backend = *c.mbs[mb];
+    Backend& backend = *c.mbs[mb];
     for (; cursor < stop; ++cursor) {
       const Op& o = s.ops()[cursor];
       // The stack's output gradient comes from the next stage (kPpRecv), not from a fill.
@@ -401,7 +405,7 @@ class StepRunner {
   struct RingOutput {
     std::vector<float> lse, out;
   };
-  using RingKey = std::tuple<const CpuBackend*, int, int, int>;  // backend, layer, slice, phase
+  using RingKey = std::tuple<const Backend*, int, int, int>;  // backend, layer, slice, phase
 
   struct RingShape {
     int64_t heads, kv_heads, dim, local, rows;
@@ -409,7 +413,7 @@ class StepRunner {
     int64_t kv_cols() const { return kv_heads * dim; }
   };
 
-  Status CpRingOp(const Schedule& s, int32_t id, CpuBackend& backend) {
+  Status CpRingOp(const Schedule& s, int32_t id, Backend& backend) {
     const Op& op = s.op(id);
     const int cp = plan_.cp, step = op.tags.ring_step;
     const bool backward = op.tags.phase == Phase::kBackward;
@@ -582,29 +586,35 @@ class StepRunner {
     Result<Chunk*> found = MyChunk(op, id);
     if (!found.ok()) return found.error();
     Chunk& c = **found;
-    CpuBackend& backend = *c.mbs[op.tags.micro_batch];
+    Backend& backend = *c.mbs[op.tags.micro_batch];
     const bool backward = op.tags.phase != Phase::kForward;
     const int vs = c.vs;
     if (op.func == OpFunc::kPpSend) {
       const int to = StageOf(backward ? vs - 1 : vs + 1);
       if (backward) {
-        const std::vector<float>& grad = backend.data(c.input_grad);
-        return g_.pp->Send(grad.data(), static_cast<int64_t>(grad.size()), to);
+        Result<std::vector<float>> grad = backend.Read(c.input_grad);
+        if (!grad.ok()) return grad.error();
+        return g_.pp->Send(grad->data(), static_cast<int64_t>(grad->size()), to);
       }
       // The stack's output: the top layer's mid plus its MLP output (after its collective).
-      const std::vector<float>& mid = backend.data(c.out_mid);
-      const std::vector<float>& mlp = backend.data(c.out_mlp);
-      if (mid.size() != mlp.size())
+      Result<std::vector<float>> mid = backend.Read(c.out_mid);
+      Result<std::vector<float>> mlp = backend.Read(c.out_mlp);
+      if (!mid.ok()) return mid.error();
+      if (!mlp.ok()) return mlp.error();
+      if (mid->size() != mlp->size())
         return Error(fmt::format("iteration op {}: the output's parts differ in size", id));
-      send_.resize(mid.size());
-      for (size_t i = 0; i < mid.size(); ++i) send_[i] = mid[i] + mlp[i];
-      return g_.pp->Send(send_.data(), static_cast<int64_t>(send_.size()), to);
+      for (size_t i = 0; i < mid->size(); ++i) (*mid)[i] += (*mlp)[i];
+      return g_.pp->Send(mid->data(), static_cast<int64_t>(mid->size()), to);
     }
     const int from_vs = backward ? vs + 1 : vs - 1;
     if (!sends_.count({backward, static_cast<int16_t>(from_vs), op.tags.micro_batch}))
       return Status::Ok();  // nothing was sent: the input stays as it is
-    std::vector<float>& into = backend.mutable_data(backward ? c.out_grad : c.input);
-    return g_.pp->Recv(into.data(), static_cast<int64_t>(into.size()), StageOf(from_vs));
+    const int32_t into = backward ? c.out_grad : c.input;
+    const Tensor& t = c.schedule.tensors()[into];
+    recv_.resize(static_cast<size_t>(t.rows * t.cols));
+    DOMINO_RETURN_IF_ERROR(
+        g_.pp->Recv(recv_.data(), static_cast<int64_t>(recv_.size()), StageOf(from_vs)));
+    return Write(c, backend, into, recv_.data());
   }
 
   // Sums the bucket's gradients over the micro-batches and scales them to the global batch's
@@ -615,8 +625,9 @@ class StepRunner {
     std::fill(b.grad.begin(), b.grad.end(), 0.0f);
     for (const Param& p : b.params)
       for (auto& backend : c.mbs) {
-        const std::vector<float>& g = backend->data(p.grad);
-        for (int64_t i = 0; i < p.size; ++i) b.grad[p.offset + i] += g[i];
+        Result<std::vector<float>> g = backend->Read(p.grad);
+        if (!g.ok()) return g.error();
+        for (int64_t i = 0; i < p.size; ++i) b.grad[p.offset + i] += (*g)[i];
       }
     const float scale =
         1.0f / static_cast<float>(static_cast<int64_t>(c.mbs.size()) * plan_.dp_cp());
@@ -686,19 +697,18 @@ class StepRunner {
           b.master[i] =
               static_cast<float>(b.master[i] - a.lr * (m / c1) / (std::sqrt(v / c2) + a.eps));
         }
-        if (!Sharded()) WriteWeights(*c, b);
+        if (!Sharded()) DOMINO_RETURN_IF_ERROR(WriteWeights(*c, b));
       }
     }
     return Status::Ok();
   }
 
   // Every micro-batch's copy of the bucket's weights from the master weights.
-  static void WriteWeights(Chunk& c, const Bucket& b) {
+  static Status WriteWeights(Chunk& c, const Bucket& b) {
     for (auto& backend : c.mbs)
-      for (const Param& p : b.params) {
-        std::vector<float>& w = backend->mutable_data(p.value);
-        std::copy_n(b.master.begin() + p.offset, p.size, w.begin());
-      }
+      for (const Param& p : b.params)
+        DOMINO_RETURN_IF_ERROR(Write(c, *backend, p.value, b.master.data() + p.offset));
+    return Status::Ok();
   }
 
   const Plan& plan_;
@@ -709,9 +719,9 @@ class StepRunner {
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::set<std::tuple<bool, int16_t, int16_t>> sends_;  // (backward, sender's vs, micro-batch)
   std::vector<int32_t> mine_;                           // this rank's iteration ops, in order
-  std::vector<float> scratch_in_, scratch_out_, send_, shard_;
+  std::vector<float> scratch_in_, scratch_out_, recv_, shard_;
   std::map<RingKey, Ring> rings_;  // context parallelism: the rings in progress
-  std::map<std::tuple<const CpuBackend*, int, int>, RingOutput> outputs_;  // their results
+  std::map<std::tuple<const Backend*, int, int>, RingOutput> outputs_;  // their results
 };
 
 // One compared item of the check: a parameter of one stage's chunk (its gradient and its updated
@@ -736,8 +746,9 @@ Status CheckStep(const Plan& plan, const Iteration& it, StepRunner& run, const R
         for (const Param& p : b.params) {
           for (int32_t id : {p.grad, p.value}) {
             const Tensor& t = c->schedule.tensors()[id];
-            Result<WholeTensor> whole =
-                GatherWholeTensor(t, c->mbs[0]->data(id), *g.tp, /*reduced=*/true);
+            Result<std::vector<float>> mine = c->mbs[0]->Read(id);
+            if (!mine.ok()) return mine.error();
+            Result<WholeTensor> whole = GatherWholeTensor(t, *mine, *g.tp, /*reduced=*/true);
             if (!whole.ok()) return whole.error();
             if (me.tp == 0)
               DOMINO_RETURN_IF_ERROR(
@@ -808,7 +819,9 @@ Status CheckStep(const Plan& plan, const Iteration& it, StepRunner& run, const R
               got.values.resize(static_cast<size_t>(whole.rows * whole.cols));
               DOMINO_RETURN_IF_ERROR(
                   world.Recv(got.values.data(), static_cast<int64_t>(got.values.size()), from));
-              WholeTensor want{rt.rows, rt.cols, ref_chunk.mbs[0]->data(ref_id)};
+              Result<std::vector<float>> ref_values = ref_chunk.mbs[0]->Read(ref_id);
+              if (!ref_values.ok()) return ref_values.error();
+              WholeTensor want{rt.rows, rt.cols, std::move(ref_values).value()};
               // Vocabulary padding depends on the TP size: compare the vocabulary's rows.
               const bool vocab =
                   role.slot == TensorSlot::kEmbedding || role.slot == TensorSlot::kLmHead;
