@@ -75,7 +75,6 @@ class CudaBackend final : public Backend, public CudaRunner {
     if (options_.graph && !streams)
       return Error(
           "a CUDA graph needs collectives on the GPU (NCCL or emulated), not through the host");
-    DOMINO_RETURN_IF_ERROR(RefuseTheEnds());
     if (options_.comm == CommMode::kEmulate && options_.emulated.size() != schedule_.size())
       return Error(
           fmt::format("emulated collectives need the predicted cost of every op ({} ops, {} "
@@ -246,31 +245,6 @@ class CudaBackend final : public Backend, public CudaRunner {
   int BeginEvent() const { return kEventsPerOp * size(); }
   int OriginEvent() const { return kEventsPerOp * size() + 1; }
 
-  // The model's ends (embedding, final norm, LM head, loss) have CPU kernels only: a schedule
-  // with them is refused before anything is allocated, rather than failing half-way through.
-  Status RefuseTheEnds() const {
-    for (int32_t id = 0; id < size(); ++id) {
-      switch (schedule_.op(id).func) {
-        case OpFunc::kEmbed:
-        case OpFunc::kEmbedGrad:
-        case OpFunc::kFinalNorm:
-        case OpFunc::kFinalNormGrad:
-        case OpFunc::kLmHead:
-        case OpFunc::kLmHeadGradInput:
-        case OpFunc::kLmHeadGradWeight:
-        case OpFunc::kLoss:
-        case OpFunc::kLossGrad:
-          return Error(fmt::format(
-              "op {} ({}): the CUDA backend runs the layer stack only; the embedding, final "
-              "norm, LM head and loss run on the CPU backend",
-              id, schedule_.Label(id)));
-        default:
-          break;
-      }
-    }
-    return Status::Ok();
-  }
-
   // A CUDA call's status, with what failed: the backend, or op `id`.
   static Status Ok(Status status) {
     if (status.ok()) return status;
@@ -301,7 +275,12 @@ class CudaBackend final : public Backend, public CudaRunner {
           break;
         case OpFunc::kLn1Grad:
         case OpFunc::kLn2Grad:
+        case OpFunc::kFinalNormGrad:
           add(schedule_.writes(op)[1]);
+          break;
+        case OpFunc::kEmbedGrad:
+        case OpFunc::kLmHeadGradWeight:
+          add(schedule_.writes(op)[0]);
           break;
         default:
           break;
@@ -328,7 +307,7 @@ class CudaBackend final : public Backend, public CudaRunner {
         continue;
       }
       std::vector<float> host(static_cast<size_t>(t.rows * t.cols), 0.0f);
-      FillReference(t, rank_, tp_, seed_, View{0, t.rows, 0, t.cols}, host);
+      FillGiven(t, model_, rank_, tp_, seed_, options_.fill, View{0, t.rows, 0, t.cols}, host);
       DOMINO_RETURN_IF_ERROR(Ok(cuda::Upload(context_, whole, host.data())));
     }
     // The output gradient each residual-gradient op starts the backward pass from, kept on the
@@ -344,7 +323,7 @@ class CudaBackend final : public Backend, public CudaRunner {
       const TensorUse& u = schedule_.writes(op)[0];
       const Tensor& t = schedule_.tensors()[u.tensor];
       std::vector<float> host(static_cast<size_t>(t.rows * t.cols), 0.0f);
-      FillReference(t, rank_, tp_, seed_, u.view, host);
+      FillGiven(t, model_, rank_, tp_, seed_, options_.fill, u.view, host);
       std::vector<float> part;
       for (int64_t r = u.view.row_begin; r < u.view.row_end; ++r)
         part.insert(part.end(), host.begin() + r * t.cols + u.view.col_begin,
@@ -455,6 +434,44 @@ class CudaBackend final : public Backend, public CudaRunner {
       case OpFunc::kResidualGrad:
         e = cuda::Copy(context_, residual_grads_.at(id), out(0));
         break;
+      // The model's ends, as the CPU backend runs them (exec/cpu_backend.cc).
+      case OpFunc::kEmbed:
+      case OpFunc::kEmbedGrad: {
+        const bool backward = op.func == OpFunc::kEmbedGrad;
+        const TensorUse& table = backward ? writes[0] : reads[1];
+        const int64_t vocab_begin =
+            WholeIndex(schedule_.tensors()[table.tensor], rank_, tp_, 0, 0).rows;
+        e = backward ? cuda::EmbeddingBackward(context_, in(0), vocab_begin, in(1), out(0))
+                     : cuda::Embedding(context_, in(0), vocab_begin, in(1), out(0));
+        break;
+      }
+      case OpFunc::kFinalNorm:
+        e = cuda::NormForward(context_, Rms(), in(0), in(1).data, kNormEps, out(0));
+        break;
+      case OpFunc::kFinalNormGrad:
+        e = cuda::NormBackward(context_, Rms(), in(0), in(2).data, kNormEps, in(1), out(0), false,
+                               out(1).data);
+        break;
+      case OpFunc::kLmHead:  // the weight is vocabulary-major: logits = x W^T
+        e = cuda::Gemm(context_, in(0), false, in(1), true, out(0), false);
+        break;
+      case OpFunc::kLmHeadGradInput:  // dx = dlogits W
+        e = cuda::Gemm(context_, in(0), false, in(1), false, out(0), false);
+        break;
+      case OpFunc::kLmHeadGradWeight:  // dW += dlogits^T x
+        e = cuda::Gemm(context_, in(0), true, in(1), false, out(0), true);
+        break;
+      case OpFunc::kLoss:
+      case OpFunc::kLossGrad: {
+        const Tensor& logits = schedule_.tensors()[reads[0].tensor];
+        const int64_t vocab_begin = WholeIndex(logits, rank_, tp_, 0, reads[0].view.col_begin).cols;
+        e = op.func == OpFunc::kLoss
+                ? cuda::CrossEntropyStats(context_, in(0), in(1), vocab_begin, model_.vocab, rank_,
+                                          out(0))
+                : cuda::CrossEntropyBackward(context_, in(0), in(1), in(2), vocab_begin,
+                                             model_.vocab, WholeShape(logits, tp_).rows, out(0));
+        break;
+      }
       default:
         return Error(fmt::format("op {} ({}): not a compute op the CUDA backend runs", id,
                                  schedule_.Label(id)));

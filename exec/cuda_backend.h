@@ -9,6 +9,7 @@
 
 #include "exec/communicator.h"
 #include "exec/interpreter.h"
+#include "exec/reference.h"
 #include "hardware/hardware_spec.h"
 #include "models/base/result.h"
 #include "models/model_spec.h"
@@ -48,6 +49,7 @@ struct CudaOptions {
   int max_ctas = 0;
   double timeout_s = 300;  // longest wait for the GPU or a peer before aborting
   std::vector<EmulatedCollective> emulated;
+  FillOffsets fill;  // where the schedule sits in a whole step (exec/step.h): its given values
 };
 
 // Runs a schedule on a GPU. The backend holds rank `rank`'s tensors (of a TP group of `tp`) in

@@ -120,6 +120,23 @@ Status Attention(Context* context, int64_t sequences, int64_t seq_len, int64_t h
 Status AttentionBackward(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
                          int64_t kv_heads, int64_t head_dim, DView qkv, DView dout, DView dqkv);
 
+// The model's ends, as exec/cpu_kernels.h computes them. Token ids are stored as values of the
+// context's type, one per row of a column (exact in fp32; 16-bit types hold ids up to 256 exactly,
+// enough for timing, not for a check). `vocab_begin` is the first vocabulary row this rank's
+// part of a table holds; tokens outside it look up zeros (forward) or add nothing (backward).
+Status Embedding(Context* context, DView tokens, int64_t vocab_begin, DView table, DView out);
+// dtable += each token's row of dy (atomically: rows of repeated tokens add up in any order).
+Status EmbeddingBackward(Context* context, DView tokens, int64_t vocab_begin, DView dy,
+                         DView dtable);
+// Per token: its part's log-sum-exp of the logits in column `part` (of stats.cols - 1 parts, the
+// others 0) and its label's logit in the last column when this part holds the label (else 0);
+// columns at or past `vocab - vocab_begin` are padding and take no part.
+Status CrossEntropyStats(Context* context, DView logits, DView labels, int64_t vocab_begin,
+                         int64_t vocab, int part, DView stats);
+// dlogits = (softmax(logits) - onehot(label)) / tokens, from the stats summed over the parts.
+Status CrossEntropyBackward(Context* context, DView logits, DView labels, DView stats,
+                            int64_t vocab_begin, int64_t vocab, int64_t tokens, DView dlogits);
+
 // A stand-in for a collective on one GPU: `ctas` blocks that move `hbm_bytes` of HBM traffic
 // (half read, half written) paced to take `micros` when nothing else runs; HBM contention makes it
 // longer, as it would a collective. Each block asks for more than half an SM's shared memory, so

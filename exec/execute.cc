@@ -339,11 +339,7 @@ Result<Schedule> LowerForExecution(const Plan& plan, Extent extent) {
 
 Result<ExecuteResult> Execute(const Plan& plan, Communicator& comm, const ExecuteOptions& options) {
   const Extent extent = options.extent.value_or(DefaultExtent(plan, options.backend));
-  if (extent == Extent::kStep) {
-    if (options.backend != BackendKind::kCpu)
-      return Error("whole training steps run on the CPU backend (--backend cpu)");
-    return ExecuteStep(plan, comm, options);
-  }
+  if (extent == Extent::kStep) return ExecuteStep(plan, comm, options);
   Result<Schedule> schedule = LowerForExecution(plan, extent);
   if (!schedule.ok()) return schedule.error();
   return ExecuteSchedule(plan, std::move(schedule).value(), comm, options);

@@ -34,7 +34,8 @@ enum class Extent {
   // reference gradient of its output.
   kLayerStack,
   // Whole training steps of a 3D plan (exec/step.h): every stage's chunks for every micro-batch,
-  // pipeline sends and receives, DP gradient buckets and the Adam step, on tp x pp x dp ranks.
+  // pipeline sends and receives, DP gradient buckets and the Adam step, on tp x cp x pp x dp
+  // ranks; on the CPU backend, or on the CUDA backend with collectives through the host.
   kStep,
 };
 std::string_view ExtentName(Extent extent);  // "model", "layers", "step"

@@ -15,6 +15,7 @@
 
 #include "exec/cpu_backend.h"
 #include "exec/cpu_kernels.h"
+#include "exec/cuda_backend.h"
 #include "exec/interpreter.h"
 #include "planner/lower.h"
 
@@ -59,8 +60,10 @@ struct Chunk {
   int vs = 0, first_layer = 0;
   ChunkShape shape;
   Schedule schedule;
-  size_t forward_end = 0;  // ops [0, forward_end) are the forward pass
-  std::vector<std::unique_ptr<Backend>> mbs;
+  size_t forward_end = 0;     // ops [0, forward_end) are the forward pass
+  std::vector<Backend*> mbs;  // one per micro-batch, owned by `cpu` or `cuda`
+  std::vector<std::unique_ptr<CpuBackend>> cpu;
+  std::vector<std::unique_ptr<CudaRunner>> cuda;
   std::vector<size_t> cursor;  // per micro-batch: its next op
   std::vector<Bucket> buckets;
   int32_t input = -1, input_grad = -1, out_mid = -1, out_mlp = -1, out_grad = -1, loss = -1;
@@ -189,9 +192,21 @@ class StepRunner {
       DOMINO_RETURN_IF_ERROR(Describe(plan_, *chunk));
       for (int mb = 0; mb < m; ++mb) {
         const int64_t global_mb = static_cast<int64_t>(me_.dp) * m + mb;
-        chunk->mbs.push_back(std::make_unique<CpuBackend>(
-            chunk->schedule, plan_.model, me_.tp, plan_.tp, options_.seed,
-            FillOffsets{chunk->first_layer, global_mb * tokens, plan_.cp, me_.cp, plan_.seq_len}));
+        const FillOffsets fill{chunk->first_layer, global_mb * tokens, plan_.cp, me_.cp,
+                               plan_.seq_len};
+        if (options_.backend == BackendKind::kCuda) {
+          CudaOptions cuda = options_.cuda;
+          cuda.fill = fill;
+          Result<std::unique_ptr<CudaRunner>> runner = MakeCudaRunner(
+              chunk->schedule, plan_.model, me_.tp, plan_.tp, options_.seed, cuda, *g_.tp);
+          if (!runner.ok()) return runner.error();
+          chunk->cuda.push_back(std::move(runner).value());
+          chunk->mbs.push_back(&chunk->cuda.back()->backend());
+        } else {
+          chunk->cpu.push_back(std::make_unique<CpuBackend>(chunk->schedule, plan_.model, me_.tp,
+                                                            plan_.tp, options_.seed, fill));
+          chunk->mbs.push_back(chunk->cpu.back().get());
+        }
       }
       chunk->cursor.assign(m, 0);
       // The master weights start as the backends' initial weights.
@@ -767,6 +782,7 @@ Status CheckStep(const Plan& plan, const Iteration& it, StepRunner& run, const R
     Result<Groups> ref_groups = SplitGroups(ref_plan, self, RankCoords{});
     if (!ref_groups.ok()) return ref_groups.error();
     ExecuteOptions ref_options = options;
+    ref_options.backend = BackendKind::kCpu;  // the reference runs on the CPU
     ref_options.progress = {};
     ref_options.alter_chunk = {};
     StepRunner ref(ref_plan, *ref_it, RankCoords{}, std::move(ref_groups).value(), ref_options);
@@ -908,6 +924,11 @@ Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Co
     return Error(fmt::format("the plan has {} = {} ranks; {} were launched", RanksText(plan), ranks,
                              world.size()));
   if (options.steps < 1) return Error(fmt::format("steps {}: at least 1", options.steps));
+  if (options.backend == BackendKind::kCuda && options.cuda.comm != CommMode::kMpi)
+    return Error(
+        fmt::format("whole steps on the CUDA backend run their collectives through the "
+                    "launch communicator (--comm mpi), not {}",
+                    CommModeName(options.cuda.comm)));
   const RankCoords me = CoordsOf(plan, world.rank());
   Result<Groups> groups = SplitGroups(plan, world, me);
   if (!groups.ok()) return groups.error();

@@ -29,8 +29,10 @@ std::string RanksText(const Plan& plan);
 Plan StepReferencePlan(const Plan& plan);
 
 // Runs options.steps training iterations of `iteration` (LowerIteration of the plan) on the CPU
-// backend, this process being rank world.rank() of tp x cp x pp x dp ranks (placed by CoordsOf),
-// and walks its pipeline stage's ops of the iteration's schedule in issue order:
+// backend (or the CUDA backend, compute on the GPU and every collective and transfer through the
+// host communicators, CommMode::kMpi), this process being rank world.rank() of tp x cp x pp x dp
+// ranks (placed by CoordsOf), and walks its pipeline stage's ops of the iteration's schedule in
+// issue order:
 //  - a pass (or a piece of one) runs the forward or backward ops of its model chunk's schedule
 //    (LowerStage of the chunk, forward and backward, every TP op and collective) for its
 //    micro-batch; each micro-batch keeps its own activations until its backward;

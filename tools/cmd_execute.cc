@@ -288,10 +288,11 @@ void Run(ExecuteFlags& flags) {
     extent = *parsed;
   }
   const bool whole_step = extent == exec::Extent::kStep;
-  if (whole_step && flags.backend != "cpu")
+  if (whole_step && flags.backend == "cuda" && flags.comm != "mpi")
     FailOnRank("execute", rank,
-               "--extent step (pipeline, data parallelism and the optimizer) runs on the CPU "
-               "backend: use --backend cpu");
+               fmt::format("--extent step on the CUDA backend runs its collectives through MPI: "
+                           "use --comm mpi, not --comm {}",
+                           flags.comm));
   if (whole_step && flags.iterations != 1)
     FailOnRank("execute", rank, "--extent step: give --steps, not --iterations");
   const int ranks = whole_step ? plan->tp * plan->cp * plan->pp * plan->dp : plan->tp;
@@ -314,7 +315,7 @@ void Run(ExecuteFlags& flags) {
   // Host memory: the CPU backend's tensors, and with --check the reference and the gathers.
   double gib = 0;
   if (whole_step) {
-    gib = exec::StepBytesPerRank(*plan) / (1 << 30);
+    gib = flags.backend == "cpu" ? exec::StepBytesPerRank(*plan) / (1 << 30) : 0;
     if (flags.check) gib += 2 * exec::StepBytesPerRank(exec::StepReferencePlan(*plan)) / (1 << 30);
   } else {
     gib = flags.backend == "cpu" ? exec::CpuBackend::BytesFor(*schedule) / (1 << 30) : 0;
@@ -353,7 +354,9 @@ void Run(ExecuteFlags& flags) {
     if (device >= static_cast<int>(devices->size()))
       FailOnRank("execute", rank,
                  fmt::format("--device {}: {} CUDA device(s) visible", device, devices->size()));
-    const double need = exec::CpuBackend::BytesFor(*schedule) * (dtype == "fp32" ? 1.0 : 0.5);
+    const double need =
+        (whole_step ? exec::StepBytesPerRank(*plan) : exec::CpuBackend::BytesFor(*schedule)) *
+        (dtype == "fp32" ? 1.0 : 0.5);
     const double have = static_cast<double>((*devices)[device].memory_bytes);
     if (need > 0.9 * have)
       FailOnRank(
@@ -496,10 +499,10 @@ void SetupExecute(CLI::App* sub) {
   sub->add_option("--extent", flags->extent,
                   "model (embedding, layers, LM head and loss of one micro-batch; pp 1 and dp 1) "
                   "| layers (one stage's layer stack) | step (whole training steps of a 3D plan "
-                  "on tp x pp x dp ranks: every micro-batch through the pipeline, DP gradient "
-                  "buckets, the tied embedding's sync and Adam; CPU backend); default: model on "
-                  "the CPU backend when the plan has pp 1 and dp 1, step when it has more, "
-                  "layers on the CUDA backend")
+                  "on tp x cp x pp x dp ranks: every micro-batch through the pipeline, DP "
+                  "gradient buckets, the tied embedding's sync and Adam; on the CUDA backend with "
+                  "--comm mpi); default: model on the CPU backend when the plan has pp, dp and cp "
+                  "1, step when it has more, layers on the CUDA backend")
       ->check(CLI::IsMember({"model", "layers", "step"}));
   sub->add_option("--steps", flags->steps,
                   "--extent step: training steps to run; --check compares every step's loss and, "

@@ -272,6 +272,18 @@ Status NormForward(Context* c, bool, DView, const void*, float, DView) {
 Status NormBackward(Context* c, bool, DView, const void*, float, DView, DView, bool, void* dgamma) {
   return Launch(c, fake::kElementwiseUs, Accumulate(dgamma));
 }
+Status Embedding(Context* c, DView, int64_t, DView, DView) {
+  return Launch(c, fake::kElementwiseUs);
+}
+Status EmbeddingBackward(Context* c, DView, int64_t, DView, DView dtable) {
+  return Launch(c, fake::kElementwiseUs, Accumulate(dtable.data));
+}
+Status CrossEntropyStats(Context* c, DView, DView, int64_t, int64_t, int, DView) {
+  return Launch(c, fake::kElementwiseUs);
+}
+Status CrossEntropyBackward(Context* c, DView, DView, DView, int64_t, int64_t, int64_t, DView) {
+  return Launch(c, fake::kElementwiseUs);
+}
 Status Gelu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
 Status GeluBackward(Context* c, DView, DView, DView) { return Launch(c, fake::kElementwiseUs); }
 Status Swiglu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
