@@ -532,11 +532,10 @@ Status EmbeddingBackward(Context* c, DView tokens, int64_t vocab_begin, DView dy
   });
 }
 
-Status CrossEntropyStats(Context* c, DView logits, DView labels, int64_t vocab_begin,
-                         int64_t vocab, int part, DView stats) {
+Status CrossEntropyStats(Context* c, DView logits, DView labels, int64_t vocab_begin, int64_t vocab,
+                         int part, DView stats) {
   if (!Valid(logits) || !Valid(labels) || !Valid(stats) || labels.cols != 1 ||
-      labels.rows != logits.rows || stats.rows != logits.rows || part < 0 ||
-      part >= stats.cols - 1)
+      labels.rows != logits.rows || stats.rows != logits.rows || part < 0 || part >= stats.cols - 1)
     return Error("cross-entropy: logits, labels and stats disagree");
   if (Empty(logits)) return Status::Ok();
   if (logits.rows > INT_MAX) return Error("cross-entropy: too many tokens");
@@ -560,10 +559,9 @@ Status CrossEntropyBackward(Context* c, DView logits, DView labels, DView stats,
   const int64_t valid = std::clamp<int64_t>(vocab - vocab_begin, 0, logits.cols);
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    CrossEntropyBackwardKernel<T>
-        <<<static_cast<unsigned>(logits.rows), kThreads, 0, Current(c)>>>(
-            Typed<T>(logits), Typed<T>(labels), Typed<T>(stats), vocab_begin, valid,
-            1.0f / static_cast<float>(tokens), Typed<T>(dlogits));
+    CrossEntropyBackwardKernel<T><<<static_cast<unsigned>(logits.rows), kThreads, 0, Current(c)>>>(
+        Typed<T>(logits), Typed<T>(labels), Typed<T>(stats), vocab_begin, valid,
+        1.0f / static_cast<float>(tokens), Typed<T>(dlogits));
     return Launched("cross-entropy backward");
   });
 }
