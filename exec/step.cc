@@ -42,9 +42,9 @@ struct Param {
 };
 
 // The parameters whose gradients one DP collective reduces, flattened in tensor order, with the
-// optimizer's state. With the distributed optimizer the rank owns elements [dp_rank x shard,
-// (dp_rank + 1) x shard) of the padded buffers: only those of `grad` are reduced and only those of
-// `master`, `m` and `v` are updated.
+// optimizer's state. With the distributed optimizer the rank owns elements [r x shard, (r + 1) x
+// shard) of the padded buffers, r its rank among the DP x CP replicas: only those of `grad` are
+// reduced and only those of `master`, `m` and `v` are updated.
 struct Bucket {
   int key = 0;  // the chunk's layer, kExtraBucket or kEmbeddingBucket
   std::vector<Param> params;
