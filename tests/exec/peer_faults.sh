@@ -26,4 +26,18 @@ for fault in hang die; do
   fi
   echo "ok $fault: exit $rc after $took s"
 done
+# A whole 3D step (pipeline and DP ranks wait on each other's sends): a hung rank still ends the
+# launch within the timeout.
+start=$(date +%s)
+out=$(DOMINO_FAULT_INJECT="hang@1:3" timeout 60 "$mpiexec" -np 4 --oversubscribe \
+      -x DOMINO_FAULT_INJECT "$domino" execute --model "$src/models/examples/tiny-gpt.yaml" \
+      --cluster dgx-h100:1:4 --tp 1 --pp 2 --dp 2 --seq-len 16 --micro-batch 4 --global-batch 16 \
+      --timeout 3 2>&1)
+rc=$?
+took=$(($(date +%s) - start))
+((rc != 0 && rc != 124)) || fail "3D step hang: exit $rc"
+((took <= 30)) || fail "3D step hang: took $took s"
+grep -q "no progress for [0-9]* s after [0-9]* ops; a peer" <<<"$out" ||
+  fail "3D step hang: no clear message: $out"
+echo "ok 3D step hang: exit $rc after $took s"
 echo "peer faults ok"
