@@ -256,33 +256,43 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
 
   // Configurations in the order of their lower bound, so that the plans found early are good
   // ones and the bound prunes the rest.
-  std::vector<double> bounds(outers.size(), 0);
-  if (space.prune) {
-    std::vector<size_t> order(outers.size());
-    for (size_t i = 0; i < outers.size(); ++i) {
-      order[i] = i;
-      if (!CheckPlanRules(outers[i])) bounds[i] = evaluator.LowerBoundMs(outers[i]);
-    }
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return bounds[a] < bounds[b]; });
-    std::vector<Plan> sorted;
-    std::vector<double> sorted_bounds;
-    for (size_t i : order) {
-      sorted.push_back(std::move(outers[i]));
-      sorted_bounds.push_back(bounds[i]);
-    }
-    outers = std::move(sorted);
-    bounds = std::move(sorted_bounds);
-  }
-
-  double best_ms = 1e300;  // best iteration found so far, for pruning
-  int done = 0;
   const auto start = std::chrono::steady_clock::now();
   auto out_of_time = [&] {
     return space.timeout_s > 0 &&
            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
                space.timeout_s;
   };
+  std::vector<double> bounds(outers.size(), 0);
+  std::vector<char> bounded(outers.size(), 0);  // whether bounds[i] holds (0: not computed)
+  if (space.prune) {
+    std::vector<size_t> order(outers.size());
+    // The bounds count against the timeout too (each simulates passes): those the timeout cut off
+    // go last, unbounded.
+    for (size_t i = 0; i < outers.size(); ++i) {
+      order[i] = i;
+      if (out_of_time()) continue;
+      bounded[i] = 1;
+      if (!CheckPlanRules(outers[i])) bounds[i] = evaluator.LowerBoundMs(outers[i]);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      if (bounded[a] != bounded[b]) return bounded[a] > bounded[b];
+      return bounds[a] < bounds[b];
+    });
+    std::vector<Plan> sorted;
+    std::vector<double> sorted_bounds;
+    std::vector<char> sorted_bounded;
+    for (size_t i : order) {
+      sorted.push_back(std::move(outers[i]));
+      sorted_bounds.push_back(bounds[i]);
+      sorted_bounded.push_back(bounded[i]);
+    }
+    outers = std::move(sorted);
+    bounds = std::move(sorted_bounds);
+    bounded = std::move(sorted_bounded);
+  }
+
+  double best_ms = 1e300;  // best iteration found so far, for pruning
+  int done = 0;
   auto trim = [&] {  // keep the best max_ranked candidates
     if (result.ranked.size() <= 2 * space.max_ranked) return;
     std::sort(result.ranked.begin(), result.ranked.end(),
@@ -291,7 +301,8 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   };
   for (size_t index = 0; index < outers.size(); ++index) {
     Plan& outer = outers[index];
-    if (out_of_time()) {
+    // Past the timeout, the search stops once it has a plan to keep.
+    if (out_of_time() && !result.ranked.empty()) {
       result.timed_out = true;
       break;
     }
@@ -323,7 +334,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     if (!fits) continue;
     // An iteration costs far more to simulate than its passes: every slicing of a configuration is
     // pruned when even its lower bound is beaten.
-    const bool beaten = space.prune && bounds[index] > best_ms;
+    const bool beaten = space.prune && bounded[index] && bounds[index] > best_ms;
     // The unsliced plan first: its ideal bounds every sliced variant from below.
     double bound_ms = 0;
     bool first = true;
@@ -383,8 +394,6 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     }
   }
   if (progress) progress(done, static_cast<int>(outers.size()));
-  if (result.ranked.empty() && result.timed_out)
-    return Error(fmt::format("no plan was evaluated within the {:g} s timeout", space.timeout_s));
   std::sort(result.ranked.begin(), result.ranked.end(),
             [&](const Candidate& a, const Candidate& b) { return Better(a, b, objective); });
   if (result.ranked.size() > space.max_ranked) result.ranked.resize(space.max_ranked);

@@ -48,7 +48,9 @@ struct SearchSpace {
   int max_virtual_stages = 4;
   int max_micro_batch = 32;
   bool prune = true;  // false: evaluate every feasible candidate (brute force)
-  // Stop after this many seconds (0: no limit) and rank what was evaluated by then.
+  // Stop after this many seconds (0: no limit), once a plan has been evaluated, and rank what was
+  // evaluated by then. The configurations' ordering bounds count against it; those it cuts off
+  // are visited last, unbounded.
   double timeout_s = 0;
   // Polled between configurations: once it returns true the search stops as at the timeout
   // (SearchResult::stopped). The command line stops on SIGINT and SIGTERM this way.
@@ -110,9 +112,9 @@ std::string NoPlanFitsMessage(const SearchResult& result);
 // time rank alike; ties are broken by the plan's YAML). Exact: pruning only skips a candidate
 // whose lower bound (its unsliced twin's ideal time) exceeds a plan already found, so the best
 // plan equals brute force's. Deterministic. `progress` is called with (outer configurations
-// done, in total). Errors: pins that contradict the cluster, or a timeout before any plan was
-// evaluated; a space with no feasible plan is a result (SearchResult::NoPlanFits), and so is a
-// search stopped before any was found (`stopped`, `ranked` empty).
+// done, in total). Errors: pins that contradict the cluster; a space with no feasible plan is a
+// result (SearchResult::NoPlanFits), and so is a search stopped before any was found (`stopped`,
+// `ranked` empty).
 Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Evaluator& evaluator,
                                  Objective objective = Objective::kThroughput,
                                  const std::function<void(int, int)>& progress = {});

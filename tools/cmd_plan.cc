@@ -430,9 +430,11 @@ void SetupPlan(CLI::App* sub) {
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
   sub->add_flag("--explain", flags->explain, "list every rejected candidate and the rule it broke");
   sub->add_flag("--exhaustive", flags->exhaustive, "simulate every feasible plan (no pruning)");
-  sub->add_option("--timeout", flags->timeout_s,
-                  "stop searching after this many seconds and keep the best plan found so far "
-                  "(default: no limit)")
+  sub->add_option(
+         "--timeout", flags->timeout_s,
+         "stop searching after this many seconds (once a plan has been evaluated) and keep "
+         "the best plan found so far "
+         "(default: no limit)")
       ->check(PositiveFinite());
   AddFormatOption(sub, &flags->format);
   sub->callback([flags] { Run(*flags); });

@@ -340,3 +340,35 @@ TEST(SearchTest, PipelineLowerBoundIsBelowEveryIdeal) {
 
 }  // namespace
 }  // namespace domino
+
+namespace domino {
+namespace {
+
+// Counts the configuration bounds it is asked for.
+class CountingBounds : public BoundedSimulator {
+ public:
+  double LowerBoundMs(const Plan& plan) override {
+    ++bounds;
+    return BoundedSimulator::LowerBoundMs(plan);
+  }
+  int bounds = 0;
+};
+
+TEST(SearchTimeoutTest, AnExpiredTimeoutStillKeepsOnePlan) {
+  // The timeout has passed before the first configuration is bounded: every configuration is
+  // visited unbounded, the first that fits is evaluated, and the search stops with it.
+  Plan base = Base("gpt3-2.7b", "dgx-h100:1", 8, 1024);
+  SearchSpace space;
+  space.timeout_s = 1e-12;
+  CountingBounds eval;
+  Result<SearchResult> r = SearchPlans(base, space, eval);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_TRUE(r->timed_out);
+  ASSERT_FALSE(r->ranked.empty());
+  EXPECT_EQ(r->evaluated, eval.calls);
+  EXPECT_EQ(eval.bounds, 0);  // no configuration was bounded
+  EXPECT_LE(eval.calls, 12);  // one configuration's slicings at most
+}
+
+}  // namespace
+}  // namespace domino
