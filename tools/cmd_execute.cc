@@ -555,7 +555,7 @@ void SetupExecute(CLI::App* sub) {
   sub->add_option("--report", flags->report_path,
                   "write the plan with its measured: block and rank 0's timeline (YAML; for "
                   "`domino compare` with `simulate --report`, or with `simulate "
-                  "--iteration-report` for --extent step)");
+                  "--report-iteration` for --extent step)");
   sub->add_option("--trace", flags->trace_path,
                   "write rank 0's measured timeline (Perfetto JSON; --extent step: its pipeline "
                   "stage's passes, sends, receives, DP buckets and optimizer step)");
