@@ -44,9 +44,9 @@ Plan StepReferencePlan(const Plan& plan);
 //    norm gradients over TP (partial sums) and reduces over DP x CP; gradients no bucket reduced
 //    are summed and scaled alone at the optimizer step;
 //  - kEmbeddingAllReduce sums the tied word embedding's gradient of the first and last stage;
-//  - kOptimizerStep runs Adam (options.adam) on the fp32 master weights (the rank's DP x CP shard
-//  of
-//    each bucket with the distributed optimizer) and kDpAllGather gathers the updated weights;
+//  - kOptimizerStep runs Adam (options.adam) on the fp32 master weights (with the distributed
+//    optimizer, the rank's DP x CP shard of each bucket) and kDpAllGather gathers the updated
+//    weights;
 //  - with context parallelism (cp > 1) each rank holds its CP rank's tokens of every sequence
 //    (CpPosition) and the attention core runs as ring attention, op by op as the schedule has it:
 //    each block folds the current KV block into the local queries' online softmax (backward: adds
