@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/app.h"
 #include "tools/plan_flags.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -25,6 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CLI::App app;
   domino::cli::PlanFlags flags;
   domino::cli::AddPlanFlags(&app, &flags, /*with_plan_file=*/false);
+  // As `domino` reads a command line (tools/app.cc): arguments CLI11 would misread are refused
+  // first.
+  if (!domino::cli::MisreadArgument(static_cast<int>(argv.size()), argv.data()).empty()) return 0;
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::Error&) {

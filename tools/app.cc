@@ -33,6 +33,19 @@ class ParsedOnlyApp : public CLI::App {
 
 }  // namespace
 
+std::string MisreadArgument(int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    const size_t eq = arg.find('=');
+    if (arg.starts_with("--no-") && eq != std::string_view::npos) {
+      const std::string name(arg.substr(5, eq - 5));
+      return "--no-" + name + " takes no value: give --no-" + name + ", or --" + name + "=false";
+    }
+  }
+  return {};
+}
+
 int RunDomino(int argc, const char* const* argv,
               const std::function<bool(std::string_view)>& runs) {
   CLI::App app{
@@ -74,6 +87,10 @@ int RunDomino(int argc, const char* const* argv,
       return kExitUsage;
     }
   }
+  if (const std::string misread = MisreadArgument(argc, argv); !misread.empty()) {
+    std::fprintf(stderr, "domino: %s (see --help)\n", misread.c_str());
+    return kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
@@ -83,6 +100,10 @@ int RunDomino(int argc, const char* const* argv,
     return app.exit(e) == 0 ? 0 : kExitUsage;
   } catch (const ParsedOnly&) {
     return 0;
+  } catch (const std::exception& e) {
+    // Anything else the command-line parser throws (a conversion out of range) is a usage error.
+    std::fprintf(stderr, "domino: the command line cannot be read: %s (see --help)\n", e.what());
+    return kExitUsage;
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 #define DOMINO_TOOLS_APP_H_
 
 #include <functional>
+#include <string>
 #include <string_view>
 
 namespace domino::cli {
@@ -14,6 +15,11 @@ namespace domino::cli {
 // others are parsed and checked only.
 int RunDomino(int argc, const char* const* argv,
               const std::function<bool(std::string_view)>& runs = {});
+
+// The usage error of an argument CLI11 would misread, before it parses: a switch's negation given
+// a value (`--no-sp=VALUE`: CLI11 reads it as a number and throws on a huge one). Empty when every
+// argument is fine.
+std::string MisreadArgument(int argc, const char* const* argv);
 
 }  // namespace domino::cli
 

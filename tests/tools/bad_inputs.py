@@ -194,6 +194,9 @@ CASES = [
      r"x: given for two outputs", "x"),
     ("emulate on the CPU", "emulated collectives without the CUDA backend", {}, ["execute", "--comm", "emulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1"],
      r"--comm emulate needs --backend cuda", None),
+    ("a value on a switch's negation", "--no-sp=99999999999999999999999 (CLI11 read it as a number and threw)", {},
+     ["simulate", "--no-sp=99999999999999999999999"],
+     r"--no-sp takes no value: give --no-sp, or --sp=false", None),
     ("sequence that CP cannot split", "--cp 3 with seq_len 1000 (2 cp = 6 chunks)", {},
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1:6", "--tp", "2", "--cp", "3", "--seq-len", "1000"],
      r"parallel\.cp: context parallelism cuts each sequence into 2\*cp = 6 chunks .*2\*cp must divide seq_len \(1000\)", None),
@@ -217,7 +220,7 @@ CASES = [
 USAGE_CASES = {"plan is a directory", "huge virtual stages", "huge virtual stages (2^31-1)",
                "huge global batch", "zero tp flag", "octal-looking flag", "empty --model",
                "NaN timeout", "NaN tolerance", "mistyped command", "switch given a value",
-               "switch and its negation", "unknown --format"}
+               "switch and its negation", "unknown --format", "a value on a switch's negation"}
 NO_PLAN_CASES = {"GPU without bf16 (plan)", "no plan fits"}
 
 
