@@ -109,6 +109,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   if (!current.empty()) args.push_back(current);
+  // The subcommand may also come from the arguments (the top level given "plan"): the first
+  // argument that names one is the one CLI11 runs.
+  if (command.empty()) {
+    for (size_t i = 1; i < args.size() && command.empty(); ++i)
+      for (const auto& c : commands)
+        if (args[i] == c.name) command = c.name;
+  }
   uint64_t largest = 0;
   bool has_timeout = false;
   for (const std::string& a : args) {
