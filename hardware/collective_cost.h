@@ -15,7 +15,7 @@ std::string_view CollectiveName(Collective kind);  // "all-reduce", "reduce-scat
 // Which algorithm a collective may use: NCCL's own choice (the fastest that applies), or one
 // forced as NCCL_ALGO does. Ring covers the hierarchical ring across nodes; NVLS covers NVLS-tree
 // across nodes.
-enum class CollectiveAlgorithm { kAuto, kRing, kNvls, kTree };
+enum class CollectiveAlgorithm { kAuto, kRing, kNvls, kTree, kSharp };
 std::string_view CollectiveAlgorithmName(CollectiveAlgorithm algorithm);  // "auto", "ring", ...
 
 // nccl-tests' bus-bandwidth factor for `n` ranks: 2(n-1)/n for all-reduce, (n-1)/n for
@@ -42,7 +42,8 @@ struct CollectiveEstimate {
   double time_us = 0;
   double busbw_GBps = 0;  // 1 GB = 1e9 bytes, as NCCL counts
   double algbw_GBps = 0;
-  // "ring", "nvls", "hierarchical" (a ring across nodes), "tree", "nvls-tree" or "none"
+  // "ring", "nvls", "hierarchical" (a ring across nodes), "tree", "nvls-tree", "nvls-sharp" or
+  // "none"
   std::string_view algorithm = "none";
   int ctas = 0;
   double hbm_bytes = 0;
@@ -83,9 +84,15 @@ struct CollectiveEstimate {
 // An all-reduce across nodes on NVLS nodes may also take NCCL's NVLS-tree: NVLS reduce-scatters
 // inside each node, each GPU's 1/k shard is all-reduced over the tree between nodes through its
 // own NIC, and NVLS all-gathers inside the node; the two parts pipeline, so
-//     time = nvls_latency_us + depth * tree network step (Simple)
-//            + max(bytes * 2(k-1)/k / B_nvls, 2 * bytes / (k * B_nic * tree.bandwidth_factor))
+//     time = nvls_latency_us + 2 * floor(log2 N) * tree.nvls_network_step_latency_us
+//            + max(bytes * 2(k-1)/k / B_nvls, 2 * bytes / (min(k, nics) * B_nic))
 // with B_nic = network.GBps_per_direction * network.efficiency (one NIC per GPU).
+// With IB SHARP (node.ib_sharp, or kSharp asked for), an all-reduce across NVLS nodes may take
+// NVLS inside each node and one reduction in the switches, "nvls-sharp" (NCCL's NVLS algorithm
+// over CollNet; its tuning model's bandwidth is the NVLS busbw and its latency one NVLS plus one
+// network step):
+//     time = nvls_latency_us + ib_sharp_latency_us
+//            + max(bytes * f / B_nvls, bytes / (min(k, nics) * B_nic)).
 // ctas = node.comm_ctas; hbm_bytes = bytes * f * node.comm_hbm_factor.
 // Time grows with bytes and shrinks with any bandwidth or efficiency. `algorithm` other than
 // kAuto restricts the choice to that algorithm; where it does not apply (NVLS without NVLS, a

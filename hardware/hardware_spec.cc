@@ -230,6 +230,10 @@ Result<NodeSpec> ParseNode(std::string_view text, std::string_view file) {
       map.Fail("nvls_latency_us", "must be absent when nvls is false");
     map.Real("nvls_latency_us", &node.nvls_latency_us, Need::kOptional, kLatency);
   }
+  map.Bool("ib_sharp", &node.ib_sharp, Need::kOptional);
+  if (node.ib_sharp && !node.nvls && !map.failed())
+    map.Fail("ib_sharp", "needs nvls: true (domino models SHARP across nodes with NVLS inside)");
+  map.Real("ib_sharp_latency_us", &node.ib_sharp_latency_us, Need::kOptional, kLatency);
   map.Int("nics", &node.nics, Need::kRequired, {.min = 1, .max = kMaxGpusPerNode});
   if (std::optional<YamlMap> network = map.Map("network", Need::kRequired)) {
     ReadLink(*network, &node.network);
@@ -266,6 +270,8 @@ Result<NodeSpec> ParseNode(std::string_view text, std::string_view file) {
                kLatency);
     tree->Real("network_step_latency_us", &node.tree.network_step_latency_us, Need::kOptional,
                kLatency);
+    tree->Real("nvls_network_step_latency_us", &node.tree.nvls_network_step_latency_us,
+               Need::kOptional, kLatency);
     tree->Real("ll128_nvlink_step_latency_us", &node.tree.ll128_nvlink_step_latency_us,
                Need::kOptional, kLatency);
     tree->Real("ll128_network_step_latency_us", &node.tree.ll128_network_step_latency_us,

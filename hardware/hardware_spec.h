@@ -94,10 +94,13 @@ struct BandwidthRamp {
 // NCCL's tree all-reduce across nodes (a double binary tree between nodes, a chain inside each):
 // latency grows with log2 of the node count instead of the ring's 2(N-1) network steps, at
 // `bandwidth_factor` of the ring's bandwidth (NCCL's tuning model: tree busbw x 0.9, and every
-// byte goes up and down the tree). Step latencies per protocol from the same model.
+// byte goes up and down the tree). Step latencies per protocol from the same model. NVLS-tree
+// (NVLink SHARP inside each node, the tree between nodes) has its own network step latency
+// there (hwLatencies NET NVLSTree Simple: 20.9 us), paid up and down the tree.
 struct TreeSpec {
   double nvlink_step_latency_us = 4;    // Simple
   double network_step_latency_us = 14;  // Simple
+  double nvls_network_step_latency_us = 20.9;
   double ll128_nvlink_step_latency_us = 1.25;
   double ll128_network_step_latency_us = 8.5;
   double bandwidth_factor = 0.9;
@@ -110,10 +113,14 @@ struct NodeSpec {
   std::string name;
   GpuSpec gpu;
   int gpus_per_node = 8;
-  LinkSpec nvlink;                          // per GPU, per direction
-  bool nvls = false;                        // NVLink SHARP (NVSwitch in-network all-reduce)
-  double nvls_busbw_GBps = 0;               // achieved NVLS all-reduce busbw at gpus_per_node GPUs
-  double nvls_latency_us = 25;              // per NVLS all-reduce
+  LinkSpec nvlink;              // per GPU, per direction
+  bool nvls = false;            // NVLink SHARP (NVSwitch in-network all-reduce)
+  double nvls_busbw_GBps = 0;   // achieved NVLS all-reduce busbw at gpus_per_node GPUs
+  double nvls_latency_us = 25;  // per NVLS all-reduce
+  // InfiniBand SHARP: the network switches reduce (NCCL's CollNet, with the SHARP plugin), so an
+  // all-reduce across nodes takes NVLS inside each node and one trip through the switches.
+  bool ib_sharp = false;
+  double ib_sharp_latency_us = 18;          // NCCL's tuning model: hwLatencies NET NVLS Simple
   int nics = 8;                             // per node; one per GPU on DGX
   LinkSpec network{.step_latency_us = 14};  // per NIC, per direction
   Ll128Spec ll128;

@@ -31,10 +31,11 @@ constexpr std::array<std::pair<std::string_view, Collective>, 3> kCollectiveOps{
     {"all-gather", Collective::kAllGather},
     {"reduce-scatter", Collective::kReduceScatter},
 }};
-constexpr std::array<std::pair<std::string_view, CollectiveAlgorithm>, 3> kAlgorithms{{
+constexpr std::array<std::pair<std::string_view, CollectiveAlgorithm>, 4> kAlgorithms{{
     {"ring", CollectiveAlgorithm::kRing},
     {"nvls", CollectiveAlgorithm::kNvls},
     {"tree", CollectiveAlgorithm::kTree},
+    {"sharp", CollectiveAlgorithm::kSharp},
 }};
 constexpr std::array<std::pair<std::string_view, Dtype>, 3> kGemmDtypes{{
     {"bf16", Dtype::kBf16},
@@ -174,12 +175,13 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // one row may be a quarter off, a collective's small sizes a third). Guards: the errors of
     // the model as it stands (docs/validation.md), rounded up. End-to-end rose from 13.9% to
     // 15.5% when context parallelism let the 30 Llama 3/3.1 cp-2 rows in (most 17-34% fast).
+    // Collectives fell from 11.9% / 168% to 7.6% / 61% with NCCL's NVLS-tree latency and IB SHARP.
     case ValidationCategory::kEndToEnd:
       return {{0.05, 0.12}, {0.16, 0.55}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:
-      return {{0.08, 0.33}, {0.13, 1.8}};
+      return {{0.08, 0.33}, {0.08, 0.65}};
   }
   return {};
 }

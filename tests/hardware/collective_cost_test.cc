@@ -186,6 +186,59 @@ TEST(CollectiveCostTest, TreeAllReduceAcrossNodesForSmallerBuffers) {
             "hierarchical");
 }
 
+TEST(CollectiveCostTest, NvlsTreeAcrossNodes) {
+  // 32 GPUs on four NVLS nodes, 1 GiB: NVLS inside (1.75 GiB at 480 GB/s) pipelined with each
+  // GPU's 2 GiB / 8 through its own NIC (46.5 GB/s); latency 25 + 2 * floor(log2 4) * 20.9.
+  NodeSpec node = WithNvls(TestNode());
+  CollectiveEstimate e = EstimateCollectiveWith(node, Collective::kAllReduce, kGiB, {32, 4, 8},
+                                                CollectiveAlgorithm::kNvls)
+                             .value();
+  EXPECT_EQ(e.algorithm, "nvls-tree");
+  ExpectRelNear(e.time_us, 25 + 2 * 2 * 20.9 + 2 * kGiB / 8 / 46.5e9 * 1e6);
+  // Five nodes: still two levels up and two down (floor(log2 5) = 2); 1,024 nodes: ten.
+  ExpectRelNear(EstimateCollectiveWith(node, Collective::kAllReduce, kGiB, {40, 5, 8},
+                                       CollectiveAlgorithm::kNvls)
+                    .value()
+                    .time_us,
+                e.time_us);
+  ExpectRelNear(EstimateCollectiveWith(node, Collective::kAllReduce, kGiB, {8192, 1024, 8},
+                                       CollectiveAlgorithm::kNvls)
+                    .value()
+                    .time_us,
+                25 + 2 * 10 * 20.9 + 2 * kGiB / 8 / 46.5e9 * 1e6);
+}
+
+TEST(CollectiveCostTest, IbSharpReducesInTheSwitches) {
+  // NVLS inside each node, one trip through the switches: 1 GiB over 32 GPUs takes the NVLS
+  // busbw for the whole group (f = 2 * 31 / 32 at 480 GB/s; the NICs carry 1 GiB / 8 each at
+  // 46.5 GB/s, 2.9 ms, under the 4.3 ms of NVLS), latency 25 + 18 us.
+  NodeSpec node = WithNvls(TestNode());
+  const double f = 2.0 * 31 / 32;
+  CollectiveEstimate asked = EstimateCollectiveWith(node, Collective::kAllReduce, kGiB, {32, 4, 8},
+                                                    CollectiveAlgorithm::kSharp)
+                                 .value();
+  EXPECT_EQ(asked.algorithm, "nvls-sharp");
+  ExpectRelNear(asked.time_us, 25 + 18 + f * kGiB / 480e9 * 1e6);
+  // Bus bandwidth: the NVLS figure, less the 43 us of latency.
+  ExpectRelNear(asked.busbw_GBps, f * kGiB / ((43 + f * kGiB / 480e3) * 1e3));
+  // NCCL's own choice takes it only where the network has SHARP.
+  EXPECT_EQ(EstimateCollective(node, Collective::kAllReduce, kGiB, {32, 4, 8}).algorithm,
+            "nvls-tree");
+  node.ib_sharp = true;
+  EXPECT_EQ(EstimateCollective(node, Collective::kAllReduce, kGiB, {32, 4, 8}).algorithm,
+            "nvls-sharp");
+  // All-reduce across NVLS nodes only.
+  EXPECT_FALSE(EstimateCollectiveWith(node, Collective::kAllGather, kGiB, {32, 4, 8},
+                                      CollectiveAlgorithm::kSharp)
+                   .ok());
+  EXPECT_FALSE(EstimateCollectiveWith(node, Collective::kAllReduce, kGiB, {8, 1, 8},
+                                      CollectiveAlgorithm::kSharp)
+                   .ok());
+  EXPECT_FALSE(EstimateCollectiveWith(TestNode(), Collective::kAllReduce, kGiB, {32, 4, 8},
+                                      CollectiveAlgorithm::kSharp)
+                   .ok());
+}
+
 TEST(CollectiveCostTest, OneRankPerNodeUsesOneNic) {
   double bytes = 256 * kMiB;
   CollectiveEstimate dp = EstimateCollective(TestNode(), Collective::kAllReduce, bytes, {4, 4, 1});

@@ -228,6 +228,12 @@ TEST(ParseNodeTest, ValidAndDefaults) {
   // Network latencies were left out: NCCL's Simple-protocol defaults.
   EXPECT_DOUBLE_EQ(node->network.base_latency_us, 8.4);
   EXPECT_DOUBLE_EQ(node->network.step_latency_us, 14);
+  EXPECT_FALSE(node->ib_sharp);
+  Result<NodeSpec> sharp =
+      ParseNode(Replace(std::string(kNode), "nics: 8", "ib_sharp: true\nnics: 8"), "node.yaml");
+  ASSERT_TRUE(sharp.ok()) << sharp.message();
+  EXPECT_TRUE(sharp->ib_sharp);
+  EXPECT_DOUBLE_EQ(sharp->ib_sharp_latency_us, 18);
   Result<NodeSpec> no_nvls =
       ParseNode(Replace(Replace(std::string(kNode), "nvls: true", "nvls: false"),
                         "nvls_busbw_GBps: 480", "nvls_busbw_GBps: 0"),
@@ -252,6 +258,8 @@ TEST(ParseNodeTest, BadInputNamesFileLineAndKey) {
       {"nvls_busbw_GBps: 480\n", "", "bad.yaml:1:", "nvls_busbw_GBps", "missing required key"},
       {"nvls: true", "nvls: false", "bad.yaml:10:", "nvls_busbw_GBps",
        "must be 0 or absent when nvls is false"},
+      {"nvls: true\nnvls_busbw_GBps: 480", "nvls: false\nib_sharp: true",
+       "bad.yaml:10:", "ib_sharp", "needs nvls: true"},
       {"nics: 8", "nics: 0", "bad.yaml:11:", "nics", "positive"},
       {"efficiency: 0.93", "efficiency: 0", "bad.yaml:14:", "network.efficiency", "greater than 0"},
       {"comm_ctas: 16", "comm_ctas: 200", "bad.yaml:16:", "contention.comm_ctas",
