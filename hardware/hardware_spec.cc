@@ -187,6 +187,9 @@ Result<GpuSpec> ParseGpu(std::string_view text, std::string_view file) {
   map.Int("gemm_tile_m", &gpu.gemm_tile_m, Need::kOptional, {.min = 8, .max = 1024});
   map.Int("gemm_tile_n", &gpu.gemm_tile_n, Need::kOptional, {.min = 8, .max = 1024});
   map.Real("attention_efficiency", &gpu.attention_efficiency, Need::kOptional, kFraction);
+  gpu.attention_backward_efficiency = gpu.attention_efficiency;
+  map.Real("attention_backward_efficiency", &gpu.attention_backward_efficiency, Need::kOptional,
+           kFraction);
   if (!map.failed() && gpu.graph_launch_us > gpu.kernel_launch_us) {
     map.Fail("graph_launch_us", fmt::format("must be at most kernel_launch_us ({:g}), got {:g}",
                                             gpu.kernel_launch_us, gpu.graph_launch_us));

@@ -44,6 +44,9 @@ struct GpuSpec {
   int gemm_tile_m = 128;              // GEMM output tile rows per SM (wave quantization)
   int gemm_tile_n = 128;              // GEMM output tile columns per SM
   double attention_efficiency = 0.5;  // fused (flash) attention: achieved fraction of peak
+  // The backward kernel's (dQ, dK, dV: 2.5 times the forward's FLOPs); a GPU file that omits it
+  // takes attention_efficiency.
+  double attention_backward_efficiency = 0.5;
 
   double peak(Dtype dtype) const { return peak_tflops[static_cast<int>(dtype)]; }
 };

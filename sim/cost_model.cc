@@ -152,7 +152,9 @@ OpCost CostModel::AttentionCost(const Op& op) const {
     cost.tiles = batch_heads * std::ceil(s / kBlock);
     // Each query block attends to s/2 keys on average under the causal mask.
     double work = (backward ? 2.5 : 1.0) * 4.0 * kBlock * (s / 2) * d;
-    cost.wave_us = work / (attention_tflops_ * 1e6 / gpu_.sms * gpu_.attention_efficiency);
+    const double efficiency =
+        backward ? gpu_.attention_backward_efficiency : gpu_.attention_efficiency;
+    cost.wave_us = work / (attention_tflops_ * 1e6 / gpu_.sms * efficiency);
     cost.hbm_bytes = op.bytes;
     cost.launch_us = launch_us_;
   } else {

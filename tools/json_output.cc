@@ -166,7 +166,8 @@ Json GpuJson(const GpuSpec& gpu) {
               {"graph_launch_us", gpu.graph_launch_us},
               {"gemm_tile_m", gpu.gemm_tile_m},
               {"gemm_tile_n", gpu.gemm_tile_n},
-              {"attention_efficiency", gpu.attention_efficiency}};
+              {"attention_efficiency", gpu.attention_efficiency},
+              {"attention_backward_efficiency", gpu.attention_backward_efficiency}};
 }
 
 Json NodeJson(const NodeSpec& node) {
