@@ -140,6 +140,32 @@ OpCost CostModel::GemmCost(double m, double n, double k, Dtype dtype) const {
   return cost;
 }
 
+OpCost CostModel::FrameworkGemmCost(const Op& op) const {
+  const bool lm_head = op.func == OpFunc::kLmHead || op.func == OpFunc::kLmHeadGradInput ||
+                       op.func == OpFunc::kLmHeadGradWeight;
+  // fp8 training keeps the output layer in 16-bit: Megatron-Core builds it as its own
+  // ColumnParallelLinear, outside Transformer Engine's fp8 autocast, and torchtitan's float8
+  // conversion skips `output` by default.
+  const Dtype dtype = lm_head ? attention_dtype_ : gemm_dtype_;
+  OpCost cost = GemmCost(static_cast<double>(op.m), static_cast<double>(op.n),
+                         static_cast<double>(op.k), dtype);
+  if (dtype != Dtype::kFp8) return cost;
+  // An fp8 GEMM's activation operand is quantized first, by a kernel of its own (Transformer
+  // Engine's Linear: the input quantizer before the forward GEMM, the grad-output quantizer
+  // before dgrad; row-wise and column-wise copies at once, the column-wise one for the weight
+  // gradient, which reuses both): it reads the 16-bit m x k operand and writes two 1-byte copies.
+  // A column chunk of dgrad shares its chunk 0's quantized operand.
+  const bool forward = op.func == OpFunc::kQkv || op.func == OpFunc::kProj ||
+                       op.func == OpFunc::kFc1 || op.func == OpFunc::kFc2;
+  const bool dgrad = op.func == OpFunc::kQkvGradInput || op.func == OpFunc::kProjGradInput ||
+                     op.func == OpFunc::kFc1GradInput || op.func == OpFunc::kFc2GradInput;
+  if (!forward && !(dgrad && op.tags.col_chunk <= 0)) return cost;
+  const double operand = static_cast<double>(op.m) * static_cast<double>(op.k);
+  const double quantize_bytes = operand * (DtypeBytes(attention_dtype_) + 2.0);
+  cost.launch_us += launch_us_ + quantize_bytes / (hbm_GBps_ * 1e3);
+  return cost;
+}
+
 OpCost CostModel::AttentionCost(const Op& op) const {
   const double s = static_cast<double>(op.seq_len);
   const double d = static_cast<double>(op.head_dim);
@@ -256,8 +282,7 @@ OpCost CostModel::ModelCost(const Op& op) const {
   OpCost cost;
   switch (op.kind) {
     case OpKind::kGemm:
-      cost = GemmCost(static_cast<double>(op.m), static_cast<double>(op.n),
-                      static_cast<double>(op.k), gemm_dtype_);
+      cost = FrameworkGemmCost(op);
       break;
     case OpKind::kAttention:
       cost = AttentionCost(op);

@@ -85,6 +85,9 @@ class CostModel {
   bool OnCopyEngine(const Op& op) const;
   double MovedFraction(const Op& op) const;  // of a collective's bytes: see cost_model.cc
   OpCost GemmCost(double m, double n, double k, Dtype dtype) const;
+  // A GEMM op as the training frameworks run it: the LM head in 16-bit under fp8, and an fp8
+  // GEMM's activation operand quantized first (its time added to the op's fixed time).
+  OpCost FrameworkGemmCost(const Op& op) const;
   OpCost AttentionCost(const Op& op) const;
 
   const GpuSpec& gpu_;

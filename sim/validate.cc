@@ -175,9 +175,11 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // one row may be a quarter off, a collective's small sizes a third). Guards: the errors of
     // the model as it stands (docs/validation.md), rounded up. End-to-end rose from 13.9% to
     // 15.5% when context parallelism let the 30 Llama 3/3.1 cp-2 rows in (most 17-34% fast).
-    // Collectives fell from 11.9% / 168% to 7.6% / 61% with NCCL's NVLS-tree latency and IB SHARP.
+    // Collectives fell from 11.9% / 168% to 7.6% / 61% with NCCL's NVLS-tree latency and IB SHARP;
+    // end-to-end to 13.1% with attention's measured efficiencies and fp8 as the frameworks run it
+    // (operands quantized, the LM head in 16-bit).
     case ValidationCategory::kEndToEnd:
-      return {{0.05, 0.12}, {0.16, 0.55}};
+      return {{0.05, 0.12}, {0.14, 0.55}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:

@@ -85,6 +85,38 @@ TEST(CostModelTest, APrecisionTheGpuLacksFallsBackToOneItHas) {
   EXPECT_TRUE(std::isfinite(CostModel(plan, {}).Cost(Gemm(4096, 2560, 2560)).alone_us));
 }
 
+TEST(CostModelTest, Fp8GemmsQuantizeTheirOperandAndTheLmHeadStays16Bit) {
+  Plan plan = testing_util::MakePlan({});
+  Plan bf16 = plan;
+  plan.precision = Dtype::kFp8;
+  bf16.precision = Dtype::kBf16;
+  const CostModel fp8_model(plan, {}), bf16_model(bf16, {});
+  auto gemm = [](OpFunc func, int8_t col_chunk = -1) {
+    Op op = Gemm(4096, 2560, 2560);
+    op.func = func;
+    op.tags.col_chunk = col_chunk;
+    return op;
+  };
+  // The output layer runs in 16-bit: as under bf16, op for op.
+  for (OpFunc f : {OpFunc::kLmHead, OpFunc::kLmHeadGradInput, OpFunc::kLmHeadGradWeight})
+    EXPECT_DOUBLE_EQ(fp8_model.Cost(gemm(f)).alone_us, bf16_model.Cost(gemm(f)).alone_us);
+  // A forward or input-gradient GEMM first quantizes its m x k operand: 2 bytes read and two
+  // 1-byte copies written at 3350 * 0.88 GB/s, plus the kernel's launch (4 us).
+  const double quantize_us = 4 + 4096.0 * 2560 * 4 / (3350 * 0.88 * 1e3);
+  const double weight_grad_us = fp8_model.Cost(gemm(OpFunc::kFc1GradWeight)).alone_us;
+  EXPECT_LT(weight_grad_us, bf16_model.Cost(gemm(OpFunc::kFc1GradWeight)).alone_us);
+  for (OpFunc f : {OpFunc::kQkv, OpFunc::kProj, OpFunc::kFc1, OpFunc::kFc2, OpFunc::kQkvGradInput,
+                   OpFunc::kProjGradInput, OpFunc::kFc1GradInput, OpFunc::kFc2GradInput})
+    EXPECT_NEAR(fp8_model.Cost(gemm(f)).alone_us, weight_grad_us + quantize_us, 1e-9);
+  // Column chunks of one input gradient share chunk 0's quantized operand.
+  EXPECT_NEAR(fp8_model.Cost(gemm(OpFunc::kFc1GradInput, 0)).alone_us, weight_grad_us + quantize_us,
+              1e-9);
+  EXPECT_DOUBLE_EQ(fp8_model.Cost(gemm(OpFunc::kFc1GradInput, 1)).alone_us, weight_grad_us);
+  // Under bf16 nothing is quantized.
+  EXPECT_DOUBLE_EQ(bf16_model.Cost(gemm(OpFunc::kFc1)).alone_us,
+                   bf16_model.Cost(gemm(OpFunc::kFc1GradWeight)).alone_us);
+}
+
 TEST(CostModelTest, NarrowSlicesLoseEfficiency) {
   Plan plan = testing_util::MakePlan({});
   CostModel model(plan, {});
