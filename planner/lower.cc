@@ -440,6 +440,18 @@ class Lowering {
   }
 
   double RowBytes(int64_t cols) const { return static_cast<double>(slice_tokens_) * cols * e_; }
+  // HBM traffic of the loss over this rank's logits (slice_tokens x vocab / tp), per element.
+  // Fused: the statistics read the logits once; backward reads them and writes the gradient.
+  // Megatron's vocab-parallel cross-entropy: forward casts the 16-bit logits to an fp32 copy
+  // (read e, write 4), then max (read 4), subtract, exp (read and write 4 each), sum (read 4),
+  // divide (read and write 4): e + 36 bytes; backward scales the softmax by the loss gradient
+  // (read and write 4) and casts it back (read 4, write e): 12 + e. In fp32 the cast is no copy.
+  double LossBytes(Phase phase) const {
+    const double elements = static_cast<double>(slice_tokens_) * vocab_;
+    const double cast = e_ < 4 ? 4 + e_ : 0;
+    if (plan_.stack.fused_cross_entropy) return elements * (phase == Phase::kForward ? e_ : 2 * e_);
+    return elements * (phase == Phase::kForward ? cast + 32 : cast + 8);
+  }
   // Bytes of the residual add after the attention projection and the second MLP linear, over
   // `hb` bytes of activations, as the stack runs it: one fused pass (read both, write; with
   // dropout, a 1-byte mask too), or a bias pass, a dropout pass and an add pass.
@@ -839,7 +851,7 @@ class Lowering {
                         SliceOf(head_ln_s_, i), SliceOf(head_ln_, i));
     Gemm(OpFunc::kLmHead, tags, slice_tokens_, vocab_, h_, {norm},
          {SliceOf(head_ln_, i), WholeOf(w_head_)}, {SliceOf(logits_, i)});
-    int32_t loss = Elementwise(OpFunc::kLoss, tags, 2 * RowBytes(vocab_), {},
+    int32_t loss = Elementwise(OpFunc::kLoss, tags, LossBytes(Phase::kForward), {},
                                {SliceOf(logits_, i), SliceOf(labels_, i)}, {SliceOf(loss_, i)});
     int32_t comm = Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags,
                               static_cast<double>(slice_tokens_) * (plan_.tp + 1) * 4, loss,
@@ -856,7 +868,7 @@ class Lowering {
     OpTags tags = Tags(l, i, -1, Phase::kBackward);
     Deps after_loss;
     if (loss_comm_[i] >= 0) after_loss.push_back(loss_comm_[i]);
-    Elementwise(OpFunc::kLossGrad, tags, 2 * RowBytes(vocab_), std::move(after_loss),
+    Elementwise(OpFunc::kLossGrad, tags, LossBytes(Phase::kBackward), std::move(after_loss),
                 {SliceOf(logits_, i), SliceOf(labels_, i), SliceOf(loss_, i)},
                 {SliceOf(g_logits_, i)});
     int32_t dgrad = Gemm(OpFunc::kLmHeadGradInput, tags, slice_tokens_, h_, vocab_, {},

@@ -40,14 +40,19 @@ struct StackSpec {
   // With the distributed optimizer, the updated parameters are all-gathered under the next
   // iteration's first forward (Megatron-Core --overlap-param-gather) rather than after the step.
   bool overlap_param_gather = false;
+  // The loss in one fused pass over the logits (read for the statistics; backward reads them and
+  // writes their gradient), rather than Megatron's vocab-parallel cross-entropy, which casts the
+  // 16-bit logits to fp32 and makes a pass per step: max, subtract, exp, sum, divide, then in
+  // backward the scale by the loss gradient and the cast back.
+  bool fused_cross_entropy = false;
 };
 
 // The stack a plan runs on when it names none.
 inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
-// key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce` and
-// `overlap_param_gather` (false).
+// key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`
+// and `fused_cross_entropy` (false).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);
