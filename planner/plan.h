@@ -80,9 +80,10 @@ struct Plan {
   OverlapScope scope = OverlapScope::kNone;
   OverlapMethod method = OverlapMethod::kDomino;
   int chunks = 0;  // pieces of each decomposed collective; 0: tp
-  // Decomposed parts moved by the GPU's copy engines (Transformer Engine's ring exchange over
-  // send/recv) instead of SM-driven NCCL kernels: they take no SMs from the GEMMs beside them,
-  // but still their HBM traffic.
+  // Decomposed all-gather parts moved by the GPU's copy engines as peer copies over NVLink
+  // (Transformer Engine's ring exchange, use_ce) instead of SM-driven NCCL kernels: they take no
+  // SMs from the GEMMs beside them, but still their HBM traffic. Reduce-scatter parts (their sums
+  // need SMs) and TP groups across nodes stay on NCCL.
   bool copy_engine = false;
   // memory
   Recompute recompute = Recompute::kNone;

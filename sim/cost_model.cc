@@ -275,7 +275,12 @@ double CostModel::MovedFraction(const Op& op) const {
 }
 
 bool CostModel::OnCopyEngine(const Op& op) const {
-  return copy_engine_parts_ && op.kind == OpKind::kCollective && op.parts > 1;
+  // Copy engines only copy, and only to NVLink peers: all-gather parts inside one node (TE's ring
+  // exchange, use_ce). A reduce-scatter part needs SMs for its sums (TE's pipelined
+  // reduce-scatter runs on 16 of them), and a group across nodes goes through NCCL.
+  return copy_engine_parts_ && op.kind == OpKind::kCollective && op.parts > 1 &&
+         op.collective == CollectiveOp::kAllGather && op.group == Group::kTp &&
+         tp_group_.nodes_spanned == 1;
 }
 
 OpCost CostModel::ModelCost(const Op& op) const {
@@ -302,9 +307,18 @@ OpCost CostModel::ModelCost(const Op& op) const {
           op.kind == OpKind::kSendRecv ? Collective::kSendRecv : ToCollective(op.collective);
       const double moved = op.bytes * MovedFraction(op);
       if (moved <= 0) return cost;  // the rank's own rows only: nothing moves
+      if (OnCopyEngine(op)) {
+        // Peer copies over NVLink: each rank receives the part's rows it lacks at the link's
+        // achieved rate, one copy launch each, none of NCCL's protocol latency or its bandwidth
+        // ramp with size; no SMs; HBM reads the rows on one side and writes them on the other.
+        cost.alone_us = gpu_.kernel_launch_us +
+                        moved / (node_.nvlink.GBps_per_direction * node_.nvlink.efficiency * 1e3);
+        cost.hbm_bytes = 2 * moved;
+        return cost;
+      }
       CollectiveEstimate estimate = EstimateCollective(node_, kind, moved, GroupOf(op));
       cost.alone_us = estimate.time_us;
-      cost.ctas = OnCopyEngine(op) ? 0 : estimate.ctas;
+      cost.ctas = estimate.ctas;
       cost.hbm_bytes = estimate.hbm_bytes;
       return cost;
     }

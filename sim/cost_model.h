@@ -61,8 +61,10 @@ CommGroup EmbeddingPair(const Plan& plan);
 // dropout), added to the GEMM time rather than overlapped with it.
 // Elementwise: bytes over achieved HBM bandwidth.
 // Collectives: EstimateCollective on the fabric the group spans (TP, DP, the pipeline neighbours,
-// the embedding pair, the CP ring's neighbours); a decomposed part on copy engines
-// (Plan::copy_engine) the same time and HBM traffic, but no CTAs; a decomposed all-gather's first
+// the embedding pair, the CP ring's neighbours); a decomposed all-gather part on copy engines
+// (Plan::copy_engine, TP inside one node) is peer copies: kernel_launch_us + the rows it lacks
+// over NVLink at nvlink.GBps_per_direction * nvlink.efficiency, no CTAs, twice its bytes through
+// HBM (reduce-scatter parts stay SM-driven NCCL collectives); a decomposed all-gather's first
 // part holds the rank's own rows (TE's ring starts from the local shard), so only the others' rows
 // of it move. A pipeline send moves its bytes to the neighbour; its recv costs nothing (it ends
 // when the send does). A CP ring step (kCpSendRecv) is a send/recv of its bytes between CP

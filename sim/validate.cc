@@ -177,9 +177,10 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // 15.5% when context parallelism let the 30 Llama 3/3.1 cp-2 rows in (most 17-34% fast).
     // Collectives fell from 11.9% / 168% to 7.6% / 61% with NCCL's NVLS-tree latency and IB SHARP;
     // end-to-end to 12.2% with attention's measured efficiencies, fp8 as the frameworks run it
-    // (operands quantized, the LM head in 16-bit) and Megatron's cross-entropy passes.
+    // (operands quantized, the LM head in 16-bit) and Megatron's cross-entropy passes; 12.6% /
+    // 40% once TE's rows move their all-gather parts on copy engines, as TE does.
     case ValidationCategory::kEndToEnd:
-      return {{0.05, 0.12}, {0.13, 0.55}};
+      return {{0.05, 0.12}, {0.13, 0.45}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:

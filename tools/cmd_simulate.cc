@@ -126,6 +126,9 @@ struct Strategy {
   OverlapScope scope;
   OverlapMethod method = OverlapMethod::kDomino;
   int chunks = 0;  // decomposed overlap: 0 = tp
+  // All-gather parts on copy engines whatever the plan says: Transformer Engine's ring exchange
+  // (use_ce in its default userbuffers config) and async TP's symmetric-memory all-gather do.
+  bool copy_engine = false;
 };
 
 void CompareStrategies(const Plan& base, const sim::CostOptions& options, OutputFormat format) {
@@ -142,7 +145,7 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options, Output
       {"2D p=4 q=2", false, 4, 2, OverlapScope::kInterLayer},
       {"SP + row p=2", true, 2, 1, OverlapScope::kInterLayer},
       {"decomposed c=tp (TE, async TP)", true, 1, 1, OverlapScope::kNone,
-       OverlapMethod::kDecomposed, 0},
+       OverlapMethod::kDecomposed, 0, true},
       {"decomposed c=2", true, 1, 1, OverlapScope::kNone, OverlapMethod::kDecomposed, 2},
       {"decomposed c=4", true, 1, 1, OverlapScope::kNone, OverlapMethod::kDecomposed, 4},
       {"both p=2 c=2", true, 2, 1, OverlapScope::kInterLayer, OverlapMethod::kBoth, 2},
@@ -160,7 +163,7 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options, Output
     plan.scope = s.scope;
     plan.method = s.method;
     plan.chunks = s.chunks;
-    plan.copy_engine = base.copy_engine && s.method != OverlapMethod::kDomino;
+    plan.copy_engine = (base.copy_engine || s.copy_engine) && s.method != OverlapMethod::kDomino;
     if (auto failure = CheckPlanRules(plan)) {
       skipped.push_back(fmt::format("{}: {}", s.name, failure->rule));
       skipped_json.push_back(

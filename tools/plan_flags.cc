@@ -122,7 +122,8 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   app->add_option("--chunks", f->chunks, "pieces of each decomposed collective, 1-16 (default: tp)")
       ->check(Bounded(kChunksBound));
   AddSwitch(app, "copy-engine", &f->copy_engine,
-            "decomposed parts on copy engines (no SMs, TE's ring exchange; default: off)");
+            "decomposed all-gather parts on copy engines (peer copies, no SMs: TE's ring exchange; "
+            "default: off)");
   app->add_option("--recompute", f->recompute,
                   "activation recompute: none | selective | full (default: none)")
       ->check(NonEmpty());

@@ -192,8 +192,8 @@ TEST(CostModelTest, TpCollectivesCostWhatEstimateCollectiveSays) {
 // A decomposed part is priced as the collective it is a part of, at its own (smaller) size; on
 // copy engines it keeps its time and HBM traffic but takes no SMs. A whole collective is never
 // on copy engines.
-TEST(CostModelTest, DecomposedPartsOnCopyEnginesTakeNoSms) {
-  testing_util::PlanKnobs knobs;
+TEST(CostModelTest, DecomposedAllGatherPartsOnCopyEnginesArePeerCopies) {
+  testing_util::PlanKnobs knobs;  // gpt3-2.7b, tp 8 on one DGX-H100
   knobs.sequence_parallel = true;
   knobs.method = OverlapMethod::kDecomposed;
   Plan sm = testing_util::MakePlan(knobs);
@@ -209,11 +209,29 @@ TEST(CostModelTest, DecomposedPartsOnCopyEnginesTakeNoSms) {
   EXPECT_EQ(on_sms.alone_us, e.time_us);
   EXPECT_EQ(on_sms.ctas, e.ctas);
   EXPECT_GT(on_sms.ctas, 0);
-  EXPECT_EQ(on_ce.alone_us, e.time_us);
+  // On copy engines: one copy launch (4 us) and the part's 4 MiB over NVLink at 450 * 0.81 GB/s,
+  // with no NCCL latency or bandwidth ramp, no SMs, and the bytes read on one side and written
+  // on the other.
+  EXPECT_NEAR(on_ce.alone_us, 4 + 4 * kMiB / (450 * 0.81 * 1e3), 1e-9);
+  EXPECT_LT(on_ce.alone_us, e.time_us);
   EXPECT_EQ(on_ce.ctas, 0);
-  EXPECT_EQ(on_ce.hbm_bytes, e.hbm_bytes);
-  EXPECT_GT(on_ce.hbm_bytes, 0);
+  EXPECT_EQ(on_ce.hbm_bytes, 2 * 4 * kMiB);
+  // The whole collective, and a reduce-scatter part (its sums need SMs), stay NCCL's.
   EXPECT_EQ(CostModel(ce, {}).Cost(whole).ctas, e.ctas);
+  Op rs_part = TpCollective(CollectiveOp::kReduceScatter, 4 * kMiB);
+  rs_part.part = 1, rs_part.parts = 8;
+  CollectiveEstimate rs =
+      EstimateCollective(sm.cluster.node, Collective::kReduceScatter, 4 * kMiB, TpGroup(sm));
+  EXPECT_EQ(CostModel(ce, {}).Cost(rs_part).alone_us, rs.time_us);
+  EXPECT_EQ(CostModel(ce, {}).Cost(rs_part).ctas, rs.ctas);
+  // TP across two nodes: no copy engine reaches the other node's GPUs.
+  knobs.cluster = "dgx-h100:2";
+  knobs.tp = 16;
+  Plan across = testing_util::MakePlan(knobs);
+  across.copy_engine = true;
+  CollectiveEstimate two_nodes =
+      EstimateCollective(across.cluster.node, Collective::kAllGather, 4 * kMiB, TpGroup(across));
+  EXPECT_EQ(CostModel(across, {}).Cost(part).alone_us, two_nodes.time_us);
 }
 
 TEST(CostModelTest, TpCommFreeIsTheIdeal) {
