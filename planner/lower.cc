@@ -440,6 +440,13 @@ class Lowering {
   }
 
   double RowBytes(int64_t cols) const { return static_cast<double>(slice_tokens_) * cols * e_; }
+  // Bytes of a sequence-parallel all-gather that feeds a layer's linear GEMM: under fp8 the
+  // operand is quantized before it is gathered, so the gather moves 1-byte elements (Transformer
+  // Engine gathers the fp8 input, and its userbuffers all-gather buffers are fp8: fp8_buf). The LM
+  // head's and the embedding gradient's gathers stay 16-bit.
+  double LinearGatherBytes() const {
+    return plan_.precision == Dtype::kFp8 ? static_cast<double>(slice_tokens_) * h_ : RowBytes(h_);
+  }
   // HBM traffic of the loss over this rank's logits (slice_tokens x vocab / tp), per element.
   // Fused: the statistics read the logits once; backward reads them and writes the gradient.
   // Megatron's vocab-parallel cross-entropy: forward casts the 16-bit logits to an fp32 copy
@@ -503,7 +510,8 @@ class Lowering {
     Deps parts;
     for (int k = 0; k < c_; ++k)
       parts.push_back(Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, PieceTags(tags, k),
-                                 RowBytes(h_), producer, in, Use(whole, Piece(i, k, h_)), k, c_));
+                                 LinearGatherBytes(), producer, in, Use(whole, Piece(i, k, h_)), k,
+                                 c_));
     return parts;
   }
 
@@ -676,8 +684,8 @@ class Lowering {
       // The weight gradient needs the whole norm output, which SP keeps only as shards (Megatron
       // gathers it again rather than keep it from the forward pass).
       int32_t last = static_cast<int32_t>(s_.size()) - 1;
-      gather = Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, RowBytes(h_), last,
-                          SliceOf(norm_s, i), SliceOf(norm_out, i));
+      gather = Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, LinearGatherBytes(),
+                          last, SliceOf(norm_s, i), SliceOf(norm_out, i));
     }
     std::vector<int32_t> comms;
     for (int j = 0; j < q_; ++j) {

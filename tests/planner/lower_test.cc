@@ -530,6 +530,34 @@ TEST(LowerTest, TheLossMovesTheBytesOfItsStacksCrossEntropy) {
   }
 }
 
+TEST(LowerTest, Fp8GathersTheLayersLinearInputsInOneByte) {
+  // gpt3-2.7b (hidden 2560), 4 x 256 tokens, tp 8 with SP: each all-gather feeding a layer's
+  // linear GEMM moves 1024 x 2560 elements, 1 byte each under fp8 (2 under bf16); the gathers of
+  // the LM head's input ("final.ln") and of the embedding's gradient ("l0.x.grad.full") stay
+  // 16-bit.
+  for (Dtype precision : {Dtype::kFp8, Dtype::kBf16}) {
+    Plan plan = MakePlan(Knobs(1, 1, kNone, /*sp=*/true));
+    plan.precision = precision;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{-1, true, true, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    const double elements = 1024.0 * 2560;
+    int linear = 0, other = 0;
+    for (const Op& op : s->ops()) {
+      if (op.func != OpFunc::kTpAllGather) continue;
+      const std::string& into = s->tensors()[s->writes(op)[0].tensor].name;
+      if (into == "final.ln" || into == "l0.x.grad.full") {
+        EXPECT_DOUBLE_EQ(op.bytes, elements * 2) << into;
+        ++other;
+      } else {
+        EXPECT_DOUBLE_EQ(op.bytes, elements * (precision == Dtype::kFp8 ? 1 : 2)) << into;
+        ++linear;
+      }
+    }
+    EXPECT_EQ(other, 2);
+    EXPECT_EQ(linear, 32 * 6);  // per layer: 2 forward, 2 gradient gathers, 2 norm re-gathers
+  }
+}
+
 TEST(LowerTest, RejectsABrokenPlan) {
   Plan plan = MakePlan(Knobs(1, 1, kNone));
   plan.row_split = 3;  // does not divide micro_batch 4
