@@ -205,7 +205,7 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
     // the NIC's rate (NCCL's tuning model takes the 0.92 tree factor for the plain tree only).
     // Latency as NCCL's model has it: the NVLS step plus floor(log2 N) network steps up the tree
     // and as many down. Against the GTC 2024 NVLS-tree plot this gives 1 MiB at 4 and 1,024
-    // nodes within 3% and 11% (one network step per level, as before, was 38% and 60% fast).
+    // nodes within 3% and 11% (one network step per level would be 38% and 60% fast).
     const double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(k, node.gpus_per_node) * ramp;
     const double intra_us = TransferUs(bytes * 2.0 * (k - 1) / k, nvls_GBps);
     const double inter_us = TransferUs(2.0 * bytes / std::min(k, node.nics), nic_GBps);
