@@ -290,7 +290,7 @@ Plan ReferencePlan(const Plan& plan) {
   ref.sequence_parallel = false;
   ref.method = OverlapMethod::kDomino;
   ref.chunks = 0;
-  ref.copy_engine = false;
+  ref.copy_engine.reset();
   ref.virtual_stages = 1;
   ref.predicted.reset();
   ref.measured.reset();

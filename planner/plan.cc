@@ -238,7 +238,7 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                 fmt::format("sequence parallelism needs tp ({}) to divide each rank's part of the "
                             "sequence (seq_len/cp = {})",
                             p.tp, p.local_seq_len()));
-  if (p.method == OverlapMethod::kDomino && p.copy_engine)
+  if (p.method == OverlapMethod::kDomino && p.copy_engine.value_or(false))
     return fail("overlap.copy_engine",
                 "copy engines move decomposed parts: it needs overlap.method decomposed or both");
   if (p.method == OverlapMethod::kDomino && p.chunks != 0)
@@ -366,7 +366,11 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     overlap->Enum("scope", &plan.scope, Need::kOptional, kScopes);
     overlap->Enum("method", &plan.method, Need::kOptional, kMethods);
     overlap->Int("chunks", &plan.chunks, Need::kOptional, Range(kChunksBound));
-    overlap->Bool("copy_engine", &plan.copy_engine, Need::kOptional);
+    bool copy_engine = false;
+    if (overlap->Has("copy_engine")) {
+      overlap->Bool("copy_engine", &copy_engine, Need::kOptional);
+      plan.copy_engine = copy_engine;
+    }
     (void)overlap->Finish();
   }
   if (auto memory = root.Map("memory", Need::kOptional)) {
@@ -480,7 +484,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       p.method == OverlapMethod::kDomino
           ? ""
           : fmt::format(", method: {}, chunks: {}{}", MethodName(p.method), p.decomposed_chunks(),
-                        p.copy_engine ? ", copy_engine: true" : ""),
+                        p.copy_engine ? fmt::format(", copy_engine: {}", *p.copy_engine) : ""),
       RecomputeName(p.recompute), p.distributed_optimizer);
   if (p.predicted) out += FiguresToYaml("predicted", *p.predicted);
   if (p.measured) out += FiguresToYaml("measured", *p.measured);

@@ -83,8 +83,9 @@ struct Plan {
   // Decomposed all-gather parts moved by the GPU's copy engines as peer copies over NVLink
   // (Transformer Engine's ring exchange, use_ce) instead of SM-driven NCCL kernels: they take no
   // SMs from the GEMMs beside them, but still their HBM traffic. Reduce-scatter parts (their sums
-  // need SMs) and TP groups across nodes stay on NCCL.
-  bool copy_engine = false;
+  // need SMs) and TP groups across nodes stay on NCCL. Unset: as the stack does
+  // (StackSpec::decomposed_copy_engine).
+  std::optional<bool> copy_engine;
   // memory
   Recompute recompute = Recompute::kNone;
   bool distributed_optimizer = false;
@@ -102,6 +103,10 @@ struct Plan {
   int decomposed_chunks() const {
     if (method == OverlapMethod::kDomino) return 1;
     return chunks > 0 ? chunks : tp;
+  }
+  // Whether decomposed all-gather parts go on copy engines: the plan's word, else the stack's.
+  bool copy_engine_parts() const {
+    return method != OverlapMethod::kDomino && copy_engine.value_or(stack.decomposed_copy_engine);
   }
   // Megatron-LM's TP: no Domino slicing and no decomposed overlap.
   bool is_baseline() const {

@@ -219,7 +219,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
                 plan.scope = OverlapScope::kNone;
                 plan.method = OverlapMethod::kDomino;
                 plan.chunks = 0;
-                plan.copy_engine = false;
+                plan.copy_engine.reset();
                 plan.predicted.reset();
                 plan.measured.reset();
                 outers.push_back(std::move(plan));
@@ -365,7 +365,8 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
             Plan plan = outer;
             plan.row_split = p, plan.col_split = q, plan.scope = scope;
             plan.method = decomposition.method, plan.chunks = decomposition.chunks;
-            plan.copy_engine = base.copy_engine && plan.method != OverlapMethod::kDomino;
+            plan.copy_engine =
+                plan.method != OverlapMethod::kDomino ? base.copy_engine : std::nullopt;
             if (auto failure = CheckPlanRules(plan)) {
               reject(plan, failure->rule);
               continue;

@@ -40,6 +40,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("overlap_grad_reduce", &stack.overlap_grad_reduce, Need::kOptional);
   map.Bool("overlap_param_gather", &stack.overlap_param_gather, Need::kOptional);
   map.Bool("fused_cross_entropy", &stack.fused_cross_entropy, Need::kOptional);
+  map.Bool("decomposed_copy_engine", &stack.decomposed_copy_engine, Need::kOptional);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return stack;
 }

@@ -45,14 +45,17 @@ struct StackSpec {
   // 16-bit logits to fp32 and makes a pass per step: max, subtract, exp, sum, divide, then in
   // backward the scale by the loss gradient and the cast back.
   bool fused_cross_entropy = false;
+  // Decomposed overlap's all-gather parts go on copy engines unless a plan says otherwise
+  // (Plan::copy_engine).
+  bool decomposed_copy_engine = false;
 };
 
 // The stack a plan runs on when it names none.
 inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
-// key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`
-// and `fused_cross_entropy` (false).
+// key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
+// `fused_cross_entropy` and `decomposed_copy_engine` (false).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

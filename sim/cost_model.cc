@@ -95,7 +95,7 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       node_(plan.cluster.node),
       options_(options),
       plan_stack_(plan.stack),
-      copy_engine_parts_(plan.copy_engine),
+      copy_engine_parts_(plan.copy_engine_parts()),
       tp_group_(TpGroup(plan)),
       dp_group_(DpGroup(plan)),
       pp_pair_(PpPair(plan)),

@@ -126,8 +126,9 @@ struct Strategy {
   OverlapScope scope;
   OverlapMethod method = OverlapMethod::kDomino;
   int chunks = 0;  // decomposed overlap: 0 = tp
-  // All-gather parts on copy engines whatever the plan says: Transformer Engine's ring exchange
-  // (use_ce in its default userbuffers config) and async TP's symmetric-memory all-gather do.
+  // All-gather parts on copy engines whatever the plan or stack says: Transformer Engine's ring
+  // exchange (use_ce in its default userbuffers config) and async TP's symmetric-memory
+  // all-gather do.
   bool copy_engine = false;
 };
 
@@ -163,7 +164,9 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options, Output
     plan.scope = s.scope;
     plan.method = s.method;
     plan.chunks = s.chunks;
-    plan.copy_engine = (base.copy_engine || s.copy_engine) && s.method != OverlapMethod::kDomino;
+    plan.copy_engine = s.method == OverlapMethod::kDomino ? std::nullopt
+                       : s.copy_engine                    ? std::optional<bool>(true)
+                                                          : base.copy_engine;
     if (auto failure = CheckPlanRules(plan)) {
       skipped.push_back(fmt::format("{}: {}", s.name, failure->rule));
       skipped_json.push_back(

@@ -116,7 +116,7 @@ Json PlanJson(const Plan& p) {
                       {"placement", PlacementName(p.placement)}};
   plan["overlap"] = {{"row_split", p.row_split},        {"col_split", p.col_split},
                      {"scope", ScopeName(p.scope)},     {"method", MethodName(p.method)},
-                     {"chunks", p.decomposed_chunks()}, {"copy_engine", p.copy_engine}};
+                     {"chunks", p.decomposed_chunks()}, {"copy_engine", p.copy_engine_parts()}};
   plan["memory"] = {{"recompute", RecomputeName(p.recompute)},
                     {"distributed_optimizer", p.distributed_optimizer}};
   return plan;

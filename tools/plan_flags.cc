@@ -170,8 +170,10 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
       {{"tp-dp-pp", Placement::kTpDpPp}, {"tp-pp-dp", Placement::kTpPpDp}}, &plan.placement));
   if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))
     return Error(fmt::format("--sp: expected true or false, got '{}'", f.sequence_parallel));
-  if (!ParseBoolFlag(f.copy_engine, &plan.copy_engine))
+  bool copy_engine = false;
+  if (!ParseBoolFlag(f.copy_engine, &copy_engine))
     return Error(fmt::format("--copy-engine: expected true or false, got '{}'", f.copy_engine));
+  if (!f.copy_engine.empty()) plan.copy_engine = copy_engine;
   if (!ParseBoolFlag(f.distributed_optimizer, &plan.distributed_optimizer))
     return Error(fmt::format("--distributed-optimizer: expected true or false, got '{}'",
                              f.distributed_optimizer));

@@ -156,7 +156,15 @@ TEST(PlanToYamlTest, DecomposedOverlapRoundTripsAndDominoPlansStayAsTheyWere) {
   EXPECT_THAT(ce_yaml, HasSubstr("method: both, chunks: 8, copy_engine: true}"));
   Result<Plan> ce_back = ParsePlan(ce_yaml, "ce.yaml");
   ASSERT_TRUE(ce_back.ok()) << ce_back.message();
-  EXPECT_TRUE(ce_back->copy_engine);
+  EXPECT_EQ(ce_back->copy_engine, std::optional<bool>(true));
+  // Said false, it is written and read back false (NCCL parts under a stack that copies).
+  ce.copy_engine = false;
+  std::string nccl_yaml = PlanToYaml(ce);
+  EXPECT_THAT(nccl_yaml, HasSubstr("method: both, chunks: 8, copy_engine: false}"));
+  Result<Plan> nccl_back = ParsePlan(nccl_yaml, "nccl.yaml");
+  ASSERT_TRUE(nccl_back.ok()) << nccl_back.message();
+  EXPECT_EQ(nccl_back->copy_engine, std::optional<bool>(false));
+  EXPECT_FALSE(nccl_back->copy_engine_parts());
   // Without chunks, decomposed overlap cuts each collective into tp parts.
   Plan eight = *both;
   eight.chunks = 0;

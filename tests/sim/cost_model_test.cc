@@ -197,6 +197,14 @@ TEST(CostModelTest, DecomposedAllGatherPartsOnCopyEnginesArePeerCopies) {
   knobs.sequence_parallel = true;
   knobs.method = OverlapMethod::kDecomposed;
   Plan sm = testing_util::MakePlan(knobs);
+  // Unset, the stack decides: Megatron-Core's decomposed overlap is TE's userbuffers, whose ring
+  // exchange copies with copy engines; domino's own executor runs NCCL parts.
+  EXPECT_FALSE(sm.copy_engine.has_value());
+  EXPECT_TRUE(sm.copy_engine_parts());
+  knobs.stack = "domino";
+  EXPECT_FALSE(testing_util::MakePlan(knobs).copy_engine_parts());
+  knobs.stack = "";
+  sm.copy_engine = false;
   Plan ce = sm;
   ce.copy_engine = true;
   ASSERT_FALSE(CheckPlanRules(ce).has_value());
@@ -321,7 +329,8 @@ TEST(CostModelTest, DecomposedAllGathersFirstPartHoldsTheRanksOwnRows) {
   testing_util::PlanKnobs knobs;  // tp 8
   knobs.sequence_parallel = true;
   knobs.method = OverlapMethod::kDecomposed;
-  const Plan plan = testing_util::MakePlan(knobs);
+  Plan plan = testing_util::MakePlan(knobs);
+  plan.copy_engine = false;  // NCCL parts
   const CostModel model(plan, {});
   auto estimate = [&](Collective kind, double bytes) {
     return EstimateCollective(plan.cluster.node, kind, bytes, TpGroup(plan)).time_us;

@@ -97,7 +97,16 @@ TEST(PlanFlagsTest, BooleanFlagsAreSwitches) {
   }
   Result<Plan> copy = Build({"--sp", "--method", "decomposed", "--chunks", "4", "--copy-engine"});
   ASSERT_TRUE(copy.ok()) << copy.message();
-  EXPECT_TRUE(copy->copy_engine);
+  EXPECT_EQ(copy->copy_engine, std::optional<bool>(true));
+  // --no-copy-engine says false; no flag leaves it to the stack (CostModelTest).
+  Result<Plan> nccl =
+      Build({"--sp", "--method", "decomposed", "--chunks", "4", "--no-copy-engine"});
+  ASSERT_TRUE(nccl.ok()) << nccl.message();
+  EXPECT_EQ(nccl->copy_engine, std::optional<bool>(false));
+  EXPECT_FALSE(nccl->copy_engine_parts());
+  Result<Plan> unset = Build({"--sp", "--method", "decomposed", "--chunks", "4"});
+  ASSERT_TRUE(unset.ok()) << unset.message();
+  EXPECT_FALSE(unset->copy_engine.has_value());
   EXPECT_THROW((void)Build({"--sp", "true"}), CLI::ExtrasError);
   EXPECT_THROW((void)Build({"--sp", "--no-sp"}), CLI::ArgumentMismatch);
   EXPECT_THROW((void)Build({"--sp=maybe"}), CLI::ValidationError);
