@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "sim/gemm_model.h"
 
@@ -28,9 +29,18 @@ AttentionKernel AttentionOf(const Plan& plan, const CostOptions& options) {
   return options.attention.value_or(plan.stack.attention);
 }
 
+namespace {
+// `size` ranks, `per_node` of them in each node they span. A group that does not tile its nodes
+// evenly (4 ranks on nodes of 3 GPUs: 3 + 1) is priced as if every node held gcd(size, per_node)
+// of them, no more than its emptiest node holds: the collective's busiest NICs bound it.
+CommGroup MakeGroup(int size, int per_node) {
+  per_node = std::gcd(size, std::clamp(per_node, 1, size));
+  return CommGroup{size, size / per_node, per_node};
+}
+}  // namespace
+
 CommGroup TpGroup(const Plan& plan) {
-  int per_node = std::min(plan.tp, plan.cluster.gpus_per_node);
-  return CommGroup{plan.tp, (plan.tp + per_node - 1) / per_node, per_node};
+  return MakeGroup(plan.tp, std::min(plan.tp, plan.cluster.gpus_per_node));
 }
 
 namespace {
@@ -51,10 +61,6 @@ int PerNode(const Plan& plan, std::initializer_list<GroupDim> dims) {
     if (fit < d.count) break;
   }
   return static_cast<int>(per_node);
-}
-CommGroup MakeGroup(int size, int per_node) {
-  per_node = std::min(per_node, size);
-  return CommGroup{size, (size + per_node - 1) / per_node, per_node};
 }
 }  // namespace
 

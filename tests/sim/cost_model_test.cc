@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "planner/lower.h"
+#include "sim/predict.h"
 #include "tests/planner/test_plans.h"
 
 namespace domino::sim {
@@ -160,6 +161,33 @@ TEST(CostModelTest, TpGroupFollowsMegatronPlacement) {
     EXPECT_EQ(g.nodes_spanned, e.group.nodes_spanned);
     EXPECT_EQ(g.gpus_per_node_in_group, e.group.gpus_per_node_in_group);
   }
+}
+
+// Groups that do not tile their nodes evenly: 4 TP ranks on nodes of 3 GPUs (3 + 1), 6 DP ranks
+// on nodes of 4 (4 + 2). Each is priced as if every node held as few of them as the emptiest one,
+// and stays a group EstimateCollective takes (the long fuzz found `plan --cluster dgx-h100:4:3`
+// asserting in a tp 4 candidate).
+TEST(CostModelTest, GroupsThatStraddleNodesUnevenlyStayConsistent) {
+  testing_util::PlanKnobs knobs;
+  knobs.cluster = "dgx-h100:4:3", knobs.tp = 4, knobs.pp = 3;
+  knobs.model = "gpt3-13b";
+  const Plan tp4 = testing_util::MakePlan(knobs);
+  const CommGroup tp = TpGroup(tp4);
+  EXPECT_EQ(tp.size, 4);
+  EXPECT_EQ(tp.nodes_spanned, 4);
+  EXPECT_EQ(tp.gpus_per_node_in_group, 1);
+  EXPECT_TRUE(CheckCommGroup(tp4.cluster.node, tp).ok());
+  knobs.cluster = "dgx-h100:3:4", knobs.tp = 1, knobs.pp = 2, knobs.dp = 6;
+  knobs.global_batch = 24;
+  const Plan dp6 = testing_util::MakePlan(knobs);
+  const CommGroup dp = DpGroup(dp6);
+  EXPECT_EQ(dp.size, 6);
+  EXPECT_EQ(dp.gpus_per_node_in_group, 2);
+  EXPECT_EQ(dp.nodes_spanned, 3);
+  EXPECT_TRUE(CheckCommGroup(dp6.cluster.node, dp).ok());
+  // Whole simulations run (the assertion inside EstimateCollective held).
+  EXPECT_TRUE(Predict(tp4, {}).ok());
+  EXPECT_TRUE(Predict(dp6, {}).ok());
 }
 
 TEST(CostModelTest, TpCollectivesCostWhatEstimateCollectiveSays) {
