@@ -76,8 +76,9 @@ std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_vie
   return out;
 }
 
+// Megatron's and torchtitan's layers per virtual stage count the ends the split counts.
 int LayersPerVirtualStage(const Plan& plan) {
-  return plan.model.layers / (plan.pp * plan.virtual_stages);
+  return static_cast<int>(plan.split_units() / (plan.pp * plan.virtual_stages));
 }
 
 // Megatron needs max_position_embeddings >= seq_length for learned positions.
@@ -169,6 +170,8 @@ std::string ExportMegatron(const Plan& plan) {
   if (plan.virtual_stages > 1)
     args.push_back(
         fmt::format("--num-layers-per-virtual-pipeline-stage {}", LayersPerVirtualStage(plan)));
+  if (plan.split_counts_embedding()) args.push_back("--account-for-embedding-in-pipeline-split");
+  if (plan.split_counts_loss()) args.push_back("--account-for-loss-in-pipeline-split");
   if (plan.placement == Placement::kTpPpDp) args.push_back("--use-tp-pp-dp-mapping");
   if (plan.sequence_parallel) args.push_back("--sequence-parallel");
   if (plan.method != OverlapMethod::kDomino) args.push_back("--tp-comm-overlap");
@@ -201,6 +204,12 @@ std::string ExportNemo(const Plan& plan) {
   }
   for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine"))
     out.differs.push_back(d);
+  if (plan.pipeline_split != PipelineSplit::kLayers && plan.pp > 1)
+    out.differs.push_back(fmt::format(
+        "pipeline_split {}: megatron_gpt_config.yaml has no key for it (NeMo 2's MegatronStrategy "
+        "and Megatron-Bridge take account_for_embedding_in_pipeline_split and "
+        "account_for_loss_in_pipeline_split)",
+        PipelineSplitName(plan.pipeline_split)));
   std::string precision = "bf16-mixed";
   if (plan.precision == Dtype::kFp16) precision = "16-mixed";
   if (plan.precision == Dtype::kFp32 || plan.precision == Dtype::kTf32) precision = "32";
@@ -429,6 +438,13 @@ std::string ExportTorchtitan(const Plan& plan) {
     out.differs.push_back(
         "placement tp-pp-dp: torchtitan's device mesh puts pipeline stages outermost (tp-dp-pp)");
   }
+  if (plan.pipeline_split == PipelineSplit::kLayers && plan.virtual_stages == 1 &&
+      plan.model.layers % plan.pp != 0) {
+    out.differs.push_back(fmt::format(
+        "uneven stages: torchtitan gives the {} layers left over by pp {} to the first stages, "
+        "domino to the middle ones",
+        plan.model.layers % plan.pp, plan.pp));
+  }
   std::string param_dtype = "bfloat16";
   if (plan.precision == Dtype::kFp32 || plan.precision == Dtype::kTf32) param_dtype = "float32";
   if (plan.precision == Dtype::kFp16)
@@ -461,6 +477,11 @@ std::string ExportTorchtitan(const Plan& plan) {
     body += fmt::format("pipeline_parallel_microbatch_size = {}\n", plan.micro_batch);
     if (plan.virtual_stages > 1)
       body += fmt::format("pipeline_parallel_layers_per_stage = {}\n", LayersPerVirtualStage(plan));
+    // torchtitan counts the embedding and the output as a layer each unless told otherwise.
+    body += fmt::format("pipeline_parallel_first_stage_less_layers = {}\n",
+                        plan.split_counts_embedding() ? 1 : 0);
+    body += fmt::format("pipeline_parallel_last_stage_less_layers = {}\n",
+                        plan.split_counts_loss() ? 1 : 0);
   }
   body += fmt::format("context_parallel_degree = {}\n", plan.cp);
   body += "\n[activation_checkpoint]\n";

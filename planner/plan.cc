@@ -31,6 +31,12 @@ constexpr std::array<std::pair<std::string_view, Placement>, 2> kPlacements = {{
     {"tp-dp-pp", Placement::kTpDpPp},
     {"tp-pp-dp", Placement::kTpPpDp},
 }};
+constexpr std::array<std::pair<std::string_view, PipelineSplit>, 4> kPipelineSplits = {{
+    {"layers", PipelineSplit::kLayers},
+    {"embedding", PipelineSplit::kEmbedding},
+    {"loss", PipelineSplit::kLoss},
+    {"ends", PipelineSplit::kEnds},
+}};
 constexpr std::array<std::pair<std::string_view, Dtype>, 3> kPrecisions = {{
     {"bf16", Dtype::kBf16},
     {"fp16", Dtype::kFp16},
@@ -128,6 +134,12 @@ std::string_view PlacementName(Placement placement) {
   return "?";
 }
 
+std::string_view PipelineSplitName(PipelineSplit split) {
+  for (const auto& [name, value] : kPipelineSplits)
+    if (value == split) return name;
+  return "layers";
+}
+
 std::string_view RecomputeName(Recompute recompute) {
   for (const auto& [name, value] : kRecomputes)
     if (value == recompute) return name;
@@ -142,6 +154,12 @@ std::optional<std::string> CheckBound(const PlanIntBound& bound, int64_t value) 
 
 std::vector<int> ChunkLayers(const Plan& plan) {
   const int pp = plan.pp, v = plan.virtual_stages, layers = plan.model.layers;
+  if (plan.pipeline_split != PipelineSplit::kLayers) {
+    std::vector<int> out(pp * v, static_cast<int>(plan.split_units() / (pp * v)));
+    if (plan.split_counts_embedding()) --out.front();
+    if (plan.split_counts_loss()) --out.back();
+    return out;
+  }
   if (v > 1) return std::vector<int>(pp * v, layers / (pp * v));
   std::vector<int> out(pp, layers / pp);
   int extra = layers % pp;
@@ -150,6 +168,38 @@ std::vector<int> ChunkLayers(const Plan& plan) {
   if (extra > 0 && pp > 1) ++out[pp - 1], --extra;
   if (extra > 0) ++out[0];
   return out;
+}
+
+std::optional<PlanRuleFailure> CheckPipelineSplit(const Plan& p) {
+  const int64_t chunks = static_cast<int64_t>(p.pp) * p.virtual_stages;
+  const std::string_view split = PipelineSplitName(p.pipeline_split);
+  if (p.pipeline_split == PipelineSplit::kLayers) {
+    if (p.virtual_stages > 1 && p.model.layers % chunks != 0)
+      return PlanRuleFailure{
+          "parallel.virtual_stages",
+          fmt::format("pp*virtual_stages = {}*{} must divide the model's {} layers (or, with "
+                      "parallel.pipeline_split ends, embedding or loss, the layers plus the ends "
+                      "it counts)",
+                      p.pp, p.virtual_stages, p.model.layers)};
+    return std::nullopt;
+  }
+  const int64_t units = p.split_units();
+  if (units % chunks != 0)
+    return PlanRuleFailure{
+        "parallel.pipeline_split",
+        fmt::format("pipeline_split {} counts {} units ({} layers{}{}); pp*virtual_stages = {}*{} "
+                    "must divide them",
+                    split, units, p.model.layers,
+                    p.split_counts_embedding() ? " + the embedding" : "",
+                    p.split_counts_loss() ? " + the loss" : "", p.pp, p.virtual_stages)};
+  // The first chunk gives a layer to the embedding, the last one to the loss (one chunk: both).
+  const int64_t fewest = units / chunks - (chunks == 1 ? units - p.model.layers : 1);
+  if (fewest < 1)
+    return PlanRuleFailure{"parallel.pipeline_split",
+                           fmt::format("pipeline_split {} leaves the first or the last of {} model "
+                                       "chunks ({} units each) without a transformer layer",
+                                       split, chunks, units / chunks)};
+  return std::nullopt;
 }
 
 std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
@@ -204,10 +254,7 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   if (p.pp > m.layers)
     return fail("parallel.pp",
                 fmt::format("pp ({}) must not exceed the model's {} layers", p.pp, m.layers));
-  if (p.virtual_stages > 1 && m.layers % (static_cast<int64_t>(p.pp) * p.virtual_stages) != 0)
-    return fail("parallel.virtual_stages",
-                fmt::format("pp*virtual_stages = {}*{} must divide the model's {} layers", p.pp,
-                            p.virtual_stages, m.layers));
+  if (auto failure = CheckPipelineSplit(p)) return failure;
   if (p.virtual_stages > 1 && p.pp == 1)
     return fail("parallel.virtual_stages", "virtual_stages > 1 needs pp >= 2");
   if (p.virtual_stages > 1 && p.dp > 0 && p.micro_batch > 0 &&
@@ -358,6 +405,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     parallel->Enum("placement", &plan.placement, Need::kOptional, kPlacements);
     parallel->Int("virtual_stages", &plan.virtual_stages, Need::kOptional,
                   Range(kVirtualStagesBound));
+    parallel->Enum("pipeline_split", &plan.pipeline_split, Need::kOptional, kPipelineSplits);
     (void)parallel->Finish();
   }
   if (auto overlap = root.Map("overlap", Need::kOptional)) {
@@ -467,7 +515,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       "stack: {}\n"
       "precision: {}\n"
       "training: {{seq_len: {}, micro_batch: {}, global_batch: {}}}\n"
-      "parallel: {{tp: {}{}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}}}\n"
+      "parallel: {{tp: {}{}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}{}}}\n"
       "overlap: {{row_split: {}, col_split: {}, scope: {}{}}}\n"
       "memory: {{recompute: {}, distributed_optimizer: {}}}\n",
       p.model_ref.empty() ? ModelToFlowYaml(p.model) : RefToYaml(p.model_ref, ModelCatalog()),
@@ -476,6 +524,10 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       // Written only with context parallelism, so a plan without it keeps its YAML.
       p.cp == 1 ? "" : fmt::format(", cp: {}", p.cp), p.pp, p.dp, p.sequence_parallel,
       p.virtual_stages,
+      // Written only when it counts an end, so other plans keep their YAML.
+      p.pipeline_split == PipelineSplit::kLayers
+          ? ""
+          : fmt::format(", pipeline_split: {}", PipelineSplitName(p.pipeline_split)),
       p.placement == Placement::kTpDpPp
           ? ""
           : fmt::format(", placement: {}", PlacementName(p.placement)),

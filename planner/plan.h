@@ -28,11 +28,19 @@ enum class OverlapMethod { kDomino, kDecomposed, kBoth };
 // node, then DP, then PP (pipeline neighbours tp * dp ranks apart); tp-pp-dp keeps pipeline
 // neighbours close and spreads DP instead.
 enum class Placement { kTpDpPp, kTpPpDp };
+// What the pipeline split counts besides the transformer layers (Megatron-Core's
+// account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split): the word
+// embedding, the LM head with its loss, or both ("ends") as one layer each, so the first and the
+// last model chunk hold one layer fewer. Llama 3.1 405B's 126 layers on pp 8 x vp 8 = 64 chunks
+// run that way (Megatron-Bridge's recipe): 128 / 64 = 2 per chunk, 1 in the first and the last.
+enum class PipelineSplit { kLayers, kEmbedding, kLoss, kEnds };
 
 std::string_view ScopeName(OverlapScope scope);  // "none", "intra-layer", "inter-layer"
 std::string_view RecomputeName(Recompute recompute);
 std::string_view MethodName(OverlapMethod method);    // "domino", "decomposed", "both"
 std::string_view PlacementName(Placement placement);  // "tp-dp-pp", "tp-pp-dp"
+// "layers", "embedding", "loss", "ends"
+std::string_view PipelineSplitName(PipelineSplit split);
 
 // Predicted (or measured) figures of a plan: the `predicted:` and `measured:` blocks of a report.
 // Times in milliseconds per training iteration on the critical rank.
@@ -73,6 +81,7 @@ struct Plan {
   int dp = 1;
   bool sequence_parallel = false;
   int virtual_stages = 1;
+  PipelineSplit pipeline_split = PipelineSplit::kLayers;
   Placement placement = Placement::kTpDpPp;
   // overlap
   int row_split = 1;
@@ -99,6 +108,17 @@ struct Plan {
   // Ranks that hold the same weights: Megatron reduces gradients, and shards the distributed
   // optimizer, over DP x CP.
   int dp_cp() const { return dp * cp; }
+  // Whether the pipeline split counts the embedding, or the LM head and loss, as a layer.
+  bool split_counts_embedding() const {
+    return pipeline_split == PipelineSplit::kEmbedding || pipeline_split == PipelineSplit::kEnds;
+  }
+  bool split_counts_loss() const {
+    return pipeline_split == PipelineSplit::kLoss || pipeline_split == PipelineSplit::kEnds;
+  }
+  // The layers the pipeline split divides: the model's, plus the ends it counts.
+  int64_t split_units() const {
+    return static_cast<int64_t>(model.layers) + split_counts_embedding() + split_counts_loss();
+  }
   // Pieces of each decomposed collective: 1 under Domino's method (nothing decomposed).
   int decomposed_chunks() const {
     if (method == OverlapMethod::kDomino) return 1;
@@ -149,26 +169,32 @@ inline constexpr int64_t kMaxLayerPasses = int64_t{1} << 21;
 // Checks the rules that tie a plan to its model and cluster: tp*cp*pp*dp = the cluster's GPUs;
 // tp divides heads, kv_heads and ffn; with cp > 1, 2*cp divides seq_len (two chunks per rank);
 // row_split divides micro_batch; col_split divides hidden; pp <= layers (uneven stages allowed
-// without interleaving); with virtual stages, pp*virtual_stages divides layers and the
-// micro-batches are a multiple of pp; micro_batch*dp divides global_batch; splits between 1 and 16;
-// inter-layer scope needs row_split >= 2; sequence parallelism needs tp dividing seq_len / cp.
-// Decomposed overlap (method decomposed or both) needs sequence parallelism; decomposed alone
-// runs without Domino's splits, both with row_split >= 2 and col_split 1; its chunks (tp by
-// default) between 1 and 16 and dividing a row slice's tokens (of the local sequence);
-// copy_engine only with it.
-// First of all, every integer setting within its PlanIntBound, the GPU able to run the
-// precision (a peak above 0) and the work within kMaxLayerPasses.
-// `key_of` maps each failure to the YAML key it concerns ("parallel.tp").
+// without interleaving and a pipeline split of layers only); with virtual stages, or a split that
+// counts an end, pp*virtual_stages divides the split's units (Plan::split_units) with at least one
+// layer left in every chunk; with virtual stages the micro-batches are a multiple of pp;
+// micro_batch*dp divides global_batch; splits between 1 and 16; inter-layer scope needs row_split
+// >= 2; sequence parallelism needs tp dividing seq_len / cp. Decomposed overlap (method decomposed
+// or both) needs sequence parallelism; decomposed alone runs without Domino's splits, both with
+// row_split >= 2 and col_split 1; its chunks (tp by default) between 1 and 16 and dividing a row
+// slice's tokens (of the local sequence); copy_engine only with it. First of all, every integer
+// setting within its PlanIntBound, the GPU able to run the precision (a peak above 0) and the work
+// within kMaxLayerPasses. `key_of` maps each failure to the YAML key it concerns ("parallel.tp").
 struct PlanRuleFailure {
   std::string key;   // "parallel.tp"
   std::string rule;  // "tp*pp*dp (16) must equal the cluster's 32 GPUs"
 };
 std::optional<PlanRuleFailure> CheckPlanRules(const Plan& plan);
+// The part of CheckPlanRules that concerns how pp * virtual_stages chunks cut the model (the
+// pipeline_split's divisibility and a layer left in every chunk), for a search's candidates.
+std::optional<PlanRuleFailure> CheckPipelineSplit(const Plan& plan);
 
 // Layers of each virtual pipeline stage (pp * virtual_stages of them; virtual stage c * pp + s is
-// chunk c of stage s). Interleaved: equal chunks. Otherwise layers / pp each, the remainder going
-// to the middle stages first, since the first stage also embeds and the last runs the LM head
-// (126 layers on 16 stages: 7, 8 x 14, 7).
+// chunk c of stage s). A split that counts an end (Plan::pipeline_split) gives every chunk
+// split_units / (pp * virtual_stages) units, the first chunk one layer fewer for the embedding
+// and the last one fewer for the LM head and loss, as Megatron-Core's get_num_layers_to_build.
+// Counting layers only: equal chunks when interleaved; otherwise layers / pp each, the remainder
+// going to the middle stages first, since the first stage also embeds and the last runs the LM
+// head (126 layers on 16 stages: 7, 8 x 14, 7).
 std::vector<int> ChunkLayers(const Plan& plan);
 
 // Parses plan YAML; resolves `model` and `cluster` through the catalogs; applies CheckPlanRules,

@@ -40,6 +40,8 @@ std::string DescribeCandidate(const Plan& p) {
   if (p.cp > 1) out += fmt::format(" cp {}", p.cp);
   out += fmt::format(" pp {} dp {}", p.pp, p.dp);
   if (p.virtual_stages > 1) out += fmt::format(" v {}", p.virtual_stages);
+  if (p.pipeline_split != PipelineSplit::kLayers)
+    out += fmt::format(" split-{}", PipelineSplitName(p.pipeline_split));
   out += fmt::format(" mb {}", p.micro_batch);
   if (p.sequence_parallel) out += " sp";
   if (p.recompute != Recompute::kNone) out += fmt::format(" rc-{}", RecomputeName(p.recompute));
@@ -196,10 +198,19 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
         if (space.pp > 0 && pp != space.pp) continue;
         const int dp = static_cast<int>(gpus / cp / tp / pp);
         if (space.dp > 0 && dp != space.dp) continue;
-        const int max_v = pp == 1 ? 1 : space.max_virtual_stages;
+        // A pinned count is tried even above the enumerated range.
+        const int max_v = pp == 1 ? 1 : std::max(space.max_virtual_stages, space.virtual_stages);
         for (int v = 1; v <= max_v; ++v) {
           if (space.virtual_stages > 0 && v != space.virtual_stages) continue;
-          if (v > 1 && base.model.layers % (pp * v) != 0) continue;
+          // Layers only when they cut evenly; otherwise, interleaved, the embedding and the
+          // loss counted as a layer each, as Megatron-Core's 405B recipe does (unless the
+          // starting plan names its split: then that one, where it cuts).
+          Plan split = base;
+          split.pp = pp, split.virtual_stages = v;
+          if (base.pipeline_split == PipelineSplit::kLayers && v > 1 &&
+              base.model.layers % (pp * v) != 0)
+            split.pipeline_split = PipelineSplit::kEnds;
+          if (CheckPipelineSplit(split)) continue;
           std::vector<int> micro_batches =
               base.global_batch % dp == 0 ? Divisors(base.global_batch / dp, space.max_micro_batch)
                                           : std::vector<int>{1};
@@ -212,6 +223,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
                   continue;
                 Plan plan = base;
                 plan.tp = tp, plan.cp = cp, plan.pp = pp, plan.dp = dp, plan.virtual_stages = v;
+                plan.pipeline_split = split.pipeline_split;
                 plan.micro_batch = mb;
                 plan.sequence_parallel = sp == 1;
                 plan.distributed_optimizer = dist == 1;
@@ -402,6 +414,10 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
 }
 
 std::string NoPlanFitsMessage(const SearchResult& result) {
+  if (result.rejected == 0)
+    return "no plan fits: no candidate has the pinned dimensions (tp x cp x pp x dp must equal "
+           "the cluster's GPUs, pp at most the layers, virtual stages only with pp >= 2, the "
+           "micro-batch dividing the global batch per DP rank)";
   return fmt::format("no plan fits: {} candidates rejected; first: {}", result.rejected,
                      result.rejections.empty() ? std::string("none") : result.rejections.front());
 }

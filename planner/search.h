@@ -30,9 +30,10 @@ class Evaluator {
 
 // What the search varies. A pinned value (> 0, or set) is fixed; the rest are enumerated:
 // tp * cp * pp * dp = the cluster's GPUs (cp as SearchCpDegrees says), virtual
-// stages 1..max_virtual_stages, micro-batches that divide the global batch per DP rank (up to
-// max_micro_batch), sequence parallelism, the distributed optimizer (dp > 1), recompute (the
-// lightest that fits in memory: heavier recompute only adds work), and the Domino dimensions.
+// stages 1..max_virtual_stages (and a pinned count above it), micro-batches that divide the global
+// batch per DP rank (up to max_micro_batch), sequence parallelism, the distributed optimizer (dp >
+// 1), recompute (the lightest that fits in memory: heavier recompute only adds work), and the
+// Domino dimensions.
 struct SearchSpace {
   int tp = 0, cp = 0, pp = 0, dp = 0, virtual_stages = 0, micro_batch = 0;
   std::optional<bool> sequence_parallel, distributed_optimizer;
@@ -104,7 +105,8 @@ struct SearchResult {
   bool NoPlanFits() const { return ranked.empty() && !timed_out && !stopped; }
 };
 
-// "no plan fits: N candidates rejected; first: RULE" for a result where NoPlanFits() holds.
+// "no plan fits: N candidates rejected; first: RULE" for a result where NoPlanFits() holds (or
+// why no candidate was made at all).
 std::string NoPlanFitsMessage(const SearchResult& result);
 
 // Enumerates plans around `base` (its model, cluster, precision, sequence length and global

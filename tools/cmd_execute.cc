@@ -198,12 +198,15 @@ void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchE
                const exec::ExecuteResult& r, const PlanFigures& f) {
   std::cout << fmt::format(
       "# {} executed on the {} backend: {} rank(s), launcher: {}\n"
-      "# {}{} | {} micro-batches of {} x seq {} per replica | row split {}, col split {}, "
+      "# {}{}{} | {} micro-batches of {} x seq {} per replica | row split {}, col split {}, "
       "sequence parallel {}{} | {} training step(s), {} ops on rank 0\n\n",
       plan.model.name, backend, env.size, env.source, exec::RanksText(plan),
       plan.virtual_stages > 1
           ? fmt::format(" (interleaved, {} chunks per stage)", plan.virtual_stages)
           : "",
+      plan.pipeline_split == PipelineSplit::kLayers
+          ? ""
+          : fmt::format(" (split counts the {})", PipelineSplitName(plan.pipeline_split)),
       plan.micro_batches(), plan.micro_batch, plan.seq_len, plan.row_split, plan.col_split,
       plan.sequence_parallel ? "on" : "off",
       plan.distributed_optimizer ? ", distributed optimizer" : "", r.losses.size(),

@@ -30,15 +30,22 @@ struct SimulateFlags {
   OutputFormat format = OutputFormat::kTable;
 };
 
+// " (split counts the ends)" and the like, or nothing when it counts layers only.
+std::string PipelineSplitText(const Plan& p) {
+  if (p.pipeline_split == PipelineSplit::kLayers) return "";
+  return fmt::format(" (split counts the {})", PipelineSplitName(p.pipeline_split));
+}
+
 std::string Describe(const Plan& p) {
   return fmt::format(
       "# {} on {} ({} x {}), {}, stack {}, seq {}, micro-batch {}, global batch {} ({} "
       "micro-batch(es))\n"
-      "# tp {}{}, pp {}, dp {}, sequence parallel {} | row split {}, col split {}, scope {}{}\n",
+      "# tp {}{}, pp {}{}, dp {}, sequence parallel {} | row split {}, col split {}, scope {}{}\n",
       p.model.name, p.cluster.name, p.cluster.total_gpus(), p.cluster.node.gpu.name,
       DtypeName(p.precision), p.stack.name, p.seq_len, p.micro_batch, p.global_batch,
-      p.micro_batches(), p.tp, p.cp > 1 ? fmt::format(", cp {}", p.cp) : "", p.pp, p.dp,
-      p.sequence_parallel ? "on" : "off", p.row_split, p.col_split, ScopeName(p.scope),
+      p.micro_batches(), p.tp, p.cp > 1 ? fmt::format(", cp {}", p.cp) : "", p.pp,
+      PipelineSplitText(p), p.dp, p.sequence_parallel ? "on" : "off", p.row_split, p.col_split,
+      ScopeName(p.scope),
       p.method == OverlapMethod::kDomino
           ? ""
           : fmt::format(", {} overlap in {} chunks", MethodName(p.method), p.decomposed_chunks()));

@@ -113,6 +113,7 @@ Json PlanJson(const Plan& p) {
                       {"dp", p.dp},
                       {"sequence_parallel", p.sequence_parallel},
                       {"virtual_stages", p.virtual_stages},
+                      {"pipeline_split", PipelineSplitName(p.pipeline_split)},
                       {"placement", PlacementName(p.placement)}};
   plan["overlap"] = {{"row_split", p.row_split},        {"col_split", p.col_split},
                      {"scope", ScopeName(p.scope)},     {"method", MethodName(p.method)},

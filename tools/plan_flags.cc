@@ -103,6 +103,11 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   app->add_option("--virtual-stages", f->virtual_stages,
                   "interleaved pipeline stages per GPU (default: 1)")
       ->check(Bounded(kVirtualStagesBound));
+  app->add_option("--pipeline-split", f->pipeline_split,
+                  "what the pipeline split counts: layers | embedding | loss | ends (the "
+                  "embedding and the loss as one layer each, Megatron-Core's "
+                  "account_for_*_in_pipeline_split; default: layers)")
+      ->check(NonEmpty());
   AddSwitch(app, "sp", &f->sequence_parallel, "sequence parallelism (default: off)");
   app->add_option("--row-split", f->row_split,
                   "row split p (Domino's micro-batch slices), 1-16 (default: 1)")
@@ -168,6 +173,12 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   DOMINO_RETURN_IF_ERROR(ApplyEnum(
       "placement", f.placement,
       {{"tp-dp-pp", Placement::kTpDpPp}, {"tp-pp-dp", Placement::kTpPpDp}}, &plan.placement));
+  DOMINO_RETURN_IF_ERROR(ApplyEnum("pipeline-split", f.pipeline_split,
+                                   {{"layers", PipelineSplit::kLayers},
+                                    {"embedding", PipelineSplit::kEmbedding},
+                                    {"loss", PipelineSplit::kLoss},
+                                    {"ends", PipelineSplit::kEnds}},
+                                   &plan.pipeline_split));
   if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))
     return Error(fmt::format("--sp: expected true or false, got '{}'", f.sequence_parallel));
   bool copy_engine = false;

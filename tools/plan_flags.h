@@ -24,6 +24,7 @@ struct PlanFlags {
   std::string method;       // "domino" / "decomposed" / "both"
   std::string copy_engine;  // "true" / "false"
   std::string scope, recompute, distributed_optimizer, placement;
+  std::string pipeline_split;  // "layers" / "embedding" / "loss" / "ends"
 };
 
 // Declares the flags on `app`. With `with_plan_file`, also --plan.

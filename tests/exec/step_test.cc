@@ -224,6 +224,27 @@ TEST(StepTest, InterleavedDistributedOptimizerWithOverlappedBuckets) {
   for (const TensorCheck& c : results[0]->checks) EXPECT_TRUE(c.ok) << c.name;
 }
 
+TEST(StepTest, ASplitThatCountsTheEndsRunsChunksOfUnequalLayers) {
+  // 6 layers + the embedding + the loss in pp 2 x vp 2 chunks of 2 units: 1, 2, 2, 1 layers, the
+  // tied embedding synced between the first and the last chunk's stages.
+  Plan plan = TinyPlan("tiny-gpt", 1, 2, 1, /*layers=*/6);
+  plan.virtual_stages = 2;
+  plan.pipeline_split = PipelineSplit::kEnds;
+  ASSERT_FALSE(CheckPlanRules(plan).has_value());
+  const Iteration it = IterationOf(plan);
+  ASSERT_EQ(it.virtual_stages.size(), 4u);
+  EXPECT_EQ(it.virtual_stages[0].layers, 1);
+  EXPECT_EQ(it.virtual_stages[1].layers, 2);
+  EXPECT_EQ(it.virtual_stages[3].layers, 1);
+  std::vector<Result<ExecuteResult>> results = RunRanks(plan, it);
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_TRUE(r->passed);
+  }
+  ASSERT_FALSE(results[0]->checks.empty());
+  for (const TensorCheck& c : results[0]->checks) EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+}
+
 TEST(StepTest, DroppingAPipelineSendFailsTheCheck) {
   const Plan plan = TinyPlan("tiny-gpt", 1, 2, 1);
   const Iteration it = IterationOf(plan);

@@ -381,6 +381,8 @@ pipeline_parallel_degree = 2
 pipeline_parallel_schedule = "Interleaved1F1B"
 pipeline_parallel_microbatch_size = 1
 pipeline_parallel_layers_per_stage = 8
+pipeline_parallel_first_stage_less_layers = 0
+pipeline_parallel_last_stage_less_layers = 0
 context_parallel_degree = 1
 
 [activation_checkpoint]
@@ -488,6 +490,42 @@ TEST(Export, DecomposedOverlapMapsToEachFrameworksCommOverlap) {
   Result<Plan> plan = ParsePlan(kLlama8bDecomposed, "plan.yaml");
   ASSERT_TRUE(plan.ok()) << plan.message();
   EXPECT_FALSE(plan->is_baseline());
+}
+
+// Llama 3.1 405B on pp 8 x vp 8 as Megatron-Bridge splits it: the embedding and the loss count
+// as a layer each (128 units, 2 per chunk).
+constexpr const char* kLlama405bEnds = R"yaml(model: llama3-405b
+cluster: dgx-h100:64
+precision: bf16
+training: {seq_len: 8192, micro_batch: 1, global_batch: 256}
+parallel: {tp: 8, cp: 2, pp: 8, dp: 4, sequence_parallel: true, virtual_stages: 8, pipeline_split: ends}
+memory: {distributed_optimizer: true}
+)yaml";
+
+TEST(Export, APipelineSplitThatCountsTheEndsMapsToEachFramework) {
+  Result<std::string> megatron = Export(kLlama405bEnds, ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, HasSubstr("--num-layers-per-virtual-pipeline-stage 2 \\\n"));
+  EXPECT_THAT(*megatron, HasSubstr("--account-for-embedding-in-pipeline-split \\\n"));
+  EXPECT_THAT(*megatron, HasSubstr("--account-for-loss-in-pipeline-split \\\n"));
+  Result<std::string> titan = Export(kLlama405bEnds, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(titan.ok()) << titan.message();
+  EXPECT_THAT(*titan, HasSubstr("pipeline_parallel_layers_per_stage = 2\n"
+                                "pipeline_parallel_first_stage_less_layers = 1\n"
+                                "pipeline_parallel_last_stage_less_layers = 1\n"));
+  Result<std::string> nemo = Export(kLlama405bEnds, ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("# differs: pipeline_split ends: megatron_gpt_config.yaml has no "
+                               "key for it"));
+  // Counting layers only, uneven stages: torchtitan puts the remainder elsewhere, and says so.
+  std::string uneven = kLlama405bEnds;
+  uneven.replace(uneven.find(", virtual_stages: 8, pipeline_split: ends"), 41, "");
+  uneven.replace(uneven.find("pp: 8, dp: 4"), 12, "pp: 16, dp: 2");
+  Result<std::string> titan_uneven = Export(uneven.c_str(), ExportTarget::kTorchtitan);
+  ASSERT_TRUE(titan_uneven.ok()) << titan_uneven.message();
+  EXPECT_THAT(*titan_uneven, HasSubstr("# differs: uneven stages: torchtitan gives the 14 layers "
+                                       "left over by pp 16 to the first stages"));
+  EXPECT_THAT(*titan_uneven, HasSubstr("pipeline_parallel_first_stage_less_layers = 0\n"));
 }
 
 }  // namespace

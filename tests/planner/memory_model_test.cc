@@ -156,6 +156,31 @@ TEST(ChunkLayersTest, RemainderGoesToTheMiddleStages) {
   EXPECT_EQ(ChunkLayers(plan), std::vector<int>(24, 4));
 }
 
+TEST(ChunkLayersTest, ASplitThatCountsTheEndsGivesTheirChunksALayerLess) {
+  Plan plan = TinyPlan();
+  // Llama 3.1 405B as Megatron-Bridge splits it: 126 + 2 = 128 units in 64 chunks of 2.
+  plan.model.layers = 126;
+  plan.pp = 8;
+  plan.virtual_stages = 8;
+  plan.pipeline_split = PipelineSplit::kEnds;
+  std::vector<int> want(64, 2);
+  want.front() = want.back() = 1;
+  EXPECT_EQ(ChunkLayers(plan), want);
+  // The embedding alone: 31 + 1 = 32 units on 4 stages, the first one layer short.
+  plan.model.layers = 31;
+  plan.pp = 4;
+  plan.virtual_stages = 1;
+  plan.pipeline_split = PipelineSplit::kEmbedding;
+  EXPECT_EQ(ChunkLayers(plan), (std::vector<int>{7, 8, 8, 8}));
+  plan.pipeline_split = PipelineSplit::kLoss;
+  EXPECT_EQ(ChunkLayers(plan), (std::vector<int>{8, 8, 8, 7}));
+  // One stage holds both ends and every layer.
+  plan.model.layers = 5;
+  plan.pp = 1;
+  plan.pipeline_split = PipelineSplit::kEnds;
+  EXPECT_EQ(ChunkLayers(plan), std::vector<int>{5});
+}
+
 TEST(MemoryModelTest, DecomposedOverlapAddsTransformerEnginesUserbuffers) {
   // Ten buffers of s*b*h elements (8192), two bytes each in bf16; under fp8 the six all-gather
   // buffers take one byte. Domino's slicing allocates none.

@@ -1,5 +1,6 @@
 #include "planner/plan.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@ namespace domino {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // DESIGN.md's example plan, written with one key per line so that every error names a distinct
 // line. Line numbers are given on the right.
@@ -332,6 +334,62 @@ TEST(CheckPlanRulesTest, ReportsTheKeyOfEachRule) {
   EXPECT_EQ(key_of(p), "parallel.tp");
   p = good, p.model.ffn = 20480 + 16;  // not a multiple of 32
   EXPECT_EQ(key_of(p), "parallel.tp");
+}
+
+TEST(CheckPlanRulesTest, APipelineSplitThatCountsTheEndsMustCutEvenly) {
+  Plan plan;
+  plan.model_ref = "llama3-405b";
+  plan.cluster_ref = "dgx-h100:64";
+  plan.seq_len = 8192;
+  plan.tp = 8, plan.cp = 2, plan.pp = 8, plan.dp = 4;
+  plan.micro_batch = 1, plan.global_batch = 256;
+  plan.virtual_stages = 8;
+  Status layers_only = ResolvePlan(plan);
+  ASSERT_FALSE(layers_only.ok());
+  EXPECT_THAT(layers_only.message(),
+              HasSubstr("parallel.virtual_stages: pp*virtual_stages = 8*8 must divide the "
+                        "model's 126 layers (or, with parallel.pipeline_split ends"));
+  plan.pipeline_split = PipelineSplit::kEnds;  // 128 units: 2 per chunk
+  ASSERT_TRUE(ResolvePlan(plan).ok());
+  plan.pipeline_split = PipelineSplit::kLoss;  // 127 units
+  std::optional<PlanRuleFailure> failure = CheckPlanRules(plan);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->key, "parallel.pipeline_split");
+  EXPECT_EQ(failure->rule,
+            "pipeline_split loss counts 127 units (126 layers + the loss); pp*virtual_stages = "
+            "8*8 must divide them");
+  // 6 layers + 2 ends in 8 chunks of 1: the first and the last would hold no layer.
+  plan.model.layers = 6;
+  plan.pp = 2, plan.virtual_stages = 4, plan.pipeline_split = PipelineSplit::kEnds;
+  failure = CheckPipelineSplit(plan);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->rule,
+            "pipeline_split ends leaves the first or the last of 8 model chunks (1 units each) "
+            "without a transformer layer");
+  plan.virtual_stages = 2;  // 4 chunks of 2
+  EXPECT_FALSE(CheckPipelineSplit(plan).has_value());
+}
+
+TEST(PlanToYamlTest, APipelineSplitIsWrittenOnlyWhenItCountsAnEnd) {
+  Result<Plan> plan = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  EXPECT_EQ(plan->pipeline_split, PipelineSplit::kLayers);
+  EXPECT_THAT(PlanToYaml(*plan), Not(HasSubstr("pipeline_split")));
+  for (PipelineSplit split :
+       {PipelineSplit::kEmbedding, PipelineSplit::kLoss, PipelineSplit::kEnds}) {
+    Plan p = *plan;
+    p.pipeline_split = split;
+    const std::string yaml = PlanToYaml(p);
+    EXPECT_THAT(yaml, HasSubstr(fmt::format(", pipeline_split: {}}}", PipelineSplitName(split))));
+    Result<Plan> back = ParsePlan(yaml, "back.yaml");
+    ASSERT_TRUE(back.ok()) << back.message() << "\n" << yaml;
+    EXPECT_EQ(back->pipeline_split, split);
+  }
+  Result<Plan> bad = ParsePlan(
+      Edit({{"virtual_stages: 1", "virtual_stages: 1\n  pipeline_split: both"}}), "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("parallel.pipeline_split"));
+  EXPECT_THAT(bad.message(), HasSubstr("layers"));
 }
 
 TEST(ResolvePlanTest, FailsOnUnknownModelAndBrokenRules) {

@@ -1,7 +1,9 @@
 #include "planner/search.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <set>
 #include <string>
 #include <string_view>
@@ -9,6 +11,8 @@
 #include "sim/predict.h"
 
 namespace domino {
+using ::testing::HasSubstr;
+
 namespace {
 
 class Simulator : public Evaluator {
@@ -130,6 +134,47 @@ TEST(SearchTest, FixAndStrategyPinDimensions) {
     EXPECT_GT(c.plan.row_split, 1);
     EXPECT_EQ(c.plan.col_split, 1);
   }
+}
+
+TEST(SearchTest, InterleavingThatLayersCannotCutCountsTheEnds) {
+  // 38 layers: pp 2 x v 2 or v 4 cut 38 + 2 = 40 units (10 or 5 per chunk), not 38 layers.
+  Plan base = Base("gpt3-13b", "dgx-h100:2", 16);
+  base.model.layers = 38;
+  SearchSpace space;
+  space.prune = false;
+  ASSERT_TRUE(ApplyFix("tp=8,pp=2", &space).ok());
+  Simulator eval;
+  Result<SearchResult> r = SearchPlans(base, space, eval);
+  ASSERT_TRUE(r.ok()) << r.message();
+  std::set<int> interleaved;
+  for (const Candidate& c : r->ranked) {
+    EXPECT_FALSE(CheckPlanRules(c.plan).has_value()) << DescribeCandidate(c.plan);
+    if (c.plan.virtual_stages == 1) {
+      EXPECT_EQ(c.plan.pipeline_split, PipelineSplit::kLayers);
+      continue;
+    }
+    interleaved.insert(c.plan.virtual_stages);
+    EXPECT_EQ(c.plan.pipeline_split, PipelineSplit::kEnds);
+    const std::vector<int> layers = ChunkLayers(c.plan);
+    EXPECT_EQ(std::accumulate(layers.begin(), layers.end(), 0), 38);
+    EXPECT_EQ(layers.front(), 40 / (2 * c.plan.virtual_stages) - 1);
+  }
+  EXPECT_EQ(interleaved, (std::set<int>{2, 4}));  // v 3 cuts neither 38 nor 40 into 6 chunks
+  // A pinned count above the enumerated range is searched too: pp 2 x v 5 = 10 chunks of 4.
+  SearchSpace five;
+  five.prune = false;
+  ASSERT_TRUE(ApplyFix("tp=8,pp=2,v=5", &five).ok());
+  Result<SearchResult> pinned = SearchPlans(base, five, eval);
+  ASSERT_TRUE(pinned.ok()) << pinned.message();
+  ASSERT_FALSE(pinned->ranked.empty());
+  EXPECT_THAT(DescribeCandidate(pinned->ranked[0].plan), HasSubstr(" v 5 split-ends mb "));
+  // Virtual stages without a pipeline make no candidate at all, and the message says so.
+  SearchSpace none;
+  ASSERT_TRUE(ApplyFix("pp=1,v=2", &none).ok());
+  Result<SearchResult> empty = SearchPlans(base, none, eval);
+  ASSERT_TRUE(empty.ok()) << empty.message();
+  EXPECT_TRUE(empty->ranked.empty());
+  EXPECT_THAT(NoPlanFitsMessage(*empty), HasSubstr("no candidate has the pinned dimensions"));
 }
 
 TEST(SearchTest, DecomposedStrategiesSearchChunkCountsWithSequenceParallelism) {
