@@ -172,8 +172,9 @@ class CudaBackend final : public Backend, public CudaRunner {
   Status FillRandom(uint64_t seed) override {
     DOMINO_RETURN_IF_ERROR(Ok(cuda::Synchronize(context_)));
     cuda::UseStream(context_, cuda::StreamKind::kCompute);
+    // Token ids and labels keep their values: random ones would all look up row 0.
     for (int32_t t = 0; t < static_cast<int32_t>(device_.size()); ++t)
-      DOMINO_RETURN_IF_ERROR(Ok(cuda::FillRandom(context_, Whole(t), seed + t)));
+      if (!Ids(t)) DOMINO_RETURN_IF_ERROR(Ok(cuda::FillRandom(context_, Whole(t), seed + t)));
     uint64_t salt = device_.size();
     for (auto& [id, view] : residual_grads_)
       DOMINO_RETURN_IF_ERROR(Ok(cuda::FillRandom(context_, view, seed + salt++)));
@@ -218,18 +219,23 @@ class CudaBackend final : public Backend, public CudaRunner {
   }
 
   Status Pack(const TensorUse& use, float* out) const override {
-    return Ok(cuda::Download(context_, Of(use), out));
+    return Ok(cuda::Download(context_, Of(use), out, Ids(use.tensor)));
   }
   Status Unpack(const TensorUse& use, const float* in) override {
-    return Ok(cuda::Upload(context_, Of(use), in));
+    return Ok(cuda::Upload(context_, Of(use), in, Ids(use.tensor)));
   }
   Result<std::vector<float>> Read(int32_t tensor) const override {
     const Tensor& t = schedule_.tensors()[tensor];
     std::vector<float> host(static_cast<size_t>(t.rows * t.cols));
-    DOMINO_RETURN_IF_ERROR(Ok(cuda::Download(context_, Whole(tensor), host.data())));
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::Download(context_, Whole(tensor), host.data(), Ids(tensor))));
     return host;
   }
   Status Zero(int32_t tensor) override {
+    if (Ids(tensor)) {  // fp32 whatever the element type: zeros uploaded as such
+      const Tensor& t = schedule_.tensors()[tensor];
+      const std::vector<float> zeros(static_cast<size_t>(t.rows * t.cols), 0.0f);
+      return Ok(cuda::Upload(context_, Whole(tensor), zeros.data(), true));
+    }
     DOMINO_RETURN_IF_ERROR(Ok(cuda::Zero(context_, Whole(tensor))));
     return Ok(cuda::Synchronize(context_));
   }
@@ -299,8 +305,11 @@ class CudaBackend final : public Backend, public CudaRunner {
     device_.assign(tensors.size(), nullptr);
     for (size_t i = 0; i < tensors.size(); ++i) {
       const Tensor& t = tensors[i];
+      const int32_t id = static_cast<int32_t>(i);
+      // Alloc counts elements of the context's type: fp32 ids take 4 / its bytes of them each.
+      const size_t per = ElementBytes(id) / cuda::DTypeBytes(type_);
       DOMINO_RETURN_IF_ERROR(
-          Ok(cuda::Alloc(context_, static_cast<size_t>(t.rows * t.cols), &device_[i])));
+          Ok(cuda::Alloc(context_, static_cast<size_t>(t.rows * t.cols) * per, &device_[i])));
       const cuda::DView whole = Whole(static_cast<int32_t>(i));
       if (!IsGiven(t.role)) {
         DOMINO_RETURN_IF_ERROR(Ok(cuda::Zero(context_, whole)));
@@ -308,7 +317,7 @@ class CudaBackend final : public Backend, public CudaRunner {
       }
       std::vector<float> host(static_cast<size_t>(t.rows * t.cols), 0.0f);
       FillGiven(t, model_, rank_, tp_, seed_, options_.fill, View{0, t.rows, 0, t.cols}, host);
-      DOMINO_RETURN_IF_ERROR(Ok(cuda::Upload(context_, whole, host.data())));
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::Upload(context_, whole, host.data(), Ids(id))));
     }
     // The output gradient each residual-gradient op starts the backward pass from, kept on the
     // device so the op is a device copy (no host transfer inside a timed or captured run).
@@ -686,10 +695,15 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   bool Rms() const { return model_.norm == Norm::kRmsNorm; }
   bool Swiglu() const { return model_.activation == Activation::kSwiglu; }
+  // Token ids and labels are fp32 whatever the element type (exact for every vocabulary).
+  bool Ids(int32_t tensor) const { return IsTokens(schedule_.tensors()[tensor].role); }
+  size_t ElementBytes(int32_t tensor) const {
+    return Ids(tensor) ? sizeof(float) : cuda::DTypeBytes(type_);
+  }
   cuda::DView Of(const TensorUse& u) const {
     const Tensor& t = schedule_.tensors()[u.tensor];
     const size_t offset =
-        static_cast<size_t>(u.view.row_begin * t.cols + u.view.col_begin) * cuda::DTypeBytes(type_);
+        static_cast<size_t>(u.view.row_begin * t.cols + u.view.col_begin) * ElementBytes(u.tensor);
     return cuda::DView{static_cast<char*>(device_[u.tensor]) + offset,
                        u.view.row_end - u.view.row_begin, u.view.col_end - u.view.col_begin,
                        t.cols};

@@ -250,7 +250,7 @@ Status Probabilities(Context* c, const Operand& q, const Operand& k, int64_t seq
 
 // The model's ends. One block per token.
 template <typename T>
-__global__ void EmbeddingKernel(Mat<T> tokens, int64_t vocab_begin, Mat<T> table, Mat<T> out) {
+__global__ void EmbeddingKernel(Mat<float> tokens, int64_t vocab_begin, Mat<T> table, Mat<T> out) {
   const int64_t j = blockIdx.x;
   const int64_t row = static_cast<int64_t>(tokens.Get(j, 0)) - vocab_begin;
   const bool here = row >= 0 && row < table.rows;
@@ -265,7 +265,7 @@ __device__ __forceinline__ void AtomicAddTo(__nv_bfloat16* p, float v) {
 __device__ __forceinline__ void AtomicAddTo(__half* p, float v) { atomicAdd(p, __float2half(v)); }
 
 template <typename T>
-__global__ void EmbeddingBackwardKernel(Mat<T> tokens, int64_t vocab_begin, Mat<T> dy,
+__global__ void EmbeddingBackwardKernel(Mat<float> tokens, int64_t vocab_begin, Mat<T> dy,
                                         Mat<T> dtable) {
   const int64_t j = blockIdx.x;
   const int64_t row = static_cast<int64_t>(tokens.Get(j, 0)) - vocab_begin;
@@ -275,7 +275,7 @@ __global__ void EmbeddingBackwardKernel(Mat<T> tokens, int64_t vocab_begin, Mat<
 }
 
 template <typename T>
-__global__ void CrossEntropyStatsKernel(Mat<T> logits, Mat<T> labels, int64_t vocab_begin,
+__global__ void CrossEntropyStatsKernel(Mat<T> logits, Mat<float> labels, int64_t vocab_begin,
                                         int64_t valid, int part, Mat<T> stats) {
   const int64_t j = blockIdx.x;
   const int64_t parts = stats.cols - 1;
@@ -294,7 +294,7 @@ __global__ void CrossEntropyStatsKernel(Mat<T> logits, Mat<T> labels, int64_t vo
 }
 
 template <typename T>
-__global__ void CrossEntropyBackwardKernel(Mat<T> logits, Mat<T> labels, Mat<T> stats,
+__global__ void CrossEntropyBackwardKernel(Mat<T> logits, Mat<float> labels, Mat<T> stats,
                                            int64_t vocab_begin, int64_t valid, float scale,
                                            Mat<T> dlogits) {
   const int64_t j = blockIdx.x;
@@ -513,7 +513,7 @@ Status Embedding(Context* c, DView tokens, int64_t vocab_begin, DView table, DVi
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     EmbeddingKernel<T><<<static_cast<unsigned>(out.rows), kThreads, 0, Current(c)>>>(
-        Typed<T>(tokens), vocab_begin, Typed<T>(table), Typed<T>(out));
+        Typed<float>(tokens), vocab_begin, Typed<T>(table), Typed<T>(out));
     return Launched("embedding");
   });
 }
@@ -527,7 +527,7 @@ Status EmbeddingBackward(Context* c, DView tokens, int64_t vocab_begin, DView dy
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     EmbeddingBackwardKernel<T><<<static_cast<unsigned>(dy.rows), kThreads, 0, Current(c)>>>(
-        Typed<T>(tokens), vocab_begin, Typed<T>(dy), Typed<T>(dtable));
+        Typed<float>(tokens), vocab_begin, Typed<T>(dy), Typed<T>(dtable));
     return Launched("embedding backward");
   });
 }
@@ -543,7 +543,7 @@ Status CrossEntropyStats(Context* c, DView logits, DView labels, int64_t vocab_b
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     CrossEntropyStatsKernel<T><<<static_cast<unsigned>(logits.rows), kThreads, 0, Current(c)>>>(
-        Typed<T>(logits), Typed<T>(labels), vocab_begin, valid, part, Typed<T>(stats));
+        Typed<T>(logits), Typed<float>(labels), vocab_begin, valid, part, Typed<T>(stats));
     return Launched("cross-entropy");
   });
 }
@@ -560,7 +560,7 @@ Status CrossEntropyBackward(Context* c, DView logits, DView labels, DView stats,
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     CrossEntropyBackwardKernel<T><<<static_cast<unsigned>(logits.rows), kThreads, 0, Current(c)>>>(
-        Typed<T>(logits), Typed<T>(labels), Typed<T>(stats), vocab_begin, valid,
+        Typed<T>(logits), Typed<float>(labels), Typed<T>(stats), vocab_begin, valid,
         1.0f / static_cast<float>(tokens), Typed<T>(dlogits));
     return Launched("cross-entropy backward");
   });

@@ -352,14 +352,14 @@ size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t heads
 
 size_t EmulationWorkspaceBytes(double hbm_bytes) { return hbm_bytes > 0 ? kEmulationBytes : 0; }
 
-Status Upload(Context* c, DView dst, const float* host) {
+Status Upload(Context* c, DView dst, const float* host, bool f32) {
   if (Status e = NotCapturing(c, "upload"); !e.ok()) return e;
   if (!Valid(dst)) return Error("upload: invalid view");
   if (Empty(dst)) return Status::Ok();
   const cudaStream_t stream = Current(c);
   const size_t count = static_cast<size_t>(dst.rows * dst.cols);
   Status e;
-  if (c->type == DType::kF32) {
+  if (c->type == DType::kF32 || f32) {
     e = Check(
         cudaMemcpy2DAsync(dst.data, dst.stride * sizeof(float), host, dst.cols * sizeof(float),
                           dst.cols * sizeof(float), dst.rows, cudaMemcpyHostToDevice, stream),
@@ -382,14 +382,14 @@ Status Upload(Context* c, DView dst, const float* host) {
   return e;
 }
 
-Status Download(Context* c, DView src, float* host) {
+Status Download(Context* c, DView src, float* host, bool f32) {
   if (Status e = NotCapturing(c, "download"); !e.ok()) return e;
   if (!Valid(src)) return Error("download: invalid view");
   if (Empty(src)) return Status::Ok();
   const cudaStream_t stream = Current(c);
   const size_t count = static_cast<size_t>(src.rows * src.cols);
   Status e;
-  if (c->type == DType::kF32) {
+  if (c->type == DType::kF32 || f32) {
     e = Check(
         cudaMemcpy2DAsync(host, src.cols * sizeof(float), src.data, src.stride * sizeof(float),
                           src.cols * sizeof(float), src.rows, cudaMemcpyDeviceToHost, stream),

@@ -58,9 +58,11 @@ size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t heads
 // without traffic.
 size_t EmulationWorkspaceBytes(double hbm_bytes);
 
-// Host fp32 (contiguous, rows * cols) <-> a view, converting; both wait for the copy.
-Status Upload(Context* context, DView dst, const float* host);
-Status Download(Context* context, DView src, float* host);
+// Host fp32 (contiguous, rows * cols) <-> a view, converting to and from the context's type; both
+// wait for the copy. With `f32` the view holds fp32 whatever the context's type (its stride in
+// fp32 elements): token ids and labels, exact up to 2^24.
+Status Upload(Context* context, DView dst, const float* host, bool f32 = false);
+Status Download(Context* context, DView src, float* host, bool f32 = false);
 // dst = src (same shape), device to device, asynchronous.
 Status Copy(Context* context, DView src, DView dst);
 Status Zero(Context* context, DView view);
@@ -120,10 +122,11 @@ Status Attention(Context* context, int64_t sequences, int64_t seq_len, int64_t h
 Status AttentionBackward(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
                          int64_t kv_heads, int64_t head_dim, DView qkv, DView dout, DView dqkv);
 
-// The model's ends, as exec/cpu_kernels.h computes them. Token ids are stored as values of the
-// context's type, one per row of a column (exact in fp32; 16-bit types hold ids up to 256 exactly,
-// enough for timing, not for a check). `vocab_begin` is the first vocabulary row this rank's
-// part of a table holds; tokens outside it look up zeros (forward) or add nothing (backward).
+// The model's ends, as exec/cpu_kernels.h computes them. Token ids and labels are fp32 whatever
+// the context's type (views of fp32 elements, one per row of a column; exact up to 2^24, every
+// vocabulary), the other views of the context's type. `vocab_begin` is the first vocabulary row
+// this rank's part of a table holds; tokens outside it look up zeros (forward) or add nothing
+// (backward).
 Status Embedding(Context* context, DView tokens, int64_t vocab_begin, DView table, DView out);
 // dtable += each token's row of dy (atomically: rows of repeated tokens add up in any order).
 Status EmbeddingBackward(Context* context, DView tokens, int64_t vocab_begin, DView dy,

@@ -159,6 +159,24 @@ TEST(CudaBackendFakeTest, TheModelsEndsRunOnTheGpu) {
         << r->schedule.Label(static_cast<int32_t>(i));
 }
 
+TEST(CudaBackendFakeTest, TokenIdsAreHeldInFp32WhateverTheElementType) {
+  // bf16 holds integers exactly only up to 256: ids and labels stay fp32 (4 bytes each), and a
+  // timing run's random fill leaves them as they are.
+  Plan plan = TinyPlan(1, OverlapScope::kNone);
+  Result<Schedule> s = LowerForExecution(plan, Extent::kModel);
+  ASSERT_TRUE(s.ok()) << s.message();
+  int ids = 0;
+  for (const Tensor& t : s->tensors()) ids += IsTokens(t.role);
+  ASSERT_EQ(ids, 2);  // the tokens and the labels
+  SelfCommunicator self;
+  Result<std::unique_ptr<CudaRunner>> runner = NcclRunner(plan, *s, self, false, CommMode::kMpi);
+  ASSERT_TRUE(runner.ok()) << runner.message();
+  EXPECT_EQ(fake::Counters().f32_uploads, ids);
+  EXPECT_EQ(fake::Counters().f32_overruns, 0);
+  ASSERT_TRUE((*runner)->FillRandom(7).ok());
+  EXPECT_EQ(fake::Counters().random_fills, static_cast<int>(s->tensors().size()) - ids);
+}
+
 TEST(CudaBackendFakeTest, EmulatedRunKeepsEveryOrderAndOverlaps) {
   Result<ExecuteResult> r = RunEmulated(TinyPlan(2, OverlapScope::kInterLayer), false);
   ASSERT_TRUE(r.ok()) << r.message();

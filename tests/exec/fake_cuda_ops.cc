@@ -166,8 +166,18 @@ size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t) {
 }
 size_t EmulationWorkspaceBytes(double hbm_bytes) { return hbm_bytes > 0 ? size_t{512} << 20 : 0; }
 
-Status Upload(Context* context, DView, const float*) { return NotCapturing(context, "upload"); }
-Status Download(Context* context, DView src, float* host) {
+Status Upload(Context* context, DView dst, const float*, bool f32) {
+  if (f32) {
+    ++stats.f32_uploads;
+    const char* at = static_cast<const char*>(dst.data);
+    const Buffer* b = Find(at);
+    const size_t end = static_cast<size_t>((dst.rows - 1) * dst.stride + dst.cols) * sizeof(float);
+    auto it = buffers.upper_bound(at);
+    if (b == nullptr || at + end > std::prev(it)->first + b->bytes) ++stats.f32_overruns;
+  }
+  return NotCapturing(context, "upload");
+}
+Status Download(Context* context, DView src, float* host, bool) {
   const Buffer* b = Find(src.data);
   std::fill(host, host + src.rows * src.cols, b != nullptr ? b->accumulations : 0.0f);
   return NotCapturing(context, "download");

@@ -29,6 +29,8 @@ struct Stats {
   int graph_launches = 0;
   int gates = 0;              // CloseGate calls that held a stream
   int random_fills = 0;       // FillRandom calls
+  int f32_uploads = 0;        // uploads into views that hold fp32 whatever the type (token ids)
+  int f32_overruns = 0;       // of those, views that reach past their buffer at 4 bytes each
   int nccl_groups = 0;        // grouped broadcasts or reduces (a decomposed collective's part)
   int nccl_group_pieces = 0;  // the rooted collectives in them
   // Teardown, in order: "graph" (DestroyGraph of a captured graph), "nccl finalize", "nccl
