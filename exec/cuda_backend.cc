@@ -29,22 +29,6 @@ cuda::StreamKind StreamOf(Stream stream) {
   return stream == Stream::kCompute ? cuda::StreamKind::kCompute : cuda::StreamKind::kComm;
 }
 
-Result<cuda::DType> ElementType(Dtype dtype) {
-  switch (dtype) {
-    case Dtype::kFp32:
-      return cuda::DType::kF32;
-    case Dtype::kBf16:
-      return cuda::DType::kBf16;
-    case Dtype::kFp16:
-      return cuda::DType::kF16;
-    case Dtype::kTf32:
-    case Dtype::kFp8:
-      break;
-  }
-  return Error(fmt::format("the CUDA backend holds tensors in fp32, bf16 or fp16, not {}",
-                           DtypeName(dtype)));
-}
-
 class CudaBackend final : public Backend, public CudaRunner {
  public:
   CudaBackend(const Schedule& schedule, const ModelSpec& model, const CudaOptions& options)
@@ -68,7 +52,7 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   Status Init(int rank, int tp, uint64_t seed, Communicator& host) {
     rank_ = rank, tp_ = tp, seed_ = seed;
-    Result<cuda::DType> type = ElementType(options_.dtype);
+    Result<cuda::DType> type = CudaElementType(options_.dtype);
     if (!type.ok()) return type.error();
     type_ = *type;
     const bool streams = options_.comm != CommMode::kMpi;
@@ -210,6 +194,9 @@ class CudaBackend final : public Backend, public CudaRunner {
     DOMINO_RETURN_IF_ERROR(Ok(cuda::MeasureHbmGBps(context_, bytes, 10, &GBps)));
     return GBps;
   }
+
+  cuda::Context* context() override { return context_; }
+  cuda::DView Device(int32_t tensor) const override { return Whole(tensor); }
 
   // Runs compute op `id` to completion (the interpreter's one-at-a-time mode).
   Status Run(const Schedule& s, int32_t id) override {
@@ -363,24 +350,12 @@ class CudaBackend final : public Backend, public CudaRunner {
     return bytes;
   }
 
-  // NCCL over the plan's TP group: rank 0's unique id reaches every rank through the launch
-  // communicator (its 128 bytes carried bit for bit as 32 floats of an all-gather).
+  // NCCL over the plan's TP group, bootstrapped through the launch communicator.
   Status InitNccl(Communicator& host) {
     if (host.size() != tp_)
       return Error(fmt::format("NCCL collectives need the plan's {} TP ranks launched, not {}", tp_,
                                host.size()));
-    std::string id;
-    if (host.rank() == 0) DOMINO_RETURN_IF_ERROR(Ok(cuda::NcclUniqueId(&id)));
-    constexpr int kFloats = 32;
-    std::vector<float> mine(kFloats, 0.0f), all(static_cast<size_t>(kFloats * host.size()));
-    if (host.rank() == 0) std::memcpy(mine.data(), id.data(), std::min<size_t>(id.size(), 128));
-    DOMINO_RETURN_IF_ERROR(host.AllGather(mine.data(), all.data(), kFloats));
-    id.assign(reinterpret_cast<const char*>(all.data()), 128);
-    cuda::NcclConfig config;
-    config.min_ctas = options_.min_ctas;
-    config.max_ctas = options_.max_ctas;
-    config.timeout_s = options_.timeout_s;
-    return Ok(cuda::NcclInit(context_, host.rank(), host.size(), id, config, &nccl_));
+    return Ok(InitNcclOver(host, context_, options_, &nccl_));
   }
 
   // Enqueues compute op `id` on the current stream.
@@ -652,32 +627,12 @@ class CudaBackend final : public Backend, public CudaRunner {
     return us[us.size() / 2];
   }
 
-  // Waits until `event` has happened, polling so that a failed or silent NCCL peer ends in an
+  // Waits until `event` has happened (WaitForEvent); a failed or silent NCCL peer ends in an
   // error and an abort instead of a hang.
   Status WaitFor(int event) {
-    const auto start = std::chrono::steady_clock::now();
-    for (;;) {
-      bool done = false;
-      DOMINO_RETURN_IF_ERROR(Ok(cuda::QueryEvent(context_, event, &done)));
-      if (done) return Ok(cuda::Synchronize(context_));
-      if (nccl_ != nullptr) {
-        if (Status polled = cuda::NcclPoll(nccl_); !polled.ok()) {
-          failed_ = true;
-          return Error("NCCL failed during the run: " + polled.message() +
-                       "; communicator aborted");
-        }
-      }
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (waited > options_.timeout_s) {
-        failed_ = true;
-        return Error(
-            fmt::format("the GPU has not finished the run after {:.0f} s (a peer has "
-                        "died or hangs, or the timeout of {:g} s is too short); aborting",
-                        waited, options_.timeout_s));
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+    DOMINO_RETURN_IF_ERROR(
+        WaitForEvent(context_, event, nccl_, options_.timeout_s, "GPU's run", &failed_));
+    return Ok(cuda::Synchronize(context_));
   }
 
   Result<Timeline> ReadTimeline() {
@@ -732,6 +687,67 @@ class CudaBackend final : public Backend, public CudaRunner {
 };
 
 }  // namespace
+
+Result<cuda::DType> CudaElementType(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kFp32:
+      return cuda::DType::kF32;
+    case Dtype::kBf16:
+      return cuda::DType::kBf16;
+    case Dtype::kFp16:
+      return cuda::DType::kF16;
+    case Dtype::kTf32:
+    case Dtype::kFp8:
+      break;
+  }
+  return Error(fmt::format("the CUDA backend holds tensors in fp32, bf16 or fp16, not {}",
+                           DtypeName(dtype)));
+}
+
+Status WaitForEvent(cuda::Context* context, int event, cuda::Nccl* nccl, double timeout_s,
+                    std::string_view what, bool* abort) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    bool done = false;
+    if (Status queried = cuda::QueryEvent(context, event, &done); !queried.ok())
+      return Error("CUDA backend: " + queried.message());
+    if (done) return Status::Ok();
+    if (nccl != nullptr) {
+      if (Status polled = cuda::NcclPoll(nccl); !polled.ok()) {
+        *abort = true;
+        return Error(fmt::format("NCCL failed during the {}: {}; communicator aborted", what,
+                                 polled.message()));
+      }
+    }
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > timeout_s) {
+      *abort = true;
+      return Error(
+          fmt::format("the {} has not finished after {:.0f} s (a peer has died or hangs, "
+                      "or the timeout of {:g} s is too short); aborting",
+                      what, waited, timeout_s));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+// Rank 0's unique id carried bit for bit as 32 floats of an all-gather over `host`.
+Status InitNcclOver(Communicator& host, cuda::Context* context, const CudaOptions& options,
+                    cuda::Nccl** out) {
+  std::string id;
+  if (host.rank() == 0) DOMINO_RETURN_IF_ERROR(cuda::NcclUniqueId(&id));
+  constexpr int kFloats = 32;
+  std::vector<float> mine(kFloats, 0.0f), all(static_cast<size_t>(kFloats * host.size()));
+  if (host.rank() == 0) std::memcpy(mine.data(), id.data(), std::min<size_t>(id.size(), 128));
+  DOMINO_RETURN_IF_ERROR(host.AllGather(mine.data(), all.data(), kFloats));
+  id.assign(reinterpret_cast<const char*>(all.data()), 128);
+  cuda::NcclConfig config;
+  config.min_ctas = options.min_ctas;
+  config.max_ctas = options.max_ctas;
+  config.timeout_s = options.timeout_s;
+  return cuda::NcclInit(context, host.rank(), host.size(), id, config, out);
+}
 
 Result<std::unique_ptr<CudaRunner>> MakeCudaRunner(const Schedule& schedule, const ModelSpec& model,
                                                    int rank, int tp, uint64_t seed,

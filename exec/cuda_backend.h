@@ -5,9 +5,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "exec/communicator.h"
+#include "exec/cuda_ops.h"
 #include "exec/interpreter.h"
 #include "exec/reference.h"
 #include "hardware/hardware_spec.h"
@@ -79,7 +81,27 @@ class CudaRunner {
   // The device's dense GEMM TFLOP/s in the element type (n x n x n), and its achieved HBM GB/s.
   virtual Result<double> PeakTflops(int64_t n) = 0;
   virtual Result<double> HbmGBps(size_t bytes) = 0;
+  // The backend's CUDA context and the device view of a whole tensor, for a whole step's device
+  // transport (exec/step_device.h): work on them goes to the context's streams.
+  virtual cuda::Context* context() = 0;
+  virtual cuda::DView Device(int32_t tensor) const = 0;
 };
+
+// The CUDA element type of a plan's dtype: fp32, bf16 or fp16 (an error for the others).
+Result<cuda::DType> CudaElementType(Dtype dtype);
+
+namespace cuda {
+struct Nccl;
+}
+// Waits until `event` of `context` (recorded) has happened, polling `nccl` (if any) for a failed
+// peer and giving up after `timeout_s`: a dead or stuck peer ends in an error naming `what`, with
+// *abort set (the communicator must be aborted, not finalized), instead of a hang.
+Status WaitForEvent(cuda::Context* context, int event, cuda::Nccl* nccl, double timeout_s,
+                    std::string_view what, bool* abort);
+// An NCCL communicator over the ranks of `host` (each its own GPU) on `context`'s comm stream:
+// rank 0's unique id reaches every rank through `host`; the CTA bounds and timeout of `options`.
+Status InitNcclOver(Communicator& host, cuda::Context* context, const CudaOptions& options,
+                    cuda::Nccl** out);
 
 // Fails clearly without CUDA support, without a GPU, or for options the schedule cannot take.
 Result<std::unique_ptr<CudaRunner>> MakeCudaRunner(const Schedule& schedule, const ModelSpec& model,

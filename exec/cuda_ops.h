@@ -140,6 +140,18 @@ Status CrossEntropyStats(Context* context, DView logits, DView labels, int64_t v
 Status CrossEntropyBackward(Context* context, DView logits, DView labels, DView stats,
                             int64_t vocab_begin, int64_t vocab, int64_t tokens, DView dlogits);
 
+// A whole step's buckets (exec/step_device.h): fp32 device buffers, contiguous, whatever the
+// context's type. dst[i] += scale x src's element i (row-major over the view, of the context's
+// type); dst (of the context's type) = src; Adam on n elements (exec/execute.h's AdamOptions, c1
+// and c2 the bias corrections 1 - beta^step).
+struct AdamStep {
+  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, c1 = 1, c2 = 1;
+};
+Status AccumulateF32(Context* context, DView src, float* dst, float scale);
+Status StoreF32(Context* context, const float* src, DView dst);
+Status AdamF32(Context* context, float* master, float* m, float* v, const float* grad, int64_t n,
+               const AdamStep& step);
+
 // A stand-in for a collective on one GPU: `ctas` blocks that move `hbm_bytes` of HBM traffic
 // (half read, half written) paced to take `micros` when nothing else runs; HBM contention makes it
 // longer, as it would a collective. Each block asks for more than half an SM's shared memory, so

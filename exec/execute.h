@@ -35,7 +35,8 @@ enum class Extent {
   kLayerStack,
   // Whole training steps of a 3D plan (exec/step.h): every stage's chunks for every micro-batch,
   // pipeline sends and receives, DP gradient buckets and the Adam step, on tp x cp x pp x dp
-  // ranks; on the CPU backend, or on the CUDA backend with collectives through the host.
+  // ranks; on the CPU backend, or on the CUDA backend with its data moved through the host (mpi)
+  // or on the device (nccl: exec/step_device.h).
   kStep,
 };
 std::string_view ExtentName(Extent extent);  // "model", "layers", "step"

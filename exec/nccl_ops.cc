@@ -171,6 +171,18 @@ Status NcclReduces(Nccl* n, const NcclPiece* pieces, int count) {
   });
 }
 
+Status NcclSend(Nccl* n, const void* data, int64_t count, DType type, int peer) {
+  return Ready(
+      n, "ncclSend",
+      ncclSend(data, static_cast<size_t>(count), NcclType(type), peer, n->comm, Stream(n)));
+}
+
+Status NcclRecv(Nccl* n, void* data, int64_t count, DType type, int peer) {
+  return Ready(
+      n, "ncclRecv",
+      ncclRecv(data, static_cast<size_t>(count), NcclType(type), peer, n->comm, Stream(n)));
+}
+
 Status NcclPoll(Nccl* n) {
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(n->comm, &state);

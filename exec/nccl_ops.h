@@ -43,6 +43,11 @@ struct NcclPiece {
 };
 Status NcclBroadcasts(Nccl* nccl, const NcclPiece* pieces, int count);
 Status NcclReduces(Nccl* nccl, const NcclPiece* pieces, int count);
+// Point-to-point on the context's comm stream: `count` elements of `type` (whatever the
+// context's) to or from rank `peer`. A send completes once its receive has; sends and receives
+// between two ranks match in issue order.
+Status NcclSend(Nccl* nccl, const void* data, int64_t count, DType type, int peer);
+Status NcclRecv(Nccl* nccl, void* data, int64_t count, DType type, int peer);
 // Ok while the communicator is healthy, else its asynchronous error (a peer failed).
 Status NcclPoll(Nccl* nccl);
 // Ends the communicator without waiting for peers (after an error or a timeout).

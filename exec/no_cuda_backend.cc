@@ -7,4 +7,8 @@ Result<std::unique_ptr<CudaRunner>> MakeCudaRunner(const Schedule&, const ModelS
   return Error("this build of domino has no CUDA support (reconfigure with nvcc and NCCL present)");
 }
 
+Status InitNcclOver(Communicator&, cuda::Context*, const CudaOptions&, cuda::Nccl**) {
+  return Error("this build of domino has no CUDA support (reconfigure with nvcc and NCCL present)");
+}
+
 }  // namespace domino::exec

@@ -18,6 +18,7 @@
 #include "exec/cuda_backend.h"
 #include "exec/interpreter.h"
 #include "exec/ring_attention.h"
+#include "exec/step_device.h"
 #include "planner/lower.h"
 
 namespace domino::exec {
@@ -51,6 +52,9 @@ struct Bucket {
   std::vector<Param> params;
   int64_t size = 0, shard = 0;
   std::vector<float> grad, master, m, v;
+  // The same in fp32 device memory when the step's transport is on the device (StepDevice);
+  // `recv` takes the tied embedding's gradient from the other end of the pipeline.
+  float *d_grad = nullptr, *d_master = nullptr, *d_m = nullptr, *d_v = nullptr, *d_recv = nullptr;
   bool final = false;  // gradient summed over micro-batches (and reduced, if a bucket op ran)
 };
 
@@ -65,7 +69,8 @@ struct Chunk {
   std::vector<Backend*> mbs;  // one per micro-batch, owned by `cpu` or `cuda`
   std::vector<std::unique_ptr<CpuBackend>> cpu;
   std::vector<std::unique_ptr<CudaRunner>> cuda;
-  std::vector<size_t> cursor;  // per micro-batch: its next op
+  std::vector<CudaRunner*> runners;  // `cuda`'s, for the device transport
+  std::vector<size_t> cursor;        // per micro-batch: its next op
   std::vector<Bucket> buckets;
   int32_t input = -1, input_grad = -1, out_mid = -1, out_mlp = -1, out_grad = -1, loss = -1;
 };
@@ -99,7 +104,9 @@ Status Describe(const Plan& plan, Chunk& c) {
     auto it = std::find_if(c.buckets.begin(), c.buckets.end(),
                            [&](const Bucket& b) { return b.key == key; });
     if (it == c.buckets.end()) {
-      c.buckets.push_back(Bucket{key, {}, 0, 0, {}, {}, {}, {}, false});
+      Bucket bucket;
+      bucket.key = key;
+      c.buckets.push_back(std::move(bucket));
       it = c.buckets.end() - 1;
     }
     p.offset = it->size;
@@ -200,10 +207,14 @@ class StepRunner {
         if (options_.backend == BackendKind::kCuda) {
           CudaOptions cuda = options_.cuda;
           cuda.fill = fill;
+          // The passes' TP collectives go through the host (RunOp); NCCL carries the pipeline
+          // and the buckets (StepDevice).
+          cuda.comm = CommMode::kMpi;
           Result<std::unique_ptr<CudaRunner>> runner = MakeCudaRunner(
               chunk->schedule, plan_.model, me_.tp, plan_.tp, options_.seed, cuda, *g_.tp);
           if (!runner.ok()) return runner.error();
           chunk->cuda.push_back(std::move(runner).value());
+          chunk->runners.push_back(chunk->cuda.back().get());
           chunk->mbs.push_back(&chunk->cuda.back()->backend());
         } else {
           chunk->cpu.push_back(std::make_unique<CpuBackend>(chunk->schedule, plan_.model, me_.tp,
@@ -231,6 +242,8 @@ class StepRunner {
       const bool embedding_peer = op.func == OpFunc::kEmbeddingAllReduce && me_.pp == 0;
       if (op.stage == me_.pp || embedding_peer) mine_.push_back(static_cast<int32_t>(i));
     }
+    if (options_.backend == BackendKind::kCuda && options_.cuda.comm == CommMode::kNccl)
+      DOMINO_RETURN_IF_ERROR(InitDevice());
     return Status::Ok();
   }
 
@@ -255,7 +268,7 @@ class StepRunner {
       if (options_.progress)
         options_.progress((step - 1) * mine_.size() + n + 1, options_.steps * mine_.size());
     }
-    return Status::Ok();
+    return device_ ? device_->Finish() : Status::Ok();
   }
 
   // This rank's mean loss over its micro-batches, averaged over DP x CP; last stage only.
@@ -281,8 +294,13 @@ class StepRunner {
       for (Bucket& b : c->buckets) {
         DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
         if (Sharded()) {
-          DOMINO_RETURN_IF_ERROR(GatherShards(b.grad));
-          DOMINO_RETURN_IF_ERROR(GatherShards(b.master));
+          DOMINO_RETURN_IF_ERROR(GatherShards(b.grad, b.d_grad));
+          DOMINO_RETURN_IF_ERROR(GatherShards(b.master, b.d_master));
+        }
+        if (device_) {
+          const int64_t padded = static_cast<int64_t>(b.grad.size());
+          DOMINO_RETURN_IF_ERROR(device_->Download(b.d_grad, b.grad.data(), padded));
+          DOMINO_RETURN_IF_ERROR(device_->Download(b.d_master, b.master.data(), padded));
         }
         for (const Param& p : b.params) {
           DOMINO_RETURN_IF_ERROR(Write(*c, *c->mbs[0], p.grad, b.grad.data() + p.offset));
@@ -345,7 +363,7 @@ class StepRunner {
           const bool mine = op.tags.layer >= 0 ? b.key == op.tags.layer : b.key < 0;
           if (!mine) continue;
           if (op.func == OpFunc::kDpAllGather) {
-            DOMINO_RETURN_IF_ERROR(GatherShards(b.master));
+            DOMINO_RETURN_IF_ERROR(GatherShards(b.master, b.d_master));
             DOMINO_RETURN_IF_ERROR(WriteWeights(*c, b));
           } else {
             DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
@@ -415,6 +433,11 @@ class StepRunner {
     const int vs = c.vs;
     if (op.func == OpFunc::kPpSend) {
       const int to = StageOf(backward ? vs - 1 : vs + 1);
+      if (device_) {
+        CudaRunner& runner = *c.runners[op.tags.micro_batch];
+        return backward ? device_->Send(runner, c.input_grad, to)
+                        : device_->SendSum(runner, c.out_mid, c.out_mlp, to);
+      }
       if (backward) {
         Result<std::vector<float>> grad = backend.Read(c.input_grad);
         if (!grad.ok()) return grad.error();
@@ -434,6 +457,7 @@ class StepRunner {
     if (!sends_.count({backward, static_cast<int16_t>(from_vs), op.tags.micro_batch}))
       return Status::Ok();  // nothing was sent: the input stays as it is
     const int32_t into = backward ? c.out_grad : c.input;
+    if (device_) return device_->Recv(*c.runners[op.tags.micro_batch], into, StageOf(from_vs));
     const Tensor& t = c.schedule.tensors()[into];
     recv_.resize(static_cast<size_t>(t.rows * t.cols));
     DOMINO_RETURN_IF_ERROR(
@@ -446,6 +470,17 @@ class StepRunner {
   Status Finalize(Chunk& c, Bucket& b) {
     if (b.final) return Status::Ok();
     b.final = true;
+    if (device_) {
+      const float scale =
+          1.0f / static_cast<float>(static_cast<int64_t>(c.mbs.size()) * plan_.dp_cp());
+      DOMINO_RETURN_IF_ERROR(device_->Zero(b.d_grad, static_cast<int64_t>(b.grad.size())));
+      for (const Param& p : b.params) {
+        DOMINO_RETURN_IF_ERROR(device_->Accumulate(c.runners, p.grad, b.d_grad + p.offset, scale));
+        if (c.schedule.tensors()[p.grad].shard == Shard::kPartialSum)
+          DOMINO_RETURN_IF_ERROR(device_->AllReduceTp(b.d_grad + p.offset, p.size));
+      }
+      return Status::Ok();
+    }
     std::fill(b.grad.begin(), b.grad.end(), 0.0f);
     for (const Param& p : b.params)
       for (auto& backend : c.mbs) {
@@ -463,6 +498,9 @@ class StepRunner {
   }
 
   Status ReduceOverDp(Bucket& b, bool scatter) {
+    if (device_)
+      return scatter ? device_->ReduceScatterDp(b.d_grad, b.shard)
+                     : device_->AllReduceDp(b.d_grad, static_cast<int64_t>(b.grad.size()));
     if (!scatter) return g_.dp->AllReduce(b.grad.data(), static_cast<int64_t>(b.grad.size()));
     shard_.resize(static_cast<size_t>(b.shard));
     DOMINO_RETURN_IF_ERROR(g_.dp->ReduceScatter(b.grad.data(), shard_.data(), b.shard));
@@ -470,9 +508,10 @@ class StepRunner {
     return Status::Ok();
   }
 
-  // All-gathers each DP rank's shard of `flat` into the whole of it.
-  Status GatherShards(std::vector<float>& flat) {
+  // All-gathers each DP rank's shard of `flat` (or of its device copy) into the whole of it.
+  Status GatherShards(std::vector<float>& flat, float* device) {
     const int64_t shard = static_cast<int64_t>(flat.size()) / plan_.dp_cp();
+    if (device_) return device_->AllGatherDp(device, shard);
     shard_.assign(flat.begin() + Replica() * shard, flat.begin() + (Replica() + 1) * shard);
     return g_.dp->AllGather(shard_.data(), flat.data(), shard);
   }
@@ -497,6 +536,11 @@ class StepRunner {
     if (b == nullptr) return Error("the embedding's gradient sync needs the word embedding here");
     DOMINO_RETURN_IF_ERROR(Finalize(*c, *b));
     const auto [lo, hi] = Owned(*b);
+    if (device_) {
+      DOMINO_RETURN_IF_ERROR(device_->SendFloats(b->d_grad + lo, hi - lo, peer));
+      DOMINO_RETURN_IF_ERROR(device_->RecvFloats(b->d_recv, hi - lo, peer));
+      return device_->Add(b->d_recv, b->d_grad + lo, hi - lo);
+    }
     DOMINO_RETURN_IF_ERROR(g_.pp->Send(b->grad.data() + lo, hi - lo, peer));
     shard_.resize(static_cast<size_t>(hi - lo));
     DOMINO_RETURN_IF_ERROR(g_.pp->Recv(shard_.data(), hi - lo, peer));
@@ -513,6 +557,12 @@ class StepRunner {
       for (Bucket& b : c->buckets) {
         DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
         const auto [lo, hi] = Owned(b);
+        if (device_) {
+          DOMINO_RETURN_IF_ERROR(device_->Adam(b.d_master + lo, b.d_m + lo, b.d_v + lo,
+                                               b.d_grad + lo, hi - lo, a, step));
+          if (!Sharded()) DOMINO_RETURN_IF_ERROR(WriteWeights(*c, b));
+          continue;
+        }
         for (int64_t i = lo; i < hi; ++i) {
           const double g = b.grad[i];
           const double m = a.beta1 * b.m[i] + (1 - a.beta1) * g;
@@ -528,10 +578,52 @@ class StepRunner {
   }
 
   // Every micro-batch's copy of the bucket's weights from the master weights.
-  static Status WriteWeights(Chunk& c, const Bucket& b) {
+  Status WriteWeights(Chunk& c, const Bucket& b) {
+    if (device_) {
+      for (const Param& p : b.params)
+        DOMINO_RETURN_IF_ERROR(device_->Store(b.d_master + p.offset, c.runners, p.value));
+      return Status::Ok();
+    }
     for (auto& backend : c.mbs)
       for (const Param& p : b.params)
         DOMINO_RETURN_IF_ERROR(Write(c, *backend, p.value, b.master.data() + p.offset));
+    return Status::Ok();
+  }
+
+  // The device transport: its pipeline links (every send of the iteration, and both directions
+  // between the first and last stage for the tied embedding) and each bucket's fp32 buffers,
+  // the master weights starting as the host's.
+  Status InitDevice() {
+    std::vector<std::pair<int, int>> links;
+    for (const Op& op : it_.schedule.ops()) {
+      if (op.func == OpFunc::kPpSend) {
+        const int vs = op.tags.virtual_stage;
+        links.emplace_back(op.stage, StageOf(op.tags.phase != Phase::kForward ? vs - 1 : vs + 1));
+      } else if (op.func == OpFunc::kEmbeddingAllReduce) {
+        links.emplace_back(0, it_.stages - 1);
+        links.emplace_back(it_.stages - 1, 0);
+      }
+    }
+    Result<std::unique_ptr<StepDevice>> device =
+        MakeStepDevice(options_.cuda, links, *g_.tp, *g_.pp, *g_.dp);
+    if (!device.ok()) return device.error();
+    device_ = std::move(device).value();
+    for (auto& c : chunks_) {
+      for (Bucket& b : c->buckets) {
+        const int64_t padded = static_cast<int64_t>(b.grad.size());
+        for (float** d : {&b.d_grad, &b.d_master, &b.d_m, &b.d_v}) {
+          Result<float*> made = device_->Floats(padded);
+          if (!made.ok()) return made.error();
+          *d = *made;
+        }
+        DOMINO_RETURN_IF_ERROR(device_->Upload(b.master.data(), b.d_master, padded));
+        if (b.key == kEmbeddingBucket) {
+          Result<float*> recv = device_->Floats(padded);
+          if (!recv.ok()) return recv.error();
+          b.d_recv = *recv;
+        }
+      }
+    }
     return Status::Ok();
   }
 
@@ -545,6 +637,7 @@ class StepRunner {
   std::vector<int32_t> mine_;                           // this rank's iteration ops, in order
   std::vector<float> scratch_in_, scratch_out_, recv_, shard_;
   std::unique_ptr<RingAttention> ring_;  // context parallelism (cp > 1)
+  std::unique_ptr<StepDevice> device_;   // CUDA with --comm nccl: transport on the device
 };
 
 // One compared item of the check: a parameter of one stage's chunk (its gradient and its updated
@@ -732,11 +825,10 @@ Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Co
     return Error(fmt::format("the plan has {} = {} ranks; {} were launched", RanksText(plan), ranks,
                              world.size()));
   if (options.steps < 1) return Error(fmt::format("steps {}: at least 1", options.steps));
-  if (options.backend == BackendKind::kCuda && options.cuda.comm != CommMode::kMpi)
+  if (options.backend == BackendKind::kCuda && options.cuda.comm == CommMode::kEmulate)
     return Error(
-        fmt::format("whole steps on the CUDA backend run their collectives through the "
-                    "launch communicator (--comm mpi), not {}",
-                    CommModeName(options.cuda.comm)));
+        "whole steps on the CUDA backend move their data through the launch communicator "
+        "(--comm mpi) or NCCL (--comm nccl), not emulated collectives");
   const RankCoords me = CoordsOf(plan, world.rank());
   Result<Groups> groups = SplitGroups(plan, world, me);
   if (!groups.ok()) return groups.error();

@@ -29,8 +29,9 @@ std::string RanksText(const Plan& plan);
 Plan StepReferencePlan(const Plan& plan);
 
 // Runs options.steps training iterations of `iteration` (LowerIteration of the plan) on the CPU
-// backend (or the CUDA backend, compute on the GPU and every collective and transfer through the
-// host communicators, CommMode::kMpi), this process being rank world.rank() of tp x cp x pp x dp
+// backend, or on the CUDA backend (compute on the GPU; with CommMode::kMpi every collective and
+// transfer through the host communicators, with kNccl the pipeline transfers and the buckets on
+// the device: exec/step_device.h), this process being rank world.rank() of tp x cp x pp x dp
 // ranks (placed by CoordsOf), and walks its pipeline stage's ops of the iteration's schedule in
 // issue order:
 //  - a pass (or a piece of one) runs the forward or backward ops of its model chunk's schedule

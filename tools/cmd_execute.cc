@@ -291,11 +291,10 @@ void Run(ExecuteFlags& flags) {
     extent = *parsed;
   }
   const bool whole_step = extent == exec::Extent::kStep;
-  if (whole_step && flags.backend == "cuda" && flags.comm != "mpi")
+  if (whole_step && flags.backend == "cuda" && emulate)
     FailOnRank("execute", rank,
-               fmt::format("--extent step on the CUDA backend runs its collectives through MPI: "
-                           "use --comm mpi, not --comm {}",
-                           flags.comm));
+               "--extent step on the CUDA backend moves its data through MPI (--comm mpi) or NCCL "
+               "(--comm nccl), not emulated collectives");
   if (whole_step && flags.iterations != 1)
     FailOnRank("execute", rank, "--extent step: give --steps, not --iterations");
   const int ranks = whole_step ? plan->tp * plan->cp * plan->pp * plan->dp : plan->tp;
@@ -514,8 +513,9 @@ void SetupExecute(CLI::App* sub) {
       ->check(CLI::Range(1, 100));
   sub->add_option("--comm", flags->comm,
                   "TP collectives (cuda): mpi (MPI on host copies, one op at a time) | nccl "
-                  "(NCCL on a comm stream, overlapping) | emulate (one GPU plays one rank; "
-                  "collectives become kernels with the predicted CTAs, HBM traffic and time)")
+                  "(NCCL on a comm stream, overlapping; --extent step: pipeline transfers and DP "
+                  "buckets on the GPUs over NCCL) | emulate (one GPU plays one rank; collectives "
+                  "become kernels with the predicted CTAs, HBM traffic and time)")
       ->check(CLI::IsMember({"mpi", "nccl", "emulate"}));
   sub->add_option("--dtype", flags->dtype,
                   "element type on the GPU: fp32 | bf16 | fp16 (default: fp32 with --check, else "

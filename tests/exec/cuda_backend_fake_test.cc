@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "exec/calibrate.h"
 #include "exec/communicator.h"
 #include "exec/execute.h"
+#include "exec/step.h"
+#include "planner/iteration.h"
 #include "planner/lower.h"
 #include "sim/engine.h"
 #include "tests/exec/fake_cuda_ops.h"
@@ -101,9 +104,9 @@ bool Overlap(const OpTime& a, const OpTime& b) {
   return std::max(a.start_us, b.start_us) < std::min(a.end_us, b.end_us);
 }
 
-// A whole training step on the (fake) GPU, collectives through the host: two micro-batches of
-// tiny-gpt on one rank, each its own runner, every op of the iteration run and timed, twice.
-TEST(CudaBackendFakeTest, WholeStepsRunOnTheGpu) {
+// Two whole training steps of tiny-gpt on one rank of the (fake) GPU, two micro-batches, each
+// its own runner; `comm` moves the step's data.
+Result<ExecuteResult> OneRankSteps(CommMode comm) {
   testing_util::PlanKnobs k = TinyKnobs();
   k.tp = 1;
   k.cluster = "dgx-h100:1:1";
@@ -113,9 +116,14 @@ TEST(CudaBackendFakeTest, WholeStepsRunOnTheGpu) {
   ExecuteOptions options;
   options.backend = BackendKind::kCuda;
   options.extent = Extent::kStep;
-  options.cuda.comm = CommMode::kMpi;
+  options.cuda.comm = comm;
   SelfCommunicator self;
-  Result<ExecuteResult> r = Execute(plan, self, options);
+  return Execute(plan, self, options);
+}
+
+// Collectives through the host: every op of the iteration run and timed, twice.
+TEST(CudaBackendFakeTest, WholeStepsRunOnTheGpu) {
+  Result<ExecuteResult> r = OneRankSteps(CommMode::kMpi);
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_EQ(r->losses.size(), 2u);
   int passes = 0;
@@ -127,6 +135,76 @@ TEST(CudaBackendFakeTest, WholeStepsRunOnTheGpu) {
         << r->schedule.Label(static_cast<int32_t>(i));
   }
   EXPECT_EQ(passes, 4);  // each micro-batch's forward and backward
+}
+
+// With --comm nccl a whole step keeps its buckets on the device: each step sums every
+// micro-batch's weight gradients there, runs Adam there and writes the weights back.
+TEST(CudaBackendFakeTest, WholeStepsKeepTheirBucketsOnTheGpu) {
+  Result<ExecuteResult> r = OneRankSteps(CommMode::kNccl);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_EQ(r->losses.size(), 2u);
+  // tiny-gpt: 2 layers of 6 parameters, the embedding and the final norm, in 4 buckets.
+  const int params = 2 * 6 + 2, buckets = 4, micro_batches = 2, steps = 2;
+  const fake::Stats& c = fake::Counters();
+  EXPECT_EQ(c.accumulates, params * micro_batches * steps);
+  EXPECT_EQ(c.adam_steps, buckets * steps);
+  EXPECT_EQ(c.stores, params * micro_batches * steps);
+  EXPECT_EQ(c.nccl_collectives, 0);  // one rank: no communicator
+  EXPECT_EQ(c.nccl_sends + c.nccl_recvs, 0);
+}
+
+// Four ranks (pp 2 x dp 2, distributed optimizer): every pipeline send is a device send matched by
+// a device receive, the tied embedding's gradient crosses between the first and last stage both
+// ways, and the buckets reduce-scatter and all-gather over DP on NCCL.
+TEST(CudaBackendFakeTest, WholeStepsMoveThePipelineAndTheBucketsOnNccl) {
+  testing_util::PlanKnobs k = TinyKnobs();
+  k.tp = 1, k.pp = 2, k.dp = 2;
+  k.cluster = "dgx-h100:1:4";
+  k.micro_batch = 4;
+  k.global_batch = 16;  // two micro-batches per replica
+  k.distributed_optimizer = true;
+  const Plan plan = testing_util::MakePlan(k);
+  ExecuteOptions options;
+  options.backend = BackendKind::kCuda;
+  options.cuda.comm = CommMode::kNccl;
+  options.steps = 2;
+  Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+  ASSERT_TRUE(it.ok()) << it.message();
+  int sends = 0, syncs = 0, dp_ops = 0;
+  for (const Op& op : it->schedule.ops()) {
+    sends += op.func == OpFunc::kPpSend;
+    syncs += op.func == OpFunc::kEmbeddingAllReduce;
+    dp_ops += op.func == OpFunc::kDpReduceScatter || op.func == OpFunc::kDpAllGather;
+  }
+  ASSERT_GT(sends, 0);
+  ASSERT_EQ(syncs, 1);
+  LocalGroup group(4);
+  std::vector<Status> status(4);
+  std::vector<fake::Stats> counted(4);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 4; ++rank)
+    threads.emplace_back([&, rank] {
+      Result<ExecuteResult> r = ExecuteIteration(plan, *it, group.member(rank), options);
+      status[rank] = r.ok() ? Status::Ok() : r.error();
+      counted[rank] = fake::Counters();
+    });
+  for (std::thread& t : threads) t.join();
+  int sent = 0, received = 0, collectives = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank].message();
+    sent += counted[rank].nccl_sends;
+    received += counted[rank].nccl_recvs;
+    collectives += counted[rank].nccl_collectives;
+    EXPECT_GT(counted[rank].adam_steps, 0) << rank;
+  }
+  // Each replica's stages send what the schedule says, plus the embedding sync's two sends.
+  EXPECT_EQ(sent, (sends + 2 * syncs) * plan.dp * options.steps);
+  EXPECT_EQ(received, sent);
+  // A reduce-scatter and an all-gather per bucket: the first stage's layer and embedding, the
+  // last stage's layer, final norm and tied LM head (the embedding's copy); its bucket ops of
+  // the chunk's other parameters cover the latter two.
+  ASSERT_EQ(dp_ops, 2 * 4);
+  EXPECT_EQ(collectives, 2 * (2 + 3) * plan.dp * options.steps);
 }
 
 // Every op waits for its dependencies and for the op before it on its stream; each lasts what

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -57,21 +58,28 @@ struct Nccl {
 
 namespace {
 
-fake::Stats stats;
+// Per thread: each rank of a multi-rank test is a thread of its own and counts its own calls.
+thread_local fake::Stats stats;
 
-// Device buffers by their first byte: size and accumulating writes since the last zero.
+// Device buffers by their first byte: size and accumulating writes since the last zero. The
+// ranks' threads share the map, under the lock.
 struct Buffer {
   size_t bytes = 0;
   int accumulations = 0;
 };
+std::mutex buffers_lock;
 std::map<const char*, Buffer> buffers;
 
-Buffer* Find(const void* p) {
+// f(the buffer holding `p` or null, its first byte), under the lock.
+template <typename F>
+auto WithBuffer(const void* p, F f) {
+  std::lock_guard<std::mutex> hold(buffers_lock);
   const char* at = static_cast<const char*>(p);
   auto it = buffers.upper_bound(at);
-  if (it == buffers.begin()) return nullptr;
+  if (it == buffers.begin()) return f(static_cast<Buffer*>(nullptr), at);
   --it;
-  return at < it->first + it->second.bytes ? &it->second : nullptr;
+  return at < it->first + it->second.bytes ? f(&it->second, it->first)
+                                           : f(static_cast<Buffer*>(nullptr), at);
 }
 
 // Runs `call` now, holds it behind a closed gate, or records it for the graph while capturing.
@@ -98,7 +106,9 @@ Status Launch(Context* c, double us, std::function<void()> effect = {}) {
 
 std::function<void()> Accumulate(const void* data) {
   return [data] {
-    if (Buffer* b = Find(data)) ++b->accumulations;
+    WithBuffer(data, [](Buffer* b, const char*) {
+      if (b != nullptr) ++b->accumulations;
+    });
   };
 }
 
@@ -149,11 +159,15 @@ Status Alloc(Context* context, size_t elements, void** out) {
   const size_t bytes = std::max<size_t>(1, elements) * DTypeBytes(context->type);
   *out = std::calloc(1, bytes);
   if (*out == nullptr) return Error("out of fake memory");
+  std::lock_guard<std::mutex> hold(buffers_lock);
   buffers[static_cast<const char*>(*out)] = Buffer{bytes, 0};
   return Status::Ok();
 }
 void Free(void* data) {
-  buffers.erase(static_cast<const char*>(data));
+  {
+    std::lock_guard<std::mutex> hold(buffers_lock);
+    buffers.erase(static_cast<const char*>(data));
+  }
   std::free(data);
 }
 Status Reserve(Context* context, size_t bytes) {
@@ -167,25 +181,30 @@ size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t) {
 size_t EmulationWorkspaceBytes(double hbm_bytes) { return hbm_bytes > 0 ? size_t{512} << 20 : 0; }
 
 Status Upload(Context* context, DView dst, const float*, bool f32) {
-  if (f32) {
+  if (f32 && dst.rows > 0 && dst.cols > 0) {
     ++stats.f32_uploads;
-    const char* at = static_cast<const char*>(dst.data);
-    const Buffer* b = Find(at);
     const size_t end = static_cast<size_t>((dst.rows - 1) * dst.stride + dst.cols) * sizeof(float);
-    auto it = buffers.upper_bound(at);
-    if (b == nullptr || at + end > std::prev(it)->first + b->bytes) ++stats.f32_overruns;
+    const char* at = static_cast<const char*>(dst.data);
+    if (WithBuffer(at, [&](const Buffer* b, const char* first) {
+          return b == nullptr || at + end > first + b->bytes;
+        }))
+      ++stats.f32_overruns;
   }
   return NotCapturing(context, "upload");
 }
 Status Download(Context* context, DView src, float* host, bool) {
-  const Buffer* b = Find(src.data);
-  std::fill(host, host + src.rows * src.cols, b != nullptr ? b->accumulations : 0.0f);
+  const float count = WithBuffer(src.data, [](const Buffer* b, const char*) {
+    return b != nullptr ? static_cast<float>(b->accumulations) : 0.0f;
+  });
+  std::fill(host, host + src.rows * src.cols, count);
   return NotCapturing(context, "download");
 }
 Status Copy(Context* c, DView, DView) { return Launch(c, fake::kCopyUs); }
 Status Zero(Context* c, DView view) {
   return Launch(c, fake::kCopyUs, [data = view.data] {
-    if (Buffer* b = Find(data)) b->accumulations = 0;
+    WithBuffer(data, [](Buffer* b, const char*) {
+      if (b != nullptr) b->accumulations = 0;
+    });
   });
 }
 Status FillRandom(Context* c, DView, uint64_t) {
@@ -311,6 +330,19 @@ Status AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t
   return Launch(c, 2 * fake::kAttentionUs);
 }
 
+Status AccumulateF32(Context* c, DView, float*, float) {
+  ++stats.accumulates;
+  return Launch(c, fake::kElementwiseUs);
+}
+Status StoreF32(Context* c, const float*, DView) {
+  ++stats.stores;
+  return Launch(c, fake::kElementwiseUs);
+}
+Status AdamF32(Context* c, float*, float*, float*, const float*, int64_t, const AdamStep&) {
+  ++stats.adam_steps;
+  return Launch(c, fake::kElementwiseUs);
+}
+
 Status EmulateCollective(Context* c, int ctas, double hbm_bytes, double micros) {
   if (hbm_bytes > 0 && c->emulation < EmulationWorkspaceBytes(hbm_bytes))
     return Error("no emulation scratch");
@@ -348,9 +380,26 @@ Status NcclInit(Context* context, int, int, const std::string& id, const NcclCon
   *out = new Nccl{context};
   return Status::Ok();
 }
-Status NcclAllReduce(Nccl* n, const void*, void*, int64_t) { return NcclLaunch(n->context); }
-Status NcclReduceScatter(Nccl* n, const void*, void*, int64_t) { return NcclLaunch(n->context); }
-Status NcclAllGather(Nccl* n, const void*, void*, int64_t) { return NcclLaunch(n->context); }
+Status NcclAllReduce(Nccl* n, const void*, void*, int64_t) {
+  ++stats.nccl_collectives;
+  return NcclLaunch(n->context);
+}
+Status NcclReduceScatter(Nccl* n, const void*, void*, int64_t) {
+  ++stats.nccl_collectives;
+  return NcclLaunch(n->context);
+}
+Status NcclAllGather(Nccl* n, const void*, void*, int64_t) {
+  ++stats.nccl_collectives;
+  return NcclLaunch(n->context);
+}
+Status NcclSend(Nccl* n, const void*, int64_t, DType, int) {
+  ++stats.nccl_sends;
+  return NcclLaunch(n->context);
+}
+Status NcclRecv(Nccl* n, void*, int64_t, DType, int) {
+  ++stats.nccl_recvs;
+  return NcclLaunch(n->context);
+}
 // A group of rooted collectives is one operation on the comm stream.
 Status NcclBroadcasts(Nccl* n, const NcclPiece*, int count) {
   ++stats.nccl_groups;

@@ -27,10 +27,13 @@ struct Stats {
   int emulated_ctas = 0;     // CTAs of the last one
   int captures = 0;
   int graph_launches = 0;
-  int gates = 0;              // CloseGate calls that held a stream
-  int random_fills = 0;       // FillRandom calls
-  int f32_uploads = 0;        // uploads into views that hold fp32 whatever the type (token ids)
-  int f32_overruns = 0;       // of those, views that reach past their buffer at 4 bytes each
+  int gates = 0;         // CloseGate calls that held a stream
+  int random_fills = 0;  // FillRandom calls
+  int f32_uploads = 0;   // uploads into views that hold fp32 whatever the type (token ids)
+  int f32_overruns = 0;  // of those, views that reach past their buffer at 4 bytes each
+  int nccl_sends = 0, nccl_recvs = 0;               // point-to-point
+  int nccl_collectives = 0;                         // all-reduces, reduce-scatters and all-gathers
+  int accumulates = 0, stores = 0, adam_steps = 0;  // a whole step's device bucket arithmetic
   int nccl_groups = 0;        // grouped broadcasts or reduces (a decomposed collective's part)
   int nccl_group_pieces = 0;  // the rooted collectives in them
   // Teardown, in order: "graph" (DestroyGraph of a captured graph), "nccl finalize", "nccl
@@ -41,7 +44,7 @@ struct Stats {
   bool nccl_teardown_would_hang = false;
 };
 
-// Since the last context was created.
+// This thread's, since it last created a context.
 const Stats& Counters();
 
 }  // namespace domino::exec::fake

@@ -300,18 +300,18 @@ TEST(StepTest, RefusesAWrongRankCount) {
       << results[0]->message();
 }
 
-TEST(StepTest, RunsOnTheCpuOrOnTheGpuWithHostCollectives) {
+TEST(StepTest, RunsOnTheCpuOrOnTheGpuThroughTheHostOrNccl) {
   const Plan plan = TinyPlan("tiny-gpt", 1, 1, 1);
   SelfCommunicator self;
   ExecuteOptions options;
   options.backend = BackendKind::kCuda;
-  options.cuda.comm = CommMode::kNccl;
+  options.cuda.comm = CommMode::kEmulate;
   options.extent = Extent::kStep;
   Result<ExecuteResult> r = Execute(plan, self, options);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.message(),
-            "whole steps on the CUDA backend run their collectives through the launch "
-            "communicator (--comm mpi), not nccl");
+            "whole steps on the CUDA backend move their data through the launch communicator "
+            "(--comm mpi) or NCCL (--comm nccl), not emulated collectives");
   // On the CPU, a one-rank plan's step runs (the reference itself) and passes its check.
   options.backend = BackendKind::kCpu;
   options.check = true;
