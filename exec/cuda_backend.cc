@@ -73,7 +73,8 @@ class CudaBackend final : public Backend, public CudaRunner {
     DOMINO_RETURN_IF_ERROR(AllocateTensors());
     FindAccumulators();
     DOMINO_RETURN_IF_ERROR(Ok(cuda::Reserve(context_, WorkspaceBytes())));
-    if (options_.comm == CommMode::kNccl) DOMINO_RETURN_IF_ERROR(InitNccl(host));
+    if (options_.comm == CommMode::kNccl && !options_.lent_nccl)
+      DOMINO_RETURN_IF_ERROR(InitNccl(host));
     DOMINO_RETURN_IF_ERROR(Ok(cuda::CreateEvents(context_, kEventsPerOp * size() + 2)));
     return Ok(cuda::Synchronize(context_));
   }
@@ -197,6 +198,20 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   cuda::Context* context() override { return context_; }
   cuda::DView Device(int32_t tensor) const override { return Whole(tensor); }
+
+  Status RunCollective(int32_t id, cuda::Nccl* nccl) override {
+    if (!options_.lent_nccl || nccl == nullptr)
+      return Error(fmt::format("op {} ({}): no NCCL communicator lent to the backend", id,
+                               schedule_.Label(id)));
+    cuda::NcclUseContext(nccl, context_);
+    cuda::UseStream(context_, cuda::StreamKind::kComm);
+    nccl_ = nccl;  // borrowed for the call: never finalized here
+    Status e = EnqueueCollective(id);
+    if (e.ok()) e = Ok(cuda::RecordEvent(context_, EndEvent(id), false), id);
+    if (e.ok()) e = WaitFor(EndEvent(id));
+    nccl_ = nullptr;
+    return e;
+  }
 
   // Runs compute op `id` to completion (the interpreter's one-at-a-time mode).
   Status Run(const Schedule& s, int32_t id) override {

@@ -50,9 +50,16 @@ struct CudaOptions {
   int min_ctas = 0;    // NCCL's minCTAs / maxCTAs (0: NCCL's default; exec/nccl_ctas.h)
   int max_ctas = 0;
   double timeout_s = 300;  // longest wait for the GPU or a peer before aborting
+  // With kNccl: no communicator of its own; each collective runs on one lent to RunCollective
+  // (a whole step's runners share one: exec/step_device.h).
+  bool lent_nccl = false;
   std::vector<EmulatedCollective> emulated;
   FillOffsets fill;  // where the schedule sits in a whole step (exec/step.h): its given values
 };
+
+namespace cuda {
+struct Nccl;
+}
 
 // Runs a schedule on a GPU. The backend holds rank `rank`'s tensors (of a TP group of `tp`) in
 // device memory, initialized like the CPU backend's so `--check` compares them.
@@ -85,14 +92,14 @@ class CudaRunner {
   // transport (exec/step_device.h): work on them goes to the context's streams.
   virtual cuda::Context* context() = 0;
   virtual cuda::DView Device(int32_t tensor) const = 0;
+  // Runs TP collective `id` to completion on `nccl` (lent: CudaOptions::lent_nccl), on this
+  // backend's comm stream.
+  virtual Status RunCollective(int32_t id, cuda::Nccl* nccl) = 0;
 };
 
 // The CUDA element type of a plan's dtype: fp32, bf16 or fp16 (an error for the others).
 Result<cuda::DType> CudaElementType(Dtype dtype);
 
-namespace cuda {
-struct Nccl;
-}
 // Waits until `event` of `context` (recorded) has happened, polling `nccl` (if any) for a failed
 // peer and giving up after `timeout_s`: a dead or stuck peer ends in an error naming `what`, with
 // *abort set (the communicator must be aborted, not finalized), instead of a hang.

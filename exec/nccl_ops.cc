@@ -183,6 +183,8 @@ Status NcclRecv(Nccl* n, void* data, int64_t count, DType type, int peer) {
       ncclRecv(data, static_cast<size_t>(count), NcclType(type), peer, n->comm, Stream(n)));
 }
 
+void NcclUseContext(Nccl* n, Context* context) { n->context = context; }
+
 Status NcclPoll(Nccl* n) {
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(n->comm, &state);

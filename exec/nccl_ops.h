@@ -48,6 +48,9 @@ Status NcclReduces(Nccl* nccl, const NcclPiece* pieces, int count);
 // between two ranks match in issue order.
 Status NcclSend(Nccl* nccl, const void* data, int64_t count, DType type, int peer);
 Status NcclRecv(Nccl* nccl, void* data, int64_t count, DType type, int peer);
+// Later calls run on `context`'s comm stream, in its element type: a communicator lent to
+// several contexts of one device, one at a time.
+void NcclUseContext(Nccl* nccl, Context* context);
 // Ok while the communicator is healthy, else its asynchronous error (a peer failed).
 Status NcclPoll(Nccl* nccl);
 // Ends the communicator without waiting for peers (after an error or a timeout).

@@ -207,9 +207,8 @@ class StepRunner {
         if (options_.backend == BackendKind::kCuda) {
           CudaOptions cuda = options_.cuda;
           cuda.fill = fill;
-          // The passes' TP collectives go through the host (RunOp); NCCL carries the pipeline
-          // and the buckets (StepDevice).
-          cuda.comm = CommMode::kMpi;
+          // With NCCL the runners borrow the step's TP communicator (StepDevice::TpCollective).
+          cuda.lent_nccl = cuda.comm == CommMode::kNccl;
           Result<std::unique_ptr<CudaRunner>> runner = MakeCudaRunner(
               chunk->schedule, plan_.model, me_.tp, plan_.tp, options_.seed, cuda, *g_.tp);
           if (!runner.ok()) return runner.error();
@@ -413,6 +412,10 @@ class StepRunner {
       if (plan_.cp > 1 && (o.func == OpFunc::kAttn || o.func == OpFunc::kAttnGrad ||
                            o.func == OpFunc::kCpSendRecv)) {
         DOMINO_RETURN_IF_ERROR(ring_->Run(s, static_cast<int32_t>(cursor), backend));
+        continue;
+      }
+      if (device_ && o.kind == OpKind::kCollective && plan_.tp > 1) {
+        DOMINO_RETURN_IF_ERROR(device_->TpCollective(*c.runners[mb], static_cast<int32_t>(cursor)));
         continue;
       }
       DOMINO_RETURN_IF_ERROR(

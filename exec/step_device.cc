@@ -59,6 +59,7 @@ class DeviceStep final : public StepDevice {
     for (Link& link : links_) end(link.lane.nccl);
     end(dp_);
     end(tp_);
+    end(tp_typed_);
     for (Link& link : links_)
       for (auto& [buffer, elements] : link.staging) cuda::Free(buffer);
     for (void* p : buffers_) cuda::Free(p);
@@ -74,7 +75,11 @@ class DeviceStep final : public StepDevice {
     DOMINO_RETURN_IF_ERROR(NewContext(cuda::DType::kF32, &f32_));
     dp_rank_ = dp.rank();
     // Groups of one need no communicator: their collectives are the identity.
-    if (tp.size() > 1) DOMINO_RETURN_IF_ERROR(Ok(InitNcclOver(tp, f32_, options_, &tp_)));
+    if (tp.size() > 1) {
+      DOMINO_RETURN_IF_ERROR(Ok(InitNcclOver(tp, f32_, options_, &tp_)));
+      // Bound to each runner's context in turn (TpCollective).
+      DOMINO_RETURN_IF_ERROR(Ok(InitNcclOver(tp, f32_, options_, &tp_typed_)));
+    }
     if (dp.size() > 1) DOMINO_RETURN_IF_ERROR(Ok(InitNcclOver(dp, f32_, options_, &dp_)));
     // Every rank of the pipeline splits off every link in the same order, so each link's
     // two-rank NCCL bootstrap meets its peer's.
@@ -98,8 +103,8 @@ class DeviceStep final : public StepDevice {
 
   Result<float*> Floats(int64_t count) override {
     void* data = nullptr;
-    DOMINO_RETURN_IF_ERROR(Ok(cuda::Alloc(f32_, static_cast<size_t>(std::max<int64_t>(1, count)),
-                                          &data)));
+    DOMINO_RETURN_IF_ERROR(
+        Ok(cuda::Alloc(f32_, static_cast<size_t>(std::max<int64_t>(1, count)), &data)));
     buffers_.push_back(data);
     DOMINO_RETURN_IF_ERROR(Zero(static_cast<float*>(data), count));
     return static_cast<float*>(data);
@@ -138,8 +143,7 @@ class DeviceStep final : public StepDevice {
     return Ok(cuda::Synchronize(f32_));
   }
 
-  Status Store(const float* data, std::span<CudaRunner* const> runners,
-               int32_t tensor) override {
+  Status Store(const float* data, std::span<CudaRunner* const> runners, int32_t tensor) override {
     for (CudaRunner* r : runners) {
       cuda::UseStream(r->context(), cuda::StreamKind::kCompute);
       DOMINO_RETURN_IF_ERROR(Ok(cuda::StoreF32(r->context(), data, r->Device(tensor))));
@@ -182,6 +186,15 @@ class DeviceStep final : public StepDevice {
     return Collective(dp_, "DP all-gather", [&] {
       return cuda::NcclAllGather(dp_, data + dp_rank_ * shard, data, shard);
     });
+  }
+
+  Status TpCollective(CudaRunner& runner, int32_t id) override {
+    if (tp_typed_ == nullptr) return Error("CUDA step: a TP collective without a TP group");
+    if (Status run = runner.RunCollective(id, tp_typed_); !run.ok()) {
+      failed_ = true;
+      return run;
+    }
+    return Status::Ok();
   }
 
   Status SendSum(CudaRunner& runner, int32_t a, int32_t b, int peer) override {
@@ -306,7 +319,8 @@ class DeviceStep final : public StepDevice {
   cuda::DType type_ = cuda::DType::kF32;
   cuda::Context* f32_ = nullptr;  // buckets: arithmetic on its compute stream, collectives on comm
   cuda::Nccl* tp_ = nullptr;      // fp32 over the TP group (sequence-parallel norm gradients)
-  cuda::Nccl* dp_ = nullptr;      // fp32 over the DP x CP replicas
+  cuda::Nccl* tp_typed_ = nullptr;  // the element type's over the TP group (the passes')
+  cuda::Nccl* dp_ = nullptr;        // fp32 over the DP x CP replicas
   int dp_rank_ = 0, me_ = 0;
   std::vector<Link> links_;
   std::vector<void*> buffers_;

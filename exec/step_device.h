@@ -2,11 +2,12 @@
 #define DOMINO_EXEC_STEP_DEVICE_H_
 
 // The device half of a whole training step on the CUDA backend with --comm nccl (exec/step.h):
-// pipeline transfers as NCCL sends and receives, each direction between two stages on a
-// communicator and stream of its own; gradient buckets, master weights and Adam's moments in fp32
-// device memory, their DP (and sequence-parallel TP) collectives as NCCL on a dp-comm stream. The
-// step still walks its ops in issue order: the host waits (bounded, polling NCCL's errors) for a
-// receive before the pass that reads it and for each bucket collective, never for a send until
+// the passes' TP collectives on one NCCL communicator of the TP group that every micro-batch's
+// runner borrows; pipeline transfers as NCCL sends and receives, each direction between two stages
+// on a communicator and stream of its own; gradient buckets, master weights and Adam's moments in
+// fp32 device memory, their DP (and sequence-parallel TP) collectives as NCCL on a dp-comm stream.
+// The step still walks its ops in issue order: the host waits (bounded, polling NCCL's errors) for
+// a receive before the pass that reads it and for each bucket collective, never for a send until
 // the step ends, so the step cannot deadlock where the host-transport step does not.
 #include <cstdint>
 #include <memory>
@@ -35,8 +36,7 @@ class StepDevice {
   // data[0, n) += src[0, n).
   virtual Status Add(const float* src, float* data, int64_t count) = 0;
   // Each runner's whole `tensor` = data, in its element type.
-  virtual Status Store(const float* data, std::span<CudaRunner* const> runners,
-                       int32_t tensor) = 0;
+  virtual Status Store(const float* data, std::span<CudaRunner* const> runners, int32_t tensor) = 0;
   // Adam (exec/execute.h) on `count` elements, training step `step` (from 1).
   virtual Status Adam(float* master, float* m, float* v, const float* grad, int64_t count,
                       const AdamOptions& adam, int step) = 0;
@@ -47,6 +47,9 @@ class StepDevice {
   virtual Status AllReduceDp(float* data, int64_t count) = 0;
   virtual Status ReduceScatterDp(float* data, int64_t shard) = 0;
   virtual Status AllGatherDp(float* data, int64_t shard) = 0;
+  // The runner's TP collective `id` (of a pass) on the TP group's NCCL communicator of the element
+  // type, lent to the runner (CudaOptions::lent_nccl); waits.
+  virtual Status TpCollective(CudaRunner& runner, int32_t id) = 0;
   // To and from pipeline stage `peer`, in the runner's element type (Sum: tensors a + b) or fp32.
   // Sends return at once; receives wait.
   virtual Status SendSum(CudaRunner& runner, int32_t a, int32_t b, int peer) = 0;

@@ -153,6 +153,25 @@ TEST(CudaBackendFakeTest, WholeStepsKeepTheirBucketsOnTheGpu) {
   EXPECT_EQ(c.nccl_sends + c.nccl_recvs, 0);
 }
 
+// Runs `iteration` on the plan's ranks as threads of the fake GPU: each rank's status, and what it
+// counted (the fake's counters are per thread).
+std::vector<fake::Stats> FakeRanks(const Plan& plan, const Iteration& iteration,
+                                   const ExecuteOptions& options, std::vector<Status>* status) {
+  const int ranks = plan.tp * plan.cp * plan.pp * plan.dp;
+  LocalGroup group(ranks);
+  status->assign(ranks, Status::Ok());
+  std::vector<fake::Stats> counted(ranks);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ranks; ++rank)
+    threads.emplace_back([&, rank] {
+      Result<ExecuteResult> r = ExecuteIteration(plan, iteration, group.member(rank), options);
+      (*status)[rank] = r.ok() ? Status::Ok() : r.error();
+      counted[rank] = fake::Counters();
+    });
+  for (std::thread& t : threads) t.join();
+  return counted;
+}
+
 // Four ranks (pp 2 x dp 2, distributed optimizer): every pipeline send is a device send matched by
 // a device receive, the tied embedding's gradient crosses between the first and last stage both
 // ways, and the buckets reduce-scatter and all-gather over DP on NCCL.
@@ -178,17 +197,8 @@ TEST(CudaBackendFakeTest, WholeStepsMoveThePipelineAndTheBucketsOnNccl) {
   }
   ASSERT_GT(sends, 0);
   ASSERT_EQ(syncs, 1);
-  LocalGroup group(4);
-  std::vector<Status> status(4);
-  std::vector<fake::Stats> counted(4);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 4; ++rank)
-    threads.emplace_back([&, rank] {
-      Result<ExecuteResult> r = ExecuteIteration(plan, *it, group.member(rank), options);
-      status[rank] = r.ok() ? Status::Ok() : r.error();
-      counted[rank] = fake::Counters();
-    });
-  for (std::thread& t : threads) t.join();
+  std::vector<Status> status;
+  const std::vector<fake::Stats> counted = FakeRanks(plan, *it, options, &status);
   int sent = 0, received = 0, collectives = 0;
   for (int rank = 0; rank < 4; ++rank) {
     ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank].message();
@@ -205,6 +215,46 @@ TEST(CudaBackendFakeTest, WholeStepsMoveThePipelineAndTheBucketsOnNccl) {
   // the chunk's other parameters cover the latter two.
   ASSERT_EQ(dp_ops, 2 * 4);
   EXPECT_EQ(collectives, 2 * (2 + 3) * plan.dp * options.steps);
+}
+
+// tp 2 x pp 2 with sequence parallelism: every micro-batch's pass runs its TP collectives on the
+// step's NCCL communicator (lent to its runner), and the norm gains' partial gradients are summed
+// over TP in fp32 on NCCL once a step.
+TEST(CudaBackendFakeTest, WholeStepsRunThePassesTpCollectivesOnNccl) {
+  testing_util::PlanKnobs k = TinyKnobs();
+  k.tp = 2, k.pp = 2;
+  k.cluster = "dgx-h100:1:4";
+  k.micro_batch = 4;
+  k.global_batch = 8;  // two micro-batches
+  k.sequence_parallel = true;
+  const Plan plan = testing_util::MakePlan(k);
+  ExecuteOptions options;
+  options.backend = BackendKind::kCuda;
+  options.cuda.comm = CommMode::kNccl;
+  Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+  ASSERT_TRUE(it.ok()) << it.message();
+  // Per stage: the TP collectives of its chunk's pass and its partial-sum gradients.
+  std::vector<int> expected(2, 0);
+  for (int stage = 0; stage < 2; ++stage) {
+    const ChunkShape& shape = it->virtual_stages[stage];
+    Result<Schedule> pass =
+        LowerStage(plan, LowerOptions{shape.layers, shape.embedding, shape.head, true, true});
+    ASSERT_TRUE(pass.ok()) << pass.message();
+    int collectives = 0, partial = 0;
+    for (const Op& op : pass->ops()) collectives += op.kind == OpKind::kCollective;
+    for (const Tensor& t : pass->tensors())
+      partial += t.role.gradient && t.role.kind == TensorKind::kNormWeight &&
+                 t.shard == Shard::kPartialSum;
+    ASSERT_GT(collectives, 0);
+    ASSERT_GT(partial, 0);
+    expected[stage] = (collectives * it->micro_batches + partial) * options.steps;
+  }
+  std::vector<Status> status;
+  const std::vector<fake::Stats> counted = FakeRanks(plan, *it, options, &status);
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank].message();
+    EXPECT_EQ(counted[rank].nccl_collectives, expected[CoordsOf(plan, rank).pp]) << rank;
+  }
 }
 
 // Every op waits for its dependencies and for the op before it on its stream; each lasts what
