@@ -64,7 +64,10 @@ class CudaBackend final : public Backend, public CudaRunner {
           fmt::format("emulated collectives need the predicted cost of every op ({} ops, {} "
                       "given)",
                       schedule_.size(), options_.emulated.size()));
-    if (streams) {
+    if (options_.lent_nccl && (options_.comm != CommMode::kNccl || options_.graph))
+      return Error("a lent NCCL communicator runs collectives one at a time, without a graph");
+    // A lent communicator runs op by op (RunCollective): no whole-schedule stream plan.
+    if (streams && !options_.lent_nccl) {
       Result<std::vector<StreamStep>> steps = PlanStreams(schedule_);
       if (!steps.ok()) return steps.error();
       steps_ = std::move(steps).value();
@@ -83,6 +86,8 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   Result<Timeline> Run(Communicator& host,
                        const std::function<void(size_t, size_t)>& progress) override {
+    if (options_.lent_nccl)
+      return Error("a backend with a lent NCCL communicator runs op by op, not whole schedules");
     if (options_.comm == CommMode::kMpi) {
       cuda::UseStream(context_, cuda::StreamKind::kCompute);
       DOMINO_RETURN_IF_ERROR(ZeroAccumulators());

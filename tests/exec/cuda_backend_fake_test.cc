@@ -217,6 +217,28 @@ TEST(CudaBackendFakeTest, WholeStepsMoveThePipelineAndTheBucketsOnNccl) {
   EXPECT_EQ(collectives, 2 * (2 + 3) * plan.dp * options.steps);
 }
 
+// Context parallelism's ring passes its blocks through the host; the rest of the step runs on
+// the device all the same.
+TEST(CudaBackendFakeTest, WholeStepsWithContextParallelismRunOnNccl) {
+  testing_util::PlanKnobs k = TinyKnobs();
+  k.tp = 1, k.cp = 2;
+  k.cluster = "dgx-h100:1:2";
+  k.micro_batch = 4;
+  k.global_batch = 4;
+  const Plan plan = testing_util::MakePlan(k);
+  ExecuteOptions options;
+  options.backend = BackendKind::kCuda;
+  options.cuda.comm = CommMode::kNccl;
+  Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+  ASSERT_TRUE(it.ok()) << it.message();
+  std::vector<Status> status;
+  const std::vector<fake::Stats> counted = FakeRanks(plan, *it, options, &status);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank].message();
+    EXPECT_GT(counted[rank].nccl_collectives, 0) << rank;  // the buckets, over DP x CP
+  }
+}
+
 // tp 2 x pp 2 with sequence parallelism: every micro-batch's pass runs its TP collectives on the
 // step's NCCL communicator (lent to its runner), and the norm gains' partial gradients are summed
 // over TP in fp32 on NCCL once a step.
