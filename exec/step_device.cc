@@ -90,11 +90,9 @@ class DeviceStep final : public StepDevice {
       Result<std::unique_ptr<Communicator>> pair = pp.Split(member ? 1 : 0, me == from ? 0 : 1);
       if (!pair.ok()) return pair.error();
       if (!member) continue;
-      Link link;
-      link.from = from, link.to = to;
-      DOMINO_RETURN_IF_ERROR(NewContext(type_, &link.lane.context));
-      links_.push_back(std::move(link));
+      links_.push_back(Link{from, to, {}, {}, 0});  // owned before anything can fail
       Lane& lane = links_.back().lane;
+      DOMINO_RETURN_IF_ERROR(NewContext(type_, &lane.context));
       DOMINO_RETURN_IF_ERROR(Ok(InitNcclOver(**pair, lane.context, options_, &lane.nccl)));
     }
     me_ = me;
@@ -250,6 +248,7 @@ class DeviceStep final : public StepDevice {
     return Error("CUDA step: " + status.message());
   }
 
+  // `*out` is set as soon as the context exists, so the destructor frees it whatever fails next.
   Status NewContext(cuda::DType type, cuda::Context** out) {
     DOMINO_RETURN_IF_ERROR(Ok(cuda::Create(options_.device, type, out)));
     return Ok(cuda::CreateEvents(*out, 2));
