@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -79,6 +81,26 @@ std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_vie
 // Megatron's and torchtitan's layers per virtual stage count the ends the split counts.
 int LayersPerVirtualStage(const Plan& plan) {
   return static_cast<int>(plan.split_units() / (plan.pp * plan.virtual_stages));
+}
+
+// Megatron-Core splits layers evenly over the stages unless told otherwise: domino's uneven stages
+// (layers only, no interleaving; the middle stages take the remainder first) as its first- and
+// last-stage layer counts when the middle stages are equal, else as an explicit layout (E the
+// embedding, t a layer, L the loss, | between stages).
+std::vector<std::string> MegatronUnevenStages(const Plan& plan) {
+  if (plan.pp < 2 || plan.virtual_stages > 1 || plan.pipeline_split != PipelineSplit::kLayers ||
+      plan.model.layers % plan.pp == 0)
+    return {};
+  const std::vector<int> stages = ChunkLayers(plan);
+  if (std::adjacent_find(stages.begin() + 1, stages.end() - 1, std::not_equal_to<>()) ==
+      stages.end() - 1)
+    return {fmt::format("--decoder-first-pipeline-num-layers {}", stages.front()),
+            fmt::format("--decoder-last-pipeline-num-layers {}", stages.back())};
+  std::string layout;
+  for (size_t s = 0; s < stages.size(); ++s)
+    layout += fmt::format("{}{}t*{}{}", s == 0 ? "" : "|", s == 0 ? "E" : "", stages[s],
+                          s + 1 == stages.size() ? "L" : "");
+  return {fmt::format("--pipeline-model-parallel-layout \"{}\"", layout)};
 }
 
 // Megatron needs max_position_embeddings >= seq_length for learned positions.
@@ -172,6 +194,7 @@ std::string ExportMegatron(const Plan& plan) {
         fmt::format("--num-layers-per-virtual-pipeline-stage {}", LayersPerVirtualStage(plan)));
   if (plan.split_counts_embedding()) args.push_back("--account-for-embedding-in-pipeline-split");
   if (plan.split_counts_loss()) args.push_back("--account-for-loss-in-pipeline-split");
+  for (std::string& uneven : MegatronUnevenStages(plan)) args.push_back(std::move(uneven));
   if (plan.placement == Placement::kTpPpDp) args.push_back("--use-tp-pp-dp-mapping");
   if (plan.sequence_parallel) args.push_back("--sequence-parallel");
   if (plan.method != OverlapMethod::kDomino) args.push_back("--tp-comm-overlap");
@@ -204,6 +227,12 @@ std::string ExportNemo(const Plan& plan) {
   }
   for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine"))
     out.differs.push_back(d);
+  if (!MegatronUnevenStages(plan).empty())
+    out.differs.push_back(fmt::format(
+        "uneven stages ({} layers on pp {}): megatron_gpt_config.yaml has no key for them "
+        "(Megatron-Core takes num_layers_in_first_pipeline_stage and "
+        "num_layers_in_last_pipeline_stage, or pipeline_model_parallel_layout)",
+        plan.model.layers, plan.pp));
   if (plan.pipeline_split != PipelineSplit::kLayers && plan.pp > 1)
     out.differs.push_back(fmt::format(
         "pipeline_split {}: megatron_gpt_config.yaml has no key for it (NeMo 2's MegatronStrategy "

@@ -528,5 +528,37 @@ TEST(Export, APipelineSplitThatCountsTheEndsMapsToEachFramework) {
   EXPECT_THAT(*titan_uneven, HasSubstr("pipeline_parallel_first_stage_less_layers = 0\n"));
 }
 
+TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {
+  // 126 layers on pp 16: 7, 8 x 14, 7 (equal middle stages): the first and last stage's counts.
+  std::string uneven = kLlama405bEnds;
+  uneven.replace(uneven.find(", virtual_stages: 8, pipeline_split: ends"), 41, "");
+  uneven.replace(uneven.find("pp: 8, dp: 4"), 12, "pp: 16, dp: 2");
+  Result<std::string> megatron = Export(uneven.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, HasSubstr("--decoder-first-pipeline-num-layers 7 \\\n"
+                                   "--decoder-last-pipeline-num-layers 7 \\\n"));
+  Result<std::string> nemo = Export(uneven.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("# differs: uneven stages (126 layers on pp 16)"));
+  // 29 layers on pp 4: 7, 8, 7, 7, whose middle stages differ: a layout.
+  Result<Plan> plan = ParsePlan(kLlama8b3dFullRecompute, "plan.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  Plan p = *plan;
+  p.pp = 4, p.dp = 1, p.virtual_stages = 1, p.global_batch = p.micro_batch * 4;
+  p.model.layers = 29;
+  ASSERT_FALSE(CheckPlanRules(p).has_value()) << CheckPlanRules(p)->rule;
+  ASSERT_EQ(ChunkLayers(p), (std::vector<int>{7, 8, 7, 7}));
+  Result<std::string> layout = ExportPlan(p, ExportTarget::kMegatron);
+  ASSERT_TRUE(layout.ok()) << layout.message();
+  EXPECT_THAT(*layout, HasSubstr("--pipeline-model-parallel-layout \"Et*7|t*8|t*7|t*7L\""));
+  EXPECT_THAT(*layout, Not(HasSubstr("--decoder-first-pipeline-num-layers")));
+  // Even stages need neither.
+  p.model.layers = 32;
+  Result<std::string> even = ExportPlan(p, ExportTarget::kMegatron);
+  ASSERT_TRUE(even.ok()) << even.message();
+  EXPECT_THAT(*even, Not(HasSubstr("pipeline-num-layers")));
+  EXPECT_THAT(*even, Not(HasSubstr("layout")));
+}
+
 }  // namespace
 }  // namespace domino
