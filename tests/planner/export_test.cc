@@ -502,6 +502,14 @@ parallel: {tp: 8, cp: 2, pp: 8, dp: 4, sequence_parallel: true, virtual_stages: 
 memory: {distributed_optimizer: true}
 )yaml";
 
+// The same model counting layers only, on pp 16 without interleaving: 7, 8 x 14, 7 layers.
+std::string Llama405bUneven() {
+  std::string yaml = kLlama405bEnds;
+  yaml.replace(yaml.find(", virtual_stages: 8, pipeline_split: ends"), 41, "");
+  yaml.replace(yaml.find("pp: 8, dp: 4"), 12, "pp: 16, dp: 2");
+  return yaml;
+}
+
 TEST(Export, APipelineSplitThatCountsTheEndsMapsToEachFramework) {
   Result<std::string> megatron = Export(kLlama405bEnds, ExportTarget::kMegatron);
   ASSERT_TRUE(megatron.ok()) << megatron.message();
@@ -518,9 +526,7 @@ TEST(Export, APipelineSplitThatCountsTheEndsMapsToEachFramework) {
   EXPECT_THAT(*nemo, HasSubstr("# differs: pipeline_split ends: megatron_gpt_config.yaml has no "
                                "key for it"));
   // Counting layers only, uneven stages: torchtitan puts the remainder elsewhere, and says so.
-  std::string uneven = kLlama405bEnds;
-  uneven.replace(uneven.find(", virtual_stages: 8, pipeline_split: ends"), 41, "");
-  uneven.replace(uneven.find("pp: 8, dp: 4"), 12, "pp: 16, dp: 2");
+  const std::string uneven = Llama405bUneven();
   Result<std::string> titan_uneven = Export(uneven.c_str(), ExportTarget::kTorchtitan);
   ASSERT_TRUE(titan_uneven.ok()) << titan_uneven.message();
   EXPECT_THAT(*titan_uneven, HasSubstr("# differs: uneven stages: torchtitan gives the 14 layers "
@@ -530,9 +536,7 @@ TEST(Export, APipelineSplitThatCountsTheEndsMapsToEachFramework) {
 
 TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {
   // 126 layers on pp 16: 7, 8 x 14, 7 (equal middle stages): the first and last stage's counts.
-  std::string uneven = kLlama405bEnds;
-  uneven.replace(uneven.find(", virtual_stages: 8, pipeline_split: ends"), 41, "");
-  uneven.replace(uneven.find("pp: 8, dp: 4"), 12, "pp: 16, dp: 2");
+  const std::string uneven = Llama405bUneven();
   Result<std::string> megatron = Export(uneven.c_str(), ExportTarget::kMegatron);
   ASSERT_TRUE(megatron.ok()) << megatron.message();
   EXPECT_THAT(*megatron, HasSubstr("--decoder-first-pipeline-num-layers 7 \\\n"
