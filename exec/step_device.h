@@ -61,9 +61,9 @@ class StepDevice {
   virtual Status Finish() = 0;
 };
 
-// The device transport of rank `stage` of its pipeline: `links` lists the (from, to) stage pairs
-// whose sends the iteration has (the same on every rank of the pipeline); `tp`, `pp` and `dp` are
-// the rank's host groups (the NCCL bootstrap). Fails clearly without CUDA.
+// This rank's device transport: `links` lists the (from, to) stage pairs whose sends the
+// iteration has (the same on every rank of the pipeline); `tp`, `pp` and `dp` are the rank's host
+// groups (the NCCL bootstrap; its stage is its rank in `pp`). Fails clearly without CUDA.
 Result<std::unique_ptr<StepDevice>> MakeStepDevice(const CudaOptions& options,
                                                    std::span<const std::pair<int, int>> links,
                                                    Communicator& tp, Communicator& pp,
