@@ -435,6 +435,86 @@ TEST_P(CudaOpsTypedTest, FillsRandomValues) {
   EXPECT_EQ(Read(m.view), v);
 }
 
+// fp32 device memory holding `values` whatever the context's type (freed with `owned`).
+float* Floats(cuda::Context* c, DType type, std::vector<void*>& owned,
+              const std::vector<float>& values) {
+  void* data = nullptr;
+  const size_t per = sizeof(float) / cuda::DTypeBytes(type);
+  EXPECT_EQ(Msg(cuda::Alloc(c, values.size() * per, &data)), "");
+  owned.push_back(data);
+  const int64_t n = static_cast<int64_t>(values.size());
+  EXPECT_EQ(Msg(cuda::Upload(c, DView{data, 1, n, n}, values.data(), true)), "");
+  return static_cast<float*>(data);
+}
+
+std::vector<float> ReadFloats(cuda::Context* c, const float* data, int64_t n) {
+  std::vector<float> host(static_cast<size_t>(n));
+  EXPECT_EQ(Msg(cuda::Download(c, DView{const_cast<float*>(data), 1, n, n}, host.data(), true)),
+            "");
+  return host;
+}
+
+// A whole step's bucket arithmetic (exec/step_device.h): fp32 sums of a view of the element type,
+// the fp32 values written back in it, and Adam against the host step's double-precision update.
+TEST_P(CudaOpsTypedTest, StepBucketArithmetic) {
+  const int64_t rows = 9, cols = 37, n = rows * cols;
+  const Matrix grad = Make(rows, cols);
+  std::vector<float> start(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) start[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
+  float* flat = Floats(context_, Type(), allocations_, start);
+  ASSERT_EQ(Msg(cuda::AccumulateF32(context_, grad.view, flat, 0.5f)), "");
+  std::vector<float> want = start;
+  for (int64_t i = 0; i < n; ++i) want[i] += 0.5f * grad.host[i];
+  const std::vector<float> summed = ReadFloats(context_, flat, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(summed[i], want[i], 1e-6) << "sum " << i;
+
+  const Matrix weights = Make(rows, cols);
+  ASSERT_EQ(Msg(cuda::StoreF32(context_, flat, weights.view)), "");
+  ExpectNear(Read(weights.view), summed, "store");
+  ExpectOutsideKept(weights, "store");
+
+  // Two Adam steps from zero moments, as exec/step.cc's host optimizer runs them.
+  std::vector<float> master = summed, m(static_cast<size_t>(n), 0.0f), v = m;
+  float* d_master = Floats(context_, Type(), allocations_, master);
+  float* d_m = Floats(context_, Type(), allocations_, m);
+  float* d_v = Floats(context_, Type(), allocations_, v);
+  const double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-4;
+  for (int step = 1; step <= 2; ++step) {
+    const double c1 = 1 - std::pow(beta1, step), c2 = 1 - std::pow(beta2, step);
+    cuda::AdamStep a;
+    a.lr = static_cast<float>(lr), a.beta1 = static_cast<float>(beta1);
+    a.beta2 = static_cast<float>(beta2), a.eps = static_cast<float>(eps);
+    a.c1 = static_cast<float>(c1), a.c2 = static_cast<float>(c2);
+    ASSERT_EQ(Msg(cuda::AdamF32(context_, d_master, d_m, d_v, flat, n, a)), "");
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = summed[i];
+      const double mi = beta1 * m[i] + (1 - beta1) * g, vi = beta2 * v[i] + (1 - beta2) * g * g;
+      m[i] = static_cast<float>(mi), v[i] = static_cast<float>(vi);
+      master[i] = static_cast<float>(master[i] - lr * (mi / c1) / (std::sqrt(vi / c2) + eps));
+    }
+  }
+  const std::vector<float> updated = ReadFloats(context_, d_master, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(updated[i], master[i], 1e-6) << "adam " << i;
+}
+
+// Token ids are fp32 whatever the element type: ids above 256, which bf16 and fp16 do not hold
+// exactly, look up their own rows.
+TEST_P(CudaOpsTypedTest, EmbeddingLooksUpIdsTheElementTypeCannotHold) {
+  const int64_t vocab = 1100, hidden = 16;
+  const Matrix table = Make(vocab, hidden);
+  const std::vector<float> ids = {1000, 1001, 3, 777, 1099};
+  const int64_t tokens = static_cast<int64_t>(ids.size());
+  float* d_ids = Floats(context_, Type(), allocations_, ids);
+  const Matrix out = Make(tokens, hidden);
+  ASSERT_EQ(Msg(cuda::Embedding(context_, DView{d_ids, tokens, 1, 1}, 0, table.view, out.view)),
+            "");
+  const std::vector<float> got = Read(out.view);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t c = 0; c < hidden; ++c)
+      ASSERT_EQ(got[t * hidden + c], table.host[static_cast<int64_t>(ids[t]) * hidden + c])
+          << "token " << t << " column " << c;
+}
+
 TEST_F(CudaOpsTest, MeasuresHbmBandwidth) {
   double GBps = 0;
   ASSERT_EQ(Msg(cuda::MeasureHbmGBps(context_, size_t{64} << 20, 3, &GBps)), "");
