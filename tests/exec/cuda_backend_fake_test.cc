@@ -34,6 +34,16 @@ testing_util::PlanKnobs TinyKnobs() {
   return k;
 }
 
+// tiny-gpt for whole steps: tp x cp x pp x dp ranks on one node, micro-batch 4.
+testing_util::PlanKnobs StepKnobs(int tp, int cp, int pp, int dp, int global_batch) {
+  testing_util::PlanKnobs k = TinyKnobs();
+  k.tp = tp, k.cp = cp, k.pp = pp, k.dp = dp;
+  k.cluster = "dgx-h100:1:" + std::to_string(tp * cp * pp * dp);
+  k.micro_batch = 4;
+  k.global_batch = global_batch;
+  return k;
+}
+
 Plan TinyPlan(int p, OverlapScope scope) {
   testing_util::PlanKnobs k = TinyKnobs();
   k.row_split = p;
@@ -107,12 +117,7 @@ bool Overlap(const OpTime& a, const OpTime& b) {
 // Two whole training steps of tiny-gpt on one rank of the (fake) GPU, two micro-batches, each
 // its own runner; `comm` moves the step's data.
 Result<ExecuteResult> OneRankSteps(CommMode comm) {
-  testing_util::PlanKnobs k = TinyKnobs();
-  k.tp = 1;
-  k.cluster = "dgx-h100:1:1";
-  k.micro_batch = 4;
-  k.global_batch = 8;
-  const Plan plan = testing_util::MakePlan(k);
+  const Plan plan = testing_util::MakePlan(StepKnobs(1, 1, 1, 1, 8));
   ExecuteOptions options;
   options.backend = BackendKind::kCuda;
   options.extent = Extent::kStep;
@@ -176,11 +181,7 @@ std::vector<fake::Stats> FakeRanks(const Plan& plan, const Iteration& iteration,
 // a device receive, the tied embedding's gradient crosses between the first and last stage both
 // ways, and the buckets reduce-scatter and all-gather over DP on NCCL.
 TEST(CudaBackendFakeTest, WholeStepsMoveThePipelineAndTheBucketsOnNccl) {
-  testing_util::PlanKnobs k = TinyKnobs();
-  k.tp = 1, k.pp = 2, k.dp = 2;
-  k.cluster = "dgx-h100:1:4";
-  k.micro_batch = 4;
-  k.global_batch = 16;  // two micro-batches per replica
+  testing_util::PlanKnobs k = StepKnobs(1, 1, 2, 2, 16);  // two micro-batches per replica
   k.distributed_optimizer = true;
   const Plan plan = testing_util::MakePlan(k);
   ExecuteOptions options;
@@ -220,12 +221,7 @@ TEST(CudaBackendFakeTest, WholeStepsMoveThePipelineAndTheBucketsOnNccl) {
 // Context parallelism's ring passes its blocks through the host; the rest of the step runs on
 // the device all the same.
 TEST(CudaBackendFakeTest, WholeStepsWithContextParallelismRunOnNccl) {
-  testing_util::PlanKnobs k = TinyKnobs();
-  k.tp = 1, k.cp = 2;
-  k.cluster = "dgx-h100:1:2";
-  k.micro_batch = 4;
-  k.global_batch = 4;
-  const Plan plan = testing_util::MakePlan(k);
+  const Plan plan = testing_util::MakePlan(StepKnobs(1, 2, 1, 1, 4));
   ExecuteOptions options;
   options.backend = BackendKind::kCuda;
   options.cuda.comm = CommMode::kNccl;
@@ -243,11 +239,7 @@ TEST(CudaBackendFakeTest, WholeStepsWithContextParallelismRunOnNccl) {
 // step's NCCL communicator (lent to its runner), and the norm gains' partial gradients are summed
 // over TP in fp32 on NCCL once a step.
 TEST(CudaBackendFakeTest, WholeStepsRunThePassesTpCollectivesOnNccl) {
-  testing_util::PlanKnobs k = TinyKnobs();
-  k.tp = 2, k.pp = 2;
-  k.cluster = "dgx-h100:1:4";
-  k.micro_batch = 4;
-  k.global_batch = 8;  // two micro-batches
+  testing_util::PlanKnobs k = StepKnobs(2, 1, 2, 1, 8);  // two micro-batches
   k.sequence_parallel = true;
   const Plan plan = testing_util::MakePlan(k);
   ExecuteOptions options;
