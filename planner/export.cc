@@ -8,6 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include "planner/iteration.h"
+
 namespace domino {
 namespace {
 
@@ -208,6 +210,11 @@ std::string ExportMegatron(const Plan& plan) {
     args.push_back("--recompute-num-layers 1");
   }
   if (plan.distributed_optimizer) args.push_back("--use-distributed-optimizer");
+  // Megatron reduces fp16 gradients in fp16 and bf16 ones in fp32 unless told otherwise.
+  const bool half_grads = GradBytes(plan) == 2;
+  if (plan.precision == Dtype::kFp16 && !half_grads)
+    args.push_back("--accumulate-allreduce-grads-in-fp32");
+  if (plan.precision != Dtype::kFp16 && half_grads) args.push_back("--grad-reduce-in-bf16");
   AddMegatronPrecision(plan.precision, out, args);
   out.body = Arguments(args);
   return out.Text();
@@ -292,6 +299,10 @@ std::string ExportNemo(const Plan& plan) {
   body += "  optim:\n";
   body += fmt::format("    name: {}\n",
                       plan.distributed_optimizer ? "distributed_fused_adam" : "fused_adam");
+  if (plan.distributed_optimizer)
+    body += fmt::format("    grad_sync_dtype: {}\n", GradBytes(plan) == 4             ? "fp32"
+                                                     : plan.precision == Dtype::kFp16 ? "fp16"
+                                                                                      : "bf16");
   out.body = body;
   return out.Text();
 }
@@ -375,6 +386,9 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
   body += fmt::format("  \"train_micro_batch_size_per_gpu\": {},\n", plan.micro_batch);
   body += fmt::format("  \"gradient_accumulation_steps\": {},\n", plan.micro_batches());
   body += precision;
+  // DeepSpeed reduces gradients in the 16-bit parameters' type unless told otherwise.
+  if (plan.dp_cp() > 1 && GradBytes(plan) == 4)
+    body += "  \"communication_data_type\": \"fp32\",\n";
   body += "  \"zero_optimization\": {\"stage\": 0}\n";
   body += "}\n";
   std::vector<std::string> args;
@@ -492,6 +506,8 @@ std::string ExportTorchtitan(const Plan& plan) {
   body += fmt::format("global_batch_size = {}\n", plan.global_batch);
   body += fmt::format("seq_len = {}\n", plan.seq_len);
   body += fmt::format("mixed_precision_param = {}\n", TomlString(param_dtype));
+  // torchtitan reduces in float32 unless told otherwise.
+  if (plan.dp_cp() > 1 && GradBytes(plan) == 2) body += "mixed_precision_reduce = \"bfloat16\"\n";
   body += "\n[parallelism]\n";
   const int shard = plan.distributed_optimizer ? plan.dp : 1;
   body += fmt::format("data_parallel_replicate_degree = {}\n", plan.dp / shard);

@@ -47,6 +47,15 @@ std::vector<PipelineStep> PipelineOrder(int s, int stages, int chunks, int m) {
   return order;
 }
 
+double GradBytes(const Plan& plan) {
+  const GradReduce reduce = plan.grad_reduce.value_or(plan.stack.grad_reduce);
+  const bool half = reduce == GradReduce::kParam ||
+                    (reduce == GradReduce::kFp16Param && plan.precision == Dtype::kFp16);
+  return half ? 2 : 4;
+}
+
+double AdamBytesPerParam(const Plan& plan) { return 2 + GradBytes(plan) + 12 + 2 + 12; }
+
 namespace {
 
 // Builds an Iteration stage by stage, in an order where every op's dependencies precede it.
@@ -61,7 +70,8 @@ class IterationBuilder {
         m_(plan.micro_batches()),
         total_vs_(plan.pp * plan.virtual_stages) {
     const ParameterCounts& c = counts_;
-    layer_grad_bytes_ = static_cast<double>(c.per_layer) / plan.tp * kGradBytes;
+    grad_bytes_ = GradBytes(plan);
+    layer_grad_bytes_ = static_cast<double>(c.per_layer) / plan.tp * grad_bytes_;
     const Dtype activation = plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision;
     activation_bytes_ = static_cast<double>(plan.micro_batch) * plan.local_seq_len() *
                         plan.model.hidden * DtypeBytes(activation) /
@@ -120,7 +130,7 @@ class IterationBuilder {
     if (pp_ > 1 && plan_.model.tied_embeddings) {
       const Op op = Comm(OpFunc::kEmbeddingAllReduce, Stream::kDpComm, pp_ - 1, Group::kEmbedding,
                          CollectiveOp::kAllReduce,
-                         static_cast<double>(counts_.embedding) / plan_.tp * kGradBytes,
+                         static_cast<double>(counts_.embedding) / plan_.tp * grad_bytes_,
                          ChunkTags(-1, -1, -1, Phase::kOptimizer));
       const int32_t deps[] = {dp_tail[0], dp_tail[pp_ - 1]};
       embedding_sync = it_.schedule.Add(op, deps);
@@ -134,8 +144,8 @@ class IterationBuilder {
       step.stream = Stream::kCompute;
       step.stage = static_cast<int16_t>(s);
       step.tags.phase = Phase::kOptimizer;
-      step.bytes =
-          (plan_.distributed_optimizer ? params / plan_.dp_cp() : params) * kAdamBytesPerParam;
+      step.bytes = (plan_.distributed_optimizer ? params / plan_.dp_cp() : params) *
+                   AdamBytesPerParam(plan_);
       std::vector<int32_t> deps = {dp_tail[s]};
       if (embedding_sync >= 0 && (s == 0 || s == pp_ - 1)) deps.push_back(embedding_sync);
       const int32_t optimizer = it_.schedule.Add(step, deps);
@@ -239,11 +249,11 @@ class IterationBuilder {
     const int layers = it_.virtual_stages[vs].layers;
     if (all) {
       for (int l = layers - 1; l >= 0; --l) id = bucket(l, layer_grad_bytes_);
-      if (ExtraParams(vs) > 0) id = bucket(-1, ExtraParams(vs) * kGradBytes);
+      if (ExtraParams(vs) > 0) id = bucket(-1, ExtraParams(vs) * grad_bytes_);
     } else if (layer >= 0) {
       id = bucket(layer, layer_grad_bytes_);
     } else if (ExtraParams(vs) > 0) {
-      id = bucket(-1, ExtraParams(vs) * kGradBytes);
+      id = bucket(-1, ExtraParams(vs) * grad_bytes_);
     }
     return id;
   }
@@ -324,7 +334,7 @@ class IterationBuilder {
   Iteration& it_;
   ParameterCounts counts_;
   const int pp_, v_, m_, total_vs_;
-  double layer_grad_bytes_ = 0, activation_bytes_ = 0;
+  double grad_bytes_ = 4, layer_grad_bytes_ = 0, activation_bytes_ = 0;
   bool overlap_grad_ = false, gather_ = false, overlap_gather_ = false, combined_ = false;
   std::vector<std::vector<PipelineStep>> orders_;
   std::vector<std::vector<size_t>> last_backward_;  // by stage and chunk: its last backward step

@@ -85,12 +85,13 @@ struct IterationOptions {
 // CheckPlanRules.
 Result<Iteration> LowerIteration(const Plan& plan, const IterationOptions& options = {});
 
+// Bytes per element of the DP gradients: fp32, or the 16-bit parameters' type where the plan's
+// stack reduces in it (StackSpec::grad_reduce).
+double GradBytes(const Plan& plan);
 // Bytes the optimizer step moves per parameter of the shard it updates: Adam with fp32 master
-// weights reads the 16-bit parameter (2), the fp32 gradient (4), master, m and v (4 each) and
+// weights reads the 16-bit parameter (2), the gradient (GradBytes), master, m and v (4 each) and
 // writes the parameter, master, m and v.
-inline constexpr double kAdamBytesPerParam = 32;
-// Megatron accumulates and reduces gradients in fp32.
-inline constexpr double kGradBytes = 4;
+double AdamBytesPerParam(const Plan& plan);
 
 }  // namespace domino
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "models/model_counts.h"
+#include "planner/iteration.h"
 
 namespace domino {
 
@@ -22,8 +23,10 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   } else {
     per_layer = s * b * h * (10 + 24 / t + (drop_scores ? 0 : 5 * a * s / (h * t)));
   }
-  // Weights are not sharded by CP; the distributed optimizer shards over DP x CP, as Megatron's.
-  const double bytes_per_param = plan.distributed_optimizer ? 6.0 + 12.0 / plan.dp_cp() : 18.0;
+  // 16-bit weights, their gradients (GradBytes) and fp32 master, m and v (12 bytes). Weights are
+  // not sharded by CP; the distributed optimizer shards the 12 bytes over DP x CP, as Megatron's.
+  const double bytes_per_param =
+      2.0 + GradBytes(plan) + 12.0 / (plan.distributed_optimizer ? plan.dp_cp() : 1);
   const std::vector<int> chunk_layers = ChunkLayers(plan);
   // Every stage: its layers' 1/tp share; the first also the vocab-parallel embedding, the last
   // the untied LM head (learned position embeddings are replicated and, like Megatron's count,

@@ -424,6 +424,11 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   if (auto memory = root.Map("memory", Need::kOptional)) {
     memory->Enum("recompute", &plan.recompute, Need::kOptional, kRecomputes);
     memory->Bool("distributed_optimizer", &plan.distributed_optimizer, Need::kOptional);
+    GradReduce grad_reduce = GradReduce::kFp32;
+    if (memory->Has("grad_reduce")) {
+      memory->Enum("grad_reduce", &grad_reduce, Need::kOptional, GradReduceNames());
+      plan.grad_reduce = grad_reduce;
+    }
     (void)memory->Finish();
   }
   ReadFigures(root, "predicted", &plan.predicted);
@@ -517,7 +522,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       "training: {{seq_len: {}, micro_batch: {}, global_batch: {}}}\n"
       "parallel: {{tp: {}{}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}{}}}\n"
       "overlap: {{row_split: {}, col_split: {}, scope: {}{}}}\n"
-      "memory: {{recompute: {}, distributed_optimizer: {}}}\n",
+      "memory: {{recompute: {}, distributed_optimizer: {}{}}}\n",
       p.model_ref.empty() ? ModelToFlowYaml(p.model) : RefToYaml(p.model_ref, ModelCatalog()),
       ClusterRefToYaml(p.cluster_ref), RefToYaml(p.stack_ref, StackCatalog()),
       DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch, p.tp,
@@ -537,7 +542,9 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
           ? ""
           : fmt::format(", method: {}, chunks: {}{}", MethodName(p.method), p.decomposed_chunks(),
                         p.copy_engine ? fmt::format(", copy_engine: {}", *p.copy_engine) : ""),
-      RecomputeName(p.recompute), p.distributed_optimizer);
+      RecomputeName(p.recompute), p.distributed_optimizer,
+      // Written only when the plan overrides its stack's.
+      p.grad_reduce ? fmt::format(", grad_reduce: {}", GradReduceName(*p.grad_reduce)) : "");
   if (p.predicted) out += FiguresToYaml("predicted", *p.predicted);
   if (p.measured) out += FiguresToYaml("measured", *p.measured);
   return out;

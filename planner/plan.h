@@ -98,6 +98,10 @@ struct Plan {
   // memory
   Recompute recompute = Recompute::kNone;
   bool distributed_optimizer = false;
+  // The type DP gradients are accumulated and reduced in (Megatron-Core's --grad-reduce-in-bf16,
+  // NeMo's grad_sync_dtype, DeepSpeed's communication_data_type). Unset: as the stack does
+  // (StackSpec::grad_reduce).
+  std::optional<GradReduce> grad_reduce;
 
   std::optional<PlanFigures> predicted;  // read back from a report; never trusted on input
   std::optional<PlanFigures> measured;

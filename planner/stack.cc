@@ -17,12 +17,26 @@ constexpr std::array<std::pair<std::string_view, AttentionKernel>, 2> kAttention
     {"unfused", AttentionKernel::kUnfused},
 }};
 
+constexpr std::array<std::pair<std::string_view, GradReduce>, 3> kGradReduces{{
+    {"fp32", GradReduce::kFp32},
+    {"param", GradReduce::kParam},
+    {"fp16-param", GradReduce::kFp16Param},
+}};
+
+template <typename T, size_t N>
+std::string_view NameOf(const std::array<std::pair<std::string_view, T>, N>& names, T value) {
+  for (const auto& [name, v] : names)
+    if (v == value) return name;
+  return "?";
+}
+
 }  // namespace
 
+std::string_view GradReduceName(GradReduce reduce) { return NameOf(kGradReduces, reduce); }
+std::span<const std::pair<std::string_view, GradReduce>> GradReduceNames() { return kGradReduces; }
+
 std::string_view AttentionKernelName(AttentionKernel kernel) {
-  for (const auto& [name, value] : kAttentionKernels)
-    if (value == kernel) return name;
-  return "?";
+  return NameOf(kAttentionKernels, kernel);
 }
 
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
@@ -41,6 +55,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("overlap_param_gather", &stack.overlap_param_gather, Need::kOptional);
   map.Bool("fused_cross_entropy", &stack.fused_cross_entropy, Need::kOptional);
   map.Bool("decomposed_copy_engine", &stack.decomposed_copy_engine, Need::kOptional);
+  map.Enum("grad_reduce", &stack.grad_reduce, Need::kOptional, kGradReduces);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return stack;
 }

@@ -4,6 +4,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "models/base/embedded_file.h"
 #include "models/base/result.h"
@@ -14,6 +15,14 @@ namespace domino {
 // batched GEMMs around a softmax with the s x s scores through HBM.
 enum class AttentionKernel { kFlash, kUnfused };
 std::string_view AttentionKernelName(AttentionKernel kernel);  // "flash", "unfused"
+
+// The element type DP gradients are accumulated and reduced in: always fp32; the 16-bit
+// parameters' type (DeepSpeed's default communication_data_type); or that type only when it is
+// fp16, fp32 with bf16 or fp8 runs (Megatron-LM without --accumulate-allreduce-grads-in-fp32,
+// which bf16 forces on).
+enum class GradReduce { kFp32, kParam, kFp16Param };
+std::string_view GradReduceName(GradReduce reduce);  // "fp32", "param", "fp16-param"
+std::span<const std::pair<std::string_view, GradReduce>> GradReduceNames();
 
 // StackSpec is the software that runs a plan (planner/catalog/stacks/NAME.yaml): which kernels are
 // fused and how kernels are launched. The same plan runs faster on Megatron-Core with flash
@@ -48,6 +57,7 @@ struct StackSpec {
   // Decomposed overlap's all-gather parts go on copy engines unless a plan says otherwise
   // (Plan::copy_engine).
   bool decomposed_copy_engine = false;
+  GradReduce grad_reduce = GradReduce::kFp32;
 };
 
 // The stack a plan runs on when it names none.
@@ -55,7 +65,7 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `fused_cross_entropy` and `decomposed_copy_engine` (false).
+// `fused_cross_entropy` and `decomposed_copy_engine` (false), and `grad_reduce` (fp32).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

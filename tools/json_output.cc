@@ -119,7 +119,8 @@ Json PlanJson(const Plan& p) {
                      {"scope", ScopeName(p.scope)},     {"method", MethodName(p.method)},
                      {"chunks", p.decomposed_chunks()}, {"copy_engine", p.copy_engine_parts()}};
   plan["memory"] = {{"recompute", RecomputeName(p.recompute)},
-                    {"distributed_optimizer", p.distributed_optimizer}};
+                    {"distributed_optimizer", p.distributed_optimizer},
+                    {"grad_reduce", GradReduceName(p.grad_reduce.value_or(p.stack.grad_reduce))}};
   return plan;
 }
 

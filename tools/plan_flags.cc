@@ -137,6 +137,10 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
       ->check(NonEmpty());
   AddSwitch(app, "distributed-optimizer", &f->distributed_optimizer,
             "shard the optimizer state over the DP ranks (default: off)");
+  app->add_option("--grad-reduce", f->grad_reduce,
+                  "type DP gradients are reduced in: fp32 | param (the 16-bit parameters') | "
+                  "fp16-param (the parameters' when fp16, else fp32; default: the stack's)")
+      ->check(NonEmpty());
 }
 
 Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
@@ -179,6 +183,15 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
                                     {"loss", PipelineSplit::kLoss},
                                     {"ends", PipelineSplit::kEnds}},
                                    &plan.pipeline_split));
+  if (!f.grad_reduce.empty()) {
+    GradReduce reduce = GradReduce::kFp32;
+    DOMINO_RETURN_IF_ERROR(ApplyEnum("grad-reduce", f.grad_reduce,
+                                     {{"fp32", GradReduce::kFp32},
+                                      {"param", GradReduce::kParam},
+                                      {"fp16-param", GradReduce::kFp16Param}},
+                                     &reduce));
+    plan.grad_reduce = reduce;
+  }
   if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))
     return Error(fmt::format("--sp: expected true or false, got '{}'", f.sequence_parallel));
   bool copy_engine = false;

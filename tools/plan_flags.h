@@ -25,6 +25,7 @@ struct PlanFlags {
   std::string copy_engine;  // "true" / "false"
   std::string scope, recompute, distributed_optimizer, placement;
   std::string pipeline_split;  // "layers" / "embedding" / "loss" / "ends"
+  std::string grad_reduce;     // "fp32" / "param" / "fp16-param"
 };
 
 // Declares the flags on `app`. With `with_plan_file`, also --plan.

@@ -221,6 +221,7 @@ model:
   activations_checkpoint_num_layers: 1
   optim:
     name: distributed_fused_adam
+    grad_sync_dtype: fp32
 )txt");
 }
 
@@ -532,6 +533,39 @@ TEST(Export, APipelineSplitThatCountsTheEndsMapsToEachFramework) {
   EXPECT_THAT(*titan_uneven, HasSubstr("# differs: uneven stages: torchtitan gives the 14 layers "
                                        "left over by pp 16 to the first stages"));
   EXPECT_THAT(*titan_uneven, HasSubstr("pipeline_parallel_first_stage_less_layers = 0\n"));
+}
+
+TEST(Export, TheGradientTypeIsSaidWhereTheFrameworkWouldPickAnother) {
+  // llama3-8b 3D with bf16 gradients (memory.grad_reduce: param): Megatron reduces bf16 gradients
+  // in fp32 unless --grad-reduce-in-bf16, NeMo's distributed optimizer takes grad_sync_dtype,
+  // torchtitan reduces in float32 unless told; the fp32 default says nothing to Megatron.
+  std::string bf16(kLlama8b3dFullRecompute);
+  bf16.replace(bf16.find("distributed_optimizer: true}"), 28,
+               "distributed_optimizer: true, grad_reduce: param}");
+  Result<std::string> megatron = Export(bf16.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, HasSubstr("--grad-reduce-in-bf16"));
+  Result<std::string> nemo = Export(bf16.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("    grad_sync_dtype: bf16\n"));
+  Result<std::string> titan = Export(bf16.c_str(), ExportTarget::kTorchtitan);
+  ASSERT_TRUE(titan.ok()) << titan.message();
+  EXPECT_THAT(*titan, HasSubstr("mixed_precision_reduce = \"bfloat16\"\n"));
+  Result<std::string> plain = Export(kLlama8b3dFullRecompute, ExportTarget::kMegatron);
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_THAT(*plain, Not(HasSubstr("grad")));
+  // fp16 under megatron-core reduces in fp16, as Megatron does by default; fp32 gradients need
+  // --accumulate-allreduce-grads-in-fp32.
+  std::string fp16(kLlama8b3dFullRecompute);
+  fp16.replace(fp16.find("precision: bf16"), 15, "precision: fp16");
+  Result<std::string> half = Export(fp16.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(half.ok()) << half.message();
+  EXPECT_THAT(*half, Not(HasSubstr("grad")));
+  fp16.replace(fp16.find("distributed_optimizer: true}"), 28,
+               "distributed_optimizer: true, grad_reduce: fp32}");
+  Result<std::string> full = Export(fp16.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(full.ok()) << full.message();
+  EXPECT_THAT(*full, HasSubstr("--accumulate-allreduce-grads-in-fp32"));
 }
 
 TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {

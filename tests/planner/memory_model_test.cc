@@ -50,6 +50,23 @@ TEST(MemoryModelTest, WeightsAndOptimizerTake18BytesPerParameter) {
   EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 18);
 }
 
+TEST(MemoryModelTest, GradientsTakeTheStacksReduceType) {
+  Plan plan = TinyPlan();
+  // fp16 parameters under a stack that reduces fp16 gradients in fp16 (Megatron-LM's default):
+  // 2 + 2 + 12 = 16 bytes per parameter; with bf16 the same stack keeps fp32 gradients (18).
+  plan.stack.grad_reduce = GradReduce::kFp16Param;
+  plan.precision = Dtype::kFp16;
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 16);
+  plan.precision = Dtype::kBf16;
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 18);
+  // A plan's own grad_reduce overrides the stack's: bf16 gradients (--grad-reduce-in-bf16).
+  plan.grad_reduce = GradReduce::kParam;
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 16);
+  plan.grad_reduce = GradReduce::kFp32;
+  plan.precision = Dtype::kFp16;
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 18);
+}
+
 TEST(MemoryModelTest, TensorParallelActivations) {
   Plan plan = TinyPlan();
   // sbh (10 + 24/t + 5as/(ht)) = 8192 * (10 + 12 + 5*4*32/128) = 8192 * 27 per layer.

@@ -174,6 +174,31 @@ TEST(PlanToYamlTest, DecomposedOverlapRoundTripsAndDominoPlansStayAsTheyWere) {
   EXPECT_EQ(eight.decomposed_chunks(), 8);
 }
 
+TEST(PlanToYamlTest, GradReduceIsWrittenOnlyWhenThePlanSetsIt) {
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_FALSE(plain->grad_reduce.has_value());
+  EXPECT_THAT(PlanToYaml(*plain), HasSubstr("distributed_optimizer: false}\n"));
+  Result<Plan> set = ParsePlan(Edit({{"  distributed_optimizer: false\n",
+                                      "  distributed_optimizer: false\n  grad_reduce: param\n"}}),
+                               "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->grad_reduce, std::optional<GradReduce>(GradReduce::kParam));
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("distributed_optimizer: false, grad_reduce: param}\n"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->grad_reduce, set->grad_reduce);
+  // A value outside the three names the key, its line and the allowed values.
+  Result<Plan> bad = ParsePlan(Edit({{"  distributed_optimizer: false\n",
+                                      "  distributed_optimizer: false\n  grad_reduce: bf16\n"}}),
+                               "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:21"));
+  EXPECT_THAT(bad.message(), HasSubstr("grad_reduce"));
+  EXPECT_THAT(bad.message(), HasSubstr("fp16-param"));
+}
+
 TEST(PlanToYamlTest, PredictedBlockReadsBack) {
   Result<Plan> plan = ParsePlan(kExamplePlan, "plan.yaml");
   ASSERT_TRUE(plan.ok()) << plan.message();

@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 
+#include "models/model_counts.h"
 #include "planner/iteration.h"
 #include "sim/cost_model.h"
 #include "sim/engine.h"
@@ -199,6 +200,39 @@ TEST(PipelineTest, DpBucketsFollowTheLastBackwardLayerByLayer) {
     EXPECT_EQ(buckets, 17);  // 16 layers and the embedding (stage 0) or the head (stage 1)
     EXPECT_EQ(optimizers, 1);
   }
+}
+
+TEST(PipelineTest, DpBucketsAndTheStepCarryTheGradientType) {
+  // GPT-3 2.7B on 2 stages x dp 2 under megatron-core (grad_reduce fp16-param): bf16 buckets hold
+  // fp32 gradients, fp16 ones fp16, and a plan's grad_reduce overrides the stack's. The step
+  // reads one gradient per parameter: 2 + gradient + 12 read, 14 written.
+  Plan plan = PipelinePlan(2, 1, 4, 2);
+  ASSERT_EQ(plan.stack.grad_reduce, GradReduce::kFp16Param);
+  const ParameterCounts counts = CountParameters(plan.model);
+  auto check = [&](double grad_bytes) {
+    Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+    ASSERT_TRUE(it.ok()) << it.message();
+    int layer_buckets = 0;
+    for (const Op& op : it->schedule.ops()) {
+      if (op.func == OpFunc::kDpAllReduce && op.tags.layer >= 0) {
+        ++layer_buckets;
+        EXPECT_DOUBLE_EQ(op.bytes, static_cast<double>(counts.per_layer) * grad_bytes);
+      }
+      if (op.func == OpFunc::kOptimizerStep && op.stage == 1)  // 16 layers, head, final norm
+        EXPECT_DOUBLE_EQ(op.bytes, (static_cast<double>(counts.per_layer) * 16 + counts.lm_head +
+                                    counts.final_norm) *
+                                       (28 + grad_bytes));
+    }
+    EXPECT_EQ(layer_buckets, 32);
+  };
+  check(4);
+  plan.precision = Dtype::kFp16;
+  check(2);
+  plan.grad_reduce = GradReduce::kFp32;
+  check(4);
+  plan.precision = Dtype::kBf16;
+  plan.grad_reduce = GradReduce::kParam;
+  check(2);
 }
 
 TEST(PipelineTest, EveryOpKindStreamAndGroupIsEmitted) {
