@@ -828,6 +828,11 @@ Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Co
     return Error(fmt::format("the plan has {} = {} ranks; {} were launched", RanksText(plan), ranks,
                              world.size()));
   if (options.steps < 1) return Error(fmt::format("steps {}: at least 1", options.steps));
+  if (plan.fsdp)
+    return Error(
+        "memory.fsdp: the step executor keeps every layer's parameters whole on each DP rank (it "
+        "shards only the optimizer state); FSDP plans are simulated, not executed: run this one "
+        "with fsdp: false");
   if (options.backend == BackendKind::kCuda && options.cuda.comm == CommMode::kEmulate)
     return Error(
         "whole steps on the CUDA backend move their data through the launch communicator "

@@ -210,6 +210,10 @@ std::string ExportMegatron(const Plan& plan) {
     args.push_back("--recompute-num-layers 1");
   }
   if (plan.distributed_optimizer) args.push_back("--use-distributed-optimizer");
+  if (plan.fsdp) {
+    args.push_back("--use-megatron-fsdp");
+    args.push_back("--data-parallel-sharding-strategy optim_grads_params");
+  }
   // Megatron reduces fp16 gradients in fp16 and bf16 ones in fp32 unless told otherwise.
   const bool half_grads = GradBytes(plan) == 2;
   if (plan.precision == Dtype::kFp16 && !half_grads)
@@ -234,6 +238,11 @@ std::string ExportNemo(const Plan& plan) {
   }
   for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine"))
     out.differs.push_back(d);
+  if (plan.fsdp)
+    out.differs.push_back(
+        "fsdp: not set here; NeMo 1's model.fsdp (PyTorch FSDP, fsdp_sharding_strategy: full) "
+        "replaces the distributed optimizer, and NeMo 2 takes Megatron-FSDP "
+        "(use_megatron_fsdp, data_parallel_sharding_strategy: optim_grads_params)");
   if (!MegatronUnevenStages(plan).empty())
     out.differs.push_back(fmt::format(
         "uneven stages ({} layers on pp {}): megatron_gpt_config.yaml has no key for them "
@@ -472,11 +481,15 @@ std::string ExportTorchtitan(const Plan& plan) {
         "no sequence parallelism: torchtitan's tensor parallelism always shards norms along the "
         "sequence (sequence parallel)");
   }
-  if (plan.distributed_optimizer && plan.dp > 1) {
+  if (plan.distributed_optimizer && !plan.fsdp && plan.dp > 1) {
     out.differs.push_back(
         "distributed optimizer: torchtitan shards with FSDP, which shards parameters and "
         "gradients as well as optimizer state");
   }
+  if (plan.fsdp && plan.dp == 1)
+    out.differs.push_back(
+        "fsdp over context parallelism only: torchtitan shards over data_parallel_shard_degree, "
+        "here 1");
   if (plan.placement == Placement::kTpPpDp && plan.dp > 1 && plan.pp > 1) {
     out.differs.push_back(
         "placement tp-pp-dp: torchtitan's device mesh puts pipeline stages outermost (tp-dp-pp)");

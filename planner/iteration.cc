@@ -76,8 +76,11 @@ class IterationBuilder {
     activation_bytes_ = static_cast<double>(plan.micro_batch) * plan.local_seq_len() *
                         plan.model.hidden * DtypeBytes(activation) /
                         (plan.sequence_parallel ? plan.tp : 1);
-    overlap_grad_ = plan.dp_cp() > 1 && plan.stack.overlap_grad_reduce;
-    gather_ = plan.dp_cp() > 1 && plan.distributed_optimizer;
+    fsdp_ = plan.dp_cp() > 1 && plan.fsdp;
+    // FSDP gathers each layer as a pass needs it and reduces its gradients after every backward,
+    // so neither the end-of-step gather nor the last backward's buckets run.
+    overlap_grad_ = plan.dp_cp() > 1 && plan.stack.overlap_grad_reduce && !fsdp_;
+    gather_ = plan.dp_cp() > 1 && plan.distributed_optimizer && !fsdp_;
     overlap_gather_ = gather_ && plan.stack.overlap_param_gather;
     combined_ = pp_ == 1 && v_ == 1;
   }
@@ -99,6 +102,8 @@ class IterationBuilder {
     sends_.assign(2 * static_cast<size_t>(total_vs_) * m_, -1);
     last_pass_.assign(pp_, -1);
     gathers_.assign(total_vs_, {});
+    pieces_.assign(pp_, {});
+    prefetched_.assign(pp_, -1);
     it_.schedule.Reserve(static_cast<size_t>(pp_) * (orders_.empty() ? 0 : orders_[0].size()) * 3);
 
     if (overlap_gather_)
@@ -121,9 +126,9 @@ class IterationBuilder {
     std::vector<int32_t> dp_tail(pp_, -1);
     for (int s = 0; s < pp_; ++s) {
       dp_tail[s] = last_pass_[s];
-      if (plan_.dp_cp() > 1 && !overlap_grad_)
+      if (plan_.dp_cp() > 1 && !overlap_grad_ && !fsdp_)
         for (int c = 0; c < v_; ++c) dp_tail[s] = EmitBuckets(s, c, last_pass_[s], true);
-      if (overlap_grad_ && last_bucket_.count(s)) dp_tail[s] = last_bucket_[s];
+      if ((overlap_grad_ || fsdp_) && last_bucket_.count(s)) dp_tail[s] = last_bucket_[s];
     }
     // The tied embedding's gradient: summed over the first and last stage once both are final.
     int32_t embedding_sync = -1;
@@ -162,13 +167,23 @@ class IterationBuilder {
     double params = static_cast<double>(counts_.per_layer) * chunk.layers / plan_.tp;
     return params + ExtraParams(vs);
   }
-  double ExtraParams(int vs) const {
-    const ChunkShape& chunk = it_.virtual_stages[vs];
-    double params = 0;
-    if (chunk.embedding)
-      params += static_cast<double>(counts_.embedding + counts_.position_embedding) / plan_.tp;
-    if (chunk.head) params += static_cast<double>(counts_.lm_head + counts_.final_norm) / plan_.tp;
-    return params;
+  double ExtraParams(int vs) const { return EmbeddingParams(vs) + HeadParams(vs); }
+  double EmbeddingParams(int vs) const {
+    return it_.virtual_stages[vs].embedding
+               ? static_cast<double>(counts_.embedding + counts_.position_embedding) / plan_.tp
+               : 0;
+  }
+  double HeadParams(int vs) const {
+    return it_.virtual_stages[vs].head
+               ? static_cast<double>(counts_.lm_head + counts_.final_norm) / plan_.tp
+               : 0;
+  }
+  // FSDP: the parameters a pass piece of layer `l` of virtual stage `vs` gathers and reduces,
+  // the embedding's with the first layer and the head's with the last.
+  double LayerUnitParams(int vs, int l) const {
+    const int layers = it_.virtual_stages[vs].layers;
+    return static_cast<double>(counts_.per_layer) / plan_.tp + (l == 0 ? EmbeddingParams(vs) : 0) +
+           (l == layers - 1 ? HeadParams(vs) : 0);
   }
 
   // A communication op of stage `stage`: a collective (over `group`) or a pipeline transfer.
@@ -258,6 +273,67 @@ class IterationBuilder {
     return id;
   }
 
+  // FSDP: the all-gather of layer `l`'s parameters of virtual stage `vs` on the dp-comm stream,
+  // after the stage's pass piece two before the one it feeds (so that at most the running
+  // layer's and the next one's gathered parameters are held: one layer of prefetch).
+  int32_t EmitLayerGather(int s, int vs, int l, Phase phase) {
+    const Op op = Comm(OpFunc::kFsdpAllGather, Stream::kDpComm, s, Group::kDp,
+                       CollectiveOp::kAllGather, LayerUnitParams(vs, l) * 2,  // 16-bit parameters
+                       ChunkTags(l, -1, vs, phase));
+    const std::vector<int32_t>& pieces = pieces_[s];
+    std::vector<int32_t> deps;
+    if (pieces.size() >= 2) deps.push_back(pieces[pieces.size() - 2]);
+    return it_.schedule.Add(op, deps);
+  }
+
+  // FSDP: step `index` of stage `s` as one piece per layer, forward in layer order and backward
+  // from the top, each after its layer's gather; each backward piece releases its gradients'
+  // reduce-scatter. The next piece's gather (of this pass, or of the stage's next step) is issued
+  // before this piece's reduce-scatter, as FSDP prefetches. Returns the last piece.
+  int32_t EmitShardedPass(int s, size_t index, const Op& pass, std::vector<int32_t>& deps) {
+    const PipelineStep& step = orders_[s][index];
+    const int vs = step.chunk * pp_ + s;
+    const int layers = it_.virtual_stages[vs].layers;
+    const Phase phase = step.backward ? Phase::kBackward : Phase::kForward;
+    auto layer_at = [](const PipelineStep& st, int i, int n) {
+      return st.backward ? n - 1 - i : i;
+    };
+    int32_t gather = prefetched_[s];
+    if (gather < 0) gather = EmitLayerGather(s, vs, layer_at(step, 0, layers), phase);
+    prefetched_[s] = -1;
+    int32_t last = -1;
+    for (int i = 0; i < layers; ++i) {
+      const int l = layer_at(step, i, layers);
+      Op piece = pass;
+      piece.layer_begin = static_cast<int16_t>(l);
+      piece.layer_end = static_cast<int16_t>(l + 1);
+      deps.push_back(gather);
+      last = it_.schedule.Add(piece, deps);
+      deps.clear();
+      pieces_[s].push_back(last);
+      // The next piece's gather before this one's reduce-scatter (the dp-comm stream's order).
+      gather = -1;
+      if (i + 1 < layers) {
+        gather = EmitLayerGather(s, vs, layer_at(step, i + 1, layers), phase);
+      } else if (index + 1 < orders_[s].size()) {
+        const PipelineStep& next = orders_[s][index + 1];
+        const int next_vs = next.chunk * pp_ + s;
+        const int next_layers = it_.virtual_stages[next_vs].layers;
+        if (next_layers > 0)
+          prefetched_[s] = EmitLayerGather(s, next_vs, layer_at(next, 0, next_layers),
+                                           next.backward ? Phase::kBackward : Phase::kForward);
+      }
+      if (step.backward) {
+        const Op reduce = Comm(OpFunc::kFsdpReduceScatter, Stream::kDpComm, s, Group::kDp,
+                               CollectiveOp::kReduceScatter, LayerUnitParams(vs, l) * grad_bytes_,
+                               ChunkTags(l, step.micro_batch, vs, Phase::kBackward));
+        const int32_t after[] = {last};
+        last_bucket_[s] = it_.schedule.Add(reduce, after);
+      }
+    }
+    return last;
+  }
+
   // Emits step `index` of stage `s` if its input has been sent; returns false if not yet.
   bool EmitStep(int s, size_t index) {
     const PipelineStep& step = orders_[s][index];
@@ -289,7 +365,9 @@ class IterationBuilder {
     const bool release =
         step.backward && overlap_grad_ && layers > 0 && last_backward_[s][step.chunk] == index;
     const bool gathered = !step.backward && overlap_gather_ && layers > 0 && mb == 0;
-    if (release) {
+    if (fsdp_ && layers > 0) {
+      last = EmitShardedPass(s, index, pass, deps);
+    } else if (release) {
       // Top layer first: its gradients are final first.
       for (int l = layers - 1; l >= 0; --l) {
         Op piece = pass;
@@ -335,7 +413,8 @@ class IterationBuilder {
   ParameterCounts counts_;
   const int pp_, v_, m_, total_vs_;
   double grad_bytes_ = 4, layer_grad_bytes_ = 0, activation_bytes_ = 0;
-  bool overlap_grad_ = false, gather_ = false, overlap_gather_ = false, combined_ = false;
+  bool fsdp_ = false, overlap_grad_ = false, gather_ = false, overlap_gather_ = false,
+       combined_ = false;
   std::vector<std::vector<PipelineStep>> orders_;
   std::vector<std::vector<size_t>> last_backward_;  // by stage and chunk: its last backward step
   std::vector<int32_t> sends_;                      // by (backward, virtual stage, micro-batch)
@@ -343,6 +422,8 @@ class IterationBuilder {
   std::map<int, int32_t> last_bucket_;
   std::vector<std::vector<int32_t>> gathers_;  // by virtual stage: per layer
   std::map<int, int32_t> extra_gather_;        // by virtual stage: the embedding's or head's
+  std::vector<std::vector<int32_t>> pieces_;   // FSDP, by stage: its pass pieces so far
+  std::vector<int32_t> prefetched_;            // FSDP, by stage: the next piece's gather, or -1
   std::map<PassSpec, int32_t> pass_index_;
 };
 

@@ -25,8 +25,14 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   }
   // 16-bit weights, their gradients (GradBytes) and fp32 master, m and v (12 bytes). Weights are
   // not sharded by CP; the distributed optimizer shards the 12 bytes over DP x CP, as Megatron's.
+  // FSDP shards all 2 + GradBytes + 12 and holds, besides, the gathered 16-bit parameters of two
+  // layers (the running one and the one prefetched) and one layer's unsharded gradients.
+  const bool fsdp = plan.fsdp && plan.dp_cp() > 1;
   const double bytes_per_param =
-      2.0 + GradBytes(plan) + 12.0 / (plan.distributed_optimizer ? plan.dp_cp() : 1);
+      fsdp ? (2.0 + GradBytes(plan) + 12.0) / plan.dp_cp()
+           : 2.0 + GradBytes(plan) + 12.0 / (plan.distributed_optimizer ? plan.dp_cp() : 1);
+  const double gathered_bytes =
+      fsdp ? static_cast<double>(counts.per_layer) / t * (2 * 2.0 + GradBytes(plan)) : 0;
   const std::vector<int> chunk_layers = ChunkLayers(plan);
   // Every stage: its layers' 1/tp share; the first also the vocab-parallel embedding, the last
   // the untied LM head (learned position embeddings are replicated and, like Megatron's count,
@@ -44,7 +50,7 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
     if (plan.virtual_stages > 1)
       in_flight *= 1.0 + (plan.pp - 1.0) / (static_cast<double>(plan.pp) * plan.virtual_stages);
     MemoryEstimate estimate;
-    estimate.weights_and_optimizer_bytes = params * bytes_per_param;
+    estimate.weights_and_optimizer_bytes = params * bytes_per_param + gathered_bytes;
     estimate.activation_bytes = per_layer * layers * in_flight;
     if (estimate.total_bytes() > worst.total_bytes()) worst = estimate;
   }

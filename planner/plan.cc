@@ -320,6 +320,12 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                                                 "(micro_batch/row_split*seq_len{} = {})",
                                                 chunks, p.cp > 1 ? "/cp" : "", slice_tokens));
   }
+  if (p.fsdp && !p.distributed_optimizer)
+    return fail("memory.fsdp",
+                "fsdp shards the optimizer state as well as parameters and gradients: it needs "
+                "memory.distributed_optimizer: true");
+  if (p.fsdp && p.dp_cp() == 1)
+    return fail("memory.fsdp", "fsdp shards over the DP x CP ranks: it needs dp x cp > 1");
   if (p.global_batch % (static_cast<int64_t>(p.micro_batch) * p.dp) != 0)
     return fail("training.global_batch",
                 fmt::format("micro_batch*dp = {}*{} must divide global_batch ({})", p.micro_batch,
@@ -424,6 +430,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   if (auto memory = root.Map("memory", Need::kOptional)) {
     memory->Enum("recompute", &plan.recompute, Need::kOptional, kRecomputes);
     memory->Bool("distributed_optimizer", &plan.distributed_optimizer, Need::kOptional);
+    memory->Bool("fsdp", &plan.fsdp, Need::kOptional);
     GradReduce grad_reduce = GradReduce::kFp32;
     if (memory->Has("grad_reduce")) {
       memory->Enum("grad_reduce", &grad_reduce, Need::kOptional, GradReduceNames());
@@ -522,7 +529,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       "training: {{seq_len: {}, micro_batch: {}, global_batch: {}}}\n"
       "parallel: {{tp: {}{}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}{}}}\n"
       "overlap: {{row_split: {}, col_split: {}, scope: {}{}}}\n"
-      "memory: {{recompute: {}, distributed_optimizer: {}{}}}\n",
+      "memory: {{recompute: {}, distributed_optimizer: {}{}{}}}\n",
       p.model_ref.empty() ? ModelToFlowYaml(p.model) : RefToYaml(p.model_ref, ModelCatalog()),
       ClusterRefToYaml(p.cluster_ref), RefToYaml(p.stack_ref, StackCatalog()),
       DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch, p.tp,
@@ -543,6 +550,8 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
           : fmt::format(", method: {}, chunks: {}{}", MethodName(p.method), p.decomposed_chunks(),
                         p.copy_engine ? fmt::format(", copy_engine: {}", *p.copy_engine) : ""),
       RecomputeName(p.recompute), p.distributed_optimizer,
+      // Written only when set, so other plans keep their YAML.
+      p.fsdp ? ", fsdp: true" : "",
       // Written only when the plan overrides its stack's.
       p.grad_reduce ? fmt::format(", grad_reduce: {}", GradReduceName(*p.grad_reduce)) : "");
   if (p.predicted) out += FiguresToYaml("predicted", *p.predicted);

@@ -98,6 +98,12 @@ struct Plan {
   // memory
   Recompute recompute = Recompute::kNone;
   bool distributed_optimizer = false;
+  // Fully sharded data parallelism (ZeRO-3, PyTorch FSDP, Megatron-FSDP's optim_grads_params):
+  // parameters and gradients sharded over DP x CP as well as the optimizer state (so it needs
+  // distributed_optimizer). Each layer's 16-bit parameters are all-gathered before its forward and
+  // again before its backward, one layer ahead, and its gradients reduce-scattered after its
+  // backward, every micro-batch.
+  bool fsdp = false;
   // The type DP gradients are accumulated and reduced in (Megatron-Core's --grad-reduce-in-bf16,
   // NeMo's grad_sync_dtype, DeepSpeed's communication_data_type). Unset: as the stack does
   // (StackSpec::grad_reduce).

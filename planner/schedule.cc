@@ -60,7 +60,9 @@ std::string_view OpFuncName(OpFunc func) {
       "dp.allgather",
       "embedding.allreduce",
       "optimizer",
-      "cp.sendrecv"};
+      "cp.sendrecv",
+      "fsdp.allgather",
+      "fsdp.reducescatter"};
   int index = static_cast<int>(func);
   return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
 }

@@ -90,6 +90,10 @@ enum class OpFunc : uint8_t {
   // Context parallelism: one ring attention step's transfer of a KV block (backward: and of the
   // accumulated dKV) to the next CP rank, and the same from the previous one.
   kCpSendRecv,
+  // Fully sharded data parallelism (Plan::fsdp): a layer's 16-bit parameters gathered over the DP
+  // group before its forward or backward, and its gradients reduce-scattered after its backward.
+  kFsdpAllGather,
+  kFsdpReduceScatter,
   kCount,
 };
 std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce", ...

@@ -46,6 +46,7 @@ std::string DescribeCandidate(const Plan& p) {
   if (p.sequence_parallel) out += " sp";
   if (p.recompute != Recompute::kNone) out += fmt::format(" rc-{}", RecomputeName(p.recompute));
   if (p.distributed_optimizer) out += " distopt";
+  if (p.fsdp) out += " fsdp";
   out += fmt::format(" p {} q {} {}", p.row_split, p.col_split, ScopeName(p.scope));
   if (p.method != OverlapMethod::kDomino)
     out += fmt::format(" {} c {}", MethodName(p.method), p.decomposed_chunks());
@@ -93,6 +94,8 @@ Status ApplyFix(std::string_view fix, SearchSpace* space) {
       DOMINO_RETURN_IF_ERROR(as_bool(&space->sequence_parallel));
     } else if (key == "distopt") {
       DOMINO_RETURN_IF_ERROR(as_bool(&space->distributed_optimizer));
+    } else if (key == "fsdp") {
+      DOMINO_RETURN_IF_ERROR(as_bool(&space->fsdp));
     } else if (key == "recompute") {
       if (value == "none")
         space->recompute = Recompute::kNone;
@@ -113,7 +116,7 @@ Status ApplyFix(std::string_view fix, SearchSpace* space) {
         return bad("expected none, intra-layer or inter-layer");
     } else {
       return Error(
-          fmt::format("--fix: unknown key '{}' (tp, cp, pp, dp, v, mb, sp, distopt, "
+          fmt::format("--fix: unknown key '{}' (tp, cp, pp, dp, v, mb, sp, distopt, fsdp, "
                       "recompute, p, q, scope)",
                       key));
     }
@@ -218,7 +221,9 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
             if (space.micro_batch > 0 && mb != space.micro_batch) continue;
             for (int sp = 0; sp <= 1; ++sp) {
               if (space.sequence_parallel && *space.sequence_parallel != (sp == 1)) continue;
-              for (int dist = 0; dist <= (dp * cp > 1 ? 1 : 0); ++dist) {
+              const bool fsdp = space.fsdp.value_or(false);
+              if (fsdp && dp * cp == 1) continue;  // nothing to shard over
+              for (int dist = fsdp ? 1 : 0; dist <= (dp * cp > 1 ? 1 : 0); ++dist) {
                 if (space.distributed_optimizer && *space.distributed_optimizer != (dist == 1))
                   continue;
                 Plan plan = base;
@@ -227,6 +232,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
                 plan.micro_batch = mb;
                 plan.sequence_parallel = sp == 1;
                 plan.distributed_optimizer = dist == 1;
+                plan.fsdp = fsdp;
                 plan.row_split = plan.col_split = 1;
                 plan.scope = OverlapScope::kNone;
                 plan.method = OverlapMethod::kDomino;

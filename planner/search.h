@@ -33,10 +33,11 @@ class Evaluator {
 // stages 1..max_virtual_stages (and a pinned count above it), micro-batches that divide the global
 // batch per DP rank (up to max_micro_batch), sequence parallelism, the distributed optimizer (dp >
 // 1), recompute (the lightest that fits in memory: heavier recompute only adds work), and the
-// Domino dimensions.
+// Domino dimensions. FSDP is tried only when pinned on (`fsdp`), and then for every candidate
+// (with the distributed optimizer, over dp x cp > 1).
 struct SearchSpace {
   int tp = 0, cp = 0, pp = 0, dp = 0, virtual_stages = 0, micro_batch = 0;
-  std::optional<bool> sequence_parallel, distributed_optimizer;
+  std::optional<bool> sequence_parallel, distributed_optimizer, fsdp;
   std::optional<Recompute> recompute;
   std::vector<int> row_splits = {1, 2, 4, 8};
   std::vector<int> col_splits = {1, 2, 4};

@@ -75,6 +75,7 @@ constexpr std::pair<const char*, const char*> kFixKeys[] = {
     {"mb", "--micro-batch"},
     {"sp", "--sp"},
     {"distopt", "--distributed-optimizer"},
+    {"fsdp", "--fsdp"},
     {"recompute", "--recompute"},
     {"p", "--row-split"},
     {"q", "--col-split"},
@@ -96,6 +97,7 @@ Status CheckPins(const PlanCommandFlags& flags) {
     if (key == "q") return f.col_split > 0;
     if (key == "sp") return !f.sequence_parallel.empty();
     if (key == "distopt") return !f.distributed_optimizer.empty();
+    if (key == "fsdp") return !f.fsdp.empty();
     if (key == "recompute") return !f.recompute.empty();
     return key == "scope" && !f.scope.empty();
   };
@@ -131,6 +133,7 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   std::string fix;
   if (!f.sequence_parallel.empty()) fix += ",sp=" + f.sequence_parallel;
   if (!f.distributed_optimizer.empty()) fix += ",distopt=" + f.distributed_optimizer;
+  if (!f.fsdp.empty()) fix += ",fsdp=" + f.fsdp;
   if (!f.recompute.empty()) fix += ",recompute=" + f.recompute;
   if (!f.scope.empty()) fix += ",scope=" + f.scope;
   DOMINO_RETURN_IF_ERROR(ApplyFix(fix, &space));
@@ -145,7 +148,8 @@ bool SameOuter(const Plan& a, const Plan& b) {
   return a.tp == b.tp && a.cp == b.cp && a.pp == b.pp && a.dp == b.dp &&
          a.virtual_stages == b.virtual_stages && a.micro_batch == b.micro_batch &&
          a.sequence_parallel == b.sequence_parallel &&
-         a.distributed_optimizer == b.distributed_optimizer && a.recompute == b.recompute;
+         a.distributed_optimizer == b.distributed_optimizer && a.fsdp == b.fsdp &&
+         a.recompute == b.recompute;
 }
 
 std::string FiguresFlow(const Candidate& c) {
@@ -419,8 +423,8 @@ void SetupPlan(CLI::App* sub) {
       ->check(CLI::IsMember({"baseline", "row", "col", "2d", "any", "decomposed", "both", "all"}));
   sub->add_option("--fix", flags->fix,
                   "pin dimensions: tp=8,cp=2,pp=1,dp=4,v=2,mb=4,sp=true,distopt=false,"
-                  "recompute=none,p=2,q=1,scope=inter-layer (cp > 1 is searched from seq-len "
-                  "16384, or when nothing fits without it)");
+                  "fsdp=true,recompute=none,p=2,q=1,scope=inter-layer (cp > 1 is searched from "
+                  "seq-len 16384, or when nothing fits without it; fsdp only when pinned true)");
   sub->add_option("--objective", flags->objective,
                   "throughput (tokens/s, default) | time (iteration time; the same ranking for a "
                   "fixed global batch)")

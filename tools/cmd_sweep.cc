@@ -257,6 +257,7 @@ void Run(const SweepFlags& flags) {
     space.virtual_stages = plan->virtual_stages, space.micro_batch = plan->micro_batch;
     space.sequence_parallel = plan->sequence_parallel;
     space.distributed_optimizer = plan->distributed_optimizer;
+    space.fsdp = plan->fsdp;
     space.recompute = plan->recompute;
     Result<SearchResult> best = SearchPlans(*plan, space, simulator);
     if (best.ok() && !best->ranked.empty())

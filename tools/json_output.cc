@@ -120,6 +120,7 @@ Json PlanJson(const Plan& p) {
                      {"chunks", p.decomposed_chunks()}, {"copy_engine", p.copy_engine_parts()}};
   plan["memory"] = {{"recompute", RecomputeName(p.recompute)},
                     {"distributed_optimizer", p.distributed_optimizer},
+                    {"fsdp", p.fsdp},
                     {"grad_reduce", GradReduceName(p.grad_reduce.value_or(p.stack.grad_reduce))}};
   return plan;
 }

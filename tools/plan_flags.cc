@@ -137,6 +137,9 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
       ->check(NonEmpty());
   AddSwitch(app, "distributed-optimizer", &f->distributed_optimizer,
             "shard the optimizer state over the DP ranks (default: off)");
+  AddSwitch(app, "fsdp", &f->fsdp,
+            "shard parameters and gradients too (ZeRO-3 / FSDP; needs --distributed-optimizer; "
+            "default: off)");
   app->add_option("--grad-reduce", f->grad_reduce,
                   "type DP gradients are reduced in: fp32 | param (the 16-bit parameters') | "
                   "fp16-param (the parameters' when fp16, else fp32; default: the stack's)")
@@ -183,6 +186,8 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
                                     {"loss", PipelineSplit::kLoss},
                                     {"ends", PipelineSplit::kEnds}},
                                    &plan.pipeline_split));
+  if (!ParseBoolFlag(f.fsdp, &plan.fsdp))
+    return Error(fmt::format("--fsdp: expected true or false, got '{}'", f.fsdp));
   if (!f.grad_reduce.empty()) {
     GradReduce reduce = GradReduce::kFp32;
     DOMINO_RETURN_IF_ERROR(ApplyEnum("grad-reduce", f.grad_reduce,

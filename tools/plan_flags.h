@@ -23,7 +23,7 @@ struct PlanFlags {
   int row_split = 0, col_split = 0, chunks = 0;
   std::string method;       // "domino" / "decomposed" / "both"
   std::string copy_engine;  // "true" / "false"
-  std::string scope, recompute, distributed_optimizer, placement;
+  std::string scope, recompute, distributed_optimizer, fsdp, placement;
   std::string pipeline_split;  // "layers" / "embedding" / "loss" / "ends"
   std::string grad_reduce;     // "fp32" / "param" / "fp16-param"
 };

@@ -224,6 +224,19 @@ TEST(StepTest, InterleavedDistributedOptimizerWithOverlappedBuckets) {
   for (const TensorCheck& c : results[0]->checks) EXPECT_TRUE(c.ok) << c.name;
 }
 
+TEST(StepTest, AnFsdpPlanIsRefusedWithTheKeyThatAsksForIt) {
+  // The step executor shards only the optimizer state: an FSDP plan gets one message naming
+  // memory.fsdp on every rank, and nothing runs.
+  Plan plan = TinyPlan("tiny-gpt", 1, 1, 2);
+  plan.distributed_optimizer = true;
+  plan.fsdp = true;
+  const Iteration it = IterationOf(plan);
+  for (const auto& r : RunRanks(plan, it)) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.message().find("memory.fsdp"), std::string::npos) << r.message();
+  }
+}
+
 TEST(StepTest, ASplitThatCountsTheEndsRunsChunksOfUnequalLayers) {
   // 6 layers + the embedding + the loss in pp 2 x vp 2 chunks of 2 units: 1, 2, 2, 1 layers, the
   // tied embedding synced between the first and the last chunk's stages.

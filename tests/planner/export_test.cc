@@ -568,6 +568,28 @@ TEST(Export, TheGradientTypeIsSaidWhereTheFrameworkWouldPickAnother) {
   EXPECT_THAT(*full, HasSubstr("--accumulate-allreduce-grads-in-fp32"));
 }
 
+TEST(Export, FsdpMapsToEachFrameworksFullSharding) {
+  std::string fsdp(kLlama8b3dFullRecompute);
+  fsdp.replace(fsdp.find("distributed_optimizer: true}"), 28,
+               "distributed_optimizer: true, fsdp: true}");
+  Result<std::string> megatron = Export(fsdp.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, HasSubstr("--use-distributed-optimizer \\\n--use-megatron-fsdp \\\n"
+                                   "--data-parallel-sharding-strategy optim_grads_params"));
+  Result<std::string> nemo = Export(fsdp.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("# differs: fsdp: not set here"));
+  // torchtitan's FSDP is what the plan asks for: no line says otherwise.
+  Result<std::string> titan = Export(fsdp.c_str(), ExportTarget::kTorchtitan);
+  ASSERT_TRUE(titan.ok()) << titan.message();
+  EXPECT_THAT(*titan, HasSubstr("data_parallel_shard_degree = 2\n"));
+  EXPECT_THAT(*titan, Not(HasSubstr("distributed optimizer:")));
+  Result<std::string> plain = Export(kLlama8b3dFullRecompute, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_THAT(*plain, HasSubstr("distributed optimizer:"));
+  EXPECT_THAT(*plain, Not(HasSubstr("fsdp")));
+}
+
 TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {
   // 126 layers on pp 16: 7, 8 x 14, 7 (equal middle stages): the first and last stage's counts.
   const std::string uneven = Llama405bUneven();

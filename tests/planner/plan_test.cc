@@ -359,6 +359,44 @@ TEST(CheckPlanRulesTest, ReportsTheKeyOfEachRule) {
   EXPECT_EQ(key_of(p), "parallel.tp");
   p = good, p.model.ffn = 20480 + 16;  // not a multiple of 32
   EXPECT_EQ(key_of(p), "parallel.tp");
+  // FSDP shards over DP x CP and shards the optimizer state too.
+  p = good, p.tp = 16, p.dp = 2, p.global_batch = 32, p.fsdp = true;
+  EXPECT_EQ(key_of(p), "memory.fsdp");  // without the distributed optimizer
+  p.distributed_optimizer = true;
+  EXPECT_EQ(key_of(p), "ok");
+  p = good, p.fsdp = true, p.distributed_optimizer = true;  // dp 1: nothing to shard over
+  EXPECT_EQ(key_of(p), "memory.fsdp");
+}
+
+TEST(PlanToYamlTest, FsdpIsWrittenOnlyWhenOnAndReadsBack) {
+  Result<Plan> set = ParsePlan(
+      Edit({{"  tp: 32\n", "  tp: 16\n"},
+            {"  dp: 1\n", "  dp: 2\n"},
+            {"  global_batch: 16\n", "  global_batch: 32\n"},
+            {"  distributed_optimizer: false\n", "  distributed_optimizer: true\n  fsdp: true\n"}}),
+      "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_TRUE(set->fsdp);
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml,
+              HasSubstr("memory: {recompute: none, distributed_optimizer: true, fsdp: true}"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_TRUE(back->fsdp);
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("fsdp")));
+  // Without the distributed optimizer, loading names the key and its line.
+  Result<Plan> bad = ParsePlan(Edit({{"  tp: 32\n", "  tp: 16\n"},
+                                     {"  dp: 1\n", "  dp: 2\n"},
+                                     {"  global_batch: 16\n", "  global_batch: 32\n"},
+                                     {"  distributed_optimizer: false\n",
+                                      "  distributed_optimizer: false\n  fsdp: true\n"}}),
+                               "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:21"));
+  EXPECT_THAT(bad.message(), HasSubstr("memory.fsdp"));
+  EXPECT_THAT(bad.message(), HasSubstr("distributed_optimizer: true"));
 }
 
 TEST(CheckPlanRulesTest, APipelineSplitThatCountsTheEndsMustCutEvenly) {

@@ -8,6 +8,7 @@
 
 #include "models/model_counts.h"
 #include "planner/iteration.h"
+#include "planner/memory_model.h"
 #include "sim/cost_model.h"
 #include "sim/engine.h"
 #include "sim/predict.h"
@@ -233,6 +234,105 @@ TEST(PipelineTest, DpBucketsAndTheStepCarryTheGradientType) {
   plan.precision = Dtype::kBf16;
   plan.grad_reduce = GradReduce::kParam;
   check(2);
+}
+
+TEST(PipelineTest, FsdpGathersEachLayerForEveryPassAndReducesAfterEachBackward) {
+  // GPT-3 2.7B on 2 stages x dp 2, 4 micro-batches, FSDP: every pass is cut into its 16 layers,
+  // each after the all-gather of its layer (16-bit, the embedding's with the first stage's layer
+  // 0, the head's with the last stage's layer 15); each backward piece releases the layer's
+  // fp32 gradients' reduce-scatter; nothing is gathered after the step or bucketed at its end.
+  Plan plan = PipelinePlan(2, 1, 4, 2);
+  plan.distributed_optimizer = true;
+  plan.fsdp = true;
+  ASSERT_FALSE(CheckPlanRules(plan));
+  const ParameterCounts counts = CountParameters(plan.model);
+  const double layer = static_cast<double>(counts.per_layer);
+  Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+  ASSERT_TRUE(it.ok()) << it.message();
+  const Schedule& s = it->schedule;
+  for (int stage = 0; stage < 2; ++stage) {
+    SCOPED_TRACE(stage);
+    std::vector<int32_t> pieces;
+    int gathers = 0, reduces = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const Op& op = s.ops()[i];
+      if (op.stage != stage) continue;
+      EXPECT_NE(op.func, OpFunc::kDpAllGather);
+      EXPECT_NE(op.func, OpFunc::kDpReduceScatter);
+      EXPECT_NE(op.func, OpFunc::kDpAllReduce);
+      if (op.kind == OpKind::kPass) {
+        ASSERT_GE(op.layer_begin, 0);
+        ASSERT_EQ(op.layer_end, op.layer_begin + 1);
+        // Waits for its own layer's gather.
+        bool gathered = false;
+        for (int32_t d : s.deps(op)) {
+          const Op& dep = s.op(d);
+          gathered |= dep.func == OpFunc::kFsdpAllGather && dep.tags.layer == op.layer_begin;
+        }
+        EXPECT_TRUE(gathered) << s.Label(static_cast<int32_t>(i));
+        pieces.push_back(static_cast<int32_t>(i));
+      }
+      if (op.func == OpFunc::kFsdpAllGather) {
+        ++gathers;
+        EXPECT_EQ(op.stream, Stream::kDpComm);
+        EXPECT_EQ(op.group, Group::kDp);
+        double params = layer;
+        if (stage == 0 && op.tags.layer == 0)
+          params += counts.embedding + counts.position_embedding;
+        if (stage == 1 && op.tags.layer == 15) params += counts.lm_head + counts.final_norm;
+        EXPECT_DOUBLE_EQ(op.bytes, params * 2);
+        // One layer of prefetch: issued after the running piece, it waits for the one before.
+        if (pieces.size() >= 2) {
+          ASSERT_EQ(op.dep_count, 1u);
+          EXPECT_EQ(s.deps(op)[0], pieces[pieces.size() - 2]);
+        }
+      }
+      if (op.func == OpFunc::kFsdpReduceScatter) {
+        ++reduces;
+        ASSERT_EQ(op.dep_count, 1u);
+        const Op& piece = s.op(s.deps(op)[0]);
+        EXPECT_EQ(piece.func, OpFunc::kBackwardPass);
+        EXPECT_EQ(piece.layer_begin, op.tags.layer);
+        if (op.tags.layer > 0 && op.tags.layer < 15) EXPECT_DOUBLE_EQ(op.bytes, layer * 4);
+      }
+      if (op.kind == OpKind::kOptimizer)  // the DP shard only
+        EXPECT_DOUBLE_EQ(op.bytes,
+                         (layer * 16 + (stage == 0 ? counts.embedding + counts.position_embedding
+                                                   : counts.lm_head + counts.final_norm)) /
+                             2 * 32);
+    }
+    EXPECT_EQ(pieces.size(), 4u * 2 * 16);  // micro-batches x (forward, backward) x layers
+    EXPECT_EQ(gathers, 4 * 2 * 16);
+    EXPECT_EQ(reduces, 4 * 16);
+  }
+}
+
+TEST(PipelineTest, FsdpHoldsLessAndMovesMoreThanTheDistributedOptimizer) {
+  // The same plan sharded fully: less memory per GPU; per micro-batch every layer's parameters
+  // travel twice (forward and backward gathers) and its gradients once, against one gather and
+  // one reduce-scatter per iteration with the distributed optimizer; never faster than with DP
+  // communication free.
+  Plan plan = PipelinePlan(2, 1, 4, 2);
+  plan.distributed_optimizer = true;
+  Plan sharded = plan;
+  sharded.fsdp = true;
+  EXPECT_LT(EstimateMemory(sharded).weights_and_optimizer_bytes,
+            EstimateMemory(plan).weights_and_optimizer_bytes);
+  auto dp_bytes = [](const Plan& p) {
+    Result<Iteration> it = LowerIteration(p, IterationOptions{false});
+    EXPECT_TRUE(it.ok()) << it.message();
+    double bytes = 0;
+    for (const Op& op : it->schedule.ops())
+      if (op.group == Group::kDp) bytes += op.bytes;
+    return bytes;
+  };
+  // Gathers 2 bytes x 2 passes, reduce-scatters 4 bytes, over 4 micro-batches: 32 bytes per
+  // parameter; the distributed optimizer moves 2 + 4 once.
+  EXPECT_NEAR(dp_bytes(sharded) / dp_bytes(plan), 32.0 / 6.0, 1e-9);
+  Result<Prediction> full = Predict(sharded);
+  ASSERT_TRUE(full.ok()) << full.message();
+  EXPECT_GE(full->figures.iteration_ms, full->breakdown.compute_ms);
+  EXPECT_GT(full->breakdown.exposed_dp_ms, 0);
 }
 
 TEST(PipelineTest, EveryOpKindStreamAndGroupIsEmitted) {

@@ -136,6 +136,32 @@ TEST(SearchTest, FixAndStrategyPinDimensions) {
   }
 }
 
+TEST(SearchTest, FsdpIsSearchedOnlyWhenPinnedOn) {
+  // Unpinned, no candidate shards fully; pinned on, every candidate does, with the distributed
+  // optimizer and more than one DP x CP rank, and the search still finds plans.
+  Plan base = Base("gpt3-2.7b", "dgx-h100:1", 16);
+  SearchSpace space;
+  ASSERT_TRUE(ApplyFix("tp=2,sp=false", &space).ok());
+  ASSERT_TRUE(ApplyStrategy("baseline", &space).ok());
+  Simulator plain_eval;
+  Result<SearchResult> plain = SearchPlans(base, space, plain_eval);
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  ASSERT_FALSE(plain->ranked.empty());
+  for (const Candidate& c : plain->ranked) EXPECT_FALSE(c.plan.fsdp);
+  ASSERT_TRUE(ApplyFix("fsdp=true", &space).ok());
+  Simulator eval;
+  Result<SearchResult> r = SearchPlans(base, space, eval);
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_FALSE(r->ranked.empty());
+  for (const Candidate& c : r->ranked) {
+    EXPECT_TRUE(c.plan.fsdp);
+    EXPECT_TRUE(c.plan.distributed_optimizer);
+    EXPECT_GT(c.plan.dp_cp(), 1);
+    EXPECT_THAT(DescribeCandidate(c.plan), HasSubstr(" fsdp"));
+  }
+  EXPECT_FALSE(ApplyFix("fsdp=some", &space).ok());
+}
+
 TEST(SearchTest, InterleavingThatLayersCannotCutCountsTheEnds) {
   // 38 layers: pp 2 x v 2 or v 4 cut 38 + 2 = 40 units (10 or 5 per chunk), not 38 layers.
   Plan base = Base("gpt3-13b", "dgx-h100:2", 16);

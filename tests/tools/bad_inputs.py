@@ -101,6 +101,11 @@ CASES = [
                              "parallel: {tp: 4, pp: 2, dp: 1, virtual_stages: 4, pipeline_split: ends}")},
      ["simulate", "--plan", "{tmp}/p.yaml"],
      r"p\.yaml:4:\d+: parallel\.pipeline_split: pipeline_split ends counts 42 units", None),
+    ("fsdp", "fully sharded data parallelism without the distributed optimizer",
+     {"p.yaml": PLAN.replace("parallel: {tp: 8, pp: 1, dp: 1}", "parallel: {tp: 4, pp: 1, dp: 2}")
+                    .replace("global_batch: 4}", "global_batch: 8}") + "memory: {fsdp: true}\n"},
+     ["simulate", "--plan", "{tmp}/p.yaml"],
+     r"p\.yaml:6:\d+: memory\.fsdp: fsdp shards the optimizer state as well", None),
     ("row split", "row_split that does not divide the micro-batch", {"p.yaml": PLAN.replace("row_split: 2", "row_split: 3")},
      ["simulate", "--plan", "{tmp}/p.yaml"], r"p\.yaml:5:\d+: overlap\.row_split: .*must divide micro_batch", None),
     ("plan for another model", "a plan's tp that the overriding model cannot take", {"p.yaml": PLAN},
