@@ -204,6 +204,10 @@ std::string ExportMegatron(const Plan& plan) {
   args.push_back(fmt::format("--global-batch-size {}", plan.global_batch));
   if (plan.recompute == Recompute::kSelective) {
     args.push_back("--recompute-granularity selective");
+  } else if (plan.recompute == Recompute::kFull && plan.recompute_layers > 0) {
+    args.push_back("--recompute-granularity full");
+    args.push_back("--recompute-method block");
+    args.push_back(fmt::format("--recompute-num-layers {}", plan.recompute_layers));
   } else if (plan.recompute == Recompute::kFull) {
     args.push_back("--recompute-granularity full");
     args.push_back("--recompute-method uniform");
@@ -296,10 +300,15 @@ std::string ExportNemo(const Plan& plan) {
                             : plan.recompute == Recompute::kFull    ? "full"
                                                                     : "null";
   body += fmt::format("  activations_checkpoint_granularity: {}\n", granularity);
-  body += fmt::format("  activations_checkpoint_method: {}\n",
-                      plan.recompute == Recompute::kFull ? "uniform" : "null");
+  const bool block = plan.recompute == Recompute::kFull && plan.recompute_layers > 0;
+  body += fmt::format("  activations_checkpoint_method: {}\n", block ? "block"
+                                                               : plan.recompute == Recompute::kFull
+                                                                   ? "uniform"
+                                                                   : "null");
   body += fmt::format("  activations_checkpoint_num_layers: {}\n",
-                      plan.recompute == Recompute::kFull ? "1" : "null");
+                      block                                ? std::to_string(plan.recompute_layers)
+                      : plan.recompute == Recompute::kFull ? "1"
+                                                           : "null");
   if (plan.precision == Dtype::kFp8) {
     body += "  transformer_engine: true\n";
     body += "  fp8: true\n";
@@ -545,6 +554,10 @@ std::string ExportTorchtitan(const Plan& plan) {
   body += "\n[activation_checkpoint]\n";
   body += fmt::format("mode = \"{}\"\n", RecomputeName(plan.recompute));
   if (plan.recompute == Recompute::kSelective) body += "selective_ac_option = \"op\"\n";
+  if (plan.recompute == Recompute::kFull && plan.recompute_layers > 0)
+    out.differs.push_back(fmt::format(
+        "recompute_layers {}: torchtitan's full activation checkpointing wraps every layer",
+        plan.recompute_layers));
   out.body = body;
   return out.Text();
 }

@@ -133,7 +133,7 @@ class Lowering {
         for (int i = 0; i < p_; ++i) HeadBackward(i);
       for (int l = layers_ - 1; l >= 0; --l) {
         Barrier();
-        if (plan_.recompute == Recompute::kFull) RecomputeLayer(l);
+        if (plan_.recomputes_layer(l)) RecomputeLayer(l);
         BackwardBlock(l, Block::kMlp);
         BackwardBlock(l, Block::kAttention);
       }

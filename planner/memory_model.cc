@@ -15,14 +15,11 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const double s = plan.local_seq_len(), b = plan.micro_batch, h = m.hidden, a = m.heads,
                t = plan.tp;
   const bool drop_scores = flash_attention || plan.recompute == Recompute::kSelective;
-  double per_layer;
-  if (plan.recompute == Recompute::kFull) {
-    per_layer = 2 * s * b * h / (plan.sequence_parallel ? t : 1);
-  } else if (plan.sequence_parallel) {
-    per_layer = s * b * h / t * (34 + (drop_scores ? 0 : 5 * a * s / h));
-  } else {
-    per_layer = s * b * h * (10 + 24 / t + (drop_scores ? 0 : 5 * a * s / (h * t)));
-  }
+  // A layer that full recompute redoes keeps only its input; the others keep what they store.
+  const double recomputed = 2 * s * b * h / (plan.sequence_parallel ? t : 1);
+  const double kept = plan.sequence_parallel
+                          ? s * b * h / t * (34 + (drop_scores ? 0 : 5 * a * s / h))
+                          : s * b * h * (10 + 24 / t + (drop_scores ? 0 : 5 * a * s / (h * t)));
   // 16-bit weights, their gradients (GradBytes) and fp32 master, m and v (12 bytes). Weights are
   // not sharded by CP; the distributed optimizer shards the 12 bytes over DP x CP, as Megatron's.
   // FSDP shards all 2 + GradBytes + 12 and holds, besides, the gathered 16-bit parameters of two
@@ -41,8 +38,16 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   // the most loaded stage's.
   MemoryEstimate worst;
   for (int stage = 0; stage < plan.pp; ++stage) {
-    double layers = 0;
-    for (int c = 0; c < plan.virtual_stages; ++c) layers += chunk_layers[c * plan.pp + stage];
+    double layers = 0, stored = 0;
+    for (int c = 0; c < plan.virtual_stages; ++c) {
+      const int chunk = chunk_layers[c * plan.pp + stage];
+      layers += chunk;
+      // Layers 0, 1, ... recompute first: the chunk's first min(n, chunk) of them.
+      int redone = 0;
+      if (plan.recompute == Recompute::kFull)
+        redone = plan.recompute_layers > 0 ? std::min(plan.recompute_layers, chunk) : chunk;
+      stored += redone * recomputed + (chunk - redone) * kept;
+    }
     double params = static_cast<double>(counts.per_layer) * layers / t;
     if (stage == 0) params += static_cast<double>(counts.embedding) / t;
     if (stage == plan.pp - 1) params += static_cast<double>(counts.lm_head) / t;
@@ -51,7 +56,7 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
       in_flight *= 1.0 + (plan.pp - 1.0) / (static_cast<double>(plan.pp) * plan.virtual_stages);
     MemoryEstimate estimate;
     estimate.weights_and_optimizer_bytes = params * bytes_per_param + gathered_bytes;
-    estimate.activation_bytes = per_layer * layers * in_flight;
+    estimate.activation_bytes = stored * in_flight;
     if (estimate.total_bytes() > worst.total_bytes()) worst = estimate;
   }
   if (plan.method != OverlapMethod::kDomino) {

@@ -218,6 +218,7 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
       {&kVirtualStagesBound, p.virtual_stages},
       {&kRowSplitBound, p.row_split},
       {&kColSplitBound, p.col_split},
+      {&kRecomputeLayersBound, p.recompute_layers},
   };
   for (const auto& [bound, value] : bounded)
     if (std::optional<std::string> rule = CheckBound(*bound, value))
@@ -320,6 +321,14 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                                                 "(micro_batch/row_split*seq_len{} = {})",
                                                 chunks, p.cp > 1 ? "/cp" : "", slice_tokens));
   }
+  if (p.recompute_layers > 0 && p.recompute != Recompute::kFull)
+    return fail("memory.recompute_layers",
+                "recompute_layers counts the layers full recompute redoes: it needs "
+                "memory.recompute: full");
+  if (p.recompute_layers > m.layers)
+    return fail("memory.recompute_layers",
+                fmt::format("recompute_layers ({}) must not exceed the model's {} layers",
+                            p.recompute_layers, m.layers));
   if (p.fsdp && !p.distributed_optimizer)
     return fail("memory.fsdp",
                 "fsdp shards the optimizer state as well as parameters and gradients: it needs "
@@ -429,6 +438,8 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   }
   if (auto memory = root.Map("memory", Need::kOptional)) {
     memory->Enum("recompute", &plan.recompute, Need::kOptional, kRecomputes);
+    memory->Int("recompute_layers", &plan.recompute_layers, Need::kOptional,
+                Range(kRecomputeLayersBound));
     memory->Bool("distributed_optimizer", &plan.distributed_optimizer, Need::kOptional);
     memory->Bool("fsdp", &plan.fsdp, Need::kOptional);
     GradReduce grad_reduce = GradReduce::kFp32;
@@ -529,7 +540,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       "training: {{seq_len: {}, micro_batch: {}, global_batch: {}}}\n"
       "parallel: {{tp: {}{}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}{}}}\n"
       "overlap: {{row_split: {}, col_split: {}, scope: {}{}}}\n"
-      "memory: {{recompute: {}, distributed_optimizer: {}{}{}}}\n",
+      "memory: {{recompute: {}{}, distributed_optimizer: {}{}{}}}\n",
       p.model_ref.empty() ? ModelToFlowYaml(p.model) : RefToYaml(p.model_ref, ModelCatalog()),
       ClusterRefToYaml(p.cluster_ref), RefToYaml(p.stack_ref, StackCatalog()),
       DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch, p.tp,
@@ -549,9 +560,10 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
           ? ""
           : fmt::format(", method: {}, chunks: {}{}", MethodName(p.method), p.decomposed_chunks(),
                         p.copy_engine ? fmt::format(", copy_engine: {}", *p.copy_engine) : ""),
-      RecomputeName(p.recompute), p.distributed_optimizer,
+      RecomputeName(p.recompute),
       // Written only when set, so other plans keep their YAML.
-      p.fsdp ? ", fsdp: true" : "",
+      p.recompute_layers > 0 ? fmt::format(", recompute_layers: {}", p.recompute_layers) : "",
+      p.distributed_optimizer, p.fsdp ? ", fsdp: true" : "",
       // Written only when the plan overrides its stack's.
       p.grad_reduce ? fmt::format(", grad_reduce: {}", GradReduceName(*p.grad_reduce)) : "");
   if (p.predicted) out += FiguresToYaml("predicted", *p.predicted);

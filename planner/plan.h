@@ -97,6 +97,9 @@ struct Plan {
   std::optional<bool> copy_engine;
   // memory
   Recompute recompute = Recompute::kNone;
+  // With full recompute: how many layers of each model chunk it recomputes, its first ones
+  // (Megatron's --recompute-method block --recompute-num-layers N); 0: every layer.
+  int recompute_layers = 0;
   bool distributed_optimizer = false;
   // Fully sharded data parallelism (ZeRO-3, PyTorch FSDP, Megatron-FSDP's optim_grads_params):
   // parameters and gradients sharded over DP x CP as well as the optimizer state (so it needs
@@ -113,6 +116,11 @@ struct Plan {
   std::optional<PlanFigures> measured;
 
   int micro_batches() const { return global_batch / (micro_batch * dp); }
+  // Whether layer `layer` of a model chunk recomputes its forward in the backward (full recompute,
+  // or the first recompute_layers of the chunk).
+  bool recomputes_layer(int layer) const {
+    return recompute == Recompute::kFull && (recompute_layers == 0 || layer < recompute_layers);
+  }
   // Tokens of each sequence one rank holds.
   int local_seq_len() const { return seq_len / cp; }
   // Ranks that hold the same weights: Megatron reduces gradients, and shards the distributed
@@ -166,6 +174,7 @@ inline constexpr PlanIntBound kVirtualStagesBound{"parallel.virtual_stages", 1, 
 inline constexpr PlanIntBound kRowSplitBound{"overlap.row_split", 1, kMaxSplit};
 inline constexpr PlanIntBound kColSplitBound{"overlap.col_split", 1, kMaxSplit};
 inline constexpr PlanIntBound kChunksBound{"overlap.chunks", 1, kMaxSplit};
+inline constexpr PlanIntBound kRecomputeLayersBound{"memory.recompute_layers", 0, 1 << 20};
 
 // The rule a value breaks, worded as a plan file's loader words it ("must be a positive integer,
 // got 0", "must be between 1 and 1024, got 4096"), or nullopt when `value` is within `bound`.

@@ -336,6 +336,8 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     bool fits = false;
     for (Recompute rc : recomputes) {
       outer.recompute = rc;
+      // A count of recomputed layers (the starting plan's) applies to full recompute only.
+      outer.recompute_layers = rc == Recompute::kFull ? base.recompute_layers : 0;
       if (auto failure = CheckPlanRules(outer)) {
         reject(outer, failure->rule);
         break;

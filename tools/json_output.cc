@@ -119,6 +119,7 @@ Json PlanJson(const Plan& p) {
                      {"scope", ScopeName(p.scope)},     {"method", MethodName(p.method)},
                      {"chunks", p.decomposed_chunks()}, {"copy_engine", p.copy_engine_parts()}};
   plan["memory"] = {{"recompute", RecomputeName(p.recompute)},
+                    {"recompute_layers", p.recompute_layers},
                     {"distributed_optimizer", p.distributed_optimizer},
                     {"fsdp", p.fsdp},
                     {"grad_reduce", GradReduceName(p.grad_reduce.value_or(p.stack.grad_reduce))}};

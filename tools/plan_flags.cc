@@ -132,6 +132,10 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   app->add_option("--recompute", f->recompute,
                   "activation recompute: none | selective | full (default: none)")
       ->check(NonEmpty());
+  app->add_option("--recompute-layers", f->recompute_layers,
+                  "with --recompute full: the layers of each model chunk it redoes, its first "
+                  "ones (Megatron's --recompute-method block; default 0: every layer)")
+      ->check(CLI::Range(0, 1 << 20));
   app->add_option("--placement", f->placement,
                   "rank layout, innermost first: tp-dp-pp (Megatron's, default) | tp-pp-dp")
       ->check(NonEmpty());
@@ -186,6 +190,7 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
                                     {"loss", PipelineSplit::kLoss},
                                     {"ends", PipelineSplit::kEnds}},
                                    &plan.pipeline_split));
+  if (f.recompute_layers >= 0) plan.recompute_layers = f.recompute_layers;
   if (!ParseBoolFlag(f.fsdp, &plan.fsdp))
     return Error(fmt::format("--fsdp: expected true or false, got '{}'", f.fsdp));
   if (!f.grad_reduce.empty()) {

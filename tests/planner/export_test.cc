@@ -590,6 +590,22 @@ TEST(Export, FsdpMapsToEachFrameworksFullSharding) {
   EXPECT_THAT(*plain, Not(HasSubstr("fsdp")));
 }
 
+TEST(Export, RecomputingSomeLayersIsMegatronsBlockMethod) {
+  std::string some(kLlama8b3dFullRecompute);
+  some.replace(some.find("recompute: full"), 15, "recompute: full, recompute_layers: 3");
+  Result<std::string> megatron = Export(some.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, HasSubstr("--recompute-granularity full \\\n--recompute-method block "
+                                   "\\\n--recompute-num-layers 3"));
+  Result<std::string> nemo = Export(some.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("  activations_checkpoint_method: block\n"
+                               "  activations_checkpoint_num_layers: 3\n"));
+  Result<std::string> titan = Export(some.c_str(), ExportTarget::kTorchtitan);
+  ASSERT_TRUE(titan.ok()) << titan.message();
+  EXPECT_THAT(*titan, HasSubstr("# differs: recompute_layers 3"));
+}
+
 TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {
   // 126 layers on pp 16: 7, 8 x 14, 7 (equal middle stages): the first and last stage's counts.
   const std::string uneven = Llama405bUneven();

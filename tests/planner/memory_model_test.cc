@@ -78,6 +78,11 @@ TEST(MemoryModelTest, TensorParallelActivations) {
   plan.recompute = Recompute::kFull;  // only the layer input: 2 sbh
   EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 8192.0 * 2 * 2);
   EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 8192.0 * 2 * 2);
+  // Recomputing the first layer only: 2 sbh for it, 27 sbh for the other.
+  plan.recompute_layers = 1;
+  EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 8192.0 * (2 + 27));
+  plan.recompute_layers = 2;  // both: as full
+  EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 8192.0 * 2 * 2);
 }
 
 TEST(MemoryModelTest, SequenceParallelActivations) {

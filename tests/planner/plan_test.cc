@@ -366,6 +366,32 @@ TEST(CheckPlanRulesTest, ReportsTheKeyOfEachRule) {
   EXPECT_EQ(key_of(p), "ok");
   p = good, p.fsdp = true, p.distributed_optimizer = true;  // dp 1: nothing to shard over
   EXPECT_EQ(key_of(p), "memory.fsdp");
+  // A count of recomputed layers needs full recompute, and at most the model's layers.
+  p = good, p.recompute_layers = 4;
+  EXPECT_EQ(key_of(p), "memory.recompute_layers");
+  p.recompute = Recompute::kFull;
+  EXPECT_EQ(key_of(p), "ok");
+  p.recompute_layers = good.model.layers + 1;
+  EXPECT_EQ(key_of(p), "memory.recompute_layers");
+}
+
+TEST(PlanToYamlTest, RecomputeLayersIsWrittenOnlyWhenSetAndReadsBack) {
+  Result<Plan> set = ParsePlan(
+      Edit({{"  recompute: none\n", "  recompute: full\n  recompute_layers: 5\n"}}), "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->recompute_layers, 5);
+  EXPECT_TRUE(set->recomputes_layer(4));
+  EXPECT_FALSE(set->recomputes_layer(5));
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("memory: {recompute: full, recompute_layers: 5, distributed_"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->recompute_layers, 5);
+  Result<Plan> bad = ParsePlan(
+      Edit({{"  recompute: none\n", "  recompute: none\n  recompute_layers: 5\n"}}), "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("memory.recompute_layers"));
+  EXPECT_THAT(bad.message(), HasSubstr("recompute: full"));
 }
 
 TEST(PlanToYamlTest, FsdpIsWrittenOnlyWhenOnAndReadsBack) {

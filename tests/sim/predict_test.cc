@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -367,6 +368,40 @@ TEST(PredictIterationTest, RecomputeAddsForwardWork) {
               1e-6 * none.figures.tflops_per_gpu * none.figures.iteration_ms);
   EXPECT_GT(full.figures.memory_gib_per_gpu, 0);
   EXPECT_LT(full.figures.memory_gib_per_gpu, none.figures.memory_gib_per_gpu);
+}
+
+TEST(PredictIterationTest, RecomputingSomeLayersSitsBetweenNoneAndAll) {
+  // GPT-3 2.7B on pp 2 (16 layers a stage): full recompute of the first 4 layers of each stage
+  // (Megatron's block method) redoes exactly 4/16 of what recomputing all 16 redoes, its time and
+  // memory fall between none and all, and recompute_layers equal to the stage's layers is all.
+  Plan all = ThreeD(2, 1, 1, Recompute::kFull);
+  Plan four = all;
+  four.recompute_layers = 4;
+  Plan sixteen = all;
+  sixteen.recompute_layers = 16;
+  const Prediction none = PredictOk(ThreeD(2, 1));
+  const Prediction some = PredictOk(four), full = PredictOk(all), whole = PredictOk(sixteen);
+  auto redone = [](const Prediction& p) {
+    int n = 0;
+    std::set<int> layers;
+    for (const Op& op : p.schedule.ops())
+      if (op.tags.phase == Phase::kRecompute) {
+        ++n;
+        layers.insert(op.tags.layer);
+      }
+    return std::make_pair(n, layers);
+  };
+  const auto [some_ops, some_layers] = redone(some);
+  const auto [full_ops, full_layers] = redone(full);
+  EXPECT_EQ(some_ops * 4, full_ops);
+  EXPECT_EQ(some_layers, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(full_layers.size(), 16u);
+  EXPECT_LT(none.figures.iteration_ms, some.figures.iteration_ms);
+  EXPECT_LT(some.figures.iteration_ms, full.figures.iteration_ms);
+  EXPECT_GT(some.figures.memory_gib_per_gpu, full.figures.memory_gib_per_gpu);
+  EXPECT_LT(some.figures.memory_gib_per_gpu, none.figures.memory_gib_per_gpu);
+  EXPECT_EQ(whole.figures.iteration_ms, full.figures.iteration_ms);
+  EXPECT_EQ(whole.figures.memory_gib_per_gpu, full.figures.memory_gib_per_gpu);
 }
 
 TEST(PredictIterationTest, DeterministicAcrossRuns) {
