@@ -218,6 +218,26 @@ std::string ExportMegatron(const Plan& plan) {
     args.push_back("--use-megatron-fsdp");
     args.push_back("--data-parallel-sharding-strategy optim_grads_params");
   }
+  switch (plan.cross_entropy.value_or(plan.stack.cross_entropy)) {
+    case CrossEntropy::kMegatronFused:
+      args.push_back("--cross-entropy-loss-fusion");
+      args.push_back("--cross-entropy-fusion-impl native");
+      break;
+    case CrossEntropy::kTe:
+      args.push_back("--cross-entropy-loss-fusion");
+      args.push_back("--cross-entropy-fusion-impl te");
+      out.differs.push_back(
+          "cross_entropy te: recent Megatron-LM refuses TE's fused loss (its stability check); "
+          "megatron-fused is --cross-entropy-fusion-impl native");
+      break;
+    case CrossEntropy::kFused:
+      out.differs.push_back(
+          "cross_entropy fused: this project's one-pass kernel; Megatron's closest is "
+          "--cross-entropy-loss-fusion");
+      break;
+    case CrossEntropy::kVocabParallel:
+      break;
+  }
   // Megatron reduces fp16 gradients in fp16 and bf16 ones in fp32 unless told otherwise.
   const bool half_grads = GradBytes(plan) == 2;
   if (plan.precision == Dtype::kFp16 && !half_grads)

@@ -447,17 +447,27 @@ class Lowering {
   double LinearGatherBytes() const {
     return plan_.precision == Dtype::kFp8 ? static_cast<double>(slice_tokens_) * h_ : RowBytes(h_);
   }
-  // HBM traffic of the loss over this rank's logits (slice_tokens x vocab / tp), per element.
-  // Fused: the statistics read the logits once; backward reads them and writes the gradient.
-  // Megatron's vocab-parallel cross-entropy: forward casts the 16-bit logits to an fp32 copy
+  // HBM traffic of the loss over this rank's logits (slice_tokens x vocab / tp), per element, as
+  // the plan's (or its stack's) CrossEntropy runs it (planner/stack.h). Megatron's vocab-parallel
+  // cross-entropy: forward casts the 16-bit logits to an fp32 copy
   // (read e, write 4), then max (read 4), subtract, exp (read and write 4 each), sum (read 4),
   // divide (read and write 4): e + 36 bytes; backward scales the softmax by the loss gradient
   // (read and write 4) and casts it back (read 4, write e): 12 + e. In fp32 the cast is no copy.
   double LossBytes(Phase phase) const {
     const double elements = static_cast<double>(slice_tokens_) * vocab_;
     const double cast = e_ < 4 ? 4 + e_ : 0;
-    if (plan_.stack.fused_cross_entropy) return elements * (phase == Phase::kForward ? e_ : 2 * e_);
-    return elements * (phase == Phase::kForward ? cast + 32 : cast + 8);
+    const bool forward = phase == Phase::kForward;
+    switch (plan_.cross_entropy.value_or(plan_.stack.cross_entropy)) {
+      case CrossEntropy::kFused:
+        return elements * (forward ? e_ : 2 * e_);
+      case CrossEntropy::kTe:
+        return elements * (forward ? 3 * e_ : 2 * e_);
+      case CrossEntropy::kMegatronFused:
+        return elements * (forward ? e_ + 20 : 4 + e_);
+      case CrossEntropy::kVocabParallel:
+        break;
+    }
+    return elements * (forward ? cast + 32 : cast + 8);
   }
   // Bytes of the residual add after the attention projection and the second MLP linear, over
   // `hb` bytes of activations, as the stack runs it: one fused pass (read both, write; with

@@ -111,6 +111,10 @@ struct Plan {
   // NeMo's grad_sync_dtype, DeepSpeed's communication_data_type). Unset: as the stack does
   // (StackSpec::grad_reduce).
   std::optional<GradReduce> grad_reduce;
+  // The loss's kernels (NeMo's cross_entropy_loss_fusion / cross_entropy_fusion_impl,
+  // Megatron-Core's --cross-entropy-loss-fusion). Unset: as the stack does
+  // (StackSpec::cross_entropy).
+  std::optional<CrossEntropy> cross_entropy;
 
   std::optional<PlanFigures> predicted;  // read back from a report; never trusted on input
   std::optional<PlanFigures> measured;

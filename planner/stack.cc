@@ -23,6 +23,13 @@ constexpr std::array<std::pair<std::string_view, GradReduce>, 3> kGradReduces{{
     {"fp16-param", GradReduce::kFp16Param},
 }};
 
+constexpr std::array<std::pair<std::string_view, CrossEntropy>, 4> kCrossEntropies{{
+    {"vocab-parallel", CrossEntropy::kVocabParallel},
+    {"megatron-fused", CrossEntropy::kMegatronFused},
+    {"te", CrossEntropy::kTe},
+    {"fused", CrossEntropy::kFused},
+}};
+
 template <typename T, size_t N>
 std::string_view NameOf(const std::array<std::pair<std::string_view, T>, N>& names, T value) {
   for (const auto& [name, v] : names)
@@ -34,6 +41,10 @@ std::string_view NameOf(const std::array<std::pair<std::string_view, T>, N>& nam
 
 std::string_view GradReduceName(GradReduce reduce) { return NameOf(kGradReduces, reduce); }
 std::span<const std::pair<std::string_view, GradReduce>> GradReduceNames() { return kGradReduces; }
+std::string_view CrossEntropyName(CrossEntropy loss) { return NameOf(kCrossEntropies, loss); }
+std::span<const std::pair<std::string_view, CrossEntropy>> CrossEntropyNames() {
+  return kCrossEntropies;
+}
 
 std::string_view AttentionKernelName(AttentionKernel kernel) {
   return NameOf(kAttentionKernels, kernel);
@@ -53,7 +64,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("cuda_graphs", &stack.cuda_graphs, Need::kOptional);
   map.Bool("overlap_grad_reduce", &stack.overlap_grad_reduce, Need::kOptional);
   map.Bool("overlap_param_gather", &stack.overlap_param_gather, Need::kOptional);
-  map.Bool("fused_cross_entropy", &stack.fused_cross_entropy, Need::kOptional);
+  map.Enum("cross_entropy", &stack.cross_entropy, Need::kOptional, kCrossEntropies);
   map.Bool("decomposed_copy_engine", &stack.decomposed_copy_engine, Need::kOptional);
   map.Enum("grad_reduce", &stack.grad_reduce, Need::kOptional, kGradReduces);
   DOMINO_RETURN_IF_ERROR(map.Finish());

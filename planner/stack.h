@@ -21,6 +21,21 @@ std::string_view AttentionKernelName(AttentionKernel kernel);  // "flash", "unfu
 // fp16, fp32 with bf16 or fp8 runs (Megatron-LM without --accumulate-allreduce-grads-in-fp32,
 // which bf16 forces on).
 enum class GradReduce { kFp32, kParam, kFp16Param };
+
+// The loss's kernels over the logits, per element (e: the 16-bit element's bytes):
+// - vocab-parallel: Megatron's vocab-parallel cross-entropy casts the logits to fp32 and makes a
+//   pass per step (max, subtract, exp, sum, divide), then in backward the scale by the loss
+//   gradient and the cast back: 4 + e + 32 bytes forward, 4 + e + 8 backward;
+// - megatron-fused: Megatron-Core's --cross-entropy-loss-fusion (fusions/fused_cross_entropy.py),
+//   the same steps in three jit-fused kernels (the cast with the max; subtract, exp and sum in
+//   place; the divide in place) and one backward: e + 20 forward, 4 + e backward;
+// - te: Transformer Engine's Triton kernels (pytorch/triton/cross_entropy.py, 2025 releases,
+//   NeMo's cross_entropy_fusion_impl te): the logits read for the statistics, read again with
+//   the gradient written in their place, the gradient scaled in place backward: 3e forward, 2e;
+// - fused: one read forward, one read and write backward (this project's executor): e and 2e.
+enum class CrossEntropy { kVocabParallel, kMegatronFused, kTe, kFused };
+std::string_view CrossEntropyName(CrossEntropy loss);  // "vocab-parallel", ..., "fused"
+std::span<const std::pair<std::string_view, CrossEntropy>> CrossEntropyNames();
 std::string_view GradReduceName(GradReduce reduce);  // "fp32", "param", "fp16-param"
 std::span<const std::pair<std::string_view, GradReduce>> GradReduceNames();
 
@@ -49,11 +64,8 @@ struct StackSpec {
   // With the distributed optimizer, the updated parameters are all-gathered under the next
   // iteration's first forward (Megatron-Core --overlap-param-gather) rather than after the step.
   bool overlap_param_gather = false;
-  // The loss in one fused pass over the logits (read for the statistics; backward reads them and
-  // writes their gradient), rather than Megatron's vocab-parallel cross-entropy, which casts the
-  // 16-bit logits to fp32 and makes a pass per step: max, subtract, exp, sum, divide, then in
-  // backward the scale by the loss gradient and the cast back.
-  bool fused_cross_entropy = false;
+  // How the loss runs over the logits (Plan::cross_entropy may say otherwise).
+  CrossEntropy cross_entropy = CrossEntropy::kVocabParallel;
   // Decomposed overlap's all-gather parts go on copy engines unless a plan says otherwise
   // (Plan::copy_engine).
   bool decomposed_copy_engine = false;
@@ -65,7 +77,7 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `fused_cross_entropy` and `decomposed_copy_engine` (false), and `grad_reduce` (fp32).
+// `decomposed_copy_engine` (false), `cross_entropy` (vocab-parallel) and `grad_reduce` (fp32).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

@@ -106,7 +106,10 @@ Json PlanJson(const Plan& p) {
   plan["stack"] = Ref(p.stack_ref, StackCatalog());
   plan["precision"] = DtypeName(p.precision);
   plan["training"] = {
-      {"seq_len", p.seq_len}, {"micro_batch", p.micro_batch}, {"global_batch", p.global_batch}};
+      {"seq_len", p.seq_len},
+      {"micro_batch", p.micro_batch},
+      {"global_batch", p.global_batch},
+      {"cross_entropy", CrossEntropyName(p.cross_entropy.value_or(p.stack.cross_entropy))}};
   plan["parallel"] = {{"tp", p.tp},
                       {"cp", p.cp},
                       {"pp", p.pp},

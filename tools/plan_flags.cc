@@ -144,6 +144,10 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   AddSwitch(app, "fsdp", &f->fsdp,
             "shard parameters and gradients too (ZeRO-3 / FSDP; needs --distributed-optimizer; "
             "default: off)");
+  app->add_option("--cross-entropy", f->cross_entropy,
+                  "the loss's kernels: vocab-parallel | megatron-fused | te | fused (default: the "
+                  "stack's)")
+      ->check(NonEmpty());
   app->add_option("--grad-reduce", f->grad_reduce,
                   "type DP gradients are reduced in: fp32 | param (the 16-bit parameters') | "
                   "fp16-param (the parameters' when fp16, else fp32; default: the stack's)")
@@ -193,6 +197,16 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   if (f.recompute_layers >= 0) plan.recompute_layers = f.recompute_layers;
   if (!ParseBoolFlag(f.fsdp, &plan.fsdp))
     return Error(fmt::format("--fsdp: expected true or false, got '{}'", f.fsdp));
+  if (!f.cross_entropy.empty()) {
+    CrossEntropy loss = CrossEntropy::kVocabParallel;
+    DOMINO_RETURN_IF_ERROR(ApplyEnum("cross-entropy", f.cross_entropy,
+                                     {{"vocab-parallel", CrossEntropy::kVocabParallel},
+                                      {"megatron-fused", CrossEntropy::kMegatronFused},
+                                      {"te", CrossEntropy::kTe},
+                                      {"fused", CrossEntropy::kFused}},
+                                     &loss));
+    plan.cross_entropy = loss;
+  }
   if (!f.grad_reduce.empty()) {
     GradReduce reduce = GradReduce::kFp32;
     DOMINO_RETURN_IF_ERROR(ApplyEnum("grad-reduce", f.grad_reduce,

@@ -528,6 +528,23 @@ TEST(LowerTest, TheLossMovesTheBytesOfItsStacksCrossEntropy) {
     }
     EXPECT_EQ(seen, 2);
   }
+  // A plan's own loss kernels over megatron-core's: Megatron-Core's --cross-entropy-loss-fusion
+  // (cast with the max 2 + 4, subtract/exp/sum 8, divide 8; backward 4 + 2) and TE's Triton
+  // kernels (read, read and write in place: 6; scale in place: 4).
+  for (const auto& [loss, forward, backward] :
+       {std::tuple{CrossEntropy::kMegatronFused, 22.0, 6.0},
+        std::tuple{CrossEntropy::kTe, 6.0, 4.0}, std::tuple{CrossEntropy::kFused, 2.0, 4.0},
+        std::tuple{CrossEntropy::kVocabParallel, 38.0, 14.0}}) {
+    SCOPED_TRACE(CrossEntropyName(loss));
+    Plan plan = MakePlan(PlanKnobs{});
+    plan.cross_entropy = loss;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{-1, true, true, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    for (const Op& op : s->ops()) {
+      if (op.func == OpFunc::kLoss) EXPECT_DOUBLE_EQ(op.bytes, forward * logits);
+      if (op.func == OpFunc::kLossGrad) EXPECT_DOUBLE_EQ(op.bytes, backward * logits);
+    }
+  }
 }
 
 TEST(LowerTest, Fp8GathersTheLayersLinearInputsInOneByte) {

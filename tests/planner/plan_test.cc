@@ -394,6 +394,28 @@ TEST(PlanToYamlTest, RecomputeLayersIsWrittenOnlyWhenSetAndReadsBack) {
   EXPECT_THAT(bad.message(), HasSubstr("recompute: full"));
 }
 
+TEST(PlanToYamlTest, CrossEntropyIsWrittenOnlyWhenSetAndReadsBack) {
+  Result<Plan> set = ParsePlan(
+      Edit({{"  global_batch: 16\n", "  global_batch: 16\n  cross_entropy: megatron-fused\n"}}),
+      "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->cross_entropy, std::optional<CrossEntropy>(CrossEntropy::kMegatronFused));
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("global_batch: 16, cross_entropy: megatron-fused}"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->cross_entropy, set->cross_entropy);
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("cross_entropy")));
+  Result<Plan> bad =
+      ParsePlan(Edit({{"  global_batch: 16\n", "  global_batch: 16\n  cross_entropy: liger\n"}}),
+                "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:8"));
+  EXPECT_THAT(bad.message(), HasSubstr("megatron-fused"));
+}
+
 TEST(PlanToYamlTest, FsdpIsWrittenOnlyWhenOnAndReadsBack) {
   Result<Plan> set = ParsePlan(
       Edit({{"  tp: 32\n", "  tp: 16\n"},
