@@ -4,15 +4,18 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <utility>
 
 #include "tools/command.h"
 
 namespace domino::cli {
 namespace {
 
-template <typename T>
-Status ApplyEnum(const std::string& flag, const std::string& text,
-                 std::initializer_list<std::pair<const char*, T>> names, T* out) {
+template <typename T, typename Names>
+Status ApplyNamed(const std::string& flag, const std::string& text, const Names& names, T* out) {
   if (text.empty()) return Status::Ok();
   std::string allowed;
   for (const auto& [name, value] : names) {
@@ -23,6 +26,23 @@ Status ApplyEnum(const std::string& flag, const std::string& text,
     allowed += (allowed.empty() ? "" : " | ") + std::string(name);
   }
   return Error(fmt::format("--{}: unknown value '{}' (expected {})", flag, text, allowed));
+}
+
+template <typename T>
+Status ApplyEnum(const std::string& flag, const std::string& text,
+                 std::initializer_list<std::pair<const char*, T>> names, T* out) {
+  return ApplyNamed(flag, text, names, out);
+}
+
+// A flag that overrides what the plan's stack says: set only when given.
+template <typename T>
+Status ApplyOverride(const std::string& flag, const std::string& text,
+                     std::span<const std::pair<std::string_view, T>> names, std::optional<T>* out) {
+  if (text.empty()) return Status::Ok();
+  T value{};
+  DOMINO_RETURN_IF_ERROR(ApplyNamed(flag, text, names, &value));
+  *out = value;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -197,25 +217,10 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   if (f.recompute_layers >= 0) plan.recompute_layers = f.recompute_layers;
   if (!ParseBoolFlag(f.fsdp, &plan.fsdp))
     return Error(fmt::format("--fsdp: expected true or false, got '{}'", f.fsdp));
-  if (!f.cross_entropy.empty()) {
-    CrossEntropy loss = CrossEntropy::kVocabParallel;
-    DOMINO_RETURN_IF_ERROR(ApplyEnum("cross-entropy", f.cross_entropy,
-                                     {{"vocab-parallel", CrossEntropy::kVocabParallel},
-                                      {"megatron-fused", CrossEntropy::kMegatronFused},
-                                      {"te", CrossEntropy::kTe},
-                                      {"fused", CrossEntropy::kFused}},
-                                     &loss));
-    plan.cross_entropy = loss;
-  }
-  if (!f.grad_reduce.empty()) {
-    GradReduce reduce = GradReduce::kFp32;
-    DOMINO_RETURN_IF_ERROR(ApplyEnum("grad-reduce", f.grad_reduce,
-                                     {{"fp32", GradReduce::kFp32},
-                                      {"param", GradReduce::kParam},
-                                      {"fp16-param", GradReduce::kFp16Param}},
-                                     &reduce));
-    plan.grad_reduce = reduce;
-  }
+  DOMINO_RETURN_IF_ERROR(
+      ApplyOverride("cross-entropy", f.cross_entropy, CrossEntropyNames(), &plan.cross_entropy));
+  DOMINO_RETURN_IF_ERROR(
+      ApplyOverride("grad-reduce", f.grad_reduce, GradReduceNames(), &plan.grad_reduce));
   if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))
     return Error(fmt::format("--sp: expected true or false, got '{}'", f.sequence_parallel));
   bool copy_engine = false;
