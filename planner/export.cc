@@ -329,6 +329,14 @@ std::string ExportNemo(const Plan& plan) {
                       block                                ? std::to_string(plan.recompute_layers)
                       : plan.recompute == Recompute::kFull ? "1"
                                                            : "null");
+  // NeMo's key fuses the loss as Megatron-Core's --cross-entropy-loss-fusion does.
+  const CrossEntropy loss = plan.cross_entropy.value_or(plan.stack.cross_entropy);
+  if (loss == CrossEntropy::kMegatronFused) body += "  cross_entropy_loss_fusion: true\n";
+  if (loss == CrossEntropy::kTe || loss == CrossEntropy::kFused)
+    out.differs.push_back(fmt::format(
+        "cross_entropy {}: megatron_gpt_config.yaml fuses the loss only as Megatron-Core does "
+        "(cross_entropy_loss_fusion: true); Megatron-Bridge takes cross_entropy_fusion_impl te",
+        CrossEntropyName(loss)));
   if (plan.precision == Dtype::kFp8) {
     body += "  transformer_engine: true\n";
     body += "  fp8: true\n";

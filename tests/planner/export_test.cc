@@ -606,6 +606,28 @@ TEST(Export, RecomputingSomeLayersIsMegatronsBlockMethod) {
   EXPECT_THAT(*titan, HasSubstr("# differs: recompute_layers 3"));
 }
 
+TEST(Export, TheLossKernelsMapToEachFrameworksFusion) {
+  for (const auto& [loss, megatron, nemo] :
+       {std::tuple{"megatron-fused", "--cross-entropy-fusion-impl native",
+                   "  cross_entropy_loss_fusion: true\n"},
+        std::tuple{"te", "--cross-entropy-fusion-impl te", "# differs: cross_entropy te:"}}) {
+    SCOPED_TRACE(loss);
+    std::string yaml(kLlama8b3dFullRecompute);
+    yaml.replace(yaml.find("global_batch: 16}"), 17,
+                 std::string("global_batch: 16, cross_entropy: ") + loss + "}");
+    Result<std::string> m = Export(yaml.c_str(), ExportTarget::kMegatron);
+    ASSERT_TRUE(m.ok()) << m.message();
+    EXPECT_THAT(*m, HasSubstr("--cross-entropy-loss-fusion \\\n"));
+    EXPECT_THAT(*m, HasSubstr(megatron));
+    Result<std::string> n = Export(yaml.c_str(), ExportTarget::kNemo);
+    ASSERT_TRUE(n.ok()) << n.message();
+    EXPECT_THAT(*n, HasSubstr(nemo));
+  }
+  Result<std::string> plain = Export(kLlama8b3dFullRecompute, ExportTarget::kNemo);
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_THAT(*plain, Not(HasSubstr("cross_entropy")));
+}
+
 TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {
   // 126 layers on pp 16: 7, 8 x 14, 7 (equal middle stages): the first and last stage's counts.
   const std::string uneven = Llama405bUneven();
