@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::Error&) {
     return 0;  // a usage error is a fine answer
+  } catch (const std::exception&) {
+    return 0;  // what else the parser throws is a usage error too, as RunDomino answers it
   }
   (void)domino::cli::BuildPlan(flags);
   return 0;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,8 +101,15 @@ int RunDomino(int argc, const char* const* argv,
     return app.exit(e) == 0 ? 0 : kExitUsage;
   } catch (const ParsedOnly&) {
     return 0;
+  } catch (const std::out_of_range&) {
+    // CLI11 converts a flag's value with std::stoll (a short-flag cluster such as -hh-no-sp=HUGE
+    // reaches it): out of range is a usage error.
+    std::fprintf(stderr,
+                 "domino: the command line cannot be read: a flag's value is out of range "
+                 "(see --help)\n");
+    return kExitUsage;
   } catch (const std::exception& e) {
-    // Anything else the command-line parser throws (a conversion out of range) is a usage error.
+    // Anything else the command-line parser throws is a usage error too.
     std::fprintf(stderr, "domino: the command line cannot be read: %s (see --help)\n", e.what());
     return kExitUsage;
   }

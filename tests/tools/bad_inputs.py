@@ -207,6 +207,9 @@ CASES = [
     ("a value on a switch's negation", "--no-sp=99999999999999999999999 (CLI11 read it as a number and threw)", {},
      ["simulate", "--no-sp=99999999999999999999999"],
      r"--no-sp takes no value: give --no-sp, or --sp=false", None),
+    ("a huge value in a short-flag cluster", "-hh-no-sp=99999999999999999999999 (CLI11 converts the value with stoll)", {},
+     ["simulate", "-hh-no-sp=99999999999999999999999"],
+     r"the command line cannot be read: a flag's value is out of range", None),
     ("sequence that CP cannot split", "--cp 3 with seq_len 1000 (2 cp = 6 chunks)", {},
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1:6", "--tp", "2", "--cp", "3", "--seq-len", "1000"],
      r"parallel\.cp: context parallelism cuts each sequence into 2\*cp = 6 chunks .*2\*cp must divide seq_len \(1000\)", None),
@@ -230,7 +233,8 @@ CASES = [
 USAGE_CASES = {"plan is a directory", "huge virtual stages", "huge virtual stages (2^31-1)",
                "huge global batch", "zero tp flag", "octal-looking flag", "empty --model",
                "NaN timeout", "NaN tolerance", "mistyped command", "switch given a value",
-               "switch and its negation", "unknown --format", "a value on a switch's negation"}
+               "switch and its negation", "unknown --format", "a value on a switch's negation",
+               "a huge value in a short-flag cluster"}
 NO_PLAN_CASES = {"GPU without bf16 (plan)", "no plan fits"}
 
 
