@@ -218,7 +218,7 @@ std::string ExportMegatron(const Plan& plan) {
     args.push_back("--use-megatron-fsdp");
     args.push_back("--data-parallel-sharding-strategy optim_grads_params");
   }
-  switch (plan.cross_entropy.value_or(plan.stack.cross_entropy)) {
+  switch (plan.loss_kernels()) {
     case CrossEntropy::kMegatronFused:
       args.push_back("--cross-entropy-loss-fusion");
       args.push_back("--cross-entropy-fusion-impl native");
@@ -330,7 +330,7 @@ std::string ExportNemo(const Plan& plan) {
                       : plan.recompute == Recompute::kFull ? "1"
                                                            : "null");
   // NeMo's key fuses the loss as Megatron-Core's --cross-entropy-loss-fusion does.
-  const CrossEntropy loss = plan.cross_entropy.value_or(plan.stack.cross_entropy);
+  const CrossEntropy loss = plan.loss_kernels();
   if (loss == CrossEntropy::kMegatronFused) body += "  cross_entropy_loss_fusion: true\n";
   if (loss == CrossEntropy::kTe || loss == CrossEntropy::kFused)
     out.differs.push_back(fmt::format(

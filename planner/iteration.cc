@@ -48,7 +48,7 @@ std::vector<PipelineStep> PipelineOrder(int s, int stages, int chunks, int m) {
 }
 
 double GradBytes(const Plan& plan) {
-  const GradReduce reduce = plan.grad_reduce.value_or(plan.stack.grad_reduce);
+  const GradReduce reduce = plan.gradient_reduce();
   const bool half = reduce == GradReduce::kParam ||
                     (reduce == GradReduce::kFp16Param && plan.precision == Dtype::kFp16);
   return half ? 2 : 4;

@@ -457,7 +457,7 @@ class Lowering {
     const double elements = static_cast<double>(slice_tokens_) * vocab_;
     const double cast = e_ < 4 ? 4 + e_ : 0;
     const bool forward = phase == Phase::kForward;
-    switch (plan_.cross_entropy.value_or(plan_.stack.cross_entropy)) {
+    switch (plan_.loss_kernels()) {
       case CrossEntropy::kFused:
         return elements * (forward ? e_ : 2 * e_);
       case CrossEntropy::kTe:

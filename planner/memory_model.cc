@@ -42,10 +42,7 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
     for (int c = 0; c < plan.virtual_stages; ++c) {
       const int chunk = chunk_layers[c * plan.pp + stage];
       layers += chunk;
-      // Layers 0, 1, ... recompute first: the chunk's first min(n, chunk) of them.
-      int redone = 0;
-      if (plan.recompute == Recompute::kFull)
-        redone = plan.recompute_layers > 0 ? std::min(plan.recompute_layers, chunk) : chunk;
+      const int redone = plan.recomputed_layers(chunk);
       stored += redone * recomputed + (chunk - redone) * kept;
     }
     double params = static_cast<double>(counts.per_layer) * layers / t;

@@ -4,6 +4,9 @@
 
 #include <array>
 #include <filesystem>
+#include <optional>
+#include <span>
+#include <string_view>
 #include <utility>
 
 #include "models/base/file_io.h"
@@ -42,6 +45,16 @@ constexpr std::array<std::pair<std::string_view, Dtype>, 3> kPrecisions = {{
     {"fp16", Dtype::kFp16},
     {"fp8", Dtype::kFp8},
 }};
+
+// A key that overrides what the plan's stack says: set only when the file has it.
+template <typename T>
+void ReadOverride(YamlMap& map, std::string_view key,
+                  std::span<const std::pair<std::string_view, T>> names, std::optional<T>* out) {
+  if (!map.Has(key)) return;
+  T value{};
+  map.Enum(key, &value, Need::kOptional, names);
+  *out = value;
+}
 
 IntRange Range(const PlanIntBound& bound) { return IntRange{.min = bound.min, .max = bound.max}; }
 
@@ -409,11 +422,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     training->Int("seq_len", &plan.seq_len, Need::kOptional, Range(kSeqLenBound));
     training->Int("micro_batch", &plan.micro_batch, Need::kOptional, Range(kMicroBatchBound));
     training->Int("global_batch", &plan.global_batch, Need::kOptional, Range(kGlobalBatchBound));
-    CrossEntropy loss = CrossEntropy::kVocabParallel;
-    if (training->Has("cross_entropy")) {
-      training->Enum("cross_entropy", &loss, Need::kOptional, CrossEntropyNames());
-      plan.cross_entropy = loss;
-    }
+    ReadOverride(*training, "cross_entropy", CrossEntropyNames(), &plan.cross_entropy);
     (void)training->Finish();
   }
   if (auto parallel = root.Map("parallel", Need::kOptional)) {
@@ -447,11 +456,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
                 Range(kRecomputeLayersBound));
     memory->Bool("distributed_optimizer", &plan.distributed_optimizer, Need::kOptional);
     memory->Bool("fsdp", &plan.fsdp, Need::kOptional);
-    GradReduce grad_reduce = GradReduce::kFp32;
-    if (memory->Has("grad_reduce")) {
-      memory->Enum("grad_reduce", &grad_reduce, Need::kOptional, GradReduceNames());
-      plan.grad_reduce = grad_reduce;
-    }
+    ReadOverride(*memory, "grad_reduce", GradReduceNames(), &plan.grad_reduce);
     (void)memory->Finish();
   }
   ReadFigures(root, "predicted", &plan.predicted);

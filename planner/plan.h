@@ -1,6 +1,7 @@
 #ifndef DOMINO_PLANNER_PLAN_H_
 #define DOMINO_PLANNER_PLAN_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -120,11 +121,17 @@ struct Plan {
   std::optional<PlanFigures> measured;
 
   int micro_batches() const { return global_batch / (micro_batch * dp); }
-  // Whether layer `layer` of a model chunk recomputes its forward in the backward (full recompute,
-  // or the first recompute_layers of the chunk).
-  bool recomputes_layer(int layer) const {
-    return recompute == Recompute::kFull && (recompute_layers == 0 || layer < recompute_layers);
+  // How many layers of a model chunk of `chunk_layers` recompute their forward in the backward:
+  // every one under full recompute, or its first recompute_layers; none otherwise.
+  int recomputed_layers(int chunk_layers) const {
+    if (recompute != Recompute::kFull) return 0;
+    return recompute_layers > 0 ? std::min(recompute_layers, chunk_layers) : chunk_layers;
   }
+  // Whether layer `layer` of a model chunk is one of them (its first ones recompute).
+  bool recomputes_layer(int layer) const { return layer < recomputed_layers(layer + 1); }
+  // The loss's kernels and the gradients' type: the plan's word, else the stack's.
+  CrossEntropy loss_kernels() const { return cross_entropy.value_or(stack.cross_entropy); }
+  GradReduce gradient_reduce() const { return grad_reduce.value_or(stack.grad_reduce); }
   // Tokens of each sequence one rank holds.
   int local_seq_len() const { return seq_len / cp; }
   // Ranks that hold the same weights: Megatron reduces gradients, and shards the distributed

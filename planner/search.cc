@@ -193,6 +193,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
 
   // Outer configurations: everything but the Domino dimensions.
   std::vector<Plan> outers;
+  const bool fsdp = space.fsdp.value_or(false);
   auto add_outers = [&](int cp) {
     if (gpus % cp != 0) return;
     for (int tp : Divisors(gpus / cp, gpus / cp)) {
@@ -201,6 +202,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
         if (space.pp > 0 && pp != space.pp) continue;
         const int dp = static_cast<int>(gpus / cp / tp / pp);
         if (space.dp > 0 && dp != space.dp) continue;
+        if (fsdp && dp * cp == 1) continue;  // FSDP pinned on: nothing to shard over
         // A pinned count is tried even above the enumerated range.
         const int max_v = pp == 1 ? 1 : std::max(space.max_virtual_stages, space.virtual_stages);
         for (int v = 1; v <= max_v; ++v) {
@@ -221,8 +223,6 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
             if (space.micro_batch > 0 && mb != space.micro_batch) continue;
             for (int sp = 0; sp <= 1; ++sp) {
               if (space.sequence_parallel && *space.sequence_parallel != (sp == 1)) continue;
-              const bool fsdp = space.fsdp.value_or(false);
-              if (fsdp && dp * cp == 1) continue;  // nothing to shard over
               for (int dist = fsdp ? 1 : 0; dist <= (dp * cp > 1 ? 1 : 0); ++dist) {
                 if (space.distributed_optimizer && *space.distributed_optimizer != (dist == 1))
                   continue;

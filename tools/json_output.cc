@@ -105,11 +105,10 @@ Json PlanJson(const Plan& p) {
   plan["cluster"] = ClusterRef(p.cluster_ref);
   plan["stack"] = Ref(p.stack_ref, StackCatalog());
   plan["precision"] = DtypeName(p.precision);
-  plan["training"] = {
-      {"seq_len", p.seq_len},
-      {"micro_batch", p.micro_batch},
-      {"global_batch", p.global_batch},
-      {"cross_entropy", CrossEntropyName(p.cross_entropy.value_or(p.stack.cross_entropy))}};
+  plan["training"] = {{"seq_len", p.seq_len},
+                      {"micro_batch", p.micro_batch},
+                      {"global_batch", p.global_batch},
+                      {"cross_entropy", CrossEntropyName(p.loss_kernels())}};
   plan["parallel"] = {{"tp", p.tp},
                       {"cp", p.cp},
                       {"pp", p.pp},
@@ -125,7 +124,7 @@ Json PlanJson(const Plan& p) {
                     {"recompute_layers", p.recompute_layers},
                     {"distributed_optimizer", p.distributed_optimizer},
                     {"fsdp", p.fsdp},
-                    {"grad_reduce", GradReduceName(p.grad_reduce.value_or(p.stack.grad_reduce))}};
+                    {"grad_reduce", GradReduceName(p.gradient_reduce())}};
   return plan;
 }
 

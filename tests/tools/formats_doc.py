@@ -92,6 +92,8 @@ def plan_keys():
                            r"\nvoid ReadFigures\(")
     # ReadFigures(root, "predicted", ...): the block's key is an argument.
     keys |= set(re.findall(r'ReadFigures\(\w+, "(\w+)"', read("planner/plan.cc")))
+    # ReadOverride(*training, "cross_entropy", ...): a stack override's key is an argument too.
+    keys |= set(re.findall(r'ReadOverride\(\*?\w+, "(\w+)"', read("planner/plan.cc")))
     # The search: block `domino plan` writes (tools/cmd_plan.cc PlanYaml): its YAML keys.
     keys |= yaml_keys(body("tools/cmd_plan.cc", r"\nstd::string PlanYaml\("))
     # gains: one key per dimension, {"row", [](const Plan& p) {...}}.
