@@ -54,8 +54,12 @@ struct Bucket {
   std::vector<float> grad, master, m, v;
   // The same in fp32 device memory when the step's transport is on the device (StepDevice);
   // `recv` takes the tied embedding's gradient from the other end of the pipeline.
-  float *d_grad = nullptr, *d_master = nullptr, *d_m = nullptr, *d_v = nullptr, *d_recv = nullptr;
-  bool final = false;  // gradient summed over micro-batches (and reduced, if a bucket op ran)
+  // `scratch` holds one micro-batch's gradient before its FSDP reduce-scatter.
+  float *d_grad = nullptr, *d_master = nullptr, *d_m = nullptr, *d_v = nullptr, *d_recv = nullptr,
+        *d_scratch = nullptr;
+  // Gradient summed over micro-batches (and reduced, if a bucket op ran); with FSDP from the
+  // step's start, as each micro-batch's reduce-scatter adds its part to the rank's shard.
+  bool final = false;
 };
 
 // One model chunk (virtual stage) of this rank: its schedule, forward and backward, and one
@@ -251,7 +255,13 @@ class StepRunner {
     using Clock = std::chrono::steady_clock;
     for (auto& c : chunks_) {
       std::fill(c->cursor.begin(), c->cursor.end(), 0);
-      for (auto& b : c->buckets) b.final = false;
+      for (auto& b : c->buckets) {
+        b.final = Fsdp();
+        if (!Fsdp()) continue;
+        std::fill(b.grad.begin(), b.grad.end(), 0.0f);
+        if (device_)
+          DOMINO_RETURN_IF_ERROR(device_->Zero(b.d_grad, static_cast<int64_t>(b.grad.size())));
+      }
       for (auto& backend : c->mbs) DOMINO_RETURN_IF_ERROR(ZeroComputed(*c, *backend));
     }
     timeline->ops.assign(it_.schedule.size(), OpTime{});
@@ -367,6 +377,22 @@ class StepRunner {
           } else {
             DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
             DOMINO_RETURN_IF_ERROR(ReduceOverDp(b, op.func == OpFunc::kDpReduceScatter));
+          }
+        }
+        return Status::Ok();
+      }
+      case OpFunc::kFsdpAllGather:
+      case OpFunc::kFsdpReduceScatter: {
+        Chunk* c = ChunkOf(op.tags.virtual_stage);
+        if (c == nullptr)
+          return Error(fmt::format("iteration op {} ({}): virtual stage {} is not this rank's", id,
+                                   it_.schedule.Label(id), op.tags.virtual_stage));
+        for (Bucket* b : LayerUnit(*c, op.tags.layer)) {
+          if (op.func == OpFunc::kFsdpAllGather) {
+            DOMINO_RETURN_IF_ERROR(GatherShards(b->master, b->d_master));
+            DOMINO_RETURN_IF_ERROR(WriteWeights(*c, *b));
+          } else {
+            DOMINO_RETURN_IF_ERROR(ReduceMicroBatch(*c, *b, op.tags.micro_batch));
           }
         }
         return Status::Ok();
@@ -500,6 +526,56 @@ class StepRunner {
     return Status::Ok();
   }
 
+  // FSDP: the buckets an op of layer `layer` of the chunk gathers and reduces, as the lowering
+  // counts them: the layer's, the embedding's with the first layer (its lookup runs in the first
+  // forward piece, its gradient is whole after the last backward piece) and the head's (with the
+  // last stage's copy of a tied embedding) with the last layer.
+  static std::vector<Bucket*> LayerUnit(Chunk& c, int layer) {
+    std::vector<Bucket*> unit;
+    const bool first = layer == 0, last = layer == c.shape.layers - 1;
+    for (Bucket& b : c.buckets) {
+      const bool embedding = b.key == kEmbeddingBucket;
+      if (b.key == layer || (first && embedding && c.shape.embedding) ||
+          (last && c.shape.head && (b.key == kExtraBucket || (embedding && !c.shape.embedding))))
+        unit.push_back(&b);
+    }
+    return unit;
+  }
+
+  // FSDP: micro-batch `mb`'s gradient of the bucket, scaled to the global batch's mean (norm gains'
+  // sequence-parallel partial sums summed over TP), reduce-scattered over DP and added to this
+  // rank's shard of the bucket's gradient, which the step started at zero.
+  Status ReduceMicroBatch(Chunk& c, Bucket& b, int mb) {
+    if (mb < 0 || mb >= static_cast<int>(c.mbs.size()))
+      return Error(fmt::format("FSDP reduce-scatter of micro-batch {}: not this rank's", mb));
+    const float scale =
+        1.0f / static_cast<float>(static_cast<int64_t>(c.mbs.size()) * plan_.dp_cp());
+    const int64_t padded = static_cast<int64_t>(b.grad.size()), mine = Replica() * b.shard;
+    if (device_) {
+      DOMINO_RETURN_IF_ERROR(device_->Zero(b.d_scratch, padded));
+      CudaRunner* const runner[] = {c.runners[mb]};
+      for (const Param& p : b.params) {
+        DOMINO_RETURN_IF_ERROR(device_->Accumulate(runner, p.grad, b.d_scratch + p.offset, scale));
+        if (c.schedule.tensors()[p.grad].shard == Shard::kPartialSum)
+          DOMINO_RETURN_IF_ERROR(device_->AllReduceTp(b.d_scratch + p.offset, p.size));
+      }
+      DOMINO_RETURN_IF_ERROR(device_->ReduceScatterDp(b.d_scratch, b.shard));
+      return device_->Add(b.d_scratch + mine, b.d_grad + mine, b.shard);
+    }
+    reduce_.assign(static_cast<size_t>(padded), 0.0f);
+    for (const Param& p : b.params) {
+      Result<std::vector<float>> g = c.mbs[mb]->Read(p.grad);
+      if (!g.ok()) return g.error();
+      for (int64_t i = 0; i < p.size; ++i) reduce_[p.offset + i] = (*g)[i] * scale;
+      if (c.schedule.tensors()[p.grad].shard == Shard::kPartialSum)
+        DOMINO_RETURN_IF_ERROR(g_.tp->AllReduce(reduce_.data() + p.offset, p.size));
+    }
+    shard_.resize(static_cast<size_t>(b.shard));
+    DOMINO_RETURN_IF_ERROR(g_.dp->ReduceScatter(reduce_.data(), shard_.data(), b.shard));
+    for (int64_t i = 0; i < b.shard; ++i) b.grad[mine + i] += shard_[i];
+    return Status::Ok();
+  }
+
   Status ReduceOverDp(Bucket& b, bool scatter) {
     if (device_)
       return scatter ? device_->ReduceScatterDp(b.d_grad, b.shard)
@@ -526,6 +602,9 @@ class StepRunner {
   }
   // Whether the optimizer state is sharded over the replicas (DP x CP), and this rank's shard.
   bool Sharded() const { return plan_.distributed_optimizer && plan_.dp_cp() > 1; }
+  // Whether parameters and gradients are sharded too (FSDP: the plan's per-layer gathers and
+  // reduce-scatters).
+  bool Fsdp() const { return plan_.fsdp && plan_.dp_cp() > 1; }
   int Replica() const { return g_.dp->rank(); }
 
   // The tied word embedding's gradient, summed over the first and the last stage.
@@ -625,6 +704,11 @@ class StepRunner {
           if (!recv.ok()) return recv.error();
           b.d_recv = *recv;
         }
+        if (Fsdp()) {
+          Result<float*> scratch = device_->Floats(padded);
+          if (!scratch.ok()) return scratch.error();
+          b.d_scratch = *scratch;
+        }
       }
     }
     return Status::Ok();
@@ -638,7 +722,7 @@ class StepRunner {
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::set<std::tuple<bool, int16_t, int16_t>> sends_;  // (backward, sender's vs, micro-batch)
   std::vector<int32_t> mine_;                           // this rank's iteration ops, in order
-  std::vector<float> scratch_in_, scratch_out_, recv_, shard_;
+  std::vector<float> scratch_in_, scratch_out_, recv_, shard_, reduce_;
   std::unique_ptr<RingAttention> ring_;  // context parallelism (cp > 1)
   std::unique_ptr<StepDevice> device_;   // CUDA with --comm nccl: transport on the device
 };
@@ -801,6 +885,7 @@ Plan StepReferencePlan(const Plan& plan) {
   ref.model.layers = plan.model.layers;  // every layer
   ref.global_batch = plan.global_batch;  // every micro-batch, one after another
   ref.distributed_optimizer = false;
+  ref.fsdp = false;
   ref.recompute = Recompute::kNone;
   return ref;
 }
@@ -828,11 +913,6 @@ Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Co
     return Error(fmt::format("the plan has {} = {} ranks; {} were launched", RanksText(plan), ranks,
                              world.size()));
   if (options.steps < 1) return Error(fmt::format("steps {}: at least 1", options.steps));
-  if (plan.fsdp)
-    return Error(
-        "memory.fsdp: the step executor keeps every layer's parameters whole on each DP rank (it "
-        "shards only the optimizer state); FSDP plans are simulated, not executed: run this one "
-        "with fsdp: false");
   if (options.backend == BackendKind::kCuda && options.cuda.comm == CommMode::kEmulate)
     return Error(
         "whole steps on the CUDA backend move their data through the launch communicator "

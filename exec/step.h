@@ -48,6 +48,11 @@ Plan StepReferencePlan(const Plan& plan);
 //  - kOptimizerStep runs Adam (options.adam) on the fp32 master weights (with the distributed
 //    optimizer, the rank's DP x CP shard of each bucket) and kDpAllGather gathers the updated
 //    weights;
+//  - with FSDP (plan.fsdp) kFsdpAllGather gathers one layer's master weights (with the first
+//    layer the embedding's, with the last the head's) into every micro-batch's copy before each
+//    forward and backward piece that uses them, and kFsdpReduceScatter scales one micro-batch's
+//    gradients of the layer, reduce-scatters them over DP x CP and adds them to the rank's shard
+//    (the step starts the shards at zero; no bucket op runs);
 //  - with context parallelism (cp > 1) each rank holds its CP rank's tokens of every sequence
 //    (CpPosition) and the attention core runs as ring attention, op by op as the schedule has it:
 //    each block folds the current KV block into the local queries' online softmax (backward: adds

@@ -209,8 +209,10 @@ void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchE
           : fmt::format(" (split counts the {})", PipelineSplitName(plan.pipeline_split)),
       plan.micro_batches(), plan.micro_batch, plan.seq_len, plan.row_split, plan.col_split,
       plan.sequence_parallel ? "on" : "off",
-      plan.distributed_optimizer ? ", distributed optimizer" : "", r.losses.size(),
-      r.schedule.size());
+      plan.fsdp                    ? ", fully sharded (fsdp)"
+      : plan.distributed_optimizer ? ", distributed optimizer"
+                                   : "",
+      r.losses.size(), r.schedule.size());
   Table summary({"measured on rank 0 (last step)", "value"});
   for (size_t i = 0; i < r.losses.size(); ++i)
     summary.AddRow({fmt::format("loss, step {} (mean cross-entropy)", i + 1),
@@ -231,6 +233,9 @@ void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchE
   summary.AddRow({"pipeline sends and receives", ms({OpFunc::kPpSend, OpFunc::kPpRecv})});
   summary.AddRow({"DP gradient buckets and gathers",
                   ms({OpFunc::kDpAllReduce, OpFunc::kDpReduceScatter, OpFunc::kDpAllGather})});
+  if (plan.fsdp)
+    summary.AddRow({"FSDP layer gathers and reduce-scatters",
+                    ms({OpFunc::kFsdpAllGather, OpFunc::kFsdpReduceScatter})});
   summary.AddRow({"tied embedding sync", ms({OpFunc::kEmbeddingAllReduce})});
   summary.AddRow({"optimizer step (Adam)", ms({OpFunc::kOptimizerStep})});
   summary.AddRow({"tokens/s", fmt::format("{:.0f}", f.tokens_per_s)});

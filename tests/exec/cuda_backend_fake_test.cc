@@ -218,6 +218,40 @@ TEST(CudaBackendFakeTest, WholeStepsMoveThePipelineAndTheBucketsOnNccl) {
   EXPECT_EQ(collectives, 2 * (2 + 3) * plan.dp * options.steps);
 }
 
+// FSDP on four ranks (pp 2 x dp 2): each layer's master weights gathered on NCCL before every
+// forward and backward piece, each micro-batch's gradients summed on the device and
+// reduce-scattered after its backward piece; no end-of-step bucket or gather runs.
+TEST(CudaBackendFakeTest, FsdpStepsGatherAndReduceEachLayerOnNccl) {
+  testing_util::PlanKnobs k = StepKnobs(1, 1, 2, 2, 16);  // two micro-batches per replica
+  k.distributed_optimizer = true;
+  Plan plan = testing_util::MakePlan(k);
+  plan.fsdp = true;
+  ExecuteOptions options;
+  options.backend = BackendKind::kCuda;
+  options.cuda.comm = CommMode::kNccl;
+  options.steps = 2;
+  Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+  ASSERT_TRUE(it.ok()) << it.message();
+  std::vector<Status> status;
+  const std::vector<fake::Stats> counted = FakeRanks(plan, *it, options, &status);
+  int collectives = 0, accumulates = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank].message();
+    collectives += counted[rank].nccl_collectives;
+    accumulates += counted[rank].accumulates;
+    EXPECT_GT(counted[rank].adam_steps, 0) << rank;
+  }
+  // tiny-gpt, one layer per stage, two micro-batches: per step a stage gathers its layer 4 times
+  // (each micro-batch's forward and backward) and reduce-scatters it twice, each op over the
+  // layer's unit of buckets: the first stage's layer and embedding (2 buckets, 7 parameters), the
+  // last stage's layer, final norm and the tied LM head's copy of the embedding (3 buckets, 8
+  // parameters). Collectives: (6 x 2 + 6 x 3) per replica and step. Device sums: one per
+  // parameter and reduce-scatter (2 x 7 + 2 x 8), one per bucket and reduce-scatter adding the
+  // shard to the rank's gradient (2 x 2 + 2 x 3), and the tied embedding's sync on both stages (2).
+  EXPECT_EQ(collectives, (6 * 2 + 6 * 3) * plan.dp * options.steps);
+  EXPECT_EQ(accumulates, (2 * 7 + 2 * 8 + 2 * 2 + 2 * 3 + 2) * plan.dp * options.steps);
+}
+
 // Context parallelism's ring passes its blocks through the host; the rest of the step runs on
 // the device all the same.
 TEST(CudaBackendFakeTest, WholeStepsWithContextParallelismRunOnNccl) {

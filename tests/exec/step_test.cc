@@ -200,9 +200,11 @@ TEST(StepTest, ThreeDStepMatchesTheReference) {
   for (const TensorCheck& c : r0.checks) EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
   // Every rank timed its stage's ops only.
   const Schedule& s = r0.schedule;
-  for (size_t i = 0; i < s.size(); ++i)
-    if (s.ops()[i].stage != 0 && s.ops()[i].func != OpFunc::kEmbeddingAllReduce)
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s.ops()[i].stage != 0 && s.ops()[i].func != OpFunc::kEmbeddingAllReduce) {
       EXPECT_EQ(r0.timeline.ops[i].end_us, 0.0) << s.Label(static_cast<int32_t>(i));
+    }
+  }
 }
 
 TEST(StepTest, InterleavedDistributedOptimizerWithOverlappedBuckets) {
@@ -224,17 +226,82 @@ TEST(StepTest, InterleavedDistributedOptimizerWithOverlappedBuckets) {
   for (const TensorCheck& c : results[0]->checks) EXPECT_TRUE(c.ok) << c.name;
 }
 
-TEST(StepTest, AnFsdpPlanIsRefusedWithTheKeyThatAsksForIt) {
-  // The step executor shards only the optimizer state: an FSDP plan gets one message naming
-  // memory.fsdp on every rank, and nothing runs.
+TEST(StepTest, FsdpStepsMatchTheReference) {
+  // Parameters gathered per layer before each forward and backward piece, each micro-batch's
+  // gradients reduce-scattered after its backward piece: dp 2 alone; tp 2 x pp 2 x dp 2 with
+  // sequence parallelism (norm gains' partial sums) and the tied embedding synced between the
+  // stages' shards; two chunks per stage over pp 2 x dp 2; dp 1 x cp 2 (the replicas are the CP
+  // ranks).
+  struct Case {
+    const char* model;
+    int tp, pp, dp, layers, v, cp;
+    bool sp;
+  };
+  const Case cases[] = {{"tiny-gpt", 1, 1, 2, 0, 1, 1, false},
+                        {"tiny-llama", 2, 2, 2, 0, 1, 1, true},
+                        {"tiny-gpt", 1, 2, 2, 4, 2, 1, false},
+                        {"tiny-llama", 1, 1, 1, 0, 1, 2, false}};
+  for (const Case& k : cases) {
+    Plan plan = TinyPlan(k.model, k.tp, k.pp, k.dp, k.layers, k.cp);
+    plan.virtual_stages = k.v;
+    plan.sequence_parallel = k.sp;
+    plan.distributed_optimizer = true;
+    plan.fsdp = true;
+    ASSERT_FALSE(CheckPlanRules(plan).has_value()) << CheckPlanRules(plan)->rule;
+    const Iteration it = IterationOf(plan);
+    int gathers = 0, reduces = 0;
+    for (const Op& op : it.schedule.ops()) {
+      gathers += op.func == OpFunc::kFsdpAllGather;
+      reduces += op.func == OpFunc::kFsdpReduceScatter;
+      EXPECT_NE(op.func, OpFunc::kDpAllGather);
+    }
+    // Every layer gathered for each micro-batch's forward and backward, reduced after each
+    // backward: 2 and 1 per layer and micro-batch.
+    const int layers = plan.model.layers, m = plan.micro_batches();
+    EXPECT_EQ(gathers, 2 * layers * m) << k.model << " pp " << k.pp;
+    EXPECT_EQ(reduces, layers * m);
+    std::vector<Result<ExecuteResult>> results = RunRanks(plan, it);
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.ok()) << r.message();
+      EXPECT_TRUE(r->passed) << k.model << " tp " << k.tp << " pp " << k.pp << " dp " << k.dp;
+    }
+    ASSERT_EQ(results[0]->losses.size(), 2u);
+    EXPECT_LT(results[0]->losses[1], results[0]->losses[0]);
+    for (const TensorCheck& c : results[0]->checks)
+      EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+  }
+}
+
+TEST(StepTest, DroppingAnFsdpGatherOrReduceScatterFailsTheCheck) {
+  // Without layer 1's first reduce-scatter, one micro-batch's part of its gradient is missing;
+  // without the gather before step 2's first forward of layer 0, that forward runs step 1's
+  // weights; each fails the check (the first leaves the loss of step 1 right).
   Plan plan = TinyPlan("tiny-gpt", 1, 1, 2);
   plan.distributed_optimizer = true;
   plan.fsdp = true;
   const Iteration it = IterationOf(plan);
-  for (const auto& r : RunRanks(plan, it)) {
-    ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.message().find("memory.fsdp"), std::string::npos) << r.message();
+  int32_t reduce = -1, gather = -1;
+  for (size_t i = 0; i < it.schedule.size(); ++i) {
+    const Op& op = it.schedule.ops()[i];
+    if (reduce < 0 && op.func == OpFunc::kFsdpReduceScatter && op.tags.layer == 1)
+      reduce = static_cast<int32_t>(i);
+    if (gather < 0 && op.func == OpFunc::kFsdpAllGather && op.tags.layer == 0)
+      gather = static_cast<int32_t>(i);
   }
+  ASSERT_GE(reduce, 0);
+  ASSERT_GE(gather, 0);
+  ExecuteOptions one;
+  one.check = true;
+  one.steps = 1;
+  std::vector<Result<ExecuteResult>> results = RunRanks(plan, Without(it, reduce), one);
+  ASSERT_TRUE(results[0].ok()) << results[0].message();
+  EXPECT_FALSE(results[0]->passed);
+  EXPECT_TRUE(results[0]->checks[0].ok) << results[0]->checks[0].name;  // the loss
+  results = RunRanks(plan, Without(it, gather));                        // two steps
+  ASSERT_TRUE(results[0].ok()) << results[0].message();
+  EXPECT_FALSE(results[0]->passed);
+  EXPECT_TRUE(results[0]->checks[0].ok);   // step 1's loss: the initial weights are everywhere
+  EXPECT_FALSE(results[0]->checks[1].ok);  // step 2's: layer 0 ran stale weights
 }
 
 TEST(StepTest, ASplitThatCountsTheEndsRunsChunksOfUnequalLayers) {
