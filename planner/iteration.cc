@@ -56,6 +56,10 @@ double GradBytes(const Plan& plan) {
 
 double AdamBytesPerParam(const Plan& plan) { return 2 + GradBytes(plan) + 12 + 2 + 12; }
 
+int64_t TiedEmbeddingCopy(const Plan& plan, const ParameterCounts& counts) {
+  return plan.model.tied_embeddings && plan.pp > 1 ? counts.embedding : 0;
+}
+
 namespace {
 
 // Builds an Iteration stage by stage, in an order where every op's dependencies precede it.
@@ -173,10 +177,15 @@ class IterationBuilder {
                ? static_cast<double>(counts_.embedding + counts_.position_embedding) / plan_.tp
                : 0;
   }
+  // The head's chunk: the final norm and the LM head; with tied embeddings over a pipeline, the
+  // last stage's own copy of the word embedding, a parameter in its buckets and optimizer like
+  // any other, kept equal to the first stage's by the embedding's all-reduce (Megatron's
+  // shared_embedding: language_module.py, setup_embeddings_and_output_layer).
   double HeadParams(int vs) const {
-    return it_.virtual_stages[vs].head
-               ? static_cast<double>(counts_.lm_head + counts_.final_norm) / plan_.tp
-               : 0;
+    return it_.virtual_stages[vs].head ? static_cast<double>(counts_.lm_head + counts_.final_norm +
+                                                             TiedEmbeddingCopy(plan_, counts_)) /
+                                             plan_.tp
+                                       : 0;
   }
   // FSDP: the parameters a pass piece of layer `l` of virtual stage `vs` gathers and reduces,
   // the embedding's with the first layer and the head's with the last.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "models/base/result.h"
+#include "models/model_counts.h"
 #include "planner/plan.h"
 #include "planner/schedule.h"
 
@@ -92,6 +93,10 @@ double GradBytes(const Plan& plan);
 // weights reads the 16-bit parameter (2), the gradient (GradBytes), master, m and v (4 each) and
 // writes the parameter, master, m and v.
 double AdamBytesPerParam(const Plan& plan);
+// Parameters of the word embedding's second copy that the last pipeline stage holds when the
+// embeddings are tied and pp > 1 (Megatron's shared_embedding), whole (not yet divided by tp);
+// 0 otherwise.
+int64_t TiedEmbeddingCopy(const Plan& plan, const ParameterCounts& counts);
 
 }  // namespace domino
 

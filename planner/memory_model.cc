@@ -32,10 +32,10 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
       fsdp ? static_cast<double>(counts.per_layer) / t * (2 * 2.0 + GradBytes(plan)) : 0;
   const std::vector<int> chunk_layers = ChunkLayers(plan);
   // Every stage: its layers' 1/tp share; the first also the vocab-parallel embedding, the last
-  // the untied LM head (learned position embeddings are replicated and, like Megatron's count,
-  // left out). Stage s keeps up to pp - s micro-batches in flight under 1F1B; the interleaved
-  // schedule holds 1 + (pp - 1) / (pp * v) times more (Korthikanti et al. 2022). The estimate is
-  // the most loaded stage's.
+  // the untied LM head, or a tied one's copy of the embedding when pp > 1 (learned position
+  // embeddings are replicated and, like Megatron's count, left out). Stage s keeps up to pp - s
+  // micro-batches in flight under 1F1B; the interleaved schedule holds 1 + (pp - 1) / (pp * v)
+  // times more (Korthikanti et al. 2022). The estimate is the most loaded stage's.
   MemoryEstimate worst;
   for (int stage = 0; stage < plan.pp; ++stage) {
     double layers = 0, stored = 0;
@@ -47,7 +47,8 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
     }
     double params = static_cast<double>(counts.per_layer) * layers / t;
     if (stage == 0) params += static_cast<double>(counts.embedding) / t;
-    if (stage == plan.pp - 1) params += static_cast<double>(counts.lm_head) / t;
+    if (stage == plan.pp - 1)
+      params += static_cast<double>(counts.lm_head + TiedEmbeddingCopy(plan, counts)) / t;
     double in_flight = std::max(1, std::min(plan.pp - stage, plan.micro_batches()));
     if (plan.virtual_stages > 1)
       in_flight *= 1.0 + (plan.pp - 1.0) / (static_cast<double>(plan.pp) * plan.virtual_stages);

@@ -158,10 +158,12 @@ TEST(MemoryModelTest, UnevenStagesTakeTheMostLoaded) {
   plan.pp = 2;
   plan.global_batch = 4;  // one micro-batch: one in flight everywhere
   ASSERT_EQ(ChunkLayers(plan), (std::vector<int>{2, 3}));
-  // The last stage's three layers outweigh the first's two plus the embedding:
-  // 3 * 49984 / 2 = 74976 parameters against 2 * 49984 / 2 + 3200 = 53184.
+  // The last stage's three layers and its copy of the tied embedding outweigh the first's two
+  // plus the embedding: 3 * 49984 / 2 + 3200 = 78176 parameters against 2 * 49984 / 2 + 3200 =
+  // 53184.
+  ASSERT_TRUE(plan.model.tied_embeddings);
   MemoryEstimate m = EstimateMemory(plan, true);
-  EXPECT_EQ(m.weights_and_optimizer_bytes, 74976.0 * 18);
+  EXPECT_EQ(m.weights_and_optimizer_bytes, 78176.0 * 18);
   EXPECT_EQ(m.activation_bytes, 8192.0 * 22 * 3);
 }
 

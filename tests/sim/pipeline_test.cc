@@ -112,8 +112,9 @@ TEST(PipelineTest, TransfersRunOnThePipelineStreamAndDelayTheirReceiver) {
     EXPECT_EQ(op.stream, Stream::kPpComm);
     EXPECT_EQ(op.group, Group::kPp);
     (op.func == OpFunc::kPpSend ? sends : recvs) += 1;
-    if (op.func == OpFunc::kPpSend && op.stage == 1)
+    if (op.func == OpFunc::kPpSend && op.stage == 1) {
       EXPECT_DOUBLE_EQ(r.timeline.ops[i].start_us, 4.5);
+    }
   }
   EXPECT_EQ(sends, 2);
   EXPECT_EQ(recvs, 2);
@@ -187,7 +188,9 @@ TEST(PipelineTest, DpBucketsFollowTheLastBackwardLayerByLayer) {
         ASSERT_EQ(op.dep_count, 1u);
         const Op& piece = s.op(s.deps(op)[0]);
         EXPECT_EQ(piece.kind, OpKind::kPass);
-        if (op.tags.layer >= 0) EXPECT_EQ(piece.layer_begin, op.tags.layer);
+        if (op.tags.layer >= 0) {
+          EXPECT_EQ(piece.layer_begin, op.tags.layer);
+        }
       }
       if (op.kind == OpKind::kOptimizer) {
         ++optimizers;
@@ -219,10 +222,13 @@ TEST(PipelineTest, DpBucketsAndTheStepCarryTheGradientType) {
         ++layer_buckets;
         EXPECT_DOUBLE_EQ(op.bytes, static_cast<double>(counts.per_layer) * grad_bytes);
       }
-      if (op.func == OpFunc::kOptimizerStep && op.stage == 1)  // 16 layers, head, final norm
-        EXPECT_DOUBLE_EQ(op.bytes, (static_cast<double>(counts.per_layer) * 16 + counts.lm_head +
+      // 16 layers, the final norm and the stage's copy of the tied word embedding (lm_head 0).
+      if (op.func == OpFunc::kOptimizerStep && op.stage == 1) {
+        EXPECT_EQ(counts.lm_head, 0);
+        EXPECT_DOUBLE_EQ(op.bytes, (static_cast<double>(counts.per_layer) * 16 + counts.embedding +
                                     counts.final_norm) *
                                        (28 + grad_bytes));
+      }
     }
     EXPECT_EQ(layer_buckets, 32);
   };
@@ -279,7 +285,8 @@ TEST(PipelineTest, FsdpGathersEachLayerForEveryPassAndReducesAfterEachBackward) 
         double params = layer;
         if (stage == 0 && op.tags.layer == 0)
           params += counts.embedding + counts.position_embedding;
-        if (stage == 1 && op.tags.layer == 15) params += counts.lm_head + counts.final_norm;
+        // The last stage's head: its final norm and its copy of the tied embedding.
+        if (stage == 1 && op.tags.layer == 15) params += counts.embedding + counts.final_norm;
         EXPECT_DOUBLE_EQ(op.bytes, params * 2);
         // One layer of prefetch: issued after the running piece, it waits for the one before.
         if (pieces.size() >= 2) {
@@ -293,13 +300,16 @@ TEST(PipelineTest, FsdpGathersEachLayerForEveryPassAndReducesAfterEachBackward) 
         const Op& piece = s.op(s.deps(op)[0]);
         EXPECT_EQ(piece.func, OpFunc::kBackwardPass);
         EXPECT_EQ(piece.layer_begin, op.tags.layer);
-        if (op.tags.layer > 0 && op.tags.layer < 15) EXPECT_DOUBLE_EQ(op.bytes, layer * 4);
+        if (op.tags.layer > 0 && op.tags.layer < 15) {
+          EXPECT_DOUBLE_EQ(op.bytes, layer * 4);
+        }
       }
-      if (op.kind == OpKind::kOptimizer)  // the DP shard only
+      if (op.kind == OpKind::kOptimizer) {  // the DP shard only
         EXPECT_DOUBLE_EQ(op.bytes,
                          (layer * 16 + (stage == 0 ? counts.embedding + counts.position_embedding
-                                                   : counts.lm_head + counts.final_norm)) /
+                                                   : counts.embedding + counts.final_norm)) /
                              2 * 32);
+      }
     }
     EXPECT_EQ(pieces.size(), 4u * 2 * 16);  // micro-batches x (forward, backward) x layers
     EXPECT_EQ(gathers, 4 * 2 * 16);
