@@ -223,6 +223,8 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
             if (space.micro_batch > 0 && mb != space.micro_batch) continue;
             for (int sp = 0; sp <= 1; ++sp) {
               if (space.sequence_parallel && *space.sequence_parallel != (sp == 1)) continue;
+              // Sequence parallelism splits over TP: with tp 1 it is the plan without it.
+              if (tp == 1 && sp == 1 && !space.sequence_parallel) continue;
               for (int dist = fsdp ? 1 : 0; dist <= (dp * cp > 1 ? 1 : 0); ++dist) {
                 if (space.distributed_optimizer && *space.distributed_optimizer != (dist == 1))
                   continue;
@@ -333,86 +335,103 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     // The lightest recompute that fits: heavier recompute only adds work.
     std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
     if (space.recompute) recomputes = {*space.recompute};
-    bool fits = false;
-    for (Recompute rc : recomputes) {
-      outer.recompute = rc;
-      // A count of recomputed layers (the starting plan's) applies to full recompute only.
-      outer.recompute_layers = rc == Recompute::kFull ? base.recompute_layers : 0;
-      if (auto failure = CheckPlanRules(outer)) {
-        reject(outer, failure->rule);
-        break;
+    // Sets `plan`'s lightest recompute that fits; false if none does (each miss is a rejection).
+    auto lightest_fit = [&](Plan& plan) {
+      for (Recompute rc : recomputes) {
+        plan.recompute = rc;
+        // A count of recomputed layers (the starting plan's) applies to full recompute only.
+        plan.recompute_layers = rc == Recompute::kFull ? base.recompute_layers : 0;
+        if (auto failure = CheckPlanRules(plan)) {
+          reject(plan, failure->rule);
+          return false;
+        }
+        const double need = EstimateMemory(plan).total_bytes();
+        if (need <= capacity) return true;
+        reject(plan,
+               fmt::format("memory: needs {:.1f} GiB per GPU, the {} has {:.1f}", need / (1 << 30),
+                           plan.cluster.node.gpu.name, capacity / (1 << 30)));
       }
-      const double need = EstimateMemory(outer).total_bytes();
-      if (need <= capacity) {
-        fits = true;
-        break;
-      }
-      reject(outer,
-             fmt::format("memory: needs {:.1f} GiB per GPU, the {} has {:.1f}", need / (1 << 30),
-                         outer.cluster.node.gpu.name, capacity / (1 << 30)));
-    }
-    if (!fits) continue;
-    // An iteration costs far more to simulate than its passes: every slicing of a configuration is
-    // pruned when even its lower bound is beaten.
-    const bool beaten = space.prune && bounded[index] && bounds[index] > best_ms;
-    // The unsliced plan first: its ideal bounds every sliced variant from below.
-    double bound_ms = 0;
-    bool first = true;
-    // Decomposed overlap only raises the ideal further (narrower GEMM pieces, more launches).
-    struct Decomposition {
-      OverlapMethod method;
-      int chunks;
+      return false;
     };
-    std::vector<Decomposition> decompositions;
-    for (OverlapMethod method : space.methods) {
-      if (method == OverlapMethod::kDomino) {
-        decompositions.push_back({method, 0});
-        continue;
+    // Every slicing of a configuration that fits; `beaten`: its bound exceeds a plan found.
+    auto slicings = [&](const Plan& config, bool beaten) {
+      // The unsliced plan first: its ideal bounds every sliced variant from below.
+      double bound_ms = 0;
+      bool first = true;
+      // Decomposed overlap only raises the ideal further (narrower GEMM pieces, more launches).
+      struct Decomposition {
+        OverlapMethod method;
+        int chunks;
+      };
+      std::vector<Decomposition> decompositions;
+      for (OverlapMethod method : space.methods) {
+        if (method == OverlapMethod::kDomino) {
+          decompositions.push_back({method, 0});
+          continue;
+        }
+        // Decomposes SP's TP collectives: nothing to decompose without them.
+        if (!config.sequence_parallel || config.tp == 1) continue;
+        for (int c : space.chunk_counts) decompositions.push_back({method, c});
       }
-      // Decomposes SP's TP collectives: nothing to decompose without them.
-      if (!outer.sequence_parallel || outer.tp == 1) continue;
-      for (int c : space.chunk_counts) decompositions.push_back({method, c});
-    }
-    for (const Decomposition& decomposition : decompositions) {
-      for (int p : space.row_splits) {
-        for (int q : space.col_splits) {
-          for (OverlapScope scope : space.scopes) {
-            if ((p == 1 && q == 1) != (scope == OverlapScope::kNone)) continue;
-            if (scope == OverlapScope::kInterLayer && p == 1) continue;
-            if ((decomposition.method == OverlapMethod::kDecomposed) != (p == 1 && q == 1) &&
-                decomposition.method != OverlapMethod::kDomino)
-              continue;
-            Plan plan = outer;
-            plan.row_split = p, plan.col_split = q, plan.scope = scope;
-            plan.method = decomposition.method, plan.chunks = decomposition.chunks;
-            plan.copy_engine =
-                plan.method != OverlapMethod::kDomino ? base.copy_engine : std::nullopt;
-            if (auto failure = CheckPlanRules(plan)) {
-              reject(plan, failure->rule);
-              continue;
+      for (const Decomposition& decomposition : decompositions) {
+        for (int p : space.row_splits) {
+          for (int q : space.col_splits) {
+            for (OverlapScope scope : space.scopes) {
+              if ((p == 1 && q == 1) != (scope == OverlapScope::kNone)) continue;
+              if (scope == OverlapScope::kInterLayer && p == 1) continue;
+              if ((decomposition.method == OverlapMethod::kDecomposed) != (p == 1 && q == 1) &&
+                  decomposition.method != OverlapMethod::kDomino)
+                continue;
+              Plan plan = config;
+              plan.row_split = p, plan.col_split = q, plan.scope = scope;
+              plan.method = decomposition.method, plan.chunks = decomposition.chunks;
+              plan.copy_engine =
+                  plan.method != OverlapMethod::kDomino ? base.copy_engine : std::nullopt;
+              if (auto failure = CheckPlanRules(plan)) {
+                reject(plan, failure->rule);
+                continue;
+              }
+              // A sliced pipeline's own bound (its passes are slower than the unsliced ones) can
+              // prune it before its iteration is simulated.
+              if (space.prune &&
+                  (beaten || (!first && bound_ms > best_ms) ||
+                   (!first && plan.pp > 1 && evaluator.LowerBoundMs(plan) > best_ms) ||
+                   (best_ms < 1e300 && evaluator.PlanLowerBoundMs(plan) > best_ms))) {
+                ++result.pruned;
+                continue;
+              }
+              Result<PlanFigures> figures = evaluator.Evaluate(plan);
+              ++result.evaluated;
+              if (!figures.ok()) {
+                reject(plan, figures.message());
+                continue;
+              }
+              if (first) bound_ms = figures->ideal_ms;
+              first = false;
+              best_ms = std::min(best_ms, figures->iteration_ms);
+              result.ranked.push_back(Candidate{std::move(plan), *figures});
             }
-            // A sliced pipeline's own bound (its passes are slower than the unsliced ones) can
-            // prune it before its iteration is simulated.
-            if (space.prune && (beaten || (!first && bound_ms > best_ms) ||
-                                (!first && plan.pp > 1 && evaluator.LowerBoundMs(plan) > best_ms) ||
-                                (best_ms < 1e300 && evaluator.PlanLowerBoundMs(plan) > best_ms))) {
-              ++result.pruned;
-              continue;
-            }
-            Result<PlanFigures> figures = evaluator.Evaluate(plan);
-            ++result.evaluated;
-            if (!figures.ok()) {
-              reject(plan, figures.message());
-              continue;
-            }
-            if (first) bound_ms = figures->ideal_ms;
-            first = false;
-            best_ms = std::min(best_ms, figures->iteration_ms);
-            result.ranked.push_back(Candidate{std::move(plan), *figures});
           }
         }
       }
-    }
+    };
+    // An iteration costs far more to simulate than its passes: every slicing of a configuration is
+    // pruned when even its lower bound is beaten.
+    auto beaten = [&] { return space.prune && bounded[index] && bounds[index] > best_ms; };
+    const bool fits = lightest_fit(outer);
+    if (fits) slicings(outer, beaten());
+    // FSDP, unless pinned either way, where the distributed optimizer's configuration needs
+    // recompute or does not fit at all: the same layout with parameters and gradients sharded too
+    // moves more over DP (never less), so it is worth a try only for the memory it frees, when
+    // that spares recompute. Its own bound counts the gathers and reduce-scatters.
+    if (space.fsdp || !outer.distributed_optimizer || outer.dp_cp() == 1 ||
+        (fits && outer.recompute == Recompute::kNone) || (!fits && CheckPlanRules(outer)))
+      continue;
+    Plan sharded = outer;
+    sharded.fsdp = true;
+    if (!lightest_fit(sharded) || (fits && sharded.recompute >= outer.recompute)) continue;
+    slicings(sharded, beaten() || (space.prune && best_ms < 1e300 &&
+                                   evaluator.LowerBoundMs(sharded) > best_ms));
   }
   if (progress) progress(done, static_cast<int>(outers.size()));
   std::sort(result.ranked.begin(), result.ranked.end(),

@@ -476,6 +476,35 @@ Result<double> PassesBoundMs(const Plan& plan, const CostModel& ideal) {
   return bound * kUsToMs;
 }
 
+// FSDP: every micro-batch gathers each layer of a stage twice (forward and backward) and
+// reduce-scatters it once, one after another on the stage's dp-comm stream, so that stream's busy
+// time bounds the iteration from below whatever the slicing (which moves no parameters). Only the
+// layers' parameters are counted (the ends' add to it), each collective priced alone (contention
+// only slows it).
+double FsdpStreamBoundMs(const Plan& plan, const CostModel& costs) {
+  if (!plan.fsdp || plan.dp_cp() == 1) return 0;
+  const double layer = static_cast<double>(CountParameters(plan.model).per_layer) / plan.tp;
+  auto collective_us = [&](CollectiveOp collective, double bytes) {
+    Op op;
+    op.kind = OpKind::kCollective;
+    op.stream = Stream::kDpComm;
+    op.group = Group::kDp;
+    op.collective = collective;
+    op.bytes = bytes;
+    return costs.Cost(op).alone_us;
+  };
+  const double per_layer_us = 2 * collective_us(CollectiveOp::kAllGather, layer * 2) +
+                              collective_us(CollectiveOp::kReduceScatter, layer * GradBytes(plan));
+  const std::vector<int> layers = ChunkLayers(plan);
+  int most = 0;  // the most layers one stage holds
+  for (int s = 0; s < plan.pp; ++s) {
+    int held = 0;
+    for (int c = 0; c < plan.virtual_stages; ++c) held += layers[c * plan.pp + s];
+    most = std::max(most, held);
+  }
+  return plan.micro_batches() * most * per_layer_us * kUsToMs;
+}
+
 Status CheckRules(const Plan& plan) {
   if (auto failure = CheckPlanRules(plan))
     return Error(fmt::format("{}: {}", failure->key, failure->rule));
@@ -488,12 +517,18 @@ Result<double> IdealLowerBoundMs(const Plan& plan, const CostOptions& options) {
   DOMINO_RETURN_IF_ERROR(CheckRules(plan));
   CostOptions ideal_options = options;
   ideal_options.tp_comm_free = true;
-  return PassesBoundMs(plan, CostModel(plan, ideal_options));
+  const CostModel costs(plan, ideal_options);
+  Result<double> passes = PassesBoundMs(plan, costs);
+  if (!passes.ok()) return passes.error();
+  return std::max(*passes, FsdpStreamBoundMs(plan, costs));
 }
 
 Result<double> LowerBoundMs(const Plan& plan, const CostOptions& options) {
   DOMINO_RETURN_IF_ERROR(CheckRules(plan));
-  return PassesBoundMs(plan, CostModel(plan, options));
+  const CostModel costs(plan, options);
+  Result<double> passes = PassesBoundMs(plan, costs);
+  if (!passes.ok()) return passes.error();
+  return std::max(*passes, FsdpStreamBoundMs(plan, costs));
 }
 
 }  // namespace domino::sim

@@ -61,7 +61,8 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options = {});
 // passes one after another; its first forward waits for the first micro-batch's forward through
 // the stages before it, and after its last backward the earlier stages still run theirs. With
 // equal stages this is 1F1B's (m + p - 1)(F + B); with one stage, m (F + B) of the pass that runs
-// forward and backward back to back.
+// forward and backward back to back. With FSDP, at least the dp-comm stream's work: each
+// micro-batch's two gathers and one reduce-scatter of every layer of the most loaded stage.
 Result<double> IdealLowerBoundMs(const Plan& plan, const CostOptions& options = {});
 
 // The same bound from the plan's passes with their TP collectives priced: a lower bound of

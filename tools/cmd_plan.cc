@@ -424,7 +424,8 @@ void SetupPlan(CLI::App* sub) {
   sub->add_option("--fix", flags->fix,
                   "pin dimensions: tp=8,cp=2,pp=1,dp=4,v=2,mb=4,sp=true,distopt=false,"
                   "fsdp=true,recompute=none,p=2,q=1,scope=inter-layer (cp > 1 is searched from "
-                  "seq-len 16384, or when nothing fits without it; fsdp only when pinned true)");
+                  "seq-len 16384, or when nothing fits without it; fsdp where the distributed "
+                  "optimizer needs recompute to fit, everywhere when pinned true)");
   sub->add_option("--objective", flags->objective,
                   "throughput (tokens/s, default) | time (iteration time; the same ranking for a "
                   "fixed global batch)")

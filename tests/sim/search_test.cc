@@ -136,9 +136,10 @@ TEST(SearchTest, FixAndStrategyPinDimensions) {
   }
 }
 
-TEST(SearchTest, FsdpIsSearchedOnlyWhenPinnedOn) {
-  // Unpinned, no candidate shards fully; pinned on, every candidate does, with the distributed
-  // optimizer and more than one DP x CP rank, and the search still finds plans.
+TEST(SearchTest, FsdpIsSearchedWhenPinnedOnOrToSpareRecompute) {
+  // Unpinned, where every configuration fits without recompute, no candidate shards fully;
+  // pinned on, every candidate does, with the distributed optimizer and more than one DP x CP
+  // rank, and the search still finds plans.
   Plan base = Base("gpt3-2.7b", "dgx-h100:1", 16);
   SearchSpace space;
   ASSERT_TRUE(ApplyFix("tp=2,sp=false", &space).ok());
@@ -160,6 +161,41 @@ TEST(SearchTest, FsdpIsSearchedOnlyWhenPinnedOn) {
     EXPECT_THAT(DescribeCandidate(c.plan), HasSubstr(" fsdp"));
   }
   EXPECT_FALSE(ApplyFix("fsdp=some", &space).ok());
+
+  // Llama 3 8B, tp 1 on one DGX H100, seq 8192: the distributed optimizer needs recompute to fit
+  // (90 GiB per GPU without), FSDP does not (53 GiB): unpinned, the search tries the sharded
+  // configurations too, and FSDP without recompute is the best plan, as brute force finds it;
+  // pinned off, no candidate shards.
+  Plan llama = Base("llama3-8b", "dgx-h100:1", 128, 8192);
+  SearchSpace tp1;
+  ASSERT_TRUE(ApplyFix("tp=1,pp=1", &tp1).ok());
+  ASSERT_TRUE(ApplyStrategy("baseline", &tp1).ok());
+  tp1.max_micro_batch = 2;
+  BoundedSimulator bounded;
+  Result<SearchResult> found = SearchPlans(llama, tp1, bounded);
+  ASSERT_TRUE(found.ok()) << found.message();
+  ASSERT_FALSE(found->ranked.empty());
+  const Plan& best = found->ranked.front().plan;
+  EXPECT_TRUE(best.fsdp) << DescribeCandidate(best);
+  EXPECT_EQ(best.recompute, Recompute::kNone);
+  bool recomputed = false;  // the distributed optimizer's configurations, with their recompute
+  for (const Candidate& c : found->ranked) recomputed |= !c.plan.fsdp && c.plan.dp > 1;
+  tp1.prune = false;
+  Simulator brute_eval;
+  Result<SearchResult> brute = SearchPlans(llama, tp1, brute_eval);
+  ASSERT_TRUE(brute.ok()) << brute.message();
+  EXPECT_EQ(PlanToYaml(brute->ranked.front().plan), PlanToYaml(best));
+  for (const Candidate& c : brute->ranked) recomputed |= !c.plan.fsdp && c.plan.dp > 1;
+  EXPECT_TRUE(recomputed);
+  tp1.prune = true;
+  ASSERT_TRUE(ApplyFix("fsdp=false", &tp1).ok());
+  Result<SearchResult> off = SearchPlans(llama, tp1, bounded);
+  ASSERT_TRUE(off.ok()) << off.message();
+  ASSERT_FALSE(off->ranked.empty());
+  for (const Candidate& c : off->ranked) {
+    EXPECT_FALSE(c.plan.fsdp);
+    EXPECT_NE(c.plan.recompute, Recompute::kNone);  // nothing fits without it
+  }
 }
 
 TEST(SearchTest, InterleavingThatLayersCannotCutCountsTheEnds) {
@@ -329,11 +365,12 @@ TEST(SearchTest, StopHookEndsTheSearchWithWhatItFound) {
 TEST(SearchTest, PlanLowerBoundIsBelowItsIteration) {
   // Each plan's own bound (its passes with their TP collectives) lies between the ideal bound and
   // its simulated iteration, over pipelines, interleaving, DP with and without the distributed
-  // optimizer, SP, row and column splits and decomposed overlap.
+  // optimizer, FSDP, SP, row and column splits and decomposed overlap.
   struct Case {
     int pp, v, p, q;
     bool sp, distopt;
     OverlapMethod method;
+    bool fsdp = false;
   };
   const Case cases[] = {
       {1, 1, 1, 1, false, false, OverlapMethod::kDomino},
@@ -345,6 +382,9 @@ TEST(SearchTest, PlanLowerBoundIsBelowItsIteration) {
       {4, 1, 2, 1, true, true, OverlapMethod::kDomino},
       {2, 1, 1, 1, true, false, OverlapMethod::kDecomposed},
       {4, 2, 1, 1, false, true, OverlapMethod::kDomino},
+      {1, 1, 1, 1, true, true, OverlapMethod::kDomino, true},
+      {2, 1, 2, 1, false, true, OverlapMethod::kDomino, true},
+      {2, 2, 1, 1, true, true, OverlapMethod::kDecomposed, true},
   };
   for (const Case& c : cases) {
     Plan plan = Base("gpt3-2.7b", "dgx-h100:1", 16, 1024);
@@ -354,7 +394,7 @@ TEST(SearchTest, PlanLowerBoundIsBelowItsIteration) {
     plan.scope = c.p > 1   ? OverlapScope::kInterLayer
                  : c.q > 1 ? OverlapScope::kIntraLayer
                            : OverlapScope::kNone;
-    plan.sequence_parallel = c.sp, plan.distributed_optimizer = c.distopt;
+    plan.sequence_parallel = c.sp, plan.distributed_optimizer = c.distopt, plan.fsdp = c.fsdp;
     plan.method = c.method;
     ASSERT_TRUE(ResolvePlan(plan).ok()) << DescribeCandidate(plan);
     Result<double> ideal = sim::IdealLowerBoundMs(plan), bound = sim::LowerBoundMs(plan);
@@ -403,10 +443,33 @@ TEST(SearchTest, PipelineLowerBoundIsBelowEveryIdeal) {
         ASSERT_TRUE(bound.ok() && predicted.ok());
         EXPECT_GT(*bound, 0);
         EXPECT_LE(*bound, predicted->figures.ideal_ms * (1 + 1e-12)) << pp << v << p;
-        if (pp > 1) EXPECT_GT(*bound, 0.5 * predicted->figures.ideal_ms);
+        if (pp > 1) {
+          EXPECT_GT(*bound, 0.5 * predicted->figures.ideal_ms);
+        }
       }
     }
   }
+}
+
+TEST(SearchTest, FsdpLowerBoundCountsTheDpStream) {
+  // GPT-3 2.7B, tp 1 x dp 16 over two nodes: FSDP's gathers and reduce-scatters cross
+  // InfiniBand every micro-batch, so the dp-comm stream, not the passes, bounds the iteration.
+  // The bound stays below the ideal (TP free) and the iteration, and above the passes' bound.
+  Plan plan = Base("gpt3-2.7b", "dgx-h100:2", 16, 1024);
+  plan.tp = 1, plan.dp = 16, plan.micro_batch = 2, plan.global_batch = 4 * 16;
+  plan.distributed_optimizer = true;
+  ASSERT_TRUE(ResolvePlan(plan).ok());
+  Result<double> sharded_optimizer = sim::IdealLowerBoundMs(plan);
+  plan.fsdp = true;
+  Result<double> ideal = sim::IdealLowerBoundMs(plan), bound = sim::LowerBoundMs(plan);
+  Result<sim::Prediction> predicted = sim::Predict(plan);
+  ASSERT_TRUE(sharded_optimizer.ok() && ideal.ok() && bound.ok() && predicted.ok());
+  // The passes alone bound the distributed optimizer's plan (109 ms on this model); FSDP's
+  // stream (130 ms) bounds this one.
+  EXPECT_GT(*ideal, 1.15 * *sharded_optimizer);
+  EXPECT_LE(*ideal, predicted->figures.ideal_ms * (1 + 1e-12));
+  EXPECT_LE(*bound, predicted->figures.iteration_ms * (1 + 1e-12));
+  EXPECT_GT(*ideal, 0.7 * predicted->figures.ideal_ms);  // not loose
 }
 
 }  // namespace
