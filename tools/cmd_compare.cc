@@ -7,8 +7,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "planner/iteration.h"
+#include "planner/stack.h"
 #include "sim/report.h"
 #include "tools/command.h"
 #include "tools/json_output.h"
@@ -166,6 +170,35 @@ Json CompareJson(const CompareFlags& flags, const sim::Report& predicted,
   return document;
 }
 
+// Where the prediction prices other software than `domino execute` runs: the executor's kernels,
+// gradient buckets and loss are the domino stack's (planner/catalog/stacks/domino.yaml) whatever
+// the plan names, so a prediction of another stack is not of what was measured.
+std::vector<std::string> PricingNotes(const Plan& predicted) {
+  Result<StackSpec> executor = LoadStack("domino");
+  if (!executor.ok()) return {};
+  std::vector<std::string> notes;
+  if (predicted.stack.name != executor->name)
+    notes.push_back(fmt::format(
+        "the prediction prices the {} stack's kernels; domino execute runs its own (stack {}): "
+        "`domino simulate --stack {}` predicts what it runs",
+        predicted.stack.name, executor->name, executor->name));
+  // What the executor runs of the same plan: its stack's gradient type and loss.
+  Plan executed = predicted;
+  executed.stack = *executor;
+  executed.grad_reduce.reset();
+  executed.cross_entropy.reset();
+  if (GradBytes(predicted) != GradBytes(executed))
+    notes.push_back(
+        fmt::format("the prediction reduces gradients in {}-byte elements; the "
+                    "executor's buckets hold {}-byte ones",
+                    GradBytes(predicted), GradBytes(executed)));
+  if (predicted.loss_kernels() != executed.loss_kernels())
+    notes.push_back(fmt::format(
+        "the prediction's loss runs as cross_entropy {}; the executor's as {}",
+        CrossEntropyName(predicted.loss_kernels()), CrossEntropyName(executed.loss_kernels())));
+  return notes;
+}
+
 void Run(const CompareFlags& flags) {
   Result<sim::Report> predicted = sim::LoadReport(flags.predicted_path);
   if (!predicted.ok()) Fail("compare", predicted.message());
@@ -201,17 +234,23 @@ void Run(const CompareFlags& flags) {
     Fail("compare", fmt::format("{} and {} share no op (0 of {} predicted ops match a measured "
                                 "one): compare a prediction and a measurement of the same plan",
                                 flags.predicted_path, flags.measured_path, predicted->ops.size()));
+  // Notes only for a measurement of domino's executor (its report has a measured: block).
+  const std::vector<std::string> notes =
+      measured->plan.measured ? PricingNotes(predicted->plan) : std::vector<std::string>{};
   if (flags.format == OutputFormat::kJson) {
-    PrintJson(CompareJson(flags, *predicted, *measured, *p, *m, pairs, unmatched, classes),
-              std::cout);
+    Json document = CompareJson(flags, *predicted, *measured, *p, *m, pairs, unmatched, classes);
+    document["notes"] = notes;
+    PrintJson(document, std::cout);
     return;
   }
   std::cout << fmt::format(
       "# predicted: {} ({})\n# measured:  {} ({})\n"
       "# error = (predicted - measured) / measured; for fractions, "
-      "predicted - measured\n\n",
+      "predicted - measured\n",
       flags.predicted_path, predicted->plan.model.name, flags.measured_path,
       measured->plan.model.name);
+  for (const std::string& note : notes) std::cout << "# note: " << note << "\n";
+  std::cout << "\n";
   Table figures({"figure", "predicted", "measured", "error"});
   auto row = [&](const char* name, double a, double b, const char* format) {
     figures.AddRow({name, fmt::format(fmt::runtime(format), a),

@@ -21,6 +21,21 @@ grep -q "^12 ops matched (11 of 23 predicted ops unmatched, 12 measured)" <<<"$o
   fail "not every measured op matched: $out"
 grep -q "^whole iteration, rank 0's stage (matched ops)" <<<"$out" ||
   fail "the iteration's figures are not labelled as such: $out"
+# The prediction priced megatron-core's kernels, the default stack; the executor runs its own.
+grep -q "^# note: the prediction prices the megatron-core stack's kernels; domino execute runs its own (stack domino)" <<<"$out" ||
+  fail "no note on the stack the prediction priced: $out"
+grep -q "^# note: the prediction's loss runs as cross_entropy vocab-parallel; the executor's as fused" <<<"$out" ||
+  fail "no note on the loss the prediction priced: $out"
+# Predicted with the executor's stack, nothing to note; with bf16 gradient buckets, those.
+"$domino" simulate "${flags[@]}" --stack domino --report-iteration "$dir/domino.yaml" >/dev/null ||
+  fail "simulate --stack domino"
+same=$("$domino" compare "$dir/domino.yaml" "$dir/measured.yaml" 2>&1) || fail "compare: $same"
+! grep -q "^# note" <<<"$same" || fail "a note where the prediction priced what ran: $same"
+"$domino" simulate "${flags[@]}" --stack domino --grad-reduce param \
+  --report-iteration "$dir/bf16.yaml" >/dev/null || fail "simulate --grad-reduce param"
+half=$("$domino" compare "$dir/bf16.yaml" "$dir/measured.yaml" 2>&1) || fail "compare: $half"
+grep -q "^# note: the prediction reduces gradients in 2-byte elements; the executor's buckets hold 4-byte ones" <<<"$half" ||
+  fail "no note on the gradient type: $half"
 for op in "forward v0 mb1 fwd" "backward v0 mb0 bwd" "pp.send v0 mb0 fwd" "pp.recv v0 mb1 bwd" \
           "dp.allreduce v0 L0 bwd" "embedding.allreduce S1 optim" "optimizer optim"; do
   grep -q "^$op " <<<"$out" || fail "$op not compared: $out"
