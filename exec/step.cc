@@ -435,6 +435,9 @@ class StepRunner {
       const Op& o = s.ops()[cursor];
       // The stack's output gradient comes from the next stage (kPpRecv), not from a fill.
       if (o.func == OpFunc::kResidualGrad) continue;
+      // The ring folds each block into its running result itself: a stack's separate merge
+      // kernels (kCpMerge) have nothing left to do here.
+      if (o.func == OpFunc::kCpMerge) continue;
       if (plan_.cp > 1 && (o.func == OpFunc::kAttn || o.func == OpFunc::kAttnGrad ||
                            o.func == OpFunc::kCpSendRecv)) {
         DOMINO_RETURN_IF_ERROR(ring_->Run(s, static_cast<int32_t>(cursor), backend));

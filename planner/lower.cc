@@ -61,8 +61,10 @@ namespace {
 // KV, the last only dKV, which then reaches its owner); step j's transfer carries step j-1's dKV,
 // so it waits for that block, and the QKV input gradient waits for the last transfer. KV buffers
 // are double-buffered (as TE's): step j's transfer also waits for block j-1 to be done with the
-// buffer it receives into. Softmax
-// statistics corrections between steps are left out (elementwise, small beside a block).
+// buffer it receives into. A stack that merges the steps in kernels of its own
+// (StackSpec::cp_merge_kernels, Transformer Engine's p2p CP) follows each block with one kCpMerge
+// pass over what those kernels move (CpMergeBytes); the softmax statistics' corrections, a few
+// bytes per query, are left out.
 
 enum class Block { kAttention, kMlp };
 
@@ -341,6 +343,25 @@ class Lowering {
   // Bytes of one KV block of a row slice: K and V of this rank's kv heads for its local tokens.
   double KvBlockBytes() const { return 2.0 * g_ * d_ * slice_tokens_ * e_; }
 
+  // HBM bytes of the kernels around ring step j of a row slice in Transformer Engine's p2p CP
+  // with the causal mask (TransformerEngine v1.11, pytorch/attention.py, AttnFuncWithCPAndKVP2P,
+  // the sbhd layout and fused attention), in units of Q (the local queries' output, tokens x
+  // heads x head_dim) and KV (KvBlockBytes). A step i > 0 on CP rank r reads half the KV
+  // (i <= r: a contiguous copy of it) or half the queries (i > r: copies of q, and backward of out
+  // and dout too); f = (cp - i) / cp of the ranks take the first case, and the step is priced at
+  // that mean. Forward: step 0 packs K and V into the ring buffer (2 KV), zeroes the output (Q)
+  // and merges its partial output (read it and the output, write the output: 3 Q); a step i > 0
+  // merges f (KV + 3 Q) + (1 - f) (Q + 1.5 Q). Backward: step 0 copies KV into the ring buffer
+  // (2 KV), copies dQ (2 Q), concatenates dK and dV (2 KV) and copies dKV (2 KV); a step i > 0
+  // adds f (KV + 3 Q + KV + 1.5 KV) + (1 - f) (3 Q + 1.5 Q + 2 KV + 3 KV).
+  double CpMergeBytes(int step, bool backward) const {
+    const double q = static_cast<double>(slice_tokens_) * a_ * d_ * e_, kv = KvBlockBytes();
+    if (step == 0) return backward ? 6 * kv + 2 * q : 2 * kv + 4 * q;
+    const double f = static_cast<double>(cp_ - step) / cp_;
+    return backward ? f * (3.5 * kv + 3 * q) + (1 - f) * (5 * kv + 4.5 * q)
+                    : f * (kv + 3 * q) + (1 - f) * 2.5 * q;
+  }
+
   // One ring step's transfer on the cp-comm stream: sends `bytes` to the next CP rank and
   // receives as many from the previous one, in place in `buffers` (the KV columns of qkv, and
   // backward those of its gradient).
@@ -387,6 +408,10 @@ class Lowering {
             RingTransfer(tags, j, bytes, std::move(after), {Use(t.qkv, kv), Use(t.g_qkv, kv)});
         block = Attention(func, step_tags, factor, {SliceOf(t.qkv, i), SliceOf(t.g_ctx, i)},
                           {SliceOf(t.g_qkv, i)}, j == 0 ? Deps{} : Deps{transfer});
+        // The next transfer carries the dKV this merge accumulates.
+        if (plan_.stack.cp_merge_kernels)
+          block = Elementwise(OpFunc::kCpMerge, step_tags, CpMergeBytes(j, true), {},
+                              {SliceOf(t.g_qkv, i)}, {SliceOf(t.g_qkv, i)});
         transfer = next;
       } else {
         // Double-buffered: step j's transfer receives into the buffer block j-1 read.
@@ -397,6 +422,9 @@ class Lowering {
                            j == 0 ? Deps{last_compute_} : Deps{transfer, block}, {Use(t.qkv, kv)});
         block = Attention(func, step_tags, factor, {SliceOf(t.qkv, i)}, {SliceOf(t.ctx, i)},
                           j == 0 ? Deps{} : Deps{transfer});
+        if (plan_.stack.cp_merge_kernels)
+          Elementwise(OpFunc::kCpMerge, step_tags, CpMergeBytes(j, false), {}, {SliceOf(t.ctx, i)},
+                      {SliceOf(t.ctx, i)});
         transfer = next;
       }
     }

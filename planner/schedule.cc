@@ -61,6 +61,7 @@ std::string_view OpFuncName(OpFunc func) {
       "embedding.allreduce",
       "optimizer",
       "cp.sendrecv",
+      "cp.merge",
       "fsdp.allgather",
       "fsdp.reducescatter"};
   int index = static_cast<int>(func);
@@ -91,7 +92,7 @@ int32_t Schedule::Add(const Op& op, std::span<const int32_t> deps, std::span<con
 
 int32_t Schedule::AddTensor(std::string name, int64_t rows, int64_t cols, Shard shard,
                             int64_t part_cols) {
-  tensors_.push_back(Tensor{std::move(name), rows, cols, shard, part_cols});
+  tensors_.push_back(Tensor{std::move(name), rows, cols, shard, part_cols, TensorRole{}});
   return static_cast<int32_t>(tensors_.size() - 1);
 }
 

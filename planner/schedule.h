@@ -90,6 +90,10 @@ enum class OpFunc : uint8_t {
   // Context parallelism: one ring attention step's transfer of a KV block (backward: and of the
   // accumulated dKV) to the next CP rank, and the same from the previous one.
   kCpSendRecv,
+  // Context parallelism as Transformer Engine runs it (StackSpec::cp_merge_kernels): the
+  // elementwise kernels around one ring step's attention block that merge its partial output
+  // (backward: its dQ and dKV) into the running result, and copy the half blocks it reads.
+  kCpMerge,
   // Fully sharded data parallelism (Plan::fsdp): a layer's 16-bit parameters gathered over the DP
   // group before its forward or backward, and its gradients reduce-scattered after its backward.
   kFsdpAllGather,

@@ -67,6 +67,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Enum("cross_entropy", &stack.cross_entropy, Need::kOptional, kCrossEntropies);
   map.Bool("decomposed_copy_engine", &stack.decomposed_copy_engine, Need::kOptional);
   map.Enum("grad_reduce", &stack.grad_reduce, Need::kOptional, kGradReduces);
+  map.Bool("cp_merge_kernels", &stack.cp_merge_kernels, Need::kOptional);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return stack;
 }

@@ -70,6 +70,10 @@ struct StackSpec {
   // (Plan::copy_engine).
   bool decomposed_copy_engine = false;
   GradReduce grad_reduce = GradReduce::kFp32;
+  // Context parallelism merges each ring step's partial attention output (backward: its dQ and
+  // dKV) into the running result, and copies the half blocks a causal step reads, in elementwise
+  // kernels of their own (Transformer Engine's p2p CP) rather than inside the attention kernels.
+  bool cp_merge_kernels = false;
 };
 
 // The stack a plan runs on when it names none.
@@ -77,7 +81,8 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `decomposed_copy_engine` (false), `cross_entropy` (vocab-parallel) and `grad_reduce` (fp32).
+// `decomposed_copy_engine`, `cp_merge_kernels` (false), `cross_entropy` (vocab-parallel) and
+// `grad_reduce` (fp32).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

@@ -541,8 +541,12 @@ TEST(LowerTest, TheLossMovesTheBytesOfItsStacksCrossEntropy) {
     Result<Schedule> s = LowerStage(plan, LowerOptions{-1, true, true, true, true});
     ASSERT_TRUE(s.ok()) << s.message();
     for (const Op& op : s->ops()) {
-      if (op.func == OpFunc::kLoss) EXPECT_DOUBLE_EQ(op.bytes, forward * logits);
-      if (op.func == OpFunc::kLossGrad) EXPECT_DOUBLE_EQ(op.bytes, backward * logits);
+      if (op.func == OpFunc::kLoss) {
+        EXPECT_DOUBLE_EQ(op.bytes, forward * logits);
+      }
+      if (op.func == OpFunc::kLossGrad) {
+        EXPECT_DOUBLE_EQ(op.bytes, backward * logits);
+      }
     }
   }
 }

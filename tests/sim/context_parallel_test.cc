@@ -162,6 +162,60 @@ TEST(ContextParallelSimTest, RingTransfersHideUnderAttention) {
   EXPECT_LT(waited_us, 0.01 * transfer_us);
 }
 
+TEST(ContextParallelSimTest, MergeKernelsFollowEachRingStepAsTransformerEngineRunsThem) {
+  // Llama 3 8B at 32K tokens, tp 2 x cp 4, on Megatron-Core (Transformer Engine's p2p CP): each
+  // ring step's attention block is followed by one merge pass. Per layer, in units of the local
+  // output Q = 8192 tokens x 16 heads x 128 x 2 bytes and the KV block KV = 2 x 4 x 128 x 8192 x 2
+  // bytes, with f = (4 - j) / 4: forward step 0 2 KV + 4 Q, step j f (KV + 3 Q) + (1 - f) 2.5 Q;
+  // backward step 0 6 KV + 2 Q, step j f (3.5 KV + 3 Q) + (1 - f) (5 KV + 4.5 Q). The domino
+  // stack folds the merges into its ring and has none.
+  PlanKnobs k;
+  k.model = "llama3-8b";
+  k.tp = 2, k.cp = 4;
+  k.seq_len = 32768, k.micro_batch = 1, k.global_batch = 1;
+  k.sequence_parallel = true;
+  Plan plan = MakePlan(k);
+  ASSERT_TRUE(plan.stack.cp_merge_kernels);
+  Result<Schedule> s = LowerStage(plan, LowerOptions{plan.model.layers, true, true, true, true});
+  ASSERT_TRUE(s.ok()) << s.message();
+  const double q = 8192.0 * 16 * 128 * 2, kv = 2.0 * 4 * 128 * 8192 * 2;
+  auto expected = [&](int j, bool backward) {
+    const double f = (4.0 - j) / 4;
+    if (j == 0) return backward ? 6 * kv + 2 * q : 2 * kv + 4 * q;
+    return backward ? f * (3.5 * kv + 3 * q) + (1 - f) * (5 * kv + 4.5 * q)
+                    : f * (kv + 3 * q) + (1 - f) * 2.5 * q;
+  };
+  int merges = 0;
+  int32_t previous = -1;  // the compute op before
+  for (int32_t i = 0; i < static_cast<int32_t>(s->size()); ++i) {
+    const Op& op = s->op(i);
+    if (op.stream != Stream::kCompute) continue;
+    if (op.func == OpFunc::kCpMerge) {
+      ++merges;
+      const bool backward = op.tags.phase == Phase::kBackward;
+      EXPECT_DOUBLE_EQ(op.bytes, expected(op.tags.ring_step, backward));
+      ASSERT_GE(previous, 0);
+      const Op& block = s->op(previous);
+      EXPECT_EQ(block.kind, OpKind::kAttention);
+      EXPECT_EQ(block.tags.ring_step, op.tags.ring_step);
+      EXPECT_EQ(block.tags.layer, op.tags.layer);
+    }
+    previous = i;
+  }
+  EXPECT_EQ(merges, 2 * 4 * plan.model.layers);
+  // They cost time: the same plan without them is faster.
+  Result<Prediction> with = Predict(plan);
+  plan.stack.cp_merge_kernels = false;
+  Result<Prediction> without = Predict(plan);
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_GT(with->figures.iteration_ms, without->figures.iteration_ms);
+  k.stack = "domino";
+  Result<Schedule> own =
+      LowerStage(MakePlan(k), LowerOptions{plan.model.layers, true, true, true, true});
+  ASSERT_TRUE(own.ok()) << own.message();
+  for (const Op& op : own->ops()) EXPECT_NE(op.func, OpFunc::kCpMerge);
+}
+
 TEST(ContextParallelSimTest, SearchTriesCpOnlyForLongSequencesOrWhenNothingFits) {
   Plan base = MakePlan({});
   SearchSpace space;
