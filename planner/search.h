@@ -35,8 +35,8 @@ class Evaluator {
 // 1), recompute (the lightest that fits in memory: heavier recompute only adds work), and the
 // Domino dimensions. FSDP, pinned on (`fsdp`), is tried for every candidate (with the distributed
 // optimizer, over dp x cp > 1); pinned off, never; unpinned, for a configuration with the
-// distributed optimizer that does not fit in memory without it (sharding parameters and
-// gradients only adds DP traffic to the same layout).
+// distributed optimizer that needs recompute to fit, or does not fit at all, when sharding spares
+// recompute (sharding parameters and gradients only adds DP traffic to the same layout).
 struct SearchSpace {
   int tp = 0, cp = 0, pp = 0, dp = 0, virtual_stages = 0, micro_batch = 0;
   std::optional<bool> sequence_parallel, distributed_optimizer, fsdp;
