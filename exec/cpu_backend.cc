@@ -124,6 +124,8 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
       const bool backward = op.func == OpFunc::kActGrad;
       if (!need(backward ? 2 : 1, 1)) return fail("an activation reads its input (and gradient)");
       cpu::ConstMat x = in(0);
+      if (model_.activation == Activation::kSquaredRelu)
+        return fail("the executor's activations are GeLU and SwiGLU, not squared ReLU");
       const bool glu = model_.activation == Activation::kSwiglu;  // input [gate | up]
       const int64_t y_cols = backward ? in(1).cols : out(0).cols;
       if (x.cols != (glu ? 2 * y_cols : y_cols) || x.rows != out(0).rows)

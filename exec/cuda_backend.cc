@@ -14,6 +14,7 @@
 #include "exec/cpu_backend.h"
 #include "exec/cuda_device.h"
 #include "exec/cuda_ops.h"
+#include "exec/execute.h"
 #include "exec/nccl_ops.h"
 #include "exec/stream_plan.h"
 
@@ -772,6 +773,7 @@ Status InitNcclOver(Communicator& host, cuda::Context* context, const CudaOption
 Result<std::unique_ptr<CudaRunner>> MakeCudaRunner(const Schedule& schedule, const ModelSpec& model,
                                                    int rank, int tp, uint64_t seed,
                                                    const CudaOptions& options, Communicator& host) {
+  if (Status runs = CheckExecutableModel(model); !runs.ok()) return runs.error();
   Result<std::vector<CudaDevice>> devices = ListCudaDevices();
   if (!devices.ok()) return devices.error();
   if (options.device < 0 || options.device >= static_cast<int>(devices->size()))

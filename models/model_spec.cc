@@ -14,9 +14,10 @@
 namespace domino {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, Activation>, 2> kActivations{{
+constexpr std::array<std::pair<std::string_view, Activation>, 3> kActivations{{
     {"gelu", Activation::kGelu},
     {"swiglu", Activation::kSwiglu},
+    {"squared-relu", Activation::kSquaredRelu},
 }};
 constexpr std::array<std::pair<std::string_view, Norm>, 2> kNorms{{
     {"layernorm", Norm::kLayerNorm},

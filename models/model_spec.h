@@ -14,7 +14,9 @@ namespace domino {
 
 class YamlMap;
 
-enum class Activation { kGelu, kSwiglu };
+// The MLP's activation: GeLU (two matrices), SwiGLU (three, gated), or squared ReLU (two, as
+// Nemotron-4: relu(x)^2).
+enum class Activation { kGelu, kSwiglu, kSquaredRelu };
 enum class Norm { kLayerNorm, kRmsNorm };
 
 std::string_view ActivationName(Activation activation);
@@ -47,7 +49,7 @@ struct ModelSpec {
 // Parses and validates model YAML. `file` names the source in messages
 // ("FILE:LINE:COLUMN: KEY: RULE"). Rules: every key known and present (kv_heads defaults to
 // heads, bias to true, tied_embeddings to true); sizes positive; hidden divisible by heads;
-// heads divisible by kv_heads; activation gelu|swiglu; norm layernorm|rmsnorm.
+// heads divisible by kv_heads; activation gelu|swiglu|squared-relu; norm layernorm|rmsnorm.
 Result<ModelSpec> ParseModel(std::string_view text, std::string_view file);
 
 // Reads a model from an open YAML mapping (a model file's root, or a plan's inline `model:`

@@ -130,6 +130,7 @@ void AddModelArguments(const ModelSpec& m, const Plan& plan, bool gqa,
   args.push_back(fmt::format("--position-embedding-type {}",
                              m.learned_positions() ? "learned_absolute" : "rope"));
   if (m.activation == Activation::kSwiglu) args.push_back("--swiglu");
+  if (m.activation == Activation::kSquaredRelu) args.push_back("--squared-relu");
   if (m.norm == Norm::kRmsNorm) args.push_back("--normalization RMSNorm");
 }
 
@@ -310,7 +311,9 @@ std::string ExportNemo(const Plan& plan) {
   body += fmt::format("  num_query_groups: {}\n",
                       m.kv_heads != m.heads ? std::to_string(m.kv_heads) : "null");
   body +=
-      fmt::format("  activation: {}\n", m.activation == Activation::kSwiglu ? "swiglu" : "gelu");
+      fmt::format("  activation: {}\n", m.activation == Activation::kSwiglu        ? "swiglu"
+                                        : m.activation == Activation::kSquaredRelu ? "squared-relu"
+                                                                                   : "gelu");
   body += fmt::format("  normalization: {}\n", m.norm == Norm::kRmsNorm ? "rmsnorm" : "layernorm");
   body += fmt::format("  bias: {}\n", YamlBool(m.bias));
   body += fmt::format("  position_embedding_type: {}\n",
@@ -403,6 +406,11 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
         "layer's work too (inter-layer)",
         ScopeName(plan.scope)));
   }
+  if (m.activation == Activation::kSquaredRelu)
+    out.differs.push_back(
+        fmt::format("squared-ReLU MLP: DeepSpeed-Domino's models run GeLU (GPT) or SwiGLU (Llama); "
+                    "this export runs {}",
+                    llama ? "SwiGLU" : "GeLU"));
   if (m.kv_heads != m.heads) {
     out.differs.push_back(fmt::format(
         "{} key/value heads: DeepSpeed-Domino has no grouped-query attention and runs {} "
@@ -482,7 +490,8 @@ std::string ExportTorchtitan(const Plan& plan) {
   // torchtitan's llama3 is the Llama architecture: say what else this model is.
   std::vector<std::string> architecture;
   if (m.norm != Norm::kRmsNorm) architecture.push_back("LayerNorm");
-  if (m.activation != Activation::kSwiglu) architecture.push_back("a GeLU MLP");
+  if (m.activation == Activation::kGelu) architecture.push_back("a GeLU MLP");
+  if (m.activation == Activation::kSquaredRelu) architecture.push_back("a squared-ReLU MLP");
   if (m.learned_positions()) architecture.push_back("learned positions");
   if (m.bias) architecture.push_back("biases");
   if (m.tied_embeddings) architecture.push_back("tied embeddings");

@@ -90,6 +90,10 @@ TEST(ParseModel, ReadsOptionalKeys) {
 TEST(ParseModel, EnumNames) {
   EXPECT_EQ(ActivationName(Activation::kGelu), "gelu");
   EXPECT_EQ(ActivationName(Activation::kSwiglu), "swiglu");
+  EXPECT_EQ(ActivationName(Activation::kSquaredRelu), "squared-relu");
+  Result<ModelSpec> squared = ParseModel(WithLine(8, "activation: squared-relu"), "good.yaml");
+  ASSERT_TRUE(squared.ok()) << squared.message();
+  EXPECT_EQ(squared->activation, Activation::kSquaredRelu);
   EXPECT_EQ(NormName(Norm::kLayerNorm), "layernorm");
   EXPECT_EQ(NormName(Norm::kRmsNorm), "rmsnorm");
 }
@@ -131,7 +135,7 @@ TEST(ParseModelErrors, HeadsNotDivisibleByKvHeads) {
 
 TEST(ParseModelErrors, UnknownEnumValues) {
   ExpectError(WithLine(8, "activation: relu"), 8, "activation",
-              "unknown value 'relu' (expected gelu | swiglu)");
+              "unknown value 'relu' (expected gelu | swiglu | squared-relu)");
   ExpectError(WithLine(9, "norm: batchnorm"), 9, "norm",
               "unknown value 'batchnorm' (expected layernorm | rmsnorm)");
 }

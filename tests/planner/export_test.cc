@@ -658,5 +658,33 @@ TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {
   EXPECT_THAT(*even, Not(HasSubstr("layout")));
 }
 
+TEST(Export, SquaredReluMapsToEachFramework) {
+  // A Nemotron-4-like MLP (LayerNorm, no gating, relu(x)^2): Megatron's --squared-relu, NeMo's
+  // activation key; DeepSpeed-Domino's GPT script and torchtitan's Llama say what they run instead.
+  constexpr const char* kSquared =
+      R"yaml(model: {name: sq, layers: 2, hidden: 256, heads: 8, ffn: 1024, vocab: 1000, seq_len: 128, activation: squared-relu, norm: layernorm, bias: false, tied_embeddings: false}
+cluster: dgx-h100:1
+precision: bf16
+training: {seq_len: 128, micro_batch: 2, global_batch: 2}
+parallel: {tp: 8}
+overlap: {row_split: 2, col_split: 1, scope: inter-layer}
+)yaml";
+  Result<std::string> megatron = Export(kSquared, ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, HasSubstr("--squared-relu"));
+  EXPECT_THAT(*megatron, Not(HasSubstr("--swiglu")));
+  Result<std::string> nemo = Export(kSquared, ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("  activation: squared-relu\n"));
+  Result<std::string> deepspeed = Export(kSquared, ExportTarget::kDeepSpeed);
+  ASSERT_TRUE(deepspeed.ok()) << deepspeed.message();
+  EXPECT_THAT(*deepspeed, HasSubstr("squared-ReLU MLP: DeepSpeed-Domino's models run GeLU (GPT) or "
+                                    "SwiGLU (Llama); this export runs GeLU"));
+  Result<std::string> titan = Export(kSquared, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(titan.ok()) << titan.message();
+  EXPECT_THAT(*titan, HasSubstr("a squared-ReLU MLP"));
+  EXPECT_THAT(*titan, Not(HasSubstr("a GeLU MLP")));
+}
+
 }  // namespace
 }  // namespace domino
