@@ -124,17 +124,27 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
       const bool backward = op.func == OpFunc::kActGrad;
       if (!need(backward ? 2 : 1, 1)) return fail("an activation reads its input (and gradient)");
       cpu::ConstMat x = in(0);
-      if (model_.activation == Activation::kSquaredRelu)
-        return fail("the executor's activations are GeLU and SwiGLU, not squared ReLU");
       const bool glu = model_.activation == Activation::kSwiglu;  // input [gate | up]
+      const bool squared = model_.activation == Activation::kSquaredRelu;
       const int64_t y_cols = backward ? in(1).cols : out(0).cols;
       if (x.cols != (glu ? 2 * y_cols : y_cols) || x.rows != out(0).rows)
         return fail(glu ? "SwiGLU's input must be twice as wide as its output"
-                        : "GeLU's input and output must have the same shape");
-      if (backward)
-        glu ? cpu::SwigluBackward(x, in(1), out(0)) : cpu::GeluBackward(x, in(1), out(0));
-      else
-        glu ? cpu::SwigluForward(x, out(0)) : cpu::GeluForward(x, out(0));
+                        : "the activation's input and output must have the same shape");
+      if (backward) {
+        if (glu)
+          cpu::SwigluBackward(x, in(1), out(0));
+        else if (squared)
+          cpu::SquaredReluBackward(x, in(1), out(0));
+        else
+          cpu::GeluBackward(x, in(1), out(0));
+      } else {
+        if (glu)
+          cpu::SwigluForward(x, out(0));
+        else if (squared)
+          cpu::SquaredReluForward(x, out(0));
+        else
+          cpu::GeluForward(x, out(0));
+      }
       return Status::Ok();
     }
     case OpFunc::kLn1:

@@ -196,6 +196,28 @@ void GeluBackward(ConstMat x, ConstMat dy, Mat dx) {
   }
 }
 
+void SquaredReluForward(ConstMat x, Mat y) {
+  assert(SameShape(x, y));
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* xr = x.data + r * x.stride;
+    float* yr = y.data + r * y.stride;
+    for (int64_t j = 0; j < x.cols; ++j) {
+      const float v = std::max(xr[j], 0.0f);
+      yr[j] = v * v;
+    }
+  }
+}
+
+void SquaredReluBackward(ConstMat x, ConstMat dy, Mat dx) {
+  assert(SameShape(x, dy) && SameShape(x, dx));
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* xr = x.data + r * x.stride;
+    const float* dyr = dy.data + r * dy.stride;
+    float* dxr = dx.data + r * dx.stride;
+    for (int64_t j = 0; j < x.cols; ++j) dxr[j] = dyr[j] * 2.0f * std::max(xr[j], 0.0f);
+  }
+}
+
 void SwigluForward(ConstMat x, Mat y) {
   const int64_t f = y.cols;
   assert(x.rows == y.rows && x.cols == 2 * f);

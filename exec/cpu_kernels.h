@@ -46,6 +46,9 @@ void GeluBackward(ConstMat x, ConstMat dy, Mat dx);
 // silu(g) = g * sigmoid(g).
 void SwigluForward(ConstMat x, Mat y);
 void SwigluBackward(ConstMat x, ConstMat dy, Mat dx);  // dx.cols = 2 f: [dgate | dup]
+// Squared ReLU (Nemotron-4): y = max(x, 0)^2, dy/dx = 2 max(x, 0).
+void SquaredReluForward(ConstMat x, Mat y);
+void SquaredReluBackward(ConstMat x, ConstMat dy, Mat dx);
 
 // Causal self-attention with grouped-query attention over `sequences` sequences of `seq_len`
 // tokens: qkv.rows = out.rows = sequences * seq_len, sequence-major. A row of qkv is [Q | K | V]:

@@ -34,6 +34,21 @@ __global__ void GeluBackwardKernel(Mat<T> x, Mat<T> dy, Mat<T> dx) {
   }
 }
 
+template <typename T>
+__global__ void SquaredReluKernel(Mat<T> x, Mat<T> y) {
+  FOR_EACH_ELEMENT(x.rows, x.cols, r, j) {
+    const float v = fmaxf(x.Get(r, j), 0.0f);
+    y.Set(r, j, v * v);
+  }
+}
+
+template <typename T>
+__global__ void SquaredReluBackwardKernel(Mat<T> x, Mat<T> dy, Mat<T> dx) {
+  FOR_EACH_ELEMENT(x.rows, x.cols, r, j) {
+    dx.Set(r, j, dy.Get(r, j) * 2.0f * fmaxf(x.Get(r, j), 0.0f));
+  }
+}
+
 // x = [gate | up], y = silu(gate) * up.
 template <typename T>
 __global__ void SwigluKernel(Mat<T> x, Mat<T> y) {
@@ -399,6 +414,29 @@ Status GeluBackward(Context* c, DView x, DView dy, DView dx) {
     GeluBackwardKernel<T>
         <<<RowBlocks(x.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(dy), Typed<T>(dx));
     return Launched("gelu backward");
+  });
+}
+
+Status SquaredRelu(Context* c, DView x, DView y) {
+  if (!Valid(x) || !Valid(y) || !SameShape(x, y))
+    return Error("squared relu: x and y differ in shape");
+  if (Empty(x)) return Status::Ok();
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    SquaredReluKernel<T><<<RowBlocks(x.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(y));
+    return Launched("squared relu");
+  });
+}
+
+Status SquaredReluBackward(Context* c, DView x, DView dy, DView dx) {
+  if (!Valid(x) || !Valid(dy) || !Valid(dx) || !SameShape(x, dy) || !SameShape(x, dx))
+    return Error("squared relu backward: x, dy and dx differ in shape");
+  if (Empty(x)) return Status::Ok();
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    SquaredReluBackwardKernel<T>
+        <<<RowBlocks(x.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(dy), Typed<T>(dx));
+    return Launched("squared relu backward");
   });
 }
 

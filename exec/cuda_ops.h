@@ -113,6 +113,9 @@ Status NormBackward(Context* context, bool rms, DView x, const void* gamma, floa
 Status Gelu(Context* context, DView x, DView y);
 Status GeluBackward(Context* context, DView x, DView dy, DView dx);
 Status Swiglu(Context* context, DView x, DView y);
+// Squared ReLU: y = max(x, 0)^2; dx = dy 2 max(x, 0).
+Status SquaredRelu(Context* context, DView x, DView y);
+Status SquaredReluBackward(Context* context, DView x, DView dy, DView dx);
 Status SwigluBackward(Context* context, DView x, DView dy, DView dx);
 // Causal attention with grouped-query heads, the layout of exec/cpu_kernels.h: batched cuBLAS
 // GEMMs for the scores and the outputs, a fused causal softmax; needs

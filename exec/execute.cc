@@ -337,14 +337,6 @@ Result<Schedule> LowerForExecution(const Plan& plan, Extent extent) {
   return LowerStage(plan, LowerOptions{plan.model.layers, true, true, true, true});
 }
 
-Status CheckExecutableModel(const ModelSpec& model) {
-  if (model.activation == Activation::kSquaredRelu)
-    return Error(
-        "model.activation squared-relu: the executor's kernels are GeLU and SwiGLU (simulate, plan "
-        "and export take squared ReLU)");
-  return Status::Ok();
-}
-
 Result<ExecuteResult> Execute(const Plan& plan, Communicator& comm, const ExecuteOptions& options) {
   const Extent extent = options.extent.value_or(DefaultExtent(plan, options.backend));
   if (extent == Extent::kStep) return ExecuteStep(plan, comm, options);
@@ -355,7 +347,6 @@ Result<ExecuteResult> Execute(const Plan& plan, Communicator& comm, const Execut
 
 Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Communicator& comm,
                                       const ExecuteOptions& options) {
-  DOMINO_RETURN_IF_ERROR(CheckExecutableModel(plan.model));
   const bool emulate =
       options.backend == BackendKind::kCuda && options.cuda.comm == CommMode::kEmulate;
   if (emulate) {

@@ -117,10 +117,6 @@ struct ExecuteResult {
 // verdict.
 Result<ExecuteResult> Execute(const Plan& plan, Communicator& comm, const ExecuteOptions& options);
 
-// Whether the executor's kernels run the model: GeLU and SwiGLU MLPs (squared ReLU is simulated,
-// planned and exported, not executed); one line naming model.activation otherwise.
-Status CheckExecutableModel(const ModelSpec& model);
-
 // As Execute, for a given schedule of the plan (for tests that alter one). What it covers, and so
 // what the check compares, is read from the schedule's tensor roles; options.extent is not used.
 Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Communicator& comm,

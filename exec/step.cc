@@ -916,7 +916,6 @@ Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Co
     return Error(fmt::format("the plan has {} = {} ranks; {} were launched", RanksText(plan), ranks,
                              world.size()));
   if (options.steps < 1) return Error(fmt::format("steps {}: at least 1", options.steps));
-  DOMINO_RETURN_IF_ERROR(CheckExecutableModel(plan.model));
   if (options.backend == BackendKind::kCuda && options.cuda.comm == CommMode::kEmulate)
     return Error(
         "whole steps on the CUDA backend move their data through the launch communicator "

@@ -320,6 +320,31 @@ TEST(CpuKernelsTest, GeluBackwardMatchesFiniteDifferences) {
              1e-5, "dx");
 }
 
+TEST(CpuKernelsTest, SquaredReluByHandAndAgainstFiniteDifferences) {
+  Dense x(1, 4), y(1, 4), dy(1, 4), dx(1, 4);
+  x.v = {-1, 0, 0.5, 3};
+  dy.v = {1, 1, 2, -1};
+  SquaredReluForward(x.cmat(), y.mat());
+  EXPECT_EQ(y.v, (std::vector<float>{0, 0, 0.25f, 9}));
+  SquaredReluBackward(x.cmat(), dy.cmat(), dx.mat());
+  EXPECT_EQ(dx.v, (std::vector<float>{0, 0, 2, -6}));  // dy 2 max(x, 0)
+  // Away from the kink at 0, against central differences.
+  Dense r = Random(2, 6, 13, 3), w = Random(2, 6, 14);
+  for (float& e : r.v) e += e >= 0 ? 0.1f : -0.1f;
+  const Vec wd = w.ToDouble();
+  auto reference = [](Vec v) {
+    for (double& e : v) e = e > 0 ? e * e : 0;
+    return v;
+  };
+  Dense ry(2, 6), rdx(2, 6);
+  SquaredReluForward(r.cmat(), ry.mat());
+  ExpectNear(ry, reference(r.ToDouble()), 1e-6, "y");
+  SquaredReluBackward(r.cmat(), w.cmat(), rdx.mat());
+  ExpectNear(rdx,
+             NumericGradient(r.ToDouble(), [&](const Vec& v) { return Dot(reference(v), wd); }),
+             1e-5, "dx");
+}
+
 TEST(CpuKernelsTest, SwigluBackwardMatchesFiniteDifferences) {
   const Dense x = Random(2, 8, 11, 3), w = Random(2, 4, 12);
   const Vec wd = w.ToDouble();

@@ -237,6 +237,19 @@ TEST_P(CudaOpsTypedTest, ActivationsMatchCpu) {
     ExpectOutsideKept(y, "swiglu");
     ExpectOutsideKept(dx, "swiglu backward");
   }
+  {
+    const Matrix x = Make(rows, f, -3.0f, 3.0f), y = Make(rows, f), dy = Make(rows, f);
+    const Matrix dx = Make(rows, f);
+    std::vector<float> want_y(static_cast<size_t>(rows * f)), want_dx = want_y;
+    cpu::SquaredReluForward(HostView(x), HostView(&want_y, rows, f));
+    cpu::SquaredReluBackward(HostView(x), HostView(dy), HostView(&want_dx, rows, f));
+    ASSERT_EQ(Msg(cuda::SquaredRelu(context_, x.view, y.view)), "");
+    ASSERT_EQ(Msg(cuda::SquaredReluBackward(context_, x.view, dy.view, dx.view)), "");
+    ExpectNear(Read(y.view), want_y, "squared relu");
+    ExpectNear(Read(dx.view), want_dx, "squared relu backward");
+    ExpectOutsideKept(y, "squared relu");
+    ExpectOutsideKept(dx, "squared relu backward");
+  }
 }
 
 TEST_P(CudaOpsTypedTest, GroupedQueryAttentionMatchesCpu) {

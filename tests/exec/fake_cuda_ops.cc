@@ -315,6 +315,10 @@ Status CrossEntropyBackward(Context* c, DView, DView, DView, int64_t, int64_t, i
 }
 Status Gelu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
 Status GeluBackward(Context* c, DView, DView, DView) { return Launch(c, fake::kElementwiseUs); }
+Status SquaredRelu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
+Status SquaredReluBackward(Context* c, DView, DView, DView) {
+  return Launch(c, fake::kElementwiseUs);
+}
 Status Swiglu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
 Status SwigluBackward(Context* c, DView, DView, DView) { return Launch(c, fake::kElementwiseUs); }
 Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t, int64_t,
