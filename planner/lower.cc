@@ -579,11 +579,12 @@ class Lowering {
         Gemm(OpFunc::kFc1, PieceTags(tags, j), piece_rows, f1_, h_, PieceDeps(entry, j),
              {Use(t.ln2, Piece(i, j, h_)), WholeOf(t.w_fc1)}, {Use(t.fc1, Piece(i, j, f1_))});
       // Read the first linear's output, write the activation; a bias the stack does not fuse
-      // into the activation is one more pass over the first linear's output. Squared ReLU is
-      // two kernels in every framework (Megatron-Core's activations.squared_relu,
-      // torch.pow(F.relu(x), 2); its bias_activation_fusion takes only GeLU and SwiGLU): four
-      // passes, and its bias always one of its own.
-      const bool squared = plan_.model.activation == Activation::kSquaredRelu;
+      // into the activation is one more pass over the first linear's output. Squared ReLU
+      // unfused is two kernels (Megatron-Core's activations.squared_relu, torch.pow(F.relu(x),
+      // 2); its bias_activation_fusion takes only GeLU and SwiGLU): four passes, and its bias
+      // always one of its own.
+      const bool squared =
+          plan_.model.activation == Activation::kSquaredRelu && !plan_.stack.fused_squared_relu;
       double act_bytes = (squared ? 4 * f_ : f1_ + f_) * RowBytes(1);
       if (plan_.model.bias && (squared || !plan_.stack.fused_bias_gelu))
         act_bytes += 2 * f1_ * RowBytes(1);
@@ -712,9 +713,10 @@ class Lowering {
         AttentionCore(OpFunc::kAttn, Tags(l, i, -1, Phase::kRecompute), l, i);
       AttentionCore(OpFunc::kAttnGrad, tags, l, i);
     } else {
-      // Squared ReLU's autograd: pow's backward, grad * (2 * r.pow(1)), three kernels (seven
-      // passes: PyTorch's pow_backward), then relu's threshold_backward (three).
-      const bool squared = plan_.model.activation == Activation::kSquaredRelu;
+      // Unfused squared ReLU's autograd: pow's backward, grad * (2 * r.pow(1)), three kernels
+      // (seven passes: PyTorch's pow_backward), then relu's threshold_backward (three).
+      const bool squared =
+          plan_.model.activation == Activation::kSquaredRelu && !plan_.stack.fused_squared_relu;
       double bytes = (squared ? 10 * f_ : 2 * f1_ + f_) * RowBytes(1);
       Elementwise(OpFunc::kActGrad, tags, bytes, {}, {SliceOf(t.fc1, i), SliceOf(t.g_act, i)},
                   {SliceOf(t.g_fc1, i)});

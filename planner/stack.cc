@@ -68,6 +68,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("decomposed_copy_engine", &stack.decomposed_copy_engine, Need::kOptional);
   map.Enum("grad_reduce", &stack.grad_reduce, Need::kOptional, kGradReduces);
   map.Bool("cp_merge_kernels", &stack.cp_merge_kernels, Need::kOptional);
+  map.Bool("fused_squared_relu", &stack.fused_squared_relu, Need::kOptional);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return stack;
 }

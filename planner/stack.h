@@ -51,6 +51,10 @@ struct StackSpec {
   bool fused_softmax = true;
   // Bias add and GeLU in one pass over the MLP activation, rather than two.
   bool fused_bias_gelu = true;
+  // Squared ReLU in one kernel each way, rather than PyTorch's relu and pow forward and their
+  // autograd backward (Megatron-Core's squared_relu, which its bias-activation fusion does not
+  // take).
+  bool fused_squared_relu = false;
   // Bias add, dropout and residual add in one pass after the attention projection and the second
   // MLP linear, rather than three.
   bool fused_bias_dropout_add = true;
@@ -81,8 +85,8 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `decomposed_copy_engine`, `cp_merge_kernels` (false), `cross_entropy` (vocab-parallel) and
-// `grad_reduce` (fp32).
+// `decomposed_copy_engine`, `cp_merge_kernels`, `fused_squared_relu` (false), `cross_entropy`
+// (vocab-parallel) and `grad_reduce` (fp32).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);
