@@ -60,6 +60,9 @@ struct Bucket {
   // Gradient summed over micro-batches (and reduced, if a bucket op ran); with FSDP from the
   // step's start, as each micro-batch's reduce-scatter adds its part to the rank's shard.
   bool final = false;
+  // The sharded optimizer updated the master weights and no gather has written them into the
+  // micro-batches' copies yet (FSDP gathers a layer many times a step; only the first writes).
+  bool stale = false;
 };
 
 // One model chunk (virtual stage) of this rank: its schedule, forward and backward, and one
@@ -329,6 +332,14 @@ class StepRunner {
       if (c->vs == vs) return c.get();
     return nullptr;
   }
+  // The chunk of an iteration op of this rank's stage.
+  Result<Chunk*> StageChunk(const Op& op, int32_t id) {
+    Chunk* c = ChunkOf(op.tags.virtual_stage);
+    if (c == nullptr)
+      return Error(fmt::format("iteration op {} ({}): virtual stage {} is not this rank's", id,
+                               it_.schedule.Label(id), op.tags.virtual_stage));
+    return c;
+  }
   Result<Chunk*> MyChunk(const Op& op, int32_t id) {
     Chunk* c = ChunkOf(op.tags.virtual_stage);
     if (c == nullptr || op.tags.micro_batch >= static_cast<int>(c->mbs.size()))
@@ -364,16 +375,14 @@ class StepRunner {
       case OpFunc::kDpAllReduce:
       case OpFunc::kDpReduceScatter:
       case OpFunc::kDpAllGather: {
-        Chunk* c = ChunkOf(op.tags.virtual_stage);
-        if (c == nullptr)
-          return Error(fmt::format("iteration op {} ({}): virtual stage {} is not this rank's", id,
-                                   it_.schedule.Label(id), op.tags.virtual_stage));
+        Result<Chunk*> found = StageChunk(op, id);
+        if (!found.ok()) return found.error();
+        Chunk* c = *found;
         for (Bucket& b : c->buckets) {
           const bool mine = op.tags.layer >= 0 ? b.key == op.tags.layer : b.key < 0;
           if (!mine) continue;
           if (op.func == OpFunc::kDpAllGather) {
-            DOMINO_RETURN_IF_ERROR(GatherShards(b.master, b.d_master));
-            DOMINO_RETURN_IF_ERROR(WriteWeights(*c, b));
+            DOMINO_RETURN_IF_ERROR(GatherWeights(*c, b));
           } else {
             DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
             DOMINO_RETURN_IF_ERROR(ReduceOverDp(b, op.func == OpFunc::kDpReduceScatter));
@@ -383,14 +392,12 @@ class StepRunner {
       }
       case OpFunc::kFsdpAllGather:
       case OpFunc::kFsdpReduceScatter: {
-        Chunk* c = ChunkOf(op.tags.virtual_stage);
-        if (c == nullptr)
-          return Error(fmt::format("iteration op {} ({}): virtual stage {} is not this rank's", id,
-                                   it_.schedule.Label(id), op.tags.virtual_stage));
+        Result<Chunk*> found = StageChunk(op, id);
+        if (!found.ok()) return found.error();
+        Chunk* c = *found;
         for (Bucket* b : LayerUnit(*c, op.tags.layer)) {
           if (op.func == OpFunc::kFsdpAllGather) {
-            DOMINO_RETURN_IF_ERROR(GatherShards(b->master, b->d_master));
-            DOMINO_RETURN_IF_ERROR(WriteWeights(*c, *b));
+            DOMINO_RETURN_IF_ERROR(GatherWeights(*c, *b));
           } else {
             DOMINO_RETURN_IF_ERROR(ReduceMicroBatch(*c, *b, op.tags.micro_batch));
           }
@@ -646,6 +653,7 @@ class StepRunner {
           DOMINO_RETURN_IF_ERROR(device_->Adam(b.d_master + lo, b.d_m + lo, b.d_v + lo,
                                                b.d_grad + lo, hi - lo, a, step));
           if (!Sharded()) DOMINO_RETURN_IF_ERROR(WriteWeights(*c, b));
+          b.stale = Sharded();
           continue;
         }
         for (int64_t i = lo; i < hi; ++i) {
@@ -657,9 +665,20 @@ class StepRunner {
               static_cast<float>(b.master[i] - a.lr * (m / c1) / (std::sqrt(v / c2) + a.eps));
         }
         if (!Sharded()) DOMINO_RETURN_IF_ERROR(WriteWeights(*c, b));
+        b.stale = Sharded();
       }
     }
     return Status::Ok();
+  }
+
+  // A parameter gather (the distributed optimizer's after the step, or one of FSDP's per-layer
+  // ones): every rank's shard of the master weights into the whole, then into the micro-batches'
+  // copies if the step moved them since the last gather wrote them.
+  Status GatherWeights(Chunk& c, Bucket& b) {
+    DOMINO_RETURN_IF_ERROR(GatherShards(b.master, b.d_master));
+    if (!b.stale) return Status::Ok();
+    b.stale = false;
+    return WriteWeights(c, b);
   }
 
   // Every micro-batch's copy of the bucket's weights from the master weights.
