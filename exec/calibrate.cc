@@ -124,6 +124,22 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
   profile.backend = "cuda";
   profile.contention = true;
   const int repeats = std::max(1, options.repeats);
+  if (options.soak_seconds > 0) {
+    Result<std::vector<double>> soak = gpu.SoakGemm(8192, options.soak_seconds, 1.0);
+    if (!soak.ok()) return soak.error();
+    profile.gemm_soak_tflops = std::move(*soak);
+  }
+  for (const auto& [m, n, k] : options.gemm_shapes) {
+    // As mamf-finder times a shape (50 warm-up runs, the mean of 100), with fewer runs for the
+    // shapes that take longer than 2.5 ms at 400 TFLOP/s, so that each lasts about a quarter of
+    // a second.
+    const double ms = 2.0 * static_cast<double>(m) * static_cast<double>(n) *
+                      static_cast<double>(k) / 400e12 * 1e3;
+    const int runs = static_cast<int>(std::clamp(250.0 / ms, 10.0, 100.0));
+    Result<double> tflops = gpu.GemmTflops(m, n, k, runs / 2, runs);
+    if (!tflops.ok()) return tflops.error();
+    profile.gemm_samples.push_back({m, n, k, *tflops});
+  }
   // Distinct ops in schedule order (the same on every rank, so collectives pair up).
   std::map<std::string, int32_t> first;
   int32_t largest_gemm = -1, largest_memory = -1;
@@ -152,7 +168,7 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
         (largest_memory < 0 || op.bytes > s.op(largest_memory).bytes))
       largest_memory = id;
   }
-  Result<double> tflops = gpu.PeakTflops(8192);
+  Result<double> tflops = gpu.GemmTflops(8192, 8192, 8192, /*warmup=*/10, /*repeats=*/20);
   if (!tflops.ok()) return tflops.error();
   profile.gemm_tflops = *tflops;
   Result<double> GBps = gpu.HbmGBps(size_t{1} << 30);

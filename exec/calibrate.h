@@ -1,6 +1,10 @@
 #ifndef DOMINO_EXEC_CALIBRATE_H_
 #define DOMINO_EXEC_CALIBRATE_H_
 
+#include <array>
+#include <cstdint>
+#include <vector>
+
 #include "exec/communicator.h"
 #include "exec/cuda_backend.h"
 #include "models/base/result.h"
@@ -17,6 +21,11 @@ struct CalibrateOptions {
   // CalibrateCuda: a collective as the plan's cost model predicts it (CTAs, HBM traffic and time
   // alone), to time the largest GEMM and the largest memory-bound op beside; ctas 0: skip.
   EmulatedCollective beside;
+  // CalibrateCuda: seconds of back-to-back 8192^3 GEMMs before anything is timed, so that the
+  // ops are timed at the clocks the power limit sustains (0: none; the profile keeps each
+  // second's TFLOP/s), and GEMM shapes {m, n, k} to time as GEMM benchmarks do.
+  double soak_seconds = 0;
+  std::vector<std::array<int64_t, 3>> gemm_shapes;
 };
 
 // Measures, on the CPU backend, every distinct compute op of the plan's lowering (GEMMs,
@@ -31,8 +40,8 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
 // compute op, and with the plan's tp ranks every distinct TP collective on NCCL as nccl-tests
 // times them (a warm-up, a barrier, batches of back-to-back calls timed on the GPU; every rank
 // times the same calls, rank 0's medians are kept). Also the device's dense GEMM TFLOP/s, its
-// achieved HBM bandwidth, and contention samples (options.beside). The profile says `contention:
-// true`.
+// achieved HBM bandwidth, contention samples (options.beside), the soak's TFLOP/s per second and
+// the GEMM shapes' TFLOP/s. The profile says `contention: true`.
 Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
                                       const CalibrateOptions& options = {});
 

@@ -189,9 +189,16 @@ class CudaBackend final : public Backend, public CudaRunner {
         id, repeats, [&] { return Enqueue(id); }, collective);
   }
 
-  Result<double> PeakTflops(int64_t n) override {
+  Result<double> GemmTflops(int64_t m, int64_t n, int64_t k, int warmup, int repeats) override {
     double tflops = 0;
-    DOMINO_RETURN_IF_ERROR(Ok(cuda::MeasureGemmTflops(context_, n, 10, &tflops)));
+    DOMINO_RETURN_IF_ERROR(
+        Ok(cuda::MeasureGemmTflops(context_, m, n, k, warmup, repeats, &tflops)));
+    return tflops;
+  }
+
+  Result<std::vector<double>> SoakGemm(int64_t n, double seconds, double window_s) override {
+    std::vector<double> tflops;
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::SoakGemm(context_, n, seconds, window_s, &tflops)));
     return tflops;
   }
 

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "models/base/result.h"
 
@@ -173,9 +174,15 @@ struct EmulationProbe {
 Status ProbeEmulatedCollective(Context* context, int ctas, double hbm_bytes, double micros,
                                EmulationProbe* out);
 
-// The device's dense GEMM throughput in the context's type: square n x n x n GEMMs of random
-// inputs, the best of `repeats` timed runs after a warm-up, in TFLOP/s.
-Status MeasureGemmTflops(Context* context, int64_t n, int repeats, double* tflops);
+// Dense GEMM throughput in the context's type, C[m,n] = A[m,k] B[k,n] on random inputs, timed as
+// GEMM benchmarks time it (ml-engineering's mamf-finder): `warmup` launches, then `repeats`
+// launched back to back between two events; the TFLOP/s of their mean.
+Status MeasureGemmTflops(Context* context, int64_t m, int64_t n, int64_t k, int warmup, int repeats,
+                         double* tflops);
+// Back-to-back n x n x n GEMMs on random inputs for `seconds` of GPU time, timed in windows of
+// `window_s`: the TFLOP/s of each window in order, as the clocks settle under the power limit.
+Status SoakGemm(Context* context, int64_t n, double seconds, double window_s,
+                std::vector<double>* tflops);
 // Achieved HBM bandwidth of a device-to-device copy of `bytes` (read + written), in GB/s.
 Status MeasureHbmGBps(Context* context, size_t bytes, int repeats, double* GBps);
 

@@ -75,6 +75,8 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
   YAML::Node compute = map.Raw("compute");
   YAML::Node collectives = map.Raw("collectives");
   YAML::Node samples = map.Raw("contention_samples");
+  YAML::Node soak = map.Raw("gemm_soak_tflops");
+  YAML::Node gemms = map.Raw("gemm_samples");
   DOMINO_RETURN_IF_ERROR(map.Finish());
   auto fail = [&](const YAML::Node& n, std::string_view key, std::string_view rule) {
     return Error(
@@ -138,6 +140,32 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
       profile.contention_samples.push_back(std::move(c));
     }
   }
+  if (soak) {
+    if (!soak.IsSequence()) return fail(soak, "gemm_soak_tflops", "expected a list of TFLOP/s");
+    for (const YAML::Node& e : soak) {
+      double tflops = 0;
+      DOMINO_RETURN_IF_ERROR(time(e, "gemm_soak_tflops", &tflops));
+      profile.gemm_soak_tflops.push_back(tflops);
+    }
+  }
+  if (gemms) {
+    const char* shape = "each entry is [m, n, k, TFLOP/s]";
+    if (!gemms.IsSequence()) return fail(gemms, "gemm_samples", shape);
+    for (const YAML::Node& e : gemms) {
+      if (!e.IsSequence() || e.size() != 4) return fail(e, "gemm_samples", shape);
+      HardwareProfile::GemmSample g;
+      int64_t* dims[3] = {&g.m, &g.n, &g.k};
+      for (int i = 0; i < 3; ++i) {
+        double v = 0;
+        DOMINO_RETURN_IF_ERROR(time(e[i], "gemm_samples", &v));
+        if (v < 1 || v != std::floor(v) || v > 2147483647.0)
+          return fail(e[i], "gemm_samples", "m, n and k must be positive integers below 2^31");
+        *dims[i] = static_cast<int64_t>(v);
+      }
+      DOMINO_RETURN_IF_ERROR(time(e[3], "gemm_samples", &g.tflops));
+      profile.gemm_samples.push_back(g);
+    }
+  }
   return profile;
 }
 
@@ -174,6 +202,13 @@ std::string ProfileToYaml(const HardwareProfile& p) {
       Quoted(p.device), Quoted(p.backend), p.contention);
   if (p.gemm_tflops > 0) out += fmt::format("gemm_tflops: {:.2f}\n", p.gemm_tflops);
   if (p.hbm_GBps > 0) out += fmt::format("hbm_GBps: {:.1f}\n", p.hbm_GBps);
+  if (!p.gemm_soak_tflops.empty()) {
+    out += "gemm_soak_tflops:  # 8192^3 GEMMs back to back, one figure per second\n";
+    for (double t : p.gemm_soak_tflops) out += fmt::format("  - {:.2f}\n", t);
+  }
+  if (!p.gemm_samples.empty()) out += "gemm_samples:  # [m, n, k, TFLOP/s]\n";
+  for (const auto& g : p.gemm_samples)
+    out += fmt::format("  - [{}, {}, {}, {:.2f}]\n", g.m, g.n, g.k, g.tflops);
   out += p.compute_us.empty() ? "compute: []\n" : "compute:  # [op signature, us]\n";
   for (const auto& [signature, us] : p.compute_us)
     out += fmt::format("  - [{}, {:.3f}]\n", Quoted(signature), us);

@@ -1,6 +1,7 @@
 #ifndef DOMINO_PLANNER_PROFILE_H_
 #define DOMINO_PLANNER_PROFILE_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -32,6 +33,16 @@ struct HardwareProfile {
   // the run's element type and achieved HBM bandwidth (a device-to-device copy).
   double gemm_tflops = 0;
   double hbm_GBps = 0;
+  // `calibrate --soak`: the TFLOP/s of back-to-back 8192^3 GEMMs in each second of the soak, in
+  // order (the first near a short benchmark's figure, the last at the clocks the power limit
+  // sustains); the ops and gemm_tflops were measured after it.
+  std::vector<double> gemm_soak_tflops;
+  // `calibrate --gemm-shapes`: GEMMs C[m,n] = A[m,k] B[k,n] timed as GEMM benchmarks time them.
+  struct GemmSample {
+    int64_t m = 0, n = 0, k = 0;
+    double tflops = 0;
+  };
+  std::vector<GemmSample> gemm_samples;
   // Compute ops timed alone and beside an emulated collective holding `ctas` SMs and streaming
   // `hbm_GBps` of HBM traffic: how much a collective slows the compute it overlaps.
   struct ContentionSample {

@@ -462,6 +462,11 @@ TEST(CudaBackendFakeTest, CalibrationTimesEveryDistinctOp) {
   EXPECT_TRUE(profile->collectives.empty());  // one rank: no collectives to time
   EXPECT_EQ(profile->gemm_tflops, fake::kPeakTflops);
   EXPECT_EQ(profile->hbm_GBps, fake::kHbmGBps);
+  EXPECT_TRUE(profile->gemm_soak_tflops.empty());  // no soak asked for
+  EXPECT_TRUE(profile->gemm_samples.empty());
+  // The device's peak: 8192^3, 10 warm-up runs, the mean of 20.
+  ASSERT_EQ(fake::Counters().gemm_shapes.size(), 1u);
+  EXPECT_EQ(fake::Counters().gemm_shapes[0], (std::array<int64_t, 5>{8192, 8192, 8192, 10, 20}));
   for (const Op& op : s->ops()) {
     if (op.kind == OpKind::kCollective) continue;
     ASSERT_TRUE(profile->compute_us.count(OpSignature(op))) << OpSignature(op);
@@ -480,6 +485,36 @@ TEST(CudaBackendFakeTest, CalibrationTimesEveryDistinctOp) {
 
 // NCCL's finalize waits until no CUDA graph holds work of its communicator: the backend must
 // destroy its graph before it finalizes, or `execute --comm nccl --cuda-graph` hangs at exit.
+
+// A soak runs before anything is timed and keeps each second's TFLOP/s; GEMM shapes are timed
+// as mamf-finder times them (half as many warm-up runs as timed ones, 100 timed runs for the
+// short shapes, about a quarter of a second's worth for the long ones, never under 10).
+TEST(CudaBackendFakeTest, CalibrationSoaksAndTimesGemmShapes) {
+  const Plan plan = TinyPlan(1, OverlapScope::kNone);
+  CalibrateOptions options;
+  options.repeats = 1;
+  options.soak_seconds = 3.5;  // three whole windows of one second
+  options.gemm_shapes = {
+      {1024, 1024, 1024}, {16384, 16384, 16384}, {802816, 192, 768}, {32768, 32768, 32768}};
+  SelfCommunicator self;
+  Result<HardwareProfile> profile = CalibrateCuda(plan, self, options);
+  ASSERT_TRUE(profile.ok()) << profile.message();
+  EXPECT_EQ(
+      profile->gemm_soak_tflops,
+      (std::vector<double>{fake::kPeakTflops, fake::kPeakTflops * 0.99, fake::kPeakTflops * 0.98}));
+  ASSERT_EQ(profile->gemm_samples.size(), 4u);
+  EXPECT_EQ(profile->gemm_samples[1].m, 16384);
+  EXPECT_EQ(profile->gemm_samples[2].n, 192);
+  EXPECT_EQ(profile->gemm_samples[2].tflops, fake::kPeakTflops);
+  // At 400 TFLOP/s 1024^3 takes 5.4 us: 100 runs; 16384^3 22 ms: 11 (a quarter of a second);
+  // 802816 x 192 x 768 0.59 ms: 100; 32768^3 176 ms: the floor of 10.
+  const auto& calls = fake::Counters().gemm_shapes;
+  ASSERT_EQ(calls.size(), 5u);  // the four shapes, then the peak
+  EXPECT_EQ(calls[0], (std::array<int64_t, 5>{1024, 1024, 1024, 50, 100}));
+  EXPECT_EQ(calls[1], (std::array<int64_t, 5>{16384, 16384, 16384, 5, 11}));
+  EXPECT_EQ(calls[2], (std::array<int64_t, 5>{802816, 192, 768, 50, 100}));
+  EXPECT_EQ(calls[3], (std::array<int64_t, 5>{32768, 32768, 32768, 5, 10}));
+}
 TEST(CudaBackendFakeTest, GraphIsDestroyedBeforeTheNcclCommunicator) {
   const Plan plan = TinyPlan(2, OverlapScope::kInterLayer);
   Result<Schedule> s = Lower(plan);

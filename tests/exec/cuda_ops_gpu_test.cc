@@ -340,8 +340,20 @@ TEST_P(CudaOpsTypedTest, CapturedGraphReplaysTheEagerRun) {
 
 TEST_P(CudaOpsTypedTest, MeasuresGemmThroughput) {
   double tflops = 0;
-  ASSERT_EQ(Msg(cuda::MeasureGemmTflops(context_, 1024, 3, &tflops)), "");
+  ASSERT_EQ(Msg(cuda::MeasureGemmTflops(context_, 1024, 1024, 1024, 2, 3, &tflops)), "");
   EXPECT_GT(tflops, 0.0);
+  double skinny = 0;  // not square: the operands' shapes follow m, n and k
+  ASSERT_EQ(Msg(cuda::MeasureGemmTflops(context_, 4096, 64, 256, 1, 3, &skinny)), "");
+  EXPECT_GT(skinny, 0.0);
+  EXPECT_NE(Msg(cuda::MeasureGemmTflops(context_, 0, 8, 8, 1, 1, &tflops)), "");
+}
+
+TEST_F(CudaOpsTest, SoakGemmReportsEachWindow) {
+  std::vector<double> tflops;
+  ASSERT_EQ(Msg(cuda::SoakGemm(context_, 1024, 0.3, 0.1, &tflops)), "");
+  ASSERT_EQ(tflops.size(), 3u);
+  for (double t : tflops) EXPECT_GT(t, 0.0);
+  EXPECT_NE(Msg(cuda::SoakGemm(context_, 1024, 0.1, 0.3, &tflops)), "") << "window > soak";
 }
 
 TEST_F(CudaOpsTest, EventsTimeAGemm) {

@@ -14,6 +14,7 @@
 #include "tests/exec/fake_cuda_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -362,8 +363,19 @@ Status ProbeEmulatedCollective(Context* c, int ctas, double hbm_bytes, double mi
   return EmulateCollective(c, ctas, hbm_bytes, micros);
 }
 
-Status MeasureGemmTflops(Context*, int64_t, int, double* tflops) {
+Status MeasureGemmTflops(Context*, int64_t m, int64_t n, int64_t k, int warmup, int repeats,
+                         double* tflops) {
+  if (m <= 0 || n <= 0 || k <= 0 || warmup < 0 || repeats <= 0) return Error("bad gemm shape");
+  stats.gemm_shapes.push_back({m, n, k, warmup, repeats});
   *tflops = fake::kPeakTflops;
+  return Status::Ok();
+}
+Status SoakGemm(Context*, int64_t n, double seconds, double window_s, std::vector<double>* tflops) {
+  if (n <= 0 || !(window_s > 0) || window_s > seconds) return Error("bad soak");
+  tflops->clear();
+  // The clocks settle: each window 1% below the one before.
+  for (int w = 0; w < static_cast<int>(std::floor(seconds / window_s + 1e-9)); ++w)
+    tflops->push_back(fake::kPeakTflops * (1 - 0.01 * w));
   return Status::Ok();
 }
 Status MeasureHbmGBps(Context*, size_t, int, double* GBps) {

@@ -2,6 +2,8 @@
 #define DOMINO_TESTS_EXEC_FAKE_CUDA_OPS_H_
 
 // The fake GPU of fake_cuda_ops.cc: the durations it gives ops, and what it counted.
+#include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,8 @@ struct Stats {
   // NCCL's finalize or abort was called while a graph still held work of the communicator: on a
   // GPU it would wait forever.
   bool nccl_teardown_would_hang = false;
+  // MeasureGemmTflops calls: m, n, k, warm-up runs, timed runs.
+  std::vector<std::array<int64_t, 5>> gemm_shapes;
 };
 
 // This thread's, since it last created a context.

@@ -45,6 +45,18 @@ TEST(ProfileTest, RoundTripsAndPricesTheOpsItMeasured) {
   EXPECT_EQ(gpu->contention_samples[0].hbm_GBps, 350.5);
   EXPECT_EQ(gpu->contention_samples[0].alone_us, 100.25);
   EXPECT_EQ(gpu->contention_samples[0].beside_us, 131.5);
+  EXPECT_TRUE(gpu->gemm_soak_tflops.empty());
+  EXPECT_TRUE(gpu->gemm_samples.empty());
+  profile.gemm_soak_tflops = {790.25, 741.5};
+  profile.gemm_samples.push_back({802816, 192, 768, 650.75});
+  Result<HardwareProfile> soaked = ParseProfile(ProfileToYaml(profile), "p.yaml");
+  ASSERT_TRUE(soaked.ok()) << soaked.message() << "\n" << ProfileToYaml(profile);
+  EXPECT_EQ(soaked->gemm_soak_tflops, (std::vector<double>{790.25, 741.5}));
+  ASSERT_EQ(soaked->gemm_samples.size(), 1u);
+  EXPECT_EQ(soaked->gemm_samples[0].m, 802816);
+  EXPECT_EQ(soaked->gemm_samples[0].n, 192);
+  EXPECT_EQ(soaked->gemm_samples[0].k, 768);
+  EXPECT_EQ(soaked->gemm_samples[0].tflops, 650.75);
 
   sim::CostOptions options;
   options.profile = &*back;
@@ -142,7 +154,11 @@ TEST(ProfileTest, BadProfilesNameLineAndKey) {
   for (const char* text : {"device: cpu\nbackend: cpu\ncompute:\n  - [qkv]\n",
                            "device: cpu\nbackend: cpu\ncollectives:\n  - [broadcast, 2, 10, 1]\n",
                            "device: cpu\nbackend: cpu\ncollectives:\n  - [allreduce, 0, 10, 1]\n",
-                           "device: cpu\nbackend: cpu\ncompute:\n  - [qkv, .nan]\n"}) {
+                           "device: cpu\nbackend: cpu\ncompute:\n  - [qkv, .nan]\n",
+                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 0, 8, 1]\n",
+                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 1.5, 8, 1]\n",
+                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 8, 1]\n",
+                           "device: cpu\nbackend: cpu\ngemm_soak_tflops:\n  - -3\n"}) {
     Result<HardwareProfile> p = ParseProfile(text, "p.yaml");
     ASSERT_FALSE(p.ok()) << text;
     EXPECT_NE(p.message().find("p.yaml:4:"), std::string::npos) << p.message();

@@ -138,6 +138,12 @@ CASES = [
      r"(GPU|CUDA)", None),
     ("missing GPU (calibrate)", "GPU calibration on a machine without a GPU", {}, ["calibrate", "--backend", "cuda", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--out", "{tmp}/p.yaml"],
      r"(GPU|CUDA)", "p.yaml"),
+    ("bad --gemm-shapes", "a GEMM shape that is not MxNxK", {},
+     ["calibrate", "--backend", "cuda", "--gemm-shapes", "8192x8192", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--out", "{tmp}/p.yaml"],
+     r"--gemm-shapes: '8192x8192' is not MxNxK", "p.yaml"),
+    ("--soak on the CPU", "a GPU soak asked of the CPU backend", {},
+     ["calibrate", "--soak", "30", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--out", "{tmp}/p.yaml"],
+     r"--soak and --gemm-shapes measure a GPU: they need --backend cuda", "p.yaml"),
     # Hardening, round 2 (issue 17): flags go through the plan file's bounds; nothing hangs,
     # crashes or clobbers.
     ("GPU without bf16", "peak_tflops.bf16: 0 (an older GPU); once a hang",

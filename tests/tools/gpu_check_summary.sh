@@ -12,7 +12,21 @@ section() { printf '\n## %s\n\n```\n$ command\n' "$1"; }
 {
   printf '# domino gpu-check\n'
   section "calibrate"
-  printf 'dense GEMM 771.4 TFLOP/s, HBM 4210 GB/s (device-to-device copy)\n```\n'
+  printf 'dense GEMM 771.4 TFLOP/s, HBM 4210 GB/s (device-to-device copy)\n'
+  # The soak and GEMM tables as calibrate prints them (tools/table.cc: two spaces between
+  # columns, numbers right-aligned).
+  cat <<'TABLES'
+soak second  8192^3 GEMM TFLOP/s  vs first second
+-----------  -------------------  ---------------
+          1                790.2            +0.0%
+         30                741.9            -6.1%
+
+GEMM m x n x k   measured TFLOP/s  model TFLOP/s (h200-sxm bf16)  model error  published TFLOP/s
+---------------  ----------------  -----------------------------  -----------  ----------------------
+2048x2048x13312             780.1                          800.1        +2.6%  794.5 (mamf-h200-bf16)
+ 1024x1024x1024             310.0                          290.5        -6.3%  -
+TABLES
+  printf '```\n'
   section "row2: measured (emulated collectives)"
   "$domino" execute "${flags[@]}" --report "$tmp/m.yaml"
   printf '```\n'
@@ -20,8 +34,20 @@ section() { printf '\n## %s\n\n```\n$ command\n' "$1"; }
   "$domino" compare "$tmp/p.yaml" "$tmp/m.yaml"
   printf '```\n'
 } >"$tmp/log.md"
-python3 "$src/tools/gpu-check-summary" "$tmp/log.md" >"$tmp/summary.md"
+cat >"$tmp/clocks.csv" <<'CSV'
+timestamp, clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], power.limit [W], temperature.gpu, clocks_event_reasons.active
+2026/12/02 10:00:00.000, 1980, 3201, 120.5, 700.00, 40, 0x0000000000000000
+2026/12/02 10:00:00.500, 1755, 3201, 699.1, 700.00, 71, 0x0000000000000004
+2026/12/02 10:00:01.000, 1650, 3201, 700.2, 700.00, 75, 0x0000000000000004
+CSV
+python3 "$src/tools/gpu-check-summary" "$tmp/log.md" "$tmp/clocks.csv" >"$tmp/summary.md"
 grep -q "^Measured dense GEMM peak 771.4 TFLOP/s, HBM 4210 GB/s" "$tmp/summary.md"
+# The soak and shape tables come back as Markdown, every cell in place.
+grep -qx '| 30 | 741.9 | -6.1% |' "$tmp/summary.md" || { cat "$tmp/summary.md"; exit 1; }
+grep -qx '| 2048x2048x13312 | 780.1 | 800.1 | +2.6% | 794.5 (mamf-h200-bf16) |' "$tmp/summary.md"
+grep -qx '| 1024x1024x1024 | 310.0 | 290.5 | -6.3% | - |' "$tmp/summary.md"
+grep -q '^SM clock over the check (3 samples): min 1650, median 1755, max 1980 MHz; power up to 700.2 W of a 700.0 W limit; throttle reasons seen: 0x0000000000000000, 0x0000000000000004.' \
+  "$tmp/summary.md" || { cat "$tmp/summary.md"; exit 1; }
 # row2: the stack's predicted and measured length and hidden fraction, the iteration and the GEMMs'
 # TFLOP/s are numbers; what the log lacks (calibrated, CUDA graph, other strategies) is "-".
 grep -qE '^\| row2 \| [0-9.]+ \| - \| [0-9.]+ \| [0-9.]+ \| - \| [0-9.]+ \| [0-9.]+ \| - \| [0-9.]+ \|$' \
