@@ -119,6 +119,9 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
         cpu::AttentionForward(shape, qkv, out(0));
       return Status::Ok();
     }
+    case OpFunc::kRope:
+    case OpFunc::kRopeGrad:
+      return Status::Ok();  // the executor's attention takes no positions (stack domino: rope none)
     case OpFunc::kAct:
     case OpFunc::kActGrad: {
       const bool backward = op.func == OpFunc::kActGrad;

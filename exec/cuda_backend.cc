@@ -419,6 +419,9 @@ class CudaBackend final : public Backend, public CudaRunner {
         e = cuda::AttentionBackward(context_, op.sequences, op.seq_len, op.heads, op.kv_heads,
                                     op.head_dim, in(0), in(1), out(0));
         break;
+      case OpFunc::kRope:
+      case OpFunc::kRopeGrad:
+        break;  // the executor's attention takes no positions (stack domino: rope none)
       case OpFunc::kAct:
         e = Swiglu()        ? cuda::Swiglu(context_, in(0), out(0))
             : SquaredRelu() ? cuda::SquaredRelu(context_, in(0), out(0))

@@ -233,6 +233,9 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   CheckActivation(config, *family);
   model.activation = IsGated(*family) ? Activation::kSwiglu : Activation::kGelu;
   model.norm = IsGated(*family) ? Norm::kRmsNorm : Norm::kLayerNorm;
+  // GPT-2 learns absolute positions (wpe) and the Llama family rotates Q and K, as their norms
+  // say by default; GPT-NeoX has LayerNorm and rotates part of each head (rotary_pct).
+  if (*family == Family::kGptNeox) model.positions = Positions::kRotary;
   switch (*family) {
     case Family::kGpt2:
     case Family::kGptNeox:

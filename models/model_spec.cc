@@ -23,8 +23,18 @@ constexpr std::array<std::pair<std::string_view, Norm>, 2> kNorms{{
     {"layernorm", Norm::kLayerNorm},
     {"rmsnorm", Norm::kRmsNorm},
 }};
+constexpr std::array<std::pair<std::string_view, Positions>, 2> kPositions{{
+    {"learned", Positions::kLearned},
+    {"rotary", Positions::kRotary},
+}};
 
 }  // namespace
+
+std::string_view PositionsName(Positions positions) {
+  for (const auto& [name, value] : kPositions)
+    if (value == positions) return name;
+  return "by-norm";
+}
 
 std::string_view ActivationName(Activation activation) {
   for (const auto& [name, value] : kActivations)
@@ -51,6 +61,7 @@ ModelSpec ReadModel(YamlMap& map) {
   map.Int("seq_len", &model.seq_len, Need::kRequired, kSeqLenRange);
   map.Enum<Activation>("activation", &model.activation, Need::kRequired, kActivations);
   map.Enum<Norm>("norm", &model.norm, Need::kRequired, kNorms);
+  map.Enum<Positions>("positions", &model.positions, Need::kOptional, kPositions);
   map.Bool("bias", &model.bias, Need::kOptional);
   map.Bool("tied_embeddings", &model.tied_embeddings, Need::kOptional);
 
@@ -88,9 +99,13 @@ std::string ModelToFlowYaml(const ModelSpec& m) {
   }
   return fmt::format(
       "{{name: \"{}\", layers: {}, hidden: {}, heads: {}, kv_heads: {}, ffn: {}, vocab: {}, "
-      "seq_len: {}, activation: {}, norm: {}, bias: {}, tied_embeddings: {}}}",
+      "seq_len: {}, activation: {}, norm: {}, {}bias: {}, tied_embeddings: {}}}",
       name, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn, m.vocab, m.seq_len,
-      ActivationName(m.activation), NormName(m.norm), m.bias, m.tied_embeddings);
+      ActivationName(m.activation), NormName(m.norm),
+      m.positions == Positions::kByNorm
+          ? ""
+          : fmt::format("positions: {}, ", PositionsName(m.positions)),
+      m.bias, m.tied_embeddings);
 }
 
 Result<ModelSpec> LoadModel(std::string_view name_or_path) {

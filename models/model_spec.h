@@ -18,15 +18,20 @@ class YamlMap;
 // Nemotron-4: relu(x)^2).
 enum class Activation { kGelu, kSwiglu, kSquaredRelu };
 enum class Norm { kLayerNorm, kRmsNorm };
+// Where the attention learns token positions: learned absolute embeddings of `seq_len` rows added
+// to the token embedding (GPT), or rotary embeddings applied to Q and K in every layer (Llama,
+// Nemotron-4), which have no parameters; kByNorm (a model that says neither): learned with
+// LayerNorm, rotary with RMSNorm.
+enum class Positions { kByNorm, kLearned, kRotary };
 
 std::string_view ActivationName(Activation activation);
 std::string_view NormName(Norm norm);
+std::string_view PositionsName(Positions positions);  // "learned", "rotary"
 
 // ModelSpec is the shape of a decoder-only transformer, as written in a model YAML file
 // (models/catalog/NAME.yaml; keys named after its fields). It holds no parallelism or batch: those
-// belong to a Plan. Models with `norm: layernorm` (the GPT family) have learned absolute position
-// embeddings of `seq_len` rows; models with `norm: rmsnorm` (Llama) use rotary positions, which
-// have no parameters.
+// belong to a Plan. `positions` defaults by the norm: learned with `norm: layernorm` (the GPT
+// family), rotary with `norm: rmsnorm` (Llama); Nemotron-4 has LayerNorm and rotary positions.
 struct ModelSpec {
   std::string name;
   int layers = 0;
@@ -38,18 +43,23 @@ struct ModelSpec {
   int seq_len = 0;  // default sequence length, used when a plan gives none
   Activation activation = Activation::kGelu;
   Norm norm = Norm::kLayerNorm;
+  Positions positions = Positions::kByNorm;
   bool bias = true;  // biases on every linear layer
   bool tied_embeddings = true;
 
   int head_dim() const { return hidden / heads; }
   int kv_hidden() const { return kv_heads * head_dim(); }  // width of K (and of V)
-  bool learned_positions() const { return norm == Norm::kLayerNorm; }
+  bool learned_positions() const {
+    return positions == Positions::kLearned ||
+           (positions == Positions::kByNorm && norm == Norm::kLayerNorm);
+  }
 };
 
 // Parses and validates model YAML. `file` names the source in messages
 // ("FILE:LINE:COLUMN: KEY: RULE"). Rules: every key known and present (kv_heads defaults to
-// heads, bias to true, tied_embeddings to true); sizes positive; hidden divisible by heads;
-// heads divisible by kv_heads; activation gelu|swiglu|squared-relu; norm layernorm|rmsnorm.
+// heads, bias to true, tied_embeddings to true, positions by the norm); sizes positive; hidden
+// divisible by heads; heads divisible by kv_heads; activation gelu|swiglu|squared-relu; norm
+// layernorm|rmsnorm; positions learned|rotary.
 Result<ModelSpec> ParseModel(std::string_view text, std::string_view file);
 
 // Reads a model from an open YAML mapping (a model file's root, or a plan's inline `model:`

@@ -63,7 +63,9 @@ std::string_view OpFuncName(OpFunc func) {
       "cp.sendrecv",
       "cp.merge",
       "fsdp.allgather",
-      "fsdp.reducescatter"};
+      "fsdp.reducescatter",
+      "rope",
+      "rope.grad"};
   int index = static_cast<int>(func);
   return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
 }

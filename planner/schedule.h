@@ -98,6 +98,10 @@ enum class OpFunc : uint8_t {
   // group before its forward or backward, and its gradients reduce-scattered after its backward.
   kFsdpAllGather,
   kFsdpReduceScatter,
+  // Rotary position embeddings (ModelSpec::positions, StackSpec::rope): Q and K of a slice
+  // rotated in place after the QKV GEMM, and their gradients before its input gradient.
+  kRope,
+  kRopeGrad,
   kCount,
 };
 std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce", ...

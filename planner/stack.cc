@@ -30,6 +30,12 @@ constexpr std::array<std::pair<std::string_view, CrossEntropy>, 4> kCrossEntropi
     {"fused", CrossEntropy::kFused},
 }};
 
+constexpr std::array<std::pair<std::string_view, RopeKernel>, 3> kRopeKernels{{
+    {"fused", RopeKernel::kFused},
+    {"unfused", RopeKernel::kUnfused},
+    {"none", RopeKernel::kNone},
+}};
+
 template <typename T, size_t N>
 std::string_view NameOf(const std::array<std::pair<std::string_view, T>, N>& names, T value) {
   for (const auto& [name, v] : names)
@@ -42,6 +48,7 @@ std::string_view NameOf(const std::array<std::pair<std::string_view, T>, N>& nam
 std::string_view GradReduceName(GradReduce reduce) { return NameOf(kGradReduces, reduce); }
 std::span<const std::pair<std::string_view, GradReduce>> GradReduceNames() { return kGradReduces; }
 std::string_view CrossEntropyName(CrossEntropy loss) { return NameOf(kCrossEntropies, loss); }
+std::string_view RopeKernelName(RopeKernel rope) { return NameOf(kRopeKernels, rope); }
 std::span<const std::pair<std::string_view, CrossEntropy>> CrossEntropyNames() {
   return kCrossEntropies;
 }
@@ -69,6 +76,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Enum("grad_reduce", &stack.grad_reduce, Need::kOptional, kGradReduces);
   map.Bool("cp_merge_kernels", &stack.cp_merge_kernels, Need::kOptional);
   map.Bool("fused_squared_relu", &stack.fused_squared_relu, Need::kOptional);
+  map.Enum("rope", &stack.rope, Need::kOptional, kRopeKernels);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return stack;
 }

@@ -34,6 +34,17 @@ enum class GradReduce { kFp32, kParam, kFp16Param };
 //   the gradient written in their place, the gradient scaled in place backward: 3e forward, 2e;
 // - fused: one read forward, one read and write backward (this project's executor): e and 2e.
 enum class CrossEntropy { kVocabParallel, kMegatronFused, kTe, kFused };
+// How rotary position embeddings run on Q and K (models with `positions: rotary`), per element
+// of Q and K:
+// - fused: one kernel each way that reads the tensor and writes it rotated (Transformer Engine's
+//   fused_apply_rotary_pos_emb: Megatron-Core's --apply-rope-fusion, `apply_rope_fusion: true`
+//   in the DGX Cloud recipes): 2 passes forward, 2 backward;
+// - unfused: PyTorch's t * cos + rotate_half(t) * sin (Megatron's apply_rotary_pos_emb without
+//   the fusion): the multiplies, rotate_half's neg and cat, the add, and their autograd: 10
+//   passes forward, 10 backward;
+// - none: not run (this project's executor, whose attention takes no positions).
+enum class RopeKernel { kFused, kUnfused, kNone };
+std::string_view RopeKernelName(RopeKernel rope);      // "fused", "unfused", "none"
 std::string_view CrossEntropyName(CrossEntropy loss);  // "vocab-parallel", ..., "fused"
 std::span<const std::pair<std::string_view, CrossEntropy>> CrossEntropyNames();
 std::string_view GradReduceName(GradReduce reduce);  // "fp32", "param", "fp16-param"
@@ -78,6 +89,8 @@ struct StackSpec {
   // dKV) into the running result, and copies the half blocks a causal step reads, in elementwise
   // kernels of their own (Transformer Engine's p2p CP) rather than inside the attention kernels.
   bool cp_merge_kernels = false;
+  // Rotary position embeddings' kernels (models with rotary positions).
+  RopeKernel rope = RopeKernel::kFused;
 };
 
 // The stack a plan runs on when it names none.
@@ -86,7 +99,7 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
 // `decomposed_copy_engine`, `cp_merge_kernels`, `fused_squared_relu` (false), `cross_entropy`
-// (vocab-parallel) and `grad_reduce` (fp32).
+// (vocab-parallel), `grad_reduce` (fp32) and `rope` (fused).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

@@ -88,6 +88,7 @@ TEST(HfConfig, FamiliesMapToDominoShapes) {
   EXPECT_EQ(gpt2->ffn, 4 * 768);  // n_inner: null
   EXPECT_EQ(gpt2->seq_len, 1024);
   EXPECT_EQ(gpt2->activation, Activation::kGelu);
+  EXPECT_TRUE(gpt2->learned_positions());  // wpe
   EXPECT_EQ(gpt2->norm, Norm::kLayerNorm);
   EXPECT_TRUE(gpt2->bias);
   EXPECT_TRUE(gpt2->tied_embeddings);  // the transformers default, absent from the file
@@ -103,6 +104,7 @@ TEST(HfConfig, FamiliesMapToDominoShapes) {
   ASSERT_TRUE(pythia.ok()) << pythia.message();
   EXPECT_EQ(pythia->kv_heads, 16);
   EXPECT_EQ(pythia->norm, Norm::kLayerNorm);
+  EXPECT_FALSE(pythia->learned_positions());  // GPT-NeoX: LayerNorm and rotary positions
   EXPECT_FALSE(pythia->tied_embeddings);
 }
 

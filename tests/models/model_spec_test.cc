@@ -67,6 +67,31 @@ TEST(ParseModel, ReadsEveryKeyAndDefaults) {
   EXPECT_TRUE(model->bias);
   EXPECT_TRUE(model->tied_embeddings);
   EXPECT_EQ(model->head_dim(), 4);
+  EXPECT_EQ(model->positions, Positions::kByNorm);
+  EXPECT_TRUE(model->learned_positions());  // LayerNorm
+}
+
+// Nemotron-4: LayerNorm with rotary positions; and learned positions on an RMSNorm model. The
+// flow YAML names them only when the model does, and reads back the same.
+TEST(ParseModel, PositionsOverrideTheNormsDefault) {
+  Result<ModelSpec> rotary = ParseModel(Join(kGoodLines) + "positions: rotary\n", "good.yaml");
+  ASSERT_TRUE(rotary.ok()) << rotary.message();
+  EXPECT_EQ(rotary->norm, Norm::kLayerNorm);
+  EXPECT_FALSE(rotary->learned_positions());
+  std::vector<std::string> lines = kGoodLines;
+  lines[8] = "norm: rmsnorm";
+  lines.push_back("positions: learned");
+  Result<ModelSpec> learned = ParseModel(Join(lines), "good.yaml");
+  ASSERT_TRUE(learned.ok()) << learned.message();
+  EXPECT_TRUE(learned->learned_positions());
+  for (const ModelSpec& m : {*rotary, *learned}) {
+    Result<ModelSpec> back = ParseModel(ModelToFlowYaml(m), "flow.yaml");
+    ASSERT_TRUE(back.ok()) << back.message();
+    EXPECT_EQ(back->positions, m.positions);
+  }
+  Result<ModelSpec> by_norm = ParseModel(Join(kGoodLines), "good.yaml");
+  ASSERT_TRUE(by_norm.ok());
+  EXPECT_EQ(ModelToFlowYaml(*by_norm).find("positions"), std::string::npos);
 }
 
 TEST(ParseModel, ReadsOptionalKeys) {
@@ -138,6 +163,8 @@ TEST(ParseModelErrors, UnknownEnumValues) {
               "unknown value 'relu' (expected gelu | swiglu | squared-relu)");
   ExpectError(WithLine(9, "norm: batchnorm"), 9, "norm",
               "unknown value 'batchnorm' (expected layernorm | rmsnorm)");
+  ExpectError(Join(kGoodLines) + "positions: alibi\n", 10, "positions",
+              "unknown value 'alibi' (expected learned | rotary)");
 }
 
 TEST(ParseModelErrors, WrongTypes) {

@@ -587,6 +587,44 @@ TEST(LowerTest, TheActivationMovesTheBytesOfItsKernels) {
   }
 }
 
+TEST(LowerTest, RotaryPositionsRotateQAndKAsTheStackRunsThem) {
+  // gpt3-2.7b at tp 8: 4 query and 4 key heads of 80 a rank, 4 x 256 tokens, bf16: one pass over
+  // Q and K is 1024 x 8 x 80 x 2 bytes. Transformer Engine's fused kernel (megatron-core) reads
+  // and writes them, 2 passes each way; PyTorch's unfused rotation (deepspeed-domino) 10; the
+  // executor's stack (domino) runs none, and learned positions none anywhere.
+  const double pass = 1024.0 * 8 * 80 * 2;
+  for (const auto& [stack, positions, passes] :
+       {std::tuple{"megatron-core", Positions::kRotary, 2.0},
+        std::tuple{"deepspeed-domino", Positions::kRotary, 10.0},
+        std::tuple{"domino", Positions::kRotary, 0.0},
+        std::tuple{"megatron-core", Positions::kLearned, 0.0},
+        std::tuple{"megatron-core", Positions::kByNorm, 0.0}}) {  // LayerNorm: learned
+    SCOPED_TRACE(std::string(stack) + " " + std::string(PositionsName(positions)));
+    PlanKnobs k;
+    k.stack = stack;
+    Plan plan = MakePlan(k);
+    plan.model.positions = positions;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{1, false, false, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    std::vector<OpFunc> order;  // the attention block's compute ops, in schedule order
+    for (const Op& op : s->ops()) {
+      if (op.func == OpFunc::kRope || op.func == OpFunc::kRopeGrad)
+        EXPECT_DOUBLE_EQ(op.bytes, passes * pass);
+      if (op.func == OpFunc::kQkv || op.func == OpFunc::kRope || op.func == OpFunc::kAttn ||
+          op.func == OpFunc::kAttnGrad || op.func == OpFunc::kRopeGrad ||
+          op.func == OpFunc::kQkvGradInput)
+        order.push_back(op.func);
+    }
+    if (passes > 0) {
+      EXPECT_EQ(order, (std::vector{OpFunc::kQkv, OpFunc::kRope, OpFunc::kAttn, OpFunc::kAttnGrad,
+                                    OpFunc::kRopeGrad, OpFunc::kQkvGradInput}));
+    } else {
+      EXPECT_EQ(order, (std::vector{OpFunc::kQkv, OpFunc::kAttn, OpFunc::kAttnGrad,
+                                    OpFunc::kQkvGradInput}));
+    }
+  }
+}
+
 TEST(LowerTest, Fp8GathersTheLayersLinearInputsInOneByte) {
   // gpt3-2.7b (hidden 2560), 4 x 256 tokens, tp 8 with SP: each all-gather feeding a layer's
   // linear GEMM moves 1024 x 2560 elements, 1 byte each under fp8 (2 under bf16); the gathers of
