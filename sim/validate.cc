@@ -251,6 +251,7 @@ Result<RowResult> PredictRow(const ValidationRow& row) {
       result.predicted = p->figures.iteration_ms * 1e-3;
       result.detail = fmt::format("MFU {:.1f}%, exposed TP comm {:.1f}%", 100 * p->figures.mfu,
                                   100 * p->figures.exposed_comm_ms / p->figures.iteration_ms);
+      result.gemm_share = p->busy_ms[static_cast<int>(OpClass::kGemm)] / p->figures.iteration_ms;
       break;
     }
     case ValidationCategory::kGemm: {
@@ -274,6 +275,34 @@ Result<RowResult> PredictRow(const ValidationRow& row) {
   }
   result.error = result.predicted / row.measured - 1;
   return result;
+}
+
+double GemmFactorToClose(const RowResult& r) {
+  if (!(r.gemm_share > 0) || !(r.predicted > 0)) return 0;
+  return 1 + (r.row->measured - r.predicted) / (r.gemm_share * r.predicted);
+}
+
+std::vector<GemmGapGroup> GemmGapByGroup(std::span<const RowResult> results) {
+  std::vector<GemmGapGroup> groups;
+  for (const RowResult& r : results) {
+    const double factor = GemmFactorToClose(r);
+    if (r.row->category != ValidationCategory::kEndToEnd || !r.row->plan || factor <= 0) continue;
+    const std::string source = r.row->id.substr(0, r.row->id.find('-'));
+    const std::string precision(DtypeName(r.row->plan->precision));
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const GemmGapGroup& x) {
+      return x.source == source && x.precision == precision;
+    });
+    if (g == groups.end()) {
+      groups.push_back({source, precision, 0, r.gemm_share, r.gemm_share, factor, factor});
+      g = groups.end() - 1;
+    }
+    ++g->rows;
+    g->min_share = std::min(g->min_share, r.gemm_share);
+    g->max_share = std::max(g->max_share, r.gemm_share);
+    g->min_factor = std::min(g->min_factor, factor);
+    g->max_factor = std::max(g->max_factor, factor);
+  }
+  return groups;
 }
 
 std::vector<CategorySummary> Summarize(std::span<const RowResult> results) {

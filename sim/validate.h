@@ -97,7 +97,27 @@ struct RowResult {
   double predicted = 0;
   double error = 0;
   std::string detail;  // the prediction's own figures: algorithm, MFU, ...
+  // End-to-end: the share of the predicted iteration that stage 0's GEMMs ran (0 otherwise).
+  double gemm_share = 0;
 };
+
+// What an end-to-end row's error would ask of the GEMMs if it were all GEMM time: the factor on
+// their predicted time that would make the prediction the measurement, 1 + (measured -
+// predicted) / (gemm_share x predicted); 0 for rows without GEMM time. A diagnostic, never
+// applied: one factor across a source's rows points at compute throughput (clocks, kernels), a
+// scatter at something else.
+double GemmFactorToClose(const RowResult& result);
+
+// End-to-end rows grouped by where they come from (the id's first word, "dgxc", "mlm21", ...)
+// and precision, with the range of GemmFactorToClose over each group.
+struct GemmGapGroup {
+  std::string source;  // the ids' first word
+  std::string precision;
+  int rows = 0;
+  double min_share = 0, max_share = 0;
+  double min_factor = 0, max_factor = 0;
+};
+std::vector<GemmGapGroup> GemmGapByGroup(std::span<const RowResult> results);
 
 // Predicts one row with the catalog's constants.
 Result<RowResult> PredictRow(const ValidationRow& row);

@@ -73,6 +73,13 @@ std::string Csv(const std::string& text) {
   return out + "\"";
 }
 
+// "a-b" (or "a" when they round alike) in `format`, then `unit`.
+std::string Range(double low, double high, std::string_view format, std::string_view unit) {
+  const std::string a = fmt::format(fmt::runtime(format), low);
+  const std::string b = fmt::format(fmt::runtime(format), high);
+  return (a == b ? a : a + "-" + b) + std::string(unit);
+}
+
 Json BoundJson(const sim::ErrorBound& bound) {
   return Json{{"mean_abs_error", bound.mean}, {"max_abs_error", bound.max}};
 }
@@ -92,7 +99,9 @@ Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flag
                     {"unit", sim::MeasuredUnitName(r.row->unit)},
                     {"measured", r.row->measured},
                     {"predicted", r.predicted},
-                    {"error", r.error}});
+                    {"error", r.error},
+                    {"gemm_share", r.gemm_share},
+                    {"gemm_factor_to_close", sim::GemmFactorToClose(r)}});
   document["rows"] = std::move(rows);
   Json categories = Json::array();
   for (const sim::CategorySummary& s : summary)
@@ -106,6 +115,14 @@ Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flag
                           {"guard", BoundJson(s.bounds.guard)},
                           {"guard_met", s.Within(s.bounds.guard)}});
   document["summary"] = std::move(categories);
+  Json gap = Json::array();
+  for (const sim::GemmGapGroup& g : sim::GemmGapByGroup(results))
+    gap.push_back({{"source", g.source},
+                   {"precision", g.precision},
+                   {"rows", g.rows},
+                   {"gemm_share", {g.min_share, g.max_share}},
+                   {"gemm_factor_to_close", {g.min_factor, g.max_factor}}});
+  document["gemm_gap"] = std::move(gap);
   Json excluded = Json::array();
   for (const sim::ExcludedMeasurement& e : table.excluded)
     excluded.push_back({{"what", e.what}, {"source", e.source}, {"reason", e.reason}});
@@ -128,12 +145,14 @@ void Run(const ValidateFlags& flags) {
 
   if (!flags.csv_path.empty()) {
     std::ostringstream csv;
-    csv << "id,category,source,configuration,unit,measured,predicted,error\n";
+    csv << "id,category,source,configuration,unit,measured,predicted,error,gemm_share,"
+           "gemm_factor_to_close\n";
     for (const sim::RowResult& r : results)
-      csv << fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6f}\n", r.row->id,
+      csv << fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6f},{:.4f},{:.4f}\n", r.row->id,
                          sim::ValidationCategoryName(r.row->category), Csv(r.row->source),
                          Csv(Configuration(*r.row)), sim::MeasuredUnitName(r.row->unit),
-                         r.row->measured, r.predicted, r.error);
+                         r.row->measured, r.predicted, r.error, r.gemm_share,
+                         sim::GemmFactorToClose(r));
     CheckOk("validate", WriteFileAtomically(flags.csv_path, csv.str(), flags.force));
   }
 
@@ -157,6 +176,15 @@ void Run(const ValidateFlags& flags) {
           100 * s.max_abs_error, s.worst_id, 100 * s.bounds.target.mean, 100 * s.bounds.target.max,
           s.Within(s.bounds.target) ? " (met)" : " (not met)", 100 * s.bounds.guard.mean,
           100 * s.bounds.guard.max);
+    const std::vector<sim::GemmGapGroup> gap = sim::GemmGapByGroup(results);
+    if (!gap.empty()) {
+      std::cout << "\n| rows (id's first word) | precision | rows | GEMM share of the iteration | "
+                   "GEMM time factor that closes the gap |\n| --- | --- | ---: | --- | --- |\n";
+      for (const sim::GemmGapGroup& g : gap)
+        std::cout << fmt::format("| {} | {} | {} | {} | {} |\n", g.source, g.precision, g.rows,
+                                 Range(100 * g.min_share, 100 * g.max_share, "{:.0f}", "%"),
+                                 Range(g.min_factor, g.max_factor, "{:.2f}", "x"));
+    }
     std::cout << "\n| left out | source | why |\n| --- | --- | --- |\n";
     for (const sim::ExcludedMeasurement& e : table->excluded)
       std::cout << fmt::format("| {} | {} | {} |\n", Cell(e.what), Cell(e.source), Cell(e.reason));
@@ -180,6 +208,19 @@ void Run(const ValidateFlags& flags) {
            fmt::format("{:.1f}% / {:.0f}%{}", 100 * s.bounds.guard.mean, 100 * s.bounds.guard.max,
                        s.Within(s.bounds.guard) ? "" : "  EXCEEDED")});
     totals.Print(std::cout);
+    const std::vector<sim::GemmGapGroup> gap = sim::GemmGapByGroup(results);
+    if (!gap.empty()) {
+      // The end-to-end error as GEMM time: one factor across a source's rows points at compute
+      // throughput, a scatter at something else.
+      std::cout << "\n";
+      Table groups({"end-to-end rows", "precision", "rows", "GEMM share",
+                    "GEMM time factor that closes the gap"});
+      for (const sim::GemmGapGroup& g : gap)
+        groups.AddRow({g.source, g.precision, std::to_string(g.rows),
+                       Range(100 * g.min_share, 100 * g.max_share, "{:.0f}", "%"),
+                       Range(g.min_factor, g.max_factor, "{:.2f}", "x")});
+      groups.Print(std::cout);
+    }
     std::cout << fmt::format(
         "\n{} rows from {}; {} published measurements left out (see the "
         "table's `excluded`).\n",

@@ -69,6 +69,46 @@ TEST(ValidateTest, PredictsEveryCategoryAndSummarizes) {
     EXPECT_DOUBLE_EQ(s.mean_abs_error, s.max_abs_error);
   }
   EXPECT_EQ(summary[1].worst_id, "gemm-one");
+
+  // The end-to-end row's error as GEMM time; the other categories have none.
+  EXPECT_EQ(results[0].gemm_share, 0);
+  EXPECT_EQ(GemmFactorToClose(results[0]), 0);
+  EXPECT_GT(results[2].gemm_share, 0);
+  EXPECT_LT(results[2].gemm_share, 1);
+  const double factor = GemmFactorToClose(results[2]);
+  // Predicted + (factor - 1) x the GEMMs' share of it is the measurement.
+  EXPECT_NEAR(results[2].predicted * (1 + (factor - 1) * results[2].gemm_share), 0.01, 1e-12);
+}
+
+// Rows group by their id's first word and precision; each group keeps the range of its shares and
+// factors.
+TEST(ValidateTest, GroupsTheGapAsGemmTime) {
+  ValidationRow a, b, c, gemm;
+  for (ValidationRow* row : {&a, &b, &c}) {
+    row->category = ValidationCategory::kEndToEnd;
+    row->plan = Plan{};
+    row->plan->precision = Dtype::kBf16;
+    row->measured = 10;
+  }
+  a.id = "src-one-8gpu", b.id = "src-two", c.id = "other-one";
+  c.plan->precision = Dtype::kFp8;
+  gemm.id = "src-gemm", gemm.category = ValidationCategory::kGemm, gemm.measured = 500;
+  // a: 8 s predicted, half GEMMs: 1 + 2 / 4 = 1.5x; b: 9 s, 0.9 GEMMs: 1 + 1 / 8.1; c: exact.
+  const std::vector<RowResult> results = {
+      {&a, 8, 0, "", 0.5}, {&b, 9, 0, "", 0.9}, {&c, 10, 0, "", 0.6}, {&gemm, 400, 0, "", 0}};
+  EXPECT_DOUBLE_EQ(GemmFactorToClose(results[0]), 1.5);
+  const std::vector<GemmGapGroup> groups = GemmGapByGroup(results);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].source, "src");
+  EXPECT_EQ(groups[0].precision, "bf16");
+  EXPECT_EQ(groups[0].rows, 2);
+  EXPECT_DOUBLE_EQ(groups[0].min_share, 0.5);
+  EXPECT_DOUBLE_EQ(groups[0].max_share, 0.9);
+  EXPECT_DOUBLE_EQ(groups[0].min_factor, 1 + 1 / 8.1);
+  EXPECT_DOUBLE_EQ(groups[0].max_factor, 1.5);
+  EXPECT_EQ(groups[1].source, "other");
+  EXPECT_EQ(groups[1].precision, "fp8");
+  EXPECT_DOUBLE_EQ(groups[1].min_factor, 1);
 }
 
 TEST(ValidateTest, RefusesBadRowsWithFileLineAndRule) {

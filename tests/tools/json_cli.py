@@ -202,7 +202,18 @@ def test_validate():
     check(len(doc["rows"]) == len(expected) > 0, "rows differ from the CSV's")
     for row, want in zip(doc["rows"], expected):
         typed(row, {"id": str, "category": str, "source": str, "configuration": str, "unit": str,
-                    "measured": NUMBER, "predicted": NUMBER, "error": NUMBER}, row["id"])
+                    "measured": NUMBER, "predicted": NUMBER, "error": NUMBER,
+                    "gemm_share": NUMBER, "gemm_factor_to_close": NUMBER}, row["id"])
+        check(abs(row["gemm_factor_to_close"] - float(want["gemm_factor_to_close"])) < 1e-4,
+              f"{row['id']}: gemm_factor_to_close")
+        share, factor = row["gemm_share"], row["gemm_factor_to_close"]
+        if row["category"] == "end-to-end":
+            check(0 < share < 1, f"{row['id']}: gemm_share {share}")
+            # The predicted time with the GEMMs' share scaled by the factor is the measurement.
+            check(abs(row["predicted"] * (1 + (factor - 1) * share) / row["measured"] - 1) < 1e-9,
+                  f"{row['id']}: gemm_factor_to_close does not close the gap")
+        else:
+            check(share == 0 and factor == 0, f"{row['id']}: a GEMM share outside end-to-end")
         for key in ("id", "category", "source", "configuration", "unit"):
             check(row[key] == want[key], f"{row['id']}: {key} {row[key]!r} vs CSV {want[key]!r}")
         check(abs(row["error"] - float(want["error"])) < 1e-6, f"{row['id']}: error")
@@ -223,7 +234,21 @@ def test_validate():
                                  s["max_abs_error"] <= guard["max_abs_error"]), "guard_met")
     for e in doc["excluded"]:
         typed(e, {"what": str, "source": str, "reason": str}, "excluded")
+    grouped = 0
+    for g in doc["gemm_gap"]:
+        typed(g, {"source": str, "precision": str, "rows": int, "gemm_share": list,
+                  "gemm_factor_to_close": list}, "gemm_gap")
+        factors = [r["gemm_factor_to_close"] for r in doc["rows"]
+                   if r["category"] == "end-to-end" and r["id"].split("-")[0] == g["source"]
+                   and f" {g['precision']} " in r["configuration"]]
+        check(len(factors) == g["rows"], f"gemm_gap {g['source']} {g['precision']}: rows")
+        check(g["gemm_factor_to_close"] == [min(factors), max(factors)],
+              f"gemm_gap {g['source']} {g['precision']}: range")
+        grouped += g["rows"]
+    check(grouped == sum(r["category"] == "end-to-end" for r in doc["rows"]),
+          "gemm_gap leaves out end-to-end rows")
     doc = document("validate", "--category", "gemm", schema="domino.validate/1")
+    check(doc["gemm_gap"] == [], "gemm_gap without end-to-end rows")
     check(doc["category"] == "gemm" and {r["category"] for r in doc["rows"]} == {"gemm"},
           "--category gemm")
 
