@@ -88,9 +88,11 @@ PartIndex IndexPart(const Schedule& s, const Timeline& t, const std::vector<OpCo
             static_cast<int>(std::lower_bound(part.done_us.begin(), part.done_us.end() - 1, end) -
                              part.done_us.begin());
       } else {
-        // done_us descends with the layer: the piece is the highest layer whose end covers it.
-        piece = layers - 1;
-        while (piece > 0 && part.done_us[piece] < end) --piece;
+        // done_us descends with the layer: the piece is the highest layer whose end covers it
+        // (the layers that cover it are a prefix), or layer 0 when none does.
+        const auto covering = std::partition_point(part.done_us.begin(), part.done_us.end(),
+                                                   [&](double done) { return done >= end; });
+        piece = std::max(0, static_cast<int>(covering - part.done_us.begin()) - 1);
       }
     }
     const OpCost& c = costs[i];
