@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "planner/lower.h"
+#include "sim/allocator.h"
 #include "sim/engine.h"
 #include "sim/predict.h"
 
@@ -109,4 +110,12 @@ BENCHMARK(BM_PredictLlama3_405B_16384Gpus)->Unit(benchmark::kMillisecond);
 }  // namespace
 }  // namespace domino
 
-BENCHMARK_MAIN();
+// As the domino command runs predictions (tools/main.cc): the allocator keeps what it frees.
+int main(int argc, char** argv) {
+  domino::sim::KeepFreedMemory();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
