@@ -487,6 +487,33 @@ TEST(PipelineTest, FiguresOnlyAgreesWithTheFullPrediction) {
       EXPECT_TRUE(quick->iteration.ops().empty());  // nothing but the figures
     }
   }
+  // Plans that differ from the one before only in what the iteration alone holds (parameters
+  // sharded with FSDP, the type gradients are reduced in, the layers a pipeline split gives each
+  // stage) each get their own iteration.
+  PlanKnobs k;
+  k.tp = 2;
+  k.pp = 2;
+  k.dp = 2;
+  k.micro_batch = 4;
+  k.global_batch = 32;
+  k.distributed_optimizer = true;
+  Plan base = MakePlan(k);
+  Plan fsdp = base, grads = base;
+  fsdp.fsdp = true;
+  grads.grad_reduce = GradReduce::kParam;
+  // pp 3 over 32 layers: 10, 11, 11 by layers; counting the loss as a layer, 11, 11, 10.
+  k.pp = 3;
+  k.cluster = "dgx-h100:2:6";
+  Plan thirds = MakePlan(k), split = thirds;
+  split.pipeline_split = PipelineSplit::kLoss;
+  ASSERT_NE(ChunkLayers(split), ChunkLayers(thirds));
+  for (const Plan* plan : {&base, &fsdp, &base, &grads, &thirds, &split}) {
+    Result<Prediction> full = Predict(*plan), quick = Predict(*plan, fast);
+    ASSERT_TRUE(full.ok() && quick.ok()) << (full.ok() ? quick.message() : full.message());
+    EXPECT_EQ(quick->figures.iteration_ms, full->figures.iteration_ms)
+        << "fsdp " << plan->fsdp << ", grad_reduce " << GradReduceName(plan->gradient_reduce())
+        << ", split " << PipelineSplitName(plan->pipeline_split);
+  }
 }
 
 }  // namespace
