@@ -286,7 +286,8 @@ std::vector<GemmGapGroup> GemmGapByGroup(std::span<const RowResult> results) {
   std::vector<GemmGapGroup> groups;
   for (const RowResult& r : results) {
     const double factor = GemmFactorToClose(r);
-    if (r.row->category != ValidationCategory::kEndToEnd || !r.row->plan || factor <= 0) continue;
+    if (r.row->category != ValidationCategory::kEndToEnd || !r.row->plan || !(r.gemm_share > 0))
+      continue;
     const std::string source = r.row->id.substr(0, r.row->id.find('-'));
     const std::string precision(DtypeName(r.row->plan->precision));
     auto g = std::find_if(groups.begin(), groups.end(), [&](const GemmGapGroup& x) {
