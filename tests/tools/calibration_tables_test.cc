@@ -1,9 +1,8 @@
 #include "tools/calibration_tables.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <fmt/format.h>
 
 #include <sstream>
 
@@ -60,7 +59,7 @@ TEST(CalibrationTablesTest, SoakTableKeepsTheFirstSecondsEveryFifthAndTheLast) {
       seconds.push_back(first);
   }
   EXPECT_EQ(seconds, (std::vector<std::string>{"1", "2", "3", "5", "10", "12"}));
-  EXPECT_THAT(out.str(), HasSubstr("690.0"));   // second 12: 800 - 110
+  EXPECT_THAT(out.str(), HasSubstr("690.0"));  // second 12: 800 - 110
   EXPECT_THAT(out.str(), HasSubstr(fmt::format("{:+.1f}%", 100 * (690.0 / 800 - 1))));
 }
 
