@@ -465,14 +465,18 @@ TEST(PipelineTest, FiguresOnlyAgreesWithTheFullPrediction) {
   // must be those of a full prediction, whatever was evaluated before.
   CostOptions fast;
   fast.figures_only = true;
+  auto knobs = [] {  // tp 2 x pp 2 x dp 2, 8 micro-batches of 4
+    PlanKnobs k;
+    k.tp = 2;
+    k.pp = 2;
+    k.dp = 2;
+    k.micro_batch = 4;
+    k.global_batch = 32;
+    return k;
+  };
   for (int row_split : {1, 2, 1, 4}) {
     for (bool sp : {false, true}) {
-      PlanKnobs k;
-      k.tp = 2;
-      k.pp = 2;
-      k.dp = 2;
-      k.micro_batch = 4;
-      k.global_batch = 32;
+      PlanKnobs k = knobs();
       k.row_split = row_split;
       k.scope = row_split > 1 ? OverlapScope::kInterLayer : OverlapScope::kNone;
       k.sequence_parallel = sp;
@@ -490,12 +494,7 @@ TEST(PipelineTest, FiguresOnlyAgreesWithTheFullPrediction) {
   // Plans that differ from the one before only in what the iteration alone holds (parameters
   // sharded with FSDP, the type gradients are reduced in, the layers a pipeline split gives each
   // stage) each get their own iteration.
-  PlanKnobs k;
-  k.tp = 2;
-  k.pp = 2;
-  k.dp = 2;
-  k.micro_batch = 4;
-  k.global_batch = 32;
+  PlanKnobs k = knobs();
   k.distributed_optimizer = true;
   Plan base = MakePlan(k);
   Plan fsdp = base, grads = base;
