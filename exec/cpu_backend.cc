@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "exec/cpu_kernels.h"
+#include "exec/positions.h"
 
 namespace domino::exec {
 namespace {
@@ -120,8 +122,21 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
       return Status::Ok();
     }
     case OpFunc::kRope:
-    case OpFunc::kRopeGrad:
-      return Status::Ok();  // the executor's attention takes no positions (stack domino: rope none)
+    case OpFunc::kRopeGrad: {
+      // In place on a row slice's Q and K (forward) or their gradients (backward).
+      if (!need(1, 1) || reads[0].tensor != writes[0].tensor || reads[0].view != writes[0].view)
+        return fail("rotary embeddings read and write the same qkv view");
+      const cpu::RopeShape shape{op.heads, op.kv_heads, op.head_dim};
+      cpu::Mat qkv = out(0);
+      if (op.seq_len <= 0 || qkv.rows % op.seq_len != 0 || op.head_dim % 2 != 0 ||
+          qkv.cols != (shape.heads + 2 * shape.kv_heads) * shape.head_dim)
+        return fail("rotary shape does not match its qkv view");
+      std::vector<int64_t> positions(static_cast<size_t>(qkv.rows));
+      for (int64_t r = 0; r < qkv.rows; ++r)
+        positions[r] = RowPosition(r, op.seq_len, offsets_.cp, offsets_.cp_rank);
+      cpu::Rope(shape, positions.data(), op.func == OpFunc::kRopeGrad, qkv);
+      return Status::Ok();
+    }
     case OpFunc::kAct:
     case OpFunc::kActGrad: {
       const bool backward = op.func == OpFunc::kActGrad;

@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "exec/positions.h"
+
 namespace domino::exec::cpu {
 namespace {
 
@@ -284,6 +286,28 @@ void AttentionBackward(const AttentionShape& s, ConstMat qkv, ConstMat dout, Mat
       Block(dqkv, row0, col.q, n, d).noalias() += scale * (ds * Block(qkv, row0, col.k, n, d));
       Block(dqkv, row0, col.k, n, d).noalias() +=
           scale * (ds.transpose() * Block(qkv, row0, col.q, n, d));
+    }
+  }
+}
+
+void Rope(const RopeShape& s, const int64_t* positions, bool inverse, Mat qkv) {
+  const int64_t d = s.head_dim, half = d / 2;
+  assert(d % 2 == 0 && qkv.cols == (s.heads + 2 * s.kv_heads) * d);
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t c = 0; c < half; ++c)
+    inv_freq[c] = std::pow(kRopeBase, -2.0 * static_cast<double>(c) / static_cast<double>(d));
+  const double sign = inverse ? -1.0 : 1.0;
+  for (int64_t r = 0; r < qkv.rows; ++r) {
+    float* row = qkv.data + r * qkv.stride;
+    for (int64_t head = 0; head < s.heads + s.kv_heads; ++head) {  // Q's heads, then K's
+      float* x = row + head * d;
+      for (int64_t c = 0; c < half; ++c) {
+        const double angle = static_cast<double>(positions[r]) * inv_freq[c];
+        const double cos = std::cos(angle), sin = sign * std::sin(angle);
+        const double x1 = x[c], x2 = x[c + half];
+        x[c] = static_cast<float>(x1 * cos - x2 * sin);
+        x[c + half] = static_cast<float>(x2 * cos + x1 * sin);
+      }
     }
   }
 }

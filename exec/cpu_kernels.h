@@ -63,6 +63,16 @@ void AttentionForward(const AttentionShape& shape, ConstMat qkv, Mat out);
 // dqkv (qkv's layout) = gradient of sum(out * dout) with respect to qkv; recomputes the softmax.
 void AttentionBackward(const AttentionShape& shape, ConstMat qkv, ConstMat dout, Mat dqkv);
 
+// Rotary position embeddings on the Q and K heads of qkv rows (AttentionForward's layout), in
+// place, rotate-half as Megatron-Core and Llama apply them: in each head of d = head_dim columns,
+// pair (c, c + d/2) of row r turns by angle positions[r] x kRopeBase^(-2c/d) (exec/positions.h),
+// (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin). V's columns are left alone. `inverse` turns
+// by the negative angle: the backward, a rotation's gradient being its transpose. d is even.
+struct RopeShape {
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+};
+void Rope(const RopeShape& shape, const int64_t* positions, bool inverse, Mat qkv);
+
 // The model's ends. Token ids are stored as floats (exact below 2^24), one per row of a column.
 
 // Vocab-parallel embedding lookup: row j of out = row (tokens[j] - vocab_begin) of `table` when

@@ -420,8 +420,11 @@ class CudaBackend final : public Backend, public CudaRunner {
                                     op.head_dim, in(0), in(1), out(0));
         break;
       case OpFunc::kRope:
-      case OpFunc::kRopeGrad:
-        break;  // the executor's attention takes no positions (stack domino: rope none)
+      case OpFunc::kRopeGrad:  // in place: reads and writes the same view
+        e = cuda::Rope(context_, op.heads, op.kv_heads, op.head_dim, op.seq_len,
+                       std::max(options_.fill.cp, 1), options_.fill.cp_rank,
+                       op.func == OpFunc::kRopeGrad, out(0));
+        break;
       case OpFunc::kAct:
         e = Swiglu()        ? cuda::Swiglu(context_, in(0), out(0))
             : SquaredRelu() ? cuda::SquaredRelu(context_, in(0), out(0))

@@ -3,6 +3,7 @@
 // checks its shapes, dispatches on the context's type, enqueues on the current stream and checks
 // the launch. GEMMs, including the attention's, go through cuBLAS.
 #include "exec/cuda_common.cuh"
+#include "exec/positions.h"
 
 namespace domino::exec::cuda {
 namespace {
@@ -67,6 +68,27 @@ __global__ void SwigluBackwardKernel(Mat<T> x, Mat<T> dy, Mat<T> dx) {
     const float s = 1.0f / (1.0f + expf(-g));
     dx.Set(r, j, d * u * s * (1.0f + g * (1.0f - s)));
     dx.Set(r, f + j, d * g * s);
+  }
+}
+
+// Rotary embeddings in place on the Q and K heads of each row (exec/cpu_kernels.h, cpu::Rope):
+// a thread per pair (c, c + d/2) of a head, its row's position from the CP layout. The angle is
+// computed in fp32, as Megatron-Core's and Transformer Engine's kernels do (an fp32 outer product
+// of positions and inverse frequencies, then its cos and sin).
+template <typename T>
+__global__ void RopeKernel(Mat<T> qkv, int64_t rotated_heads, int64_t head_dim, int64_t local_len,
+                           int cp, int cp_rank, float sign) {
+  const int64_t half = head_dim / 2;
+  FOR_EACH_ELEMENT(qkv.rows, rotated_heads * half, r, j) {
+    const int64_t head = j / half, c = j % half, col = head * head_dim + c;
+    const float inv_freq = powf(static_cast<float>(kRopeBase), -2.0f * c / head_dim);
+    const float angle = static_cast<float>(RowPosition(r, local_len, cp, cp_rank)) * inv_freq;
+    float sin, cos;
+    sincosf(angle, &sin, &cos);
+    sin *= sign;
+    const float x1 = qkv.Get(r, col), x2 = qkv.Get(r, col + half);
+    qkv.Set(r, col, x1 * cos - x2 * sin);
+    qkv.Set(r, col + half, x2 * cos + x1 * sin);
   }
 }
 
@@ -461,6 +483,21 @@ Status SwigluBackward(Context* c, DView x, DView dy, DView dx) {
     SwigluBackwardKernel<T>
         <<<RowBlocks(dy.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(dy), Typed<T>(dx));
     return Launched("swiglu backward");
+  });
+}
+
+Status Rope(Context* c, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t local_len,
+            int cp, int cp_rank, bool inverse, DView qkv) {
+  if (!Valid(qkv) || heads < 0 || kv_heads < 0 || head_dim <= 0 || head_dim % 2 != 0 ||
+      local_len <= 0 || cp < 1 || cp_rank < 0 || cp_rank >= cp ||
+      qkv.cols != (heads + 2 * kv_heads) * head_dim || qkv.rows % local_len != 0)
+    return Error("rope: qkv must be whole sequences of (heads + 2 kv_heads) x an even head_dim");
+  if (Empty(qkv)) return Status::Ok();
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    RopeKernel<T><<<RowBlocks(qkv.rows), kThreads, 0, Current(c)>>>(
+        Typed<T>(qkv), heads + kv_heads, head_dim, local_len, cp, cp_rank, inverse ? -1.0f : 1.0f);
+    return Launched("rope");
   });
 }
 

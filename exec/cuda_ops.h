@@ -118,6 +118,11 @@ Status Swiglu(Context* context, DView x, DView y);
 Status SquaredRelu(Context* context, DView x, DView y);
 Status SquaredReluBackward(Context* context, DView x, DView dy, DView dx);
 Status SwigluBackward(Context* context, DView x, DView dy, DView dx);
+// Rotary embeddings in place on qkv's Q and K heads, as exec/cpu_kernels.h's cpu::Rope: qkv's
+// rows are whole sequences of `local_len` tokens of CP rank `cp_rank` of `cp` (exec/positions.h
+// places them); `inverse` is the backward.
+Status Rope(Context* context, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t local_len,
+            int cp, int cp_rank, bool inverse, DView qkv);
 // Causal attention with grouped-query heads, the layout of exec/cpu_kernels.h: batched cuBLAS
 // GEMMs for the scores and the outputs, a fused causal softmax; needs
 // Reserve(AttentionWorkspaceBytes(...)).

@@ -71,11 +71,6 @@ int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index) {
                               static_cast<uint64_t>(vocab));
 }
 
-int64_t CpPosition(int64_t local, int64_t seq_len, int cp, int cp_rank) {
-  const int64_t chunk = seq_len / (2 * cp);
-  return local < chunk ? cp_rank * chunk + local : (2 * cp - 1 - cp_rank) * chunk + local - chunk;
-}
-
 void FillGiven(const Tensor& t, const ModelSpec& model, int rank, int tp, uint64_t seed,
                const FillOffsets& offsets, const View& view, std::vector<float>& values) {
   if (!IsTokens(t.role)) {

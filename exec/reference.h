@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "exec/positions.h"
 #include "models/model_spec.h"
 #include "planner/schedule.h"
 
@@ -46,11 +47,6 @@ struct FillOffsets {
   int cp = 1, cp_rank = 0;
   int64_t seq_len = 0;  // the whole sequence's tokens (with cp > 1)
 };
-
-// Context parallelism's causal load balance: a sequence of `seq_len` tokens is cut into 2 cp
-// chunks and CP rank r holds chunks r and 2 cp - 1 - r. The position in the sequence of the
-// rank's local token `local` (0 <= local < seq_len / cp).
-int64_t CpPosition(int64_t local, int64_t seq_len, int cp, int cp_rank);
 
 // Fills `view` of rank `rank`'s `values` of a given tensor (IsGiven): token ids with
 // ReferenceToken (a label is the next token), everything else with FillReference, both placed by

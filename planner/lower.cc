@@ -469,11 +469,21 @@ class Lowering {
 
   double RowBytes(int64_t cols) const { return static_cast<double>(slice_tokens_) * cols * e_; }
 
-  // Rotary embeddings over a slice's Q and K (forward) or their gradients (backward), in place:
-  // StackSpec::rope's passes over them (RopeKernel), or -1 when the plan runs none.
-  double RopeBytes() const {
-    if (plan_.model.learned_positions() || plan_.stack.rope == RopeKernel::kNone) return -1;
-    return (plan_.stack.rope == RopeKernel::kFused ? 2 : 10) * RowBytes((a_ + g_) * d_);
+  // Rotary embeddings over row slice i's Q and K (kRope) or their gradients (kRopeGrad), in place
+  // on `qkv` (the slice's qkv or its gradient): StackSpec::rope's passes over them (RopeKernel);
+  // none when the model has learned positions or the stack runs none. The op carries the
+  // attention's shape (its rows are whole local sequences) for the executor's kernel.
+  void Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i) {
+    if (plan_.model.learned_positions() || plan_.stack.rope == RopeKernel::kNone) return;
+    Op op;
+    op.kind = OpKind::kElementwise;
+    op.func = func;
+    op.tags = tags;
+    op.bytes = (plan_.stack.rope == RopeKernel::kFused ? 2 : 10) * RowBytes((a_ + g_) * d_);
+    op.sequences = plan_.micro_batch / p_;
+    op.seq_len = plan_.local_seq_len();
+    op.heads = a_, op.kv_heads = g_, op.head_dim = d_;
+    Compute(op, {}, {SliceOf(qkv, i)}, {SliceOf(qkv, i)});
   }
   // Bytes of a sequence-parallel all-gather that feeds a layer's linear GEMM: under fp8 the
   // operand is quantized before it is gathered, so the gather moves 1-byte elements (Transformer
@@ -579,8 +589,7 @@ class Lowering {
       for (int j = 0; j < pieces; ++j)
         Gemm(OpFunc::kQkv, PieceTags(tags, j), piece_rows, qkv_n_, h_, PieceDeps(entry, j),
              {Use(t.ln1, Piece(i, j, h_)), WholeOf(t.w_qkv)}, {Use(t.qkv, Piece(i, j, qkv_n_))});
-      if (const double rope = RopeBytes(); rope >= 0)
-        Elementwise(OpFunc::kRope, tags, rope, {}, {SliceOf(t.qkv, i)}, {SliceOf(t.qkv, i)});
+      Rope(OpFunc::kRope, tags, t.qkv, i);
       AttentionCore(OpFunc::kAttn, tags, l, i);
       in = t.ctx, w_out = t.w_proj, out = t.proj, k = a_ * d_;
     } else {
@@ -721,9 +730,7 @@ class Lowering {
       if (plan_.recompute == Recompute::kSelective)  // the attention core, not kept in forward
         AttentionCore(OpFunc::kAttn, Tags(l, i, -1, Phase::kRecompute), l, i);
       AttentionCore(OpFunc::kAttnGrad, tags, l, i);
-      if (const double rope = RopeBytes(); rope >= 0)
-        Elementwise(OpFunc::kRopeGrad, tags, rope, {}, {SliceOf(t.g_qkv, i)},
-                    {SliceOf(t.g_qkv, i)});
+      Rope(OpFunc::kRopeGrad, tags, t.g_qkv, i);
     } else {
       // Unfused squared ReLU's autograd: pow's backward, grad * (2 * r.pow(1)), three kernels
       // (seven passes: PyTorch's pow_backward), then relu's threshold_backward (three).

@@ -110,6 +110,7 @@ std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce"
 struct View {
   int64_t row_begin = 0, row_end = 0;
   int64_t col_begin = 0, col_end = 0;
+  bool operator==(const View&) const = default;
 };
 
 // How the representative rank's tensor maps onto the unsharded model's tensor of the same name,

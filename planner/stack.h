@@ -38,11 +38,12 @@ enum class CrossEntropy { kVocabParallel, kMegatronFused, kTe, kFused };
 // of Q and K:
 // - fused: one kernel each way that reads the tensor and writes it rotated (Transformer Engine's
 //   fused_apply_rotary_pos_emb: Megatron-Core's --apply-rope-fusion, `apply_rope_fusion: true`
-//   in the DGX Cloud recipes): 2 passes forward, 2 backward;
+//   in the DGX Cloud recipes; this project's executor, exec/cuda_layers.cu's RopeKernel): 2 passes
+//   forward, 2 backward;
 // - unfused: PyTorch's t * cos + rotate_half(t) * sin (Megatron's apply_rotary_pos_emb without
 //   the fusion): the multiplies, rotate_half's neg and cat, the add, and their autograd: 10
 //   passes forward, 10 backward;
-// - none: not run (this project's executor, whose attention takes no positions).
+// - none: not run (a stack whose attention takes no positions).
 enum class RopeKernel { kFused, kUnfused, kNone };
 std::string_view RopeKernelName(RopeKernel rope);      // "fused", "unfused", "none"
 std::string_view CrossEntropyName(CrossEntropy loss);  // "vocab-parallel", ..., "fused"

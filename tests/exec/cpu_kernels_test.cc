@@ -414,6 +414,53 @@ TEST(CpuKernelsTest, AttentionBackwardMatchesFiniteDifferences) {
              1e-5, "dqkv");
 }
 
+TEST(CpuKernelsTest, RopeByHand) {
+  // One query and one key/value head of 4 columns: pair c = 0 turns by the position in radians,
+  // pair c = 1 by position x 10000^(-1/2) = position / 100. Row 0 sits at position 0 (no turn),
+  // row 1 at position 1; V's columns are left alone; the inverse turns back. Strided: the view's
+  // padding stays untouched.
+  const RopeShape s{1, 1, 4};
+  Dense qkv(2, 12);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < 12; ++c) qkv.at(r, c) = static_cast<float>(1 + c % 4 + 10 * (c / 4));
+  Padded padded(qkv);
+  const int64_t positions[] = {0, 1};
+  Rope(s, positions, /*inverse=*/false, padded.mat());
+  Dense out = padded.Contents();
+  EXPECT_EQ(padded.Clobbered(), 0);
+  const double c1 = std::cos(1.0), s1 = std::sin(1.0), c2 = std::cos(0.01), s2 = std::sin(0.01);
+  for (int64_t c = 0; c < 12; ++c) EXPECT_FLOAT_EQ(out.at(0, c), qkv.at(0, c)) << c;
+  for (int64_t head = 0; head < 2; ++head) {  // Q = [1 2 3 4], K = [11 12 13 14]
+    const double b = 10.0 * head;
+    const int64_t o = 4 * head;
+    EXPECT_FLOAT_EQ(out.at(1, o + 0), (b + 1) * c1 - (b + 3) * s1);
+    EXPECT_FLOAT_EQ(out.at(1, o + 2), (b + 3) * c1 + (b + 1) * s1);
+    EXPECT_FLOAT_EQ(out.at(1, o + 1), (b + 2) * c2 - (b + 4) * s2);
+    EXPECT_FLOAT_EQ(out.at(1, o + 3), (b + 4) * c2 + (b + 2) * s2);
+  }
+  for (int64_t c = 8; c < 12; ++c) EXPECT_FLOAT_EQ(out.at(1, c), qkv.at(1, c)) << c;
+  Rope(s, positions, /*inverse=*/true, padded.mat());
+  ExpectNear(padded.Contents(), qkv.ToDouble(), 1e-5, "inverse");
+}
+
+TEST(CpuKernelsTest, RopeKeepsScoresRelative) {
+  // With grouped queries (4 query heads over 2 key heads of 6 columns), a query at position p and
+  // a key at position u score the same as the pair shifted to p + 5 and u + 5: RoPE's point.
+  const RopeShape s{4, 2, 6};
+  const Dense base = Random(2, (4 + 2 * 2) * 6, 18);
+  auto score = [&](int64_t p, int64_t u, int64_t head) {
+    Dense x = base;
+    const int64_t positions[] = {p, u};
+    Rope(s, positions, false, x.mat());
+    double dot = 0;
+    for (int64_t c = 0; c < 6; ++c)
+      dot += double{x.at(0, head * 6 + c)} * x.at(1, (4 + head / 2) * 6 + c);
+    return dot;
+  };
+  for (int64_t head = 0; head < 4; ++head) EXPECT_NEAR(score(7, 3, head), score(12, 8, head), 1e-4);
+  EXPECT_GT(std::fabs(score(7, 3, 0) - score(7, 4, 0)), 1e-3);  // but not to the distance
+}
+
 // --- Every kernel on strided views
 // ----------------------------------------------------------------
 

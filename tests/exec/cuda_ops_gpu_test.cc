@@ -13,6 +13,7 @@
 #include "exec/cpu_kernels.h"
 #include "exec/cuda_device.h"
 #include "exec/cuda_ops.h"
+#include "exec/positions.h"
 
 namespace domino::exec {
 namespace {
@@ -250,6 +251,27 @@ TEST_P(CudaOpsTypedTest, ActivationsMatchCpu) {
     ExpectOutsideKept(y, "squared relu");
     ExpectOutsideKept(dx, "squared relu backward");
   }
+}
+
+TEST_P(CudaOpsTypedTest, RopeMatchesCpu) {
+  // 2 sequences of 64 local tokens on CP rank 1 of 2 (positions 32-95 of 128, exec/positions.h),
+  // 4 query and 2 key/value heads of 16 columns; forward, then the inverse on new values; a view
+  // of 3 rows is no whole number of 2-token sequences.
+  const int64_t local = 64, rows = 2 * local, heads = 4, kv_heads = 2, d = 16;
+  const int64_t cols = (heads + 2 * kv_heads) * d;
+  std::vector<int64_t> positions(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) positions[r] = RowPosition(r, local, 2, 1);
+  for (const bool inverse : {false, true}) {
+    const Matrix qkv = Make(rows, cols);
+    std::vector<float> want = qkv.host;
+    cpu::Rope(cpu::RopeShape{heads, kv_heads, d}, positions.data(), inverse,
+              HostView(&want, rows, cols));
+    ASSERT_EQ(Msg(cuda::Rope(context_, heads, kv_heads, d, local, 2, 1, inverse, qkv.view)), "");
+    ExpectNear(Read(qkv.view), want, inverse ? "rope backward" : "rope");
+    ExpectOutsideKept(qkv, "rope");
+  }
+  const Matrix odd = Make(3, cols);
+  EXPECT_NE(Msg(cuda::Rope(context_, heads, kv_heads, d, 2, 1, 0, false, odd.view)), "");
 }
 
 TEST_P(CudaOpsTypedTest, GroupedQueryAttentionMatchesCpu) {

@@ -322,6 +322,9 @@ Status SquaredReluBackward(Context* c, DView, DView, DView) {
 }
 Status Swiglu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
 Status SwigluBackward(Context* c, DView, DView, DView) { return Launch(c, fake::kElementwiseUs); }
+Status Rope(Context* c, int64_t, int64_t, int64_t, int64_t, int, int, bool, DView) {
+  return Launch(c, fake::kElementwiseUs);
+}
 Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t, int64_t,
                  DView, DView) {
   if (c->workspace < AttentionWorkspaceBytes(sequences, seq_len, heads))

@@ -589,27 +589,33 @@ TEST(LowerTest, TheActivationMovesTheBytesOfItsKernels) {
 
 TEST(LowerTest, RotaryPositionsRotateQAndKAsTheStackRunsThem) {
   // gpt3-2.7b at tp 8: 4 query and 4 key heads of 80 a rank, 4 x 256 tokens, bf16: one pass over
-  // Q and K is 1024 x 8 x 80 x 2 bytes. Transformer Engine's fused kernel (megatron-core) reads
-  // and writes them, 2 passes each way; PyTorch's unfused rotation (deepspeed-domino) 10; the
-  // executor's stack (domino) runs none, and learned positions none anywhere.
+  // Q and K is 1024 x 8 x 80 x 2 bytes. Transformer Engine's fused kernel (megatron-core) and the
+  // executor's (domino) read and write them, 2 passes each way; PyTorch's unfused rotation
+  // (deepspeed-domino) 10; a stack that says none runs none, and learned positions none anywhere.
+  // The ops carry the attention's shape: 4 sequences of 256 local tokens, 4 + 4 heads of 80.
   const double pass = 1024.0 * 8 * 80 * 2;
-  for (const auto& [stack, positions, passes] :
-       {std::tuple{"megatron-core", Positions::kRotary, 2.0},
-        std::tuple{"deepspeed-domino", Positions::kRotary, 10.0},
-        std::tuple{"domino", Positions::kRotary, 0.0},
-        std::tuple{"megatron-core", Positions::kLearned, 0.0},
-        std::tuple{"megatron-core", Positions::kByNorm, 0.0}}) {  // LayerNorm: learned
+  for (const auto& [stack, none, positions, passes] :
+       {std::tuple{"megatron-core", false, Positions::kRotary, 2.0},
+        std::tuple{"deepspeed-domino", false, Positions::kRotary, 10.0},
+        std::tuple{"domino", false, Positions::kRotary, 2.0},
+        std::tuple{"megatron-core", true, Positions::kRotary, 0.0},  // a stack's `rope: none`
+        std::tuple{"megatron-core", false, Positions::kLearned, 0.0},
+        std::tuple{"megatron-core", false, Positions::kByNorm, 0.0}}) {  // LayerNorm: learned
     SCOPED_TRACE(std::string(stack) + " " + std::string(PositionsName(positions)));
     PlanKnobs k;
     k.stack = stack;
     Plan plan = MakePlan(k);
     plan.model.positions = positions;
+    if (none) plan.stack.rope = RopeKernel::kNone;
     Result<Schedule> s = LowerStage(plan, LowerOptions{1, false, false, true, true});
     ASSERT_TRUE(s.ok()) << s.message();
     std::vector<OpFunc> order;  // the attention block's compute ops, in schedule order
     for (const Op& op : s->ops()) {
-      if (op.func == OpFunc::kRope || op.func == OpFunc::kRopeGrad)
+      if (op.func == OpFunc::kRope || op.func == OpFunc::kRopeGrad) {
         EXPECT_DOUBLE_EQ(op.bytes, passes * pass);
+        EXPECT_EQ(std::tuple(op.sequences, op.seq_len, op.heads, op.kv_heads, op.head_dim),
+                  std::tuple(4, 256, 4, 4, 80));
+      }
       if (op.func == OpFunc::kQkv || op.func == OpFunc::kRope || op.func == OpFunc::kAttn ||
           op.func == OpFunc::kAttnGrad || op.func == OpFunc::kRopeGrad ||
           op.func == OpFunc::kQkvGradInput)
