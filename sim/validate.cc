@@ -306,6 +306,55 @@ std::vector<GemmGapGroup> GemmGapByGroup(std::span<const RowResult> results) {
   return groups;
 }
 
+std::vector<Fp8PairGroup> Fp8SpeedupByGroup(std::span<const RowResult> results) {
+  // The plan as YAML with its precision set to fp8: equal for the two rows of a pair.
+  auto as_fp8 = [](const Plan& plan) {
+    Plan copy = plan;
+    copy.precision = Dtype::kFp8;
+    return PlanToYaml(copy);
+  };
+  auto end_to_end = [](const RowResult& r) {
+    return r.row->category == ValidationCategory::kEndToEnd && r.row->plan && r.gemm_share > 0 &&
+           r.predicted > 0;
+  };
+  std::vector<std::pair<const RowResult*, std::string>> fp8;
+  for (const RowResult& r : results)
+    if (end_to_end(r) && r.row->plan->precision == Dtype::kFp8)
+      fp8.emplace_back(&r, as_fp8(*r.row->plan));
+  std::vector<Fp8PairGroup> groups;
+  for (const RowResult& r : results) {
+    if (!end_to_end(r) || r.row->plan->precision == Dtype::kFp8) continue;
+    const std::string key = as_fp8(*r.row->plan);
+    const auto twin = std::find_if(fp8.begin(), fp8.end(), [&](const auto& f) {
+      return f.first->row->source == r.row->source && f.second == key;
+    });
+    if (twin == fp8.end()) continue;
+    const RowResult& f = *twin->first;
+    const double measured = r.row->measured / f.row->measured;
+    const double predicted = r.predicted / f.predicted;
+    const double factor =
+        (measured * f.predicted - (1 - r.gemm_share) * r.predicted) / (r.gemm_share * r.predicted);
+    const std::string source = r.row->id.substr(0, r.row->id.find('-'));
+    const std::string& model = r.row->plan->model.name;
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Fp8PairGroup& x) {
+      return x.source == source && x.model == model;
+    });
+    if (g == groups.end()) {
+      groups.push_back(
+          {source, model, 0, measured, measured, predicted, predicted, factor, factor});
+      g = groups.end() - 1;
+    }
+    ++g->pairs;
+    g->min_measured = std::min(g->min_measured, measured);
+    g->max_measured = std::max(g->max_measured, measured);
+    g->min_predicted = std::min(g->min_predicted, predicted);
+    g->max_predicted = std::max(g->max_predicted, predicted);
+    g->min_factor = std::min(g->min_factor, factor);
+    g->max_factor = std::max(g->max_factor, factor);
+  }
+  return groups;
+}
+
 std::vector<CategorySummary> Summarize(std::span<const RowResult> results) {
   std::vector<CategorySummary> out;
   for (const auto& [name, category] : kCategories) {

@@ -119,6 +119,23 @@ struct GemmGapGroup {
 };
 std::vector<GemmGapGroup> GemmGapByGroup(std::span<const RowResult> results);
 
+// End-to-end rows measured in 16 bits (bf16 or fp16) and again in fp8, by the same source with
+// the plan otherwise the same, grouped by the ids' first word and the model: the range of fp8's
+// speedup (16-bit iteration / fp8 iteration) measured and predicted, and of the factor on the
+// 16-bit row's predicted GEMM time that makes its predicted speedup the measured one were the fp8
+// prediction right, (measured speedup x fp8 predicted - (1 - share) x 16-bit predicted) /
+// (share x 16-bit predicted). A diagnostic, never applied: a factor above 1 says the 16-bit
+// GEMMs ran slower next to fp8's than the GEMM model has them, whatever the two rows share.
+struct Fp8PairGroup {
+  std::string source;  // the ids' first word
+  std::string model;
+  int pairs = 0;
+  double min_measured = 0, max_measured = 0;
+  double min_predicted = 0, max_predicted = 0;
+  double min_factor = 0, max_factor = 0;
+};
+std::vector<Fp8PairGroup> Fp8SpeedupByGroup(std::span<const RowResult> results);
+
 // Predicts one row with the catalog's constants.
 Result<RowResult> PredictRow(const ValidationRow& row);
 

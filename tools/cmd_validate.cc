@@ -123,6 +123,15 @@ Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flag
                    {"gemm_share", {g.min_share, g.max_share}},
                    {"gemm_factor_to_close", {g.min_factor, g.max_factor}}});
   document["gemm_gap"] = std::move(gap);
+  Json pairs = Json::array();
+  for (const sim::Fp8PairGroup& g : sim::Fp8SpeedupByGroup(results))
+    pairs.push_back({{"source", g.source},
+                     {"model", g.model},
+                     {"pairs", g.pairs},
+                     {"measured_speedup", {g.min_measured, g.max_measured}},
+                     {"predicted_speedup", {g.min_predicted, g.max_predicted}},
+                     {"bf16_gemm_factor", {g.min_factor, g.max_factor}}});
+  document["fp8_pairs"] = std::move(pairs);
   Json excluded = Json::array();
   for (const sim::ExcludedMeasurement& e : table.excluded)
     excluded.push_back({{"what", e.what}, {"source", e.source}, {"reason", e.reason}});
@@ -185,6 +194,17 @@ void Run(const ValidateFlags& flags) {
                                  Range(100 * g.min_share, 100 * g.max_share, "{:.0f}", "%"),
                                  Range(g.min_factor, g.max_factor, "{:.2f}", "x"));
     }
+    const std::vector<sim::Fp8PairGroup> pairs = sim::Fp8SpeedupByGroup(results);
+    if (!pairs.empty()) {
+      std::cout << "\n| rows (id's first word) | model | pairs | fp8 speedup measured | "
+                   "fp8 speedup predicted | 16-bit GEMM time factor were fp8 right |\n"
+                   "| --- | --- | ---: | --- | --- | --- |\n";
+      for (const sim::Fp8PairGroup& g : pairs)
+        std::cout << fmt::format("| {} | {} | {} | {} | {} | {} |\n", g.source, g.model, g.pairs,
+                                 Range(g.min_measured, g.max_measured, "{:.2f}", "x"),
+                                 Range(g.min_predicted, g.max_predicted, "{:.2f}", "x"),
+                                 Range(g.min_factor, g.max_factor, "{:.2f}", "x"));
+    }
     std::cout << "\n| left out | source | why |\n| --- | --- | --- |\n";
     for (const sim::ExcludedMeasurement& e : table->excluded)
       std::cout << fmt::format("| {} | {} | {} |\n", Cell(e.what), Cell(e.source), Cell(e.reason));
@@ -220,6 +240,20 @@ void Run(const ValidateFlags& flags) {
                        Range(100 * g.min_share, 100 * g.max_share, "{:.0f}", "%"),
                        Range(g.min_factor, g.max_factor, "{:.2f}", "x")});
       groups.Print(std::cout);
+    }
+    const std::vector<sim::Fp8PairGroup> pairs = sim::Fp8SpeedupByGroup(results);
+    if (!pairs.empty()) {
+      // The same plans measured in 16 bits and in fp8: how much faster fp8 ran, measured and
+      // predicted, and what that asks of the 16-bit GEMMs if the fp8 prediction held.
+      std::cout << "\n";
+      Table speedups({"16-bit and fp8 rows", "model", "pairs", "fp8 speedup measured", "predicted",
+                      "16-bit GEMM factor were fp8 right"});
+      for (const sim::Fp8PairGroup& g : pairs)
+        speedups.AddRow({g.source, g.model, std::to_string(g.pairs),
+                         Range(g.min_measured, g.max_measured, "{:.2f}", "x"),
+                         Range(g.min_predicted, g.max_predicted, "{:.2f}", "x"),
+                         Range(g.min_factor, g.max_factor, "{:.2f}", "x")});
+      speedups.Print(std::cout);
     }
     std::cout << fmt::format(
         "\n{} rows from {}; {} published measurements left out (see the "

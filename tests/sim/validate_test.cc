@@ -111,6 +111,41 @@ TEST(ValidateTest, GroupsTheGapAsGemmTime) {
   EXPECT_DOUBLE_EQ(groups[1].min_factor, 1);
 }
 
+// A 16-bit row and its fp8 twin (same source, same plan but the precision) pair up; a row of
+// another source or plan does not.
+TEST(ValidateTest, PairsSixteenBitAndFp8Rows) {
+  ValidationRow bf16, fp8, other_source, other_plan, lone_fp8;
+  for (ValidationRow* row : {&bf16, &fp8, &other_source, &other_plan, &lone_fp8}) {
+    row->category = ValidationCategory::kEndToEnd;
+    row->source = "s";
+    row->plan = Plan{};
+    row->plan->model.name = "m";
+    row->plan->precision = Dtype::kBf16;
+  }
+  bf16.id = "src-bf16-8gpu", fp8.id = "src-fp8-8gpu", other_source.id = "src-bf16-x";
+  fp8.plan->precision = lone_fp8.plan->precision = Dtype::kFp8;
+  other_source.source = "t";
+  other_plan.id = "src-bf16-16gpu", other_plan.plan->dp = 2;
+  lone_fp8.id = "src-fp8-16gpu", lone_fp8.plan->dp = 4;
+  bf16.measured = 12, fp8.measured = 8;  // 1.5x measured
+  // Predicted 10 s (GEMMs 0.6 of it) and 8 s: 1.25x. Were 8 s right, 1.5 x 8 = 12 s asks the
+  // 16-bit GEMMs for (12 - 4) / 6 = 4/3.
+  const std::vector<RowResult> results = {{&bf16, 10, 0, "", 0.6},
+                                          {&fp8, 8, 0, "", 0.5},
+                                          {&other_source, 10, 0, "", 0.6},
+                                          {&other_plan, 10, 0, "", 0.6},
+                                          {&lone_fp8, 8, 0, "", 0.5}};
+  const std::vector<Fp8PairGroup> groups = Fp8SpeedupByGroup(results);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].source, "src");
+  EXPECT_EQ(groups[0].model, "m");
+  EXPECT_EQ(groups[0].pairs, 1);
+  EXPECT_DOUBLE_EQ(groups[0].min_measured, 1.5);
+  EXPECT_DOUBLE_EQ(groups[0].max_predicted, 1.25);
+  EXPECT_DOUBLE_EQ(groups[0].min_factor, 4.0 / 3);
+  EXPECT_DOUBLE_EQ(groups[0].max_factor, 4.0 / 3);
+}
+
 TEST(ValidateTest, RefusesBadRowsWithFileLineAndRule) {
   struct Case {
     const char* text;

@@ -247,8 +247,19 @@ def test_validate():
         grouped += g["rows"]
     check(grouped == sum(r["category"] == "end-to-end" for r in doc["rows"]),
           "gemm_gap leaves out end-to-end rows")
+    by_id = {r["id"]: r for r in doc["rows"]}
+    paired = 0
+    for g in doc["fp8_pairs"]:
+        typed(g, {"source": str, "model": str, "pairs": int, "measured_speedup": list,
+                  "predicted_speedup": list, "bf16_gemm_factor": list}, "fp8_pairs")
+        lo, hi = g["measured_speedup"]
+        check(1 <= lo <= hi, f"fp8_pairs {g['source']} {g['model']}: measured range")
+        paired += g["pairs"]
+    # The built-in table's DGX Cloud series name each pair's rows alike but for the precision.
+    twins = [i for i in by_id if "-bf16-" in i and i.replace("-bf16-", "-fp8-") in by_id]
+    check(paired == len(twins) > 0, f"fp8_pairs: {paired} pairs, {len(twins)} twin ids")
     doc = document("validate", "--category", "gemm", schema="domino.validate/1")
-    check(doc["gemm_gap"] == [], "gemm_gap without end-to-end rows")
+    check(doc["gemm_gap"] == [] and doc["fp8_pairs"] == [], "gemm_gap without end-to-end rows")
     check(doc["category"] == "gemm" and {r["category"] for r in doc["rows"]} == {"gemm"},
           "--category gemm")
 
