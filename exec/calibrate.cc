@@ -124,21 +124,48 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
   profile.backend = "cuda";
   profile.contention = true;
   const int repeats = std::max(1, options.repeats);
-  if (options.soak_seconds > 0) {
-    Result<std::vector<double>> soak = gpu.SoakGemm(8192, options.soak_seconds, 1.0);
+  auto tell = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  const std::string type(DtypeName(cuda.dtype));
+  // The soaks: the element type's, then fp8's (an fp8 failure ends the fp8 measurements only).
+  for (const bool fp8 : {false, true}) {
+    if (!(options.soak_seconds > 0) || (fp8 && !options.fp8_gemms)) continue;
+    Result<std::vector<double>> soak = gpu.SoakGemm(8192, options.soak_seconds, 1.0, fp8);
+    if (!soak.ok() && fp8) {
+      profile.gemm_fp8_error = soak.message();
+      tell("fp8 GEMMs: " + soak.message());
+      break;
+    }
     if (!soak.ok()) return soak.error();
-    profile.gemm_soak_tflops = std::move(*soak);
+    const std::vector<double>& t = *soak;
+    if (!t.empty())
+      tell(
+          fmt::format("soak {} 8192^3: {:.1f} TFLOP/s in the first second, {:.1f} in the last "
+                      "({:+.1f}%)",
+                      fp8 ? "fp8" : type, t.front(), t.back(), 100 * (t.back() / t.front() - 1)));
+    (fp8 ? profile.gemm_soak_fp8_tflops : profile.gemm_soak_tflops) = std::move(*soak);
   }
-  for (const auto& [m, n, k] : options.gemm_shapes) {
-    // As mamf-finder times a shape (50 warm-up runs, the mean of 100), with fewer runs for the
-    // shapes that take longer than 2.5 ms at 400 TFLOP/s, so that each lasts about a quarter of
-    // a second.
-    const double ms = 2.0 * static_cast<double>(m) * static_cast<double>(n) *
-                      static_cast<double>(k) / 400e12 * 1e3;
-    const int runs = static_cast<int>(std::clamp(250.0 / ms, 10.0, 100.0));
-    Result<double> tflops = gpu.GemmTflops(m, n, k, runs / 2, runs);
-    if (!tflops.ok()) return tflops.error();
-    profile.gemm_samples.push_back({m, n, k, *tflops});
+  for (const bool fp8 : {false, true}) {
+    if (fp8 && (!options.fp8_gemms || !profile.gemm_fp8_error.empty())) continue;
+    for (const auto& [m, n, k] : options.gemm_shapes) {
+      if (fp8 && (m % 16 != 0 || k % 16 != 0)) continue;
+      // As mamf-finder times a shape (50 warm-up runs, the mean of 100), with fewer runs for the
+      // shapes that take longer than 2.5 ms at 400 TFLOP/s, so that each lasts about a quarter
+      // of a second.
+      const double ms = 2.0 * static_cast<double>(m) * static_cast<double>(n) *
+                        static_cast<double>(k) / 400e12 * 1e3;
+      const int runs = static_cast<int>(std::clamp(250.0 / ms, 10.0, 100.0));
+      Result<double> tflops = gpu.GemmTflops(m, n, k, runs / 2, runs, fp8);
+      if (!tflops.ok() && fp8) {
+        profile.gemm_fp8_error = tflops.message();
+        tell("fp8 GEMMs: " + tflops.message());
+        break;
+      }
+      if (!tflops.ok()) return tflops.error();
+      tell(fmt::format("gemm {}x{}x{} {}: {:.1f} TFLOP/s", m, n, k, fp8 ? "fp8" : type, *tflops));
+      profile.gemm_samples.push_back({m, n, k, *tflops, fp8});
+    }
   }
   // Distinct ops in schedule order (the same on every rank, so collectives pair up).
   std::map<std::string, int32_t> first;
@@ -168,7 +195,8 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
         (largest_memory < 0 || op.bytes > s.op(largest_memory).bytes))
       largest_memory = id;
   }
-  Result<double> tflops = gpu.GemmTflops(8192, 8192, 8192, /*warmup=*/10, /*repeats=*/20);
+  Result<double> tflops =
+      gpu.GemmTflops(8192, 8192, 8192, /*warmup=*/10, /*repeats=*/20, /*fp8=*/false);
   if (!tflops.ok()) return tflops.error();
   profile.gemm_tflops = *tflops;
   Result<double> GBps = gpu.HbmGBps(size_t{1} << 30);

@@ -3,6 +3,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "exec/communicator.h"
@@ -26,6 +28,15 @@ struct CalibrateOptions {
   // second's TFLOP/s), and GEMM shapes {m, n, k} to time as GEMM benchmarks do.
   double soak_seconds = 0;
   std::vector<std::array<int64_t, 3>> gemm_shapes;
+  // CalibrateCuda: the soak and the GEMM shapes again in fp8 (E4M3 operands, a bf16 output,
+  // cuBLASLt), after the element type's: how the two types' throughput holds under the power
+  // limit. Shapes whose m or k is not a multiple of 16 (cuBLASLt's fp8 kernels' leading
+  // dimensions) are timed in the element type only; an fp8 failure (a GPU without fp8) is kept
+  // in the profile's gemm_fp8_error and ends the fp8 measurements, not the calibration.
+  bool fp8_gemms = false;
+  // CalibrateCuda: told a line as each soak and each GEMM shape is measured, so that a run cut
+  // short still shows them.
+  std::function<void(const std::string&)> progress;
 };
 
 // Measures, on the CPU backend, every distinct compute op of the plan's lowering (GEMMs,

@@ -189,16 +189,18 @@ class CudaBackend final : public Backend, public CudaRunner {
         id, repeats, [&] { return Enqueue(id); }, collective);
   }
 
-  Result<double> GemmTflops(int64_t m, int64_t n, int64_t k, int warmup, int repeats) override {
+  Result<double> GemmTflops(int64_t m, int64_t n, int64_t k, int warmup, int repeats,
+                            bool fp8) override {
     double tflops = 0;
     DOMINO_RETURN_IF_ERROR(
-        Ok(cuda::MeasureGemmTflops(context_, m, n, k, warmup, repeats, &tflops)));
+        Ok(cuda::MeasureGemmTflops(context_, m, n, k, warmup, repeats, fp8, &tflops)));
     return tflops;
   }
 
-  Result<std::vector<double>> SoakGemm(int64_t n, double seconds, double window_s) override {
+  Result<std::vector<double>> SoakGemm(int64_t n, double seconds, double window_s,
+                                       bool fp8) override {
     std::vector<double> tflops;
-    DOMINO_RETURN_IF_ERROR(Ok(cuda::SoakGemm(context_, n, seconds, window_s, &tflops)));
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::SoakGemm(context_, n, seconds, window_s, fp8, &tflops)));
     return tflops;
   }
 

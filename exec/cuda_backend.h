@@ -85,11 +85,13 @@ class CudaRunner {
   // The same for compute op `id` while `beside` runs on the comm stream (it must last longer).
   virtual Result<double> TimeOpBeside(int32_t id, const EmulatedCollective& beside,
                                       int repeats) = 0;
-  // Dense GEMM TFLOP/s of an m x n x k shape in the element type (cuda::MeasureGemmTflops), the
-  // TFLOP/s of each `window_s` of `seconds` of back-to-back n^3 GEMMs (cuda::SoakGemm), and the
-  // achieved HBM GB/s.
-  virtual Result<double> GemmTflops(int64_t m, int64_t n, int64_t k, int warmup, int repeats) = 0;
-  virtual Result<std::vector<double>> SoakGemm(int64_t n, double seconds, double window_s) = 0;
+  // Dense GEMM TFLOP/s of an m x n x k shape in the element type or, `fp8`, in E4M3
+  // (cuda::MeasureGemmTflops), the TFLOP/s of each `window_s` of `seconds` of back-to-back n^3
+  // GEMMs (cuda::SoakGemm), and the achieved HBM GB/s.
+  virtual Result<double> GemmTflops(int64_t m, int64_t n, int64_t k, int warmup, int repeats,
+                                    bool fp8) = 0;
+  virtual Result<std::vector<double>> SoakGemm(int64_t n, double seconds, double window_s,
+                                               bool fp8) = 0;
   virtual Result<double> HbmGBps(size_t bytes) = 0;
   // The backend's CUDA context and the device view of a whole tensor, for a whole step's device
   // transport (exec/step_device.h): work on them goes to the context's streams.

@@ -1,6 +1,7 @@
-// Private to exec/cuda_ops.cu and exec/cuda_layers.cu, the two halves of exec/cuda_ops.h's
-// implementation: the context every launcher works on, the element types' conversions and views,
-// block reductions, and the launchers' helpers (error text, type dispatch, cuBLAS GEMMs).
+// Private to exec/cuda_ops.cu, exec/cuda_layers.cu and exec/cuda_gemm_bench.cu, the parts of
+// exec/cuda_ops.h's implementation: the context every launcher works on, the element types'
+// conversions and views, the fills' hash, block reductions, and the launchers' helpers (error
+// text, type dispatch, cuBLAS GEMMs, owned device memory and events).
 // Everything here has internal linkage or is a template, so each .cu file gets its own copy.
 #ifndef DOMINO_EXEC_CUDA_COMMON_CUH_
 #define DOMINO_EXEC_CUDA_COMMON_CUH_
@@ -148,6 +149,18 @@ __device__ float BlockReduce(float v, Op op, float identity) {
 __device__ float BlockSum(float v) { return BlockReduce(v, SumOp{}, 0.0f); }
 __device__ float BlockMax(float v) { return BlockReduce(v, MaxOp{}, -INFINITY); }
 
+__device__ __forceinline__ uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// A hash of (key, index) mapped to [-1, 1): the random values of the fills.
+__device__ __forceinline__ float UniformOf(uint64_t key, uint64_t index) {
+  return static_cast<float>(SplitMix64(key ^ index) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
 // The elementwise kernels walk rows with blocks and columns with threads, so no thread divides a
 // flat index by the column count.
 #define FOR_EACH_ELEMENT(rows, cols, r, j)                 \
@@ -156,6 +169,24 @@ __device__ float BlockMax(float v) { return BlockReduce(v, MaxOp{}, -INFINITY); 
 
 // ---------------------------------------------------------------------------------------------
 // Launchers' helpers
+
+// Frees with cudaFree / destroys the event when it goes out of scope (for the measurements).
+struct DeviceMemory {
+  void* data = nullptr;
+  DeviceMemory() = default;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() { cudaFree(data); }
+};
+struct OwnedEvent {
+  cudaEvent_t event = nullptr;
+  OwnedEvent() = default;
+  OwnedEvent(const OwnedEvent&) = delete;
+  OwnedEvent& operator=(const OwnedEvent&) = delete;
+  ~OwnedEvent() {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+};
 
 Status Check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return Status::Ok();

@@ -1,6 +1,7 @@
 // The runtime half of exec/cuda_ops.h: contexts and their streams, memory and host transfers,
-// events, graph capture, the emulated collective and the device measurements. The layer kernels
-// and their launchers are in cuda_layers.cu; what both use is in cuda_common.cuh.
+// events, graph capture, the emulated collective and the HBM measurement. The layer kernels and
+// their launchers are in cuda_layers.cu, the GEMM measurements in cuda_gemm_bench.cu; what they
+// share is in cuda_common.cuh.
 #include <cuda.h>  // types of the driver's cuStreamWaitValue32 only: nothing links libcuda
 
 #include <atomic>
@@ -22,21 +23,12 @@ __global__ void PackKernel(Mat<T> src, float* dst) {
   FOR_EACH_ELEMENT(src.rows, src.cols, r, j) dst[r * src.cols + j] = src.Get(r, j);
 }
 
-__device__ __forceinline__ uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // Element (r, j) = a hash of (seed, r * cols + j) mapped to [-1, 1).
 template <typename T>
 __global__ void RandomKernel(Mat<T> m, uint64_t seed) {
   const uint64_t key = SplitMix64(seed);
-  FOR_EACH_ELEMENT(m.rows, m.cols, r, j) {
-    const uint64_t h = SplitMix64(key ^ static_cast<uint64_t>(r * m.cols + j));
-    m.Set(r, j, static_cast<float>(h >> 40) * (2.0f / 16777216.0f) - 1.0f);
-  }
+  FOR_EACH_ELEMENT(m.rows, m.cols, r, j)
+  m.Set(r, j, UniformOf(key, static_cast<uint64_t>(r * m.cols + j)));
 }
 
 constexpr int kEmulationThreads = 512;
@@ -111,24 +103,6 @@ __global__ void __launch_bounds__(kEmulationThreads)
     }
   }
 }
-
-// Frees with cudaFree / destroys the event when it goes out of scope (for the measurements).
-struct DeviceMemory {
-  void* data = nullptr;
-  DeviceMemory() = default;
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  ~DeviceMemory() { cudaFree(data); }
-};
-struct OwnedEvent {
-  cudaEvent_t event = nullptr;
-  OwnedEvent() = default;
-  OwnedEvent(const OwnedEvent&) = delete;
-  OwnedEvent& operator=(const OwnedEvent&) = delete;
-  ~OwnedEvent() {
-    if (event != nullptr) cudaEventDestroy(event);
-  }
-};
 
 // Times `run` (enqueueing on the current stream) `repeats` times after one warm-up run: the
 // fastest, in milliseconds.
@@ -634,101 +608,6 @@ Status ProbeEmulatedCollective(Context* c, int ctas, double hbm_bytes, double mi
   out->distinct_sms = static_cast<int>(std::set<int>(ids.begin(), ids.end()).size());
   out->ms = ms;
   out->GBps = ms > 0 ? hbm_bytes / (ms * 1e-3) / 1e9 : 0;
-  return Status::Ok();
-}
-
-namespace {
-
-// Random m x k and k x n operands and an m x n output of the context's type, for the GEMM
-// measurements. Values in [-1, 1), as training's are (constant ones switch fewer transistors and
-// read fast), keep 16-bit sums of k products (about sqrt(k) / 3) far from overflow.
-struct GemmOperands {
-  DeviceMemory memory[3];
-  DView a, b, out;
-};
-
-Status MakeGemmOperands(Context* c, int64_t m, int64_t n, int64_t k, GemmOperands* g) {
-  if (m <= 0 || n <= 0 || k <= 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX)
-    return Error("shape must be positive and below 2^31 in each dimension");
-  const int64_t rows[3] = {m, k, m}, cols[3] = {k, n, n};
-  for (int i = 0; i < 3; ++i) {
-    const size_t bytes = static_cast<size_t>(rows[i]) * static_cast<size_t>(cols[i]) * Bytes(c);
-    if (Status e = Check(cudaMalloc(&g->memory[i].data, bytes), "cudaMalloc"); !e.ok()) return e;
-  }
-  g->a = DView{g->memory[0].data, m, k, k};
-  g->b = DView{g->memory[1].data, k, n, n};
-  g->out = DView{g->memory[2].data, m, n, n};
-  Status e = FillRandom(c, g->a, 1);
-  if (e.ok()) e = FillRandom(c, g->b, 2);
-  return e;
-}
-
-// Milliseconds of `count` GEMMs launched back to back between two events.
-Status TimeGemms(Context* c, const GemmOperands& g, int count, cudaEvent_t start, cudaEvent_t stop,
-                 float* ms) {
-  Status e = Check(cudaEventRecord(start, Current(c)), "cudaEventRecord");
-  for (int i = 0; i < count && e.ok(); ++i) e = Gemm(c, g.a, false, g.b, false, g.out, false);
-  if (e.ok()) e = Check(cudaEventRecord(stop, Current(c)), "cudaEventRecord");
-  if (e.ok()) e = Check(cudaEventSynchronize(stop), "timed GEMMs");
-  if (e.ok()) e = Check(cudaEventElapsedTime(ms, start, stop), "elapsed time");
-  if (e.ok() && !(*ms > 0.0f)) e = Error("the timed GEMMs took no measurable time");
-  return e;
-}
-
-}  // namespace
-
-Status MeasureGemmTflops(Context* c, int64_t m, int64_t n, int64_t k, int warmup, int repeats,
-                         double* tflops) {
-  *tflops = 0;
-  const std::string what = "measure gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" +
-                           std::to_string(k) + ": ";
-  if (Status e = NotCapturing(c, "measure gemm"); !e.ok()) return e;
-  if (warmup < 0 || repeats <= 0) return Error(what + "warm-up and repeats must be positive");
-  GemmOperands g;
-  OwnedEvent start, stop;
-  Status e = MakeGemmOperands(c, m, n, k, &g);
-  if (e.ok()) e = Check(cudaEventCreate(&start.event), "cudaEventCreate");
-  if (e.ok()) e = Check(cudaEventCreate(&stop.event), "cudaEventCreate");
-  for (int i = 0; i < warmup && e.ok(); ++i) e = Gemm(c, g.a, false, g.b, false, g.out, false);
-  float ms = 0.0f;
-  if (e.ok()) e = TimeGemms(c, g, repeats, start.event, stop.event, &ms);
-  if (!e.ok()) return Error(what + e.message());
-  *tflops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
-            repeats / (ms * 1e-3) / 1e12;
-  return Status::Ok();
-}
-
-Status SoakGemm(Context* c, int64_t n, double seconds, double window_s,
-                std::vector<double>* tflops) {
-  tflops->clear();
-  const std::string what = "soak gemm " + std::to_string(n) + "^3: ";
-  if (Status e = NotCapturing(c, "soak gemm"); !e.ok()) return e;
-  if (!(seconds > 0) || !(window_s > 0) || window_s > seconds)
-    return Error(what + "the soak and its windows must last a positive time, windows the shorter");
-  GemmOperands g;
-  OwnedEvent start, stop;
-  Status e = MakeGemmOperands(c, n, n, n, &g);
-  if (e.ok()) e = Check(cudaEventCreate(&start.event), "cudaEventCreate");
-  if (e.ok()) e = Check(cudaEventCreate(&stop.event), "cudaEventCreate");
-  // Batches of back-to-back GEMMs of about 20 ms (sized on the first), so that the host's
-  // synchronization between batches leaves the GPU idle for a negligible fraction of the time.
-  int batch = 1;
-  float ms = 0.0f;
-  if (e.ok()) e = TimeGemms(c, g, batch, start.event, stop.event, &ms);
-  if (e.ok()) batch = static_cast<int>(std::clamp(20.0 / ms, 1.0, 10000.0));
-  const double flops =
-      2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
-  const int windows = static_cast<int>(std::floor(seconds / window_s + 1e-9));
-  for (int w = 0; w < windows && e.ok(); ++w) {
-    double window_ms = 0, window_flops = 0;
-    while (e.ok() && window_ms < window_s * 1e3) {
-      e = TimeGemms(c, g, batch, start.event, stop.event, &ms);
-      window_ms += ms;
-      window_flops += flops * batch;
-    }
-    if (e.ok()) tflops->push_back(window_flops / (window_ms * 1e-3) / 1e12);
-  }
-  if (!e.ok()) return Error(what + e.message());
   return Status::Ok();
 }
 

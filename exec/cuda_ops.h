@@ -179,14 +179,17 @@ struct EmulationProbe {
 Status ProbeEmulatedCollective(Context* context, int ctas, double hbm_bytes, double micros,
                                EmulationProbe* out);
 
-// Dense GEMM throughput in the context's type, C[m,n] = A[m,k] B[k,n] on random inputs, timed as
-// GEMM benchmarks time it (ml-engineering's mamf-finder): `warmup` launches, then `repeats`
-// launched back to back between two events; the TFLOP/s of their mean.
+// Dense GEMM throughput, C[m,n] = A[m,k] B[k,n] on random inputs in the context's type, or with
+// `fp8` E4M3 operands and a bf16 output (cuBLASLt; compute capability 8.9 or later, m and k
+// multiples of 16), timed as GEMM benchmarks time it (ml-engineering's mamf-finder): `warmup`
+// launches, then `repeats` launched back to back between two events; the TFLOP/s of their mean.
+// In exec/cuda_gemm_bench.cu, with SoakGemm.
 Status MeasureGemmTflops(Context* context, int64_t m, int64_t n, int64_t k, int warmup, int repeats,
-                         double* tflops);
-// Back-to-back n x n x n GEMMs on random inputs for `seconds` of GPU time, timed in windows of
-// `window_s`: the TFLOP/s of each window in order, as the clocks settle under the power limit.
-Status SoakGemm(Context* context, int64_t n, double seconds, double window_s,
+                         bool fp8, double* tflops);
+// Back-to-back n x n x n GEMMs on random inputs (in fp8 as MeasureGemmTflops says) for `seconds`
+// of GPU time, timed in windows of `window_s`: the TFLOP/s of each window in order, as the
+// clocks settle under the power limit.
+Status SoakGemm(Context* context, int64_t n, double seconds, double window_s, bool fp8,
                 std::vector<double>* tflops);
 // Achieved HBM bandwidth of a device-to-device copy of `bytes` (read + written), in GB/s.
 Status MeasureHbmGBps(Context* context, size_t bytes, int repeats, double* GBps);

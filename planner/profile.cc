@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <tuple>
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
@@ -76,7 +77,9 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
   YAML::Node collectives = map.Raw("collectives");
   YAML::Node samples = map.Raw("contention_samples");
   YAML::Node soak = map.Raw("gemm_soak_tflops");
+  YAML::Node soak_fp8 = map.Raw("gemm_soak_fp8_tflops");
   YAML::Node gemms = map.Raw("gemm_samples");
+  map.String("gemm_fp8_error", &profile.gemm_fp8_error, Need::kOptional);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   auto fail = [&](const YAML::Node& n, std::string_view key, std::string_view rule) {
     return Error(
@@ -140,19 +143,25 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
       profile.contention_samples.push_back(std::move(c));
     }
   }
-  if (soak) {
-    if (!soak.IsSequence()) return fail(soak, "gemm_soak_tflops", "expected a list of TFLOP/s");
-    for (const YAML::Node& e : soak) {
+  for (const auto& [node, key, into] :
+       {std::tuple{soak, "gemm_soak_tflops", &profile.gemm_soak_tflops},
+        std::tuple{soak_fp8, "gemm_soak_fp8_tflops", &profile.gemm_soak_fp8_tflops}}) {
+    if (!node) continue;
+    if (!node.IsSequence()) return fail(node, key, "expected a list of TFLOP/s");
+    for (const YAML::Node& e : node) {
       double tflops = 0;
-      DOMINO_RETURN_IF_ERROR(time(e, "gemm_soak_tflops", &tflops));
-      profile.gemm_soak_tflops.push_back(tflops);
+      DOMINO_RETURN_IF_ERROR(time(e, key, &tflops));
+      into->push_back(tflops);
     }
   }
   if (gemms) {
-    const char* shape = "each entry is [m, n, k, TFLOP/s]";
+    const char* shape = "each entry is [m, n, k, TFLOP/s] or [m, n, k, TFLOP/s, fp8]";
     if (!gemms.IsSequence()) return fail(gemms, "gemm_samples", shape);
     for (const YAML::Node& e : gemms) {
-      if (!e.IsSequence() || e.size() != 4) return fail(e, "gemm_samples", shape);
+      if (!e.IsSequence() || (e.size() != 4 && e.size() != 5))
+        return fail(e, "gemm_samples", shape);
+      if (e.size() == 5 && (!e[4].IsScalar() || e[4].Scalar() != "fp8"))
+        return fail(e[4], "gemm_samples", shape);
       HardwareProfile::GemmSample g;
       int64_t* dims[3] = {&g.m, &g.n, &g.k};
       for (int i = 0; i < 3; ++i) {
@@ -163,6 +172,7 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
         *dims[i] = static_cast<int64_t>(v);
       }
       DOMINO_RETURN_IF_ERROR(time(e[3], "gemm_samples", &g.tflops));
+      g.fp8 = e.size() == 5;
       profile.gemm_samples.push_back(g);
     }
   }
@@ -202,13 +212,19 @@ std::string ProfileToYaml(const HardwareProfile& p) {
       Quoted(p.device), Quoted(p.backend), p.contention);
   if (p.gemm_tflops > 0) out += fmt::format("gemm_tflops: {:.2f}\n", p.gemm_tflops);
   if (p.hbm_GBps > 0) out += fmt::format("hbm_GBps: {:.1f}\n", p.hbm_GBps);
-  if (!p.gemm_soak_tflops.empty()) {
-    out += "gemm_soak_tflops:  # 8192^3 GEMMs back to back, one figure per second\n";
-    for (double t : p.gemm_soak_tflops) out += fmt::format("  - {:.2f}\n", t);
+  for (const auto& [key, soak, type] :
+       {std::tuple{"gemm_soak_tflops", &p.gemm_soak_tflops, ""},
+        std::tuple{"gemm_soak_fp8_tflops", &p.gemm_soak_fp8_tflops, " in fp8"}}) {
+    if (soak->empty()) continue;
+    out += fmt::format("{}:  # 8192^3 GEMMs{} back to back, one figure per second\n", key, type);
+    for (double t : *soak) out += fmt::format("  - {:.2f}\n", t);
   }
-  if (!p.gemm_samples.empty()) out += "gemm_samples:  # [m, n, k, TFLOP/s]\n";
+  if (!p.gemm_fp8_error.empty())
+    out += fmt::format("gemm_fp8_error: {}\n", Quoted(p.gemm_fp8_error));
+  if (!p.gemm_samples.empty()) out += "gemm_samples:  # [m, n, k, TFLOP/s] (+ fp8)\n";
   for (const auto& g : p.gemm_samples)
-    out += fmt::format("  - [{}, {}, {}, {:.2f}]\n", g.m, g.n, g.k, g.tflops);
+    out +=
+        fmt::format("  - [{}, {}, {}, {:.2f}{}]\n", g.m, g.n, g.k, g.tflops, g.fp8 ? ", fp8" : "");
   out += p.compute_us.empty() ? "compute: []\n" : "compute:  # [op signature, us]\n";
   for (const auto& [signature, us] : p.compute_us)
     out += fmt::format("  - [{}, {:.3f}]\n", Quoted(signature), us);

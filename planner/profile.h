@@ -37,12 +37,19 @@ struct HardwareProfile {
   // order (the first near a short benchmark's figure, the last at the clocks the power limit
   // sustains); the ops and gemm_tflops were measured after it.
   std::vector<double> gemm_soak_tflops;
-  // `calibrate --gemm-shapes`: GEMMs C[m,n] = A[m,k] B[k,n] timed as GEMM benchmarks time them.
+  // `calibrate --soak --fp8-gemms`: the same soak in fp8, after the element type's.
+  std::vector<double> gemm_soak_fp8_tflops;
+  // `calibrate --gemm-shapes`: GEMMs C[m,n] = A[m,k] B[k,n] timed as GEMM benchmarks time them,
+  // in the run's element type or (`--fp8-gemms`) in fp8.
   struct GemmSample {
     int64_t m = 0, n = 0, k = 0;
     double tflops = 0;
+    bool fp8 = false;
   };
   std::vector<GemmSample> gemm_samples;
+  // Why the fp8 GEMMs could not be measured (`--fp8-gemms` on a GPU without fp8); empty if they
+  // were or were not asked for.
+  std::string gemm_fp8_error;
   // Compute ops timed alone and beside an emulated collective holding `ctas` SMs and streaming
   // `hbm_GBps` of HBM traffic: how much a collective slows the compute it overlaps.
   struct ContentionSample {

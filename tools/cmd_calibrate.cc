@@ -36,6 +36,7 @@ struct CalibrateFlags {
   int repeats = 7;
   double soak_seconds = 0;
   std::string gemm_shapes;  // "table" or MxNxK,...
+  bool fp8_gemms = false;
   bool force = false;
 };
 
@@ -115,6 +116,9 @@ void Run(CalibrateFlags& flags) {
   const bool cuda = flags.backend == "cuda";
   options.soak_seconds = flags.soak_seconds;
   if (!flags.gemm_shapes.empty()) options.gemm_shapes = *ParseGemmShapes(flags.gemm_shapes);
+  options.fp8_gemms = flags.fp8_gemms;
+  // Each soak and GEMM shape as it is measured: a run cut short still shows them.
+  if (rank == 0) options.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   if (cuda) {
     Result<std::vector<exec::CudaDevice>> devices = exec::ListCudaDevices();
     if (!devices.ok()) FailOnRank("calibrate", rank, devices.message());
@@ -145,7 +149,9 @@ void Run(CalibrateFlags& flags) {
       flags.out_path, profile->compute_us.size(), profile->collectives.size(),
       cuda ? "CUDA" : "CPU", profile->device, env->size, flags.repeats);
   PrintDevice(*plan, *schedule, *profile);
-  PrintSoak(*profile, std::cout);
+  PrintSoak(*profile, options.cuda.dtype, std::cout);
+  if (!profile->gemm_fp8_error.empty())
+    std::cout << "fp8 GEMMs not measured: " << profile->gemm_fp8_error << "\n";
   PrintGemmSamples(*plan, options.cuda.dtype, *profile, std::cout);
 }
 
@@ -177,11 +183,21 @@ void SetupCalibrate(CLI::App* sub) {
                   "cuda: GEMM shapes to time as GEMM benchmarks do (mamf-finder: warm-up runs, "
                   "the mean of up to 100), beside the GEMM model: 'table' (the shapes of "
                   "`domino validate`'s GEMM rows) or MxNxK[,MxNxK...]");
+  sub->add_flag("--fp8-gemms", flags->fp8_gemms,
+                "cuda: the soak and the GEMM shapes again in fp8 (E4M3 operands, bf16 output, "
+                "cuBLASLt; shapes whose m or k is not a multiple of 16 stay 16-bit only), to see "
+                "how the two types hold up under the power limit");
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
   sub->parse_complete_callback([flags] {
     // The GPU-only flags first, so that their mistakes show on any machine.
-    if (flags->backend != "cuda" && (flags->soak_seconds > 0 || !flags->gemm_shapes.empty()))
-      Fail("calibrate", "--soak and --gemm-shapes measure a GPU: they need --backend cuda");
+    if (flags->backend != "cuda" &&
+        (flags->soak_seconds > 0 || !flags->gemm_shapes.empty() || flags->fp8_gemms))
+      Fail("calibrate",
+           "--soak, --gemm-shapes and --fp8-gemms measure a GPU: they need --backend cuda");
+    if (flags->fp8_gemms && !(flags->soak_seconds > 0) && flags->gemm_shapes.empty())
+      Fail("calibrate",
+           "--fp8-gemms repeats the soak and the GEMM shapes in fp8: give --soak or "
+           "--gemm-shapes");
     if (flags->soak_seconds > 0 && flags->soak_seconds < 1)
       Fail("calibrate", fmt::format("--soak {}: at least 1 second (it reports the TFLOP/s of "
                                     "each second), or 0 for none",

@@ -466,7 +466,8 @@ TEST(CudaBackendFakeTest, CalibrationTimesEveryDistinctOp) {
   EXPECT_TRUE(profile->gemm_samples.empty());
   // The device's peak: 8192^3, 10 warm-up runs, the mean of 20.
   ASSERT_EQ(fake::Counters().gemm_shapes.size(), 1u);
-  EXPECT_EQ(fake::Counters().gemm_shapes[0], (std::array<int64_t, 5>{8192, 8192, 8192, 10, 20}));
+  EXPECT_EQ(fake::Counters().gemm_shapes[0], (std::array<int64_t, 6>{8192, 8192, 8192, 10, 20, 0}));
+  EXPECT_EQ(fake::Counters().soaks + fake::Counters().fp8_soaks, 0);
   for (const Op& op : s->ops()) {
     if (op.kind == OpKind::kCollective) continue;
     ASSERT_TRUE(profile->compute_us.count(OpSignature(op))) << OpSignature(op);
@@ -510,10 +511,45 @@ TEST(CudaBackendFakeTest, CalibrationSoaksAndTimesGemmShapes) {
   // 802816 x 192 x 768 0.59 ms: 100; 32768^3 176 ms: the floor of 10.
   const auto& calls = fake::Counters().gemm_shapes;
   ASSERT_EQ(calls.size(), 5u);  // the four shapes, then the peak
-  EXPECT_EQ(calls[0], (std::array<int64_t, 5>{1024, 1024, 1024, 50, 100}));
-  EXPECT_EQ(calls[1], (std::array<int64_t, 5>{16384, 16384, 16384, 5, 11}));
-  EXPECT_EQ(calls[2], (std::array<int64_t, 5>{802816, 192, 768, 50, 100}));
-  EXPECT_EQ(calls[3], (std::array<int64_t, 5>{32768, 32768, 32768, 5, 10}));
+  EXPECT_EQ(calls[0], (std::array<int64_t, 6>{1024, 1024, 1024, 50, 100, 0}));
+  EXPECT_EQ(calls[1], (std::array<int64_t, 6>{16384, 16384, 16384, 5, 11, 0}));
+  EXPECT_EQ(calls[2], (std::array<int64_t, 6>{802816, 192, 768, 50, 100, 0}));
+  EXPECT_EQ(calls[3], (std::array<int64_t, 6>{32768, 32768, 32768, 5, 10, 0}));
+  EXPECT_EQ(fake::Counters().soaks, 1);
+  EXPECT_EQ(fake::Counters().fp8_soaks, 0);  // not asked for
+  EXPECT_TRUE(profile->gemm_soak_fp8_tflops.empty());
+}
+
+// --fp8-gemms: the soak and the shapes again in fp8, after the 16-bit ones; a shape whose m or k
+// is off the multiples of 16 stays 16-bit only; each is told as it is measured.
+TEST(CudaBackendFakeTest, CalibrationRepeatsTheGemmsInFp8) {
+  const Plan plan = TinyPlan(1, OverlapScope::kNone);
+  CalibrateOptions options;
+  options.repeats = 1;
+  options.soak_seconds = 2;
+  options.fp8_gemms = true;
+  options.gemm_shapes = {{1024, 1024, 1024}, {1000, 1024, 1024}, {1024, 2145, 1024}};
+  std::vector<std::string> told;
+  options.progress = [&](const std::string& line) { told.push_back(line); };
+  SelfCommunicator self;
+  Result<HardwareProfile> profile = CalibrateCuda(plan, self, options);
+  ASSERT_TRUE(profile.ok()) << profile.message();
+  EXPECT_EQ(fake::Counters().soaks, 1);
+  EXPECT_EQ(fake::Counters().fp8_soaks, 1);
+  EXPECT_EQ(profile->gemm_soak_fp8_tflops,
+            (std::vector<double>{2 * fake::kPeakTflops, 2 * fake::kPeakTflops * 0.99}));
+  EXPECT_TRUE(profile->gemm_fp8_error.empty());
+  ASSERT_EQ(profile->gemm_samples.size(), 5u);  // three 16-bit, two fp8 (1000 is not 16 k)
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(profile->gemm_samples[i].fp8) << i;
+  EXPECT_TRUE(profile->gemm_samples[3].fp8);
+  EXPECT_EQ(profile->gemm_samples[3].m, 1024);
+  EXPECT_EQ(profile->gemm_samples[4].n, 2145);
+  EXPECT_EQ(profile->gemm_samples[4].tflops, 2 * fake::kPeakTflops);
+  ASSERT_EQ(told.size(), 2u + 5u);
+  EXPECT_EQ(told[1],
+            "soak fp8 8192^3: 1000.0 TFLOP/s in the first second, 990.0 in the last "
+            "(-1.0%)");
+  EXPECT_EQ(told[6], "gemm 1024x2145x1024 fp8: 1000.0 TFLOP/s");
 }
 TEST(CudaBackendFakeTest, GraphIsDestroyedBeforeTheNcclCommunicator) {
   const Plan plan = TinyPlan(2, OverlapScope::kInterLayer);

@@ -367,18 +367,22 @@ Status ProbeEmulatedCollective(Context* c, int ctas, double hbm_bytes, double mi
 }
 
 Status MeasureGemmTflops(Context*, int64_t m, int64_t n, int64_t k, int warmup, int repeats,
-                         double* tflops) {
+                         bool fp8, double* tflops) {
   if (m <= 0 || n <= 0 || k <= 0 || warmup < 0 || repeats <= 0) return Error("bad gemm shape");
-  stats.gemm_shapes.push_back({m, n, k, warmup, repeats});
-  *tflops = fake::kPeakTflops;
+  if (fp8 && (m % 16 != 0 || k % 16 != 0))
+    return Error("fp8 GEMMs need m and k in multiples of 16");
+  stats.gemm_shapes.push_back({m, n, k, warmup, repeats, fp8});
+  *tflops = fake::kPeakTflops * (fp8 ? 2 : 1);
   return Status::Ok();
 }
-Status SoakGemm(Context*, int64_t n, double seconds, double window_s, std::vector<double>* tflops) {
+Status SoakGemm(Context*, int64_t n, double seconds, double window_s, bool fp8,
+                std::vector<double>* tflops) {
   if (n <= 0 || !(window_s > 0) || window_s > seconds) return Error("bad soak");
   tflops->clear();
+  ++(fp8 ? stats.fp8_soaks : stats.soaks);
   // The clocks settle: each window 1% below the one before.
   for (int w = 0; w < static_cast<int>(std::floor(seconds / window_s + 1e-9)); ++w)
-    tflops->push_back(fake::kPeakTflops * (1 - 0.01 * w));
+    tflops->push_back(fake::kPeakTflops * (fp8 ? 2 : 1) * (1 - 0.01 * w));
   return Status::Ok();
 }
 Status MeasureHbmGBps(Context*, size_t, int, double* GBps) {

@@ -44,8 +44,9 @@ struct Stats {
   // NCCL's finalize or abort was called while a graph still held work of the communicator: on a
   // GPU it would wait forever.
   bool nccl_teardown_would_hang = false;
-  // MeasureGemmTflops calls: m, n, k, warm-up runs, timed runs.
-  std::vector<std::array<int64_t, 5>> gemm_shapes;
+  // MeasureGemmTflops calls: m, n, k, warm-up runs, timed runs, fp8 (1) or not (0).
+  std::vector<std::array<int64_t, 6>> gemm_shapes;
+  int soaks = 0, fp8_soaks = 0;  // SoakGemm calls in the context's type and in fp8
 };
 
 // This thread's, since it last created a context.

@@ -57,6 +57,20 @@ TEST(ProfileTest, RoundTripsAndPricesTheOpsItMeasured) {
   EXPECT_EQ(soaked->gemm_samples[0].n, 192);
   EXPECT_EQ(soaked->gemm_samples[0].k, 768);
   EXPECT_EQ(soaked->gemm_samples[0].tflops, 650.75);
+  EXPECT_FALSE(soaked->gemm_samples[0].fp8);
+  // The fp8 soak and samples beside, and why fp8 stopped (a message with YAML's specials).
+  profile.gemm_soak_fp8_tflops = {1350.5, 1290.25};
+  profile.gemm_samples.push_back({1024, 2145, 1024, 410.5, /*fp8=*/true});
+  profile.gemm_fp8_error = "measure gemm (fp8) 1024x9216x14336: cuBLASLt has no fp8 kernel: #1";
+  Result<HardwareProfile> fp8 = ParseProfile(ProfileToYaml(profile), "p.yaml");
+  ASSERT_TRUE(fp8.ok()) << fp8.message() << "\n" << ProfileToYaml(profile);
+  EXPECT_EQ(fp8->gemm_soak_tflops, (std::vector<double>{790.25, 741.5}));
+  EXPECT_EQ(fp8->gemm_soak_fp8_tflops, (std::vector<double>{1350.5, 1290.25}));
+  ASSERT_EQ(fp8->gemm_samples.size(), 2u);
+  EXPECT_FALSE(fp8->gemm_samples[0].fp8);
+  EXPECT_TRUE(fp8->gemm_samples[1].fp8);
+  EXPECT_EQ(fp8->gemm_samples[1].n, 2145);
+  EXPECT_EQ(fp8->gemm_fp8_error, profile.gemm_fp8_error);
 
   sim::CostOptions options;
   options.profile = &*back;
@@ -151,14 +165,18 @@ TEST(ProfileTest, AwkwardTextRoundTrips) {
 }
 
 TEST(ProfileTest, BadProfilesNameLineAndKey) {
-  for (const char* text : {"device: cpu\nbackend: cpu\ncompute:\n  - [qkv]\n",
-                           "device: cpu\nbackend: cpu\ncollectives:\n  - [broadcast, 2, 10, 1]\n",
-                           "device: cpu\nbackend: cpu\ncollectives:\n  - [allreduce, 0, 10, 1]\n",
-                           "device: cpu\nbackend: cpu\ncompute:\n  - [qkv, .nan]\n",
-                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 0, 8, 1]\n",
-                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 1.5, 8, 1]\n",
-                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 8, 1]\n",
-                           "device: cpu\nbackend: cpu\ngemm_soak_tflops:\n  - -3\n"}) {
+  for (const char* text :
+       {"device: cpu\nbackend: cpu\ncompute:\n  - [qkv]\n",
+        "device: cpu\nbackend: cpu\ncollectives:\n  - [broadcast, 2, 10, 1]\n",
+        "device: cpu\nbackend: cpu\ncollectives:\n  - [allreduce, 0, 10, 1]\n",
+        "device: cpu\nbackend: cpu\ncompute:\n  - [qkv, .nan]\n",
+        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 0, 8, 1]\n",
+        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 1.5, 8, 1]\n",
+        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 8, 1]\n",
+        "device: cpu\nbackend: cpu\ngemm_soak_tflops:\n  - -3\n",
+        "device: cpu\nbackend: cpu\ngemm_soak_fp8_tflops:\n  - x\n",
+        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [16, 8, 16, 1, fp16]\n",
+        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [16, 8, 16, 1, fp8, 2]\n"}) {
     Result<HardwareProfile> p = ParseProfile(text, "p.yaml");
     ASSERT_FALSE(p.ok()) << text;
     EXPECT_NE(p.message().find("p.yaml:4:"), std::string::npos) << p.message();

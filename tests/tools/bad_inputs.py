@@ -143,7 +143,10 @@ CASES = [
      r"--gemm-shapes: '8192x8192' is not MxNxK", "p.yaml"),
     ("--soak on the CPU", "a GPU soak asked of the CPU backend", {},
      ["calibrate", "--soak", "30", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--out", "{tmp}/p.yaml"],
-     r"--soak and --gemm-shapes measure a GPU: they need --backend cuda", "p.yaml"),
+     r"--soak, --gemm-shapes and --fp8-gemms measure a GPU: they need --backend cuda", "p.yaml"),
+    ("--fp8-gemms alone", "fp8 GEMMs asked for with nothing to repeat in fp8", {},
+     ["calibrate", "--backend", "cuda", "--fp8-gemms", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--out", "{tmp}/p.yaml"],
+     r"--fp8-gemms repeats the soak and the GEMM shapes in fp8: give --soak or --gemm-shapes", "p.yaml"),
     # Hardening, round 2 (issue 17): flags go through the plan file's bounds; nothing hangs,
     # crashes or clobbers.
     ("GPU without bf16", "peak_tflops.bf16: 0 (an older GPU); once a hang",

@@ -16,15 +16,16 @@ section() { printf '\n## %s\n\n```\n$ command\n' "$1"; }
   # The soak and GEMM tables as calibrate prints them (tools/table.cc: two spaces between
   # columns, numbers right-aligned).
   cat <<'TABLES'
-soak second  8192^3 GEMM TFLOP/s  vs first second
------------  -------------------  ---------------
-          1                790.2            +0.0%
-         30                741.9            -6.1%
+soak second  8192^3 bf16 TFLOP/s  vs first second  8192^3 fp8 TFLOP/s  vs first second
+-----------  -------------------  ---------------  ------------------  ---------------
+          1                790.2            +0.0%              1402.0            +0.0%
+         30                741.9            -6.1%              1301.5            -7.2%
 
-GEMM m x n x k   measured TFLOP/s  model TFLOP/s (h200-sxm bf16)  model error  published TFLOP/s
----------------  ----------------  -----------------------------  -----------  ----------------------
-2048x2048x13312             780.1                          800.1        +2.6%  794.5 (mamf-h200-bf16)
- 1024x1024x1024             310.0                          290.5        -6.3%  -
+GEMM m x n x k   type  measured TFLOP/s  model TFLOP/s (h200-sxm)  model error  published TFLOP/s
+---------------  ----  ----------------  ------------------------  -----------  ----------------------
+2048x2048x13312  bf16             780.1                     800.1        +2.6%  794.5 (mamf-h200-bf16)
+ 1024x1024x1024  bf16             310.0                     290.5        -6.3%  -
+1280x4096x12032  fp8             1400.0                    1283.5        -8.3%  1453.4 (mamf-h200-fp8)
 TABLES
   printf '```\n'
   section "row2: measured (emulated collectives)"
@@ -43,9 +44,10 @@ CSV
 python3 "$src/tools/gpu-check-summary" "$tmp/log.md" "$tmp/clocks.csv" >"$tmp/summary.md"
 grep -q "^Measured dense GEMM peak 771.4 TFLOP/s, HBM 4210 GB/s" "$tmp/summary.md"
 # The soak and shape tables come back as Markdown, every cell in place.
-grep -qx '| 30 | 741.9 | -6.1% |' "$tmp/summary.md" || { cat "$tmp/summary.md"; exit 1; }
-grep -qx '| 2048x2048x13312 | 780.1 | 800.1 | +2.6% | 794.5 (mamf-h200-bf16) |' "$tmp/summary.md"
-grep -qx '| 1024x1024x1024 | 310.0 | 290.5 | -6.3% | - |' "$tmp/summary.md"
+grep -qx '| 30 | 741.9 | -6.1% | 1301.5 | -7.2% |' "$tmp/summary.md" || { cat "$tmp/summary.md"; exit 1; }
+grep -qx '| 2048x2048x13312 | bf16 | 780.1 | 800.1 | +2.6% | 794.5 (mamf-h200-bf16) |' "$tmp/summary.md"
+grep -qx '| 1024x1024x1024 | bf16 | 310.0 | 290.5 | -6.3% | - |' "$tmp/summary.md"
+grep -qx '| 1280x4096x12032 | fp8 | 1400.0 | 1283.5 | -8.3% | 1453.4 (mamf-h200-fp8) |' "$tmp/summary.md"
 grep -q '^SM clock over the check (3 samples): min 1650, median 1755, max 1980 MHz; power up to 700.2 W of a 700.0 W limit; throttle reasons seen: 0x0000000000000000, 0x0000000000000004.' \
   "$tmp/summary.md" || { cat "$tmp/summary.md"; exit 1; }
 # row2: the stack's predicted and measured length and hidden fraction, the iteration and the GEMMs'
