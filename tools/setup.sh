@@ -5,9 +5,11 @@
 domino_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 domino_build="${DOMINO_BUILD_DIR:-$domino_root/build}"
 
+# patchelf: tools/gpu-bundle sets its binaries' RUNPATH, and two of the tests run it at once (two
+# apt-get installs racing for dpkg's lock would fail one of them).
 domino_packages=(cmake ninja-build g++ pkg-config libyaml-cpp-dev libcli11-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
-  libfmt-dev python3-matplotlib clang clang-format)
+  libfmt-dev python3-matplotlib clang clang-format patchelf)
 
 domino_say() { echo "domino: $*" >&2; }
 
