@@ -202,6 +202,15 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
   Result<double> GBps = gpu.HbmGBps(size_t{1} << 30);
   if (!GBps.ok()) return GBps.error();
   profile.hbm_GBps = *GBps;
+  // What a kernel adds to a chain of them: 2,000 empty kernels launched one by one, then replayed
+  // from a CUDA graph, the median of `repeats` chains each way.
+  Result<cuda::LaunchOverhead> launch = gpu.LaunchOverhead(2000, repeats);
+  if (!launch.ok()) return launch.error();
+  profile.kernel_launch_us = launch->eager_us;
+  profile.graph_launch_us = launch->graph_us;
+  tell(fmt::format(
+      "kernel launch: {:.2f} us per kernel launched one by one, {:.2f} from a CUDA graph",
+      launch->eager_us, launch->graph_us));
   // Contention: the op beside a collective that outlasts it, with the collective's traffic rate.
   const EmulatedCollective& b = options.beside;
   if (b.ctas > 0 && b.us > 0) {

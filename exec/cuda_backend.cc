@@ -210,6 +210,12 @@ class CudaBackend final : public Backend, public CudaRunner {
     return GBps;
   }
 
+  Result<cuda::LaunchOverhead> LaunchOverhead(int kernels, int repeats) override {
+    cuda::LaunchOverhead overhead;
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::MeasureLaunchUs(context_, kernels, repeats, &overhead)));
+    return overhead;
+  }
+
   cuda::Context* context() override { return context_; }
   cuda::DView Device(int32_t tensor) const override { return Whole(tensor); }
 

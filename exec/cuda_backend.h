@@ -93,6 +93,9 @@ class CudaRunner {
   virtual Result<std::vector<double>> SoakGemm(int64_t n, double seconds, double window_s,
                                                bool fp8) = 0;
   virtual Result<double> HbmGBps(size_t bytes) = 0;
+  // What one kernel adds to a chain of back-to-back kernels, launched one by one and replayed
+  // from a CUDA graph (cuda::MeasureLaunchUs).
+  virtual Result<cuda::LaunchOverhead> LaunchOverhead(int kernels, int repeats) = 0;
   // The backend's CUDA context and the device view of a whole tensor, for a whole step's device
   // transport (exec/step_device.h): work on them goes to the context's streams.
   virtual cuda::Context* context() = 0;

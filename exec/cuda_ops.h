@@ -194,6 +194,17 @@ Status SoakGemm(Context* context, int64_t n, double seconds, double window_s, bo
 // Achieved HBM bandwidth of a device-to-device copy of `bytes` (read + written), in GB/s.
 Status MeasureHbmGBps(Context* context, size_t bytes, int repeats, double* GBps);
 
+// What one kernel adds to a chain of back-to-back kernels (an empty one: one warp doing nothing),
+// in microseconds: launched one by one from the host, and replayed from a CUDA graph. With
+// kernels this short the chain lasts as long as the host takes to launch them or the GPU to
+// start them, whichever is longer: the overhead a short kernel pays in a training step.
+struct LaunchOverhead {
+  double eager_us = 0;
+  double graph_us = 0;
+};
+// The median of `repeats` timed chains of `kernels`, each way. In exec/cuda_launch_bench.cu.
+Status MeasureLaunchUs(Context* context, int kernels, int repeats, LaunchOverhead* out);
+
 }  // namespace domino::exec::cuda
 
 #endif  // DOMINO_EXEC_CUDA_OPS_H_

@@ -73,6 +73,9 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
   map.Bool("contention", &profile.contention, Need::kOptional);
   map.Real("gemm_tflops", &profile.gemm_tflops, Need::kOptional, RealRange{0, 1e6, false});
   map.Real("hbm_GBps", &profile.hbm_GBps, Need::kOptional, RealRange{0, 1e9, false});
+  map.Real("kernel_launch_us", &profile.kernel_launch_us, Need::kOptional,
+           RealRange{0, 1e6, false});
+  map.Real("graph_launch_us", &profile.graph_launch_us, Need::kOptional, RealRange{0, 1e6, false});
   YAML::Node compute = map.Raw("compute");
   YAML::Node collectives = map.Raw("collectives");
   YAML::Node samples = map.Raw("contention_samples");
@@ -212,6 +215,8 @@ std::string ProfileToYaml(const HardwareProfile& p) {
       Quoted(p.device), Quoted(p.backend), p.contention);
   if (p.gemm_tflops > 0) out += fmt::format("gemm_tflops: {:.2f}\n", p.gemm_tflops);
   if (p.hbm_GBps > 0) out += fmt::format("hbm_GBps: {:.1f}\n", p.hbm_GBps);
+  if (p.kernel_launch_us > 0) out += fmt::format("kernel_launch_us: {:.3f}\n", p.kernel_launch_us);
+  if (p.graph_launch_us > 0) out += fmt::format("graph_launch_us: {:.3f}\n", p.graph_launch_us);
   for (const auto& [key, soak, type] :
        {std::tuple{"gemm_soak_tflops", &p.gemm_soak_tflops, ""},
         std::tuple{"gemm_soak_fp8_tflops", &p.gemm_soak_fp8_tflops, " in fp8"}}) {

@@ -33,6 +33,11 @@ struct HardwareProfile {
   // the run's element type and achieved HBM bandwidth (a device-to-device copy).
   double gemm_tflops = 0;
   double hbm_GBps = 0;
+  // What one kernel adds to a chain of back-to-back kernels, launched one by one and replayed
+  // from a CUDA graph (cuda::MeasureLaunchUs); they stand in for the GPU's kernel_launch_us and
+  // graph_launch_us (0: not measured).
+  double kernel_launch_us = 0;
+  double graph_launch_us = 0;
   // `calibrate --soak`: the TFLOP/s of back-to-back 8192^3 GEMMs in each second of the soak, in
   // order (the first near a short benchmark's figure, the last at the clocks the power limit
   // sustains); the ops and gemm_tflops were measured after it.

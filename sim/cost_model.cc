@@ -122,8 +122,15 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
   gemm_tflops_ = GemmCeilingTflops(gpu_, dtype);
   attention_tflops_ = gpu_.peak(attention_dtype_);
   hbm_GBps_ = gpu_.hbm_GBps * gpu_.hbm_efficiency;
-  launch_us_ = options.cuda_graphs.value_or(plan.stack.cuda_graphs) ? gpu_.graph_launch_us
-                                                                    : gpu_.kernel_launch_us;
+  // A calibrated device's measured launch overheads stand in for the GPU's figures.
+  const HardwareProfile* profile = options.profile;
+  eager_launch_us_ = profile != nullptr && profile->kernel_launch_us > 0 ? profile->kernel_launch_us
+                                                                         : gpu_.kernel_launch_us;
+  const double graph_launch_us = profile != nullptr && profile->graph_launch_us > 0
+                                     ? profile->graph_launch_us
+                                     : gpu_.graph_launch_us;
+  launch_us_ =
+      options.cuda_graphs.value_or(plan.stack.cuda_graphs) ? graph_launch_us : eager_launch_us_;
   attention_ = AttentionOf(plan, options);
   // A calibrated device: its measured GEMM throughput is what the best shapes achieve, and its
   // measured copy bandwidth is the achieved HBM bandwidth.
@@ -317,7 +324,7 @@ OpCost CostModel::ModelCost(const Op& op) const {
         // Peer copies over NVLink: each rank receives the part's rows it lacks at the link's
         // achieved rate, one copy launch each, none of NCCL's protocol latency or its bandwidth
         // ramp with size; no SMs; HBM reads the rows on one side and writes them on the other.
-        cost.alone_us = gpu_.kernel_launch_us +
+        cost.alone_us = eager_launch_us_ +
                         moved / (node_.nvlink.GBps_per_direction * node_.nvlink.efficiency * 1e3);
         cost.hbm_bytes = 2 * moved;
         return cost;

@@ -105,6 +105,7 @@ class CostModel {
   double attention_tflops_ = 0;           // dense peak of the attention's dtype
   double hbm_GBps_ = 0;                   // achieved
   double launch_us_ = 0;
+  double eager_launch_us_ = 0;  // a kernel launched from the host (copy-engine copies are)
   AttentionKernel attention_ = AttentionKernel::kFlash;
 };
 

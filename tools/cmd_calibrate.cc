@@ -46,6 +46,13 @@ void PrintDevice(const Plan& plan, const Schedule& schedule, const HardwareProfi
   if (p.gemm_tflops > 0)
     std::cout << fmt::format("dense GEMM {:.1f} TFLOP/s, HBM {:.0f} GB/s (device-to-device copy)\n",
                              p.gemm_tflops, p.hbm_GBps);
+  if (p.kernel_launch_us > 0) {
+    const GpuSpec& gpu = plan.cluster.node.gpu;
+    std::cout << fmt::format(
+        "kernel launch {:.2f} us one by one, {:.2f} us from a CUDA graph (the model's {:g} and "
+        "{:g} for {})\n",
+        p.kernel_launch_us, p.graph_launch_us, gpu.kernel_launch_us, gpu.graph_launch_us, gpu.name);
+  }
   if (!p.collectives.empty()) {
     Table table({"collective", "ranks", "bytes", "us", "algbw GB/s", "busbw GB/s"});
     for (const auto& c : p.collectives) {

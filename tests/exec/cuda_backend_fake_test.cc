@@ -462,6 +462,8 @@ TEST(CudaBackendFakeTest, CalibrationTimesEveryDistinctOp) {
   EXPECT_TRUE(profile->collectives.empty());  // one rank: no collectives to time
   EXPECT_EQ(profile->gemm_tflops, fake::kPeakTflops);
   EXPECT_EQ(profile->hbm_GBps, fake::kHbmGBps);
+  EXPECT_EQ(profile->kernel_launch_us, fake::kLaunchUs);
+  EXPECT_EQ(profile->graph_launch_us, fake::kGraphLaunchUs);
   EXPECT_TRUE(profile->gemm_soak_tflops.empty());  // no soak asked for
   EXPECT_TRUE(profile->gemm_samples.empty());
   // The device's peak: 8192^3, 10 warm-up runs, the mean of 20.
@@ -545,11 +547,13 @@ TEST(CudaBackendFakeTest, CalibrationRepeatsTheGemmsInFp8) {
   EXPECT_EQ(profile->gemm_samples[3].m, 1024);
   EXPECT_EQ(profile->gemm_samples[4].n, 2145);
   EXPECT_EQ(profile->gemm_samples[4].tflops, 2 * fake::kPeakTflops);
-  ASSERT_EQ(told.size(), 2u + 5u);
+  ASSERT_EQ(told.size(), 2u + 5u + 1u);  // the soaks, the shapes, the launch overheads
   EXPECT_EQ(told[1],
             "soak fp8 8192^3: 1000.0 TFLOP/s in the first second, 990.0 in the last "
             "(-1.0%)");
   EXPECT_EQ(told[6], "gemm 1024x2145x1024 fp8: 1000.0 TFLOP/s");
+  EXPECT_EQ(told[7],
+            "kernel launch: 2.00 us per kernel launched one by one, 0.50 from a CUDA graph");
 }
 TEST(CudaBackendFakeTest, GraphIsDestroyedBeforeTheNcclCommunicator) {
   const Plan plan = TinyPlan(2, OverlapScope::kInterLayer);

@@ -391,6 +391,20 @@ TEST_F(CudaOpsTest, MeasuresFp8GemmThroughput) {
   EXPECT_EQ(soak.size(), 2u);
 }
 
+// Chains of empty kernels, launched one by one and from a graph: each kernel adds some
+// microseconds, far from none and from the 100 a stalled launch path would take.
+TEST_F(CudaOpsTest, MeasuresLaunchOverhead) {
+  cuda::LaunchOverhead launch;
+  ASSERT_EQ(Msg(cuda::MeasureLaunchUs(context_, 500, 3, &launch)), "");
+  EXPECT_GT(launch.eager_us, 0.0);
+  EXPECT_LT(launch.eager_us, 100.0);
+  EXPECT_GT(launch.graph_us, 0.0);
+  EXPECT_LT(launch.graph_us, 100.0);
+  EXPECT_NE(Msg(cuda::MeasureLaunchUs(context_, 0, 3, &launch)), "");
+  // The context stays usable: the capture ended.
+  ASSERT_EQ(Msg(cuda::MeasureLaunchUs(context_, 10, 1, &launch)), "");
+}
+
 TEST_F(CudaOpsTest, SoakGemmReportsEachWindow) {
   std::vector<double> tflops;
   ASSERT_EQ(Msg(cuda::SoakGemm(context_, 1024, 0.3, 0.1, false, &tflops)), "");

@@ -10,7 +10,8 @@
 namespace domino::exec::fake {
 
 inline constexpr double kLaunchUs = 2;
-inline constexpr double kUsPerFlop = 1e-6;  // a GEMM: launch + 1 us per MFLOP
+inline constexpr double kGraphLaunchUs = 0.5;  // what MeasureLaunchUs says a graph's kernel adds
+inline constexpr double kUsPerFlop = 1e-6;     // a GEMM: launch + 1 us per MFLOP
 inline constexpr double kElementwiseUs = 3;
 inline constexpr double kAttentionUs = 20;
 inline constexpr double kCopyUs = 1;

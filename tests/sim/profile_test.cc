@@ -34,11 +34,15 @@ TEST(ProfileTest, RoundTripsAndPricesTheOpsItMeasured) {
   EXPECT_EQ(back->gemm_tflops, 0);  // not measured: not written
   profile.gemm_tflops = 812.25;
   profile.hbm_GBps = 4123.5;
+  profile.kernel_launch_us = 2.375;
+  profile.graph_launch_us = 0.625;
   profile.contention_samples.push_back({OpSignature(*gemm), 16, 350.5, 100.25, 131.5});
   Result<HardwareProfile> gpu = ParseProfile(ProfileToYaml(profile), "p.yaml");
   ASSERT_TRUE(gpu.ok()) << gpu.message();
   EXPECT_EQ(gpu->gemm_tflops, 812.25);
   EXPECT_EQ(gpu->hbm_GBps, 4123.5);
+  EXPECT_EQ(gpu->kernel_launch_us, 2.375);
+  EXPECT_EQ(gpu->graph_launch_us, 0.625);
   ASSERT_EQ(gpu->contention_samples.size(), 1u);
   EXPECT_EQ(gpu->contention_samples[0].op, OpSignature(*gemm));
   EXPECT_EQ(gpu->contention_samples[0].ctas, 16);
@@ -152,6 +156,36 @@ TEST(ProfileTest, MeasuredPeakAndBandwidthPriceTheOpsItLacks) {
   EXPECT_EQ(calibrated.device().hbm_GBps, 1234);
 }
 
+// Measured launch overheads replace the GPU's: an elementwise op costs the measured eager launch
+// plus its HBM time, and the graph's when the plan's kernels run from CUDA graphs.
+TEST(ProfileTest, MeasuredLaunchOverheadsReplaceTheGpus) {
+  Plan plan = testing_util::MakePlan({});
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok());
+  const Op* elementwise = nullptr;
+  for (const Op& op : s->ops())
+    if (!elementwise && op.kind == OpKind::kElementwise) elementwise = &op;
+  ASSERT_TRUE(elementwise);
+  const GpuSpec& gpu = plan.cluster.node.gpu;
+  HardwareProfile profile;
+  profile.device = "NVIDIA H200";
+  profile.backend = "cuda";
+  profile.kernel_launch_us = 2.5;
+  profile.graph_launch_us = 0.75;
+  sim::CostOptions options;
+  options.profile = &profile;
+  const sim::CostModel plain(plan, {}), calibrated(plan, options);
+  EXPECT_EQ(plain.Cost(*elementwise).launch_us, gpu.kernel_launch_us);
+  EXPECT_EQ(calibrated.Cost(*elementwise).launch_us, 2.5);
+  EXPECT_NEAR(plain.Cost(*elementwise).alone_us - calibrated.Cost(*elementwise).alone_us,
+              gpu.kernel_launch_us - 2.5, 1e-9);
+  options.cuda_graphs = true;
+  EXPECT_EQ(sim::CostModel(plan, options).Cost(*elementwise).launch_us, 0.75);
+  // Not measured (0): the GPU's figure.
+  profile.graph_launch_us = 0;
+  EXPECT_EQ(sim::CostModel(plan, options).Cost(*elementwise).launch_us, gpu.graph_launch_us);
+}
+
 // Found by fuzz_profile: a signature with a quote did not survive ProfileToYaml.
 TEST(ProfileTest, AwkwardTextRoundTrips) {
   HardwareProfile p;
@@ -165,18 +199,19 @@ TEST(ProfileTest, AwkwardTextRoundTrips) {
 }
 
 TEST(ProfileTest, BadProfilesNameLineAndKey) {
-  for (const char* text :
-       {"device: cpu\nbackend: cpu\ncompute:\n  - [qkv]\n",
-        "device: cpu\nbackend: cpu\ncollectives:\n  - [broadcast, 2, 10, 1]\n",
-        "device: cpu\nbackend: cpu\ncollectives:\n  - [allreduce, 0, 10, 1]\n",
-        "device: cpu\nbackend: cpu\ncompute:\n  - [qkv, .nan]\n",
-        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 0, 8, 1]\n",
-        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 1.5, 8, 1]\n",
-        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 8, 1]\n",
-        "device: cpu\nbackend: cpu\ngemm_soak_tflops:\n  - -3\n",
-        "device: cpu\nbackend: cpu\ngemm_soak_fp8_tflops:\n  - x\n",
-        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [16, 8, 16, 1, fp16]\n",
-        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [16, 8, 16, 1, fp8, 2]\n"}) {
+  for (const char* text : {"device: cpu\nbackend: cpu\ncompute:\n  - [qkv]\n",
+                           "device: cpu\nbackend: cpu\ncollectives:\n  - [broadcast, 2, 10, 1]\n",
+                           "device: cpu\nbackend: cpu\ncollectives:\n  - [allreduce, 0, 10, 1]\n",
+                           "device: cpu\nbackend: cpu\ncompute:\n  - [qkv, .nan]\n",
+                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 0, 8, 1]\n",
+                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 1.5, 8, 1]\n",
+                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 8, 1]\n",
+                           "device: cpu\nbackend: cpu\ngemm_soak_tflops:\n  - -3\n",
+                           "device: cpu\nbackend: cpu\ngemm_soak_fp8_tflops:\n  - x\n",
+                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [16, 8, 16, 1, fp16]\n",
+                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [16, 8, 16, 1, fp8, 2]\n",
+                           "device: cpu\nbackend: cpu\ncontention: true\nkernel_launch_us: -1\n",
+                           "device: cpu\nbackend: cpu\ncontention: true\ngraph_launch_us: x\n"}) {
     Result<HardwareProfile> p = ParseProfile(text, "p.yaml");
     ASSERT_FALSE(p.ok()) << text;
     EXPECT_NE(p.message().find("p.yaml:4:"), std::string::npos) << p.message();
