@@ -2,14 +2,19 @@
 // the error of each prediction and of each category.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include "models/base/file_io.h"
+#include "sim/predict.h"
 #include "sim/validate.h"
 #include "tools/command.h"
 #include "tools/json_output.h"
+#include "tools/prediction_text.h"
 #include "tools/table.h"
 
 namespace domino::cli {
@@ -22,6 +27,8 @@ struct ValidateFlags {
   std::string csv_path;
   bool check = false;
   bool force = false;
+  std::vector<std::string> rows;  // ids or id prefixes; empty: every row
+  bool explain = false;
 };
 
 std::string Figure(double value) {
@@ -84,12 +91,42 @@ Json BoundJson(const sim::ErrorBound& bound) {
   return Json{{"mean_abs_error", bound.mean}, {"max_abs_error", bound.max}};
 }
 
+// `--row` matches a row by its id or by a prefix of it that ends where the id continues with a
+// dash: "mcore08" and "dgxc-llama31-8b" name series, "mcore08-gpt-1.7b-48gpu" one row.
+bool RowMatches(std::string_view id, std::string_view wanted) {
+  return id == wanted ||
+         (id.size() > wanted.size() && id.starts_with(wanted) && id[wanted.size()] == '-');
+}
+
+// What lies behind one row's prediction: where the figure comes from and what was assumed, then,
+// for an end-to-end row, the prediction as `domino simulate` prints it and the plan's YAML.
+void Explain(const sim::RowResult& r, std::ostream& out) {
+  const sim::ValidationRow& row = *r.row;
+  out << fmt::format("\n## {} ({}): measured {} {}, predicted {}, error {:+.1f}%\n\n", row.id,
+                     sim::ValidationCategoryName(row.category), Figure(row.measured),
+                     sim::MeasuredUnitName(row.unit), Figure(r.predicted), 100 * r.error);
+  out << fmt::format("source:  {}\nquote:   {}\n", row.source, row.quote);
+  if (!row.derived.empty()) out << fmt::format("derived: {}\n", row.derived);
+  if (!row.assumed.empty()) out << fmt::format("assumed: {}\n", row.assumed);
+  if (!row.plan) {
+    out << fmt::format("{}{}\n", row.gemm ? "kernel:  " : "algorithm: ", r.detail);
+    return;
+  }
+  Result<sim::Prediction> p = sim::Predict(*row.plan);
+  if (!p.ok()) Fail("validate", fmt::format("row {}: {}", row.id, p.message()));
+  out << "\n";
+  PrintPrediction(*row.plan, *p, out);
+  out << "\nThe row's plan (save it and run `domino simulate --plan FILE` to try a change):\n\n"
+      << PlanToYaml(*row.plan, row.id);
+}
+
 Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flags,
                     const std::vector<sim::RowResult>& results,
                     const std::vector<sim::CategorySummary>& summary) {
   Json document = JsonDocument("validate");
   document["table"] = table.file;
   document["category"] = flags.category.empty() ? Json(nullptr) : Json(flags.category);
+  document["row_filter"] = flags.rows.empty() ? Json(nullptr) : Json(flags.rows);
   Json rows = Json::array();
   for (const sim::RowResult& r : results)
     rows.push_back({{"id", r.row->id},
@@ -140,11 +177,25 @@ Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flag
 }
 
 void Run(const ValidateFlags& flags) {
+  if (flags.explain && flags.format != OutputFormat::kTable)
+    Fail("validate", "--explain prints text after the table: use it with --format table",
+         kExitUsage);
   Result<sim::ValidationTable> table = sim::LoadValidationTable(flags.table);
   if (!table.ok()) Fail("validate", table.message());
+  for (const std::string& wanted : flags.rows)
+    if (std::none_of(table->rows.begin(), table->rows.end(),
+                     [&](const sim::ValidationRow& row) { return RowMatches(row.id, wanted); }))
+      Fail("validate",
+           fmt::format("--row {}: no row of {} has this id or begins with it and a dash "
+                       "(domino validate lists the ids)",
+                       wanted, table->file));
   std::vector<sim::RowResult> results;
   for (const sim::ValidationRow& row : table->rows) {
     if (!flags.category.empty() && sim::ValidationCategoryName(row.category) != flags.category)
+      continue;
+    if (!flags.rows.empty() &&
+        std::none_of(flags.rows.begin(), flags.rows.end(),
+                     [&](const std::string& wanted) { return RowMatches(row.id, wanted); }))
       continue;
     Result<sim::RowResult> r = sim::PredictRow(row);
     if (!r.ok()) Fail("validate", fmt::format("{}:{}: {}", table->file, row.line, r.message()));
@@ -259,6 +310,8 @@ void Run(const ValidateFlags& flags) {
         "\n{} rows from {}; {} published measurements left out (see the "
         "table's `excluded`).\n",
         results.size(), table->file, table->excluded.size());
+    if (flags.explain)
+      for (const sim::RowResult& r : results) Explain(r, std::cout);
   }
   if (flags.check)
     for (const sim::CategorySummary& s : summary)
@@ -285,6 +338,13 @@ void SetupValidate(CLI::App* sub) {
   sub->add_flag("--force", flags->force, "overwrite an existing --csv file");
   sub->add_flag("--check", flags->check,
                 "exit non-zero when a category's mean or max |error| exceeds its guard");
+  sub->add_option("--row", flags->rows,
+                  "only this row, or the rows whose id begins with it and a dash (a series: "
+                  "mcore08, dgxc-llama31-8b); repeatable");
+  sub->add_flag(
+      "--explain", flags->explain,
+      "after the table, each row's source, quote and assumptions; for an end-to-end row the "
+      "prediction as `simulate` prints it and the row's plan YAML (table format)");
   sub->callback([flags] { Run(*flags); });
 }
 

@@ -131,6 +131,12 @@ CASES = [
                 "    measured: {iteration_s: 1}\n"},
      ["validate", "--table", "{tmp}/t.yaml", "--csv", "{tmp}/v.csv"],
      r"t\.yaml:6:\d+: rows\[0\]\.measured\.iteration_s: a gemm row cannot measure iteration_s", "v.csv"),
+    ("unknown validation row", "a --row no row's id is or begins with", {},
+     ["validate", "--row", "mcore09", "--csv", "{tmp}/v.csv"],
+     r"--row mcore09: no row of .*measurements\.yaml has this id or begins with it", "v.csv"),
+    ("--explain as JSON", "row explanations asked of the JSON output", {},
+     ["validate", "--row", "mcore08", "--explain", "--format", "json"],
+     r"--explain prints text after the table: use it with --format table", None),
     ("bad profile", "a profile with a negative time", {"h.yaml": "device: cpu\nbackend: cpu\ncompute:\n  - [qkv, -1]\n"},
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--hardware-profile", "{tmp}/h.yaml"], r"h\.yaml:4:\d+: compute", None),
     ("plan is a directory", "a directory given as the plan", {}, ["simulate", "--plan", "{tmp}"], r"(directory|not a file|File does not exist)", None),
@@ -243,7 +249,7 @@ USAGE_CASES = {"plan is a directory", "huge virtual stages", "huge virtual stage
                "huge global batch", "zero tp flag", "octal-looking flag", "empty --model",
                "NaN timeout", "NaN tolerance", "mistyped command", "switch given a value",
                "switch and its negation", "unknown --format", "a value on a switch's negation",
-               "a huge value in a short-flag cluster"}
+               "a huge value in a short-flag cluster", "--explain as JSON"}
 NO_PLAN_CASES = {"GPU without bf16 (plan)", "no plan fits"}
 
 

@@ -262,6 +262,13 @@ def test_validate():
     check(doc["gemm_gap"] == [] and doc["fp8_pairs"] == [], "gemm_gap without end-to-end rows")
     check(doc["category"] == "gemm" and {r["category"] for r in doc["rows"]} == {"gemm"},
           "--category gemm")
+    check(doc["row_filter"] is None, "row_filter without --row")
+    doc = document("validate", "--row", "mcore08", "--row", "mlm21-t1-gpt-1.7b",
+                   schema="domino.validate/1")
+    check(doc["row_filter"] == ["mcore08", "mlm21-t1-gpt-1.7b"], "row_filter")
+    ids = [r["id"] for r in doc["rows"]]
+    check(len(ids) == 10 and all(i.startswith("mcore08-") for i in ids[1:]) and
+          ids[0] == "mlm21-t1-gpt-1.7b", f"--row picked {ids}")
 
 
 # Two reports of the same three ops: a prediction where the all-reduce runs under fc1, and a

@@ -1,0 +1,36 @@
+#!/bin/bash
+# `domino validate --row` picks rows by id or series, and `--explain` shows what lies behind a
+# row's prediction: its source and assumptions, the prediction as `simulate` prints it, and a plan
+# that `simulate --plan` predicts the same.
+# Usage: validate_cli.sh DOMINO
+set -uo pipefail
+domino=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# A series: the id's prefix up to a dash (the Megatron-LM README table has 9 rows).
+out=$("$domino" validate --row mcore08) || fail "--row mcore08 failed"
+grep -q "^9 rows from " <<<"$out" || fail "--row mcore08 did not pick 9 rows: $out"
+# A prefix that ends inside a word names no row (mcore08-gpt-1 is not mcore08-gpt-1.7b).
+"$domino" validate --row mcore08-gpt-1 >/dev/null 2>"$tmp/err" && fail "--row mcore08-gpt-1 passed"
+grep -q "no row of .* has this id or begins with it and a dash" "$tmp/err" || fail "$(cat "$tmp/err")"
+# Two ids, repeated --row: the two rows, an end-to-end one and a GEMM one.
+out=$("$domino" validate --row mcore08-gpt-1.7b-48gpu --row azure-h100-fp8-1024x1024x1024 \
+  --explain) || fail "--explain failed"
+grep -q "^2 rows from " <<<"$out" || fail "two --row did not pick 2 rows"
+grep -q "^## mcore08-gpt-1.7b-48gpu (end-to-end): measured 0.452 iteration_s" <<<"$out" ||
+  fail "no explanation header"
+grep -q "^assumed: Megatron-Core r0.8 rule: micro_batch 1" <<<"$out" || fail "no assumptions"
+grep -q "^iteration on stage 0 (critical)" <<<"$out" || fail "no breakdown"
+grep -q "^## azure-h100-fp8-1024x1024x1024 (gemm): measured 274.1 tflops" <<<"$out" ||
+  fail "no GEMM explanation"
+grep -qE "^kernel:  [0-9.]+ us$" <<<"$out" || fail "no GEMM kernel time"
+# The row's plan, saved, predicts what the explanation shows.
+sed -n '/^# mcore08-gpt-1.7b-48gpu$/,/^memory:/p' <<<"$out" >"$tmp/row.yaml"
+explained=$(grep -m1 "^iteration  " <<<"$out")
+simulated=$("$domino" simulate --plan "$tmp/row.yaml" | grep -m1 "^iteration  ") ||
+  fail "the row's plan does not simulate: $(cat "$tmp/row.yaml")"
+[[ -n $explained && $explained == "$simulated" ]] ||
+  fail "explained '$explained', simulated '$simulated'"
+echo "validate cli ok"

@@ -1,0 +1,80 @@
+#include "tools/prediction_text.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "tools/table.h"
+
+namespace domino::cli {
+namespace {
+
+// " (split counts the ends)" and the like, or nothing when it counts layers only.
+std::string PipelineSplitText(const Plan& p) {
+  if (p.pipeline_split == PipelineSplit::kLayers) return "";
+  return fmt::format(" (split counts the {})", PipelineSplitName(p.pipeline_split));
+}
+
+}  // namespace
+
+std::string Describe(const Plan& p) {
+  return fmt::format(
+      "# {} on {} ({} x {}), {}, stack {}, seq {}, micro-batch {}, global batch {} ({} "
+      "micro-batch(es))\n"
+      "# tp {}{}, pp {}{}, dp {}, sequence parallel {} | row split {}, col split {}, scope {}{}\n",
+      p.model.name, p.cluster.name, p.cluster.total_gpus(), p.cluster.node.gpu.name,
+      DtypeName(p.precision), p.stack.name, p.seq_len, p.micro_batch, p.global_batch,
+      p.micro_batches(), p.tp, p.cp > 1 ? fmt::format(", cp {}", p.cp) : "", p.pp,
+      PipelineSplitText(p), p.dp, p.sequence_parallel ? "on" : "off", p.row_split, p.col_split,
+      ScopeName(p.scope),
+      p.method == OverlapMethod::kDomino
+          ? ""
+          : fmt::format(", {} overlap in {} chunks", MethodName(p.method), p.decomposed_chunks()));
+}
+
+void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& out) {
+  const PlanFigures& f = p.figures;
+  out << Describe(plan) << "\n";
+  Table summary({"figure", "value"});
+  summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
+  summary.AddRow({"ideal (TP comm free)", fmt::format("{:.2f} ms", f.ideal_ms)});
+  summary.AddRow({"exposed TP comm", fmt::format("{:.2f} ms", f.exposed_comm_ms)});
+  summary.AddRow({"comm share", fmt::format("{:.1f}%", 100 * f.exposed_comm_ms / f.iteration_ms)});
+  summary.AddRow({"TP comm (uncontended)", fmt::format("{:.2f} ms", p.tp_comm_ms)});
+  summary.AddRow({"hidden fraction", fmt::format("{:.1f}%", 100 * f.hidden_comm_fraction)});
+  summary.AddRow({"tokens/s", fmt::format("{:.0f}", f.tokens_per_s)});
+  summary.AddRow({"TFLOP/s per GPU", fmt::format("{:.1f}", f.tflops_per_gpu)});
+  summary.AddRow({"MFU", fmt::format("{:.1f}%", 100 * f.mfu)});
+  summary.AddRow({"MFU, attention unmasked", fmt::format("{:.1f}%", 100 * p.mfu_full_attention)});
+  summary.AddRow({"memory per GPU", fmt::format("{:.1f} GiB", f.memory_gib_per_gpu)});
+  summary.Print(out);
+  out << "\n";
+  Table classes({"op class", "busy ms", "% of iteration"});
+  for (int c = 0; c < sim::kOpClassCount; ++c) {
+    if (p.busy_ms[c] <= 0) continue;
+    classes.AddRow({std::string(sim::OpClassName(static_cast<sim::OpClass>(c))),
+                    fmt::format("{:.2f}", p.busy_ms[c]),
+                    fmt::format("{:.1f}", 100 * p.busy_ms[c] / f.iteration_ms)});
+  }
+  classes.Print(out);
+  out << "\n";
+  const sim::IterationBreakdown& b = p.breakdown;
+  Table parts({fmt::format("iteration on stage {} (critical)", b.critical_stage), "ms", "%"});
+  auto part = [&](const char* name, double ms) {
+    parts.AddRow(
+        {name, fmt::format("{:.2f}", ms), fmt::format("{:.1f}", 100 * ms / f.iteration_ms)});
+  };
+  part("compute (TP comm free)", b.compute_ms);
+  part("exposed TP comm", b.exposed_tp_ms);
+  part("pipeline bubble", b.bubble_ms);
+  part("exposed PP transfers", b.exposed_pp_ms);
+  part("exposed DP comm", std::max(0.0, b.exposed_dp_ms));
+  part("optimizer step", b.optimizer_ms);
+  parts.Print(out);
+  out << fmt::format(
+      "\n{} ops per micro-batch on stage 0; serialized (nothing overlapped) {:.2f} ms; DP "
+      "collectives {:.2f} ms uncontended.\n",
+      p.schedule.size(), p.serial_ms, p.dp_comm_ms);
+}
+
+}  // namespace domino::cli
