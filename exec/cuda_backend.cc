@@ -333,7 +333,7 @@ class CudaBackend final : public Backend, public CudaRunner {
       DOMINO_RETURN_IF_ERROR(
           Ok(cuda::Alloc(context_, static_cast<size_t>(t.rows * t.cols) * per, &device_[i])));
       const cuda::DView whole = Whole(static_cast<int32_t>(i));
-      if (!IsGiven(t.role)) {
+      if (!IsGiven(t.role) || (options_.random_values && !Ids(id))) {
         DOMINO_RETURN_IF_ERROR(Ok(cuda::Zero(context_, whole)));
         continue;
       }
@@ -353,16 +353,21 @@ class CudaBackend final : public Backend, public CudaRunner {
       if (op.func != OpFunc::kResidualGrad) continue;
       const TensorUse& u = schedule_.writes(op)[0];
       const Tensor& t = schedule_.tensors()[u.tensor];
+      cuda::DView view{nullptr, u.view.row_end - u.view.row_begin,
+                       u.view.col_end - u.view.col_begin, u.view.col_end - u.view.col_begin};
+      DOMINO_RETURN_IF_ERROR(
+          Ok(cuda::Alloc(context_, static_cast<size_t>(view.rows * view.cols), &view.data)));
+      residual_grads_[id] = view;
+      if (options_.random_values) {
+        DOMINO_RETURN_IF_ERROR(Ok(cuda::Zero(context_, view)));
+        continue;
+      }
       std::vector<float> host(static_cast<size_t>(t.rows * t.cols), 0.0f);
       FillGiven(t, model_, rank_, tp_, seed_, options_.fill, u.view, host);
       std::vector<float> part;
       for (int64_t r = u.view.row_begin; r < u.view.row_end; ++r)
         part.insert(part.end(), host.begin() + r * t.cols + u.view.col_begin,
                     host.begin() + r * t.cols + u.view.col_end);
-      cuda::DView view{nullptr, u.view.row_end - u.view.row_begin,
-                       u.view.col_end - u.view.col_begin, u.view.col_end - u.view.col_begin};
-      DOMINO_RETURN_IF_ERROR(Ok(cuda::Alloc(context_, part.size(), &view.data)));
-      residual_grads_[id] = view;
       DOMINO_RETURN_IF_ERROR(Ok(cuda::Upload(context_, view, part.data())));
     }
     // Contiguous staging for NCCL on strided views (a column slice of a tensor).

@@ -55,6 +55,10 @@ struct CudaOptions {
   bool lent_nccl = false;
   std::vector<EmulatedCollective> emulated;
   FillOffsets fill;  // where the schedule sits in a whole step (exec/step.h): its given values
+  // The caller fills the tensors with FillRandom before any run (a calibration): the given
+  // tensors but the token ids start as zeros instead of their values, computed on the host only
+  // to be overwritten.
+  bool random_values = false;
 };
 
 namespace cuda {

@@ -180,10 +180,10 @@ Status ProbeEmulatedCollective(Context* context, int ctas, double hbm_bytes, dou
                                EmulationProbe* out);
 
 // Dense GEMM throughput, C[m,n] = A[m,k] B[k,n] on random inputs in the context's type, or with
-// `fp8` E4M3 operands and a bf16 output (cuBLASLt; compute capability 8.9 or later, m and k
-// multiples of 16), timed as GEMM benchmarks time it (ml-engineering's mamf-finder): `warmup`
-// launches, then `repeats` launched back to back between two events; the TFLOP/s of their mean.
-// In exec/cuda_gemm_bench.cu, with SoakGemm.
+// `fp8` E4M3 operands, a bf16 output and fast accumulation (cuBLASLt; compute capability 8.9 or
+// later, m and k multiples of 16), timed as GEMM benchmarks time it (ml-engineering's mamf-finder):
+// `warmup` launches, then `repeats` launched back to back between two events; the TFLOP/s of their
+// mean. In exec/cuda_gemm_bench.cu, with SoakGemm.
 Status MeasureGemmTflops(Context* context, int64_t m, int64_t n, int64_t k, int warmup, int repeats,
                          bool fp8, double* tflops);
 // Back-to-back n x n x n GEMMs on random inputs (in fp8 as MeasureGemmTflops says) for `seconds`

@@ -463,6 +463,8 @@ TEST(CudaBackendFakeTest, CalibrationTimesEveryDistinctOp) {
   EXPECT_EQ(profile->gemm_tflops, fake::kPeakTflops);
   EXPECT_EQ(profile->hbm_GBps, fake::kHbmGBps);
   EXPECT_EQ(profile->kernel_launch_us, fake::kLaunchUs);
+  // Random values fill the tensors: none but the token ids is computed and uploaded first.
+  EXPECT_EQ(fake::Counters().uploads, fake::Counters().f32_uploads);
   EXPECT_EQ(profile->graph_launch_us, fake::kGraphLaunchUs);
   EXPECT_TRUE(profile->gemm_soak_tflops.empty());  // no soak asked for
   EXPECT_TRUE(profile->gemm_samples.empty());
@@ -523,14 +525,18 @@ TEST(CudaBackendFakeTest, CalibrationSoaksAndTimesGemmShapes) {
 }
 
 // --fp8-gemms: the soak and the shapes again in fp8, after the 16-bit ones; a shape whose m or k
-// is off the multiples of 16 stays 16-bit only; each is told as it is measured.
+// is off the multiples of 16 stays 16-bit only, one without an fp8 kernel is skipped (and said)
+// while the later ones are measured; each is told as it is measured.
 TEST(CudaBackendFakeTest, CalibrationRepeatsTheGemmsInFp8) {
   const Plan plan = TinyPlan(1, OverlapScope::kNone);
   CalibrateOptions options;
   options.repeats = 1;
   options.soak_seconds = 2;
   options.fp8_gemms = true;
-  options.gemm_shapes = {{1024, 1024, 1024}, {1000, 1024, 1024}, {1024, 2145, 1024}};
+  options.gemm_shapes = {{1024, 1024, 1024},
+                         {1000, 1024, 1024},
+                         {1024, fake::kNoFp8KernelN, 1024},
+                         {1024, 2145, 1024}};
   std::vector<std::string> told;
   options.progress = [&](const std::string& line) { told.push_back(line); };
   SelfCommunicator self;
@@ -540,19 +546,24 @@ TEST(CudaBackendFakeTest, CalibrationRepeatsTheGemmsInFp8) {
   EXPECT_EQ(fake::Counters().fp8_soaks, 1);
   EXPECT_EQ(profile->gemm_soak_fp8_tflops,
             (std::vector<double>{2 * fake::kPeakTflops, 2 * fake::kPeakTflops * 0.99}));
-  EXPECT_TRUE(profile->gemm_fp8_error.empty());
-  ASSERT_EQ(profile->gemm_samples.size(), 5u);  // three 16-bit, two fp8 (1000 is not 16 k)
-  for (int i = 0; i < 3; ++i) EXPECT_FALSE(profile->gemm_samples[i].fp8) << i;
-  EXPECT_TRUE(profile->gemm_samples[3].fp8);
-  EXPECT_EQ(profile->gemm_samples[3].m, 1024);
-  EXPECT_EQ(profile->gemm_samples[4].n, 2145);
-  EXPECT_EQ(profile->gemm_samples[4].tflops, 2 * fake::kPeakTflops);
-  ASSERT_EQ(told.size(), 2u + 5u + 1u);  // the soaks, the shapes, the launch overheads
+  EXPECT_EQ(profile->gemm_fp8_error,
+            "1024x7x1024: CUDA backend: cuBLASLt has no fp8 kernel for this shape");
+  // Four 16-bit, two fp8 (1000 is not 16 k; n = 7 has no fp8 kernel).
+  ASSERT_EQ(profile->gemm_samples.size(), 6u);
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(profile->gemm_samples[i].fp8) << i;
+  EXPECT_TRUE(profile->gemm_samples[4].fp8);
+  EXPECT_EQ(profile->gemm_samples[4].m, 1024);
+  EXPECT_EQ(profile->gemm_samples[5].n, 2145);
+  EXPECT_EQ(profile->gemm_samples[5].tflops, 2 * fake::kPeakTflops);
+  ASSERT_EQ(told.size(), 2u + 7u + 1u);  // the soaks, the shapes, the launch overheads
   EXPECT_EQ(told[1],
             "soak fp8 8192^3: 1000.0 TFLOP/s in the first second, 990.0 in the last "
             "(-1.0%)");
-  EXPECT_EQ(told[6], "gemm 1024x2145x1024 fp8: 1000.0 TFLOP/s");
   EXPECT_EQ(told[7],
+            "gemm 1024x7x1024 fp8: not measured (CUDA backend: cuBLASLt has no fp8 kernel for this "
+            "shape)");
+  EXPECT_EQ(told[8], "gemm 1024x2145x1024 fp8: 1000.0 TFLOP/s");
+  EXPECT_EQ(told[9],
             "kernel launch: 2.00 us per kernel launched one by one, 0.50 from a CUDA graph");
 }
 TEST(CudaBackendFakeTest, GraphIsDestroyedBeforeTheNcclCommunicator) {

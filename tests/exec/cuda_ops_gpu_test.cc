@@ -376,14 +376,15 @@ TEST_F(CudaOpsTest, MeasuresFp8GemmThroughput) {
   Result<std::vector<CudaDevice>> devices = ListCudaDevices();
   ASSERT_TRUE(devices.ok());
   double fp8 = 0, bf16 = 0;
-  const Status e = cuda::MeasureGemmTflops(context_, 4096, 4096, 4096, 3, 10, true, &fp8);
+  // bf16 first, each after 20 warm-up runs: the clocks have ramped up before either is timed.
+  cuda::Context* bf16_context = nullptr;
+  ASSERT_EQ(Msg(cuda::Create(0, DType::kBf16, &bf16_context)), "");
+  ASSERT_EQ(Msg(cuda::MeasureGemmTflops(bf16_context, 4096, 4096, 4096, 20, 10, false, &bf16)), "");
+  cuda::Destroy(bf16_context);
+  const Status e = cuda::MeasureGemmTflops(context_, 4096, 4096, 4096, 20, 10, true, &fp8);
   if (!e.ok() && e.message().find("compute capability") != std::string::npos)
     GTEST_SKIP() << e.message();
   ASSERT_EQ(Msg(e), "");
-  cuda::Context* bf16_context = nullptr;
-  ASSERT_EQ(Msg(cuda::Create(0, DType::kBf16, &bf16_context)), "");
-  ASSERT_EQ(Msg(cuda::MeasureGemmTflops(bf16_context, 4096, 4096, 4096, 3, 10, false, &bf16)), "");
-  cuda::Destroy(bf16_context);
   EXPECT_GT(fp8, bf16) << "fp8 " << fp8 << " TFLOP/s, bf16 " << bf16;
   EXPECT_NE(Msg(cuda::MeasureGemmTflops(context_, 1000, 1024, 1024, 1, 1, true, &fp8)), "");
   std::vector<double> soak;
@@ -488,13 +489,19 @@ TEST_F(CudaOpsTest, EmulatedCollectiveTrafficIsHbmTraffic) {
   std::sort(GBps.begin(), GBps.end());
   std::cout << "emulated collective on " << sms << " SMs: " << GBps[GBps.size() / 2]
             << " GB/s; device-to-device copy " << hbm_GBps << " GB/s\n";
-  EXPECT_LE(GBps.back(), 1.1 * hbm_GBps) << "faster than HBM: L2 hits";
+  // L2 hits would read 2-3x HBM's rate; a run's write-back absorbed in L2 can lift one a little.
+  EXPECT_LE(GBps[GBps.size() / 2], 1.1 * hbm_GBps) << "faster than HBM: L2 hits";
+  EXPECT_LE(GBps.back(), 1.3 * hbm_GBps) << "faster than HBM: L2 hits";
   EXPECT_GE(GBps[GBps.size() / 2], 0.5 * hbm_GBps);
+  std::vector<double> small;
   for (int i = 0; i < 20; ++i) {
     cuda::EmulationProbe probe;
     ASSERT_EQ(Msg(cuda::ProbeEmulatedCollective(context_, sms, bytes, 0.0, &probe)), "");
-    EXPECT_LE(probe.GBps, 1.1 * hbm_GBps) << "a small transfer, repeated: L2 hits";
+    small.push_back(probe.GBps);
   }
+  std::sort(small.begin(), small.end());
+  EXPECT_LE(small[small.size() / 2], 1.1 * hbm_GBps) << "a small transfer, repeated: L2 hits";
+  EXPECT_LE(small.back(), 1.3 * hbm_GBps) << "a small transfer, repeated: L2 hits";
 }
 
 // Random operands: uniform in [-1, 1), not constant, reproducible from the seed.

@@ -182,6 +182,7 @@ size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t) {
 size_t EmulationWorkspaceBytes(double hbm_bytes) { return hbm_bytes > 0 ? size_t{512} << 20 : 0; }
 
 Status Upload(Context* context, DView dst, const float*, bool f32) {
+  ++stats.uploads;
   if (f32 && dst.rows > 0 && dst.cols > 0) {
     ++stats.f32_uploads;
     const size_t end = static_cast<size_t>((dst.rows - 1) * dst.stride + dst.cols) * sizeof(float);
@@ -371,6 +372,7 @@ Status MeasureGemmTflops(Context*, int64_t m, int64_t n, int64_t k, int warmup, 
   if (m <= 0 || n <= 0 || k <= 0 || warmup < 0 || repeats <= 0) return Error("bad gemm shape");
   if (fp8 && (m % 16 != 0 || k % 16 != 0))
     return Error("fp8 GEMMs need m and k in multiples of 16");
+  if (fp8 && n == fake::kNoFp8KernelN) return Error("cuBLASLt has no fp8 kernel for this shape");
   stats.gemm_shapes.push_back({m, n, k, warmup, repeats, fp8});
   *tflops = fake::kPeakTflops * (fp8 ? 2 : 1);
   return Status::Ok();

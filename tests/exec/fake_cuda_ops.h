@@ -21,6 +21,7 @@ inline constexpr double kNcclUs = 40;
 // gate (CloseGate) fires while the host is still enqueueing, so it times the host.
 inline constexpr double kNcclEnqueueUs = 25;
 inline constexpr double kPeakTflops = 500;
+inline constexpr int64_t kNoFp8KernelN = 7;  // fp8 GEMMs of this n have no kernel
 inline constexpr double kHbmGBps = 3000;
 
 struct Stats {
@@ -32,6 +33,7 @@ struct Stats {
   int graph_launches = 0;
   int gates = 0;         // CloseGate calls that held a stream
   int random_fills = 0;  // FillRandom calls
+  int uploads = 0;       // every Upload
   int f32_uploads = 0;   // uploads into views that hold fp32 whatever the type (token ids)
   int f32_overruns = 0;  // of those, views that reach past their buffer at 4 bytes each
   int nccl_sends = 0, nccl_recvs = 0;               // point-to-point
