@@ -1,6 +1,8 @@
 #include "exec/reference.h"
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
 
 namespace domino::exec {
 namespace {
@@ -52,12 +54,32 @@ void FillReference(const Tensor& t, int rank, int tp, uint64_t seed, const View&
   const bool vocab_major =
       t.role.slot == TensorSlot::kEmbedding || t.role.slot == TensorSlot::kLmHead;
   const int64_t fan_in = vocab_major ? whole.cols : whole.rows;
-  for (int64_t r = view.row_begin; r < view.row_end; ++r) {
-    for (int64_t c = view.col_begin; c < view.col_end; ++c) {
-      Shape2 at = WholeIndex(t, rank, tp, r, c);
-      values[r * t.cols + c] = ReferenceValue(seed, t.role, fan_in, at.rows, at.cols);
+  auto fill = [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      for (int64_t c = view.col_begin; c < view.col_end; ++c) {
+        Shape2 at = WholeIndex(t, rank, tp, r, c);
+        values[r * t.cols + c] = ReferenceValue(seed, t.role, fan_in, at.rows, at.cols);
+      }
     }
+  };
+  // A large view (a 13B layer's weights at TP 8 hold millions of values each, tens of seconds of
+  // one core for a few layers) is filled by several threads, a band of rows each: every value
+  // depends on its index alone, so the result does not depend on how the rows are shared out.
+  const int64_t rows = view.row_end - view.row_begin;
+  const int64_t elements = rows * (view.col_end - view.col_begin);
+  const int64_t threads = elements < kParallelFillElements
+                              ? 1
+                              : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1,
+                                                    std::min<int64_t>(rows, 16));
+  if (threads <= 1) {
+    fill(view.row_begin, view.row_end);
+    return;
   }
+  std::vector<std::thread> pool;
+  for (int64_t i = 0; i < threads; ++i)
+    pool.emplace_back(fill, view.row_begin + rows * i / threads,
+                      view.row_begin + rows * (i + 1) / threads);
+  for (std::thread& thread : pool) thread.join();
 }
 
 bool IsTokens(const TensorRole& role) {

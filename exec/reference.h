@@ -24,7 +24,9 @@ float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t fan_in, int6
 // Fills `view` of rank `rank`'s `values` of `tensor` (rows x cols) with ReferenceValue through the
 // tensor's Shard rule. A GEMM weight's fan-in is its whole rows (in_features x out_features), or
 // its columns for the vocabulary-major embedding and LM head, so that padding the vocabulary
-// differently for another TP size leaves every weight's value alone.
+// differently for another TP size leaves every weight's value alone. Views of
+// kParallelFillElements values or more are filled by up to 16 threads, the same values.
+inline constexpr int64_t kParallelFillElements = int64_t{1} << 22;
 void FillReference(const Tensor& tensor, int rank, int tp, uint64_t seed, const View& view,
                    std::vector<float>& values);
 
