@@ -137,6 +137,9 @@ CASES = [
     ("--explain as JSON", "row explanations asked of the JSON output", {},
      ["validate", "--row", "mcore08", "--explain", "--format", "json"],
      r"--explain prints text after the table: use it with --format table", None),
+    ("--check of some rows", "the category guards asked of a few rows", {},
+     ["validate", "--row", "mcore08", "--check"],
+     r"--check judges whole categories: use it without --row", None),
     ("bad profile", "a profile with a negative time", {"h.yaml": "device: cpu\nbackend: cpu\ncompute:\n  - [qkv, -1]\n"},
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--hardware-profile", "{tmp}/h.yaml"], r"h\.yaml:4:\d+: compute", None),
     ("plan is a directory", "a directory given as the plan", {}, ["simulate", "--plan", "{tmp}"], r"(directory|not a file|File does not exist)", None),
@@ -249,7 +252,8 @@ USAGE_CASES = {"plan is a directory", "huge virtual stages", "huge virtual stage
                "huge global batch", "zero tp flag", "octal-looking flag", "empty --model",
                "NaN timeout", "NaN tolerance", "mistyped command", "switch given a value",
                "switch and its negation", "unknown --format", "a value on a switch's negation",
-               "a huge value in a short-flag cluster", "--explain as JSON"}
+               "a huge value in a short-flag cluster", "--explain as JSON",
+               "--check of some rows"}
 NO_PLAN_CASES = {"GPU without bf16 (plan)", "no plan fits"}
 
 
