@@ -1,6 +1,7 @@
 // `domino validate`: predicts every published measurement of the validation table and reports
 // the error of each prediction and of each category.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -204,6 +205,12 @@ void Run(const ValidateFlags& flags) {
     if (!r.ok()) Fail("validate", fmt::format("{}:{}: {}", table->file, row.line, r.message()));
     results.push_back(*r);
   }
+  if (results.empty())
+    Fail("validate",
+         flags.rows.empty()
+             ? fmt::format("no row of {} is of --category {}", table->file, flags.category)
+             : fmt::format("no row of {} is both of --category {} and of --row {}", table->file,
+                           flags.category, fmt::join(flags.rows, ", ")));
   const std::vector<sim::CategorySummary> summary = sim::Summarize(results);
 
   if (!flags.csv_path.empty()) {
