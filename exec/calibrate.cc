@@ -121,7 +121,8 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
   // Random operands, as training's are: zeros and constants keep the clocks high and read fast.
   DOMINO_RETURN_IF_ERROR(gpu.FillRandom(/*seed=*/1));
   HardwareProfile profile;
-  profile.device = (*devices)[static_cast<size_t>(cuda.device)].name;
+  const CudaDevice& device = (*devices)[static_cast<size_t>(cuda.device)];
+  profile.device = device.name;
   profile.backend = "cuda";
   profile.contention = true;
   const int repeats = std::max(1, options.repeats);
@@ -129,13 +130,23 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
     if (options.progress) options.progress(line);
   };
   const std::string type(DtypeName(cuda.dtype));
+  // fp8 GEMMs need compute capability 8.9 or later (Ada, Hopper): on an older GPU none is tried.
+  bool fp8_gemms = options.fp8_gemms;
+  if (fp8_gemms && device.compute_major * 10 + device.compute_minor < 89) {
+    profile.gemm_fp8_error =
+        fmt::format("fp8 GEMMs need compute capability 8.9 or later, this GPU has {}.{}",
+                    device.compute_major, device.compute_minor);
+    tell("fp8 GEMMs: " + profile.gemm_fp8_error);
+    fp8_gemms = false;
+  }
   // The soaks: the element type's, then fp8's (an fp8 failure ends the fp8 measurements only).
   for (const bool fp8 : {false, true}) {
-    if (!(options.soak_seconds > 0) || (fp8 && !options.fp8_gemms)) continue;
+    if (!(options.soak_seconds > 0) || (fp8 && !fp8_gemms)) continue;
     Result<std::vector<double>> soak = gpu.SoakGemm(8192, options.soak_seconds, 1.0, fp8);
     if (!soak.ok() && fp8) {
       profile.gemm_fp8_error = soak.message();
       tell("fp8 GEMMs: " + soak.message());
+      fp8_gemms = false;
       break;
     }
     if (!soak.ok()) return soak.error();
@@ -148,7 +159,7 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
     (fp8 ? profile.gemm_soak_fp8_tflops : profile.gemm_soak_tflops) = std::move(*soak);
   }
   for (const bool fp8 : {false, true}) {
-    if (fp8 && (!options.fp8_gemms || !profile.gemm_fp8_error.empty())) continue;  // soak failed
+    if (fp8 && !fp8_gemms) continue;
     for (const auto& [m, n, k] : options.gemm_shapes) {
       if (fp8 && (m % 16 != 0 || k % 16 != 0)) continue;
       // As mamf-finder times a shape (50 warm-up runs, the mean of 100), with fewer runs for the
@@ -158,17 +169,12 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
                         static_cast<double>(k) / 400e12 * 1e3;
       const int runs = static_cast<int>(std::clamp(250.0 / ms, 10.0, 100.0));
       Result<double> tflops = gpu.GemmTflops(m, n, k, runs / 2, runs, fp8);
-      if (!tflops.ok() && fp8 && tflops.message().find("compute capability") == std::string::npos) {
+      if (!tflops.ok() && fp8) {
         // A shape cuBLASLt has no fp8 kernel for: the other shapes still have theirs.
         const std::string why = fmt::format("{}x{}x{}: {}", m, n, k, tflops.message());
         profile.gemm_fp8_error += (profile.gemm_fp8_error.empty() ? "" : "; ") + why;
         tell(fmt::format("gemm {}x{}x{} fp8: not measured ({})", m, n, k, tflops.message()));
         continue;
-      }
-      if (!tflops.ok() && fp8) {  // a GPU without fp8
-        profile.gemm_fp8_error = tflops.message();
-        tell("fp8 GEMMs: " + tflops.message());
-        break;
       }
       if (!tflops.ok()) return tflops.error();
       tell(fmt::format("gemm {}x{}x{} {}: {:.1f} TFLOP/s", m, n, k, fp8 ? "fp8" : type, *tflops));

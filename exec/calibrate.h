@@ -32,8 +32,8 @@ struct CalibrateOptions {
   // cuBLASLt), after the element type's: how the two types' throughput holds under the power
   // limit. Shapes whose m or k is not a multiple of 16 (cuBLASLt's fp8 kernels' leading
   // dimensions) are timed in the element type only; an fp8 failure is kept in the profile's
-  // gemm_fp8_error, never ends the calibration, and ends the fp8 measurements only when the GPU
-  // has no fp8 (a shape without an fp8 kernel skips that shape).
+  // gemm_fp8_error and never ends the calibration: a GPU below compute capability 8.9 or a
+  // failed fp8 soak ends the fp8 measurements, a shape without an fp8 kernel skips that shape.
   bool fp8_gemms = false;
   // CalibrateCuda: told a line as each soak and each GEMM shape is measured, so that a run cut
   // short still shows them.

@@ -170,7 +170,8 @@ __device__ __forceinline__ float UniformOf(uint64_t key, uint64_t index) {
 // ---------------------------------------------------------------------------------------------
 // Launchers' helpers
 
-// Frees with cudaFree / destroys the event when it goes out of scope (for the measurements).
+// Frees with cudaFree / destroys the event / the graph when it goes out of scope (for the
+// measurements).
 struct DeviceMemory {
   void* data = nullptr;
   DeviceMemory() = default;
@@ -185,6 +186,17 @@ struct OwnedEvent {
   OwnedEvent& operator=(const OwnedEvent&) = delete;
   ~OwnedEvent() {
     if (event != nullptr) cudaEventDestroy(event);
+  }
+};
+struct OwnedGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  OwnedGraph() = default;
+  OwnedGraph(const OwnedGraph&) = delete;
+  OwnedGraph& operator=(const OwnedGraph&) = delete;
+  ~OwnedGraph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
   }
 };
 

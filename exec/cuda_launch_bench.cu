@@ -10,18 +10,6 @@ namespace {
 
 __global__ void EmptyKernel() {}
 
-struct OwnedGraph {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  OwnedGraph() = default;
-  OwnedGraph(const OwnedGraph&) = delete;
-  OwnedGraph& operator=(const OwnedGraph&) = delete;
-  ~OwnedGraph() {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-  }
-};
-
 // `kernels` empty kernels on `stream`, one block of one warp each.
 Status LaunchEmpty(cudaStream_t stream, int kernels) {
   for (int i = 0; i < kernels; ++i) EmptyKernel<<<1, 32, 0, stream>>>();
