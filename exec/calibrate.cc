@@ -35,51 +35,106 @@ Result<double> TimeMedian(int repeats, Fn fn) {
 
 int64_t Elements(const View& v) { return (v.row_end - v.row_begin) * (v.col_end - v.col_begin); }
 
-// The plan's lowering, whose ops a calibration times on one rank or on the plan's TP group.
-Result<Schedule> LowerFor(const Plan& plan, const Communicator& comm) {
+// The schedules a calibration times: the plan's layer stack (Lower, the ops of every layer) and
+// one layer with the model's ends (the embedding in front; the final norm, LM head and
+// cross-entropy loss behind), whose ops the layer stack lacks. A prediction of the whole model
+// prices its ends from the second; lowering only the second would lose ops that layer-stack runs
+// have and it has not (the gradient a stage receives from the one after it).
+Result<std::vector<Schedule>> LowerFor(const Plan& plan, const Communicator& comm) {
   if (comm.size() != 1 && comm.size() != plan.tp)
     return Error(fmt::format("calibrating collectives of a TP group of {} needs {} ranks, not {}",
                              plan.tp, plan.tp, comm.size()));
-  return Lower(plan);
+  std::vector<Schedule> schedules;
+  for (const bool ends : {false, true}) {
+    Result<Schedule> s =
+        ends ? LowerStage(plan, LowerOptions{1, true, true, true, true}) : Lower(plan);
+    if (!s.ok()) return s.error();
+    schedules.push_back(std::move(s).value());
+  }
+  return schedules;
+}
+
+// Whether a calibration has yet to time `op`: the first op of its signature, or the first
+// collective of its kind and size, across every schedule it times.
+struct Distinct {
+  std::map<std::string, bool> ops;
+  std::map<std::pair<int, double>, bool> collectives;
+  bool New(const Op& op) {
+    if (op.kind == OpKind::kCollective)
+      return collectives.emplace(std::pair{static_cast<int>(op.collective), op.bytes}, true).second;
+    return ops.emplace(OpSignature(op), true).second;
+  }
+};
+
+// Times, on `gpu` (a runner of `s`), the ops of `s` that `distinct` has not seen, in schedule
+// order (the same on every rank, so collectives pair up): each compute op alone, each collective
+// nccl-tests style when the communicator has the plan's tp ranks. Sets `largest_gemm` and
+// `largest_memory` to the largest GEMM and memory-bound op it timed (-1: none).
+Status TimeNewOps(const Schedule& s, CudaRunner& gpu, Communicator& comm, int repeats,
+                  Distinct& distinct, HardwareProfile& profile, int32_t& largest_gemm,
+                  int32_t& largest_memory) {
+  largest_gemm = largest_memory = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const int32_t id = static_cast<int32_t>(i);
+    const Op& op = s.op(id);
+    if (op.kind == OpKind::kCollective && comm.size() == 1) continue;
+    if (!distinct.New(op)) continue;
+    if (op.kind == OpKind::kCollective) {
+      Result<double> us = gpu.TimeCollective(id, repeats, comm);
+      if (!us.ok()) return us.error();
+      profile.collectives.push_back(
+          {std::string(CollectiveKindName(op.collective)), comm.size(), op.bytes, *us});
+      continue;
+    }
+    Result<double> us = gpu.TimeOp(id, repeats);
+    if (!us.ok()) return us.error();
+    profile.compute_us[OpSignature(op)] = *us;
+    if (op.kind == OpKind::kGemm && (largest_gemm < 0 || op.flops > s.op(largest_gemm).flops))
+      largest_gemm = id;
+    if (op.kind == OpKind::kElementwise &&
+        (largest_memory < 0 || op.bytes > s.op(largest_memory).bytes))
+      largest_memory = id;
+  }
+  return Status::Ok();
 }
 
 }  // namespace
 
 Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
                                      const CalibrateOptions& options) {
-  Result<Schedule> schedule = LowerFor(plan, comm);
-  if (!schedule.ok()) return schedule.error();
-  const Schedule& s = *schedule;
+  Result<std::vector<Schedule>> schedules = LowerFor(plan, comm);
+  if (!schedules.ok()) return schedules.error();
   HardwareProfile profile;
   profile.device = "cpu";
   profile.backend = "cpu";
   profile.contention = false;
-  CpuBackend backend(s, plan.model, comm.rank(), plan.tp, /*seed=*/1);
   const int repeats = std::max(1, options.repeats);
-  // Passes over the whole schedule, each timing every distinct op once, so that a burst of
-  // machine noise lands in one pass rather than in every run of one op; the median per op.
-  std::map<std::string, std::vector<double>> samples;
-  for (int pass = -1; pass < repeats; ++pass) {  // pass -1 warms up
-    std::map<std::string, bool> timed;
+  Distinct distinct;
+  for (const Schedule& s : *schedules) {
+    // This schedule's ops that no earlier one had, compute and collective, in schedule order
+    // (the same on every rank, so collectives pair up).
+    std::vector<int32_t> ops, collectives;
     for (size_t i = 0; i < s.size(); ++i) {
       const Op& op = s.ops()[i];
-      if (op.kind == OpKind::kCollective) continue;
-      const std::string key = OpSignature(op);
-      if (!timed.emplace(key, true).second) continue;
-      const Clock::time_point start = Clock::now();
-      DOMINO_RETURN_IF_ERROR(backend.Run(s, static_cast<int32_t>(i)));
-      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-      if (pass >= 0) samples[key].push_back(us);
+      if (op.kind == OpKind::kCollective && comm.size() == 1) continue;
+      if (distinct.New(op))
+        (op.kind == OpKind::kCollective ? collectives : ops).push_back(static_cast<int32_t>(i));
     }
-  }
-  for (auto& [key, us] : samples) profile.compute_us[key] = Median(std::move(us));
-  if (comm.size() > 1) {
-    // Distinct collectives in schedule order: the same on every rank.
-    std::map<std::pair<int, double>, bool> seen;
-    for (const Op& op : s.ops()) {
-      if (op.kind != OpKind::kCollective) continue;
-      if (!seen.emplace(std::pair{static_cast<int>(op.collective), op.bytes}, true).second)
-        continue;
+    CpuBackend backend(s, plan.model, comm.rank(), plan.tp, /*seed=*/1);
+    // Passes over the ops, each timing every one once, so that a burst of machine noise lands in
+    // one pass rather than in every run of one op; the median per op.
+    std::map<std::string, std::vector<double>> samples;
+    for (int pass = -1; pass < repeats; ++pass) {  // pass -1 warms up
+      for (const int32_t id : ops) {
+        const Clock::time_point start = Clock::now();
+        DOMINO_RETURN_IF_ERROR(backend.Run(s, id));
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+        if (pass >= 0) samples[OpSignature(s.op(id))].push_back(us);
+      }
+    }
+    for (auto& [key, us] : samples) profile.compute_us[key] = Median(std::move(us));
+    for (const int32_t id : collectives) {
+      const Op& op = s.op(id);
       const int64_t n_in = Elements(s.reads(op)[0].view);
       const int64_t n_out = Elements(s.writes(op)[0].view);
       std::vector<float> in(static_cast<size_t>(n_in), 1.0f), out(static_cast<size_t>(n_out));
@@ -106,9 +161,9 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
 
 Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
                                       const CalibrateOptions& options) {
-  Result<Schedule> schedule = LowerFor(plan, comm);
-  if (!schedule.ok()) return schedule.error();
-  const Schedule& s = *schedule;
+  Result<std::vector<Schedule>> schedules = LowerFor(plan, comm);
+  if (!schedules.ok()) return schedules.error();
+  const Schedule& s = (*schedules)[0];
   Result<std::vector<CudaDevice>> devices = ListCudaDevices();
   if (!devices.ok()) return devices.error();
   CudaOptions cuda = options.cuda;
@@ -181,34 +236,12 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
       profile.gemm_samples.push_back({m, n, k, *tflops, fp8});
     }
   }
-  // Distinct ops in schedule order (the same on every rank, so collectives pair up).
-  std::map<std::string, int32_t> first;
+  // The layer stack's distinct ops; the model's ends' below, once this runner is released.
+  Distinct distinct;
   int32_t largest_gemm = -1, largest_memory = -1;
-  std::map<std::pair<int, double>, bool> seen;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const int32_t id = static_cast<int32_t>(i);
-    const Op& op = s.op(id);
-    if (op.kind == OpKind::kCollective) {
-      if (comm.size() == 1) continue;
-      if (!seen.emplace(std::pair{static_cast<int>(op.collective), op.bytes}, true).second)
-        continue;
-      Result<double> us = gpu.TimeCollective(id, repeats, comm);
-      if (!us.ok()) return us.error();
-      profile.collectives.push_back(
-          {std::string(CollectiveKindName(op.collective)), comm.size(), op.bytes, *us});
-      continue;
-    }
-    const std::string key = OpSignature(op);
-    if (!first.emplace(key, id).second) continue;
-    Result<double> us = gpu.TimeOp(id, repeats);
-    if (!us.ok()) return us.error();
-    profile.compute_us[key] = *us;
-    if (op.kind == OpKind::kGemm && (largest_gemm < 0 || op.flops > s.op(largest_gemm).flops))
-      largest_gemm = id;
-    if (op.kind == OpKind::kElementwise &&
-        (largest_memory < 0 || op.bytes > s.op(largest_memory).bytes))
-      largest_memory = id;
-  }
+  DOMINO_RETURN_IF_ERROR(
+      TimeNewOps(s, gpu, comm, repeats, distinct, profile, largest_gemm, largest_memory));
+  const size_t stack_ops = profile.compute_us.size();
   Result<double> tflops =
       gpu.GemmTflops(8192, 8192, 8192, /*warmup=*/10, /*repeats=*/20, /*fp8=*/false);
   if (!tflops.ok()) return tflops.error();
@@ -240,6 +273,18 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
           {OpSignature(s.op(id)), b.ctas, b.hbm_bytes / b.us * 1e-3, alone, *beside});
     }
   }
+  // The model's ends (embedding, final norm, LM head, loss) on a runner of their own, the layer
+  // stack's released first: only one schedule's tensors are on the device at a time.
+  runner->reset();
+  const Schedule& ends = (*schedules)[1];
+  Result<std::unique_ptr<CudaRunner>> ends_runner =
+      MakeCudaRunner(ends, plan.model, comm.rank(), plan.tp, /*seed=*/1, cuda, comm);
+  if (!ends_runner.ok()) return ends_runner.error();
+  DOMINO_RETURN_IF_ERROR((*ends_runner)->FillRandom(/*seed=*/1));
+  DOMINO_RETURN_IF_ERROR(TimeNewOps(ends, **ends_runner, comm, repeats, distinct, profile,
+                                    largest_gemm, largest_memory));
+  tell(fmt::format("the model's ends (embedding, final norm, LM head, loss): {} more ops timed",
+                   profile.compute_us.size() - stack_ops));
   return profile;
 }
 

@@ -40,20 +40,22 @@ struct CalibrateOptions {
   std::function<void(const std::string&)> progress;
 };
 
-// Measures, on the CPU backend, every distinct compute op of the plan's lowering (GEMMs,
-// attention, norms, activations, residuals, forward and backward) and, when the communicator
-// has more than one rank, every distinct TP collective of it, nccl-tests style (each rank times
+// Measures, on the CPU backend, every distinct compute op of the plan's layer stack (GEMMs,
+// attention, norms, activations, residuals, forward and backward) and of the model's ends
+// (embedding, final norm, LM head and loss, lowered with one layer) and, when the communicator
+// has more than one rank, every distinct TP collective of both, nccl-tests style (each rank times
 // the same calls; rank 0's medians are kept). Every rank must call it; the profile is complete
 // on rank 0. The CPU runs one op at a time, so the profile says `contention: false`.
 Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
                                      const CalibrateOptions& options = {});
 
-// The same on the CUDA backend, timed by CUDA events on tensors of random values: every distinct
-// compute op, and with the plan's tp ranks every distinct TP collective on NCCL as nccl-tests
-// times them (a warm-up, a barrier, batches of back-to-back calls timed on the GPU; every rank
-// times the same calls, rank 0's medians are kept). Also the device's dense GEMM TFLOP/s, its
-// achieved HBM bandwidth, contention samples (options.beside), the soak's TFLOP/s per second and
-// the GEMM shapes' TFLOP/s. The profile says `contention: true`.
+// The same on the CUDA backend, timed by CUDA events on tensors of random values (the layer
+// stack's runner released before the ends' is made): every distinct compute op, and with the plan's
+// tp ranks every distinct TP collective on NCCL as nccl-tests times them (a warm-up, a barrier,
+// batches of back-to-back calls timed on the GPU; every rank times the same calls, rank 0's medians
+// are kept). Also the device's dense GEMM TFLOP/s, its achieved HBM bandwidth, contention samples
+// (options.beside), the soak's TFLOP/s per second and the GEMM shapes' TFLOP/s. The profile says
+// `contention: true`.
 Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
                                       const CalibrateOptions& options = {});
 

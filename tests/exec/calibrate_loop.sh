@@ -17,6 +17,7 @@ loop() {
     --force >/dev/null
   grep -q "^contention: false" "$tmp/profile.yaml"
   grep -q "^  - \[allreduce, 2, " "$tmp/profile.yaml"
+  grep -q '^  - \["loss|' "$tmp/profile.yaml"  # the model's ends are measured too
   "$domino" simulate "${flags[@]}" --hardware-profile "$tmp/profile.yaml" --report "$tmp/p.yaml" \
     --force >/dev/null
   "$mpiexec" -np 2 --oversubscribe "$domino" execute "${flags[@]}" --iterations 7 \

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -472,14 +473,27 @@ TEST(CudaBackendFakeTest, CalibrationTimesEveryDistinctOp) {
   ASSERT_EQ(fake::Counters().gemm_shapes.size(), 1u);
   EXPECT_EQ(fake::Counters().gemm_shapes[0], (std::array<int64_t, 6>{8192, 8192, 8192, 10, 20, 0}));
   EXPECT_EQ(fake::Counters().soaks + fake::Counters().fp8_soaks, 0);
-  for (const Op& op : s->ops()) {
-    if (op.kind == OpKind::kCollective) continue;
-    ASSERT_TRUE(profile->compute_us.count(OpSignature(op))) << OpSignature(op);
-    if (op.kind == OpKind::kGemm) {
-      EXPECT_NEAR(profile->compute_us.at(OpSignature(op)),
-                  fake::kLaunchUs + op.flops * fake::kUsPerFlop, 1e-3);
+  // The layer stack's ops and the model's ends' (embedding, final norm, LM head, loss), timed
+  // on a second runner: one layer with both ends.
+  Result<Schedule> ends = LowerStage(plan, LowerOptions{1, true, true, true, true});
+  ASSERT_TRUE(ends.ok());
+  std::set<std::string> signatures;
+  for (const Schedule* schedule : {&*s, &*ends}) {
+    for (const Op& op : schedule->ops()) {
+      if (op.kind == OpKind::kCollective) continue;
+      signatures.insert(OpSignature(op));
+      ASSERT_TRUE(profile->compute_us.count(OpSignature(op))) << OpSignature(op);
+      if (op.kind == OpKind::kGemm) {
+        EXPECT_NEAR(profile->compute_us.at(OpSignature(op)),
+                    fake::kLaunchUs + op.flops * fake::kUsPerFlop, 1e-3);
+      }
     }
   }
+  EXPECT_EQ(profile->compute_us.size(), signatures.size());
+  for (const char* end : {"embed|", "lm_head|", "loss|", "loss.grad|"})
+    EXPECT_TRUE(std::any_of(signatures.begin(), signatures.end(), [&](const std::string& sig) {
+      return sig.rfind(end, 0) == 0;
+    })) << end;
   ASSERT_EQ(profile->contention_samples.size(), 2u);
   for (const auto& c : profile->contention_samples) {
     EXPECT_EQ(c.ctas, 16);
@@ -555,7 +569,8 @@ TEST(CudaBackendFakeTest, CalibrationRepeatsTheGemmsInFp8) {
   EXPECT_EQ(profile->gemm_samples[4].m, 1024);
   EXPECT_EQ(profile->gemm_samples[5].n, 2145);
   EXPECT_EQ(profile->gemm_samples[5].tflops, 2 * fake::kPeakTflops);
-  ASSERT_EQ(told.size(), 2u + 7u + 1u);  // the soaks, the shapes, the launch overheads
+  // The soaks, the shapes, the launch overheads, the model's ends.
+  ASSERT_EQ(told.size(), 2u + 7u + 1u + 1u);
   EXPECT_EQ(told[1],
             "soak fp8 8192^3: 1000.0 TFLOP/s in the first second, 990.0 in the last "
             "(-1.0%)");
@@ -565,6 +580,16 @@ TEST(CudaBackendFakeTest, CalibrationRepeatsTheGemmsInFp8) {
   EXPECT_EQ(told[8], "gemm 1024x2145x1024 fp8: 1000.0 TFLOP/s");
   EXPECT_EQ(told[9],
             "kernel launch: 2.00 us per kernel launched one by one, 0.50 from a CUDA graph");
+  Result<Schedule> layers = Lower(plan);
+  Result<Schedule> ends = LowerStage(plan, LowerOptions{1, true, true, true, true});
+  ASSERT_TRUE(layers.ok() && ends.ok());
+  std::set<std::string> stack, ends_only;
+  for (const Op& op : layers->ops()) stack.insert(OpSignature(op));
+  for (const Op& op : ends->ops())
+    if (op.kind != OpKind::kCollective && !stack.count(OpSignature(op)))
+      ends_only.insert(OpSignature(op));
+  EXPECT_EQ(told[10], "the model's ends (embedding, final norm, LM head, loss): " +
+                          std::to_string(ends_only.size()) + " more ops timed");
 }
 TEST(CudaBackendFakeTest, GraphIsDestroyedBeforeTheNcclCommunicator) {
   const Plan plan = TinyPlan(2, OverlapScope::kInterLayer);
@@ -676,6 +701,7 @@ TEST(CudaBackendFakeTest, DecomposedPartsRunEmulatedAndOnNccl) {
     ASSERT_TRUE(emulated.ok()) << emulated.message();
     Result<Schedule> s = Lower(plan);
     ASSERT_TRUE(s.ok());
+    fake::ResetCounters();  // the NCCL run's only
     TwoRankStandIn host;
     Result<std::unique_ptr<CudaRunner>> runner = NcclRunner(plan, *s, host, /*graph=*/false);
     ASSERT_TRUE(runner.ok()) << runner.message();
@@ -731,7 +757,19 @@ TEST(CudaBackendFakeTest, CalibrationFillsRandomOperandsAndBatchesCollectives) {
   Result<HardwareProfile> profile = CalibrateCuda(plan, host, options);
   ASSERT_TRUE(profile.ok()) << profile.message();
   EXPECT_GE(fake::Counters().random_fills, static_cast<int>(s->tensors().size()));
-  ASSERT_FALSE(profile->collectives.empty());
+  // Each distinct collective of the layer stack and of the model's ends (the loss's and the
+  // embedding's all-reduces) once.
+  Result<Schedule> ends = LowerStage(plan, LowerOptions{1, true, true, true, true});
+  ASSERT_TRUE(ends.ok());
+  std::set<std::pair<std::string, double>> distinct;
+  for (const Schedule* schedule : {&*s, &*ends})
+    for (const Op& op : schedule->ops())
+      if (op.kind == OpKind::kCollective)
+        distinct.emplace(CollectiveKindName(op.collective), op.bytes);
+  std::set<std::pair<std::string, double>> timed;
+  for (const auto& c : profile->collectives) timed.emplace(c.kind, c.bytes);
+  EXPECT_EQ(timed, distinct);
+  EXPECT_EQ(profile->collectives.size(), distinct.size());
   for (const auto& c : profile->collectives) EXPECT_NEAR(c.us, fake::kNcclUs, 1e-3) << c.kind;
 }
 

@@ -13,6 +13,8 @@
 // every element, so a test sees gradients accumulated twice.
 #include "tests/exec/fake_cuda_ops.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -61,6 +63,16 @@ namespace {
 
 // Per thread: each rank of a multi-rank test is a thread of its own and counts its own calls.
 thread_local fake::Stats stats;
+
+// The counters start from zero with each test (and each thread a test starts), so that a test
+// sees everything its code did, across every context it created.
+struct ResetCountersEachTest : testing::EmptyTestEventListener {
+  void OnTestStart(const testing::TestInfo&) override { stats = fake::Stats{}; }
+};
+const bool kResetRegistered = [] {
+  testing::UnitTest::GetInstance()->listeners().Append(new ResetCountersEachTest);
+  return true;
+}();
 
 // Device buffers by their first byte: size and accumulating writes since the last zero. The
 // ranks' threads share the map, under the lock.
@@ -139,7 +151,6 @@ Status Create(int device, DType type, Context** out) {
   if (device != 0) return Error("no such fake device");
   *out = new Context;
   (*out)->type = type;
-  stats = fake::Stats{};
   return Status::Ok();
 }
 void Destroy(Context* context) {
@@ -458,6 +469,7 @@ void NcclDestroy(Nccl* n) { EndNccl(n, "nccl finalize"); }
 
 namespace fake {
 const Stats& Counters() { return cuda::stats; }
+void ResetCounters() { cuda::stats = Stats{}; }
 }  // namespace fake
 
 }  // namespace domino::exec

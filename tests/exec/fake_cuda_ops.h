@@ -52,8 +52,9 @@ struct Stats {
   int soaks = 0, fp8_soaks = 0;  // SoakGemm calls in the context's type and in fp8
 };
 
-// This thread's, since it last created a context.
+// This thread's, since the test started (or this thread did).
 const Stats& Counters();
+void ResetCounters();  // this thread's, to zero
 
 }  // namespace domino::exec::fake
 

@@ -1,0 +1,66 @@
+#include "exec/calibrate.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "exec/communicator.h"
+#include "planner/lower.h"
+#include "tests/planner/test_plans.h"
+
+namespace domino::exec {
+namespace {
+
+Plan TinyGpt() {
+  testing_util::PlanKnobs k;
+  k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/tiny-gpt.yaml";
+  k.cluster = "dgx-h100:1:2";
+  k.tp = 2;
+  k.seq_len = 16;
+  k.micro_batch = 4;
+  k.global_batch = 4;
+  k.row_split = 2;
+  k.scope = OverlapScope::kInterLayer;
+  return testing_util::MakePlan(k);
+}
+
+// The CPU calibration times every distinct compute op of the layer stack and of the model's ends
+// (embedding, final norm, LM head, loss: one layer lowered with both), each once; one rank times
+// no collective.
+TEST(CalibrateCpuTest, TimesTheLayerStackAndTheModelsEnds) {
+  const Plan plan = TinyGpt();
+  Result<Schedule> layers = Lower(plan);
+  Result<Schedule> ends = LowerStage(plan, LowerOptions{1, true, true, true, true});
+  ASSERT_TRUE(layers.ok() && ends.ok());
+  std::set<std::string> stack, all;
+  for (const Op& op : layers->ops())
+    if (op.kind != OpKind::kCollective) stack.insert(OpSignature(op));
+  all = stack;
+  for (const Op& op : ends->ops())
+    if (op.kind != OpKind::kCollective) all.insert(OpSignature(op));
+  ASSERT_GT(all.size(), stack.size());  // the ends have ops the layer stack lacks
+
+  SelfCommunicator self;
+  CalibrateOptions options;
+  options.repeats = 1;
+  Result<HardwareProfile> profile = CalibrateCpu(plan, self, options);
+  ASSERT_TRUE(profile.ok()) << profile.message();
+  EXPECT_EQ(profile->backend, "cpu");
+  EXPECT_FALSE(profile->contention);
+  EXPECT_TRUE(profile->collectives.empty());
+  std::set<std::string> timed;
+  for (const auto& [signature, us] : profile->compute_us) {
+    timed.insert(signature);
+    EXPECT_GT(us, 0) << signature;
+  }
+  EXPECT_EQ(timed, all);
+  for (const char* end : {"embed|", "embed.grad|", "lm_head|", "loss|", "loss.grad|"}) {
+    bool found = false;
+    for (const std::string& signature : timed) found |= signature.rfind(end, 0) == 0;
+    EXPECT_TRUE(found) << end;
+  }
+}
+
+}  // namespace
+}  // namespace domino::exec
