@@ -70,6 +70,7 @@ struct ResetCountersEachTest : testing::EmptyTestEventListener {
   void OnTestStart(const testing::TestInfo&) override { stats = fake::Stats{}; }
 };
 const bool kResetRegistered = [] {
+  // gtest's listener list takes ownership of a raw pointer.
   testing::UnitTest::GetInstance()->listeners().Append(new ResetCountersEachTest);
   return true;
 }();
