@@ -14,7 +14,7 @@
 namespace domino::exec {
 
 // Context parallelism's ring attention, one op of the ring at a time, as the schedule lays it
-// out (planner/lower.cc). Each rank's block is its tokens' K and V (and, backward, their
+// out (planner/lower_attention.cc). Each rank's block is its tokens' K and V (and, backward, their
 // accumulated gradients). Forward: transfer j passes the current block to the next CP rank and
 // receives the previous rank's (double-buffered: the block step j computes with stays), block j
 // folds the current block's keys into each local query's online softmax (running max, sum and

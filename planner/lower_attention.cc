@@ -1,0 +1,132 @@
+// Context parallelism (cp > 1) gives each rank seq_len / cp tokens of every sequence (chunks r
+// and 2cp-1-r of 2cp, Megatron-Core's causal load balance): every GEMM, norm and collective works
+// on those tokens, and the attention core becomes ring attention as Transformer Engine's "p2p" CP
+// runs it. Forward: cp steps, step j an attention block of the local queries against the KV block
+// that started j ranks back; while block j computes, the cp-comm stream passes the block on
+// (sends it to the next CP rank, receives the next one: 2 * kv_heads/tp * head_dim * local tokens
+// * bytes), so block j+1 waits only for that transfer. Causal: the diagonal block (step 0) is the
+// local queries against their own keys under the mask; every other step is half a block unmasked
+// (both local chunks against the earlier half of the KV, or the later chunk against all of it),
+// the same work as the masked diagonal, so each step is priced as a causal block of the local
+// tokens. Backward: cp steps again, each passing KV and the dKV accumulated so far (step 0 only
+// KV, the last only dKV, which then reaches its owner); step j's transfer carries step j-1's dKV,
+// so it waits for that block, and the QKV input gradient waits for the last transfer. KV buffers
+// are double-buffered (as TE's): step j's transfer also waits for block j-1 to be done with the
+// buffer it receives into. A stack that merges the steps in kernels of its own
+// (StackSpec::cp_merge_kernels, Transformer Engine's p2p CP) follows each block with one kCpMerge
+// pass over what those kernels move (CpMergeBytes); the softmax statistics' corrections, a few
+// bytes per query, are left out.
+
+#include <initializer_list>
+#include <vector>
+
+#include "planner/lowering.h"
+
+namespace domino::lowering {
+
+// HBM bytes of the kernels around ring step j of a row slice in Transformer Engine's p2p CP
+// with the causal mask (TransformerEngine v1.11, pytorch/attention.py, AttnFuncWithCPAndKVP2P,
+// the sbhd layout and fused attention), in units of Q (the local queries' output, tokens x
+// heads x head_dim) and KV (KvBlockBytes). A step i > 0 on CP rank r reads half the KV
+// (i <= r: a contiguous copy of it) or half the queries (i > r: copies of q, and backward of out
+// and dout too); f = (cp - i) / cp of the ranks take the first case, and the step is priced at
+// that mean. Forward: step 0 packs K and V into the ring buffer (2 KV), zeroes the output (Q)
+// and merges its partial output (read it and the output, write the output: 3 Q); a step i > 0
+// merges f (KV + 3 Q) + (1 - f) (Q + 1.5 Q). Backward: step 0 copies KV into the ring buffer
+// (2 KV), copies dQ (2 Q), concatenates dK and dV (2 KV) and copies dKV (2 KV); a step i > 0
+// adds f (KV + 3 Q + KV + 1.5 KV) + (1 - f) (3 Q + 1.5 Q + 2 KV + 3 KV).
+double Lowering::CpMergeBytes(int step, bool backward) const {
+  const double q = static_cast<double>(slice_tokens_) * a_ * d_ * e_, kv = KvBlockBytes();
+  if (step == 0) return backward ? 6 * kv + 2 * q : 2 * kv + 4 * q;
+  const double f = static_cast<double>(cp_ - step) / cp_;
+  return backward ? f * (3.5 * kv + 3 * q) + (1 - f) * (5 * kv + 4.5 * q)
+                  : f * (kv + 3 * q) + (1 - f) * 2.5 * q;
+}
+
+// One ring step's transfer on the cp-comm stream: sends `bytes` to the next CP rank and
+// receives as many from the previous one, in place in `buffers` (the KV columns of qkv, and
+// backward those of its gradient).
+int32_t Lowering::RingTransfer(const OpTags& tags, int step, double bytes, Deps deps,
+                               std::initializer_list<TensorUse> buffers) {
+  Op op;
+  op.kind = OpKind::kSendRecv;
+  op.stream = Stream::kCpComm;
+  op.func = OpFunc::kCpSendRecv;
+  op.group = Group::kCp;
+  op.tags = tags;
+  op.tags.ring_step = static_cast<int8_t>(step);
+  op.bytes = bytes;
+  return s_.Add(op, deps, std::span(buffers.begin(), buffers.size()),
+                std::span(buffers.begin(), buffers.size()));
+}
+
+// The attention core of slice i (forward or recomputed: kAttn; backward: kAttnGrad): one op,
+// or with context parallelism the ring of cp steps described at the top of this file.
+void Lowering::AttentionCore(OpFunc func, const OpTags& tags, int l, int i) {
+  const LayerTensors& t = tensors_[l];
+  const bool backward = func == OpFunc::kAttnGrad;
+  const double factor = backward ? 2.0 : 1.0;
+  if (cp_ == 1) {
+    if (backward) {
+      Attention(func, tags, factor, {SliceOf(t.qkv, i), SliceOf(t.g_ctx, i)},
+                {SliceOf(t.g_qkv, i)});
+    } else {
+      Attention(func, tags, factor, {SliceOf(t.qkv, i)}, {SliceOf(t.ctx, i)});
+    }
+    return;
+  }
+  const int64_t rows = slice_tokens_;
+  const View kv{i * rows, (i + 1) * rows, a_ * d_, qkv_n_};
+  int32_t transfer = -1, block = -1;
+  for (int j = 0; j < cp_; ++j) {
+    OpTags step_tags = tags;
+    step_tags.ring_step = static_cast<int8_t>(j);
+    if (backward) {
+      // Step j sends the KV block for step j+1 and the dKV accumulated through step j-1.
+      const double bytes = KvBlockBytes() * (j == 0 || j == cp_ - 1 ? 1 : 2);
+      Deps after = j == 0 ? Deps{last_compute_} : Deps{transfer, block};
+      const int32_t next =
+          RingTransfer(tags, j, bytes, std::move(after), {Use(t.qkv, kv), Use(t.g_qkv, kv)});
+      block = Attention(func, step_tags, factor, {SliceOf(t.qkv, i), SliceOf(t.g_ctx, i)},
+                        {SliceOf(t.g_qkv, i)}, j == 0 ? Deps{} : Deps{transfer});
+      // The next transfer carries the dKV this merge accumulates.
+      if (plan_.stack.cp_merge_kernels)
+        block = Elementwise(OpFunc::kCpMerge, step_tags, CpMergeBytes(j, true), {},
+                            {SliceOf(t.g_qkv, i)}, {SliceOf(t.g_qkv, i)});
+      transfer = next;
+    } else {
+      // Double-buffered: step j's transfer receives into the buffer block j-1 read.
+      int32_t next = -1;
+      if (j + 1 < cp_)
+        next = RingTransfer(tags, j, KvBlockBytes(),
+                            j == 0 ? Deps{last_compute_} : Deps{transfer, block}, {Use(t.qkv, kv)});
+      block = Attention(func, step_tags, factor, {SliceOf(t.qkv, i)}, {SliceOf(t.ctx, i)},
+                        j == 0 ? Deps{} : Deps{transfer});
+      if (plan_.stack.cp_merge_kernels)
+        Elementwise(OpFunc::kCpMerge, step_tags, CpMergeBytes(j, false), {}, {SliceOf(t.ctx, i)},
+                    {SliceOf(t.ctx, i)});
+      transfer = next;
+    }
+  }
+  // The gradient of this rank's KV arrives with the last transfer.
+  if (backward) sync_.push_back(transfer);
+}
+
+// Rotary embeddings over row slice i's Q and K (kRope) or their gradients (kRopeGrad), in place
+// on `qkv` (the slice's qkv or its gradient): StackSpec::rope's passes over them (RopeKernel);
+// none when the model has learned positions or the stack runs none. The op carries the
+// attention's shape (its rows are whole local sequences) for the executor's kernel.
+void Lowering::Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i) {
+  if (plan_.model.learned_positions() || plan_.stack.rope == RopeKernel::kNone) return;
+  Op op;
+  op.kind = OpKind::kElementwise;
+  op.func = func;
+  op.tags = tags;
+  op.bytes = (plan_.stack.rope == RopeKernel::kFused ? 2 : 10) * RowBytes((a_ + g_) * d_);
+  op.sequences = plan_.micro_batch / p_;
+  op.seq_len = plan_.local_seq_len();
+  op.heads = a_, op.kv_heads = g_, op.head_dim = d_;
+  Compute(op, {}, {SliceOf(qkv, i)}, {SliceOf(qkv, i)});
+}
+
+}  // namespace domino::lowering

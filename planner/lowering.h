@@ -1,0 +1,230 @@
+#ifndef DOMINO_PLANNER_LOWERING_H_
+#define DOMINO_PLANNER_LOWERING_H_
+
+// The working state of Lower and LowerStage (planner/lower.h, the planner's interface), shared by
+// the files that lower one part each: lower.cc the issue order and each layer's forward and
+// backward blocks, lower_tensors.cc the tensors, lower_attention.cc the attention core (ring
+// attention with context parallelism), lower_ends.cc the embedding, final norm, LM head and loss.
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "planner/lower.h"
+
+namespace domino::lowering {
+
+enum class Block { kAttention, kMlp };
+
+// The tensors of one layer. Residual-stream tensors (x, mid and their gradients) are whole on
+// every rank, or sequence shards with sequence parallelism (SP); norm outputs are whole on every
+// rank (SP: all-gathered from the `*_s` shards); column-parallel outputs are column shards. The
+// row-parallel outputs proj and fc2 hold partial sums until their all-reduce (in place) or their
+// reduce-scatter (SP: into proj_s, fc2_s). A layer's output is the next layer's x; its gradient
+// is the next layer's g_x (the top layer's: out_grad). Unused ids are -1.
+struct LayerTensors {
+  int32_t x, ln1, ln1_s, qkv, ctx, proj, proj_s, mid, ln2, ln2_s, fc1, act, fc2, fc2_s;
+  int32_t w_qkv, w_proj, w_fc1, w_fc2, w_ln1, w_ln2;
+  int32_t g_x, g_ln1, g_ln1_s, g_qkv, g_ctx, g_mid, g_mid_full, g_ln2, g_ln2_s, g_fc1, g_act;
+  int32_t g_out_full;
+  int32_t g_w_qkv, g_w_proj, g_w_fc1, g_w_fc2, g_w_ln1, g_w_ln2;
+};
+
+// Lowers one plan (a model chunk of LowerOptions) into a Schedule: Run() once.
+class Lowering {
+ public:
+  Lowering(const Plan& plan, const LowerOptions& options);
+
+  Schedule Run();
+
+ private:
+  using Deps = std::vector<int32_t>;
+
+  int32_t AddTensor(std::string name, int64_t rows, int64_t cols, Shard shard, int64_t part,
+                    const TensorRole& role) {
+    return s_.AddTensor(Tensor{std::move(name), rows, cols, shard, part, role});
+  }
+  // A residual-stream tensor: whole, or this rank's sequence shard.
+  int32_t ResidualTensor(std::string name, const TensorRole& role) {
+    if (!sp_) return AddTensor(std::move(name), tokens_, h_, Shard::kReplicated, 0, role);
+    return AddTensor(std::move(name), tokens_ / plan_.tp, h_, Shard::kSequence, p_, role);
+  }
+  // Roles of layer l's tensors: an activation (or its gradient) of `slot`, a weight, a norm's gain.
+  static TensorRole Role(TensorKind kind, TensorSlot slot, int l, bool gradient = false,
+                         TensorForm form = TensorForm::kPrimary) {
+    TensorRole role;
+    role.kind = kind, role.slot = slot, role.gradient = gradient, role.form = form;
+    role.layer = static_cast<int16_t>(l);
+    return role;
+  }
+  static TensorRole Act(TensorSlot slot, int l, TensorForm form = TensorForm::kPrimary) {
+    return Role(TensorKind::kActivation, slot, l, false, form);
+  }
+  static TensorRole Grad(TensorSlot slot, int l, TensorForm form = TensorForm::kPrimary) {
+    return Role(TensorKind::kActivation, slot, l, true, form);
+  }
+
+  // Gradient of layer l's output: the next layer's input gradient.
+  int32_t OutGrad(int l) const { return l + 1 < layers_ ? tensors_[l + 1].g_x : out_grad_; }
+  // What reaches the residual stream after a row-parallel GEMM's collective.
+  int32_t Reduced(int32_t whole, int32_t shard) const { return sp_ ? shard : whole; }
+
+  // Column chunk `chunk` of row slice `slice` of a whole-token tensor `cols` wide.
+  View Chunk(int slice, int chunk, int64_t cols) const {
+    int64_t width = cols / q_;
+    return View{slice * slice_tokens_, (slice + 1) * slice_tokens_, chunk * width,
+                (chunk + 1) * width};
+  }
+  static View Whole(int64_t rows, int64_t cols) { return View{0, rows, 0, cols}; }
+  // Decomposed chunk `chunk` of row slice `slice` of a whole-token tensor: its rows.
+  View Piece(int slice, int chunk, int64_t cols) const {
+    const int64_t rows = slice_tokens_ / c_;
+    const int64_t begin = slice * slice_tokens_ + chunk * rows;
+    return View{begin, begin + rows, 0, cols};
+  }
+  OpTags PieceTags(OpTags tags, int chunk) const {
+    tags.chunk = static_cast<int8_t>(c_ > 1 ? chunk : -1);
+    return tags;
+  }
+  TensorUse Use(int32_t tensor, View view) const { return TensorUse{tensor, view}; }
+  // Row slice `slice` of a tensor of activations, whole or a sequence shard.
+  TensorUse SliceOf(int32_t tensor, int slice) const {
+    const Tensor& t = s_.tensors()[tensor];
+    int64_t rows = t.rows / p_;
+    return TensorUse{tensor, View{slice * rows, (slice + 1) * rows, 0, t.cols}};
+  }
+  TensorUse WholeOf(int32_t tensor) const {
+    const Tensor& t = s_.tensors()[tensor];
+    return TensorUse{tensor, Whole(t.rows, t.cols)};
+  }
+
+  // lower.cc: ops and the waits between them, then a layer's blocks in issue order.
+  OpTags Tags(int layer, int slice, int chunk, Phase phase) const;
+  int32_t Compute(Op op, Deps deps, std::initializer_list<TensorUse> reads,
+                  std::initializer_list<TensorUse> writes);
+  int32_t Gemm(OpFunc func, const OpTags& tags, int64_t m, int64_t n, int64_t k, Deps deps,
+               std::initializer_list<TensorUse> reads, std::initializer_list<TensorUse> writes);
+  int32_t Elementwise(OpFunc func, const OpTags& tags, double bytes, Deps deps,
+                      std::initializer_list<TensorUse> reads,
+                      std::initializer_list<TensorUse> writes);
+
+  int32_t Attention(OpFunc func, const OpTags& tags, double flops_factor,
+                    std::initializer_list<TensorUse> reads, std::initializer_list<TensorUse> writes,
+                    Deps deps = {});
+  int32_t Collective(OpFunc func, CollectiveOp kind, const OpTags& tags, double bytes,
+                     int32_t producer, TensorUse in, TensorUse out, int part = 0, int parts = 1);
+
+  // Scope intra-layer: everything of the next layer waits for this layer's collectives.
+  void Barrier() {
+    if (scope_ == OverlapScope::kIntraLayer)
+      sync_.insert(sync_.end(), layer_comms_.begin(), layer_comms_.end());
+    layer_comms_.clear();
+  }
+
+  // Scope none: the next compute op waits for `comm`.
+  void SyncIfNoOverlap(int32_t comm) {
+    if (scope_ == OverlapScope::kNone) sync_.push_back(comm);
+  }
+
+  double RowBytes(int64_t cols) const { return static_cast<double>(slice_tokens_) * cols * e_; }
+
+  // Bytes of a sequence-parallel all-gather that feeds a layer's linear GEMM: under fp8 the
+  // operand is quantized before it is gathered, so the gather moves 1-byte elements (Transformer
+  // Engine gathers the fp8 input, and its userbuffers all-gather buffers are fp8: fp8_buf). The LM
+  // head's and the embedding gradient's gathers stay 16-bit.
+  double LinearGatherBytes() const {
+    return plan_.precision == Dtype::kFp8 ? static_cast<double>(slice_tokens_) * h_ : RowBytes(h_);
+  }
+  // Bytes of the residual add after the attention projection and the second MLP linear, over
+  // `hb` bytes of activations, as the stack runs it: one fused pass (read both, write; with
+  // dropout, a 1-byte mask too), or a bias pass, a dropout pass and an add pass.
+  double ResidualBytes(double hb) const {
+    const StackSpec& stack = plan_.stack;
+    const double mask = stack.dropout ? hb / e_ : 0;
+    if (stack.fused_bias_dropout_add) return 3 * hb + mask;
+    return (plan_.model.bias ? 2 * hb : 0) + (stack.dropout ? 2 * hb + mask : 0) + 3 * hb;
+  }
+  // Rows a norm or residual touches: a sequence-parallel shard, or the whole slice.
+  double NormRows() const {
+    return sp_ ? static_cast<double>(slice_tokens_) / plan_.tp : slice_tokens_;
+  }
+
+  Deps ForwardEntry(int l, Block block, int i);
+  Deps GatherParts(const OpTags& tags, int32_t producer, TensorUse in, int32_t whole, int i);
+
+  // GEMM piece k of a decomposed column-parallel (or input-gradient) GEMM waits for part k.
+  static Deps PieceDeps(const Deps& entry, int k) {
+    return {entry[std::min<size_t>(k, entry.size() - 1)]};
+  }
+
+  void ForwardCompute(int l, Block block, int i, const Deps& entry);
+  void ForwardBlock(int l, Block block);
+  Deps BackwardEntry(int l, Block block, int i, bool final = false);
+
+  // Norm backward of slice i: dx = upstream (the gradient through the residual) + the norm's
+  // backward of dy at x; the norm weight's gradient accumulates in dw.
+  int32_t NormGrad(OpFunc func, const OpTags& tags, Deps deps, int i, int32_t x, int32_t dy,
+                   int32_t w, int32_t upstream, int32_t dx, int32_t dw) {
+    return Elementwise(func, tags, 5 * NormRows() * h_ * e_, std::move(deps),
+                       {SliceOf(x, i), SliceOf(dy, i), WholeOf(w), SliceOf(upstream, i)},
+                       {SliceOf(dx, i), WholeOf(dw)});
+  }
+
+  void BackwardCompute(int l, Block block, int i, const Deps& entry);
+  void BackwardBlock(int l, Block block);
+  void RecomputeLayer(int l);
+
+  // lower_tensors.cc: a layer's tensors, the embedding's and the head's.
+  LayerTensors MakeTensors(int l);
+  void MakeEmbeddingTensors();
+  void MakeHeadTensors();
+
+  // lower_attention.cc: the attention core, and ring attention with context parallelism.
+  // Bytes of one KV block of a row slice: K and V of this rank's kv heads for its local tokens.
+  double KvBlockBytes() const { return 2.0 * g_ * d_ * slice_tokens_ * e_; }
+  double CpMergeBytes(int step, bool backward) const;
+  int32_t RingTransfer(const OpTags& tags, int step, double bytes, Deps deps,
+                       std::initializer_list<TensorUse> buffers);
+  void AttentionCore(OpFunc func, const OpTags& tags, int l, int i);
+  void Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i);
+
+  // lower_ends.cc: the embedding in front; the final norm, LM head and loss behind.
+  double LossBytes(Phase phase) const;
+  void EmbeddingForward(int i);
+  void EmbeddingBackward(int i, int32_t grad);
+  void HeadForward(int i);
+  void HeadBackward(int i);
+
+  const Plan& plan_;
+  LowerOptions options_;
+  int p_, q_, layers_;
+  bool sp_;
+  int c_;   // decomposed-overlap chunks (1: none)
+  int cp_;  // context-parallel degree (1: none)
+  OverlapScope scope_;
+  int64_t h_ = 0, d_ = 0, a_ = 0, g_ = 0, f_ = 0, f1_ = 0, qkv_n_ = 0, e_ = 2;
+  int64_t tokens_ = 0, slice_tokens_ = 0, vocab_ = 0;
+  Phase fwd_phase_ = Phase::kForward;  // kRecompute while a layer's forward is redone
+  bool recomputing_ = false;
+  int32_t head_x_ = -1, head_ln_ = -1, head_ln_s_ = -1, logits_ = -1, g_logits_ = -1;
+  int32_t g_head_ln_ = -1, g_head_ln_s_ = -1, w_head_ = -1, g_w_head_ = -1;
+  int32_t w_final_norm_ = -1, g_w_final_norm_ = -1, labels_ = -1, loss_ = -1;
+  int32_t w_embed_ = -1, g_w_embed_ = -1, tokens_in_ = -1, g_x_full_ = -1;
+  std::vector<int32_t> head_grad_ = std::vector<int32_t>(kMaxSplit + 1, -1);
+  std::vector<int32_t> loss_comm_ = std::vector<int32_t>(kMaxSplit + 1, -1);
+  Schedule s_;
+  std::vector<LayerTensors> tensors_;
+  int32_t out_grad_ = -1;             // gradient of the top layer's output
+  std::vector<Deps> waits_;           // per slice: collectives its next entry consumes
+  std::vector<int32_t> sync_;         // collectives the next compute op must wait for
+  int32_t last_compute_ = -1;         // the compute op issued last
+  std::vector<int32_t> layer_comms_;  // collectives of the current layer (intra-layer barrier)
+};
+
+}  // namespace domino::lowering
+
+#endif  // DOMINO_PLANNER_LOWERING_H_
