@@ -19,68 +19,18 @@
 #include "exec/interpreter.h"
 #include "exec/ring_attention.h"
 #include "exec/step_device.h"
+#include "exec/step_runner.h"
 #include "planner/lower.h"
 
 namespace domino::exec {
-namespace {
+namespace whole_step {
 
-TensorRole RoleOf(TensorKind kind, TensorSlot slot, int layer, bool gradient,
-                  TensorForm form = TensorForm::kPrimary) {
+TensorRole RoleOf(TensorKind kind, TensorSlot slot, int layer, bool gradient, TensorForm form) {
   TensorRole role;
   role.kind = kind, role.slot = slot, role.gradient = gradient, role.form = form;
   role.layer = static_cast<int16_t>(layer);
   return role;
 }
-
-// Bucket keys beside the layers: the chunk's other parameters (final norm, LM head) and the word
-// embedding, which has a bucket of its own so that the first and last stage lay it out alike.
-constexpr int kExtraBucket = -1;
-constexpr int kEmbeddingBucket = -2;
-
-// A weight (or norm gain) and its gradient: tensors of the chunk's schedule.
-struct Param {
-  int32_t value = -1, grad = -1;
-  int64_t offset = 0, size = 0;  // in the bucket's flat buffers
-};
-
-// The parameters whose gradients one DP collective reduces, flattened in tensor order, with the
-// optimizer's state. With the distributed optimizer the rank owns elements [r x shard, (r + 1) x
-// shard) of the padded buffers, r its rank among the DP x CP replicas: only those of `grad` are
-// reduced and only those of `master`, `m` and `v` are updated.
-struct Bucket {
-  int key = 0;  // the chunk's layer, kExtraBucket or kEmbeddingBucket
-  std::vector<Param> params;
-  int64_t size = 0, shard = 0;
-  std::vector<float> grad, master, m, v;
-  // The same in fp32 device memory when the step's transport is on the device (StepDevice);
-  // `recv` takes the tied embedding's gradient from the other end of the pipeline.
-  // `scratch` holds one micro-batch's gradient before its FSDP reduce-scatter.
-  float *d_grad = nullptr, *d_master = nullptr, *d_m = nullptr, *d_v = nullptr, *d_recv = nullptr,
-        *d_scratch = nullptr;
-  // Gradient summed over micro-batches (and reduced, if a bucket op ran); with FSDP from the
-  // step's start, as each micro-batch's reduce-scatter adds its part to the rank's shard.
-  bool final = false;
-  // The sharded optimizer updated the master weights and no gather has written them into the
-  // micro-batches' copies yet (FSDP gathers a layer many times a step; only the first writes).
-  bool stale = false;
-};
-
-// One model chunk (virtual stage) of this rank: its schedule, forward and backward, and one
-// backend per micro-batch (each keeps its activations until its backward; weights are the same
-// in all of them).
-struct Chunk {
-  int vs = 0, first_layer = 0;
-  ChunkShape shape;
-  Schedule schedule;
-  size_t forward_end = 0;     // ops [0, forward_end) are the forward pass
-  std::vector<Backend*> mbs;  // one per micro-batch, owned by `cpu` or `cuda`
-  std::vector<std::unique_ptr<CpuBackend>> cpu;
-  std::vector<std::unique_ptr<CudaRunner>> cuda;
-  std::vector<CudaRunner*> runners;  // `cuda`'s, for the device transport
-  std::vector<size_t> cursor;        // per micro-batch: its next op
-  std::vector<Bucket> buckets;
-  int32_t input = -1, input_grad = -1, out_mid = -1, out_mlp = -1, out_grad = -1, loss = -1;
-};
 
 int BucketKey(const TensorRole& role) {
   if (role.layer >= 0) return role.layer;
@@ -154,13 +104,6 @@ Status Describe(const Plan& plan, Chunk& c) {
   return Status::Ok();
 }
 
-// The communicators of one rank: its TP group, its CP group (the ranks that share its sequences),
-// its pipeline (the stages of its TP, CP and DP rank) and its replicas (the DP x CP ranks of its
-// TP rank and stage, which hold the same weights: gradients are reduced over them).
-struct Groups {
-  std::unique_ptr<Communicator> tp, cp, pp, dp;
-};
-
 Result<Groups> SplitGroups(const Plan& plan, Communicator& world, const RankCoords& me) {
   Groups g;
   const int tp = plan.tp, cp = plan.cp, dp = plan.dp;
@@ -182,700 +125,337 @@ Result<Groups> SplitGroups(const Plan& plan, Communicator& world, const RankCoor
   return g;
 }
 
-// One rank's run of an iteration, step after step.
-class StepRunner {
- public:
-  StepRunner(const Plan& plan, const Iteration& it, const RankCoords& me, Groups groups,
-             const ExecuteOptions& options)
-      : plan_(plan), it_(it), me_(me), g_(std::move(groups)), options_(options) {
-    if (plan_.cp > 1) ring_ = std::make_unique<RingAttention>(plan_, me_.cp, *g_.cp);
-  }
-
-  Status Init() {
-    const int vs_total = static_cast<int>(it_.virtual_stages.size());
-    std::vector<int> first(vs_total + 1, 0);
-    for (int vs = 0; vs < vs_total; ++vs) first[vs + 1] = first[vs] + it_.virtual_stages[vs].layers;
-    const int m = it_.micro_batches;
-    const int64_t tokens = static_cast<int64_t>(plan_.micro_batch) * plan_.seq_len;
-    for (int c = 0; c < it_.chunks; ++c) {
-      auto chunk = std::make_unique<Chunk>();
-      chunk->vs = c * it_.stages + me_.pp;
-      chunk->first_layer = first[chunk->vs];
-      chunk->shape = it_.virtual_stages[chunk->vs];
-      Result<Schedule> s = LowerChunk(plan_, chunk->shape);
-      if (!s.ok()) return s.error();
-      chunk->schedule = std::move(s).value();
-      if (options_.alter_chunk) options_.alter_chunk(chunk->schedule);
-      DOMINO_RETURN_IF_ERROR(Describe(plan_, *chunk));
-      for (int mb = 0; mb < m; ++mb) {
-        const int64_t global_mb = static_cast<int64_t>(me_.dp) * m + mb;
-        const FillOffsets fill{chunk->first_layer, global_mb * tokens, plan_.cp, me_.cp,
-                               plan_.seq_len};
-        if (options_.backend == BackendKind::kCuda) {
-          CudaOptions cuda = options_.cuda;
-          cuda.fill = fill;
-          // With NCCL the runners borrow the step's TP communicator (StepDevice::TpCollective).
-          cuda.lent_nccl = cuda.comm == CommMode::kNccl;
-          Result<std::unique_ptr<CudaRunner>> runner = MakeCudaRunner(
-              chunk->schedule, plan_.model, me_.tp, plan_.tp, options_.seed, cuda, *g_.tp);
-          if (!runner.ok()) return runner.error();
-          chunk->cuda.push_back(std::move(runner).value());
-          chunk->runners.push_back(chunk->cuda.back().get());
-          chunk->mbs.push_back(&chunk->cuda.back()->backend());
-        } else {
-          chunk->cpu.push_back(std::make_unique<CpuBackend>(chunk->schedule, plan_.model, me_.tp,
-                                                            plan_.tp, options_.seed, fill));
-          chunk->mbs.push_back(chunk->cpu.back().get());
-        }
-      }
-      chunk->cursor.assign(m, 0);
-      // The master weights start as the backends' initial weights.
-      for (Bucket& b : chunk->buckets)
-        for (const Param& p : b.params) {
-          Result<std::vector<float>> w = chunk->mbs[0]->Read(p.value);
-          if (!w.ok()) return w.error();
-          std::copy(w->begin(), w->end(), b.master.begin() + p.offset);
-        }
-      chunks_.push_back(std::move(chunk));
-    }
-    // The sends the schedule has, so that a recv without one receives nothing.
-    for (const Op& op : it_.schedule.ops())
-      if (op.func == OpFunc::kPpSend)
-        sends_.insert(
-            {op.tags.phase != Phase::kForward, op.tags.virtual_stage, op.tags.micro_batch});
-    for (size_t i = 0; i < it_.schedule.size(); ++i) {
-      const Op& op = it_.schedule.ops()[i];
-      const bool embedding_peer = op.func == OpFunc::kEmbeddingAllReduce && me_.pp == 0;
-      if (op.stage == me_.pp || embedding_peer) mine_.push_back(static_cast<int32_t>(i));
-    }
-    if (options_.backend == BackendKind::kCuda && options_.cuda.comm == CommMode::kNccl)
-      DOMINO_RETURN_IF_ERROR(InitDevice());
-    return Status::Ok();
-  }
-
-  // Runs one iteration (step `step`, from 1); `timeline` gets this rank's ops' times.
-  Status Step(int step, Timeline* timeline) {
-    using Clock = std::chrono::steady_clock;
-    for (auto& c : chunks_) {
-      std::fill(c->cursor.begin(), c->cursor.end(), 0);
-      for (auto& b : c->buckets) {
-        b.final = Fsdp();
-        if (!Fsdp()) continue;
-        std::fill(b.grad.begin(), b.grad.end(), 0.0f);
-        if (device_)
-          DOMINO_RETURN_IF_ERROR(device_->Zero(b.d_grad, static_cast<int64_t>(b.grad.size())));
-      }
-      for (auto& backend : c->mbs) DOMINO_RETURN_IF_ERROR(ZeroComputed(*c, *backend));
-    }
-    timeline->ops.assign(it_.schedule.size(), OpTime{});
-    const Clock::time_point t0 = Clock::now();
-    auto since = [&](Clock::time_point t) {
-      return std::chrono::duration<double, std::micro>(t - t0).count();
-    };
-    for (size_t n = 0; n < mine_.size(); ++n) {
-      const int32_t id = mine_[n];
-      const Clock::time_point start = Clock::now();
-      DOMINO_RETURN_IF_ERROR(RunIterationOp(id, step));
-      timeline->ops[id] = OpTime{since(start), since(Clock::now())};
-      if (options_.progress)
-        options_.progress((step - 1) * mine_.size() + n + 1, options_.steps * mine_.size());
-    }
-    return device_ ? device_->Finish() : Status::Ok();
-  }
-
-  // This rank's mean loss over its micro-batches, averaged over DP x CP; last stage only.
-  Result<double> Loss() {
-    Chunk* last = ChunkOf(static_cast<int>(it_.virtual_stages.size()) - 1);
-    if (last == nullptr) return 0.0;
-    const Tensor& t = last->schedule.tensors()[last->loss];
-    double sum = 0;
-    for (auto& backend : last->mbs) {
-      Result<std::vector<float>> stats = backend->Read(last->loss);
-      if (!stats.ok()) return stats.error();
-      sum += cpu::MeanCrossEntropy(cpu::ConstMat(stats->data(), t.rows, t.cols, t.cols));
-    }
-    float mean = static_cast<float>(sum / static_cast<double>(last->mbs.size()));
-    DOMINO_RETURN_IF_ERROR(g_.dp->AllReduce(&mean, 1));
-    return static_cast<double>(mean) / plan_.dp_cp();
-  }
-
-  // Makes the first micro-batch's backend hold the whole final gradient and the updated weights
-  // of every parameter (gathering the distributed optimizer's shards over DP), for the check.
-  Status Settle() {
-    for (auto& c : chunks_) {
-      for (Bucket& b : c->buckets) {
-        DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
-        if (Sharded()) {
-          DOMINO_RETURN_IF_ERROR(GatherShards(b.grad, b.d_grad));
-          DOMINO_RETURN_IF_ERROR(GatherShards(b.master, b.d_master));
-        }
-        if (device_) {
-          const int64_t padded = static_cast<int64_t>(b.grad.size());
-          DOMINO_RETURN_IF_ERROR(device_->Download(b.d_grad, b.grad.data(), padded));
-          DOMINO_RETURN_IF_ERROR(device_->Download(b.d_master, b.master.data(), padded));
-        }
-        for (const Param& p : b.params) {
-          DOMINO_RETURN_IF_ERROR(Write(*c, *c->mbs[0], p.grad, b.grad.data() + p.offset));
-          DOMINO_RETURN_IF_ERROR(Write(*c, *c->mbs[0], p.value, b.master.data() + p.offset));
-        }
+Status StepRunner::Init() {
+  const int vs_total = static_cast<int>(it_.virtual_stages.size());
+  std::vector<int> first(vs_total + 1, 0);
+  for (int vs = 0; vs < vs_total; ++vs) first[vs + 1] = first[vs] + it_.virtual_stages[vs].layers;
+  const int m = it_.micro_batches;
+  const int64_t tokens = static_cast<int64_t>(plan_.micro_batch) * plan_.seq_len;
+  for (int c = 0; c < it_.chunks; ++c) {
+    auto chunk = std::make_unique<Chunk>();
+    chunk->vs = c * it_.stages + me_.pp;
+    chunk->first_layer = first[chunk->vs];
+    chunk->shape = it_.virtual_stages[chunk->vs];
+    Result<Schedule> s = LowerChunk(plan_, chunk->shape);
+    if (!s.ok()) return s.error();
+    chunk->schedule = std::move(s).value();
+    if (options_.alter_chunk) options_.alter_chunk(chunk->schedule);
+    DOMINO_RETURN_IF_ERROR(Describe(plan_, *chunk));
+    for (int mb = 0; mb < m; ++mb) {
+      const int64_t global_mb = static_cast<int64_t>(me_.dp) * m + mb;
+      const FillOffsets fill{chunk->first_layer, global_mb * tokens, plan_.cp, me_.cp,
+                             plan_.seq_len};
+      if (options_.backend == BackendKind::kCuda) {
+        CudaOptions cuda = options_.cuda;
+        cuda.fill = fill;
+        // With NCCL the runners borrow the step's TP communicator (StepDevice::TpCollective).
+        cuda.lent_nccl = cuda.comm == CommMode::kNccl;
+        Result<std::unique_ptr<CudaRunner>> runner = MakeCudaRunner(
+            chunk->schedule, plan_.model, me_.tp, plan_.tp, options_.seed, cuda, *g_.tp);
+        if (!runner.ok()) return runner.error();
+        chunk->cuda.push_back(std::move(runner).value());
+        chunk->runners.push_back(chunk->cuda.back().get());
+        chunk->mbs.push_back(&chunk->cuda.back()->backend());
+      } else {
+        chunk->cpu.push_back(std::make_unique<CpuBackend>(chunk->schedule, plan_.model, me_.tp,
+                                                          plan_.tp, options_.seed, fill));
+        chunk->mbs.push_back(chunk->cpu.back().get());
       }
     }
-    return Status::Ok();
-  }
-
-  const std::vector<std::unique_ptr<Chunk>>& chunks() const { return chunks_; }
-  Groups& groups() { return g_; }
-
- private:
-  Chunk* ChunkOf(int vs) {
-    for (auto& c : chunks_)
-      if (c->vs == vs) return c.get();
-    return nullptr;
-  }
-  // The chunk of an iteration op of this rank's stage.
-  Result<Chunk*> StageChunk(const Op& op, int32_t id) {
-    Chunk* c = ChunkOf(op.tags.virtual_stage);
-    if (c == nullptr)
-      return Error(fmt::format("iteration op {} ({}): virtual stage {} is not this rank's", id,
-                               it_.schedule.Label(id), op.tags.virtual_stage));
-    return c;
-  }
-  Result<Chunk*> MyChunk(const Op& op, int32_t id) {
-    Chunk* c = ChunkOf(op.tags.virtual_stage);
-    if (c == nullptr || op.tags.micro_batch >= static_cast<int>(c->mbs.size()))
-      return Error(
-          fmt::format("iteration op {} ({}): virtual stage {} micro-batch {} is not this "
-                      "rank's",
-                      id, it_.schedule.Label(id), op.tags.virtual_stage, op.tags.micro_batch));
-    return c;
-  }
-  // Zeroes what the schedule computes (the given tensors keep their values; weights are set by
-  // the optimizer).
-  static Status ZeroComputed(const Chunk& c, Backend& backend) {
-    const std::vector<Tensor>& tensors = c.schedule.tensors();
-    for (size_t i = 0; i < tensors.size(); ++i)
-      if (!IsGiven(tensors[i].role)) DOMINO_RETURN_IF_ERROR(backend.Zero(static_cast<int32_t>(i)));
-    return Status::Ok();
-  }
-  // Sets a whole tensor of the chunk's schedule from `values` (rows x cols).
-  static Status Write(const Chunk& c, Backend& backend, int32_t id, const float* values) {
-    const Tensor& t = c.schedule.tensors()[id];
-    return backend.Unpack(TensorUse{id, View{0, t.rows, 0, t.cols}}, values);
-  }
-
-  Status RunIterationOp(int32_t id, int step) {
-    const Op& op = it_.schedule.op(id);
-    switch (op.func) {
-      case OpFunc::kForwardPass:
-      case OpFunc::kBackwardPass:
-        return RunPass(op, id);
-      case OpFunc::kPpSend:
-      case OpFunc::kPpRecv:
-        return Transfer(op, id);
-      case OpFunc::kDpAllReduce:
-      case OpFunc::kDpReduceScatter:
-      case OpFunc::kDpAllGather: {
-        Result<Chunk*> found = StageChunk(op, id);
-        if (!found.ok()) return found.error();
-        Chunk* c = *found;
-        for (Bucket& b : c->buckets) {
-          const bool mine = op.tags.layer >= 0 ? b.key == op.tags.layer : b.key < 0;
-          if (!mine) continue;
-          if (op.func == OpFunc::kDpAllGather) {
-            DOMINO_RETURN_IF_ERROR(GatherWeights(*c, b));
-          } else {
-            DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
-            DOMINO_RETURN_IF_ERROR(ReduceOverDp(b, op.func == OpFunc::kDpReduceScatter));
-          }
-        }
-        return Status::Ok();
-      }
-      case OpFunc::kFsdpAllGather:
-      case OpFunc::kFsdpReduceScatter: {
-        Result<Chunk*> found = StageChunk(op, id);
-        if (!found.ok()) return found.error();
-        Chunk* c = *found;
-        for (Bucket* b : LayerUnit(*c, op.tags.layer)) {
-          if (op.func == OpFunc::kFsdpAllGather) {
-            DOMINO_RETURN_IF_ERROR(GatherWeights(*c, *b));
-          } else {
-            DOMINO_RETURN_IF_ERROR(ReduceMicroBatch(*c, *b, op.tags.micro_batch));
-          }
-        }
-        return Status::Ok();
-      }
-      case OpFunc::kEmbeddingAllReduce:
-        return SyncEmbedding();
-      case OpFunc::kOptimizerStep:
-        return Optimize(step);
-      default:
-        break;
-    }
-    return Error(fmt::format("iteration op {} ({}): not an op the step executor runs", id,
-                             it_.schedule.Label(id)));
-  }
-
-  // A pass, or a piece of one: the micro-batch's forward or backward ops of the chunk, from where
-  // it stopped; a piece runs through the last op of its layers (the last piece to the end).
-  Status RunPass(const Op& op, int32_t id) {
-    Result<Chunk*> found = MyChunk(op, id);
-    if (!found.ok()) return found.error();
-    Chunk& c = **found;
-    const int mb = op.tags.micro_batch;
-    const bool backward = op.func == OpFunc::kBackwardPass;
-    const Schedule& s = c.schedule;
-    const size_t begin = backward ? c.forward_end : 0, end = backward ? s.size() : c.forward_end;
-    size_t& cursor = c.cursor[mb];
-    cursor = std::max(cursor, begin);
-    size_t stop = end;
-    const bool last_piece =
-        op.layer_begin < 0 || (backward ? op.layer_begin == 0 : op.layer_end >= c.shape.layers);
-    if (!last_piece) {
-      stop = cursor;
-      for (size_t i = cursor; i < end; ++i) {
-        const int layer = s.ops()[i].tags.layer;
-        if (layer >= op.layer_begin && layer < op.layer_end) stop = i + 1;
-      }
-    }
-    Backend& backend = *c.mbs[mb];
-    for (; cursor < stop; ++cursor) {
-      const Op& o = s.ops()[cursor];
-      // The stack's output gradient comes from the next stage (kPpRecv), not from a fill.
-      if (o.func == OpFunc::kResidualGrad) continue;
-      // The ring folds each block into its running result itself: a stack's separate merge
-      // kernels (kCpMerge) have nothing left to do here.
-      if (o.func == OpFunc::kCpMerge) continue;
-      if (plan_.cp > 1 && (o.func == OpFunc::kAttn || o.func == OpFunc::kAttnGrad ||
-                           o.func == OpFunc::kCpSendRecv)) {
-        DOMINO_RETURN_IF_ERROR(ring_->Run(s, static_cast<int32_t>(cursor), backend));
-        continue;
-      }
-      if (device_ && o.kind == OpKind::kCollective && plan_.tp > 1) {
-        DOMINO_RETURN_IF_ERROR(device_->TpCollective(*c.runners[mb], static_cast<int32_t>(cursor)));
-        continue;
-      }
-      DOMINO_RETURN_IF_ERROR(
-          RunOp(s, static_cast<int32_t>(cursor), backend, *g_.tp, scratch_in_, scratch_out_));
-    }
-    return Status::Ok();
-  }
-
-  // The pipeline stage that runs virtual stage `vs`.
-  int StageOf(int vs) const { return vs % it_.stages; }
-
-  Status Transfer(const Op& op, int32_t id) {
-    Result<Chunk*> found = MyChunk(op, id);
-    if (!found.ok()) return found.error();
-    Chunk& c = **found;
-    Backend& backend = *c.mbs[op.tags.micro_batch];
-    const bool backward = op.tags.phase != Phase::kForward;
-    const int vs = c.vs;
-    if (op.func == OpFunc::kPpSend) {
-      const int to = StageOf(backward ? vs - 1 : vs + 1);
-      if (device_) {
-        CudaRunner& runner = *c.runners[op.tags.micro_batch];
-        return backward ? device_->Send(runner, c.input_grad, to)
-                        : device_->SendSum(runner, c.out_mid, c.out_mlp, to);
-      }
-      if (backward) {
-        Result<std::vector<float>> grad = backend.Read(c.input_grad);
-        if (!grad.ok()) return grad.error();
-        return g_.pp->Send(grad->data(), static_cast<int64_t>(grad->size()), to);
-      }
-      // The stack's output: the top layer's mid plus its MLP output (after its collective).
-      Result<std::vector<float>> mid = backend.Read(c.out_mid);
-      Result<std::vector<float>> mlp = backend.Read(c.out_mlp);
-      if (!mid.ok()) return mid.error();
-      if (!mlp.ok()) return mlp.error();
-      if (mid->size() != mlp->size())
-        return Error(fmt::format("iteration op {}: the output's parts differ in size", id));
-      for (size_t i = 0; i < mid->size(); ++i) (*mid)[i] += (*mlp)[i];
-      return g_.pp->Send(mid->data(), static_cast<int64_t>(mid->size()), to);
-    }
-    const int from_vs = backward ? vs + 1 : vs - 1;
-    if (!sends_.count({backward, static_cast<int16_t>(from_vs), op.tags.micro_batch}))
-      return Status::Ok();  // nothing was sent: the input stays as it is
-    const int32_t into = backward ? c.out_grad : c.input;
-    if (device_) return device_->Recv(*c.runners[op.tags.micro_batch], into, StageOf(from_vs));
-    const Tensor& t = c.schedule.tensors()[into];
-    recv_.resize(static_cast<size_t>(t.rows * t.cols));
-    DOMINO_RETURN_IF_ERROR(
-        g_.pp->Recv(recv_.data(), static_cast<int64_t>(recv_.size()), StageOf(from_vs)));
-    return Write(c, backend, into, recv_.data());
-  }
-
-  // Sums the bucket's gradients over the micro-batches and scales them to the global batch's
-  // mean; sequence-parallel partial sums (norm gains) are summed over TP.
-  Status Finalize(Chunk& c, Bucket& b) {
-    if (b.final) return Status::Ok();
-    b.final = true;
-    if (device_) {
-      const float scale =
-          1.0f / static_cast<float>(static_cast<int64_t>(c.mbs.size()) * plan_.dp_cp());
-      DOMINO_RETURN_IF_ERROR(device_->Zero(b.d_grad, static_cast<int64_t>(b.grad.size())));
+    chunk->cursor.assign(m, 0);
+    // The master weights start as the backends' initial weights.
+    for (Bucket& b : chunk->buckets)
       for (const Param& p : b.params) {
-        DOMINO_RETURN_IF_ERROR(device_->Accumulate(c.runners, p.grad, b.d_grad + p.offset, scale));
-        if (c.schedule.tensors()[p.grad].shard == Shard::kPartialSum)
-          DOMINO_RETURN_IF_ERROR(device_->AllReduceTp(b.d_grad + p.offset, p.size));
+        Result<std::vector<float>> w = chunk->mbs[0]->Read(p.value);
+        if (!w.ok()) return w.error();
+        std::copy(w->begin(), w->end(), b.master.begin() + p.offset);
       }
-      return Status::Ok();
-    }
-    std::fill(b.grad.begin(), b.grad.end(), 0.0f);
-    for (const Param& p : b.params)
-      for (auto& backend : c.mbs) {
-        Result<std::vector<float>> g = backend->Read(p.grad);
-        if (!g.ok()) return g.error();
-        for (int64_t i = 0; i < p.size; ++i) b.grad[p.offset + i] += (*g)[i];
-      }
-    const float scale =
-        1.0f / static_cast<float>(static_cast<int64_t>(c.mbs.size()) * plan_.dp_cp());
-    for (float& x : b.grad) x *= scale;
-    for (const Param& p : b.params)
-      if (c.schedule.tensors()[p.grad].shard == Shard::kPartialSum)
-        DOMINO_RETURN_IF_ERROR(g_.tp->AllReduce(b.grad.data() + p.offset, p.size));
-    return Status::Ok();
+    chunks_.push_back(std::move(chunk));
   }
-
-  // FSDP: the buckets an op of layer `layer` of the chunk gathers and reduces, as the lowering
-  // counts them: the layer's, the embedding's with the first layer (its lookup runs in the first
-  // forward piece, its gradient is whole after the last backward piece) and the head's (with the
-  // last stage's copy of a tied embedding) with the last layer.
-  static std::vector<Bucket*> LayerUnit(Chunk& c, int layer) {
-    std::vector<Bucket*> unit;
-    const bool first = layer == 0, last = layer == c.shape.layers - 1;
-    for (Bucket& b : c.buckets) {
-      const bool embedding = b.key == kEmbeddingBucket;
-      if (b.key == layer || (first && embedding && c.shape.embedding) ||
-          (last && c.shape.head && (b.key == kExtraBucket || (embedding && !c.shape.embedding))))
-        unit.push_back(&b);
-    }
-    return unit;
+  // The sends the schedule has, so that a recv without one receives nothing.
+  for (const Op& op : it_.schedule.ops())
+    if (op.func == OpFunc::kPpSend)
+      sends_.insert({op.tags.phase != Phase::kForward, op.tags.virtual_stage, op.tags.micro_batch});
+  for (size_t i = 0; i < it_.schedule.size(); ++i) {
+    const Op& op = it_.schedule.ops()[i];
+    const bool embedding_peer = op.func == OpFunc::kEmbeddingAllReduce && me_.pp == 0;
+    if (op.stage == me_.pp || embedding_peer) mine_.push_back(static_cast<int32_t>(i));
   }
-
-  // FSDP: micro-batch `mb`'s gradient of the bucket, scaled to the global batch's mean (norm gains'
-  // sequence-parallel partial sums summed over TP), reduce-scattered over DP and added to this
-  // rank's shard of the bucket's gradient, which the step started at zero.
-  Status ReduceMicroBatch(Chunk& c, Bucket& b, int mb) {
-    if (mb < 0 || mb >= static_cast<int>(c.mbs.size()))
-      return Error(fmt::format("FSDP reduce-scatter of micro-batch {}: not this rank's", mb));
-    const float scale =
-        1.0f / static_cast<float>(static_cast<int64_t>(c.mbs.size()) * plan_.dp_cp());
-    const int64_t padded = static_cast<int64_t>(b.grad.size()), mine = Replica() * b.shard;
-    if (device_) {
-      DOMINO_RETURN_IF_ERROR(device_->Zero(b.d_scratch, padded));
-      CudaRunner* const runner[] = {c.runners[mb]};
-      for (const Param& p : b.params) {
-        DOMINO_RETURN_IF_ERROR(device_->Accumulate(runner, p.grad, b.d_scratch + p.offset, scale));
-        if (c.schedule.tensors()[p.grad].shard == Shard::kPartialSum)
-          DOMINO_RETURN_IF_ERROR(device_->AllReduceTp(b.d_scratch + p.offset, p.size));
-      }
-      DOMINO_RETURN_IF_ERROR(device_->ReduceScatterDp(b.d_scratch, b.shard));
-      return device_->Add(b.d_scratch + mine, b.d_grad + mine, b.shard);
-    }
-    reduce_.assign(static_cast<size_t>(padded), 0.0f);
-    for (const Param& p : b.params) {
-      Result<std::vector<float>> g = c.mbs[mb]->Read(p.grad);
-      if (!g.ok()) return g.error();
-      for (int64_t i = 0; i < p.size; ++i) reduce_[p.offset + i] = (*g)[i] * scale;
-      if (c.schedule.tensors()[p.grad].shard == Shard::kPartialSum)
-        DOMINO_RETURN_IF_ERROR(g_.tp->AllReduce(reduce_.data() + p.offset, p.size));
-    }
-    shard_.resize(static_cast<size_t>(b.shard));
-    DOMINO_RETURN_IF_ERROR(g_.dp->ReduceScatter(reduce_.data(), shard_.data(), b.shard));
-    for (int64_t i = 0; i < b.shard; ++i) b.grad[mine + i] += shard_[i];
-    return Status::Ok();
-  }
-
-  Status ReduceOverDp(Bucket& b, bool scatter) {
-    if (device_)
-      return scatter ? device_->ReduceScatterDp(b.d_grad, b.shard)
-                     : device_->AllReduceDp(b.d_grad, static_cast<int64_t>(b.grad.size()));
-    if (!scatter) return g_.dp->AllReduce(b.grad.data(), static_cast<int64_t>(b.grad.size()));
-    shard_.resize(static_cast<size_t>(b.shard));
-    DOMINO_RETURN_IF_ERROR(g_.dp->ReduceScatter(b.grad.data(), shard_.data(), b.shard));
-    std::copy(shard_.begin(), shard_.end(), b.grad.begin() + Replica() * b.shard);
-    return Status::Ok();
-  }
-
-  // All-gathers each DP rank's shard of `flat` (or of its device copy) into the whole of it.
-  Status GatherShards(std::vector<float>& flat, float* device) {
-    const int64_t shard = static_cast<int64_t>(flat.size()) / plan_.dp_cp();
-    if (device_) return device_->AllGatherDp(device, shard);
-    shard_.assign(flat.begin() + Replica() * shard, flat.begin() + (Replica() + 1) * shard);
-    return g_.dp->AllGather(shard_.data(), flat.data(), shard);
-  }
-
-  // The rank's range of a bucket: its DP shard with the distributed optimizer, else the whole.
-  std::pair<int64_t, int64_t> Owned(const Bucket& b) const {
-    if (!Sharded()) return {0, b.size};
-    return {std::min(b.size, Replica() * b.shard), std::min(b.size, (Replica() + 1) * b.shard)};
-  }
-  // Whether the optimizer state is sharded over the replicas (DP x CP), and this rank's shard.
-  bool Sharded() const { return plan_.distributed_optimizer && plan_.dp_cp() > 1; }
-  // Whether parameters and gradients are sharded too (FSDP: the plan's per-layer gathers and
-  // reduce-scatters).
-  bool Fsdp() const { return plan_.fsdp && plan_.dp_cp() > 1; }
-  int Replica() const { return g_.dp->rank(); }
-
-  // The tied word embedding's gradient, summed over the first and the last stage.
-  Status SyncEmbedding() {
-    const int peer = me_.pp == 0 ? it_.stages - 1 : 0;
-    Chunk* c = ChunkOf(me_.pp == 0 ? 0 : static_cast<int>(it_.virtual_stages.size()) - 1);
-    Bucket* b = nullptr;
-    if (c != nullptr)
-      for (Bucket& bucket : c->buckets)
-        if (bucket.key == kEmbeddingBucket) b = &bucket;
-    if (b == nullptr) return Error("the embedding's gradient sync needs the word embedding here");
-    DOMINO_RETURN_IF_ERROR(Finalize(*c, *b));
-    const auto [lo, hi] = Owned(*b);
-    if (device_) {
-      DOMINO_RETURN_IF_ERROR(device_->SendFloats(b->d_grad + lo, hi - lo, peer));
-      DOMINO_RETURN_IF_ERROR(device_->RecvFloats(b->d_recv, hi - lo, peer));
-      return device_->Add(b->d_recv, b->d_grad + lo, hi - lo);
-    }
-    DOMINO_RETURN_IF_ERROR(g_.pp->Send(b->grad.data() + lo, hi - lo, peer));
-    shard_.resize(static_cast<size_t>(hi - lo));
-    DOMINO_RETURN_IF_ERROR(g_.pp->Recv(shard_.data(), hi - lo, peer));
-    for (int64_t i = lo; i < hi; ++i) b->grad[i] += shard_[i - lo];
-    return Status::Ok();
-  }
-
-  // Adam on the rank's range of every bucket; the weights follow now, or after the gathers of
-  // the distributed optimizer.
-  Status Optimize(int step) {
-    const AdamOptions& a = options_.adam;
-    const double c1 = 1 - std::pow(a.beta1, step), c2 = 1 - std::pow(a.beta2, step);
-    for (auto& c : chunks_) {
-      for (Bucket& b : c->buckets) {
-        DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
-        const auto [lo, hi] = Owned(b);
-        if (device_) {
-          DOMINO_RETURN_IF_ERROR(device_->Adam(b.d_master + lo, b.d_m + lo, b.d_v + lo,
-                                               b.d_grad + lo, hi - lo, a, step));
-          if (!Sharded()) DOMINO_RETURN_IF_ERROR(WriteWeights(*c, b));
-          b.stale = Sharded();
-          continue;
-        }
-        for (int64_t i = lo; i < hi; ++i) {
-          const double g = b.grad[i];
-          const double m = a.beta1 * b.m[i] + (1 - a.beta1) * g;
-          const double v = a.beta2 * b.v[i] + (1 - a.beta2) * g * g;
-          b.m[i] = static_cast<float>(m), b.v[i] = static_cast<float>(v);
-          b.master[i] =
-              static_cast<float>(b.master[i] - a.lr * (m / c1) / (std::sqrt(v / c2) + a.eps));
-        }
-        if (!Sharded()) DOMINO_RETURN_IF_ERROR(WriteWeights(*c, b));
-        b.stale = Sharded();
-      }
-    }
-    return Status::Ok();
-  }
-
-  // A parameter gather (the distributed optimizer's after the step, or one of FSDP's per-layer
-  // ones): every rank's shard of the master weights into the whole, then into the micro-batches'
-  // copies if the step moved them since the last gather wrote them.
-  Status GatherWeights(Chunk& c, Bucket& b) {
-    DOMINO_RETURN_IF_ERROR(GatherShards(b.master, b.d_master));
-    if (!b.stale) return Status::Ok();
-    b.stale = false;
-    return WriteWeights(c, b);
-  }
-
-  // Every micro-batch's copy of the bucket's weights from the master weights.
-  Status WriteWeights(Chunk& c, const Bucket& b) {
-    if (device_) {
-      for (const Param& p : b.params)
-        DOMINO_RETURN_IF_ERROR(device_->Store(b.d_master + p.offset, c.runners, p.value));
-      return Status::Ok();
-    }
-    for (auto& backend : c.mbs)
-      for (const Param& p : b.params)
-        DOMINO_RETURN_IF_ERROR(Write(c, *backend, p.value, b.master.data() + p.offset));
-    return Status::Ok();
-  }
-
-  // The device transport: its pipeline links (every send of the iteration, and both directions
-  // between the first and last stage for the tied embedding) and each bucket's fp32 buffers,
-  // the master weights starting as the host's.
-  Status InitDevice() {
-    std::vector<std::pair<int, int>> links;
-    for (const Op& op : it_.schedule.ops()) {
-      if (op.func == OpFunc::kPpSend) {
-        const int vs = op.tags.virtual_stage;
-        links.emplace_back(op.stage, StageOf(op.tags.phase != Phase::kForward ? vs - 1 : vs + 1));
-      } else if (op.func == OpFunc::kEmbeddingAllReduce) {
-        links.emplace_back(0, it_.stages - 1);
-        links.emplace_back(it_.stages - 1, 0);
-      }
-    }
-    Result<std::unique_ptr<StepDevice>> device =
-        MakeStepDevice(options_.cuda, links, *g_.tp, *g_.pp, *g_.dp);
-    if (!device.ok()) return device.error();
-    device_ = std::move(device).value();
-    for (auto& c : chunks_) {
-      for (Bucket& b : c->buckets) {
-        const int64_t padded = static_cast<int64_t>(b.grad.size());
-        for (float** d : {&b.d_grad, &b.d_master, &b.d_m, &b.d_v}) {
-          Result<float*> made = device_->Floats(padded);
-          if (!made.ok()) return made.error();
-          *d = *made;
-        }
-        DOMINO_RETURN_IF_ERROR(device_->Upload(b.master.data(), b.d_master, padded));
-        if (b.key == kEmbeddingBucket) {
-          Result<float*> recv = device_->Floats(padded);
-          if (!recv.ok()) return recv.error();
-          b.d_recv = *recv;
-        }
-        if (Fsdp()) {
-          Result<float*> scratch = device_->Floats(padded);
-          if (!scratch.ok()) return scratch.error();
-          b.d_scratch = *scratch;
-        }
-      }
-    }
-    return Status::Ok();
-  }
-
-  const Plan& plan_;
-  const Iteration& it_;
-  RankCoords me_;
-  Groups g_;
-  const ExecuteOptions& options_;
-  std::vector<std::unique_ptr<Chunk>> chunks_;
-  std::set<std::tuple<bool, int16_t, int16_t>> sends_;  // (backward, sender's vs, micro-batch)
-  std::vector<int32_t> mine_;                           // this rank's iteration ops, in order
-  std::vector<float> scratch_in_, scratch_out_, recv_, shard_, reduce_;
-  std::unique_ptr<RingAttention> ring_;  // context parallelism (cp > 1)
-  std::unique_ptr<StepDevice> device_;   // CUDA with --comm nccl: transport on the device
-};
-
-// One compared item of the check: a parameter of one stage's chunk (its gradient and its updated
-// value), in the order the stage's first rank sends them to rank 0.
-struct Item {
-  int stage = 0;
-  std::string name;
-  TensorRole role;    // the reference's role (layers counted from the model's first)
-  bool copy = false;  // the last stage's copy of the tied word embedding
-};
-
-Status CheckStep(const Plan& plan, const Iteration& it, StepRunner& run, const RankCoords& me,
-                 Communicator& world, const ExecuteOptions& options,
-                 const std::vector<double>& losses, ExecuteResult* result) {
-  DOMINO_RETURN_IF_ERROR(run.Settle());
-  Groups& g = run.groups();
-  // Each stage's first TP and DP ranks gather their chunks' parameters over TP and send them,
-  // gradient then value, to rank 0.
-  if (me.dp == 0 && me.cp == 0) {
-    for (const auto& c : run.chunks()) {
-      for (const Bucket& b : c->buckets) {
-        for (const Param& p : b.params) {
-          for (int32_t id : {p.grad, p.value}) {
-            const Tensor& t = c->schedule.tensors()[id];
-            Result<std::vector<float>> mine = c->mbs[0]->Read(id);
-            if (!mine.ok()) return mine.error();
-            Result<WholeTensor> whole = GatherWholeTensor(t, *mine, *g.tp, /*reduced=*/true);
-            if (!whole.ok()) return whole.error();
-            if (me.tp == 0)
-              DOMINO_RETURN_IF_ERROR(
-                  world.Send(whole->values.data(), static_cast<int64_t>(whole->values.size()), 0));
-          }
-        }
-      }
-    }
-  }
-  float failed = 0;
-  if (world.rank() == 0) {
-    const Plan ref_plan = StepReferencePlan(plan);
-    Result<Iteration> ref_it = LowerIteration(ref_plan, IterationOptions{false});
-    if (!ref_it.ok()) return ref_it.error();
-    SelfCommunicator self;
-    Result<Groups> ref_groups = SplitGroups(ref_plan, self, RankCoords{});
-    if (!ref_groups.ok()) return ref_groups.error();
-    ExecuteOptions ref_options = options;
-    ref_options.backend = BackendKind::kCpu;  // the reference runs on the CPU
-    ref_options.progress = {};
-    ref_options.alter_chunk = {};
-    StepRunner ref(ref_plan, *ref_it, RankCoords{}, std::move(ref_groups).value(), ref_options);
-    DOMINO_RETURN_IF_ERROR(ref.Init());
-    std::vector<double> ref_losses;
-    Timeline unused;
-    for (int step = 1; step <= options.steps; ++step) {
-      DOMINO_RETURN_IF_ERROR(ref.Step(step, &unused));
-      Result<double> loss = ref.Loss();
-      if (!loss.ok()) return loss.error();
-      ref_losses.push_back(*loss);
-    }
-    DOMINO_RETURN_IF_ERROR(ref.Settle());
-    const Chunk& ref_chunk = *ref.chunks()[0];
-    for (int step = 0; step < options.steps; ++step) {
-      WholeTensor got{1, 1, {static_cast<float>(losses[step])}};
-      WholeTensor want{1, 1, {static_cast<float>(ref_losses[step])}};
-      result->checks.push_back(
-          CompareTensors(fmt::format("loss (step {})", step + 1), got, want, options.tolerance));
-    }
-    // Every stage's chunks, in the order their first ranks sent them.
-    const int vs_total = static_cast<int>(it.virtual_stages.size());
-    std::vector<int> first(vs_total + 1, 0);
-    for (int vs = 0; vs < vs_total; ++vs) first[vs + 1] = first[vs] + it.virtual_stages[vs].layers;
-    std::vector<TensorCheck> grads, values;
-    for (int s = 0; s < it.stages; ++s) {
-      const int from = WorldRank(plan, RankCoords{0, s, 0, 0});
-      for (int chunk = 0; chunk < it.chunks; ++chunk) {
-        const int vs = chunk * it.stages + s;
-        Chunk shape;
-        shape.vs = vs;
-        shape.shape = it.virtual_stages[vs];
-        Result<Schedule> sched = LowerChunk(plan, shape.shape);
-        if (!sched.ok()) return sched.error();
-        shape.schedule = std::move(sched).value();
-        DOMINO_RETURN_IF_ERROR(Describe(plan, shape));
-        for (const Bucket& b : shape.buckets) {
-          for (const Param& p : b.params) {
-            for (int32_t id : {p.grad, p.value}) {
-              const Tensor& t = shape.schedule.tensors()[id];
-              TensorRole role = t.role;
-              if (role.layer >= 0) role.layer = static_cast<int16_t>(role.layer + first[vs]);
-              const int32_t ref_id = FindTensor(ref_chunk.schedule.tensors(), role);
-              if (ref_id < 0)
-                return Error(fmt::format("the reference has no tensor {}", RoleName(role)));
-              const Tensor& rt = ref_chunk.schedule.tensors()[ref_id];
-              WholeTensor got;
-              const Shape2 whole = WholeShape(t, plan.tp);
-              got.rows = whole.rows, got.cols = whole.cols;
-              got.values.resize(static_cast<size_t>(whole.rows * whole.cols));
-              DOMINO_RETURN_IF_ERROR(
-                  world.Recv(got.values.data(), static_cast<int64_t>(got.values.size()), from));
-              Result<std::vector<float>> ref_values = ref_chunk.mbs[0]->Read(ref_id);
-              if (!ref_values.ok()) return ref_values.error();
-              WholeTensor want{rt.rows, rt.cols, std::move(ref_values).value()};
-              // Vocabulary padding depends on the TP size: compare the vocabulary's rows.
-              const bool vocab =
-                  role.slot == TensorSlot::kEmbedding || role.slot == TensorSlot::kLmHead;
-              for (WholeTensor* w : {&got, &want})
-                if (vocab && w->rows > plan.model.vocab) {
-                  w->rows = plan.model.vocab;
-                  w->values.resize(static_cast<size_t>(w->rows * w->cols));
-                }
-              std::string name = id == p.grad ? rt.name : rt.name + " (updated)";
-              if (role.slot == TensorSlot::kEmbedding && role.layer < 0 && !shape.shape.embedding)
-                name += fmt::format(" (stage {}'s copy)", s);
-              (id == p.grad ? grads : values)
-                  .push_back(CompareTensors(name, got, want, options.tolerance));
-            }
-          }
-        }
-      }
-    }
-    for (auto* list : {&grads, &values})
-      result->checks.insert(result->checks.end(), list->begin(), list->end());
-    for (const TensorCheck& c : result->checks) failed += c.ok ? 0.0f : 1.0f;
-  }
-  DOMINO_RETURN_IF_ERROR(world.AllReduce(&failed, 1));
-  result->passed = failed == 0;
+  if (options_.backend == BackendKind::kCuda && options_.cuda.comm == CommMode::kNccl)
+    DOMINO_RETURN_IF_ERROR(InitDevice());
   return Status::Ok();
 }
 
-}  // namespace
+// Runs one iteration (step `step`, from 1); `timeline` gets this rank's ops' times.
+Status StepRunner::Step(int step, Timeline* timeline) {
+  using Clock = std::chrono::steady_clock;
+  for (auto& c : chunks_) {
+    std::fill(c->cursor.begin(), c->cursor.end(), 0);
+    for (auto& b : c->buckets) {
+      b.final = Fsdp();
+      if (!Fsdp()) continue;
+      std::fill(b.grad.begin(), b.grad.end(), 0.0f);
+      if (device_)
+        DOMINO_RETURN_IF_ERROR(device_->Zero(b.d_grad, static_cast<int64_t>(b.grad.size())));
+    }
+    for (auto& backend : c->mbs) DOMINO_RETURN_IF_ERROR(ZeroComputed(*c, *backend));
+  }
+  timeline->ops.assign(it_.schedule.size(), OpTime{});
+  const Clock::time_point t0 = Clock::now();
+  auto since = [&](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t - t0).count();
+  };
+  for (size_t n = 0; n < mine_.size(); ++n) {
+    const int32_t id = mine_[n];
+    const Clock::time_point start = Clock::now();
+    DOMINO_RETURN_IF_ERROR(RunIterationOp(id, step));
+    timeline->ops[id] = OpTime{since(start), since(Clock::now())};
+    if (options_.progress)
+      options_.progress((step - 1) * mine_.size() + n + 1, options_.steps * mine_.size());
+  }
+  return device_ ? device_->Finish() : Status::Ok();
+}
+
+// This rank's mean loss over its micro-batches, averaged over DP x CP; last stage only.
+Result<double> StepRunner::Loss() {
+  Chunk* last = ChunkOf(static_cast<int>(it_.virtual_stages.size()) - 1);
+  if (last == nullptr) return 0.0;
+  const Tensor& t = last->schedule.tensors()[last->loss];
+  double sum = 0;
+  for (auto& backend : last->mbs) {
+    Result<std::vector<float>> stats = backend->Read(last->loss);
+    if (!stats.ok()) return stats.error();
+    sum += cpu::MeanCrossEntropy(cpu::ConstMat(stats->data(), t.rows, t.cols, t.cols));
+  }
+  float mean = static_cast<float>(sum / static_cast<double>(last->mbs.size()));
+  DOMINO_RETURN_IF_ERROR(g_.dp->AllReduce(&mean, 1));
+  return static_cast<double>(mean) / plan_.dp_cp();
+}
+
+// Makes the first micro-batch's backend hold the whole final gradient and the updated weights
+// of every parameter (gathering the distributed optimizer's shards over DP), for the check.
+Status StepRunner::Settle() {
+  for (auto& c : chunks_) {
+    for (Bucket& b : c->buckets) {
+      DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
+      if (Sharded()) {
+        DOMINO_RETURN_IF_ERROR(GatherShards(b.grad, b.d_grad));
+        DOMINO_RETURN_IF_ERROR(GatherShards(b.master, b.d_master));
+      }
+      if (device_) {
+        const int64_t padded = static_cast<int64_t>(b.grad.size());
+        DOMINO_RETURN_IF_ERROR(device_->Download(b.d_grad, b.grad.data(), padded));
+        DOMINO_RETURN_IF_ERROR(device_->Download(b.d_master, b.master.data(), padded));
+      }
+      for (const Param& p : b.params) {
+        DOMINO_RETURN_IF_ERROR(Write(*c, *c->mbs[0], p.grad, b.grad.data() + p.offset));
+        DOMINO_RETURN_IF_ERROR(Write(*c, *c->mbs[0], p.value, b.master.data() + p.offset));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// The chunk of an iteration op of this rank's stage.
+Result<Chunk*> StepRunner::StageChunk(const Op& op, int32_t id) {
+  Chunk* c = ChunkOf(op.tags.virtual_stage);
+  if (c == nullptr)
+    return Error(fmt::format("iteration op {} ({}): virtual stage {} is not this rank's", id,
+                             it_.schedule.Label(id), op.tags.virtual_stage));
+  return c;
+}
+
+Result<Chunk*> StepRunner::MyChunk(const Op& op, int32_t id) {
+  Chunk* c = ChunkOf(op.tags.virtual_stage);
+  if (c == nullptr || op.tags.micro_batch >= static_cast<int>(c->mbs.size()))
+    return Error(
+        fmt::format("iteration op {} ({}): virtual stage {} micro-batch {} is not this "
+                    "rank's",
+                    id, it_.schedule.Label(id), op.tags.virtual_stage, op.tags.micro_batch));
+  return c;
+}
+
+Status StepRunner::RunIterationOp(int32_t id, int step) {
+  const Op& op = it_.schedule.op(id);
+  switch (op.func) {
+    case OpFunc::kForwardPass:
+    case OpFunc::kBackwardPass:
+      return RunPass(op, id);
+    case OpFunc::kPpSend:
+    case OpFunc::kPpRecv:
+      return Transfer(op, id);
+    case OpFunc::kDpAllReduce:
+    case OpFunc::kDpReduceScatter:
+    case OpFunc::kDpAllGather: {
+      Result<Chunk*> found = StageChunk(op, id);
+      if (!found.ok()) return found.error();
+      Chunk* c = *found;
+      for (Bucket& b : c->buckets) {
+        const bool mine = op.tags.layer >= 0 ? b.key == op.tags.layer : b.key < 0;
+        if (!mine) continue;
+        if (op.func == OpFunc::kDpAllGather) {
+          DOMINO_RETURN_IF_ERROR(GatherWeights(*c, b));
+        } else {
+          DOMINO_RETURN_IF_ERROR(Finalize(*c, b));
+          DOMINO_RETURN_IF_ERROR(ReduceOverDp(b, op.func == OpFunc::kDpReduceScatter));
+        }
+      }
+      return Status::Ok();
+    }
+    case OpFunc::kFsdpAllGather:
+    case OpFunc::kFsdpReduceScatter: {
+      Result<Chunk*> found = StageChunk(op, id);
+      if (!found.ok()) return found.error();
+      Chunk* c = *found;
+      for (Bucket* b : LayerUnit(*c, op.tags.layer)) {
+        if (op.func == OpFunc::kFsdpAllGather) {
+          DOMINO_RETURN_IF_ERROR(GatherWeights(*c, *b));
+        } else {
+          DOMINO_RETURN_IF_ERROR(ReduceMicroBatch(*c, *b, op.tags.micro_batch));
+        }
+      }
+      return Status::Ok();
+    }
+    case OpFunc::kEmbeddingAllReduce:
+      return SyncEmbedding();
+    case OpFunc::kOptimizerStep:
+      return Optimize(step);
+    default:
+      break;
+  }
+  return Error(fmt::format("iteration op {} ({}): not an op the step executor runs", id,
+                           it_.schedule.Label(id)));
+}
+
+// A pass, or a piece of one: the micro-batch's forward or backward ops of the chunk, from where
+// it stopped; a piece runs through the last op of its layers (the last piece to the end).
+Status StepRunner::RunPass(const Op& op, int32_t id) {
+  Result<Chunk*> found = MyChunk(op, id);
+  if (!found.ok()) return found.error();
+  Chunk& c = **found;
+  const int mb = op.tags.micro_batch;
+  const bool backward = op.func == OpFunc::kBackwardPass;
+  const Schedule& s = c.schedule;
+  const size_t begin = backward ? c.forward_end : 0, end = backward ? s.size() : c.forward_end;
+  size_t& cursor = c.cursor[mb];
+  cursor = std::max(cursor, begin);
+  size_t stop = end;
+  const bool last_piece =
+      op.layer_begin < 0 || (backward ? op.layer_begin == 0 : op.layer_end >= c.shape.layers);
+  if (!last_piece) {
+    stop = cursor;
+    for (size_t i = cursor; i < end; ++i) {
+      const int layer = s.ops()[i].tags.layer;
+      if (layer >= op.layer_begin && layer < op.layer_end) stop = i + 1;
+    }
+  }
+  Backend& backend = *c.mbs[mb];
+  for (; cursor < stop; ++cursor) {
+    const Op& o = s.ops()[cursor];
+    // The stack's output gradient comes from the next stage (kPpRecv), not from a fill.
+    if (o.func == OpFunc::kResidualGrad) continue;
+    // The ring folds each block into its running result itself: a stack's separate merge
+    // kernels (kCpMerge) have nothing left to do here.
+    if (o.func == OpFunc::kCpMerge) continue;
+    if (plan_.cp > 1 &&
+        (o.func == OpFunc::kAttn || o.func == OpFunc::kAttnGrad || o.func == OpFunc::kCpSendRecv)) {
+      DOMINO_RETURN_IF_ERROR(ring_->Run(s, static_cast<int32_t>(cursor), backend));
+      continue;
+    }
+    if (device_ && o.kind == OpKind::kCollective && plan_.tp > 1) {
+      DOMINO_RETURN_IF_ERROR(device_->TpCollective(*c.runners[mb], static_cast<int32_t>(cursor)));
+      continue;
+    }
+    DOMINO_RETURN_IF_ERROR(
+        RunOp(s, static_cast<int32_t>(cursor), backend, *g_.tp, scratch_in_, scratch_out_));
+  }
+  return Status::Ok();
+}
+
+Status StepRunner::Transfer(const Op& op, int32_t id) {
+  Result<Chunk*> found = MyChunk(op, id);
+  if (!found.ok()) return found.error();
+  Chunk& c = **found;
+  Backend& backend = *c.mbs[op.tags.micro_batch];
+  const bool backward = op.tags.phase != Phase::kForward;
+  const int vs = c.vs;
+  if (op.func == OpFunc::kPpSend) {
+    const int to = StageOf(backward ? vs - 1 : vs + 1);
+    if (device_) {
+      CudaRunner& runner = *c.runners[op.tags.micro_batch];
+      return backward ? device_->Send(runner, c.input_grad, to)
+                      : device_->SendSum(runner, c.out_mid, c.out_mlp, to);
+    }
+    if (backward) {
+      Result<std::vector<float>> grad = backend.Read(c.input_grad);
+      if (!grad.ok()) return grad.error();
+      return g_.pp->Send(grad->data(), static_cast<int64_t>(grad->size()), to);
+    }
+    // The stack's output: the top layer's mid plus its MLP output (after its collective).
+    Result<std::vector<float>> mid = backend.Read(c.out_mid);
+    Result<std::vector<float>> mlp = backend.Read(c.out_mlp);
+    if (!mid.ok()) return mid.error();
+    if (!mlp.ok()) return mlp.error();
+    if (mid->size() != mlp->size())
+      return Error(fmt::format("iteration op {}: the output's parts differ in size", id));
+    for (size_t i = 0; i < mid->size(); ++i) (*mid)[i] += (*mlp)[i];
+    return g_.pp->Send(mid->data(), static_cast<int64_t>(mid->size()), to);
+  }
+  const int from_vs = backward ? vs + 1 : vs - 1;
+  if (!sends_.count({backward, static_cast<int16_t>(from_vs), op.tags.micro_batch}))
+    return Status::Ok();  // nothing was sent: the input stays as it is
+  const int32_t into = backward ? c.out_grad : c.input;
+  if (device_) return device_->Recv(*c.runners[op.tags.micro_batch], into, StageOf(from_vs));
+  const Tensor& t = c.schedule.tensors()[into];
+  recv_.resize(static_cast<size_t>(t.rows * t.cols));
+  DOMINO_RETURN_IF_ERROR(
+      g_.pp->Recv(recv_.data(), static_cast<int64_t>(recv_.size()), StageOf(from_vs)));
+  return Write(c, backend, into, recv_.data());
+}
+
+// The device transport: its pipeline links (every send of the iteration, and both directions
+// between the first and last stage for the tied embedding) and each bucket's fp32 buffers,
+// the master weights starting as the host's.
+Status StepRunner::InitDevice() {
+  std::vector<std::pair<int, int>> links;
+  for (const Op& op : it_.schedule.ops()) {
+    if (op.func == OpFunc::kPpSend) {
+      const int vs = op.tags.virtual_stage;
+      links.emplace_back(op.stage, StageOf(op.tags.phase != Phase::kForward ? vs - 1 : vs + 1));
+    } else if (op.func == OpFunc::kEmbeddingAllReduce) {
+      links.emplace_back(0, it_.stages - 1);
+      links.emplace_back(it_.stages - 1, 0);
+    }
+  }
+  Result<std::unique_ptr<StepDevice>> device =
+      MakeStepDevice(options_.cuda, links, *g_.tp, *g_.pp, *g_.dp);
+  if (!device.ok()) return device.error();
+  device_ = std::move(device).value();
+  for (auto& c : chunks_) {
+    for (Bucket& b : c->buckets) {
+      const int64_t padded = static_cast<int64_t>(b.grad.size());
+      for (float** d : {&b.d_grad, &b.d_master, &b.d_m, &b.d_v}) {
+        Result<float*> made = device_->Floats(padded);
+        if (!made.ok()) return made.error();
+        *d = *made;
+      }
+      DOMINO_RETURN_IF_ERROR(device_->Upload(b.master.data(), b.d_master, padded));
+      if (b.key == kEmbeddingBucket) {
+        Result<float*> recv = device_->Floats(padded);
+        if (!recv.ok()) return recv.error();
+        b.d_recv = *recv;
+      }
+      if (Fsdp()) {
+        Result<float*> scratch = device_->Floats(padded);
+        if (!scratch.ok()) return scratch.error();
+        b.d_scratch = *scratch;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace whole_step
 
 RankCoords CoordsOf(const Plan& plan, int world_rank) {
   RankCoords c;
@@ -920,7 +500,7 @@ double StepBytesPerRank(const Plan& plan) {
     // The largest chunk of any stage: every rank holds one of each chunk index.
     double largest = 0;
     for (int s = 0; s < it->stages; ++s) {
-      Result<Schedule> sched = LowerChunk(plan, it->virtual_stages[c * it->stages + s]);
+      Result<Schedule> sched = whole_step::LowerChunk(plan, it->virtual_stages[c * it->stages + s]);
       if (sched.ok()) largest = std::max(largest, CpuBackend::BytesFor(*sched));
     }
     bytes += largest * it->micro_batches;
@@ -940,9 +520,9 @@ Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Co
         "whole steps on the CUDA backend move their data through the launch communicator "
         "(--comm mpi) or NCCL (--comm nccl), not emulated collectives");
   const RankCoords me = CoordsOf(plan, world.rank());
-  Result<Groups> groups = SplitGroups(plan, world, me);
+  Result<whole_step::Groups> groups = whole_step::SplitGroups(plan, world, me);
   if (!groups.ok()) return groups.error();
-  StepRunner run(plan, it, me, std::move(groups).value(), options);
+  whole_step::StepRunner run(plan, it, me, std::move(groups).value(), options);
   DOMINO_RETURN_IF_ERROR(run.Init());
   ExecuteResult result;
   result.schedule = it.schedule;
@@ -964,7 +544,8 @@ Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Co
   }
   if (!result.losses.empty()) result.loss = result.losses.back();
   if (options.check)
-    DOMINO_RETURN_IF_ERROR(CheckStep(plan, it, run, me, world, options, result.losses, &result));
+    DOMINO_RETURN_IF_ERROR(
+        whole_step::CheckStep(plan, it, run, me, world, options, result.losses, &result));
   return result;
 }
 

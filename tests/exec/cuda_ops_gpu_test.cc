@@ -562,7 +562,7 @@ TEST_P(CudaOpsTypedTest, StepBucketArithmetic) {
   ExpectNear(Read(weights.view), summed, "store");
   ExpectOutsideKept(weights, "store");
 
-  // Two Adam steps from zero moments, as exec/step.cc's host optimizer runs them.
+  // Two Adam steps from zero moments, as exec/step_buckets.cc's host optimizer runs them.
   std::vector<float> master = summed, m(static_cast<size_t>(n), 0.0f), v = m;
   float* d_master = Floats(context_, Type(), allocations_, master);
   float* d_m = Floats(context_, Type(), allocations_, m);
