@@ -36,10 +36,26 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
   return out;
 }
 
+GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
+  GemmKernel out;
+  out.ceiling_tflops = GemmCeilingTflops(gpu, dtype);
+  const GemmEstimate g = EstimateGemm(gpu, out.ceiling_tflops, m, n, k, DtypeBytes(dtype), 2);
+  out.tiles = std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
+  out.units = g.cost.tiles;
+  out.stream_k = out.units > out.tiles;
+  out.unit_us = g.cost.wave_us;
+  out.waves = std::ceil(out.units / gpu.sms);
+  out.last_wave_fill = (out.units - (out.waves - 1) * gpu.sms) / gpu.sms;
+  out.compute_us = out.waves * out.unit_us;
+  out.memory_us = g.cost.hbm_bytes / (gpu.hbm_GBps * gpu.hbm_efficiency * 1e3);
+  out.fixed_us = g.fixed_us;
+  // The body as the engine prices it (OpCost::BodyUs), so that this is the simulated kernel.
+  out.us = out.fixed_us + g.cost.BodyUs(gpu.sms, gpu.hbm_GBps * gpu.hbm_efficiency);
+  return out;
+}
+
 double GemmKernelUs(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
-  const GemmEstimate g =
-      EstimateGemm(gpu, GemmCeilingTflops(gpu, dtype), m, n, k, DtypeBytes(dtype), 2);
-  return g.fixed_us + g.cost.BodyUs(gpu.sms, gpu.hbm_GBps * gpu.hbm_efficiency);
+  return GemmKernelParts(gpu, dtype, m, n, k).us;
 }
 
 }  // namespace domino::sim

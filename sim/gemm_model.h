@@ -35,8 +35,22 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
 // The peak of `dtype` times max_gemm_efficiency (16-bit) or fp8_gemm_efficiency (fp8).
 double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype);
 
-// One kernel alone on the whole GPU, in microseconds, as a benchmark that launches GEMMs back to
-// back measures it (no launch overhead): inputs of `dtype`, a 16-bit output.
+// One kernel alone on the whole GPU, as a benchmark that launches GEMMs back to back measures it
+// (no launch overhead): inputs of `dtype`, a 16-bit output. Its parts say where the time goes:
+// `compute_us` is ceil(units / sms) waves of `unit_us`, `memory_us` the operands' HBM traffic,
+// the body the larger of the two, and the kernel `fixed_us` more.
+struct GemmKernel {
+  double tiles = 0;       // output tiles of gemm_tile_m x gemm_tile_n
+  bool stream_k = false;  // balanced in k-steps of 64 over every SM (units = tiles x steps)
+  double units = 0, unit_us = 0;
+  double waves = 0;           // ceil(units / sms)
+  double last_wave_fill = 0;  // share of the SMs the last wave keeps busy
+  double ceiling_tflops = 0;  // the main loop's rate (GemmCeilingTflops)
+  double compute_us = 0, memory_us = 0, fixed_us = 0;
+  double us = 0;  // fixed_us + max(compute_us, memory_us)
+};
+GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, double k);
+// GemmKernelParts(...).us.
 double GemmKernelUs(const GpuSpec& gpu, Dtype dtype, double m, double n, double k);
 
 }  // namespace domino::sim

@@ -20,6 +20,19 @@ std::span<const EmbeddedFile> ValidationTableFile();
 
 namespace {
 
+// Where a GEMM row's predicted kernel time goes, for `validate --explain`.
+std::string GemmKernelText(const GpuSpec& gpu, const GemmKernel& k) {
+  const bool memory = k.memory_us > k.compute_us;
+  return fmt::format(
+      "{:.1f} us: {:.0f} tiles of {}x{} on {} SMs{} in {:.0f} wave(s), the last {:.0f}% full; the "
+      "main loop at {:.0f} TFLOP/s takes {:.1f} us, the operands' HBM traffic {:.1f} us "
+      "({}-bound); {:.1f} us fixed",
+      k.us, k.tiles, gpu.gemm_tile_m, gpu.gemm_tile_n, gpu.sms,
+      k.stream_k ? fmt::format(" (stream-K: {:.0f} units of 64 k-steps)", k.units) : "", k.waves,
+      100 * k.last_wave_fill, k.ceiling_tflops, k.compute_us, k.memory_us,
+      memory ? "memory" : "compute", k.fixed_us);
+}
+
 constexpr std::array<std::pair<std::string_view, ValidationCategory>, kValidationCategoryCount>
     kCategories{{
         {"end-to-end", ValidationCategory::kEndToEnd},
@@ -256,9 +269,9 @@ Result<RowResult> PredictRow(const ValidationRow& row) {
     }
     case ValidationCategory::kGemm: {
       const GemmCase& g = *row.gemm;
-      const double us = GemmKernelUs(g.gpu, g.dtype, g.m, g.n, g.k);
-      result.predicted = 2 * g.m * g.n * g.k / (us * 1e6);
-      result.detail = fmt::format("{:.1f} us", us);
+      const GemmKernel kernel = GemmKernelParts(g.gpu, g.dtype, g.m, g.n, g.k);
+      result.predicted = 2 * g.m * g.n * g.k / (kernel.us * 1e6);
+      result.detail = GemmKernelText(g.gpu, kernel);
       break;
     }
     case ValidationCategory::kCollective: {
@@ -269,7 +282,8 @@ Result<RowResult> PredictRow(const ValidationRow& row) {
           EstimateCollectiveWith(c.cluster.node, c.op, c.bytes, group, c.algorithm);
       if (!e.ok()) return Error(fmt::format("row {}: {}", row.id, e.message()));
       result.predicted = row.unit == MeasuredUnit::kTimeUs ? e->time_us : e->busbw_GBps;
-      result.detail = std::string(e->algorithm);
+      result.detail = fmt::format("{}, {:.1f} us, algbw {:.1f} GB/s, busbw {:.1f} GB/s, {} CTAs",
+                                  e->algorithm, e->time_us, e->algbw_GBps, e->busbw_GBps, e->ctas);
       break;
     }
   }

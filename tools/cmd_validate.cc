@@ -110,7 +110,7 @@ void Explain(const sim::RowResult& r, std::ostream& out) {
   if (!row.derived.empty()) out << fmt::format("derived: {}\n", row.derived);
   if (!row.assumed.empty()) out << fmt::format("assumed: {}\n", row.assumed);
   if (!row.plan) {
-    out << fmt::format("{}{}\n", row.gemm ? "kernel:  " : "algorithm: ", r.detail);
+    out << fmt::format("{}{}\n", row.gemm ? "kernel:  " : "model:   ", r.detail);
     return;
   }
   Result<sim::Prediction> p = sim::Predict(*row.plan);

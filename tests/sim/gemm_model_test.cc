@@ -53,6 +53,35 @@ TEST(GemmModelTest, BestShapesReachThePublishedCeilings) {
   }
 }
 
+// The kernel's parts add up to its time: 12 x 12 = 144 tiles on 132 SMs are two waves, the last
+// 12/132 full; with k = 8192 stream-K cuts each tile in 128 units of 64 k-steps (18,432 units,
+// 140 waves, the last 84/132 full).
+TEST(GemmModelTest, PartsSayWhereTheTimeGoes) {
+  const GpuSpec h100 = Gpu("h100-sxm");
+  const GemmKernel two = GemmKernelParts(h100, Dtype::kBf16, 128 * 12, 128 * 12, 1024);
+  EXPECT_EQ(two.tiles, 144);
+  EXPECT_FALSE(two.stream_k);
+  EXPECT_EQ(two.waves, 2);
+  EXPECT_NEAR(two.last_wave_fill, 12.0 / 132, 1e-12);
+  EXPECT_NEAR(two.ceiling_tflops, 989 * 0.84, 1e-9);
+  const double tile_us = 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.84 / 132);
+  EXPECT_NEAR(two.compute_us, 2 * tile_us, 1e-9);
+  EXPECT_NEAR(two.memory_us, (2.0 * 1536 * 1024 * 2 + 1536.0 * 1536 * 2) / (3350 * 0.88 * 1e3),
+              1e-9);
+  EXPECT_EQ(two.fixed_us, 3);
+  EXPECT_NEAR(two.us, 3 + two.compute_us, 1e-9);
+  EXPECT_EQ(two.us, GemmKernelUs(h100, Dtype::kBf16, 128 * 12, 128 * 12, 1024));
+  const GemmKernel sk = GemmKernelParts(h100, Dtype::kBf16, 128 * 12, 128 * 12, 8192);
+  EXPECT_TRUE(sk.stream_k);
+  EXPECT_EQ(sk.units, 144 * 128);
+  EXPECT_EQ(sk.waves, 140);
+  EXPECT_NEAR(sk.last_wave_fill, (144.0 * 128 - 139 * 132) / 132, 1e-12);
+  // Skinny: the operands' bytes bound it.
+  const GemmKernel skinny = GemmKernelParts(h100, Dtype::kFp8, 802816, 192, 768);
+  EXPECT_GT(skinny.memory_us, skinny.compute_us);
+  EXPECT_NEAR(skinny.us, 3 + skinny.memory_us, 1e-9);
+}
+
 // Wave quantization: a shape one tile wider than the SMs take in one wave takes two.
 TEST(GemmModelTest, APartialWaveCostsAWholeOne) {
   const GpuSpec h100 = Gpu("h100-sxm");

@@ -1,5 +1,6 @@
 #include "sim/validate.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,11 +57,16 @@ TEST(ValidateTest, PredictsEveryCategoryAndSummarizes) {
   EXPECT_NEAR(results[0].error, results[0].predicted / 500 - 1, 1e-12);
   // All-gather of 1 GiB on 8 GPUs: a ring (Simple) at 0.81 x 450 GB/s, ramped at 1 GiB (half at
   // 8 MiB, exponent 0.65), 8.4 us + 7 steps of 3.4.
-  EXPECT_EQ(results[1].detail, "ring");
   const double moved = 1073741824.0 * 7 / 8;
   const double ramp = std::pow(128.0, 0.65) / (1 + std::pow(128.0, 0.65));
-  EXPECT_NEAR(results[1].predicted,
-              moved / ((8.4 + 7 * 3.4 + moved / (450 * 0.81 * ramp * 1e3)) * 1e3), 1e-9);
+  const double ring_us = 8.4 + 7 * 3.4 + moved / (450 * 0.81 * ramp * 1e3);
+  EXPECT_NEAR(results[1].predicted, moved / (ring_us * 1e3), 1e-9);
+  EXPECT_EQ(results[1].detail.substr(0, results[1].detail.find(" algbw")),
+            fmt::format("ring, {:.1f} us,", ring_us));
+  // The GEMM row says where its kernel time goes: 64 tiles, one wave, half the SMs.
+  EXPECT_EQ(
+      results[0].detail.substr(0, results[0].detail.find(';')),
+      fmt::format("{:.1f} us: 64 tiles of 128x128 on 132 SMs in 1 wave(s), the last 48% full", us));
 
   std::vector<CategorySummary> summary = Summarize(results);
   ASSERT_EQ(summary.size(), 3u);

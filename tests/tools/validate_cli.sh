@@ -27,7 +27,13 @@ grep -q "^assumed: Megatron-Core r0.8 rule: micro_batch 1" <<<"$out" || fail "no
 grep -q "^iteration on stage 0 (critical)" <<<"$out" || fail "no breakdown"
 grep -q "^## azure-h100-fp8-1024x1024x1024 (gemm): measured 274.1 tflops" <<<"$out" ||
   fail "no GEMM explanation"
-grep -qE "^kernel:  [0-9.]+ us$" <<<"$out" || fail "no GEMM kernel time"
+grep -qE "^kernel:  [0-9.]+ us: 64 tiles of 128x128 on 132 SMs in 1 wave\(s\), the last 48% full; .*\(compute-bound\); 3.0 us fixed$" <<<"$out" ||
+  fail "no GEMM kernel time and parts"
+# A collective row names NCCL's algorithm, the time and the bandwidths.
+coll=$("$domino" validate --row gtc24-dgxh100-ar-nvlstree-8192gpu-32mib --explain) ||
+  fail "--explain failed"
+grep -qE "^model:   nvls-tree, [0-9.]+ us, algbw [0-9.]+ GB/s, busbw 96.3 GB/s, [0-9]+ CTAs$" <<<"$coll" ||
+  fail "no collective model line"
 # The row's plan, saved, predicts what the explanation shows.
 sed -n '/^# mcore08-gpt-1.7b-48gpu$/,/^memory:/p' <<<"$out" >"$tmp/row.yaml"
 explained=$(grep -m1 "^iteration  " <<<"$out")
