@@ -47,7 +47,8 @@ Result<std::vector<Schedule>> LowerFor(const Plan& plan, const Communicator& com
   std::vector<Schedule> schedules;
   for (const bool ends : {false, true}) {
     Result<Schedule> s =
-        ends ? LowerStage(plan, LowerOptions{1, true, true, true, true}) : Lower(plan);
+        ends ? LowerStage(plan, LowerOptions{.layers = 1, .embedding = true, .head = true})
+             : Lower(plan);
     if (!s.ok()) return s.error();
     schedules.push_back(std::move(s).value());
   }
@@ -66,14 +67,17 @@ struct Distinct {
   }
 };
 
+// The largest GEMM and memory-bound op a TimeNewOps timed (-1: none), by op id of its schedule.
+struct LargestOps {
+  int32_t gemm = -1, memory = -1;
+};
+
 // Times, on `gpu` (a runner of `s`), the ops of `s` that `distinct` has not seen, in schedule
 // order (the same on every rank, so collectives pair up): each compute op alone, each collective
-// nccl-tests style when the communicator has the plan's tp ranks. Sets `largest_gemm` and
-// `largest_memory` to the largest GEMM and memory-bound op it timed (-1: none).
-Status TimeNewOps(const Schedule& s, CudaRunner& gpu, Communicator& comm, int repeats,
-                  Distinct& distinct, HardwareProfile& profile, int32_t& largest_gemm,
-                  int32_t& largest_memory) {
-  largest_gemm = largest_memory = -1;
+// nccl-tests style when the communicator has the plan's tp ranks.
+Result<LargestOps> TimeNewOps(const Schedule& s, CudaRunner& gpu, Communicator& comm, int repeats,
+                              Distinct& distinct, HardwareProfile& profile) {
+  LargestOps largest;
   for (size_t i = 0; i < s.size(); ++i) {
     const int32_t id = static_cast<int32_t>(i);
     const Op& op = s.op(id);
@@ -89,13 +93,13 @@ Status TimeNewOps(const Schedule& s, CudaRunner& gpu, Communicator& comm, int re
     Result<double> us = gpu.TimeOp(id, repeats);
     if (!us.ok()) return us.error();
     profile.compute_us[OpSignature(op)] = *us;
-    if (op.kind == OpKind::kGemm && (largest_gemm < 0 || op.flops > s.op(largest_gemm).flops))
-      largest_gemm = id;
+    if (op.kind == OpKind::kGemm && (largest.gemm < 0 || op.flops > s.op(largest.gemm).flops))
+      largest.gemm = id;
     if (op.kind == OpKind::kElementwise &&
-        (largest_memory < 0 || op.bytes > s.op(largest_memory).bytes))
-      largest_memory = id;
+        (largest.memory < 0 || op.bytes > s.op(largest.memory).bytes))
+      largest.memory = id;
   }
-  return Status::Ok();
+  return largest;
 }
 
 }  // namespace
@@ -159,32 +163,19 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
   return profile;
 }
 
-Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
-                                      const CalibrateOptions& options) {
-  Result<std::vector<Schedule>> schedules = LowerFor(plan, comm);
-  if (!schedules.ok()) return schedules.error();
-  const Schedule& s = (*schedules)[0];
-  Result<std::vector<CudaDevice>> devices = ListCudaDevices();
-  if (!devices.ok()) return devices.error();
-  CudaOptions cuda = options.cuda;
-  cuda.comm = comm.size() > 1 ? CommMode::kNccl : CommMode::kMpi;
-  cuda.random_values = true;  // FillRandom below
-  Result<std::unique_ptr<CudaRunner>> runner =
-      MakeCudaRunner(s, plan.model, comm.rank(), plan.tp, /*seed=*/1, cuda, comm);
-  if (!runner.ok()) return runner.error();
-  CudaRunner& gpu = **runner;
-  // Random operands, as training's are: zeros and constants keep the clocks high and read fast.
-  DOMINO_RETURN_IF_ERROR(gpu.FillRandom(/*seed=*/1));
-  HardwareProfile profile;
-  const CudaDevice& device = (*devices)[static_cast<size_t>(cuda.device)];
-  profile.device = device.name;
-  profile.backend = "cuda";
-  profile.contention = true;
+namespace {
+
+// Everything CalibrateCuda measures on the layer stack's runner: the soaks, the GEMM shapes, the
+// stack's distinct ops, the device's GEMM peak, HBM bandwidth and launch overheads, and the
+// contention samples (the stack's largest GEMM and memory-bound op beside options.beside).
+Status MeasureOnLayerStack(const Schedule& s, CudaRunner& gpu, Communicator& comm,
+                           const CalibrateOptions& options, const CudaDevice& device, Dtype dtype,
+                           Distinct& distinct, HardwareProfile& profile) {
   const int repeats = std::max(1, options.repeats);
   auto tell = [&](const std::string& line) {
     if (options.progress) options.progress(line);
   };
-  const std::string type(DtypeName(cuda.dtype));
+  const std::string type(DtypeName(dtype));
   // fp8 GEMMs need compute capability 8.9 or later (Ada, Hopper): on an older GPU none is tried.
   bool fp8_gemms = options.fp8_gemms;
   if (fp8_gemms && device.compute_major * 10 + device.compute_minor < 89) {
@@ -236,12 +227,9 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
       profile.gemm_samples.push_back({m, n, k, *tflops, fp8});
     }
   }
-  // The layer stack's distinct ops; the model's ends' below, once this runner is released.
-  Distinct distinct;
-  int32_t largest_gemm = -1, largest_memory = -1;
-  DOMINO_RETURN_IF_ERROR(
-      TimeNewOps(s, gpu, comm, repeats, distinct, profile, largest_gemm, largest_memory));
-  const size_t stack_ops = profile.compute_us.size();
+  // The layer stack's distinct ops.
+  Result<LargestOps> largest = TimeNewOps(s, gpu, comm, repeats, distinct, profile);
+  if (!largest.ok()) return largest.error();
   Result<double> tflops =
       gpu.GemmTflops(8192, 8192, 8192, /*warmup=*/10, /*repeats=*/20, /*fp8=*/false);
   if (!tflops.ok()) return tflops.error();
@@ -261,7 +249,7 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
   // Contention: the op beside a collective that outlasts it, with the collective's traffic rate.
   const EmulatedCollective& b = options.beside;
   if (b.ctas > 0 && b.us > 0) {
-    for (int32_t id : {largest_gemm, largest_memory}) {
+    for (int32_t id : {largest->gemm, largest->memory}) {
       if (id < 0) continue;
       const double alone = profile.compute_us[OpSignature(s.op(id))];
       EmulatedCollective longer = b;
@@ -273,18 +261,50 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
           {OpSignature(s.op(id)), b.ctas, b.hbm_bytes / b.us * 1e-3, alone, *beside});
     }
   }
-  // The model's ends (embedding, final norm, LM head, loss) on a runner of their own, the layer
-  // stack's released first: only one schedule's tensors are on the device at a time.
-  runner->reset();
-  const Schedule& ends = (*schedules)[1];
-  Result<std::unique_ptr<CudaRunner>> ends_runner =
-      MakeCudaRunner(ends, plan.model, comm.rank(), plan.tp, /*seed=*/1, cuda, comm);
-  if (!ends_runner.ok()) return ends_runner.error();
-  DOMINO_RETURN_IF_ERROR((*ends_runner)->FillRandom(/*seed=*/1));
-  DOMINO_RETURN_IF_ERROR(TimeNewOps(ends, **ends_runner, comm, repeats, distinct, profile,
-                                    largest_gemm, largest_memory));
-  tell(fmt::format("the model's ends (embedding, final norm, LM head, loss): {} more ops timed",
-                   profile.compute_us.size() - stack_ops));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
+                                      const CalibrateOptions& options) {
+  Result<std::vector<Schedule>> schedules = LowerFor(plan, comm);
+  if (!schedules.ok()) return schedules.error();
+  Result<std::vector<CudaDevice>> devices = ListCudaDevices();
+  if (!devices.ok()) return devices.error();
+  CudaOptions cuda = options.cuda;
+  cuda.comm = comm.size() > 1 ? CommMode::kNccl : CommMode::kMpi;
+  cuda.random_values = true;  // FillRandom below
+  const CudaDevice& device = (*devices)[static_cast<size_t>(cuda.device)];
+  HardwareProfile profile;
+  profile.device = device.name;
+  profile.backend = "cuda";
+  profile.contention = true;
+  Distinct distinct;
+  // One runner per schedule, the layer stack's released before the ends' is made: only one
+  // schedule's tensors are on the device at a time.
+  for (size_t i = 0; i < schedules->size(); ++i) {
+    const Schedule& s = (*schedules)[i];
+    Result<std::unique_ptr<CudaRunner>> runner =
+        MakeCudaRunner(s, plan.model, comm.rank(), plan.tp, /*seed=*/1, cuda, comm);
+    if (!runner.ok()) return runner.error();
+    // Random operands, as training's are: zeros and constants keep the clocks high and read fast.
+    DOMINO_RETURN_IF_ERROR((*runner)->FillRandom(/*seed=*/1));
+    if (i == 0) {
+      DOMINO_RETURN_IF_ERROR(
+          MeasureOnLayerStack(s, **runner, comm, options, device, cuda.dtype, distinct, profile));
+      continue;
+    }
+    // The model's ends (embedding, final norm, LM head, loss).
+    const size_t before = profile.compute_us.size();
+    Result<LargestOps> ends =
+        TimeNewOps(s, **runner, comm, std::max(1, options.repeats), distinct, profile);
+    if (!ends.ok()) return ends.error();
+    if (options.progress)
+      options.progress(fmt::format(
+          "the model's ends (embedding, final norm, LM head, loss): {} more compute ops timed",
+          profile.compute_us.size() - before));
+  }
   return profile;
 }
 

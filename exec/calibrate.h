@@ -21,7 +21,8 @@ struct CalibrateOptions {
   // has the plan's tp ranks.
   CudaOptions cuda;
   // CalibrateCuda: a collective as the plan's cost model predicts it (CTAs, HBM traffic and time
-  // alone), to time the largest GEMM and the largest memory-bound op beside; ctas 0: skip.
+  // alone), to time the layer stack's largest GEMM and largest memory-bound op beside; ctas 0:
+  // skip.
   EmulatedCollective beside;
   // CalibrateCuda: seconds of back-to-back 8192^3 GEMMs before anything is timed, so that the
   // ops are timed at the clocks the power limit sustains (0: none; the profile keeps each

@@ -4,11 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <map>
 #include <memory>
 #include <set>
-#include <span>
 #include <string>
 #include <tuple>
 #include <vector>

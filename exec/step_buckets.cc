@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "exec/cpu_kernels.h"
 #include "exec/step_runner.h"
 
 namespace domino::exec::whole_step {

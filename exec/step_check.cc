@@ -1,11 +1,8 @@
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
-#include "exec/cpu_kernels.h"
 #include "exec/execute.h"
 #include "exec/step_runner.h"
 #include "planner/lower.h"

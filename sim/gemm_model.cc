@@ -23,7 +23,9 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
   const double tiles = std::ceil(m / tile_m) * std::ceil(n / tile_n);
   const double flops_per_sm_us = tflops_ceiling * 1e6 / gpu.sms;
   const double tile_us = 2.0 * tile_m * tile_n * (k + gpu.gemm_tile_overhead_k) / flops_per_sm_us;
-  if (k >= gpu.gemm_stream_k_min_k && tiles > gpu.sms) {
+  out.output_tiles = tiles;
+  out.stream_k = k >= gpu.gemm_stream_k_min_k && tiles > gpu.sms;
+  if (out.stream_k) {
     const double steps = std::ceil(k / kStreamKStep);
     out.cost.tiles = tiles * steps;
     out.cost.wave_us = tile_us / steps;
@@ -40,9 +42,9 @@ GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, 
   GemmKernel out;
   out.ceiling_tflops = GemmCeilingTflops(gpu, dtype);
   const GemmEstimate g = EstimateGemm(gpu, out.ceiling_tflops, m, n, k, DtypeBytes(dtype), 2);
-  out.tiles = std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
+  out.tiles = g.output_tiles;
   out.units = g.cost.tiles;
-  out.stream_k = out.units > out.tiles;
+  out.stream_k = g.stream_k;
   out.unit_us = g.cost.wave_us;
   out.waves = std::ceil(out.units / gpu.sms);
   out.last_wave_fill = (out.units - (out.waves - 1) * gpu.sms) / gpu.sms;

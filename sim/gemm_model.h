@@ -23,8 +23,10 @@ namespace domino::sim {
 // Sources for the constants: docs/validation/measurements.yaml, category gemm (MAMF best shapes
 // and the per-shape cuBLASLt tables); `domino validate --category gemm` checks them.
 struct GemmEstimate {
-  OpCost cost;          // units as `tiles`, one unit's time on one SM as `wave_us`, hbm_bytes
-  double fixed_us = 0;  // gemm_fixed_us: add to the launch
+  OpCost cost;              // units as `tiles`, one unit's time on one SM as `wave_us`, hbm_bytes
+  double fixed_us = 0;      // gemm_fixed_us: add to the launch
+  double output_tiles = 0;  // tiles of C; cost.tiles has as many units, or more with stream-K
+  bool stream_k = false;    // each tile cut into units of 64 k-steps
 };
 
 // `tflops_ceiling`: the dense peak of the GEMM's dtype times the main-loop efficiency

@@ -25,11 +25,11 @@ std::string GemmKernelText(const GpuSpec& gpu, const GemmKernel& k) {
   const bool memory = k.memory_us > k.compute_us;
   return fmt::format(
       "{:.1f} us: {:.0f} tiles of {}x{} on {} SMs{} in {:.0f} wave(s), the last {:.0f}% full; the "
-      "main loop at {:.0f} TFLOP/s takes {:.1f} us, the operands' HBM traffic {:.1f} us "
+      "waves take {:.1f} us at a main loop of {:.0f} TFLOP/s, the operands' HBM traffic {:.1f} us "
       "({}-bound); {:.1f} us fixed",
       k.us, k.tiles, gpu.gemm_tile_m, gpu.gemm_tile_n, gpu.sms,
       k.stream_k ? fmt::format(" (stream-K: {:.0f} units of 64 k-steps)", k.units) : "", k.waves,
-      100 * k.last_wave_fill, k.ceiling_tflops, k.compute_us, k.memory_us,
+      100 * k.last_wave_fill, k.compute_us, k.ceiling_tflops, k.memory_us,
       memory ? "memory" : "compute", k.fixed_us);
 }
 

@@ -31,7 +31,8 @@ Plan TinyGpt() {
 TEST(CalibrateCpuTest, TimesTheLayerStackAndTheModelsEnds) {
   const Plan plan = TinyGpt();
   Result<Schedule> layers = Lower(plan);
-  Result<Schedule> ends = LowerStage(plan, LowerOptions{1, true, true, true, true});
+  Result<Schedule> ends =
+      LowerStage(plan, LowerOptions{.layers = 1, .embedding = true, .head = true});
   ASSERT_TRUE(layers.ok() && ends.ok());
   std::set<std::string> stack, all;
   for (const Op& op : layers->ops())

@@ -24,6 +24,17 @@ namespace domino::exec {
 namespace {
 
 // tiny-gpt over a TP group of two, micro-batch 12 x seq 16.
+// The fake's counters start from zero with each test, so that a test sees everything its code
+// did, across every runner (context) it made.
+struct ResetFakeCounters : testing::EmptyTestEventListener {
+  void OnTestStart(const testing::TestInfo&) override { fake::ResetCounters(); }
+};
+// gtest's listener list takes ownership of a raw pointer.
+const bool kResetFakeCountersRegistered = [] {
+  testing::UnitTest::GetInstance()->listeners().Append(new ResetFakeCounters);
+  return true;
+}();
+
 testing_util::PlanKnobs TinyKnobs() {
   testing_util::PlanKnobs k;
   k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/tiny-gpt.yaml";
@@ -475,7 +486,8 @@ TEST(CudaBackendFakeTest, CalibrationTimesEveryDistinctOp) {
   EXPECT_EQ(fake::Counters().soaks + fake::Counters().fp8_soaks, 0);
   // The layer stack's ops and the model's ends' (embedding, final norm, LM head, loss), timed
   // on a second runner: one layer with both ends.
-  Result<Schedule> ends = LowerStage(plan, LowerOptions{1, true, true, true, true});
+  Result<Schedule> ends =
+      LowerStage(plan, LowerOptions{.layers = 1, .embedding = true, .head = true});
   ASSERT_TRUE(ends.ok());
   std::set<std::string> signatures;
   for (const Schedule* schedule : {&*s, &*ends}) {
@@ -490,6 +502,9 @@ TEST(CudaBackendFakeTest, CalibrationTimesEveryDistinctOp) {
     }
   }
   EXPECT_EQ(profile->compute_us.size(), signatures.size());
+  // The layer stack's runner is gone before the ends' is made.
+  EXPECT_EQ(fake::Counters().most_live_contexts, 1);
+  EXPECT_EQ(fake::Counters().live_contexts, 0);
   for (const char* end : {"embed|", "lm_head|", "loss|", "loss.grad|"})
     EXPECT_TRUE(std::any_of(signatures.begin(), signatures.end(), [&](const std::string& sig) {
       return sig.rfind(end, 0) == 0;
@@ -581,7 +596,8 @@ TEST(CudaBackendFakeTest, CalibrationRepeatsTheGemmsInFp8) {
   EXPECT_EQ(told[9],
             "kernel launch: 2.00 us per kernel launched one by one, 0.50 from a CUDA graph");
   Result<Schedule> layers = Lower(plan);
-  Result<Schedule> ends = LowerStage(plan, LowerOptions{1, true, true, true, true});
+  Result<Schedule> ends =
+      LowerStage(plan, LowerOptions{.layers = 1, .embedding = true, .head = true});
   ASSERT_TRUE(layers.ok() && ends.ok());
   std::set<std::string> stack, ends_only;
   for (const Op& op : layers->ops()) stack.insert(OpSignature(op));
@@ -589,7 +605,7 @@ TEST(CudaBackendFakeTest, CalibrationRepeatsTheGemmsInFp8) {
     if (op.kind != OpKind::kCollective && !stack.count(OpSignature(op)))
       ends_only.insert(OpSignature(op));
   EXPECT_EQ(told[10], "the model's ends (embedding, final norm, LM head, loss): " +
-                          std::to_string(ends_only.size()) + " more ops timed");
+                          std::to_string(ends_only.size()) + " more compute ops timed");
 }
 TEST(CudaBackendFakeTest, GraphIsDestroyedBeforeTheNcclCommunicator) {
   const Plan plan = TinyPlan(2, OverlapScope::kInterLayer);
@@ -756,11 +772,14 @@ TEST(CudaBackendFakeTest, CalibrationFillsRandomOperandsAndBatchesCollectives) {
   options.repeats = 3;
   Result<HardwareProfile> profile = CalibrateCuda(plan, host, options);
   ASSERT_TRUE(profile.ok()) << profile.message();
-  EXPECT_GE(fake::Counters().random_fills, static_cast<int>(s->tensors().size()));
-  // Each distinct collective of the layer stack and of the model's ends (the loss's and the
-  // embedding's all-reduces) once.
-  Result<Schedule> ends = LowerStage(plan, LowerOptions{1, true, true, true, true});
+  // Each collective of the layer stack and of the model's ends (the loss's and the embedding's
+  // all-reduces) once, distinct by kind and size; every tensor of both filled with random values
+  // but the token ids and labels.
+  Result<Schedule> ends =
+      LowerStage(plan, LowerOptions{.layers = 1, .embedding = true, .head = true});
   ASSERT_TRUE(ends.ok());
+  EXPECT_GE(fake::Counters().random_fills,
+            static_cast<int>(s->tensors().size() + ends->tensors().size()) - 2);
   std::set<std::pair<std::string, double>> distinct;
   for (const Schedule* schedule : {&*s, &*ends})
     for (const Op& op : schedule->ops())

@@ -13,8 +13,6 @@
 // every element, so a test sees gradients accumulated twice.
 #include "tests/exec/fake_cuda_ops.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -63,17 +61,6 @@ namespace {
 
 // Per thread: each rank of a multi-rank test is a thread of its own and counts its own calls.
 thread_local fake::Stats stats;
-
-// The counters start from zero with each test (and each thread a test starts), so that a test
-// sees everything its code did, across every context it created.
-struct ResetCountersEachTest : testing::EmptyTestEventListener {
-  void OnTestStart(const testing::TestInfo&) override { stats = fake::Stats{}; }
-};
-const bool kResetRegistered = [] {
-  // gtest's listener list takes ownership of a raw pointer.
-  testing::UnitTest::GetInstance()->listeners().Append(new ResetCountersEachTest);
-  return true;
-}();
 
 // Device buffers by their first byte: size and accumulating writes since the last zero. The
 // ranks' threads share the map, under the lock.
@@ -152,11 +139,13 @@ Status Create(int device, DType type, Context** out) {
   if (device != 0) return Error("no such fake device");
   *out = new Context;
   (*out)->type = type;
+  stats.most_live_contexts = std::max(stats.most_live_contexts, ++stats.live_contexts);
   return Status::Ok();
 }
 void Destroy(Context* context) {
   if (context == nullptr) return;
   stats.teardown.push_back("context");
+  --stats.live_contexts;
   delete context;
 }
 DType TypeOf(const Context* context) { return context->type; }

@@ -50,9 +50,11 @@ struct Stats {
   // MeasureGemmTflops calls: m, n, k, warm-up runs, timed runs, fp8 (1) or not (0).
   std::vector<std::array<int64_t, 6>> gemm_shapes;
   int soaks = 0, fp8_soaks = 0;  // SoakGemm calls in the context's type and in fp8
+  // Contexts (one per CUDA runner) alive now, and the most alive at once.
+  int live_contexts = 0, most_live_contexts = 0;
 };
 
-// This thread's, since the test started (or this thread did).
+// This thread's, since ResetCounters (cuda_backend_fake_test resets them as each test starts).
 const Stats& Counters();
 void ResetCounters();  // this thread's, to zero
 
