@@ -162,9 +162,10 @@ class CudaBackend final : public Backend, public CudaRunner {
   Status FillRandom(uint64_t seed) override {
     DOMINO_RETURN_IF_ERROR(Ok(cuda::Synchronize(context_)));
     cuda::UseStream(context_, cuda::StreamKind::kCompute);
-    // Token ids and labels keep their values: random ones would all look up row 0.
+    // Token ids and labels keep their values (random ones would all look up row 0); the fp32 loss
+    // statistics are computed before anything reads them.
     for (int32_t t = 0; t < static_cast<int32_t>(device_.size()); ++t)
-      if (!Ids(t)) DOMINO_RETURN_IF_ERROR(Ok(cuda::FillRandom(context_, Whole(t), seed + t)));
+      if (!Fp32(t)) DOMINO_RETURN_IF_ERROR(Ok(cuda::FillRandom(context_, Whole(t), seed + t)));
     uint64_t salt = device_.size();
     for (auto& [id, view] : residual_grads_)
       DOMINO_RETURN_IF_ERROR(Ok(cuda::FillRandom(context_, view, seed + salt++)));
@@ -241,19 +242,19 @@ class CudaBackend final : public Backend, public CudaRunner {
   }
 
   Status Pack(const TensorUse& use, float* out) const override {
-    return Ok(cuda::Download(context_, Of(use), out, Ids(use.tensor)));
+    return Ok(cuda::Download(context_, Of(use), out, Fp32(use.tensor)));
   }
   Status Unpack(const TensorUse& use, const float* in) override {
-    return Ok(cuda::Upload(context_, Of(use), in, Ids(use.tensor)));
+    return Ok(cuda::Upload(context_, Of(use), in, Fp32(use.tensor)));
   }
   Result<std::vector<float>> Read(int32_t tensor) const override {
     const Tensor& t = schedule_.tensors()[tensor];
     std::vector<float> host(static_cast<size_t>(t.rows * t.cols));
-    DOMINO_RETURN_IF_ERROR(Ok(cuda::Download(context_, Whole(tensor), host.data(), Ids(tensor))));
+    DOMINO_RETURN_IF_ERROR(Ok(cuda::Download(context_, Whole(tensor), host.data(), Fp32(tensor))));
     return host;
   }
   Status Zero(int32_t tensor) override {
-    if (Ids(tensor)) {  // fp32 whatever the element type: zeros uploaded as such
+    if (Fp32(tensor)) {  // fp32 whatever the element type: zeros uploaded as such
       const Tensor& t = schedule_.tensors()[tensor];
       const std::vector<float> zeros(static_cast<size_t>(t.rows * t.cols), 0.0f);
       return Ok(cuda::Upload(context_, Whole(tensor), zeros.data(), true));
@@ -328,18 +329,18 @@ class CudaBackend final : public Backend, public CudaRunner {
     for (size_t i = 0; i < tensors.size(); ++i) {
       const Tensor& t = tensors[i];
       const int32_t id = static_cast<int32_t>(i);
-      // Alloc counts elements of the context's type: fp32 ids take 4 / its bytes of them each.
+      // Alloc counts elements of the context's type: fp32 tensors take 4 / its bytes of them each.
       const size_t per = ElementBytes(id) / cuda::DTypeBytes(type_);
       DOMINO_RETURN_IF_ERROR(
           Ok(cuda::Alloc(context_, static_cast<size_t>(t.rows * t.cols) * per, &device_[i])));
       const cuda::DView whole = Whole(static_cast<int32_t>(i));
       if (!IsGiven(t.role) || (options_.random_values && !Ids(id))) {
-        DOMINO_RETURN_IF_ERROR(Ok(cuda::Zero(context_, whole)));
+        DOMINO_RETURN_IF_ERROR(Fp32(id) ? Zero(id) : Ok(cuda::Zero(context_, whole)));
         continue;
       }
       std::vector<float> host(static_cast<size_t>(t.rows * t.cols), 0.0f);
       FillGiven(t, model_, rank_, tp_, seed_, options_.fill, View{0, t.rows, 0, t.cols}, host);
-      DOMINO_RETURN_IF_ERROR(Ok(cuda::Upload(context_, whole, host.data(), Ids(id))));
+      DOMINO_RETURN_IF_ERROR(Ok(cuda::Upload(context_, whole, host.data(), Fp32(id))));
     }
     // The output gradient each residual-gradient op starts the backward pass from, kept on the
     // device so the op is a device copy (no host transfer inside a timed or captured run).
@@ -580,6 +581,12 @@ class CudaBackend final : public Backend, public CudaRunner {
     if (!fits)
       return Error(fmt::format("op {} ({}): buffer sizes {} and {} do not fit a {} over {} ranks",
                                id, schedule_.Label(id), n_in, n_out, OpFuncName(op.func), tp_));
+    // fp32 tensors (the loss statistics) are all-reduced whole rows at a time, never staged in
+    // the element type.
+    const bool f32 = Fp32(schedule_.reads(op)[0].tensor);
+    if (f32 && (op.collective != CollectiveOp::kAllReduce || !Contiguous(in) || !Contiguous(out)))
+      return Error(fmt::format("op {} ({}): an fp32 tensor takes only a contiguous all-reduce", id,
+                               schedule_.Label(id)));
     Status e;
     const void* src = in.data;
     if (!Contiguous(in)) {
@@ -590,7 +597,7 @@ class CudaBackend final : public Backend, public CudaRunner {
     if (e.ok()) {
       switch (op.collective) {
         case CollectiveOp::kAllReduce:
-          e = cuda::NcclAllReduce(nccl_, src, dst, n_in);
+          e = cuda::NcclAllReduce(nccl_, src, dst, n_in, f32);
           break;
         case CollectiveOp::kReduceScatter:
           e = cuda::NcclReduceScatter(nccl_, src, dst, n_out);
@@ -700,10 +707,15 @@ class CudaBackend final : public Backend, public CudaRunner {
   bool Rms() const { return model_.norm == Norm::kRmsNorm; }
   bool Swiglu() const { return model_.activation == Activation::kSwiglu; }
   bool SquaredRelu() const { return model_.activation == Activation::kSquaredRelu; }
-  // Token ids and labels are fp32 whatever the element type (exact for every vocabulary).
+  // Token ids and labels are fp32 whatever the element type (exact for every vocabulary), and so
+  // are the loss statistics (each part's log-sum-exp and the label's logit): in bf16 a
+  // log-sum-exp near 9 rounds by up to 0.03, which would scale every logit's gradient by 3%.
   bool Ids(int32_t tensor) const { return IsTokens(schedule_.tensors()[tensor].role); }
+  bool Fp32(int32_t tensor) const {
+    return Ids(tensor) || schedule_.tensors()[tensor].role.kind == TensorKind::kLoss;
+  }
   size_t ElementBytes(int32_t tensor) const {
-    return Ids(tensor) ? sizeof(float) : cuda::DTypeBytes(type_);
+    return Fp32(tensor) ? sizeof(float) : cuda::DTypeBytes(type_);
   }
   cuda::DView Of(const TensorUse& u) const {
     const Tensor& t = schedule_.tensors()[u.tensor];

@@ -313,7 +313,7 @@ __global__ void EmbeddingBackwardKernel(Mat<float> tokens, int64_t vocab_begin, 
 
 template <typename T>
 __global__ void CrossEntropyStatsKernel(Mat<T> logits, Mat<float> labels, int64_t vocab_begin,
-                                        int64_t valid, int part, Mat<T> stats) {
+                                        int64_t valid, int part, Mat<float> stats) {
   const int64_t j = blockIdx.x;
   const int64_t parts = stats.cols - 1;
   for (int64_t c = threadIdx.x; c < stats.cols; c += blockDim.x)
@@ -331,7 +331,7 @@ __global__ void CrossEntropyStatsKernel(Mat<T> logits, Mat<float> labels, int64_
 }
 
 template <typename T>
-__global__ void CrossEntropyBackwardKernel(Mat<T> logits, Mat<float> labels, Mat<T> stats,
+__global__ void CrossEntropyBackwardKernel(Mat<T> logits, Mat<float> labels, Mat<float> stats,
                                            int64_t vocab_begin, int64_t valid, float scale,
                                            Mat<T> dlogits) {
   const int64_t j = blockIdx.x;
@@ -618,7 +618,7 @@ Status CrossEntropyStats(Context* c, DView logits, DView labels, int64_t vocab_b
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     CrossEntropyStatsKernel<T><<<static_cast<unsigned>(logits.rows), kThreads, 0, Current(c)>>>(
-        Typed<T>(logits), Typed<float>(labels), vocab_begin, valid, part, Typed<T>(stats));
+        Typed<T>(logits), Typed<float>(labels), vocab_begin, valid, part, Typed<float>(stats));
     return Launched("cross-entropy");
   });
 }
@@ -635,7 +635,7 @@ Status CrossEntropyBackward(Context* c, DView logits, DView labels, DView stats,
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     CrossEntropyBackwardKernel<T><<<static_cast<unsigned>(logits.rows), kThreads, 0, Current(c)>>>(
-        Typed<T>(logits), Typed<float>(labels), Typed<T>(stats), vocab_begin, valid,
+        Typed<T>(logits), Typed<float>(labels), Typed<float>(stats), vocab_begin, valid,
         1.0f / static_cast<float>(tokens), Typed<T>(dlogits));
     return Launched("cross-entropy backward");
   });

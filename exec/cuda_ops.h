@@ -146,6 +146,7 @@ Status EmbeddingBackward(Context* context, DView tokens, int64_t vocab_begin, DV
 Status CrossEntropyStats(Context* context, DView logits, DView labels, int64_t vocab_begin,
                          int64_t vocab, int part, DView stats);
 // dlogits = (softmax(logits) - onehot(label)) / tokens, from the stats summed over the parts.
+// `labels` and `stats` are fp32 whatever the context's type.
 Status CrossEntropyBackward(Context* context, DView logits, DView labels, DView stats,
                             int64_t vocab_begin, int64_t vocab, int64_t tokens, DView dlogits);
 

@@ -118,10 +118,11 @@ Status NcclInit(Context* context, int rank, int size, const std::string& id,
   return Status::Ok();
 }
 
-Status NcclAllReduce(Nccl* n, const void* in, void* out, int64_t count) {
-  return Ready(n, "ncclAllReduce",
-               ncclAllReduce(in, out, static_cast<size_t>(count), NcclType(TypeOf(n->context)),
-                             ncclSum, n->comm, Stream(n)));
+Status NcclAllReduce(Nccl* n, const void* in, void* out, int64_t count, bool f32) {
+  return Ready(
+      n, "ncclAllReduce",
+      ncclAllReduce(in, out, static_cast<size_t>(count),
+                    f32 ? ncclFloat32 : NcclType(TypeOf(n->context)), ncclSum, n->comm, Stream(n)));
 }
 
 Status NcclReduceScatter(Nccl* n, const void* in, void* out, int64_t count) {

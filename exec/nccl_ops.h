@@ -27,8 +27,9 @@ struct NcclConfig {
 Status NcclInit(Context* context, int rank, int size, const std::string& id,
                 const NcclConfig& config, Nccl** out);
 // Collectives on the context's current stream, on contiguous device buffers of the context's
-// element type (sums in reductions). Counts as in exec/communicator.h: per rank.
-Status NcclAllReduce(Nccl* nccl, const void* in, void* out, int64_t count);
+// element type (sums in reductions; an all-reduce's in fp32 with `f32`, as the loss statistics
+// are held). Counts as in exec/communicator.h: per rank.
+Status NcclAllReduce(Nccl* nccl, const void* in, void* out, int64_t count, bool f32 = false);
 Status NcclReduceScatter(Nccl* nccl, const void* in, void* out, int64_t count);
 Status NcclAllGather(Nccl* nccl, const void* in, void* out, int64_t count);
 // Rooted collectives in one NCCL group (ncclGroupStart/End), for a decomposed collective's part:

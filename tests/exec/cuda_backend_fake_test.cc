@@ -294,26 +294,34 @@ TEST(CudaBackendFakeTest, WholeStepsRunThePassesTpCollectivesOnNccl) {
   Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
   ASSERT_TRUE(it.ok()) << it.message();
   // Per stage: the TP collectives of its chunk's pass and its partial-sum gradients.
-  std::vector<int> expected(2, 0);
+  std::vector<int> expected(2, 0), expected_f32(2, 0);
   for (int stage = 0; stage < 2; ++stage) {
     const ChunkShape& shape = it->virtual_stages[stage];
     Result<Schedule> pass =
         LowerStage(plan, LowerOptions{shape.layers, shape.embedding, shape.head, true, true});
     ASSERT_TRUE(pass.ok()) << pass.message();
     int collectives = 0, partial = 0;
-    for (const Op& op : pass->ops()) collectives += op.kind == OpKind::kCollective;
+    int loss = 0;  // all-reduces of the fp32 loss statistics (the last stage's)
+    for (const Op& op : pass->ops()) {
+      collectives += op.kind == OpKind::kCollective;
+      loss += op.kind == OpKind::kCollective &&
+              pass->tensors()[pass->reads(op)[0].tensor].role.kind == TensorKind::kLoss;
+    }
+    EXPECT_EQ(loss > 0, shape.head) << stage;
     for (const Tensor& t : pass->tensors())
       partial += t.role.gradient && t.role.kind == TensorKind::kNormWeight &&
                  t.shard == Shard::kPartialSum;
     ASSERT_GT(collectives, 0);
     ASSERT_GT(partial, 0);
     expected[stage] = (collectives * it->micro_batches + partial) * options.steps;
+    expected_f32[stage] = loss * it->micro_batches * options.steps;
   }
   std::vector<Status> status;
   const std::vector<fake::Stats> counted = FakeRanks(plan, *it, options, &status);
   for (int rank = 0; rank < 4; ++rank) {
     ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank].message();
     EXPECT_EQ(counted[rank].nccl_collectives, expected[CoordsOf(plan, rank).pp]) << rank;
+    EXPECT_EQ(counted[rank].nccl_f32_allreduces, expected_f32[CoordsOf(plan, rank).pp]) << rank;
   }
 }
 
@@ -347,22 +355,28 @@ TEST(CudaBackendFakeTest, TheModelsEndsRunOnTheGpu) {
         << r->schedule.Label(static_cast<int32_t>(i));
 }
 
-TEST(CudaBackendFakeTest, TokenIdsAreHeldInFp32WhateverTheElementType) {
-  // bf16 holds integers exactly only up to 256: ids and labels stay fp32 (4 bytes each), and a
-  // timing run's random fill leaves them as they are.
+TEST(CudaBackendFakeTest, TokenIdsAndLossStatisticsAreHeldInFp32WhateverTheElementType) {
+  // bf16 holds integers exactly only up to 256: ids and labels stay fp32 (4 bytes each). So do
+  // the loss statistics: a log-sum-exp near 9 would round by up to 0.03 in bf16, 3% of every
+  // logit's gradient. The ids and labels are uploaded, the statistics zeroed by an fp32 upload,
+  // and a timing run's random fill leaves all three alone.
   Plan plan = TinyPlan(1, OverlapScope::kNone);
   Result<Schedule> s = LowerForExecution(plan, Extent::kModel);
   ASSERT_TRUE(s.ok()) << s.message();
-  int ids = 0;
-  for (const Tensor& t : s->tensors()) ids += IsTokens(t.role);
+  int ids = 0, stats = 0;
+  for (const Tensor& t : s->tensors()) {
+    ids += IsTokens(t.role);
+    stats += t.role.kind == TensorKind::kLoss;
+  }
   ASSERT_EQ(ids, 2);  // the tokens and the labels
+  ASSERT_EQ(stats, 1);
   SelfCommunicator self;
   Result<std::unique_ptr<CudaRunner>> runner = NcclRunner(plan, *s, self, false, CommMode::kMpi);
   ASSERT_TRUE(runner.ok()) << runner.message();
-  EXPECT_EQ(fake::Counters().f32_uploads, ids);
+  EXPECT_EQ(fake::Counters().f32_uploads, ids + stats);
   EXPECT_EQ(fake::Counters().f32_overruns, 0);
   ASSERT_TRUE((*runner)->FillRandom(7).ok());
-  EXPECT_EQ(fake::Counters().random_fills, static_cast<int>(s->tensors().size()) - ids);
+  EXPECT_EQ(fake::Counters().random_fills, static_cast<int>(s->tensors().size()) - ids - stats);
 }
 
 TEST(CudaBackendFakeTest, EmulatedRunKeepsEveryOrderAndOverlaps) {

@@ -411,8 +411,9 @@ Status NcclInit(Context* context, int, int, const std::string& id, const NcclCon
   *out = new Nccl{context};
   return Status::Ok();
 }
-Status NcclAllReduce(Nccl* n, const void*, void*, int64_t) {
+Status NcclAllReduce(Nccl* n, const void*, void*, int64_t, bool f32) {
   ++stats.nccl_collectives;
+  stats.nccl_f32_allreduces += f32;
   return NcclLaunch(n->context);
 }
 Status NcclReduceScatter(Nccl* n, const void*, void*, int64_t) {

@@ -38,6 +38,7 @@ struct Stats {
   int f32_overruns = 0;  // of those, views that reach past their buffer at 4 bytes each
   int nccl_sends = 0, nccl_recvs = 0;               // point-to-point
   int nccl_collectives = 0;                         // all-reduces, reduce-scatters and all-gathers
+  int nccl_f32_allreduces = 0;                      // of them, all-reduces of fp32 buffers
   int accumulates = 0, stores = 0, adam_steps = 0;  // a whole step's device bucket arithmetic
   int nccl_groups = 0;        // grouped broadcasts or reduces (a decomposed collective's part)
   int nccl_group_pieces = 0;  // the rooted collectives in them
