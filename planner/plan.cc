@@ -75,30 +75,17 @@ void ReadFigures(YamlMap& parent, std::string_view key, std::optional<PlanFigure
   *out = f;
 }
 
-// A reference as a plan file writes it: a catalog name bare; a file as an absolute path, quoted,
-// so that the plan loads from any directory whatever characters the name holds.
-std::string Quoted(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
-
 std::string AbsolutePath(std::string_view path) {
   std::error_code ec;
   std::filesystem::path absolute = std::filesystem::absolute(std::filesystem::path(path), ec);
   return ec ? std::string(path) : absolute.lexically_normal().string();
 }
 
+// A reference as a plan file writes it: a catalog name bare; a file as an absolute path, quoted,
+// so that the plan loads from any directory whatever characters the name holds.
 std::string RefToYaml(std::string_view ref, std::span<const EmbeddedFile> catalog) {
   if (FindEmbedded(catalog, ref) != nullptr) return std::string(ref);
-  return Quoted(AbsolutePath(ref));
+  return YamlQuoted(AbsolutePath(ref));
 }
 
 bool IsYamlName(std::string_view s) { return s.ends_with(".yaml") || s.ends_with(".yml"); }
@@ -109,7 +96,7 @@ std::string ClusterRefToYaml(std::string_view ref) {
   if (IsYamlName(ref) || colon == std::string_view::npos) return RefToYaml(ref, {});
   std::string_view node = ref.substr(0, colon);
   if (FindEmbedded(NodeCatalog(), node) != nullptr) return std::string(ref);
-  return Quoted(AbsolutePath(node) + std::string(ref.substr(colon)));
+  return YamlQuoted(AbsolutePath(node) + std::string(ref.substr(colon)));
 }
 
 std::string FiguresToYaml(std::string_view key, const PlanFigures& f) {

@@ -188,31 +188,11 @@ Result<HardwareProfile> LoadProfile(const std::string& path) {
   return ParseProfile(*text, path);
 }
 
-namespace {
-
-// A YAML double-quoted scalar: backslashes, quotes and control characters escaped.
-std::string Quoted(std::string_view text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      out += fmt::format("\\x{:02x}", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
-
 std::string ProfileToYaml(const HardwareProfile& p) {
   std::string out = fmt::format(
       "# domino calibrate profile: measured medians, microseconds\n"
       "device: {}\nbackend: {}\ncontention: {}\n",
-      Quoted(p.device), Quoted(p.backend), p.contention);
+      YamlQuoted(p.device), YamlQuoted(p.backend), p.contention);
   if (p.gemm_tflops > 0) out += fmt::format("gemm_tflops: {:.2f}\n", p.gemm_tflops);
   if (p.hbm_GBps > 0) out += fmt::format("hbm_GBps: {:.1f}\n", p.hbm_GBps);
   if (p.kernel_launch_us > 0) out += fmt::format("kernel_launch_us: {:.3f}\n", p.kernel_launch_us);
@@ -225,22 +205,22 @@ std::string ProfileToYaml(const HardwareProfile& p) {
     for (double t : *soak) out += fmt::format("  - {:.2f}\n", t);
   }
   if (!p.gemm_fp8_error.empty())
-    out += fmt::format("gemm_fp8_error: {}\n", Quoted(p.gemm_fp8_error));
+    out += fmt::format("gemm_fp8_error: {}\n", YamlQuoted(p.gemm_fp8_error));
   if (!p.gemm_samples.empty()) out += "gemm_samples:  # [m, n, k, TFLOP/s] (+ fp8)\n";
   for (const auto& g : p.gemm_samples)
     out +=
         fmt::format("  - [{}, {}, {}, {:.2f}{}]\n", g.m, g.n, g.k, g.tflops, g.fp8 ? ", fp8" : "");
   out += p.compute_us.empty() ? "compute: []\n" : "compute:  # [op signature, us]\n";
   for (const auto& [signature, us] : p.compute_us)
-    out += fmt::format("  - [{}, {:.3f}]\n", Quoted(signature), us);
+    out += fmt::format("  - [{}, {:.3f}]\n", YamlQuoted(signature), us);
   out += p.collectives.empty() ? "collectives: []\n" : "collectives:  # [kind, ranks, bytes, us]\n";
   for (const auto& s : p.collectives)
     out += fmt::format("  - [{}, {}, {:.0f}, {:.3f}]\n", s.kind, s.ranks, s.bytes, s.us);
   if (!p.contention_samples.empty())
     out += "contention_samples:  # [op signature, ctas, hbm GB/s, alone us, beside us]\n";
   for (const auto& c : p.contention_samples)
-    out += fmt::format("  - [{}, {}, {:.1f}, {:.3f}, {:.3f}]\n", Quoted(c.op), c.ctas, c.hbm_GBps,
-                       c.alone_us, c.beside_us);
+    out += fmt::format("  - [{}, {}, {:.1f}, {:.3f}, {:.3f}]\n", YamlQuoted(c.op), c.ctas,
+                       c.hbm_GBps, c.alone_us, c.beside_us);
   return out;
 }
 

@@ -107,6 +107,10 @@ class YamlMap {
 // a plausible typo.
 std::string NearestWord(std::string_view word, std::span<const std::string> candidates);
 
+// `text` as a YAML double-quoted scalar, for the files domino writes: quotes and backslashes
+// escaped, control characters (and DEL) as \xNN, so any name reads back as it was.
+std::string YamlQuoted(std::string_view text);
+
 }  // namespace domino
 
 #endif  // DOMINO_MODELS_BASE_YAML_READER_H_

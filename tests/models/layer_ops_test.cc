@@ -6,33 +6,13 @@
 #include <vector>
 
 #include "models/model_counts.h"
+#include "tests/models/tiny_models.h"
 
 namespace domino {
 namespace {
 
-ModelSpec TinyGpt() {
-  ModelSpec model;
-  model.name = "tiny-gpt";
-  model.layers = 2;
-  model.hidden = 8;
-  model.heads = 2;
-  model.kv_heads = 2;
-  model.ffn = 32;
-  model.vocab = 10;
-  model.seq_len = 16;
-  return model;
-}
-
-ModelSpec TinyLlama() {
-  ModelSpec model = TinyGpt();
-  model.heads = 4;
-  model.kv_heads = 2;
-  model.activation = Activation::kSwiglu;
-  model.norm = Norm::kRmsNorm;
-  model.bias = false;
-  model.tied_embeddings = false;
-  return model;
-}
+using testing_models::TinyGpt;
+using testing_models::TinyLlama;
 
 const LayerOp& Find(const std::vector<LayerOp>& ops, std::string_view name) {
   for (const LayerOp& op : ops)

@@ -5,38 +5,13 @@
 #include <cmath>
 #include <string>
 
+#include "tests/models/tiny_models.h"
+
 namespace domino {
 namespace {
 
-ModelSpec TinyGpt() {
-  ModelSpec model;
-  model.name = "tiny-gpt";
-  model.layers = 2;
-  model.hidden = 8;
-  model.heads = 2;
-  model.kv_heads = 2;
-  model.ffn = 32;
-  model.vocab = 10;
-  model.seq_len = 16;
-  model.activation = Activation::kGelu;
-  model.norm = Norm::kLayerNorm;
-  model.bias = true;
-  model.tied_embeddings = true;
-  return model;
-}
-
-// SwiGLU, RMSNorm, no biases, untied, grouped-query attention: 4 heads of 2, 2 kv heads.
-ModelSpec TinyLlama() {
-  ModelSpec model = TinyGpt();
-  model.name = "tiny-llama";
-  model.heads = 4;
-  model.kv_heads = 2;
-  model.activation = Activation::kSwiglu;
-  model.norm = Norm::kRmsNorm;
-  model.bias = false;
-  model.tied_embeddings = false;
-  return model;
-}
+using testing_models::TinyGpt;
+using testing_models::TinyLlama;
 
 TEST(CountParameters, TinyGptByHand) {
   // Per layer: QKV 8*(8+2*8) = 192 + bias 24; proj 64 + 8; fc1 8*32 = 256 + 32; fc2 256 + 8;
@@ -91,13 +66,13 @@ TEST(TrainingFlopsPerToken, Gpt3_175bMatchesTheUsualFormula) {
 }
 
 // Published sizes. Our counts include embeddings (and positions, final norm), as the sources do.
-struct Published {
+struct PublishedSize {
   const char* name;
   double parameters;
   const char* source;
 };
 
-constexpr Published kPublished[] = {
+constexpr PublishedSize kPublishedSizes[] = {
     {"gpt3-2.7b", 2.7e9, "Brown et al. 2020 (GPT-3), Table 2.1"},
     {"gpt3-6.7b", 6.7e9, "Brown et al. 2020 (GPT-3), Table 2.1"},
     {"gpt3-13b", 13.0e9, "Brown et al. 2020 (GPT-3), Table 2.1"},
@@ -115,7 +90,7 @@ constexpr Published kPublished[] = {
 };
 
 TEST(CountParameters, CatalogMatchesPublishedSizes) {
-  for (const Published& published : kPublished) {
+  for (const PublishedSize& published : kPublishedSizes) {
     Result<ModelSpec> model = LoadModel(published.name);
     ASSERT_TRUE(model.ok()) << model.message();
     const double ours = static_cast<double>(CountParameters(*model).total);
@@ -126,7 +101,7 @@ TEST(CountParameters, CatalogMatchesPublishedSizes) {
 }
 
 TEST(CountParameters, LlamaCountsAreExact) {
-  for (const Published& published : kPublished) {
+  for (const PublishedSize& published : kPublishedSizes) {
     if (std::string(published.name).rfind("llama2-", 0) != 0) continue;
     Result<ModelSpec> model = LoadModel(published.name);
     ASSERT_TRUE(model.ok()) << model.message();

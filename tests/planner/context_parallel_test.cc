@@ -16,6 +16,7 @@ namespace domino {
 namespace {
 
 using ::testing::HasSubstr;
+using testing_util::LowerOk;
 using testing_util::MakePlan;
 using testing_util::PlanKnobs;
 
@@ -30,12 +31,6 @@ PlanKnobs Knobs(int cp) {
   k.micro_batch = 2;
   k.global_batch = 2;
   return k;
-}
-
-Schedule LowerOk(const PlanKnobs& knobs) {
-  Result<Schedule> s = Lower(MakePlan(knobs));
-  EXPECT_TRUE(s.ok()) << s.message();
-  return s.ok() ? std::move(s).value() : Schedule();
 }
 
 std::vector<Op> OpsOf(const Schedule& s, OpFunc func, int layer = 0) {

@@ -13,6 +13,7 @@
 namespace domino {
 namespace {
 
+using testing_util::LowerOk;
 using testing_util::MakePlan;
 using testing_util::PlanKnobs;
 
@@ -21,12 +22,6 @@ constexpr OverlapScope kIntra = OverlapScope::kIntraLayer;
 constexpr OverlapScope kInter = OverlapScope::kInterLayer;
 
 // gpt3-2.7b on one DGX-H100 node, tp 8, 4 sequences of 256 tokens: 32 layers, hidden 2560.
-Schedule LowerOk(const PlanKnobs& knobs) {
-  Result<Schedule> s = Lower(MakePlan(knobs));
-  EXPECT_TRUE(s.ok()) << s.message();
-  return s.ok() ? std::move(s).value() : Schedule();
-}
-
 PlanKnobs Knobs(int p, int q, OverlapScope scope, bool sp = false) {
   PlanKnobs k;
   k.row_split = p;

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
+#include "planner/lower.h"
 #include "planner/plan.h"
 
 namespace domino::testing_util {
@@ -55,6 +57,14 @@ inline Plan MakePlan(const PlanKnobs& k) {
   Status status = ResolvePlan(plan);
   EXPECT_TRUE(status.ok()) << status.message();
   return plan;
+}
+
+// The schedule of MakePlan(knobs); fails the test (and returns an empty schedule) when lowering
+// does.
+inline Schedule LowerOk(const PlanKnobs& knobs) {
+  Result<Schedule> s = Lower(MakePlan(knobs));
+  EXPECT_TRUE(s.ok()) << s.message();
+  return s.ok() ? std::move(s).value() : Schedule();
 }
 
 }  // namespace domino::testing_util
