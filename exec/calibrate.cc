@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -34,6 +35,19 @@ Result<double> TimeMedian(int repeats, Fn fn) {
 }
 
 int64_t Elements(const View& v) { return (v.row_end - v.row_begin) * (v.col_end - v.col_begin); }
+
+// Counts a calibration's measurements for CalibrateOptions::measured.
+class Measured {
+ public:
+  explicit Measured(const CalibrateOptions& options) : callback_(options.measured) {}
+  void operator()() {
+    if (callback_) callback_(++count_);
+  }
+
+ private:
+  const std::function<void(size_t)>& callback_;
+  size_t count_ = 0;
+};
 
 // The schedules a calibration times: the plan's layer stack (Lower, the ops of every layer) and
 // one layer with the model's ends (the embedding in front; the final norm, LM head and
@@ -76,7 +90,7 @@ struct LargestOps {
 // order (the same on every rank, so collectives pair up): each compute op alone, each collective
 // nccl-tests style when the communicator has the plan's tp ranks.
 Result<LargestOps> TimeNewOps(const Schedule& s, CudaRunner& gpu, Communicator& comm, int repeats,
-                              Distinct& distinct, HardwareProfile& profile) {
+                              Distinct& distinct, Measured& measured, HardwareProfile& profile) {
   LargestOps largest;
   for (size_t i = 0; i < s.size(); ++i) {
     const int32_t id = static_cast<int32_t>(i);
@@ -88,11 +102,13 @@ Result<LargestOps> TimeNewOps(const Schedule& s, CudaRunner& gpu, Communicator& 
       if (!us.ok()) return us.error();
       profile.collectives.push_back(
           {std::string(CollectiveKindName(op.collective)), comm.size(), op.bytes, *us});
+      measured();
       continue;
     }
     Result<double> us = gpu.TimeOp(id, repeats);
     if (!us.ok()) return us.error();
     profile.compute_us[OpSignature(op)] = *us;
+    measured();
     if (op.kind == OpKind::kGemm && (largest.gemm < 0 || op.flops > s.op(largest.gemm).flops))
       largest.gemm = id;
     if (op.kind == OpKind::kElementwise &&
@@ -114,6 +130,7 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
   profile.contention = false;
   const int repeats = std::max(1, options.repeats);
   Distinct distinct;
+  Measured measured(options);
   for (const Schedule& s : *schedules) {
     // This schedule's ops that no earlier one had, compute and collective, in schedule order
     // (the same on every rank, so collectives pair up).
@@ -134,6 +151,7 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
         DOMINO_RETURN_IF_ERROR(backend.Run(s, id));
         const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
         if (pass >= 0) samples[OpSignature(s.op(id))].push_back(us);
+        measured();
       }
     }
     for (auto& [key, us] : samples) profile.compute_us[key] = Median(std::move(us));
@@ -158,6 +176,7 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
       if (!us.ok()) return us.error();
       profile.collectives.push_back(
           {std::string(CollectiveKindName(op.collective)), comm.size(), op.bytes, *us});
+      measured();
     }
   }
   return profile;
@@ -170,7 +189,7 @@ namespace {
 // contention samples (the stack's largest GEMM and memory-bound op beside options.beside).
 Status MeasureOnLayerStack(const Schedule& s, CudaRunner& gpu, Communicator& comm,
                            const CalibrateOptions& options, const CudaDevice& device, Dtype dtype,
-                           Distinct& distinct, HardwareProfile& profile) {
+                           Distinct& distinct, Measured& measured, HardwareProfile& profile) {
   const int repeats = std::max(1, options.repeats);
   auto tell = [&](const std::string& line) {
     if (options.progress) options.progress(line);
@@ -203,6 +222,7 @@ Status MeasureOnLayerStack(const Schedule& s, CudaRunner& gpu, Communicator& com
                       "({:+.1f}%)",
                       fp8 ? "fp8" : type, t.front(), t.back(), 100 * (t.back() / t.front() - 1)));
     (fp8 ? profile.gemm_soak_fp8_tflops : profile.gemm_soak_tflops) = std::move(*soak);
+    measured();
   }
   for (const bool fp8 : {false, true}) {
     if (fp8 && !fp8_gemms) continue;
@@ -225,24 +245,28 @@ Status MeasureOnLayerStack(const Schedule& s, CudaRunner& gpu, Communicator& com
       if (!tflops.ok()) return tflops.error();
       tell(fmt::format("gemm {}x{}x{} {}: {:.1f} TFLOP/s", m, n, k, fp8 ? "fp8" : type, *tflops));
       profile.gemm_samples.push_back({m, n, k, *tflops, fp8});
+      measured();
     }
   }
   // The layer stack's distinct ops.
-  Result<LargestOps> largest = TimeNewOps(s, gpu, comm, repeats, distinct, profile);
+  Result<LargestOps> largest = TimeNewOps(s, gpu, comm, repeats, distinct, measured, profile);
   if (!largest.ok()) return largest.error();
   Result<double> tflops =
       gpu.GemmTflops(8192, 8192, 8192, /*warmup=*/10, /*repeats=*/20, /*fp8=*/false);
   if (!tflops.ok()) return tflops.error();
   profile.gemm_tflops = *tflops;
+  measured();
   Result<double> GBps = gpu.HbmGBps(size_t{1} << 30);
   if (!GBps.ok()) return GBps.error();
   profile.hbm_GBps = *GBps;
+  measured();
   // What a kernel adds to a chain of them: 2,000 empty kernels launched one by one, then replayed
   // from a CUDA graph, the median of `repeats` chains each way.
   Result<cuda::LaunchOverhead> launch = gpu.LaunchOverhead(2000, repeats);
   if (!launch.ok()) return launch.error();
   profile.kernel_launch_us = launch->eager_us;
   profile.graph_launch_us = launch->graph_us;
+  measured();
   tell(fmt::format(
       "kernel launch: {:.2f} us per kernel launched one by one, {:.2f} from a CUDA graph",
       launch->eager_us, launch->graph_us));
@@ -259,6 +283,7 @@ Status MeasureOnLayerStack(const Schedule& s, CudaRunner& gpu, Communicator& com
       if (!beside.ok()) return beside.error();
       profile.contention_samples.push_back(
           {OpSignature(s.op(id)), b.ctas, b.hbm_bytes / b.us * 1e-3, alone, *beside});
+      measured();
     }
   }
   return Status::Ok();
@@ -281,6 +306,7 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
   profile.backend = "cuda";
   profile.contention = true;
   Distinct distinct;
+  Measured measured(options);
   // One runner per schedule, the layer stack's released before the ends' is made: only one
   // schedule's tensors are on the device at a time.
   for (size_t i = 0; i < schedules->size(); ++i) {
@@ -291,14 +317,14 @@ Result<HardwareProfile> CalibrateCuda(const Plan& plan, Communicator& comm,
     // Random operands, as training's are: zeros and constants keep the clocks high and read fast.
     DOMINO_RETURN_IF_ERROR((*runner)->FillRandom(/*seed=*/1));
     if (i == 0) {
-      DOMINO_RETURN_IF_ERROR(
-          MeasureOnLayerStack(s, **runner, comm, options, device, cuda.dtype, distinct, profile));
+      DOMINO_RETURN_IF_ERROR(MeasureOnLayerStack(s, **runner, comm, options, device, cuda.dtype,
+                                                 distinct, measured, profile));
       continue;
     }
     // The model's ends (embedding, final norm, LM head, loss).
     const size_t before = profile.compute_us.size();
     Result<LargestOps> ends =
-        TimeNewOps(s, **runner, comm, std::max(1, options.repeats), distinct, profile);
+        TimeNewOps(s, **runner, comm, std::max(1, options.repeats), distinct, measured, profile);
     if (!ends.ok()) return ends.error();
     if (options.progress)
       options.progress(fmt::format(

@@ -39,6 +39,10 @@ struct CalibrateOptions {
   // CalibrateCuda: told a line as each soak and each GEMM shape is measured, so that a run cut
   // short still shows them.
   std::function<void(const std::string&)> progress;
+  // Called on every rank after each measurement (a compute op or collective timed, a GEMM shape,
+  // a soak, a device figure), with their count so far: a watchdog's beat (no soak lasts longer
+  // than soak_seconds between two calls).
+  std::function<void(size_t)> measured;
 };
 
 // Measures, on the CPU backend, every distinct compute op of the plan's layer stack (GEMMs,

@@ -29,7 +29,10 @@ MapM Block(Mat m, int64_t row, int64_t col, int64_t rows, int64_t cols) {
   return MapM(m.data + row * m.stride + col, rows, cols, Eigen::OuterStride<>(m.stride));
 }
 
-bool SameShape(ConstMat a, ConstMat b) { return a.rows == b.rows && a.cols == b.cols; }
+// For the asserts (unused when NDEBUG drops them).
+[[maybe_unused]] bool SameShape(ConstMat a, ConstMat b) {
+  return a.rows == b.rows && a.cols == b.cols;
+}
 
 template <typename Lhs, typename Rhs>
 void Multiply(const Lhs& a, const Rhs& b, MapM c, bool accumulate) {

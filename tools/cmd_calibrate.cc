@@ -20,6 +20,7 @@
 #include "tools/calibration_tables.h"
 #include "tools/command.h"
 #include "tools/emulation.h"
+#include "tools/peer_watch.h"
 #include "tools/plan_flags.h"
 #include "tools/table.h"
 
@@ -37,6 +38,7 @@ struct CalibrateFlags {
   double soak_seconds = 0;
   std::string gemm_shapes;  // "table" or MxNxK,...
   bool fp8_gemms = false;
+  double timeout_s = 300;
   bool force = false;
 };
 
@@ -141,6 +143,12 @@ void Run(CalibrateFlags& flags) {
                                                                                   : Dtype::kBf16;
     options.beside = LargestCollective(*plan, *schedule);
   }
+  options.cuda.timeout_s = flags.timeout_s;
+  // A peer that dies or hangs leaves this rank blocked in a collective: the watch says so and
+  // ends every rank instead of waiting forever (a soak is one measurement of --soak seconds).
+  PeerWatch watch("calibrate", "measurements", rank, flags.timeout_s, comm->get(),
+                  flags.soak_seconds);
+  options.measured = [&watch](size_t done) { watch.Step(done); };
   if (rank == 0 && isatty(STDERR_FILENO))
     std::cerr << fmt::format(
         "calibrating on the {} backend ({} rank(s), {} timed runs per op)...\n", flags.backend,
@@ -194,6 +202,10 @@ void SetupCalibrate(CLI::App* sub) {
                 "cuda: the soak and the GEMM shapes again in fp8 (E4M3 operands, bf16 output, "
                 "cuBLASLt; shapes whose m or k is not a multiple of 16 stay 16-bit only), to see "
                 "how the two types hold up under the power limit");
+  sub->add_option("--timeout", flags->timeout_s,
+                  "seconds without progress (a dead or stuck peer) before every rank is aborted, "
+                  "beside --soak's (default: 300)")
+      ->check(PositiveFinite());
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
   sub->parse_complete_callback([flags] {
     // The GPU-only flags first, so that their mistakes show on any machine.

@@ -3,13 +3,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <memory>
-#include <thread>
 
 #include "exec/communicator.h"
 #include "exec/cpu_backend.h"
@@ -19,7 +14,6 @@
 #include "exec/mpi_communicator.h"
 #include "exec/nccl_ctas.h"
 #include "exec/step.h"
-#include "exec/watchdog.h"
 #include "models/base/file_io.h"
 #include "planner/lower.h"
 #include "sim/predict.h"
@@ -27,6 +21,7 @@
 #include "sim/trace.h"
 #include "tools/command.h"
 #include "tools/emulation.h"
+#include "tools/peer_watch.h"
 #include "tools/plan_flags.h"
 #include "tools/table.h"
 
@@ -54,32 +49,6 @@ struct ExecuteFlags {
   std::string report_path, trace_path;
   bool force = false;
 };
-
-// Fault injection for tests: DOMINO_FAULT_INJECT="die@RANK:OP" ends rank RANK abruptly after
-// op OP, "hang@RANK:OP" stops it there forever, as a crashed or stuck peer would.
-struct Fault {
-  std::string kind;
-  int rank = -1;
-  long op = -1;
-};
-
-Fault ParseFault(const char* text) {
-  Fault fault;
-  if (text == nullptr) return fault;
-  std::string s(text);
-  size_t at = s.find('@'), colon = s.find(':');
-  if (at == std::string::npos || colon == std::string::npos || colon < at) return fault;
-  fault.kind = s.substr(0, at);
-  fault.rank = std::atoi(s.substr(at + 1, colon - at - 1).c_str());
-  fault.op = std::atol(s.substr(colon + 1).c_str());
-  return fault;
-}
-
-void InjectFault(const Fault& fault) {
-  if (fault.kind == "die") std::_Exit(9);
-  if (fault.kind == "hang")
-    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-}
 
 PlanFigures MeasuredFigures(const Plan& plan, const exec::ExecuteResult& r, double* comm_ms) {
   const double micro_batches = plan.micro_batches();
@@ -423,24 +392,11 @@ void Run(ExecuteFlags& flags) {
   options.steps = flags.steps;
   options.tolerance = tolerance;
   const bool tty = rank == 0 && isatty(STDERR_FILENO);
-  // A peer that dies or hangs leaves this rank blocked in a collective: the watchdog says so and
+  // A peer that dies or hangs leaves this rank blocked in a collective: the watch says so and
   // ends every rank instead of waiting forever.
-  std::atomic<size_t> ops_done{0};
-  exec::Communicator* group = comm.get();
-  exec::Watchdog watchdog(flags.timeout_s, [&, group](double idle_s) {
-    const std::string line = fmt::format(
-        "domino execute: rank {}: no progress for {:.0f} s after {} ops; a peer has died or hangs "
-        "(--timeout {:g}); aborting every rank\n",
-        rank, idle_s, ops_done.load(), flags.timeout_s);
-    std::fwrite(line.data(), 1, line.size(), stderr);
-    std::fflush(stderr);
-    group->Abort(3);
-  });
-  const Fault fault = ParseFault(std::getenv("DOMINO_FAULT_INJECT"));
-  options.progress = [&, tty, rank](size_t done, size_t total) {
-    watchdog.Beat();
-    ops_done = done;
-    if (fault.rank == rank && static_cast<size_t>(fault.op) == done) InjectFault(fault);
+  PeerWatch watch("execute", "ops", rank, flags.timeout_s, comm.get());
+  options.progress = [&, tty](size_t done, size_t total) {
+    watch.Step(done);
     if (tty && (done % 64 == 0 || done == total))
       std::cerr << fmt::format("\rexecuting: {}/{} ops", done, total) << (done == total ? "\n" : "")
                 << std::flush;

@@ -4,6 +4,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "exec/communicator.h"
 #include "planner/lower.h"
@@ -45,6 +46,9 @@ TEST(CalibrateCpuTest, TimesTheLayerStackAndTheModelsEnds) {
   SelfCommunicator self;
   CalibrateOptions options;
   options.repeats = 1;
+  // The watchdog's beats: 1, 2, 3, ..., one per op run (a warm-up pass, then one timed pass).
+  std::vector<size_t> beats;
+  options.measured = [&beats](size_t n) { beats.push_back(n); };
   Result<HardwareProfile> profile = CalibrateCpu(plan, self, options);
   ASSERT_TRUE(profile.ok()) << profile.message();
   EXPECT_EQ(profile->backend, "cpu");
@@ -61,6 +65,8 @@ TEST(CalibrateCpuTest, TimesTheLayerStackAndTheModelsEnds) {
     for (const std::string& signature : timed) found |= signature.rfind(end, 0) == 0;
     EXPECT_TRUE(found) << end;
   }
+  ASSERT_EQ(beats.size(), 2 * all.size());
+  for (size_t i = 0; i < beats.size(); ++i) EXPECT_EQ(beats[i], i + 1);
 }
 
 }  // namespace

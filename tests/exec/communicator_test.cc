@@ -41,8 +41,7 @@ TEST(LocalGroupTest, ReduceScatterGivesEachRankItsBlockOfTheSum) {
     std::vector<float> in = {1.0f + r, 2.0f + r, 3.0f + r, 4.0f + r};  // two blocks of two
     std::vector<float> out(2);
     ASSERT_TRUE(c.ReduceScatter(in.data(), out.data(), 2).ok());
-    if (r == 0) EXPECT_EQ(out, (std::vector<float>{3, 5}));
-    if (r == 1) EXPECT_EQ(out, (std::vector<float>{7, 9}));
+    EXPECT_EQ(out, r == 0 ? (std::vector<float>{3, 5}) : (std::vector<float>{7, 9}));
   });
 }
 
@@ -54,7 +53,9 @@ TEST(LocalGroupTest, AllGatherAndGatherConcatenateInRankOrder) {
     EXPECT_EQ(all, (std::vector<float>{0, 0, 1, 10, 2, 20}));
     std::vector<float> root(r == 0 ? 6 : 0);
     ASSERT_TRUE(c.Gather(in.data(), root.data(), 2).ok());
-    if (r == 0) EXPECT_EQ(root, (std::vector<float>{0, 0, 1, 10, 2, 20}));
+    if (r == 0) {
+      EXPECT_EQ(root, (std::vector<float>{0, 0, 1, 10, 2, 20}));
+    }
   });
 }
 

@@ -1,0 +1,51 @@
+#ifndef DOMINO_TOOLS_PEER_WATCH_H_
+#define DOMINO_TOOLS_PEER_WATCH_H_
+
+#include <atomic>
+#include <cstddef>
+#include <string>
+
+#include "exec/communicator.h"
+#include "exec/watchdog.h"
+
+namespace domino::cli {
+
+// A launched rank's guard against its peers, for the commands that run collectives (execute,
+// calibrate): when this rank makes no progress for `timeout_s` seconds (a peer has died or hangs
+// and this rank waits on it in a collective), one line says so and every rank is aborted (exit
+// 3) instead of waiting forever.
+//
+// For tests, DOMINO_FAULT_INJECT plays such a peer: "die@RANK:STEP" ends rank RANK abruptly at
+// its step STEP, "hang@RANK:STEP" stops it there forever.
+class PeerWatch {
+ public:
+  // `command` and `steps` (what a step is: "ops", "measurements") are named in the message;
+  // `timeout_s` is the --timeout flag's value, and `allowance_s` more seconds that one step may
+  // take (calibrate's --soak).
+  PeerWatch(std::string command, std::string steps, int rank, double timeout_s,
+            exec::Communicator* group, double allowance_s = 0);
+
+  // Step `done` (counted from 1) is done: beats the watchdog.
+  void Step(size_t done);
+
+ private:
+  struct Fault {
+    std::string kind;  // "die", "hang" or "": none
+    int rank = -1;
+    long step = -1;
+  };
+  static Fault ParseFault(const char* text);
+
+  const std::string command_;
+  const std::string steps_;
+  const int rank_;
+  const double timeout_s_;
+  exec::Communicator* const group_;
+  const Fault fault_;
+  std::atomic<size_t> done_{0};
+  exec::Watchdog watchdog_;  // last: its thread reads the members above
+};
+
+}  // namespace domino::cli
+
+#endif  // DOMINO_TOOLS_PEER_WATCH_H_
