@@ -479,6 +479,8 @@ TEST(CudaBackendFakeTest, CalibrationTimesEveryDistinctOp) {
   CalibrateOptions options;
   options.repeats = 3;
   options.beside = EmulatedCollective{16, 1e6, 100};
+  std::vector<size_t> beats;  // the watchdog's
+  options.measured = [&beats](size_t n) { beats.push_back(n); };
   SelfCommunicator self;
   Result<HardwareProfile> profile = CalibrateCuda(plan, self, options);
   ASSERT_TRUE(profile.ok()) << profile.message();
@@ -529,6 +531,10 @@ TEST(CudaBackendFakeTest, CalibrationTimesEveryDistinctOp) {
     EXPECT_NEAR(c.hbm_GBps, 1e6 / 100 * 1e-3, 1e-9);
     EXPECT_NEAR(c.beside_us, c.alone_us, 1e-3);
   }
+  // One beat per measurement: each distinct op, the GEMM peak, HBM, the launch overheads and the
+  // two contention samples.
+  ASSERT_EQ(beats.size(), signatures.size() + 5);
+  for (size_t i = 0; i < beats.size(); ++i) EXPECT_EQ(beats[i], i + 1);
 }
 
 // NCCL's finalize waits until no CUDA graph holds work of its communicator: the backend must
