@@ -95,6 +95,7 @@ Status ReadRow(YamlMap& row, const std::string& file, ValidationRow* out) {
   row.String("quote", &out->quote, Need::kOptional);
   row.String("assumed", &out->assumed, Need::kOptional);
   row.String("derived", &out->derived, Need::kOptional);
+  row.String("unresolved", &out->unresolved, Need::kOptional);
   if (row.failed()) return row.Finish();
   const std::string where = fmt::format("{}:{}: row {}", file, out->line, out->id);
   switch (out->category) {

@@ -109,6 +109,7 @@ void Explain(const sim::RowResult& r, std::ostream& out) {
   out << fmt::format("source:  {}\nquote:   {}\n", row.source, row.quote);
   if (!row.derived.empty()) out << fmt::format("derived: {}\n", row.derived);
   if (!row.assumed.empty()) out << fmt::format("assumed: {}\n", row.assumed);
+  if (!row.unresolved.empty()) out << fmt::format("unresolved: {}\n", row.unresolved);
   if (!row.plan) {
     out << fmt::format("{}{}\n", row.gemm ? "kernel:  " : "model:   ", r.detail);
     return;
@@ -130,16 +131,18 @@ Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flag
   document["row_filter"] = flags.rows.empty() ? Json(nullptr) : Json(flags.rows);
   Json rows = Json::array();
   for (const sim::RowResult& r : results)
-    rows.push_back({{"id", r.row->id},
-                    {"category", sim::ValidationCategoryName(r.row->category)},
-                    {"source", r.row->source},
-                    {"configuration", Configuration(*r.row)},
-                    {"unit", sim::MeasuredUnitName(r.row->unit)},
-                    {"measured", r.row->measured},
-                    {"predicted", r.predicted},
-                    {"error", r.error},
-                    {"gemm_share", r.gemm_share},
-                    {"gemm_factor_to_close", sim::GemmFactorToClose(r)}});
+    rows.push_back(
+        {{"id", r.row->id},
+         {"category", sim::ValidationCategoryName(r.row->category)},
+         {"source", r.row->source},
+         {"configuration", Configuration(*r.row)},
+         {"unit", sim::MeasuredUnitName(r.row->unit)},
+         {"measured", r.row->measured},
+         {"predicted", r.predicted},
+         {"error", r.error},
+         {"gemm_share", r.gemm_share},
+         {"gemm_factor_to_close", sim::GemmFactorToClose(r)},
+         {"unresolved", r.row->unresolved.empty() ? Json(nullptr) : Json(r.row->unresolved)}});
   document["rows"] = std::move(rows);
   Json categories = Json::array();
   for (const sim::CategorySummary& s : summary)

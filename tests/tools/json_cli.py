@@ -219,6 +219,11 @@ def test_validate():
         check(abs(row["error"] - float(want["error"])) < 1e-6, f"{row['id']}: error")
         check(abs(row["error"] - (row["predicted"] / row["measured"] - 1)) < 1e-9,
               f"{row['id']}: error is not predicted / measured - 1")
+        check(row["unresolved"] is None or (isinstance(row["unresolved"], str) and
+                                            row["unresolved"]), f"{row['id']}: unresolved")
+    unresolved = [r["id"] for r in doc["rows"] if r["unresolved"]]
+    check("mcore08-gpt-32b-384gpu" in unresolved and "mlm21-t1-gpt-1.7b" not in unresolved,
+          f"unresolved rows {unresolved}")
     categories = {r["category"] for r in doc["rows"]}
     check({s["category"] for s in doc["summary"]} == categories, "summary categories")
     for s in doc["summary"]:

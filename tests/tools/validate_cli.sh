@@ -34,6 +34,10 @@ coll=$("$domino" validate --row gtc24-dgxh100-ar-nvlstree-8192gpu-32mib --explai
   fail "--explain failed"
 grep -qE "^model:   nvls-tree, [0-9.]+ us, algbw [0-9.]+ GB/s, busbw 96.3 GB/s, [0-9]+ CTAs$" <<<"$coll" ||
   fail "no collective model line"
+# A row whose error is not accounted for says what was checked.
+grep -q "^unresolved: as read off the plot, 1,024 nodes take about" <<<"$coll" ||
+  fail "no unresolved line"
+grep -q "^unresolved: " <<<"$out" && fail "an unresolved line on a row without one"
 # The row's plan, saved, predicts what the explanation shows.
 sed -n '/^# mcore08-gpt-1.7b-48gpu$/,/^memory:/p' <<<"$out" >"$tmp/row.yaml"
 explained=$(grep -m1 "^iteration  " <<<"$out")
