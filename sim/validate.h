@@ -60,14 +60,14 @@ std::string_view MeasuredUnitName(MeasuredUnit unit);  // "iteration_s", "tflops
 struct ValidationRow {
   std::string id;
   ValidationCategory category = ValidationCategory::kEndToEnd;
-  std::string source;        // the publication, table or figure
-  std::string quote;         // the line the figure comes from
-  std::string assumed;       // values the source does not state, and the rule that chose them
-  std::string derived;       // how `measured` follows from the published figure, when derived
-  std::string unresolved;    // what is known of the row's error that the model does not account for
-  int line = 0;              // of the row in the table file
-  std::optional<Plan> plan;  // end-to-end
-  std::optional<GemmCase> gemm;              // gemm
+  std::string source;            // the publication, table or figure
+  std::string quote;             // the line the figure comes from
+  std::string assumed;           // values the source does not state, and the rule that chose them
+  std::string derived;           // how `measured` follows from the published figure, when derived
+  std::string unresolved;        // what was checked of an error the model cannot explain
+  int line = 0;                  // of the row in the table file
+  std::optional<Plan> plan;      // end-to-end
+  std::optional<GemmCase> gemm;  // gemm
   std::optional<CollectiveCase> collective;  // collective
   MeasuredUnit unit = MeasuredUnit::kIterationS;
   double measured = 0;
