@@ -55,7 +55,7 @@ struct Stats {
   int live_contexts = 0, most_live_contexts = 0;
 };
 
-// This thread's, since ResetCounters (cuda_backend_fake_test resets them as each test starts).
+// This thread's, since ResetCounters (fake_gpu_test_util.cc resets them as each test starts).
 const Stats& Counters();
 void ResetCounters();  // this thread's, to zero
 
