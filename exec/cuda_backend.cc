@@ -37,7 +37,8 @@ CudaBackend::~CudaBackend() {
     else
       cuda::NcclDestroy(nccl_);
   }
-  for (void* p : device_) cuda::Free(p);
+  for (size_t i = 0; i < device_.size(); ++i)
+    if (!Borrowed(static_cast<int32_t>(i))) cuda::Free(device_[i]);
   for (auto& [id, view] : residual_grads_) cuda::Free(view.data);
   cuda::Free(stage_in_);
   cuda::Free(stage_out_);
@@ -186,6 +187,16 @@ Status CudaBackend::AllocateTensors() {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     const int32_t id = static_cast<int32_t>(i);
+    if (Borrowed(id)) {
+      const cuda::DView there = options_.weights_from->Device(id);
+      if (there.rows != t.rows || there.cols != t.cols)
+        return Error(fmt::format(
+            "CUDA backend: the runner lending weights holds {} as {} x {}, not {} x {} (another "
+            "schedule)",
+            RoleName(t.role), there.rows, there.cols, t.rows, t.cols));
+      device_[i] = there.data;
+      continue;
+    }
     // Alloc counts elements of the context's type: fp32 tensors take 4 / its bytes of them each.
     const size_t per = ElementBytes(id) / cuda::DTypeBytes(type_);
     DOMINO_RETURN_IF_ERROR(

@@ -42,6 +42,10 @@ enum class CommMode {
 std::string_view CommModeName(CommMode mode);  // "mpi", "nccl", "emulate"
 Result<CommMode> ParseCommMode(std::string_view name);
 
+class CudaRunner;
+
+// How a CUDA runner holds and runs its schedule: the device, the element type, how collectives
+// move (and the NCCL bounds), a CUDA graph or eager launches, and where its values come from.
 struct CudaOptions {
   int device = 0;
   Dtype dtype = Dtype::kFp32;  // fp32, bf16 or fp16: tensors, GEMM inputs and outputs
@@ -59,6 +63,10 @@ struct CudaOptions {
   // tensors but the token ids start as zeros instead of their values, computed on the host only
   // to be overwritten.
   bool random_values = false;
+  // Another runner of the same schedule whose weights and norm gains this one reads instead of
+  // holding its own (a whole step's micro-batches share one copy: exec/step.cc); it must outlive
+  // this runner's runs, and the weights are written through it. Gradients stay per runner.
+  const CudaRunner* weights_from = nullptr;
 };
 
 namespace cuda {
@@ -100,8 +108,9 @@ class CudaRunner {
   // What one kernel adds to a chain of back-to-back kernels, launched one by one and replayed
   // from a CUDA graph (cuda::MeasureLaunchUs).
   virtual Result<cuda::LaunchOverhead> LaunchOverhead(int kernels, int repeats) = 0;
-  // The backend's CUDA context and the device view of a whole tensor, for a whole step's device
-  // transport (exec/step_device.h): work on them goes to the context's streams.
+  // The backend's CUDA context and the device view of a whole tensor (empty for an id the
+  // schedule lacks), for a whole step's device transport (exec/step_device.h): work on them goes
+  // to the context's streams.
   virtual cuda::Context* context() = 0;
   virtual cuda::DView Device(int32_t tensor) const = 0;
   // Runs TP collective `id` to completion on `nccl` (lent: CudaOptions::lent_nccl), on this

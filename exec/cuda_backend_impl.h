@@ -56,7 +56,10 @@ class CudaBackend final : public Backend, public CudaRunner {
   Result<cuda::LaunchOverhead> LaunchOverhead(int kernels, int repeats) override;
 
   cuda::Context* context() override { return context_; }
-  cuda::DView Device(int32_t tensor) const override { return Whole(tensor); }
+  cuda::DView Device(int32_t tensor) const override {
+    if (tensor < 0 || tensor >= static_cast<int32_t>(device_.size())) return cuda::DView{};
+    return Whole(tensor);
+  }
 
   Status RunCollective(int32_t id, cuda::Nccl* nccl) override;
 
@@ -138,6 +141,12 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   Result<Timeline> ReadTimeline();
 
+  // A weight or norm gain held by CudaOptions::weights_from, not allocated here.
+  bool Borrowed(int32_t tensor) const {
+    const TensorRole& role = schedule_.tensors()[tensor].role;
+    return options_.weights_from != nullptr && !role.gradient &&
+           (role.kind == TensorKind::kWeight || role.kind == TensorKind::kNormWeight);
+  }
   bool Rms() const { return model_.norm == Norm::kRmsNorm; }
   bool Swiglu() const { return model_.activation == Activation::kSwiglu; }
   bool SquaredRelu() const { return model_.activation == Activation::kSquaredRelu; }

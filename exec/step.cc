@@ -147,6 +147,8 @@ Status StepRunner::Init() {
         cuda.fill = fill;
         // With NCCL the runners borrow the step's TP communicator (StepDevice::TpCollective).
         cuda.lent_nccl = cuda.comm == CommMode::kNccl;
+        // One copy of the weights: the first micro-batch's runner lends them to the others.
+        if (mb > 0) cuda.weights_from = chunk->runners[0];
         Result<std::unique_ptr<CudaRunner>> runner = MakeCudaRunner(
             chunk->schedule, plan_.model, me_.tp, plan_.tp, options_.seed, cuda, *g_.tp);
         if (!runner.ok()) return runner.error();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -172,14 +173,18 @@ Status StepRunner::GatherWeights(Chunk& c, Bucket& b) {
   return WriteWeights(c, b);
 }
 
-// Every micro-batch's copy of the bucket's weights from the master weights.
+// The bucket's weights from the master weights, into every copy the micro-batches hold: on the
+// GPU one, the first runner's, which it lends to the others (exec/step.cc); on the CPU each
+// micro-batch's own.
 Status StepRunner::WriteWeights(Chunk& c, const Bucket& b) {
   if (device_) {
+    const std::span<CudaRunner* const> owner = std::span(c.runners).first(1);
     for (const Param& p : b.params)
-      DOMINO_RETURN_IF_ERROR(device_->Store(b.d_master + p.offset, c.runners, p.value));
+      DOMINO_RETURN_IF_ERROR(device_->Store(b.d_master + p.offset, owner, p.value));
     return Status::Ok();
   }
-  for (auto& backend : c.mbs)
+  const size_t copies = c.cuda.empty() ? c.mbs.size() : 1;
+  for (auto& backend : std::span(c.mbs).first(copies))
     for (const Param& p : b.params)
       DOMINO_RETURN_IF_ERROR(Write(c, *backend, p.value, b.master.data() + p.offset));
   return Status::Ok();

@@ -61,7 +61,7 @@ struct Bucket {
 
 // One model chunk (virtual stage) of this rank: its schedule, forward and backward, and one
 // backend per micro-batch (each keeps its activations until its backward; weights are the same
-// in all of them).
+// in all of them: on the GPU one copy, the first runner's, lent to the others).
 struct Chunk {
   int vs = 0, first_layer = 0;
   ChunkShape shape;

@@ -111,6 +111,50 @@ TEST(CudaBackendFakeTest, TokenIdsAndLossStatisticsAreHeldInFp32WhateverTheEleme
   EXPECT_EQ(fake::Counters().random_fills, static_cast<int>(s->tensors().size()) - ids - stats);
 }
 
+// A runner given another's weights (a whole step's later micro-batches) reads that runner's
+// weights and norm gains in place: nothing of them is allocated or uploaded again, while its
+// activations and gradients are its own. A runner of another schedule cannot lend them.
+TEST(CudaBackendFakeTest, ARunnerReadsTheWeightsItIsLent) {
+  const Plan plan = TinyPlan(1, OverlapScope::kNone);
+  Result<Schedule> s = Lower(plan);
+  ASSERT_TRUE(s.ok()) << s.message();
+  SelfCommunicator self;
+  Result<std::unique_ptr<CudaRunner>> owner = NcclRunner(plan, *s, self, false, CommMode::kMpi);
+  ASSERT_TRUE(owner.ok()) << owner.message();
+  const int uploads = fake::Counters().uploads;
+  CudaOptions options;
+  options.dtype = Dtype::kBf16;
+  options.weights_from = owner->get();
+  Result<std::unique_ptr<CudaRunner>> lent =
+      MakeCudaRunner(*s, plan.model, 0, plan.tp, /*seed=*/1, options, self);
+  ASSERT_TRUE(lent.ok()) << lent.message();
+  int weights = 0, given = 0;
+  for (size_t i = 0; i < s->tensors().size(); ++i) {
+    const int32_t id = static_cast<int32_t>(i);
+    const TensorRole& role = s->tensors()[i].role;
+    const bool weight = !role.gradient &&
+                        (role.kind == TensorKind::kWeight || role.kind == TensorKind::kNormWeight);
+    weights += weight;
+    given += IsGiven(role) && !weight;
+    EXPECT_EQ((*lent)->Device(id).data == (*owner)->Device(id).data, weight) << RoleName(role);
+  }
+  EXPECT_EQ(weights, 6 * plan.model.layers);
+  // The lent runner uploads only its own given values (the stage's input) and the residual
+  // gradient its backward starts from.
+  EXPECT_EQ(fake::Counters().uploads - uploads, given + 1);
+  // A runner of another schedule: its weights have other shapes.
+  testing_util::PlanKnobs one = TinyKnobs();
+  one.tp = 1;
+  one.cluster = "dgx-h100:1:1";
+  Result<Schedule> other = Lower(testing_util::MakePlan(one));
+  ASSERT_TRUE(other.ok()) << other.message();
+  Result<std::unique_ptr<CudaRunner>> wrong =
+      MakeCudaRunner(*other, plan.model, 0, 1, /*seed=*/1, options, self);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.message().find("the runner lending weights holds"), std::string::npos)
+      << wrong.message();
+}
+
 // Every op waits for its dependencies and for the op before it on its stream; each lasts what
 // the fake says; a collective overlaps independent compute; every collective was emulated.
 TEST(CudaBackendFakeTest, EmulatedRunKeepsEveryOrderAndOverlaps) {
