@@ -1,0 +1,118 @@
+// A DeepSpeed config and DeepSpeed-Domino's pretrain arguments for a plan, or the settings its
+// public code cannot run: ExportPlan's kDeepSpeed.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "planner/export_parts.h"
+#include "planner/iteration.h"
+
+namespace domino::export_parts {
+namespace {
+
+// Every setting of `plan` that DeepSpeed-Domino's public code cannot run; empty when it can.
+std::vector<std::string> DeepSpeedDominoRefusals(const Plan& plan) {
+  std::vector<std::string> refusals;
+  if (plan.row_split != 2)
+    refusals.push_back(fmt::format(
+        "row split {} (it always cuts a micro-batch into exactly 2 μ-batches)", plan.row_split));
+  if (plan.col_split != 1)
+    refusals.push_back(fmt::format("column split {} (it has none)", plan.col_split));
+  if (plan.pp != 1) refusals.push_back(fmt::format("pp {} (it has no pipeline)", plan.pp));
+  if (plan.cp != 1)
+    refusals.push_back(fmt::format("cp {} (it has no context parallelism)", plan.cp));
+  if (plan.sequence_parallel) refusals.push_back("sequence parallelism (it has none)");
+  if (plan.dp != 1)
+    refusals.push_back(fmt::format("dp {} (its data-parallel size is fixed at 1)", plan.dp));
+  if (plan.micro_batches() != 1)
+    refusals.push_back(
+        fmt::format("{} micro-batches per iteration (it runs one: global batch = micro-batch)",
+                    plan.micro_batches()));
+  if (plan.recompute != Recompute::kNone)
+    refusals.push_back(fmt::format("recompute {} (it has none)", RecomputeName(plan.recompute)));
+  if (plan.distributed_optimizer) refusals.push_back("distributed optimizer (it has none)");
+  if (plan.precision == Dtype::kFp8) refusals.push_back("fp8 (it runs fp16, bf16 or fp32)");
+  if (plan.method != OverlapMethod::kDomino)
+    refusals.push_back("decomposed collective-matmul overlap (it has none)");
+  return refusals;
+}
+
+}  // namespace
+
+Result<std::string> ExportDeepSpeed(const Plan& plan) {
+  if (std::vector<std::string> refusals = DeepSpeedDominoRefusals(plan); !refusals.empty()) {
+    std::string list;
+    for (const std::string& r : refusals) list += (list.empty() ? "" : "; ") + r;
+    return Error(fmt::format("DeepSpeed-Domino cannot run this plan: {}", list));
+  }
+  const ModelSpec& m = plan.model;
+  const bool llama = m.norm == Norm::kRmsNorm;
+  Output out;
+  out.comments.push_back(
+      Title(plan,
+            "DeepSpeed config and DeepSpeed-Domino arguments (DeepSpeedExamples/training/"
+            "DeepSpeed-Domino)"));
+  out.comments.push_back(fmt::format(
+      "launch: deepspeed --num_gpus {} {} ARGUMENTS; DeepSpeed-Domino takes batch and precision "
+      "from its arguments, the DeepSpeed config states them for a DeepSpeed engine",
+      plan.tp, llama ? "pretrain_llama.py" : "pretrain_gpt.py"));
+  if (plan.scope != OverlapScope::kInterLayer) {
+    out.differs.push_back(fmt::format(
+        "overlap scope {}: DeepSpeed-Domino overlaps a μ-batch's all-reduce with the next "
+        "layer's work too (inter-layer)",
+        ScopeName(plan.scope)));
+  }
+  if (m.activation == Activation::kSquaredRelu)
+    out.differs.push_back(
+        fmt::format("squared-ReLU MLP: DeepSpeed-Domino's models run GeLU (GPT) or SwiGLU (Llama); "
+                    "this export runs {}",
+                    llama ? "SwiGLU" : "GeLU"));
+  if (m.kv_heads != m.heads) {
+    out.differs.push_back(fmt::format(
+        "{} key/value heads: DeepSpeed-Domino has no grouped-query attention and runs {} "
+        "(multi-head)",
+        m.kv_heads, m.heads));
+  }
+  if (m.activation == Activation::kSwiglu) {
+    const int derived = (4 * m.hidden * 2 / 3) / 64 * 64;
+    if (derived != m.ffn)
+      out.differs.push_back(fmt::format(
+          "ffn {}: with --swiglu DeepSpeed-Domino sets the MLP width to int(8h/3/64)*64 = {}, "
+          "whatever --ffn-hidden-size says",
+          m.ffn, derived));
+  }
+  if (!m.bias)
+    out.differs.push_back("no biases: DeepSpeed-Domino puts a bias on every linear layer");
+  if (!m.tied_embeddings)
+    out.differs.push_back(
+        "untied embeddings: DeepSpeed-Domino ties the LM head to the token embedding");
+
+  std::string precision;
+  if (plan.precision == Dtype::kBf16) precision = "  \"bf16\": {\"enabled\": true},\n";
+  if (plan.precision == Dtype::kFp16) precision = "  \"fp16\": {\"enabled\": true},\n";
+  std::string body;
+  body += "{\n";
+  body += fmt::format("  \"train_batch_size\": {},\n", plan.global_batch);
+  body += fmt::format("  \"train_micro_batch_size_per_gpu\": {},\n", plan.micro_batch);
+  body += fmt::format("  \"gradient_accumulation_steps\": {},\n", plan.micro_batches());
+  body += precision;
+  // DeepSpeed reduces gradients in the 16-bit parameters' type unless told otherwise.
+  if (plan.dp_cp() > 1 && GradBytes(plan) == 4)
+    body += "  \"communication_data_type\": \"fp32\",\n";
+  body += "  \"zero_optimization\": {\"stage\": 0}\n";
+  body += "}\n";
+  std::vector<std::string> args;
+  AddModelArguments(m, plan, /*gqa=*/false, args);
+  args.push_back(fmt::format("--tensor-model-parallel-size {}", plan.tp));
+  args.push_back(fmt::format("--micro-batch-size {}", plan.micro_batch));
+  args.push_back(fmt::format("--global-batch-size {}", plan.global_batch));
+  if (plan.precision == Dtype::kBf16) args.push_back("--bf16");
+  if (plan.precision == Dtype::kFp16) args.push_back("--fp16");
+  out.body =
+      "# --- ds_config.json\n" + body + "# --- DeepSpeed-Domino arguments\n" + Arguments(args);
+  return out.Text();
+}
+
+}  // namespace domino::export_parts

@@ -1,0 +1,239 @@
+// Megatron-LM's arguments (pretrain_gpt.py) and NeMo's YAML (megatron_gpt_config.yaml) for a plan:
+// ExportPlan's kMegatron and kNemo.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "planner/export_parts.h"
+#include "planner/iteration.h"
+
+namespace domino::export_parts {
+namespace {
+
+void AddMegatronPrecision(Dtype precision, Output& out, std::vector<std::string>& args) {
+  switch (precision) {
+    case Dtype::kBf16:
+      args.push_back("--bf16");
+      break;
+    case Dtype::kFp16:
+      args.push_back("--fp16");
+      break;
+    case Dtype::kFp8:  // Transformer Engine's E4M3 forward, E5M2 backward, over bf16 weights
+      args.push_back("--bf16");
+      args.push_back("--fp8-format hybrid");
+      break;
+    case Dtype::kTf32:
+      out.comments.push_back(
+          "tf32: no precision flag (fp32 training); PyTorch's "
+          "torch.backends.cuda.matmul.allow_tf32 runs its matmuls in TF32");
+      break;
+    case Dtype::kFp32:
+      break;
+  }
+}
+
+std::string YamlBool(bool value) { return value ? "true" : "false"; }
+
+}  // namespace
+
+std::string ExportMegatron(const Plan& plan) {
+  const ModelSpec& m = plan.model;
+  Output out;
+  out.comments.push_back(Title(plan, "Megatron-LM / Megatron-Core arguments (pretrain_gpt.py)"));
+  if (plan.cp > 1)
+    out.comments.push_back(fmt::format(
+        "data-parallel size {} follows from the world size: {} GPUs / (tp {} x cp {} x pp {})",
+        plan.dp, plan.cluster.total_gpus(), plan.tp, plan.cp, plan.pp));
+  else
+    out.comments.push_back(
+        fmt::format("data-parallel size {} follows from the world size: {} GPUs / (tp {} x pp {})",
+                    plan.dp, plan.cluster.total_gpus(), plan.tp, plan.pp));
+  out.comments.push_back(fmt::format(
+      "vocabulary {}: from the tokenizer (--tokenizer-type, --tokenizer-model), padded by "
+      "--make-vocab-size-divisible-by",
+      m.vocab));
+  if (std::optional<std::string> slicing = DominoSlicing(plan)) {
+    out.differs.push_back(
+        *slicing +
+        ": Megatron-LM has no such option; it runs each micro-batch whole and overlaps only the "
+        "backward input-gradient all-reduce with the weight-gradient GEMM (--tp-comm-overlap is "
+        "another method: Transformer Engine's collective-matmul decomposition)");
+  }
+  for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine"))
+    out.differs.push_back(d);
+  std::vector<std::string> args;
+  AddModelArguments(m, plan, /*gqa=*/true, args);
+  if (!m.bias) args.push_back("--disable-bias-linear");
+  if (!m.tied_embeddings) args.push_back("--untie-embeddings-and-output-weights");
+  args.push_back(fmt::format("--tensor-model-parallel-size {}", plan.tp));
+  args.push_back(fmt::format("--pipeline-model-parallel-size {}", plan.pp));
+  if (plan.cp > 1) {
+    // Ring attention (TE's "p2p"), the comm type domino models.
+    args.push_back(fmt::format("--context-parallel-size {}", plan.cp));
+    args.push_back("--cp-comm-type p2p");
+  }
+  if (plan.virtual_stages > 1)
+    args.push_back(
+        fmt::format("--num-layers-per-virtual-pipeline-stage {}", LayersPerVirtualStage(plan)));
+  if (plan.split_counts_embedding()) args.push_back("--account-for-embedding-in-pipeline-split");
+  if (plan.split_counts_loss()) args.push_back("--account-for-loss-in-pipeline-split");
+  for (std::string& uneven : MegatronUnevenStages(plan)) args.push_back(std::move(uneven));
+  if (plan.placement == Placement::kTpPpDp) args.push_back("--use-tp-pp-dp-mapping");
+  if (plan.sequence_parallel) args.push_back("--sequence-parallel");
+  if (plan.method != OverlapMethod::kDomino) args.push_back("--tp-comm-overlap");
+  args.push_back(fmt::format("--micro-batch-size {}", plan.micro_batch));
+  args.push_back(fmt::format("--global-batch-size {}", plan.global_batch));
+  if (plan.recompute == Recompute::kSelective) {
+    args.push_back("--recompute-granularity selective");
+  } else if (plan.recompute == Recompute::kFull && plan.recompute_layers > 0) {
+    args.push_back("--recompute-granularity full");
+    args.push_back("--recompute-method block");
+    args.push_back(fmt::format("--recompute-num-layers {}", plan.recompute_layers));
+  } else if (plan.recompute == Recompute::kFull) {
+    args.push_back("--recompute-granularity full");
+    args.push_back("--recompute-method uniform");
+    args.push_back("--recompute-num-layers 1");
+  }
+  if (plan.distributed_optimizer) args.push_back("--use-distributed-optimizer");
+  if (plan.fsdp) {
+    args.push_back("--use-megatron-fsdp");
+    args.push_back("--data-parallel-sharding-strategy optim_grads_params");
+  }
+  switch (plan.loss_kernels()) {
+    case CrossEntropy::kMegatronFused:
+      args.push_back("--cross-entropy-loss-fusion");
+      args.push_back("--cross-entropy-fusion-impl native");
+      break;
+    case CrossEntropy::kTe:
+      args.push_back("--cross-entropy-loss-fusion");
+      args.push_back("--cross-entropy-fusion-impl te");
+      out.differs.push_back(
+          "cross_entropy te: recent Megatron-LM refuses TE's fused loss (its stability check); "
+          "megatron-fused is --cross-entropy-fusion-impl native");
+      break;
+    case CrossEntropy::kFused:
+      out.differs.push_back(
+          "cross_entropy fused: this project's one-pass kernel; Megatron's closest is "
+          "--cross-entropy-loss-fusion");
+      break;
+    case CrossEntropy::kVocabParallel:
+      break;
+  }
+  // Megatron reduces fp16 gradients in fp16 and bf16 ones in fp32 unless told otherwise.
+  const bool half_grads = GradBytes(plan) == 2;
+  if (plan.precision == Dtype::kFp16 && !half_grads)
+    args.push_back("--accumulate-allreduce-grads-in-fp32");
+  if (plan.precision != Dtype::kFp16 && half_grads) args.push_back("--grad-reduce-in-bf16");
+  AddMegatronPrecision(plan.precision, out, args);
+  out.body = Arguments(args);
+  return out.Text();
+}
+
+std::string ExportNemo(const Plan& plan) {
+  const ModelSpec& m = plan.model;
+  Output out;
+  out.comments.push_back(Title(plan, "NeMo overrides of megatron_gpt_config.yaml"));
+  if (std::optional<std::string> slicing = DominoSlicing(plan)) {
+    out.differs.push_back(*slicing +
+                          ": NeMo has no such key; Megatron-Core runs each micro-batch whole "
+                          "(model.ub_tp_comm_overlap is another method: collective-matmul "
+                          "decomposition)");
+  }
+  for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine"))
+    out.differs.push_back(d);
+  if (plan.fsdp)
+    out.differs.push_back(
+        "fsdp: not set here; NeMo 1's model.fsdp (PyTorch FSDP, fsdp_sharding_strategy: full) "
+        "replaces the distributed optimizer, and NeMo 2 takes Megatron-FSDP "
+        "(use_megatron_fsdp, data_parallel_sharding_strategy: optim_grads_params)");
+  if (!MegatronUnevenStages(plan).empty())
+    out.differs.push_back(fmt::format(
+        "uneven stages ({} layers on pp {}): megatron_gpt_config.yaml has no key for them "
+        "(Megatron-Core takes num_layers_in_first_pipeline_stage and "
+        "num_layers_in_last_pipeline_stage, or pipeline_model_parallel_layout)",
+        plan.model.layers, plan.pp));
+  if (plan.pipeline_split != PipelineSplit::kLayers && plan.pp > 1)
+    out.differs.push_back(fmt::format(
+        "pipeline_split {}: megatron_gpt_config.yaml has no key for it (NeMo 2's MegatronStrategy "
+        "and Megatron-Bridge take account_for_embedding_in_pipeline_split and "
+        "account_for_loss_in_pipeline_split)",
+        PipelineSplitName(plan.pipeline_split)));
+  std::string precision = "bf16-mixed";
+  if (plan.precision == Dtype::kFp16) precision = "16-mixed";
+  if (plan.precision == Dtype::kFp32 || plan.precision == Dtype::kTf32) precision = "32";
+  if (plan.precision == Dtype::kTf32)
+    out.comments.push_back("tf32: precision 32, with TF32 matmuls where PyTorch allows them");
+
+  std::string body;
+  body += "trainer:\n";
+  body += fmt::format("  devices: {}\n", plan.cluster.gpus_per_node);
+  body += fmt::format("  num_nodes: {}\n", plan.cluster.nodes);
+  body += fmt::format("  precision: {}\n", precision);
+  body += "model:\n";
+  body += fmt::format("  micro_batch_size: {}\n", plan.micro_batch);
+  body += fmt::format("  global_batch_size: {}\n", plan.global_batch);
+  body += fmt::format("  tensor_model_parallel_size: {}\n", plan.tp);
+  body += fmt::format("  pipeline_model_parallel_size: {}\n", plan.pp);
+  if (plan.cp > 1) body += fmt::format("  context_parallel_size: {}\n", plan.cp);
+  body += fmt::format("  virtual_pipeline_model_parallel_size: {}\n",
+                      plan.virtual_stages > 1 ? std::to_string(plan.virtual_stages) : "null");
+  if (plan.placement == Placement::kTpPpDp) body += "  use_tp_pp_dp_mapping: true\n";
+  body += fmt::format("  sequence_parallel: {}\n", YamlBool(plan.sequence_parallel));
+  if (plan.method != OverlapMethod::kDomino) body += "  ub_tp_comm_overlap: true\n";
+  body += fmt::format("  encoder_seq_length: {}\n", plan.seq_len);
+  body += fmt::format("  max_position_embeddings: {}\n", MaxPositions(plan));
+  body += fmt::format("  num_layers: {}\n", m.layers);
+  body += fmt::format("  hidden_size: {}\n", m.hidden);
+  body += fmt::format("  ffn_hidden_size: {}\n", m.ffn);
+  body += fmt::format("  num_attention_heads: {}\n", m.heads);
+  body += fmt::format("  num_query_groups: {}\n",
+                      m.kv_heads != m.heads ? std::to_string(m.kv_heads) : "null");
+  body +=
+      fmt::format("  activation: {}\n", m.activation == Activation::kSwiglu        ? "swiglu"
+                                        : m.activation == Activation::kSquaredRelu ? "squared-relu"
+                                                                                   : "gelu");
+  body += fmt::format("  normalization: {}\n", m.norm == Norm::kRmsNorm ? "rmsnorm" : "layernorm");
+  body += fmt::format("  bias: {}\n", YamlBool(m.bias));
+  body += fmt::format("  position_embedding_type: {}\n",
+                      m.learned_positions() ? "learned_absolute" : "rope");
+  body += fmt::format("  share_embeddings_and_output_weights: {}\n", YamlBool(m.tied_embeddings));
+  const char* granularity = plan.recompute == Recompute::kSelective ? "selective"
+                            : plan.recompute == Recompute::kFull    ? "full"
+                                                                    : "null";
+  body += fmt::format("  activations_checkpoint_granularity: {}\n", granularity);
+  const bool block = plan.recompute == Recompute::kFull && plan.recompute_layers > 0;
+  body += fmt::format("  activations_checkpoint_method: {}\n", block ? "block"
+                                                               : plan.recompute == Recompute::kFull
+                                                                   ? "uniform"
+                                                                   : "null");
+  body += fmt::format("  activations_checkpoint_num_layers: {}\n",
+                      block                                ? std::to_string(plan.recompute_layers)
+                      : plan.recompute == Recompute::kFull ? "1"
+                                                           : "null");
+  // NeMo's key fuses the loss as Megatron-Core's --cross-entropy-loss-fusion does.
+  const CrossEntropy loss = plan.loss_kernels();
+  if (loss == CrossEntropy::kMegatronFused) body += "  cross_entropy_loss_fusion: true\n";
+  if (loss == CrossEntropy::kTe || loss == CrossEntropy::kFused)
+    out.differs.push_back(fmt::format(
+        "cross_entropy {}: megatron_gpt_config.yaml fuses the loss only as Megatron-Core does "
+        "(cross_entropy_loss_fusion: true); Megatron-Bridge takes cross_entropy_fusion_impl te",
+        CrossEntropyName(loss)));
+  if (plan.precision == Dtype::kFp8) {
+    body += "  transformer_engine: true\n";
+    body += "  fp8: true\n";
+    body += "  fp8_hybrid: true\n";
+  }
+  body += "  optim:\n";
+  body += fmt::format("    name: {}\n",
+                      plan.distributed_optimizer ? "distributed_fused_adam" : "fused_adam");
+  if (plan.distributed_optimizer)
+    body += fmt::format("    grad_sync_dtype: {}\n", GradBytes(plan) == 4             ? "fp32"
+                                                     : plan.precision == Dtype::kFp16 ? "fp16"
+                                                                                      : "bf16");
+  out.body = body;
+  return out.Text();
+}
+
+}  // namespace domino::export_parts

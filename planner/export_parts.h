@@ -1,0 +1,69 @@
+// What the exporters of planner/export.h share: the text they build and the settings more than
+// one framework spells alike. One exporter per file: export_megatron.cc (Megatron-LM and NeMo),
+// export_deepspeed.cc (DeepSpeed-Domino), export_torchtitan.cc; planner/export.cc holds these
+// helpers and picks the exporter. Only those files include this header.
+#ifndef DOMINO_PLANNER_EXPORT_PARTS_H_
+#define DOMINO_PLANNER_EXPORT_PARTS_H_
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/base/result.h"
+#include "planner/plan.h"
+
+namespace domino::export_parts {
+
+// The text being built: comment lines first, then the settings.
+struct Output {
+  std::vector<std::string> comments;  // without the leading "# "
+  std::vector<std::string> differs;   // each becomes "# differs: ..."
+  std::string body;
+
+  std::string Text() const;
+};
+
+// "64 GPUs = tp 8 x pp 2 x dp 4" (with cp when it is above 1).
+std::string Degrees(const Plan& plan);
+
+// The first comment line: `what`, for which model on which cluster, and Degrees.
+std::string Title(const Plan& plan, std::string_view what);
+
+// Domino's slicing in words, for the frameworks that have no option for it; nullopt for the
+// baseline.
+std::optional<std::string> DominoSlicing(const Plan& plan);
+
+// How a plan's decomposed overlap differs from the framework's own (Transformer Engine's
+// userbuffers, torchtitan's async TP): they cut each collective into tp chunks in ring order, each
+// rank starting from its own shard; nothing for Domino's method.
+std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_view framework);
+
+// Megatron's and torchtitan's layers per virtual stage count the ends the split counts.
+int LayersPerVirtualStage(const Plan& plan);
+
+// Megatron-Core splits layers evenly over the stages unless told otherwise: domino's uneven stages
+// (layers only, no interleaving; the middle stages take the remainder first) as its first- and
+// last-stage layer counts when the middle stages are equal, else as an explicit layout (E the
+// embedding, t a layer, L the loss, | between stages).
+std::vector<std::string> MegatronUnevenStages(const Plan& plan);
+
+// Megatron needs max_position_embeddings >= seq_length for learned positions.
+int MaxPositions(const Plan& plan);
+
+// Command-line arguments one per line, continued with backslashes.
+std::string Arguments(const std::vector<std::string>& args);
+
+// The model's shape as Megatron-LM's (and DeepSpeed-Domino's, which forks it) arguments.
+void AddModelArguments(const ModelSpec& m, const Plan& plan, bool gqa,
+                       std::vector<std::string>& args);
+
+// The exporters, as ExportPlan (planner/export.h) describes them.
+std::string ExportMegatron(const Plan& plan);
+std::string ExportNemo(const Plan& plan);
+Result<std::string> ExportDeepSpeed(const Plan& plan);
+std::string ExportTorchtitan(const Plan& plan);
+
+}  // namespace domino::export_parts
+
+#endif  // DOMINO_PLANNER_EXPORT_PARTS_H_
