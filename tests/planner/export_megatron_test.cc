@@ -1,0 +1,217 @@
+// Megatron-LM arguments and NeMo YAML for the shared plans, byte for byte (planner/export.h).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "planner/export.h"
+#include "planner/plan.h"
+#include "tests/planner/export_test_plans.h"
+
+namespace domino {
+namespace {
+
+using export_test::ExpectExport;
+using export_test::kGpt27bRowSplit;
+using export_test::kLlama8b3dFullRecompute;
+using export_test::kLlama8bFp8Selective;
+
+TEST(ExportMegatron, Gpt27bRowSplit) {
+  ExpectExport(
+      kGpt27bRowSplit, ExportTarget::kMegatron,
+      R"txt(# Megatron-LM / Megatron-Core arguments (pretrain_gpt.py) for gpt3-2.7b on dgx-h100:1 (1 node x 8 GPUs): 8 GPUs = tp 8 x pp 1 x dp 1
+# data-parallel size 1 follows from the world size: 8 GPUs / (tp 8 x pp 1)
+# vocabulary 50257: from the tokenizer (--tokenizer-type, --tokenizer-model), padded by --make-vocab-size-divisible-by
+# differs: Domino row split 2 (μ-batches) with inter-layer overlap: Megatron-LM has no such option; it runs each micro-batch whole and overlaps only the backward input-gradient all-reduce with the weight-gradient GEMM (--tp-comm-overlap is another method: Transformer Engine's collective-matmul decomposition)
+--num-layers 32 \
+--hidden-size 2560 \
+--ffn-hidden-size 10240 \
+--num-attention-heads 32 \
+--seq-length 1024 \
+--max-position-embeddings 2048 \
+--position-embedding-type learned_absolute \
+--tensor-model-parallel-size 8 \
+--pipeline-model-parallel-size 1 \
+--micro-batch-size 4 \
+--global-batch-size 4 \
+--bf16
+)txt");
+}
+
+TEST(ExportMegatron, Llama8b3dFullRecompute) {
+  ExpectExport(
+      kLlama8b3dFullRecompute, ExportTarget::kMegatron,
+      R"txt(# Megatron-LM / Megatron-Core arguments (pretrain_gpt.py) for llama3-8b on dgx-h100:2 (2 nodes x 8 GPUs): 16 GPUs = tp 4 x pp 2 x dp 2
+# data-parallel size 2 follows from the world size: 16 GPUs / (tp 4 x pp 2)
+# vocabulary 128256: from the tokenizer (--tokenizer-type, --tokenizer-model), padded by --make-vocab-size-divisible-by
+--num-layers 32 \
+--hidden-size 4096 \
+--ffn-hidden-size 14336 \
+--num-attention-heads 32 \
+--group-query-attention \
+--num-query-groups 8 \
+--seq-length 4096 \
+--max-position-embeddings 8192 \
+--position-embedding-type rope \
+--swiglu \
+--normalization RMSNorm \
+--disable-bias-linear \
+--untie-embeddings-and-output-weights \
+--tensor-model-parallel-size 4 \
+--pipeline-model-parallel-size 2 \
+--num-layers-per-virtual-pipeline-stage 8 \
+--use-tp-pp-dp-mapping \
+--sequence-parallel \
+--micro-batch-size 1 \
+--global-batch-size 16 \
+--recompute-granularity full \
+--recompute-method uniform \
+--recompute-num-layers 1 \
+--use-distributed-optimizer \
+--bf16
+)txt");
+}
+
+TEST(ExportMegatron, Llama8bFp8Selective) {
+  ExpectExport(
+      kLlama8bFp8Selective, ExportTarget::kMegatron,
+      R"txt(# Megatron-LM / Megatron-Core arguments (pretrain_gpt.py) for llama3-8b on dgx-h100:1 (1 node x 8 GPUs): 8 GPUs = tp 8 x pp 1 x dp 1
+# data-parallel size 1 follows from the world size: 8 GPUs / (tp 8 x pp 1)
+# vocabulary 128256: from the tokenizer (--tokenizer-type, --tokenizer-model), padded by --make-vocab-size-divisible-by
+# differs: Domino row split 2 (μ-batches) with intra-layer overlap: Megatron-LM has no such option; it runs each micro-batch whole and overlaps only the backward input-gradient all-reduce with the weight-gradient GEMM (--tp-comm-overlap is another method: Transformer Engine's collective-matmul decomposition)
+--num-layers 32 \
+--hidden-size 4096 \
+--ffn-hidden-size 14336 \
+--num-attention-heads 32 \
+--group-query-attention \
+--num-query-groups 8 \
+--seq-length 2048 \
+--max-position-embeddings 8192 \
+--position-embedding-type rope \
+--swiglu \
+--normalization RMSNorm \
+--disable-bias-linear \
+--untie-embeddings-and-output-weights \
+--tensor-model-parallel-size 8 \
+--pipeline-model-parallel-size 1 \
+--micro-batch-size 2 \
+--global-batch-size 2 \
+--recompute-granularity selective \
+--bf16 \
+--fp8-format hybrid
+)txt");
+}
+
+TEST(ExportNemo, Gpt27bRowSplit) {
+  ExpectExport(
+      kGpt27bRowSplit, ExportTarget::kNemo,
+      R"txt(# NeMo overrides of megatron_gpt_config.yaml for gpt3-2.7b on dgx-h100:1 (1 node x 8 GPUs): 8 GPUs = tp 8 x pp 1 x dp 1
+# differs: Domino row split 2 (μ-batches) with inter-layer overlap: NeMo has no such key; Megatron-Core runs each micro-batch whole (model.ub_tp_comm_overlap is another method: collective-matmul decomposition)
+trainer:
+  devices: 8
+  num_nodes: 1
+  precision: bf16-mixed
+model:
+  micro_batch_size: 4
+  global_batch_size: 4
+  tensor_model_parallel_size: 8
+  pipeline_model_parallel_size: 1
+  virtual_pipeline_model_parallel_size: null
+  sequence_parallel: false
+  encoder_seq_length: 1024
+  max_position_embeddings: 2048
+  num_layers: 32
+  hidden_size: 2560
+  ffn_hidden_size: 10240
+  num_attention_heads: 32
+  num_query_groups: null
+  activation: gelu
+  normalization: layernorm
+  bias: true
+  position_embedding_type: learned_absolute
+  share_embeddings_and_output_weights: true
+  activations_checkpoint_granularity: null
+  activations_checkpoint_method: null
+  activations_checkpoint_num_layers: null
+  optim:
+    name: fused_adam
+)txt");
+}
+
+TEST(ExportNemo, Llama8b3dFullRecompute) {
+  ExpectExport(
+      kLlama8b3dFullRecompute, ExportTarget::kNemo,
+      R"txt(# NeMo overrides of megatron_gpt_config.yaml for llama3-8b on dgx-h100:2 (2 nodes x 8 GPUs): 16 GPUs = tp 4 x pp 2 x dp 2
+trainer:
+  devices: 8
+  num_nodes: 2
+  precision: bf16-mixed
+model:
+  micro_batch_size: 1
+  global_batch_size: 16
+  tensor_model_parallel_size: 4
+  pipeline_model_parallel_size: 2
+  virtual_pipeline_model_parallel_size: 2
+  use_tp_pp_dp_mapping: true
+  sequence_parallel: true
+  encoder_seq_length: 4096
+  max_position_embeddings: 8192
+  num_layers: 32
+  hidden_size: 4096
+  ffn_hidden_size: 14336
+  num_attention_heads: 32
+  num_query_groups: 8
+  activation: swiglu
+  normalization: rmsnorm
+  bias: false
+  position_embedding_type: rope
+  share_embeddings_and_output_weights: false
+  activations_checkpoint_granularity: full
+  activations_checkpoint_method: uniform
+  activations_checkpoint_num_layers: 1
+  optim:
+    name: distributed_fused_adam
+    grad_sync_dtype: fp32
+)txt");
+}
+
+TEST(ExportNemo, Llama8bFp8Selective) {
+  ExpectExport(
+      kLlama8bFp8Selective, ExportTarget::kNemo,
+      R"txt(# NeMo overrides of megatron_gpt_config.yaml for llama3-8b on dgx-h100:1 (1 node x 8 GPUs): 8 GPUs = tp 8 x pp 1 x dp 1
+# differs: Domino row split 2 (μ-batches) with intra-layer overlap: NeMo has no such key; Megatron-Core runs each micro-batch whole (model.ub_tp_comm_overlap is another method: collective-matmul decomposition)
+trainer:
+  devices: 8
+  num_nodes: 1
+  precision: bf16-mixed
+model:
+  micro_batch_size: 2
+  global_batch_size: 2
+  tensor_model_parallel_size: 8
+  pipeline_model_parallel_size: 1
+  virtual_pipeline_model_parallel_size: null
+  sequence_parallel: false
+  encoder_seq_length: 2048
+  max_position_embeddings: 8192
+  num_layers: 32
+  hidden_size: 4096
+  ffn_hidden_size: 14336
+  num_attention_heads: 32
+  num_query_groups: 8
+  activation: swiglu
+  normalization: rmsnorm
+  bias: false
+  position_embedding_type: rope
+  share_embeddings_and_output_weights: false
+  activations_checkpoint_granularity: selective
+  activations_checkpoint_method: null
+  activations_checkpoint_num_layers: null
+  transformer_engine: true
+  fp8: true
+  fp8_hybrid: true
+  optim:
+    name: fused_adam
+)txt");
+}
+
+}  // namespace
+}  // namespace domino
