@@ -31,7 +31,7 @@ TEST(DtypeTest, NamesAndBytes) {
 }
 
 TEST(CatalogTest, EveryEntryLoadsUnderItsOwnName) {
-  EXPECT_EQ(GpuCatalog().size(), 4u);
+  EXPECT_EQ(GpuCatalog().size(), 5u);
   EXPECT_EQ(NodeCatalog().size(), 4u);
   for (const EmbeddedFile& file : GpuCatalog()) {
     Result<GpuSpec> gpu = LoadGpu(file.name);
@@ -84,6 +84,16 @@ TEST(CatalogTest, GpuFiguresMatchDatasheets) {
   EXPECT_DOUBLE_EQ(h200->peak(Dtype::kBf16), 989);
   // Measured: ~4.3 TB/s copy (its 769-798 TFLOP/s bf16 GEMM is checked in GemmModelTest).
   EXPECT_NEAR(h200->hbm_efficiency * 4800, 4300, 150);
+
+  // GH200's GPU: the H100 die with 144 GB of HBM3e at up to 4.9 TB/s.
+  Result<GpuSpec> gh200 = LoadGpu("gh200");
+  ASSERT_TRUE(gh200.ok()) << gh200.message();
+  EXPECT_EQ(gh200->sms, 132);
+  EXPECT_DOUBLE_EQ(gh200->memory_GB, 144);
+  EXPECT_DOUBLE_EQ(gh200->hbm_GBps, 4900);
+  EXPECT_DOUBLE_EQ(gh200->peak(Dtype::kBf16), 989);
+  EXPECT_DOUBLE_EQ(gh200->peak(Dtype::kFp8), 1979);
+  EXPECT_DOUBLE_EQ(gh200->max_gemm_efficiency, h100->max_gemm_efficiency);
 
   Result<GpuSpec> b200 = LoadGpu("b200");
   ASSERT_TRUE(b200.ok()) << b200.message();
