@@ -1,7 +1,8 @@
-// Private to exec/cuda_ops.cu, exec/cuda_layers.cu and exec/cuda_gemm_bench.cu, the parts of
-// exec/cuda_ops.h's implementation: the context every launcher works on, the element types'
-// conversions and views, the fills' hash, block reductions, and the launchers' helpers (error
-// text, type dispatch, cuBLAS GEMMs, owned device memory and events).
+// Private to exec/cuda_ops.cu, the kernel files (exec/cuda_layers.cu, cuda_attention.cu,
+// cuda_ends.cu) and exec/cuda_gemm_bench.cu, the parts of exec/cuda_ops.h's implementation: the
+// context every launcher works on, the element types' conversions and views, the fills' hash,
+// block reductions, and the launchers' helpers (error text, type dispatch, cuBLAS GEMMs, owned
+// device memory and events).
 // Everything here has internal linkage or is a template, so each .cu file gets its own copy.
 #ifndef DOMINO_EXEC_CUDA_COMMON_CUH_
 #define DOMINO_EXEC_CUDA_COMMON_CUH_

@@ -1,7 +1,7 @@
 // The runtime half of exec/cuda_ops.h: contexts and their streams, memory and host transfers,
 // events, graph capture, the emulated collective and the HBM measurement. The layer kernels and
-// their launchers are in cuda_layers.cu, the GEMM measurements in cuda_gemm_bench.cu; what they
-// share is in cuda_common.cuh.
+// their launchers are in cuda_layers.cu, cuda_attention.cu and cuda_ends.cu, the GEMM
+// measurements in cuda_gemm_bench.cu; what they share is in cuda_common.cuh.
 #include <cuda.h>  // types of the driver's cuStreamWaitValue32 only: nothing links libcuda
 
 #include <atomic>
