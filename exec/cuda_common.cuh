@@ -1,9 +1,9 @@
 // Private to exec/cuda_ops.cu, the kernel files (exec/cuda_layers.cu, cuda_attention.cu,
-// cuda_ends.cu) and exec/cuda_gemm_bench.cu, the parts of exec/cuda_ops.h's implementation: the
-// context every launcher works on, the element types' conversions and views, the fills' hash,
-// block reductions, and the launchers' helpers (error text, type dispatch, cuBLAS GEMMs, owned
-// device memory and events).
-// Everything here has internal linkage or is a template, so each .cu file gets its own copy.
+// cuda_ends.cu, cuda_emulation.cu) and exec/cuda_gemm_bench.cu, the parts of exec/cuda_ops.h's
+// implementation: the context every launcher works on, the element types' conversions and views,
+// the fills' hash, block reductions, and the launchers' helpers (error text, type dispatch, cuBLAS
+// GEMMs, owned device memory and events). Everything here has internal linkage or is a template, so
+// each .cu file gets its own copy.
 #ifndef DOMINO_EXEC_CUDA_COMMON_CUH_
 #define DOMINO_EXEC_CUDA_COMMON_CUH_
 
@@ -335,6 +335,11 @@ Status RowMajorGemm(Context* c, const Operand& a, bool ta, const Operand& b, boo
 }
 
 }  // namespace
+
+// Sizes the emulated collective's dynamic shared memory for `c`'s device so that one block takes
+// a whole SM (more than half its shared memory); Init calls it (cuda_emulation.cu).
+Status PrepareEmulation(Context* c);
+
 }  // namespace domino::exec::cuda
 
 #endif  // DOMINO_EXEC_CUDA_COMMON_CUH_
