@@ -37,8 +37,9 @@ CudaBackend::~CudaBackend() {
     else
       cuda::NcclDestroy(nccl_);
   }
+  // Not Borrowed(): the schedule may be gone by now (ExecuteSchedule moves it into its result).
   for (size_t i = 0; i < device_.size(); ++i)
-    if (!Borrowed(static_cast<int32_t>(i))) cuda::Free(device_[i]);
+    if (!borrowed_[i]) cuda::Free(device_[i]);
   for (auto& [id, view] : residual_grads_) cuda::Free(view.data);
   cuda::Free(stage_in_);
   cuda::Free(stage_out_);
@@ -184,6 +185,7 @@ Status CudaBackend::ZeroAccumulators() {
 Status CudaBackend::AllocateTensors() {
   const std::vector<Tensor>& tensors = schedule_.tensors();
   device_.assign(tensors.size(), nullptr);
+  borrowed_.assign(tensors.size(), false);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     const int32_t id = static_cast<int32_t>(i);
@@ -195,6 +197,7 @@ Status CudaBackend::AllocateTensors() {
             "schedule)",
             RoleName(t.role), there.rows, there.cols, t.rows, t.cols));
       device_[i] = there.data;
+      borrowed_[i] = true;
       continue;
     }
     // Alloc counts elements of the context's type: fp32 tensors take 4 / its bytes of them each.

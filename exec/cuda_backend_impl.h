@@ -184,6 +184,7 @@ class CudaBackend final : public Backend, public CudaRunner {
   bool failed_ = false;  // NCCL failed: abort rather than finalize
   bool captured_ = false;
   std::vector<void*> device_;
+  std::vector<bool> borrowed_;  // per tensor: device_ is CudaOptions::weights_from's (Borrowed)
   std::vector<int32_t> accumulators_;  // tensors the kernels add to (FindAccumulators)
   std::map<int32_t, cuda::DView> residual_grads_;
   void* stage_in_ = nullptr;
