@@ -37,7 +37,7 @@ CudaBackend::~CudaBackend() {
     else
       cuda::NcclDestroy(nccl_);
   }
-  // Not Borrowed(): the schedule may be gone by now (ExecuteSchedule moves it into its result).
+  // From borrowed_, not the schedule: it may be gone by now (ExecuteSchedule moves it away).
   for (size_t i = 0; i < device_.size(); ++i)
     if (!borrowed_[i]) cuda::Free(device_[i]);
   for (auto& [id, view] : residual_grads_) cuda::Free(view.data);
@@ -189,7 +189,11 @@ Status CudaBackend::AllocateTensors() {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     const int32_t id = static_cast<int32_t>(i);
-    if (Borrowed(id)) {
+    // A weight or norm gain of the runner lending them (CudaOptions::weights_from).
+    const bool lent =
+        options_.weights_from != nullptr && !t.role.gradient &&
+        (t.role.kind == TensorKind::kWeight || t.role.kind == TensorKind::kNormWeight);
+    if (lent) {
       const cuda::DView there = options_.weights_from->Device(id);
       if (there.rows != t.rows || there.cols != t.cols)
         return Error(fmt::format(

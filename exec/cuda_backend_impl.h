@@ -141,12 +141,6 @@ class CudaBackend final : public Backend, public CudaRunner {
 
   Result<Timeline> ReadTimeline();
 
-  // A weight or norm gain held by CudaOptions::weights_from, not allocated here.
-  bool Borrowed(int32_t tensor) const {
-    const TensorRole& role = schedule_.tensors()[tensor].role;
-    return options_.weights_from != nullptr && !role.gradient &&
-           (role.kind == TensorKind::kWeight || role.kind == TensorKind::kNormWeight);
-  }
   bool Rms() const { return model_.norm == Norm::kRmsNorm; }
   bool Swiglu() const { return model_.activation == Activation::kSwiglu; }
   bool SquaredRelu() const { return model_.activation == Activation::kSquaredRelu; }
@@ -184,7 +178,7 @@ class CudaBackend final : public Backend, public CudaRunner {
   bool failed_ = false;  // NCCL failed: abort rather than finalize
   bool captured_ = false;
   std::vector<void*> device_;
-  std::vector<bool> borrowed_;  // per tensor: device_ is CudaOptions::weights_from's (Borrowed)
+  std::vector<bool> borrowed_;  // per tensor: device_ is CudaOptions::weights_from's, not ours
   std::vector<int32_t> accumulators_;  // tensors the kernels add to (FindAccumulators)
   std::map<int32_t, cuda::DView> residual_grads_;
   void* stage_in_ = nullptr;

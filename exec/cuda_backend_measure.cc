@@ -57,7 +57,7 @@ Status CudaBackend::FillRandom(uint64_t seed) {
   // Token ids and labels keep their values (random ones would all look up row 0); the fp32 loss
   // statistics are computed before anything reads them.
   for (int32_t t = 0; t < static_cast<int32_t>(device_.size()); ++t)
-    if (!Fp32(t) && !Borrowed(t))
+    if (!Fp32(t) && !borrowed_[t])
       DOMINO_RETURN_IF_ERROR(Ok(cuda::FillRandom(context_, Whole(t), seed + t)));
   uint64_t salt = device_.size();
   for (auto& [id, view] : residual_grads_)
