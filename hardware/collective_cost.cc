@@ -40,6 +40,24 @@ double NvlsFraction(int n, int gpus_per_node) {
   return kNvlsBusbwAt8[at8] / kNvlsBusbwAt8[8];
 }
 
+// NVLS-tree's pipeline fill: each of a GPU's NVLS channels streams its share of the `bytes`
+// through the GPU's NIC in chunks, and the first chunk goes `levels` network hops up the tree
+// and as many down before the last can finish, each hop at the stream's 1/channels of the NIC.
+// The chunk is NCCL's (src/enqueue.cc, NVLS_TREE): the node's chunk, its deep chunk from 4 nodes
+// up, halved to 64 KiB and then 32 KiB when the message is small next to channels x k chunks in
+// flight, and never more than one stream's share.
+double NvlsTreeFillUs(const NodeSpec& node, double bytes, int nodes, int k, int levels) {
+  constexpr double kKiB = 1024;
+  const double streams = static_cast<double>(node.tree.nvls_channels) * k;
+  double chunk = kKiB * (nodes >= 4 ? node.tree.nvls_deep_chunk_KiB : node.tree.nvls_chunk_KiB);
+  if (bytes < 4 * streams * chunk && chunk > 64 * kKiB) chunk = 64 * kKiB;
+  if (bytes < streams * chunk && chunk > 32 * kKiB) chunk = 32 * kKiB;
+  chunk = std::min(chunk, bytes / streams);
+  const double stream_GBps =
+      node.network.GBps_per_direction * node.network.efficiency / node.tree.nvls_channels;
+  return 2 * levels * TransferUs(chunk, stream_GBps);
+}
+
 CollectiveEstimate MakeEstimate(const NodeSpec& node, Collective kind, double bytes, int n,
                                 double time_us, std::string_view algorithm) {
   CollectiveEstimate estimate;
@@ -211,7 +229,7 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
     const double inter_us = TransferUs(2.0 * bytes / std::min(k, node.nics), nic_GBps);
     const int levels = static_cast<int>(std::floor(std::log2(nodes)));
     consider(node.nvls_latency_us + 2 * levels * node.tree.nvls_network_step_latency_us +
-                 std::max(intra_us, inter_us),
+                 NvlsTreeFillUs(node, bytes, nodes, k, levels) + std::max(intra_us, inter_us),
              "nvls-tree");
   }
   const bool sharp_asked = algorithm == CollectiveAlgorithm::kSharp;

@@ -84,9 +84,12 @@ struct CollectiveEstimate {
 // An all-reduce across nodes on NVLS nodes may also take NCCL's NVLS-tree: NVLS reduce-scatters
 // inside each node, each GPU's 1/k shard is all-reduced over the tree between nodes through its
 // own NIC, and NVLS all-gathers inside the node; the two parts pipeline, so
-//     time = nvls_latency_us + 2 * floor(log2 N) * tree.nvls_network_step_latency_us
+//     time = nvls_latency_us + 2 * floor(log2 N) * (tree.nvls_network_step_latency_us + fill)
 //            + max(bytes * 2(k-1)/k / B_nvls, 2 * bytes / (min(k, nics) * B_nic))
-// with B_nic = network.GBps_per_direction * network.efficiency (one NIC per GPU).
+// with B_nic = network.GBps_per_direction * network.efficiency (one NIC per GPU) and fill the
+// pipeline's: one chunk at B_nic / tree.nvls_channels, the chunk NCCL's (tree.nvls_chunk_KiB,
+// tree.nvls_deep_chunk_KiB from 4 nodes, halved to 64 and 32 KiB for small messages, at most
+// bytes / (nvls_channels * k)).
 // With IB SHARP (node.ib_sharp, or kSharp asked for), an all-reduce across NVLS nodes may take
 // NVLS inside each node and one reduction in the switches, "nvls-sharp" (NCCL's NVLS algorithm
 // over CollNet; its tuning model's bandwidth is the NVLS busbw and its latency one NVLS plus one

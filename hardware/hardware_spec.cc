@@ -30,6 +30,7 @@ constexpr RealRange kFraction{.min = 0.0, .max = 1.0};
 constexpr RealRange kLatency{.min = 0.0, .max = kMaxLatencyUs, .min_exclusive = false};
 // 1 MB/s to 1 PB/s: outside it a link is a typo, and its times would not print.
 constexpr RealRange kLinkGBps{.min = 1e-3, .max = 1e6, .min_exclusive = false};
+constexpr RealRange kChunkKiB{.max = 1 << 20};  // (0 KiB, 1 GiB]
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -280,6 +281,9 @@ Result<NodeSpec> ParseNode(std::string_view text, std::string_view file) {
     tree->Real("ll128_network_step_latency_us", &node.tree.ll128_network_step_latency_us,
                Need::kOptional, kLatency);
     tree->Real("bandwidth_factor", &node.tree.bandwidth_factor, Need::kOptional, kFraction);
+    tree->Int("nvls_channels", &node.tree.nvls_channels, Need::kOptional, {.min = 1, .max = 1024});
+    tree->Real("nvls_chunk_KiB", &node.tree.nvls_chunk_KiB, Need::kOptional, kChunkKiB);
+    tree->Real("nvls_deep_chunk_KiB", &node.tree.nvls_deep_chunk_KiB, Need::kOptional, kChunkKiB);
     (void)tree->Finish();
   }
   if (std::optional<YamlMap> contention = map.Map("contention", Need::kOptional)) {

@@ -99,11 +99,18 @@ struct BandwidthRamp {
 // `bandwidth_factor` of the ring's bandwidth (NCCL's tuning model: tree busbw x 0.9, and every
 // byte goes up and down the tree). Step latencies per protocol from the same model. NVLS-tree
 // (NVLink SHARP inside each node, the tree between nodes) has its own network step latency
-// there (hwLatencies NET NVLSTree Simple: 20.9 us), paid up and down the tree.
+// there (hwLatencies NET NVLSTree Simple: 20.9 us), paid up and down the tree. NVLS-tree also
+// pipelines each GPU's share in chunks, one stream per NVLS channel through the GPU's NIC
+// (src/transport/nvls.cc: 16 channels on Hopper, 128 KiB chunks, 64 KiB from 4 nodes up;
+// src/enqueue.cc halves them for small messages), and the first chunk climbs the tree and comes
+// back down before the last can finish.
 struct TreeSpec {
   double nvlink_step_latency_us = 4;    // Simple
   double network_step_latency_us = 14;  // Simple
   double nvls_network_step_latency_us = 20.9;
+  int nvls_channels = 16;
+  double nvls_chunk_KiB = 128;
+  double nvls_deep_chunk_KiB = 64;  // from 4 nodes up
   double ll128_nvlink_step_latency_us = 1.25;
   double ll128_network_step_latency_us = 8.5;
   double bandwidth_factor = 0.9;

@@ -198,12 +198,14 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // are too fast (the compute gap docs/validation.md explains), nothing fitted; 12.9% with
     // Transformer Engine's CP merge kernels priced and the NeMo 24.07 rows run as the release's
     // launcher configs say; 12.3% with Nemotron-4's squared ReLU run as Megatron-Core runs it.
+    // Collectives to 6.6% / 48% with NVLS-tree's pipeline fill (NCCL's chunks up and down the
+    // tree); the worst is now a 32 KiB all-reduce on which the sources disagree.
     case ValidationCategory::kEndToEnd:
       return {{0.05, 0.12}, {0.126, 0.45}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:
-      return {{0.08, 0.33}, {0.08, 0.65}};
+      return {{0.08, 0.33}, {0.07, 0.5}};
   }
   return {};
 }

@@ -208,7 +208,10 @@ Json NodeJson(const NodeSpec& node) {
         {"nvls_network_step_latency_us", node.tree.nvls_network_step_latency_us},
         {"ll128_nvlink_step_latency_us", node.tree.ll128_nvlink_step_latency_us},
         {"ll128_network_step_latency_us", node.tree.ll128_network_step_latency_us},
-        {"bandwidth_factor", node.tree.bandwidth_factor}}},
+        {"bandwidth_factor", node.tree.bandwidth_factor},
+        {"nvls_channels", node.tree.nvls_channels},
+        {"nvls_chunk_KiB", node.tree.nvls_chunk_KiB},
+        {"nvls_deep_chunk_KiB", node.tree.nvls_deep_chunk_KiB}}},
       {"contention", {{"comm_ctas", node.comm_ctas}, {"comm_hbm_factor", node.comm_hbm_factor}}}};
 }
 

@@ -188,13 +188,16 @@ TEST(CollectiveCostTest, TreeAllReduceAcrossNodesForSmallerBuffers) {
 
 TEST(CollectiveCostTest, NvlsTreeAcrossNodes) {
   // 32 GPUs on four NVLS nodes, 1 GiB: NVLS inside (1.75 GiB at 480 GB/s) pipelined with each
-  // GPU's 2 GiB / 8 through its own NIC (46.5 GB/s); latency 25 + 2 * floor(log2 4) * 20.9.
+  // GPU's 2 GiB / 8 through its own NIC (46.5 GB/s); latency 25 + 2 * floor(log2 4) * 20.9; the
+  // pipeline's fill, a 64 KiB chunk (4 nodes and more) up two levels and down two at the NIC's
+  // 46.5 / 16 GB/s per NVLS channel.
   NodeSpec node = WithNvls(TestNode());
   CollectiveEstimate e = EstimateCollectiveWith(node, Collective::kAllReduce, kGiB, {32, 4, 8},
                                                 CollectiveAlgorithm::kNvls)
                              .value();
   EXPECT_EQ(e.algorithm, "nvls-tree");
-  ExpectRelNear(e.time_us, 25 + 2 * 2 * 20.9 + 2 * kGiB / 8 / 46.5e9 * 1e6);
+  const double hop_us = 65536 * 16 / 46.5e3;  // 22.55 us
+  ExpectRelNear(e.time_us, 25 + 2 * 2 * 20.9 + 4 * hop_us + 2 * kGiB / 8 / 46.5e9 * 1e6);
   // Five nodes: still two levels up and two down (floor(log2 5) = 2); 1,024 nodes: ten.
   ExpectRelNear(EstimateCollectiveWith(node, Collective::kAllReduce, kGiB, {40, 5, 8},
                                        CollectiveAlgorithm::kNvls)
@@ -205,7 +208,37 @@ TEST(CollectiveCostTest, NvlsTreeAcrossNodes) {
                                        CollectiveAlgorithm::kNvls)
                     .value()
                     .time_us,
-                25 + 2 * 10 * 20.9 + 2 * kGiB / 8 / 46.5e9 * 1e6);
+                25 + 2 * 10 * 20.9 + 20 * hop_us + 2 * kGiB / 8 / 46.5e9 * 1e6);
+}
+
+TEST(CollectiveCostTest, NvlsTreeFillFollowsNcclsChunks) {
+  NodeSpec node = WithNvls(TestNode());
+  auto nvls_tree_us = [&](double bytes, CommGroup group) {
+    return EstimateCollectiveWith(node, Collective::kAllReduce, bytes, group,
+                                  CollectiveAlgorithm::kNvls)
+        .value()
+        .time_us;
+  };
+  const double stream_GBps = 46.5 / 16;
+  // Two nodes, one level: 1 GiB keeps the 128 KiB chunk; the NICs' 2 GiB / 8 (11.5 ms) outlast
+  // NVLS's 1.75 GiB at 480 GB/s.
+  ExpectRelNear(nvls_tree_us(kGiB, {16, 2, 8}),
+                25 + 2 * 20.9 + 2 * 131072 / (stream_GBps * 1e3) + 2 * kGiB / 8 / 46.5e3);
+  // 4 MiB on two nodes, 16 x 8 streams: under 4 x 128 chunks of 128 KiB, so 64 KiB; under 128 of
+  // those, so 32 KiB, which is also one stream's share. The NICs (22.6 us) outlast NVLS inside
+  // (15.3 us).
+  const double mib4 = 4.0 * (1 << 20);
+  ExpectRelNear(nvls_tree_us(mib4, {16, 2, 8}),
+                25 + 2 * 20.9 + 2 * 32768 / (stream_GBps * 1e3) + 2 * mib4 / 8 / 46.5e3);
+  // 1 MiB on four nodes: the 32 KiB chunk is more than a stream's 8 KiB share, which fills it.
+  const double mib = 1 << 20;
+  ExpectRelNear(nvls_tree_us(mib, {32, 4, 8}),
+                25 + 4 * 20.9 + 4 * 8192 / (stream_GBps * 1e3) + 2 * mib / 8 / 46.5e3);
+  // The node's YAML sets the channels and chunks: one channel and 1 KiB chunks all but empty it.
+  node.tree.nvls_channels = 1;
+  node.tree.nvls_deep_chunk_KiB = 1;
+  ExpectRelNear(nvls_tree_us(kGiB, {32, 4, 8}),
+                25 + 4 * 20.9 + 4 * 1024 / 46.5e3 + 2 * kGiB / 8 / 46.5e3);
 }
 
 TEST(CollectiveCostTest, IbSharpReducesInTheSwitches) {

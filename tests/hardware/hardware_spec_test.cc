@@ -239,6 +239,18 @@ TEST(ParseNodeTest, ValidAndDefaults) {
   EXPECT_DOUBLE_EQ(node->network.base_latency_us, 8.4);
   EXPECT_DOUBLE_EQ(node->network.step_latency_us, 14);
   EXPECT_FALSE(node->ib_sharp);
+  // NVLS-tree's channels and chunks were left out: NCCL's on Hopper.
+  EXPECT_EQ(node->tree.nvls_channels, 16);
+  EXPECT_DOUBLE_EQ(node->tree.nvls_chunk_KiB, 128);
+  EXPECT_DOUBLE_EQ(node->tree.nvls_deep_chunk_KiB, 64);
+  Result<NodeSpec> tuned = ParseNode(
+      Replace(std::string(kNode), "nics: 8",
+              "tree: {nvls_channels: 24, nvls_chunk_KiB: 64, nvls_deep_chunk_KiB: 32}\nnics: 8"),
+      "node.yaml");
+  ASSERT_TRUE(tuned.ok()) << tuned.message();
+  EXPECT_EQ(tuned->tree.nvls_channels, 24);
+  EXPECT_DOUBLE_EQ(tuned->tree.nvls_chunk_KiB, 64);
+  EXPECT_DOUBLE_EQ(tuned->tree.nvls_deep_chunk_KiB, 32);
   Result<NodeSpec> sharp =
       ParseNode(Replace(std::string(kNode), "nics: 8", "ib_sharp: true\nnics: 8"), "node.yaml");
   ASSERT_TRUE(sharp.ok()) << sharp.message();
@@ -277,6 +289,10 @@ TEST(ParseNodeTest, BadInputNamesFileLineAndKey) {
       {"comm_hbm_factor: 2.5", "comm_hbm_factor: -1", "bad.yaml:17:", "contention.comm_hbm_factor",
        "greater than 0"},
       {"nics: 8", "nics: 8\nnicks: 8", "bad.yaml:12:", "nicks", "did you mean 'nics'?"},
+      {"nics: 8", "tree: {nvls_channels: 0}\nnics: 8", "bad.yaml:11:", "tree.nvls_channels",
+       "positive integer"},
+      {"nics: 8", "tree: {nvls_deep_chunk_KiB: 0}\nnics: 8",
+       "bad.yaml:11:", "tree.nvls_deep_chunk_KiB", "greater than 0"},
       {"network:\n  GBps_per_direction: 50\n  efficiency: 0.93\n", "", "bad.yaml:1:", "network",
        "missing required key"},
   };
