@@ -203,11 +203,17 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
     consider(std::min({simple_us, ll128_us, ll_us}), "hierarchical");
   }
   const int depth = static_cast<int>(std::ceil(std::log2(nodes)));
+  // Bytes a node's NICs carry each way, per byte of the tree's share: NCCL's double binary tree
+  // makes every node inner in one tree and a leaf in the other, so each direction carries the
+  // data once going up and once coming down; two nodes only swap their shares, once each way
+  // (NCCL's tuning model doubles NVLS-tree's network bandwidth at two nodes, src/graph/tuning.cc;
+  // its maintainers call 2 nodes "an ideal case for the TREE", nccl-tests #309).
+  const double tree_passes = nodes == 2 ? 1.0 : 2.0;
   if (kind == Collective::kAllReduce && (any || algorithm == CollectiveAlgorithm::kTree)) {
     // Tree: up and down a chain of k - 1 NVLink hops and ceil(log2 N) network hops.
-    const double tree_transfer_us =
-        TransferUs(2.0 * bytes, std::min(k > 1 ? nvlink_GBps : network_GBps, network_GBps) *
-                                    node.tree.bandwidth_factor);
+    const double tree_transfer_us = std::max(k > 1 ? TransferUs(2.0 * bytes, nvlink_GBps) : 0.0,
+                                             TransferUs(tree_passes * bytes, network_GBps)) /
+                                    node.tree.bandwidth_factor;
     const double tree_simple_us = node.network.base_latency_us +
                                   2 * ((k - 1) * node.tree.nvlink_step_latency_us +
                                        depth * node.tree.network_step_latency_us) +
@@ -226,7 +232,7 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
     // nodes within 3% and 11% (one network step per level would be 38% and 60% fast).
     const double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(k, node.gpus_per_node) * ramp;
     const double intra_us = TransferUs(bytes * 2.0 * (k - 1) / k, nvls_GBps);
-    const double inter_us = TransferUs(2.0 * bytes / std::min(k, node.nics), nic_GBps);
+    const double inter_us = TransferUs(tree_passes * bytes / std::min(k, node.nics), nic_GBps);
     const int levels = static_cast<int>(std::floor(std::log2(nodes)));
     consider(node.nvls_latency_us + 2 * levels * node.tree.nvls_network_step_latency_us +
                  NvlsTreeFillUs(node, bytes, nodes, k, levels) + std::max(intra_us, inter_us),

@@ -78,14 +78,15 @@ struct CollectiveEstimate {
 // ll128.bandwidth_factor), and the faster is taken, as NCCL's tuner picks a protocol per size.
 // An all-reduce across nodes may also take NCCL's tree (node.tree), when faster for its size:
 //     time = base_latency + 2 * ((k - 1) * tree nvlink step + ceil(log2 N) * tree network step)
-//            + 2 * bytes / (min(B_nv if k > 1, B_net) * tree.bandwidth_factor)
-// with the Simple (network.base_latency_us) and LL128 (ll128.base_latency_us, bandwidth times
-// ll128.bandwidth_factor) figures; "tree" then names the algorithm.
-// An all-reduce across nodes on NVLS nodes may also take NCCL's NVLS-tree: NVLS reduce-scatters
-// inside each node, each GPU's 1/k shard is all-reduced over the tree between nodes through its
-// own NIC, and NVLS all-gathers inside the node; the two parts pipeline, so
+//            + max(k > 1 ? 2 * bytes / B_nv : 0, p * bytes / B_net) / tree.bandwidth_factor
+// where p = 2 (each NIC direction carries the data up and down the double binary tree), 1 on
+// two nodes (they swap their sums once each way), with the Simple (network.base_latency_us) and
+// LL128 (ll128.base_latency_us, bandwidth times ll128.bandwidth_factor) figures; "tree" then names
+// the algorithm. An all-reduce across nodes on NVLS nodes may also take NCCL's NVLS-tree: NVLS
+// reduce-scatters inside each node, each GPU's 1/k shard is all-reduced over the tree between nodes
+// through its own NIC, and NVLS all-gathers inside the node; the two parts pipeline, so
 //     time = nvls_latency_us + 2 * floor(log2 N) * (tree.nvls_network_step_latency_us + fill)
-//            + max(bytes * 2(k-1)/k / B_nvls, 2 * bytes / (min(k, nics) * B_nic))
+//            + max(bytes * 2(k-1)/k / B_nvls, p * bytes / (min(k, nics) * B_nic))
 // with B_nic = network.GBps_per_direction * network.efficiency (one NIC per GPU) and fill the
 // pipeline's: one chunk at B_nic / tree.nvls_channels, the chunk NCCL's (tree.nvls_chunk_KiB,
 // tree.nvls_deep_chunk_KiB from 4 nodes, halved to 64 and 32 KiB for small messages, at most

@@ -153,9 +153,18 @@ TEST(CollectiveCostTest, TensorParallelAcrossNodes) {
   EXPECT_EQ(e.algorithm, "hierarchical");
   double f = 2.0 * 31 / 32;
   ExpectRelNear(e.time_us, 8.4 + 2 * 3 * 14 + 2 * 28 * 3.4 + f * kGiB / 364.5e9 * 1e6);
-  // Two GPUs per node: two NICs (93 GB/s) are the bottleneck.
-  CollectiveEstimate two = EstimateCollective(TestNode(), Collective::kAllReduce, kGiB, {4, 2, 2});
+  // Two GPUs per node: two NICs (93 GB/s) are the ring's bottleneck.
+  CollectiveEstimate two = EstimateCollectiveWith(TestNode(), Collective::kAllReduce, kGiB,
+                                                  {4, 2, 2}, CollectiveAlgorithm::kRing)
+                               .value();
   ExpectRelNear(two.time_us, 8.4 + 2 * 1 * 14 + 2 * 2 * 3.4 + 1.5 * kGiB / 93e9 * 1e6);
+  // NCCL takes the tree there: two nodes swap their sums once each way, 1 GiB over the two NICs
+  // (the chain inside carries 2 GiB over NVLink, faster) at 0.9 of the bandwidth, Simple, up and
+  // down one NVLink and one network hop.
+  CollectiveEstimate tree = EstimateCollective(TestNode(), Collective::kAllReduce, kGiB, {4, 2, 2});
+  EXPECT_EQ(tree.algorithm, "tree");
+  ExpectRelNear(tree.time_us, 8.4 + 2 * (4 + 14) + kGiB / (93e9 * 0.9) * 1e6);
+  EXPECT_LT(tree.time_us, two.time_us);
   CollectiveEstimate ag = EstimateCollective(TestNode(), Collective::kAllGather, kGiB, {16, 2, 8});
   ExpectRelNear(ag.time_us, 8.4 + 1 * 14 + 14 * 3.4 + 15.0 / 16 * kGiB / 364.5e9 * 1e6);
 }
@@ -220,16 +229,19 @@ TEST(CollectiveCostTest, NvlsTreeFillFollowsNcclsChunks) {
         .time_us;
   };
   const double stream_GBps = 46.5 / 16;
-  // Two nodes, one level: 1 GiB keeps the 128 KiB chunk; the NICs' 2 GiB / 8 (11.5 ms) outlast
-  // NVLS's 1.75 GiB at 480 GB/s.
+  // Two nodes, one level: 1 GiB keeps the 128 KiB chunk; the two nodes swap their shards once
+  // each way, so the NICs carry 1 GiB / 8 (2.9 ms) under NVLS's 1.75 GiB at 480 GB/s (3.9 ms).
   ExpectRelNear(nvls_tree_us(kGiB, {16, 2, 8}),
+                25 + 2 * 20.9 + 2 * 131072 / (stream_GBps * 1e3) + 1.75 * kGiB / 480e3);
+  // Three nodes: both ways through the tree, 2 GiB / 8 through each NIC (11.5 ms).
+  ExpectRelNear(nvls_tree_us(kGiB, {24, 3, 8}),
                 25 + 2 * 20.9 + 2 * 131072 / (stream_GBps * 1e3) + 2 * kGiB / 8 / 46.5e3);
   // 4 MiB on two nodes, 16 x 8 streams: under 4 x 128 chunks of 128 KiB, so 64 KiB; under 128 of
-  // those, so 32 KiB, which is also one stream's share. The NICs (22.6 us) outlast NVLS inside
-  // (15.3 us).
+  // those, so 32 KiB, which is also one stream's share. NVLS inside (15.3 us) outlasts the NICs
+  // (11.3 us).
   const double mib4 = 4.0 * (1 << 20);
   ExpectRelNear(nvls_tree_us(mib4, {16, 2, 8}),
-                25 + 2 * 20.9 + 2 * 32768 / (stream_GBps * 1e3) + 2 * mib4 / 8 / 46.5e3);
+                25 + 2 * 20.9 + 2 * 32768 / (stream_GBps * 1e3) + 1.75 * mib4 / 480e3);
   // 1 MiB on four nodes: the 32 KiB chunk is more than a stream's 8 KiB share, which fills it.
   const double mib = 1 << 20;
   ExpectRelNear(nvls_tree_us(mib, {32, 4, 8}),
