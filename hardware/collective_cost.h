@@ -82,7 +82,8 @@ struct CollectiveEstimate {
 // where p = 2 (each NIC direction carries the data up and down the double binary tree), 1 on
 // two nodes (they swap their sums once each way), with the Simple (network.base_latency_us) and
 // LL128 (ll128.base_latency_us, bandwidth times ll128.bandwidth_factor) figures; "tree" then names
-// the algorithm. An all-reduce across nodes on NVLS nodes may also take NCCL's NVLS-tree: NVLS
+// the algorithm (its own chunk pipeline is not priced: no row measures a plain tree deeper than
+// two nodes). An all-reduce across nodes on NVLS nodes may also take NCCL's NVLS-tree: NVLS
 // reduce-scatters inside each node, each GPU's 1/k shard is all-reduced over the tree between nodes
 // through its own NIC, and NVLS all-gathers inside the node; the two parts pipeline, so
 //     time = nvls_latency_us + 2 * floor(log2 N) * (tree.nvls_network_step_latency_us + fill)
