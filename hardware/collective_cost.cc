@@ -44,12 +44,14 @@ double NvlsFraction(int n, int gpus_per_node) {
 // through the GPU's NIC in chunks, and the first chunk goes `levels` network hops up the tree
 // and as many down before the last can finish, each hop at the stream's 1/channels of the NIC.
 // The chunk is NCCL's (src/enqueue.cc, NVLS_TREE): the node's chunk, its deep chunk from 4 nodes
-// up, halved to 64 KiB and then 32 KiB when the message is small next to channels x k chunks in
-// flight, and never more than one stream's share.
+// up, cut to 256, 128, 64 and then 32 KiB when the message is small next to channels x k chunks
+// in flight, and never more than one stream's share.
 double NvlsTreeFillUs(const NodeSpec& node, double bytes, int nodes, int k, int levels) {
   constexpr double kKiB = 1024;
   const double streams = static_cast<double>(node.tree.nvls_channels) * k;
   double chunk = kKiB * (nodes >= 4 ? node.tree.nvls_deep_chunk_KiB : node.tree.nvls_chunk_KiB);
+  if (bytes < 32 * streams * chunk && chunk > 256 * kKiB) chunk = 256 * kKiB;
+  if (bytes < 16 * streams * chunk && chunk > 128 * kKiB) chunk = 128 * kKiB;
   if (bytes < 4 * streams * chunk && chunk > 64 * kKiB) chunk = 64 * kKiB;
   if (bytes < streams * chunk && chunk > 32 * kKiB) chunk = 32 * kKiB;
   chunk = std::min(chunk, bytes / streams);

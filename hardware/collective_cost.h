@@ -76,6 +76,7 @@ struct CollectiveEstimate {
 // Every ring time above (inside and across nodes) is computed twice, with the Simple protocol's
 // latencies (LinkSpec) and with LL128's (node.ll128: lower latencies, bandwidths times
 // ll128.bandwidth_factor), and the faster is taken, as NCCL's tuner picks a protocol per size.
+//
 // An all-reduce across nodes may also take NCCL's tree (node.tree), when faster for its size:
 //     time = base_latency + 2 * ((k - 1) * tree nvlink step + ceil(log2 N) * tree network step)
 //            + max(k > 1 ? 2 * bytes / B_nv : 0, p * bytes / B_net) / tree.bandwidth_factor
@@ -83,15 +84,18 @@ struct CollectiveEstimate {
 // two nodes (they swap their sums once each way), with the Simple (network.base_latency_us) and
 // LL128 (ll128.base_latency_us, bandwidth times ll128.bandwidth_factor) figures; "tree" then names
 // the algorithm (its own chunk pipeline is not priced: no row measures a plain tree deeper than
-// two nodes). An all-reduce across nodes on NVLS nodes may also take NCCL's NVLS-tree: NVLS
-// reduce-scatters inside each node, each GPU's 1/k shard is all-reduced over the tree between nodes
-// through its own NIC, and NVLS all-gathers inside the node; the two parts pipeline, so
+// two nodes).
+//
+// An all-reduce across nodes on NVLS nodes may also take NCCL's NVLS-tree: NVLS reduce-scatters
+// inside each node, each GPU's 1/k shard is all-reduced over the tree between nodes through its
+// own NIC, and NVLS all-gathers inside the node; the two parts pipeline, so
 //     time = nvls_latency_us + 2 * floor(log2 N) * (tree.nvls_network_step_latency_us + fill)
 //            + max(bytes * 2(k-1)/k / B_nvls, p * bytes / (min(k, nics) * B_nic))
 // with B_nic = network.GBps_per_direction * network.efficiency (one NIC per GPU) and fill the
 // pipeline's: one chunk at B_nic / tree.nvls_channels, the chunk NCCL's (tree.nvls_chunk_KiB,
-// tree.nvls_deep_chunk_KiB from 4 nodes, halved to 64 and 32 KiB for small messages, at most
-// bytes / (nvls_channels * k)).
+// tree.nvls_deep_chunk_KiB from 4 nodes, cut down to 256, 128, 64 and 32 KiB for smaller messages,
+// at most bytes / (nvls_channels * k)).
+//
 // With IB SHARP (node.ib_sharp, or kSharp asked for), an all-reduce across NVLS nodes may take
 // NVLS inside each node and one reduction in the switches, "nvls-sharp" (NCCL's NVLS algorithm
 // over CollNet; its tuning model's bandwidth is the NVLS busbw and its latency one NVLS plus one

@@ -246,6 +246,11 @@ TEST(CollectiveCostTest, NvlsTreeFillFollowsNcclsChunks) {
   const double mib = 1 << 20;
   ExpectRelNear(nvls_tree_us(mib, {32, 4, 8}),
                 25 + 4 * 20.9 + 4 * 8192 / (stream_GBps * 1e3) + 2 * mib / 8 / 46.5e3);
+  // A 512 KiB chunk, as a node's YAML may set: 1 GiB is under 32 x 128 of them, so 256 KiB,
+  // and not under 16 x 128 of those.
+  node.tree.nvls_chunk_KiB = 512;
+  ExpectRelNear(nvls_tree_us(kGiB, {16, 2, 8}),
+                25 + 2 * 20.9 + 2 * 262144 / (stream_GBps * 1e3) + 1.75 * kGiB / 480e3);
   // The node's YAML sets the channels and chunks: one channel and 1 KiB chunks all but empty it.
   node.tree.nvls_channels = 1;
   node.tree.nvls_deep_chunk_KiB = 1;
