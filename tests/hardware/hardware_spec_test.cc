@@ -71,9 +71,9 @@ TEST(CatalogTest, GpuFiguresMatchDatasheets) {
   EXPECT_DOUBLE_EQ(h100->peak(Dtype::kFp16), 989);
   EXPECT_DOUBLE_EQ(h100->peak(Dtype::kFp8), 1979);
   EXPECT_DOUBLE_EQ(h100->peak(Dtype::kFp32), 67);
-  // The GEMM main loop runs at least as fast as ml-engineering's best whole H100 GEMM (~792
-  // TFLOP/s, 0.80 of peak), and below peak (the shapes are checked in GemmModelTest).
-  EXPECT_GE(h100->max_gemm_efficiency, 0.80);
+  // The 16-bit GEMM main loop at 700 W: fast enough for the 769-798 TFLOP/s one H200 (the same
+  // die and power) measured on 8192^3, and below peak (the shapes are checked in GemmModelTest).
+  EXPECT_GE(h100->max_gemm_efficiency, 0.78);
   EXPECT_LT(h100->max_gemm_efficiency, 0.9);
 
   Result<GpuSpec> h200 = LoadGpu("h200-sxm");
@@ -93,7 +93,10 @@ TEST(CatalogTest, GpuFiguresMatchDatasheets) {
   EXPECT_DOUBLE_EQ(gh200->hbm_GBps, 4900);
   EXPECT_DOUBLE_EQ(gh200->peak(Dtype::kBf16), 989);
   EXPECT_DOUBLE_EQ(gh200->peak(Dtype::kFp8), 1979);
-  EXPECT_DOUBLE_EQ(gh200->max_gemm_efficiency, h100->max_gemm_efficiency);
+  // At 900 W its 16-bit main loop is faster than the H100's at 700 W; fp8's is the same.
+  EXPECT_GT(gh200->max_gemm_efficiency, h100->max_gemm_efficiency);
+  EXPECT_DOUBLE_EQ(gh200->fp8_gemm_efficiency, h100->fp8_gemm_efficiency);
+  EXPECT_DOUBLE_EQ(h200->max_gemm_efficiency, h100->max_gemm_efficiency);
 
   Result<GpuSpec> b200 = LoadGpu("b200");
   ASSERT_TRUE(b200.ok()) << b200.message();

@@ -42,16 +42,17 @@ TEST(CostModelTest, GemmTilesAndWavesOnH100) {
   // splits each tile into ceil(2560 / 64) = 40 units, spread over every SM.
   OpCost c = model.Cost(Gemm(4096, 2560, 2560));
   EXPECT_EQ(c.tiles, 32 * 20 * 40);
-  // One tile: 2 * 128 * 128 * (k + 192) FLOPs at 989e6 * 0.84 / 132 FLOP/us per SM.
-  const double tile_us = 2.0 * 128 * 128 * (2560 + 192) / (989e6 * 0.84 / 132);
-  EXPECT_NEAR(tile_us, 14.328367701863355, 1e-9);
+  // One tile: 2 * 128 * 128 * (k + 192) FLOPs at 989e6 * 0.81 / 132 FLOP/us per SM
+  // (an H100's 16-bit main loop at 700 W).
+  const double tile_us = 2.0 * 128 * 128 * (2560 + 192) / (989e6 * 0.81 / 132);
+  EXPECT_NEAR(tile_us, 14.85904798711755, 1e-9);
   EXPECT_NEAR(c.wave_us, tile_us / 40, 1e-12);
   EXPECT_EQ(c.launch_us, 4 + 3);  // launch + gemm_fixed_us
   EXPECT_EQ(c.hbm_bytes, 2.0 * (4096 * 2560 * 2 + 2560 * 2560));
   EXPECT_FALSE(c.is_comm);
   // 25,600 units are ceil(25600 / 132) = 194 rounds; compute-bound (memory ~ 18 us).
   EXPECT_NEAR(c.alone_us, 7 + 194 * tile_us / 40, 1e-9);
-  EXPECT_NEAR(c.alone_us, 76.49258335403728, 1e-9);
+  EXPECT_NEAR(c.alone_us, 79.06638273752012, 1e-9);
 
   // A row slice of 80 tiles fills one wave on 132 SMs: no stream-K, one tile's time.
   OpCost slice = model.Cost(Gemm(512, 2560, 2560));
@@ -60,7 +61,7 @@ TEST(CostModelTest, GemmTilesAndWavesOnH100) {
   // A short inner dimension keeps whole tiles in waves: 640 tiles, 5 waves.
   OpCost short_k = model.Cost(Gemm(4096, 2560, 1024));
   EXPECT_EQ(short_k.tiles, 640);
-  EXPECT_NEAR(short_k.alone_us, 7 + 5 * 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.84 / 132),
+  EXPECT_NEAR(short_k.alone_us, 7 + 5 * 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.81 / 132),
               1e-9);
 
   // A partial tile counts whole.

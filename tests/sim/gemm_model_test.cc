@@ -18,10 +18,11 @@ double Tflops(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
 }
 
 // Hand-computed: 8 x 8 tiles (64 <= 132 SMs: one wave, no stream-K), each 2 * 128 * 128 *
-// (1024 + 192) FLOPs at 989e6 * 0.84 / 132 FLOP/us, plus 3 us; memory (6 MiB) is faster.
+// (1024 + 192) FLOPs at 989e6 * 0.81 / 132 FLOP/us (an H100's 16-bit main loop at 700 W),
+// plus 3 us; memory (6 MiB) is faster.
 TEST(GemmModelTest, OneWaveByHand) {
   const GpuSpec h100 = Gpu("h100-sxm");
-  const double tile_us = 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.84 / 132);
+  const double tile_us = 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.81 / 132);
   EXPECT_NEAR(GemmKernelUs(h100, Dtype::kBf16, 1024, 1024, 1024), 3 + tile_us, 1e-9);
   // fp8 runs at 0.68 of its own (twice as high) peak.
   const double fp8_tile_us = 2.0 * 128 * 128 * (1024 + 192) / (1979e6 * 0.68 / 132);
@@ -38,12 +39,21 @@ TEST(GemmModelTest, SkinnyShapesAreMemoryBound) {
 
 // The published ceilings (FACTS.md; docs/validation/measurements.yaml, category gemm).
 TEST(GemmModelTest, BestShapesReachThePublishedCeilings) {
-  // ml-engineering MAMF: H100 SXM bf16 best 794.5 TFLOP/s at 2048 x 2048 x 13312.
-  EXPECT_NEAR(Tflops(Gpu("h100-sxm"), Dtype::kBf16, 2048, 2048, 13312), 794.5, 0.03 * 794.5);
-  // One H200 measured 769-798 TFLOP/s on 8192^3 bf16.
+  // One H200 measured 769-798 TFLOP/s on 8192^3 bf16: a fixed shape, which sets the 16-bit
+  // main loop of H100 and H200 at 700 W.
   const double h200 = Tflops(Gpu("h200-sxm"), Dtype::kBf16, 8192, 8192, 8192);
-  EXPECT_GT(h200, 769 * 0.97);
-  EXPECT_LT(h200, 798 * 1.03);
+  EXPECT_GT(h200, 769);
+  EXPECT_LT(h200, 798);
+  // ml-engineering MAMF: H100 SXM bf16 best 794.5 TFLOP/s at 2048 x 2048 x 13312, the best of a
+  // search over shapes, sits above the per-shape model, as every GPU's search does (by 6-12%
+  // where a fixed-shape table sets the model), but not by more.
+  const double mamf = Tflops(Gpu("h100-sxm"), Dtype::kBf16, 2048, 2048, 13312);
+  EXPECT_LT(mamf, 794.5);
+  EXPECT_GT(mamf, 794.5 / 1.12);
+  // The same die at 900 W (GH200) keeps its main loop 4% faster: MAMF's 828.6 against 794.5.
+  EXPECT_NEAR(GemmCeilingTflops(Gpu("gh200"), Dtype::kBf16) /
+                  GemmCeilingTflops(Gpu("h100-sxm"), Dtype::kBf16),
+              828.6 / 794.5, 0.01);
   // Never above the main-loop ceiling, never above peak.
   for (const char* name : {"a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200"}) {
     const GpuSpec gpu = Gpu(name);
@@ -63,8 +73,8 @@ TEST(GemmModelTest, PartsSayWhereTheTimeGoes) {
   EXPECT_FALSE(two.stream_k);
   EXPECT_EQ(two.waves, 2);
   EXPECT_NEAR(two.last_wave_fill, 12.0 / 132, 1e-12);
-  EXPECT_NEAR(two.ceiling_tflops, 989 * 0.84, 1e-9);
-  const double tile_us = 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.84 / 132);
+  EXPECT_NEAR(two.ceiling_tflops, 989 * 0.81, 1e-9);
+  const double tile_us = 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.81 / 132);
   EXPECT_NEAR(two.compute_us, 2 * tile_us, 1e-9);
   EXPECT_NEAR(two.memory_us, (2.0 * 1536 * 1024 * 2 + 1536.0 * 1536 * 2) / (3350 * 0.88 * 1e3),
               1e-9);
