@@ -49,11 +49,14 @@ double NvlsFraction(int n, int gpus_per_node) {
 double NvlsTreeFillUs(const NodeSpec& node, double bytes, int nodes, int k, int levels) {
   constexpr double kKiB = 1024;
   const double streams = static_cast<double>(node.tree.nvls_channels) * k;
+  // NCCL's cuts: below `chunks_in_flight` chunks per stream, a chunk above `KiB` becomes `KiB`.
+  constexpr struct {
+    double chunks_in_flight, KiB;
+  } kCuts[] = {{32, 256}, {16, 128}, {4, 64}, {1, 32}};
   double chunk = kKiB * (nodes >= 4 ? node.tree.nvls_deep_chunk_KiB : node.tree.nvls_chunk_KiB);
-  if (bytes < 32 * streams * chunk && chunk > 256 * kKiB) chunk = 256 * kKiB;
-  if (bytes < 16 * streams * chunk && chunk > 128 * kKiB) chunk = 128 * kKiB;
-  if (bytes < 4 * streams * chunk && chunk > 64 * kKiB) chunk = 64 * kKiB;
-  if (bytes < streams * chunk && chunk > 32 * kKiB) chunk = 32 * kKiB;
+  for (const auto& cut : kCuts)
+    if (bytes < cut.chunks_in_flight * streams * chunk && chunk > cut.KiB * kKiB)
+      chunk = cut.KiB * kKiB;
   chunk = std::min(chunk, bytes / streams);
   const double stream_GBps =
       node.network.GBps_per_direction * node.network.efficiency / node.tree.nvls_channels;
