@@ -26,7 +26,8 @@ namespace {
 
 // cuBLAS gets a workspace we own so that it never allocates while a stream is being captured.
 constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
-// NormBackward's per-block fp32 dgamma partial sums: blocks x cols floats at most.
+// NormBackward's row statistics (two floats a row) and its fp32 dgamma partial sums (a row of
+// cols floats per chunk of rows), per slice of rows.
 constexpr size_t kReduceFloats = size_t{1} << 20;
 // The emulated collective's scratch, whatever its traffic (which wraps around it): eight times
 // the largest L2 cache of a data-centre GPU (H200 and B200: 50-60 MB), so that what a call reads

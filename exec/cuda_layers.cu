@@ -114,48 +114,133 @@ __device__ void RowStats(bool rms, const T* x, int64_t n, float eps, float* mean
   *inv = rsqrtf(BlockSum(q) / static_cast<float>(n) + eps);
 }
 
-// One block per row.
+// 16 bytes of elements, so that a row moves in 128-bit loads and stores.
 template <typename T>
-__global__ void NormForwardKernel(bool rms, Mat<T> x, const T* gamma, float eps, Mat<T> y) {
-  const int64_t r = blockIdx.x;
-  const T* xr = x.data + r * x.stride;
-  float mean, inv;
-  RowStats(rms, xr, x.cols, eps, &mean, &inv);
-  for (int64_t j = threadIdx.x; j < x.cols; j += blockDim.x)
-    y.Set(r, j, (ToFloat(xr[j]) - mean) * inv * ToFloat(gamma[j]));
+struct alignas(16) Pack {
+  static constexpr int kSize = 16 / sizeof(T);
+  T e[kSize];
+};
+
+// Whether row `p` of n elements moves in Packs: 16-byte aligned and a whole number of them.
+template <typename T>
+__device__ bool Packed(const T* p, int64_t n) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && n % Pack<T>::kSize == 0;
 }
 
-// Block b takes rows b, b + gridDim.x, ...: writes their dx (the formulas of cpu_kernels.cc) and
-// sums dy * xhat over them into partial[b * cols + j], fp32. Thread t owns columns t, t +
-// blockDim.x, ... of the partial row, so no two threads touch one entry.
+// Copies one row into shared memory (`to`, 16-byte aligned) with the whole block, so that the
+// norm kernels read HBM once however many passes they make over the row. Returns `to`.
+template <typename T>
+__device__ const T* StageRow(const T* from, int64_t n, T* to) {
+  if (Packed(from, n)) {
+    for (int64_t i = threadIdx.x; i < n / Pack<T>::kSize; i += blockDim.x)
+      reinterpret_cast<Pack<T>*>(to)[i] = reinterpret_cast<const Pack<T>*>(from)[i];
+  } else {
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) to[j] = from[j];
+  }
+  __syncthreads();
+  return to;
+}
+
+// Writes value(j) (fp32) to row `to` of n elements, added to what it holds when `accumulate`,
+// rounded once; in Packs where the row allows.
+template <typename T, typename F>
+__device__ void StoreRow(T* to, int64_t n, bool accumulate, F value) {
+  if (Packed(to, n)) {
+    constexpr int kSize = Pack<T>::kSize;
+    for (int64_t i = threadIdx.x; i < n / kSize; i += blockDim.x) {
+      Pack<T> out;
+      const Pack<T> old = accumulate ? reinterpret_cast<const Pack<T>*>(to)[i] : Pack<T>{};
+      for (int e = 0; e < kSize; ++e) {
+        const float v = value(i * kSize + e);
+        out.e[e] = FromFloat<T>(accumulate ? ToFloat(old.e[e]) + v : v);
+      }
+      reinterpret_cast<Pack<T>*>(to)[i] = out;
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      to[j] = FromFloat<T>(accumulate ? ToFloat(to[j]) + value(j) : value(j));
+  }
+}
+
+// Elements of one staged row in shared memory, rounded up to whole Packs (so that the next row
+// staged beside it stays 16-byte aligned).
+template <typename T>
+__host__ __device__ int64_t StagedPitch(int64_t n) {
+  return (n + Pack<T>::kSize - 1) / Pack<T>::kSize * Pack<T>::kSize;
+}
+
+// One block per row (blocks loop beyond the grid). With `staged`, the row is first copied into
+// dynamic shared memory: the statistics' two passes and the output then read it there.
+template <typename T>
+__global__ void NormForwardKernel(bool rms, Mat<T> x, const T* gamma, float eps, Mat<T> y,
+                                  bool staged) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  for (int64_t r = blockIdx.x; r < x.rows; r += gridDim.x) {
+    const T* xr = x.data + r * x.stride;
+    if (staged) xr = StageRow(xr, x.cols, reinterpret_cast<T*>(shared));
+    float mean, inv;
+    RowStats(rms, xr, x.cols, eps, &mean, &inv);
+    StoreRow(y.data + r * y.stride, x.cols, false,
+             [&](int64_t j) { return (ToFloat(xr[j]) - mean) * inv * ToFloat(gamma[j]); });
+    __syncthreads();  // the next row overwrites the staged one
+  }
+}
+
+// One block per row: dx (the formulas of cpu_kernels.cc), and the row's mean and 1/std into
+// stats[2r] and stats[2r + 1] for NormGammaPartialKernel. With `staged`, x's and dy's rows are
+// copied into dynamic shared memory first (dy's StagedPitch elements after x's).
 template <typename T>
 __global__ void NormBackwardRowsKernel(bool rms, Mat<T> x, const T* gamma, float eps, Mat<T> dy,
-                                       Mat<T> dx, bool accumulate, float* partial) {
+                                       Mat<T> dx, bool accumulate, float* stats, bool staged) {
+  extern __shared__ __align__(16) unsigned char shared[];
   const int64_t n = x.cols;
-  float* part = partial + blockIdx.x * n;
   for (int64_t r = blockIdx.x; r < x.rows; r += gridDim.x) {
-    const bool first = r == blockIdx.x;
     const T* xr = x.data + r * x.stride;
     const T* dyr = dy.data + r * dy.stride;
+    if (staged) {
+      T* rows = reinterpret_cast<T*>(shared);
+      xr = StageRow(xr, n, rows);
+      dyr = StageRow(dyr, n, rows + StagedPitch<T>(n));
+    }
     float mean, inv;
     RowStats(rms, xr, n, eps, &mean, &inv);
     float sg = 0.0f, sgx = 0.0f;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      const float xhat = (ToFloat(xr[j]) - mean) * inv, d = ToFloat(dyr[j]);
-      const float g = d * ToFloat(gamma[j]);
+      const float xhat = (ToFloat(xr[j]) - mean) * inv;
+      const float g = ToFloat(dyr[j]) * ToFloat(gamma[j]);
       sg += g;
       sgx += g * xhat;
-      part[j] = first ? d * xhat : part[j] + d * xhat;
     }
     const float mean_g = rms ? 0.0f : BlockSum(sg) / static_cast<float>(n);
     const float mean_gx = BlockSum(sgx) / static_cast<float>(n);
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    if (threadIdx.x == 0) {
+      stats[2 * r] = mean;
+      stats[2 * r + 1] = inv;
+    }
+    StoreRow(dx.data + r * dx.stride, n, accumulate, [&](int64_t j) {
       const float xhat = (ToFloat(xr[j]) - mean) * inv;
       const float g = ToFloat(dyr[j]) * ToFloat(gamma[j]);
-      const float d = inv * (g - mean_g - xhat * mean_gx);
-      dx.Set(r, j, accumulate ? dx.Get(r, j) + d : d);
-    }
+      return inv * (g - mean_g - xhat * mean_gx);
+    });
+    __syncthreads();  // the next row overwrites the staged ones
   }
+}
+
+// partial[c * cols + j] = the sum of dy * xhat over column j of row chunk c (rows c * chunk_rows
+// on, blockIdx.y = c): one thread per column, so that a warp reads 32 adjacent elements of a row.
+template <typename T>
+__global__ void NormGammaPartialKernel(Mat<T> x, Mat<T> dy, const float* stats, int64_t chunk_rows,
+                                       float* partial) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= x.cols) return;
+  const int64_t begin = blockIdx.y * chunk_rows, end = min(x.rows, begin + chunk_rows);
+  float s = 0.0f;
+#pragma unroll 4
+  for (int64_t r = begin; r < end; ++r) {
+    const float xhat = (x.Get(r, j) - stats[2 * r]) * stats[2 * r + 1];
+    s += dy.Get(r, j) * xhat;
+  }
+  partial[blockIdx.y * x.cols + j] = s;
 }
 
 // dgamma[j] += the sum of the `parts` partial rows, added in fp32 and rounded once.
@@ -167,6 +252,26 @@ __global__ void AddColumnSumsKernel(const float* partial, int64_t parts, int64_t
     for (int64_t p = 0; p < parts; ++p) s += partial[p * n + j];
     dgamma[j] = FromFloat<T>(ToFloat(dgamma[j]) + s);
   }
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory: more than the default 48 KiB where the
+// device allows it. False where it does not (the caller runs the kernel unstaged).
+template <typename K>
+bool SharedMemoryFor(const Context* c, K kernel, size_t bytes) {
+  if (bytes <= size_t{48} << 10) return true;
+  int most = 0;
+  if (cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) !=
+          cudaSuccess ||
+      bytes > static_cast<size_t>(most)) {
+    cudaGetLastError();  // a refused query leaves no error behind for the next launch
+    return false;
+  }
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -203,37 +308,64 @@ Status NormForward(Context* c, bool rms, DView x, const void* gamma, float eps, 
   if (!Valid(x) || !Valid(y) || !SameShape(x, y)) return Error("norm: x and y differ in shape");
   if (Empty(x)) return Status::Ok();
   if (gamma == nullptr) return Error("norm: no gamma");
-  if (x.rows > INT_MAX) return Error("norm: too many rows");
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    NormForwardKernel<T><<<static_cast<unsigned>(x.rows), kThreads, 0, Current(c)>>>(
-        rms, Typed<T>(x), static_cast<const T*>(gamma), eps, Typed<T>(y));
+    size_t shared = static_cast<size_t>(StagedPitch<T>(x.cols)) * sizeof(T);
+    const bool staged = SharedMemoryFor(c, NormForwardKernel<T>, shared);
+    if (!staged) shared = 0;
+    NormForwardKernel<T><<<RowBlocks(x.rows), kThreads, shared, Current(c)>>>(
+        rms, Typed<T>(x), static_cast<const T*>(gamma), eps, Typed<T>(y), staged);
     return Launched("norm");
   });
 }
 
-// Two kernels, so that dgamma is summed in fp32 without atomics on 16-bit values: the row kernel
-// writes dx and per-block column partial sums into the stream's reduction buffer, the column
-// kernel adds them into dgamma.
+// Three kernels, so that dgamma is summed in fp32 without atomics on 16-bit values and every
+// kernel has a block per row or per column tile: the row kernel writes dx and each row's
+// statistics into the stream's reduction buffer, the partial kernel sums dy * xhat over chunks of
+// rows into it too, and the column kernel adds the chunks into dgamma. Rows beyond what the
+// buffer holds go in slices, one after another.
 Status NormBackward(Context* c, bool rms, DView x, const void* gamma, float eps, DView dy, DView dx,
                     bool accumulate_dx, void* dgamma) {
   if (!Valid(x) || !Valid(dy) || !Valid(dx) || !SameShape(x, dy) || !SameShape(x, dx))
     return Error("norm backward: x, dy and dx differ in shape");
   if (Empty(x)) return Status::Ok();
   if (gamma == nullptr || dgamma == nullptr) return Error("norm backward: no gamma or dgamma");
-  if (static_cast<size_t>(x.cols) > kReduceFloats) return Error("norm backward: too many columns");
-  const int64_t parts = std::min<int64_t>(
-      {x.rows, int64_t{2} * c->sms, static_cast<int64_t>(kReduceFloats) / x.cols});
-  float* partial = c->reduce[c->current];
-  return ByType(c->type, [&](auto tag) {
+  const int64_t n = x.cols;
+  // Room for a slice's statistics (2 floats a row, rounded to 64) and at least one chunk's sums.
+  const int64_t room = static_cast<int64_t>(kReduceFloats);
+  if (n + 64 > room) return Error("norm backward: too many columns");
+  const int64_t slice_rows = std::min<int64_t>(x.rows, (room - n - 64) / 2);
+  float* buffer = c->reduce[c->current];
+  return ByType(c->type, [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
-    NormBackwardRowsKernel<T><<<static_cast<unsigned>(parts), kThreads, 0, Current(c)>>>(
-        rms, Typed<T>(x), static_cast<const T*>(gamma), eps, Typed<T>(dy), Typed<T>(dx),
-        accumulate_dx, partial);
-    if (Status e = Launched("norm backward"); !e.ok()) return e;
-    AddColumnSumsKernel<T><<<FlatBlocks(x.cols), kThreads, 0, Current(c)>>>(
-        partial, parts, x.cols, static_cast<T*>(dgamma));
-    return Launched("norm backward dgamma");
+    size_t shared = 2 * static_cast<size_t>(StagedPitch<T>(n)) * sizeof(T);
+    const bool staged = SharedMemoryFor(c, NormBackwardRowsKernel<T>, shared);
+    if (!staged) shared = 0;
+    for (int64_t first = 0; first < x.rows; first += slice_rows) {
+      const int64_t rows = std::min(slice_rows, x.rows - first);
+      const auto slice = [&](DView v) {
+        return Typed<T>(DView{Offset(v.data, first * v.stride, Bytes(c)), rows, n, v.stride});
+      };
+      float* stats = buffer;
+      float* partial = buffer + AlignUp(static_cast<size_t>(2 * rows), 64);
+      const int64_t chunks = std::clamp<int64_t>(
+          (room - static_cast<int64_t>(partial - buffer)) / n, 1, std::min<int64_t>(rows, 1024));
+      const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+      const int64_t used = (rows + chunk_rows - 1) / chunk_rows;
+      NormBackwardRowsKernel<T><<<RowBlocks(rows), kThreads, shared, Current(c)>>>(
+          rms, slice(x), static_cast<const T*>(gamma), eps, slice(dy), slice(dx), accumulate_dx,
+          stats, staged);
+      if (Status e = Launched("norm backward"); !e.ok()) return e;
+      const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
+                      static_cast<unsigned>(used));
+      NormGammaPartialKernel<T>
+          <<<grid, kThreads, 0, Current(c)>>>(slice(x), slice(dy), stats, chunk_rows, partial);
+      if (Status e = Launched("norm backward dgamma partial sums"); !e.ok()) return e;
+      AddColumnSumsKernel<T>
+          <<<FlatBlocks(n), kThreads, 0, Current(c)>>>(partial, used, n, static_cast<T*>(dgamma));
+      if (Status e = Launched("norm backward dgamma"); !e.ok()) return e;
+    }
+    return Status::Ok();
   });
 }
 

@@ -71,15 +71,18 @@ class CudaOpsTest : public ::testing::Test {
   // A rows x cols block of uniform values in [lo, hi) at column kBlockColumn of a matrix
   // kExtraColumns wider, so that kernels see a row pitch longer than the row and an offset start.
   // The CPU reference gets the values as the element type rounded them.
-  Matrix Make(int64_t rows, int64_t cols, float lo = -1.0f, float hi = 1.0f) {
+  // With `packed`, the block is the whole matrix instead (rows start where the allocation does and
+  // follow each other), as the layers' activations are.
+  Matrix Make(int64_t rows, int64_t cols, float lo = -1.0f, float hi = 1.0f, bool packed = false) {
     Matrix m;
-    const int64_t wide = cols + kExtraColumns;
+    const int64_t wide = packed ? cols : cols + kExtraColumns;
     void* data = nullptr;
     EXPECT_EQ(Msg(cuda::Alloc(context_, static_cast<size_t>(rows * wide), &data)), "");
     allocations_.push_back(data);
     m.whole = DView{data, rows, wide, wide};
     m.view =
-        DView{static_cast<char*>(data) + kBlockColumn * cuda::DTypeBytes(Type()), rows, cols, wide};
+        DView{static_cast<char*>(data) + (packed ? 0 : kBlockColumn) * cuda::DTypeBytes(Type()),
+              rows, cols, wide};
     std::uniform_real_distribution<float> uniform(lo, hi);
     std::vector<float> values(static_cast<size_t>(rows * wide));
     for (float& v : values) v = uniform(random_);
@@ -111,10 +114,13 @@ class CudaOpsTest : public ::testing::Test {
   // The columns of m's wider matrix outside its block hold what they held when it was made.
   void ExpectOutsideKept(const Matrix& m, const std::string& what) {
     const std::vector<float> now = Read(m.whole);
+    const int64_t first =
+        (static_cast<const char*>(m.view.data) - static_cast<const char*>(m.whole.data)) /
+        static_cast<int64_t>(cuda::DTypeBytes(Type()));
     int changed = 0;
     for (int64_t r = 0; r < m.whole.rows; ++r) {
       for (int64_t j = 0; j < m.whole.cols; ++j) {
-        if (j >= kBlockColumn && j < kBlockColumn + m.view.cols) continue;
+        if (j >= first && j < first + m.view.cols) continue;
         const size_t i = static_cast<size_t>(r * m.whole.cols + j);
         if (now[i] != m.wide[i]) ++changed;
       }
