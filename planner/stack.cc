@@ -65,6 +65,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.String("name", &stack.name, Need::kRequired);
   map.Enum("attention", &stack.attention, Need::kRequired, kAttentionKernels);
   map.Bool("fused_softmax", &stack.fused_softmax, Need::kRequired);
+  map.Bool("fp32_scores", &stack.fp32_scores, Need::kOptional);
   map.Bool("fused_bias_gelu", &stack.fused_bias_gelu, Need::kRequired);
   map.Bool("fused_bias_dropout_add", &stack.fused_bias_dropout_add, Need::kRequired);
   map.Bool("dropout", &stack.dropout, Need::kOptional);

@@ -61,6 +61,11 @@ struct StackSpec {
   // Unfused attention only: scale, causal mask and softmax in one kernel (one read and one write
   // of the scores) rather than three.
   bool fused_softmax = true;
+  // Unfused attention only: the scores, probabilities and their gradients go through HBM in fp32,
+  // with 16-bit copies of P and dS for the GEMMs that read them, and the backward recomputes P
+  // (QK^T and the softmax again) rather than reading the forward's (this project's executor,
+  // exec/cuda_attention.cu), rather than in 16-bit kept from the forward.
+  bool fp32_scores = false;
   // Bias add and GeLU in one pass over the MLP activation, rather than two.
   bool fused_bias_gelu = true;
   // Squared ReLU in one kernel each way, rather than PyTorch's relu and pow forward and their
@@ -99,7 +104,8 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `decomposed_copy_engine`, `cp_merge_kernels`, `fused_squared_relu` (false), `cross_entropy`
+// `decomposed_copy_engine`, `cp_merge_kernels`, `fused_squared_relu`, `fp32_scores` (false),
+// `cross_entropy`
 // (vocab-parallel), `grad_reduce` (fp32) and `rope` (fused).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.

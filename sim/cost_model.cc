@@ -208,10 +208,21 @@ OpCost CostModel::AttentionCost(const Op& op) const {
     const double dropout = stack.dropout ? 2.5 : 0;
     const double passes = backward ? 2 + dropout + (stack.fused_softmax ? 3 : 5) + 2
                                    : 1 + (stack.fused_softmax ? 2 : 6) + dropout + 1;
+    double score_bytes = passes * e;
+    double products = backward ? 4 : 2;
+    if (stack.fp32_scores) {
+      // The executor's kernels (exec/cuda_attention.cu), bytes per score. Forward: the QK^T GEMM
+      // writes S in fp32 (4); the softmax reads the causal half for the maximum, reads and writes
+      // it for the exponentials (2 + 4), reads it again and writes the whole row in fp32 and as
+      // a 16-bit copy (2 + 6); PV reads that copy (2): 20. Backward: P again (18, one more
+      // GEMM), dP written in fp32 (4), P's copy read for dV (2), the softmax backward reads P and
+      // dP twice (16) and writes dS in fp32 and as a copy (6), dQ and dK read the copy (4): 50.
+      score_bytes = backward ? 50 : 20;
+      products = backward ? 5 : 2;
+    }
     OpCost gemm = GemmCost(s, s, d, attention_dtype_);
-    const double products = backward ? 4 : 2;
     const double gemm_us = std::ceil(batch_heads * gemm.tiles * products / gpu_.sms) * gemm.wave_us;
-    const double scores_us = batch_heads * s * s * e * passes / (hbm_GBps_ * 1e3);
+    const double scores_us = batch_heads * s * s * score_bytes / (hbm_GBps_ * 1e3);
     const double memory_us = static_cast<double>(op.bytes) / (hbm_GBps_ * 1e3);
     cost.tiles = batch_heads * gemm.tiles * products;
     cost.wave_us = gemm.wave_us * (gemm_us + scores_us + memory_us) / gemm_us;

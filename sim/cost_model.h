@@ -58,7 +58,8 @@ CommGroup EmbeddingPair(const Plan& plan);
 // the forward's work at the same efficiency (it recomputes the scores). Unfused attention (the
 // stack's choice): the QK^T and PV products (four in backward) as batched GEMMs over the whole
 // s x s, then the score passes through HBM the stack's kernels make (softmax fused or not,
-// dropout), added to the GEMM time rather than overlapped with it.
+// dropout; fp32 scores with P recomputed in the backward, StackSpec::fp32_scores), added to the
+// GEMM time rather than overlapped with it.
 // Elementwise: bytes over achieved HBM bandwidth.
 // Collectives: EstimateCollective on the fabric the group spans (TP, DP, the pipeline neighbours,
 // the embedding pair, the CP ring's neighbours); a decomposed all-gather part on copy engines

@@ -191,6 +191,34 @@ TEST(CostModelTest, GroupsThatStraddleNodesUnevenlyStayConsistent) {
   EXPECT_TRUE(Predict(dp6, {}).ok());
 }
 
+TEST(CostModelTest, UnfusedAttentionWithFp32ScoresPricesTheExecutorsPasses) {
+  // The executor's attention (stack domino) keeps its scores in fp32 and recomputes P in the
+  // backward; the same stack with 16-bit scores kept from the forward is the reference.
+  Plan plan = testing_util::MakePlan({.stack = "domino"});
+  ASSERT_TRUE(plan.stack.fp32_scores);
+  Plan kept = plan;
+  kept.stack.fp32_scores = false;
+  Op op;
+  op.kind = OpKind::kAttention;
+  op.sequences = 4, op.seq_len = 2048, op.heads = 5, op.kv_heads = 5, op.head_dim = 128;
+  op.bytes = 2.0 * 4 * 2048 * 5 * 128 * 4;  // Q, K, V and O
+  const double cells = 4.0 * 5 * 2048 * 2048;
+  const double hbm = 3350 * 0.88 * 1e3;  // bytes per us
+  const CostModel fp32(plan, {}), half(kept, {});
+  // Forward: 20 bytes a score against 8 (S written, the fused softmax's read and write, PV's
+  // read, in 16-bit), on the same two products.
+  EXPECT_NEAR(fp32.Cost(op).alone_us - half.Cost(op).alone_us, cells * (20 - 8) / hbm, 1e-6);
+  // Backward: 50 bytes against 14, and a fifth product (QK^T again): one more GEMM of the
+  // scores' batch, 20 heads x 256 tiles on 132 SMs.
+  op.tags.phase = Phase::kBackward;
+  const OpCost gemm = half.Cost(Gemm(2048, 2048, 128));  // one head's QK^T, in bf16
+  ASSERT_EQ(gemm.tiles, 256);
+  const double extra_gemm_us =
+      (std::ceil(20.0 * 256 * 5 / 132) - std::ceil(20.0 * 256 * 4 / 132)) * gemm.wave_us;
+  EXPECT_NEAR(fp32.Cost(op).alone_us - half.Cost(op).alone_us,
+              extra_gemm_us + cells * (50 - 14) / hbm, 1e-6);
+}
+
 TEST(CostModelTest, TpCollectivesCostWhatEstimateCollectiveSays) {
   testing_util::PlanKnobs thirty_two;
   thirty_two.model = "gpt3-13b", thirty_two.cluster = "dgx-h100:4", thirty_two.tp = 32;
