@@ -30,7 +30,8 @@ constexpr RealRange kFraction{.min = 0.0, .max = 1.0};
 constexpr RealRange kLatency{.min = 0.0, .max = kMaxLatencyUs, .min_exclusive = false};
 // 1 MB/s to 1 PB/s: outside it a link is a typo, and its times would not print.
 constexpr RealRange kLinkGBps{.min = 1e-3, .max = 1e6, .min_exclusive = false};
-constexpr RealRange kChunkKiB{.max = 1 << 20};  // (0 KiB, 1 GiB]
+constexpr RealRange kChunkKiB{.max = 1 << 20};                              // (0 KiB, 1 GiB]
+constexpr RealRange kKeys{.min = 0.0, .max = 1e6, .min_exclusive = false};  // [0, 1M] keys
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -191,6 +192,9 @@ Result<GpuSpec> ParseGpu(std::string_view text, std::string_view file) {
   gpu.attention_backward_efficiency = gpu.attention_efficiency;
   map.Real("attention_backward_efficiency", &gpu.attention_backward_efficiency, Need::kOptional,
            kFraction);
+  map.Real("attention_overhead_keys", &gpu.attention_overhead_keys, Need::kOptional, kKeys);
+  map.Real("attention_backward_overhead_keys", &gpu.attention_backward_overhead_keys,
+           Need::kOptional, kKeys);
   if (!map.failed() && gpu.graph_launch_us > gpu.kernel_launch_us) {
     map.Fail("graph_launch_us", fmt::format("must be at most kernel_launch_us ({:g}), got {:g}",
                                             gpu.kernel_launch_us, gpu.graph_launch_us));

@@ -47,6 +47,12 @@ struct GpuSpec {
   // The backward kernel's (dQ, dK, dV: 2.5 times the forward's FLOPs); a GPU file that omits it
   // takes attention_efficiency.
   double attention_backward_efficiency = 0.5;
+  // Per 128-query tile, a fixed cost worth this many more keys of the main loop (the kernel's
+  // prologue, epilogue and softmax bookkeeping), forward and backward: a tile of a causal sequence
+  // of s attends to s/2 keys on average and takes the time of s/2 + overhead keys at the
+  // efficiency above. 0: none (the efficiencies are then the whole kernel's).
+  double attention_overhead_keys = 0;
+  double attention_backward_overhead_keys = 0;
 
   double peak(Dtype dtype) const { return peak_tflops[static_cast<int>(dtype)]; }
 };

@@ -189,8 +189,11 @@ OpCost CostModel::AttentionCost(const Op& op) const {
   if (attention_ == AttentionKernel::kFlash) {
     constexpr double kBlock = 128;
     cost.tiles = batch_heads * std::ceil(s / kBlock);
-    // Each query block attends to s/2 keys on average under the causal mask.
-    double work = (backward ? 2.5 : 1.0) * 4.0 * kBlock * (s / 2) * d;
+    // Each query block attends to s/2 keys on average under the causal mask, and takes as long
+    // again as the GPU's overhead keys would (attention_overhead_keys).
+    const double overhead_keys =
+        backward ? gpu_.attention_backward_overhead_keys : gpu_.attention_overhead_keys;
+    double work = (backward ? 2.5 : 1.0) * 4.0 * kBlock * (s / 2 + overhead_keys) * d;
     const double efficiency =
         backward ? gpu_.attention_backward_efficiency : gpu_.attention_efficiency;
     cost.wave_us = work / (attention_tflops_ * 1e6 / gpu_.sms * efficiency);

@@ -173,7 +173,9 @@ Json GpuJson(const GpuSpec& gpu) {
               {"gemm_tile_m", gpu.gemm_tile_m},
               {"gemm_tile_n", gpu.gemm_tile_n},
               {"attention_efficiency", gpu.attention_efficiency},
-              {"attention_backward_efficiency", gpu.attention_backward_efficiency}};
+              {"attention_backward_efficiency", gpu.attention_backward_efficiency},
+              {"attention_overhead_keys", gpu.attention_overhead_keys},
+              {"attention_backward_overhead_keys", gpu.attention_backward_overhead_keys}};
 }
 
 Json NodeJson(const NodeSpec& node) {

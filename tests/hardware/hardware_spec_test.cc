@@ -186,6 +186,18 @@ TEST(ParseGpuTest, ValidAndOptionalKeys) {
       ParseGpu(Replace(std::string(kGpu), "hbm_efficiency: 0.9\n", ""), "gpu.yaml");
   ASSERT_TRUE(defaults.ok()) << defaults.message();
   EXPECT_DOUBLE_EQ(defaults->hbm_efficiency, GpuSpec{}.hbm_efficiency);
+  // Attention's per-tile overhead: none unless the file says, and never negative.
+  EXPECT_EQ(defaults->attention_overhead_keys, 0);
+  Result<GpuSpec> keys = ParseGpu(std::string(kGpu) + "attention_overhead_keys: 184\n" +
+                                      "attention_backward_overhead_keys: 500\n",
+                                  "gpu.yaml");
+  ASSERT_TRUE(keys.ok()) << keys.message();
+  EXPECT_EQ(keys->attention_overhead_keys, 184);
+  EXPECT_EQ(keys->attention_backward_overhead_keys, 500);
+  Result<GpuSpec> negative =
+      ParseGpu(std::string(kGpu) + "attention_overhead_keys: -1\n", "gpu.yaml");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(negative.message(), HasSubstr("attention_overhead_keys"));
 }
 
 TEST(ParseGpuTest, BadInputNamesFileLineAndKey) {
