@@ -38,6 +38,14 @@ struct GpuSpec {
   double gemm_tile_overhead_k = 192;
   double gemm_fixed_us = 3;
   double gemm_stream_k_min_k = 2048;
+  // GEMMs beside a collective that holds SMs (sim/engine.h): the output tiles one CTA of cuBLAS's
+  // kernels computes, and the CTA waves below which a GEMM (k >= gemm_stream_k_min_k) runs one
+  // persistent CTA per SM for its whole time. A GEMM launched while a collective holds SMs
+  // ends as late as a CTA that starts late must: a whole body for a persistent kernel, one CTA's
+  // share otherwise; a collective launched during such a GEMM waits for its end. 0: neither (a
+  // GEMM beside a collective only runs on the SMs left to it).
+  double gemm_cta_tiles = 0;
+  double gemm_persistent_cta_waves = 0;
   double hbm_efficiency = 0.85;       // achieved fraction of hbm_GBps for streaming kernels
   double kernel_launch_us = 4.0;      // per kernel, eager launches
   double graph_launch_us = 1.0;       // per kernel inside a CUDA graph

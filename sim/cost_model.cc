@@ -102,6 +102,8 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       options_(options),
       plan_stack_(plan.stack),
       copy_engine_parts_(plan.copy_engine_parts()),
+      math_sms_gemms_(plan.method != OverlapMethod::kDomino && plan.decomposed_chunks() > 1 &&
+                      plan.stack.decomposed_math_sms),
       tp_group_(TpGroup(plan)),
       dp_group_(DpGroup(plan)),
       pp_pair_(PpPair(plan)),
@@ -162,6 +164,15 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
   const Dtype dtype = lm_head ? attention_dtype_ : gemm_dtype_;
   OpCost cost = GemmCost(static_cast<double>(op.m), static_cast<double>(op.n),
                          static_cast<double>(op.k), dtype);
+  // A piece of a decomposed collective's GEMM runs on the SMs its collective leaves, and so does
+  // every layer GEMM of a stack whose decomposed overlap launches them so (Transformer Engine's
+  // _math_sms = sms - comm_sms): no CTA of it waits, and it lets collectives in.
+  if (op.tags.chunk < 0 && !(math_sms_gemms_ && !lm_head)) {
+    const GemmContention c = GemmContentionOf(gpu_, static_cast<double>(op.m),
+                                              static_cast<double>(op.n), static_cast<double>(op.k));
+    cost.tail_share = c.tail_share;
+    cost.blocks_comm = c.blocks_comm;
+  }
   if (dtype != Dtype::kFp8) return cost;
   // An fp8 GEMM's activation operand is quantized first, by a kernel of its own (Transformer
   // Engine's Linear: the input quantizer before the forward GEMM, the grad-output quantizer

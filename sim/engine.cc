@@ -164,11 +164,21 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
     double remaining = 0;  // fraction of the op's standalone work left at `since`
     double rate = 0;       // fraction per microsecond
     double since = 0;
+    double stall = 0;      // compute op: microseconds it may still stall, from `since`
+    bool stalled = false;  // stalling now (no progress; its next event is the stall's end)
+    bool fresh = false;    // started since its stage's rates were last computed
   };
   // An op is done at `now` when its end has come or what is left rounds away (the old engine's
-  // 1e-12 of its work, so ops ending together within rounding end together).
+  // 1e-12 of its work, so ops ending together within rounding end together). A stalled op's next
+  // event is its stall's end.
   auto Done = [](const Slot& r, double at) {
     return r.since + r.remaining / r.rate <= at || r.remaining - (at - r.since) * r.rate <= 1e-12;
+  };
+  auto EventAt = [](const Slot& r) {
+    return r.stalled ? r.since + r.stall : r.since + r.remaining / r.rate;
+  };
+  auto Due = [&](const Slot& r, double at) {
+    return r.stalled ? r.since + r.stall <= at : Done(r, at);
   };
   const bool use_heap = slots > kStreamCount;
   std::vector<Slot> running(slots);
@@ -194,6 +204,20 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
     work.push_back(slot);
     for (uint32_t k = first_[id]; k < first_[id + 1]; ++k)
       if (--pending[dependents_[k]] == 0) work.push_back(slot_[dependents_[k]]);
+    // Collectives that waited for this GEMM's SMs may start.
+    if (costs[id].blocks_comm) {
+      const int first = slot - slot % kStreamCount;
+      for (int s = first; s < first + kStreamCount; ++s)
+        if (s != slot) work.push_back(s);
+    }
+  };
+  // A collective that needs SMs waits while a GEMM that started before now keeps every SM of its
+  // device (OpCost::blocks_comm); one that started now was launched after it.
+  auto waits_for_sms = [&](int32_t id, int slot) {
+    if (!costs[id].is_comm || costs[id].ctas <= 0) return false;
+    const Slot& compute = running[slot - slot % kStreamCount];
+    return compute.op >= 0 && costs[compute.op].blocks_comm &&
+           timeline.ops[compute.op].start_us < now;
   };
 
   while (finished < n) {
@@ -204,19 +228,21 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
       work.pop_back();
       if (running[s].op >= 0 || head[s] >= queues[s].size()) continue;
       const int32_t id = queues[s][head[s]];
-      if (pending[id] > 0) continue;
+      if (pending[id] > 0 || waits_for_sms(id, s)) continue;
       timeline.ops[id].start_us = now;
       if (costs[id].alone_us <= 0) {
         finish(id, s);
       } else {
         running[s] = Slot{id, 1.0, 0.0, now};
+        running[s].fresh = true;
         mark(s);
       }
     }
     if (finished == n) break;
 
     // Rates for the running ops of each stage whose set changed. Collectives take their CTAs from
-    // the compute op; then HBM bandwidth is shared (see ShareHbm).
+    // the compute op, which first stalls if it was launched beside them (OpCost::tail_share); then
+    // HBM bandwidth is shared (see ShareHbm).
     for (int stage : dirty) {
       is_dirty[stage] = 0;
       Slot* lane = &running[stage * kStreamCount];
@@ -230,8 +256,9 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
       for (int s = 0; s < kStreamCount; ++s) {
         Slot& r = lane[s];
         if (r.op < 0) continue;
-        // Work done at the old rate up to now.
+        // Work done at the old rate up to now, and stall spent.
         r.remaining -= (now - r.since) * r.rate;
+        if (r.stalled) r.stall -= now - r.since;
         r.since = now;
         const OpCost& c = costs[r.op];
         HbmParty& party = hbm[s];
@@ -239,7 +266,15 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
           party.weight = std::max(1, c.ctas);
           party.demand = c.hbm_bytes / c.alone_us / 1e3;
         } else {
+          // Launched beside collectives that hold SMs: its late CTAs' share, for as long as
+          // they hold them.
+          if (r.fresh)
+            r.stall = ctas > 0 ? c.tail_share * c.BodyUs(device.sms, device.hbm_GBps) : 0;
+          if (ctas == 0) r.stall = 0;
+          r.stalled = r.stall > 1e-9;
+          if (r.stalled) continue;
           compute_body_us = c.BodyUs(compute_sms, device.hbm_GBps);
+          if (ctas > 0) compute_body_us += c.stall_share * c.BodyUs(device.sms, device.hbm_GBps);
           party.weight = compute_sms;
           if (compute_body_us > 0) party.demand = c.hbm_bytes / compute_body_us / 1e3;
         }
@@ -249,12 +284,18 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
       for (int s = 0; s < kStreamCount; ++s) {
         Slot& r = lane[s];
         if (r.op < 0) continue;
+        r.fresh = false;
+        if (r.stalled) {
+          r.rate = 0;
+          if (use_heap) events.Set(stage * kStreamCount + s, EventAt(r));
+          continue;
+        }
         const OpCost& c = costs[r.op];
         // The fraction of its demand an op gets; 1 when it runs alone or fits.
         const double share =
             parties > 1 && hbm[s].demand > 0 ? std::min(1.0, hbm[s].granted / hbm[s].demand) : 1.0;
         r.rate = c.is_comm ? share / c.alone_us : 1.0 / (c.launch_us + compute_body_us / share);
-        if (use_heap) events.Set(stage * kStreamCount + s, now + r.remaining / r.rate);
+        if (use_heap) events.Set(stage * kStreamCount + s, EventAt(r));
       }
     }
     dirty.clear();
@@ -265,17 +306,22 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
       // One stage: a scan of its four streams beats a heap.
       double next = kInf;
       for (const Slot& r : running)
-        if (r.op >= 0) next = std::min(next, r.since + r.remaining / r.rate);
+        if (r.op >= 0) next = std::min(next, EventAt(r));
       if (std::isfinite(next)) {
         now = std::max(now, next);
         advanced = true;
         for (int s = 0; s < slots; ++s) {
           Slot& r = running[s];
-          if (r.op < 0 || !Done(r, now)) continue;
+          if (r.op < 0 || !Due(r, now)) continue;
+          mark(s);
+          if (r.stalled) {  // its stall is over: it runs from now
+            r.stalled = false;
+            r.stall = 0;
+            continue;
+          }
           const int32_t id = r.op;
           r.op = -1;
           finish(id, s);
-          mark(s);
         }
       }
     }
@@ -287,14 +333,19 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
         if (!std::isfinite(end)) break;
         now = std::max(now, end);
         advanced = true;
-      } else if (!Done(r, now)) {
+      } else if (!Due(r, now)) {
         break;
       }
       events.Remove(slot);
+      mark(slot);
+      if (r.stalled) {
+        r.stalled = false;
+        r.stall = 0;
+        continue;
+      }
       const int32_t id = r.op;
       r.op = -1;
       finish(id, slot);
-      mark(slot);
     }
     // Nothing runs yet ops are left: they wait on each other (a lowering bug). They never run:
     // they start and end at infinity.

@@ -14,9 +14,15 @@ namespace domino::sim {
 // (which then needs more waves), and when the compute op's and collectives' HBM demand exceeds
 // the device's bandwidth, it is shared max-min fairly in proportion to the SMs each op runs on
 // (a collective's CTAs; the compute op's remaining SMs), and an op short of bandwidth slows in
-// proportion. Rates change whenever an op starts
-// or ends; between those events every op progresses at a constant rate, so the result is exact
-// for the model. `costs[i]` belongs to op i.
+// proportion. Launch order matters as it does on a GPU, whose CTAs not yet running are placed in
+// the order their kernels were launched: a collective that needs SMs, ready while a GEMM that
+// keeps every SM runs (OpCost::blocks_comm), starts when that GEMM ends, and a GEMM launched
+// while collectives hold SMs (they count when they start at the same moment: they were launched
+// first) first stalls for its late CTAs (OpCost::tail_share of its body, for as long as the
+// collectives hold them) and then runs on the SMs left; a pass stalls stall_share of its body
+// throughout. Rates change whenever an op starts, ends or stops stalling; between those events
+// every op progresses at a constant rate, so the result is exact for the model. `costs[i]`
+// belongs to op i.
 //
 // A schedule with ops of several stages (Op::stage: an Iteration) runs every stage's rank on its
 // own device with its own streams; dependencies may cross stages (a recv waits for its send).

@@ -38,6 +38,23 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
   return out;
 }
 
+GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k) {
+  GemmContention out;
+  if (!(gpu.gemm_cta_tiles > 0)) return out;
+  out.blocks_comm = true;
+  if (k < gpu.gemm_stream_k_min_k) return out;
+  const double tiles = std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
+  const double cta_waves = tiles / (gpu.gemm_cta_tiles * gpu.sms);
+  if (cta_waves >= gpu.gemm_persistent_cta_waves) {
+    out.tail_share = std::min(1.0, 1 / cta_waves);
+  } else {
+    // Persistent: CTA i takes tiles i, i + sms, ...; the late ones, launched last, are the last
+    // indices and hold floor(waves) tiles of the ceil(waves) the kernel takes.
+    out.tail_share = cta_waves < 1 ? 1.0 : std::floor(cta_waves) / std::ceil(cta_waves);
+  }
+  return out;
+}
+
 GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
   GemmKernel out;
   out.ceiling_tflops = GemmCeilingTflops(gpu, dtype);

@@ -37,6 +37,20 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
 // The peak of `dtype` times max_gemm_efficiency (16-bit) or fp8_gemm_efficiency (fp8).
 double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype);
 
+// How a GEMM fares beside a collective that holds SMs (GpuSpec::gemm_cta_tiles, sim/engine.h).
+// A collective launched during it waits for its end (`blocks_comm`): the GEMM's CTAs not yet
+// running go first. One launched before it leaves CTAs of it waiting for an SM: they start when
+// the collective ends or the first CTAs finish, whichever comes first, and still have their
+// share to do (`tail_share` of the body). Below gemm_persistent_cta_waves waves of CTAs of
+// gemm_cta_tiles output tiles, cuBLAS runs one persistent CTA per SM and the late ones hold
+// floor(waves) / ceil(waves) of the body (all of it under one wave); above, a CTA is 1 / waves.
+// Short main loops (k < gemm_stream_k_min_k) retire CTAs quickly: no tail.
+struct GemmContention {
+  double tail_share = 0;
+  bool blocks_comm = false;
+};
+GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k);
+
 // One kernel alone on the whole GPU, as a benchmark that launches GEMMs back to back measures it
 // (no launch overhead): inputs of `dtype`, a 16-bit output. Its parts say where the time goes:
 // `compute_us` is ceil(units / sms) waves of `unit_us`, `memory_us` the operands' HBM traffic,

@@ -18,6 +18,15 @@ struct OpCost {
   double hbm_bytes = 0;  // HBM traffic of the op
   int ctas = 0;          // collectives: SMs held while running
   bool is_comm = false;
+  // Compute ops beside collectives that hold SMs (sim/engine.h). A GEMM launched while one does
+  // ends as late as its CTAs that start late: it stalls up to `tail_share` of its body (one CTA's
+  // share of it; 1 for one persistent CTA per SM) while the collective lasts. A collective
+  // launched while a GEMM with `blocks_comm` runs (its CTAs keep every SM to its end) waits for
+  // its end. A pass (a run of such GEMMs) stalls instead `stall_share` of its body for every unit
+  // of body it runs beside one.
+  double tail_share = 0;
+  double stall_share = 0;
+  bool blocks_comm = false;
 
   // Compute body on `sms` SMs with `hbm_GBps` of HBM bandwidth, excluding launch.
   double BodyUs(int sms, double hbm_GBps) const {

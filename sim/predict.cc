@@ -30,6 +30,7 @@ struct PassSim {
   Timeline real, ideal;
   std::vector<OpCost> costs;
   double tp_comm_us = 0;
+  double stall_share = 0;  // its GEMMs' late-CTA tails over its SM-bound time (PassStallShare)
 };
 
 // Where the layers of one part (forward or backward) of a simulated pass end, and what each layer's
@@ -135,8 +136,26 @@ PieceTimes Piece(const PartIndex& part, const Op& op, int layers) {
   return p;
 }
 
-OpCost PassCost(double duration_us, double gemm_us, int sms) {
+// A pass's GEMMs launched beside a collective that holds SMs each stall up to their late CTAs'
+// share (OpCost::tail_share): over a collective that spans many of them, this much of the pass's
+// SM-bound time (GEMMs and attention) per unit of it.
+double PassStallShare(const Schedule& s, const std::vector<OpCost>& costs) {
+  double tails = 0, body = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const Op& op = s.ops()[i];
+    if (op.stream != Stream::kCompute ||
+        (op.kind != OpKind::kGemm && op.kind != OpKind::kAttention))
+      continue;
+    const double us = std::max(0.0, costs[i].alone_us - costs[i].launch_us);
+    body += us;
+    tails += costs[i].tail_share * us;
+  }
+  return body > 0 ? tails / body : 0;
+}
+
+OpCost PassCost(double duration_us, double gemm_us, int sms, double stall_share = 0) {
   OpCost cost;
+  cost.stall_share = stall_share;
   cost.alone_us = duration_us;
   cost.tiles = gemm_us > 0 ? sms * kPassWaves : 0;
   cost.wave_us = gemm_us / kPassWaves;
@@ -273,6 +292,7 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
     sim.real = Simulate(sim.schedule, sim.costs, model.device());
     sim.ideal = Simulate(sim.schedule, ideal_model.CostAll(sim.schedule), model.device());
     sim.tp_comm_us = model.TpCommUs(sim.schedule);
+    sim.stall_share = PassStallShare(sim.schedule, sim.costs);
     const bool combined = spec.forward && spec.backward;
     for (bool backward : {false, true}) {
       if (!combined && backward != spec.backward) continue;
@@ -294,8 +314,9 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
       const bool backward = op.func == OpFunc::kBackwardPass;
       const PieceTimes r = Piece(indexes[op.pass].real[backward], op, layers);
       const PieceTimes d = Piece(indexes[op.pass].ideal[backward], op, layers);
-      real[i] = PassCost(r.duration_us, r.gemm_us, sms);
-      ideal[i] = PassCost(d.duration_us, d.gemm_us, sms);
+      const double stall = passes[op.pass].stall_share;
+      real[i] = PassCost(r.duration_us, r.gemm_us, sms, stall);
+      ideal[i] = PassCost(d.duration_us, d.gemm_us, sms, stall);
       serial[i] = PassCost(r.serial_us, 0, sms);
     } else {
       real[i] = ideal[i] = serial[i] = model.Cost(op);

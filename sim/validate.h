@@ -15,10 +15,10 @@
 
 namespace domino::sim {
 
-// The kinds of published measurement domino predicts: a whole training iteration, one GEMM on
-// one GPU, one NCCL collective as nccl-tests measures it.
-enum class ValidationCategory { kEndToEnd, kGemm, kCollective };
-inline constexpr int kValidationCategoryCount = 3;
+// The kinds of measurement domino predicts: a whole training iteration, one GEMM on one GPU, one
+// NCCL collective as nccl-tests measures it, one GEMM beside a kernel that holds SMs (contention).
+enum class ValidationCategory { kEndToEnd, kGemm, kCollective, kContention };
+inline constexpr int kValidationCategoryCount = 4;
 std::string_view ValidationCategoryName(ValidationCategory category);  // "end-to-end", ...
 
 // Mean and largest |predicted / measured - 1| of a category.
@@ -51,8 +51,24 @@ struct CollectiveCase {
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::kAuto;
 };
 
+// One 16-bit GEMM on one GPU beside a kernel that holds `sms_held` whole SMs for `hold_us` (a
+// collective's CTAs), launched before the GEMM or while it runs; `alone_us` is the GEMM's
+// measured time alone, which the prediction scales the GEMM model to.
+struct ContentionCase {
+  GpuSpec gpu;
+  double m = 0, n = 0, k = 0;
+  int sms_held = 0;
+  double hold_us = 0;
+  bool gemm_first = false;
+  double alone_us = 0;
+};
+
+// The GEMM's time beside the holder over its time alone, as the engine runs the two (the holder
+// launched first: with the GEMM; second: just after it); `detail` says why.
+double ContentionSlowdown(const ContentionCase& c, std::string* detail = nullptr);
+
 // What a row's figure measures, in the unit domino predicts.
-enum class MeasuredUnit { kIterationS, kTflops, kBusbwGBps, kTimeUs };
+enum class MeasuredUnit { kIterationS, kTflops, kBusbwGBps, kTimeUs, kSlowdown };
 std::string_view MeasuredUnitName(MeasuredUnit unit);  // "iteration_s", "tflops", ...
 
 // ValidationRow is one published measurement (docs/validation/measurements.yaml): where it comes
@@ -69,6 +85,7 @@ struct ValidationRow {
   std::optional<Plan> plan;      // end-to-end
   std::optional<GemmCase> gemm;  // gemm
   std::optional<CollectiveCase> collective;  // collective
+  std::optional<ContentionCase> contention;  // contention
   MeasuredUnit unit = MeasuredUnit::kIterationS;
   double measured = 0;
 };

@@ -56,6 +56,11 @@ std::string Configuration(const sim::ValidationRow& row) {
     const sim::GemmCase& g = *row.gemm;
     return fmt::format("{} {} {}x{}x{}", g.gpu.name, DtypeName(g.dtype), g.m, g.n, g.k);
   }
+  if (row.contention) {
+    const sim::ContentionCase& c = *row.contention;
+    return fmt::format("{} bf16 {}x{}x{} beside {} SMs held {:g} us, {}", c.gpu.name, c.m, c.n, c.k,
+                       c.sms_held, c.hold_us, c.gemm_first ? "GEMM first" : "holder first");
+  }
   const sim::CollectiveCase& c = *row.collective;
   std::string size = c.bytes >= (1 << 30)   ? fmt::format("{:g}GiB", c.bytes / (1 << 30))
                      : c.bytes >= (1 << 20) ? fmt::format("{:g}MiB", c.bytes / (1 << 20))
@@ -344,7 +349,7 @@ void SetupValidate(CLI::App* sub) {
                   "validation table YAML (default: the built-in docs/validation/measurements.yaml)")
       ->check(CLI::ExistingFile);
   sub->add_option("--category", flags->category, "only rows of one category")
-      ->check(CLI::IsMember({"end-to-end", "gemm", "collective"}));
+      ->check(CLI::IsMember({"end-to-end", "gemm", "collective", "contention"}));
   AddFormatOption(sub, &flags->format,
                   {OutputFormat::kTable, OutputFormat::kMarkdown, OutputFormat::kJson});
   sub->add_option("--csv", flags->csv_path, "also write every row's prediction as CSV");

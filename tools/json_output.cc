@@ -167,6 +167,8 @@ Json GpuJson(const GpuSpec& gpu) {
               {"gemm_tile_overhead_k", gpu.gemm_tile_overhead_k},
               {"gemm_fixed_us", gpu.gemm_fixed_us},
               {"gemm_stream_k_min_k", gpu.gemm_stream_k_min_k},
+              {"gemm_cta_tiles", gpu.gemm_cta_tiles},
+              {"gemm_persistent_cta_waves", gpu.gemm_persistent_cta_waves},
               {"hbm_efficiency", gpu.hbm_efficiency},
               {"kernel_launch_us", gpu.kernel_launch_us},
               {"graph_launch_us", gpu.graph_launch_us},

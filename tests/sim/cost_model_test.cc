@@ -68,6 +68,46 @@ TEST(CostModelTest, GemmTilesAndWavesOnH100) {
   EXPECT_EQ(model.Cost(Gemm(129, 1, 64)).tiles, 2);
 }
 
+// A GEMM beside a collective (GemmContentionOf): the H100's kernels keep their SMs to the end
+// from k >= 2048; a piece of a decomposed collective's GEMM runs on the SMs its collective leaves
+// (Transformer Engine's sms - comm_sms): no tail, and it lets collectives in.
+TEST(CostModelTest, GemmsCarryTheirLateCtasTail) {
+  Plan plan = testing_util::MakePlan({});  // gpt3-2.7b, dgx-h100:1, tp 8
+  CostModel model(plan, {});
+  // 640 tiles: 2.42 waves of 2-tile CTAs, under 3: one persistent CTA per SM, the late ones
+  // with 2 of the kernel's 3 rounds.
+  OpCost c = model.Cost(Gemm(4096, 2560, 2560));
+  EXPECT_NEAR(c.tail_share, 2.0 / 3, 1e-12);
+  EXPECT_TRUE(c.blocks_comm);
+  // 2560 tiles: 9.7 waves of CTAs, one CTA's share.
+  c = model.Cost(Gemm(8192, 5120, 2560));
+  EXPECT_NEAR(c.tail_share, 2.0 * 132 / 2560, 1e-12);
+  Op piece = Gemm(4096, 2560, 2560);
+  piece.tags.chunk = 1;
+  c = model.Cost(piece);
+  EXPECT_EQ(c.tail_share, 0.0);
+  EXPECT_FALSE(c.blocks_comm);
+  // Transformer Engine's decomposed overlap launches every layer GEMM on the SMs its
+  // communication leaves (stack megatron-core, decomposed_math_sms); the LM head is not one.
+  testing_util::PlanKnobs te;
+  te.sequence_parallel = true;
+  te.method = OverlapMethod::kDecomposed;
+  CostModel te_model(testing_util::MakePlan(te), {});
+  Op wgrad = Gemm(4096, 2560, 2560);
+  wgrad.func = OpFunc::kFc1GradWeight;
+  EXPECT_EQ(te_model.Cost(wgrad).tail_share, 0.0);
+  EXPECT_FALSE(te_model.Cost(wgrad).blocks_comm);
+  Op head = Gemm(4096, 2560, 2560);
+  head.func = OpFunc::kLmHead;
+  EXPECT_NEAR(te_model.Cost(head).tail_share, 2.0 / 3, 1e-12);
+  te.stack = "domino";  // this project's executor: plain cuBLAS beside NCCL parts
+  EXPECT_NEAR(CostModel(testing_util::MakePlan(te), {}).Cost(wgrad).tail_share, 2.0 / 3, 1e-12);
+  // Short k: no tail, but its CTAs still go before a collective launched after it.
+  EXPECT_EQ(model.Cost(Gemm(4096, 2560, 1024)).tail_share, 0.0);
+  EXPECT_TRUE(model.Cost(Gemm(4096, 2560, 1024)).blocks_comm);
+  EXPECT_EQ(model.Cost(TpCollective(CollectiveOp::kAllReduce, 4 * kMiB)).tail_share, 0.0);
+}
+
 TEST(CostModelTest, APrecisionTheGpuLacksFallsBackToOneItHas) {
   // An older GPU: no bf16 (peak 0, "unsupported"). The GEMM must run at the fp16 peak, not at a
   // zero peak that made every op last forever (the simulator spun without end).

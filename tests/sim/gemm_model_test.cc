@@ -105,5 +105,31 @@ TEST(GemmModelTest, APartialWaveCostsAWholeOne) {
   EXPECT_GT(sk_two, sk_one);
 }
 
+// Beside a collective (GemmContentionOf): an H200 runs CTAs of 2 output tiles, one persistent
+// CTA per SM below 3 waves of them.
+TEST(GemmModelTest, ContentionTailsByHand) {
+  const GpuSpec h200 = Gpu("h200-sxm");
+  // 32 x 20 = 640 tiles: 640 / (2 x 132) = 2.42 waves of CTAs, persistent: the late CTAs hold
+  // 2 tiles of the 3 the kernel takes.
+  GemmContention c = GemmContentionOf(h200, 4096, 2560, 5120);
+  EXPECT_NEAR(c.tail_share, 2.0 / 3, 1e-12);
+  EXPECT_TRUE(c.blocks_comm);
+  // 16 x 16 = 256 tiles: 0.97 waves, the late CTAs' one tile is the whole body.
+  EXPECT_EQ(GemmContentionOf(h200, 2048, 2048, 13312).tail_share, 1.0);
+  // 32 x 32 = 1024 tiles: 3.88 waves, one CTA's share of the body.
+  c = GemmContentionOf(h200, 4096, 4096, 4096);
+  EXPECT_NEAR(c.tail_share, 2.0 * 132 / 1024, 1e-12);
+  EXPECT_TRUE(c.blocks_comm);
+  // A short main loop (k < gemm_stream_k_min_k) retires its CTAs quickly: no tail, but a
+  // collective launched during it still waits behind its CTAs.
+  c = GemmContentionOf(h200, 4096, 2560, 1024);
+  EXPECT_EQ(c.tail_share, 0.0);
+  EXPECT_TRUE(c.blocks_comm);
+  // A GPU without the keys (A100: not measured) keeps the SMs-only model.
+  c = GemmContentionOf(Gpu("a100-sxm-80gb"), 4096, 2560, 5120);
+  EXPECT_EQ(c.tail_share, 0.0);
+  EXPECT_FALSE(c.blocks_comm);
+}
+
 }  // namespace
 }  // namespace domino::sim

@@ -246,14 +246,18 @@ TEST(PredictTest, Gpt13bCommShareGrowsWithNodes) {
   }
 }
 
-TEST(PredictTest, Gpt13bRowSplitHidesMostCommunicationOnOneNode) {
+// About half: a slice's GEMMs launched beside the previous slice's all-reduce stall for their
+// late CTAs (the contention rows of docs/validation/measurements.yaml), which takes back part of
+// what the overlap hides (52% of the exposed time is left at p = 2).
+TEST(PredictTest, Gpt13bRowSplitHidesAboutHalfTheCommunicationOnOneNode) {
   Prediction base = PredictOk(Gpt13b(1, 1, OverlapScope::kNone));
   Prediction domino = PredictOk(Gpt13b(1, 2, OverlapScope::kInterLayer));
   SCOPED_TRACE(testing::Message() << "baseline " << base.figures.iteration_ms << " ms (exposed "
                                   << base.figures.exposed_comm_ms << "), p=2 inter "
                                   << domino.figures.iteration_ms << " ms (exposed "
                                   << domino.figures.exposed_comm_ms << ")");
-  EXPECT_LT(domino.figures.exposed_comm_ms, 0.5 * base.figures.exposed_comm_ms);
+  EXPECT_LT(domino.figures.exposed_comm_ms, 0.6 * base.figures.exposed_comm_ms);
+  EXPECT_GT(domino.figures.exposed_comm_ms, 0.4 * base.figures.exposed_comm_ms);
   EXPECT_LT(domino.figures.iteration_ms, base.figures.iteration_ms);
   EXPECT_GT(domino.figures.hidden_comm_fraction, base.figures.hidden_comm_fraction);
 }

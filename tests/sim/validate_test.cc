@@ -176,6 +176,14 @@ TEST(ValidateTest, RefusesBadRowsWithFileLineAndRule) {
        "bf16, m: 1, n: 1, k: 1}\n    measured: {tflops: 1}\n    colour: red\n",
        "colour"},
       {"rows: []\n", "rows: must be a non-empty list"},
+      {"rows:\n  - id: a\n    category: contention\n    source: s\n    contention: {gpu: h200-sxm, "
+       "m: 1, n: 1, k: 1, sms_held: 132, hold_us: 1, order: holder-first, alone_us: 1}\n"
+       "    measured: {slowdown: 1}\n",
+       "sms_held: must be below the 132 SMs of h200-sxm"},
+      {"rows:\n  - id: a\n    category: contention\n    source: s\n    contention: {gpu: h200-sxm, "
+       "m: 1, n: 1, k: 1, sms_held: 16, hold_us: 1, order: sideways, alone_us: 1}\n"
+       "    measured: {slowdown: 1}\n",
+       "order"},
   };
   for (const Case& c : cases) {
     Result<ValidationTable> table = ParseValidationTable(c.text, "t.yaml");
@@ -193,6 +201,43 @@ TEST(ValidateTest, RefusesBadRowsWithFileLineAndRule) {
     EXPECT_NE(table.message().find("t.yaml"), std::string::npos) << table.message();
     EXPECT_NE(table.message().find(c.expect), std::string::npos) << table.message();
   }
+}
+
+// A contention row runs the GEMM and the holder through the engine, the GEMM scaled to its time
+// alone (3 us of it the kernel's fixed time).
+TEST(ValidateTest, ContentionRowsByHand) {
+  constexpr const char* kRows = R"(rows:
+  - id: held
+    category: contention
+    source: "hand-made"
+    contention: {gpu: h200-sxm, m: 4096, n: 2560, k: 5120, sms_held: 16, hold_us: 100, order: holder-first, alone_us: 180}
+    measured: {slowdown: 1.5}
+  - id: first
+    category: contention
+    source: "hand-made"
+    contention: {gpu: h200-sxm, m: 4096, n: 2560, k: 5120, sms_held: 16, hold_us: 100, order: gemm-first, alone_us: 180}
+    measured: {slowdown: 1}
+  - id: short-k
+    category: contention
+    source: "hand-made"
+    contention: {gpu: h200-sxm, m: 4096, n: 2560, k: 1024, sms_held: 16, hold_us: 100, order: holder-first, alone_us: 50}
+    measured: {slowdown: 1.2}
+)";
+  Result<ValidationTable> table = ParseValidationTable(kRows, "t.yaml");
+  ASSERT_TRUE(table.ok()) << table.message();
+  std::vector<double> predicted;
+  for (const ValidationRow& row : table->rows) {
+    Result<RowResult> r = PredictRow(row);
+    ASSERT_TRUE(r.ok()) << r.message();
+    predicted.push_back(r->predicted);
+  }
+  // 2.42 waves of CTAs, persistent: the late CTAs' 2/3 of the 177 us body (118 us) is cut to the
+  // 100 us held; then the whole GEMM alone.
+  EXPECT_NEAR(predicted[0], (100 + 180) / 180.0, 1e-9);
+  // Launched first, the GEMM keeps its SMs; the holder waits.
+  EXPECT_NEAR(predicted[1], 1, 1e-9);
+  // Short k: no tail, only the SMs left: 640 tiles in ceil(640 / 116) = 6 waves instead of 5.
+  EXPECT_NEAR(predicted[2], (3 + 47.0 * 6 / 5) / 50, 1e-9);
 }
 
 // The built-in table loads, and every row predicts.
