@@ -63,6 +63,24 @@ constexpr std::array<std::pair<std::string_view, Dtype>, 3> kGemmDtypes{{
     {"fp8", Dtype::kFp8},
 }};
 
+// Reads a row's GPU and shape (`gpu`, `m`, `n`, `k`) into `gpu` and `m`, `n`, `k`; the GPU is
+// loaded by catalog name once the keys parse. False when anything failed.
+bool ReadGpuShape(YamlMap& map, GpuSpec* gpu, double* m, double* n, double* k, std::string* name) {
+  map.String("gpu", name, Need::kRequired);
+  RealRange size{.min = 1, .max = 1e12, .min_exclusive = false};
+  map.Real("m", m, Need::kRequired, size);
+  map.Real("n", n, Need::kRequired, size);
+  map.Real("k", k, Need::kRequired, size);
+  if (map.failed()) return false;
+  Result<GpuSpec> spec = LoadGpu(*name);
+  if (!spec.ok()) {
+    map.Fail("gpu", spec.message());
+    return false;
+  }
+  *gpu = std::move(spec).value();
+  return true;
+}
+
 // Reads the `measured:` mapping: exactly one figure, in a unit the category predicts.
 void ReadMeasured(YamlMap& row, ValidationRow* out) {
   std::optional<YamlMap> measured = row.Map("measured", Need::kRequired);
@@ -125,21 +143,9 @@ Status ReadRow(YamlMap& row, const std::string& file, ValidationRow* out) {
       if (!gemm) break;
       GemmCase g;
       std::string gpu;
-      gemm->String("gpu", &gpu, Need::kRequired);
       gemm->Enum("dtype", &g.dtype, Need::kRequired, kGemmDtypes);
-      RealRange size{.min = 1, .max = 1e12, .min_exclusive = false};
-      gemm->Real("m", &g.m, Need::kRequired, size);
-      gemm->Real("n", &g.n, Need::kRequired, size);
-      gemm->Real("k", &g.k, Need::kRequired, size);
-      if (!gemm->failed()) {
-        Result<GpuSpec> spec = LoadGpu(gpu);
-        if (!spec.ok())
-          gemm->Fail("gpu", spec.message());
-        else
-          g.gpu = std::move(spec).value();
-        if (spec.ok() && g.gpu.peak(g.dtype) <= 0)
-          gemm->Fail("dtype", fmt::format("{} has no {} tensor cores", gpu, DtypeName(g.dtype)));
-      }
+      if (ReadGpuShape(*gemm, &g.gpu, &g.m, &g.n, &g.k, &gpu) && g.gpu.peak(g.dtype) <= 0)
+        gemm->Fail("dtype", fmt::format("{} has no {} tensor cores", gpu, DtypeName(g.dtype)));
       (void)gemm->Finish();
       out->gemm = std::move(g);
       break;
@@ -170,25 +176,13 @@ Status ReadRow(YamlMap& row, const std::string& file, ValidationRow* out) {
       if (!map) break;
       ContentionCase c;
       std::string gpu;
-      RealRange size{.min = 1, .max = 1e12, .min_exclusive = false};
       RealRange time{.min = 0, .max = 1e12, .min_exclusive = true};
-      map->String("gpu", &gpu, Need::kRequired);
-      map->Real("m", &c.m, Need::kRequired, size);
-      map->Real("n", &c.n, Need::kRequired, size);
-      map->Real("k", &c.k, Need::kRequired, size);
       map->Int("sms_held", &c.sms_held, Need::kRequired, {.min = 1, .max = 1 << 20});
       map->Real("hold_us", &c.hold_us, Need::kRequired, time);
       map->Enum("order", &c.gemm_first, Need::kRequired, kOrders);
       map->Real("alone_us", &c.alone_us, Need::kRequired, time);
-      if (!map->failed()) {
-        Result<GpuSpec> spec = LoadGpu(gpu);
-        if (!spec.ok())
-          map->Fail("gpu", spec.message());
-        else
-          c.gpu = std::move(spec).value();
-        if (spec.ok() && c.sms_held >= c.gpu.sms)
-          map->Fail("sms_held", fmt::format("must be below the {} SMs of {}", c.gpu.sms, gpu));
-      }
+      if (ReadGpuShape(*map, &c.gpu, &c.m, &c.n, &c.k, &gpu) && c.sms_held >= c.gpu.sms)
+        map->Fail("sms_held", fmt::format("must be below the {} SMs of {}", c.gpu.sms, gpu));
       (void)map->Finish();
       out->contention = std::move(c);
       break;

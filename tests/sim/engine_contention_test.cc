@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "sim/engine.h"
+#include "tests/sim/engine_case.h"
 
 namespace domino::sim::engine_contention_test {
 namespace {
 
 constexpr double kEps = 1e-9;
-constexpr DeviceResources kDevice{.sms = 100, .hbm_GBps = 1000};
+constexpr DeviceResources kDevice = testing_util::kEngineDevice;
+using Case = testing_util::EngineCase;
 
 // A GEMM of `tiles` tiles of `wave_us` each: its late CTAs' share and whether it keeps every SM.
 OpCost Gemm(double tiles, double wave_us, double tail_share, bool blocks_comm = true) {
@@ -32,21 +34,6 @@ OpCost Comm(double alone_us, int ctas) {
   c.is_comm = true;
   return c;
 }
-
-struct Case {
-  Schedule schedule;
-  std::vector<OpCost> costs;
-
-  int32_t Add(Stream stream, const OpCost& cost, std::vector<int32_t> deps = {}, int stage = 0) {
-    Op op;
-    op.stream = stream;
-    op.stage = stage;
-    op.kind = cost.is_comm ? OpKind::kCollective : OpKind::kGemm;
-    costs.push_back(cost);
-    return schedule.Add(op, deps);
-  }
-  Timeline Run() const { return Simulate(schedule, costs, kDevice); }
-};
 
 TEST(EngineContentionTest, PersistentGemmBesideAShortCollectiveEndsAsIfItWaited) {
   // One wave of 40 us, one persistent CTA per SM; 20 SMs held for 30 us from its launch: the 20

@@ -11,14 +11,14 @@
 #include "planner/lower.h"
 #include "sim/cost_model.h"
 #include "tests/planner/test_plans.h"
+#include "tests/sim/engine_case.h"
 
 namespace domino::sim {
 namespace {
 
 constexpr double kEps = 1e-9;
 
-// 100 SMs and 1000 GB/s (1e6 bytes per microsecond): round numbers for hand-computed times.
-constexpr DeviceResources kDevice{.sms = 100, .hbm_GBps = 1000};
+constexpr DeviceResources kDevice = testing_util::kEngineDevice;
 
 OpCost Compute(double tiles, double wave_us, double hbm_bytes = 0, double launch_us = 0) {
   OpCost c;
@@ -39,20 +39,7 @@ OpCost Comm(double alone_us, int ctas = 0, double hbm_bytes = 0) {
   return c;
 }
 
-// A hand-built schedule with its costs.
-struct Case {
-  Schedule schedule;
-  std::vector<OpCost> costs;
-
-  int32_t Add(Stream stream, const OpCost& cost, std::vector<int32_t> deps = {}) {
-    Op op;
-    op.stream = stream;
-    op.kind = cost.is_comm ? OpKind::kCollective : OpKind::kGemm;
-    costs.push_back(cost);
-    return schedule.Add(op, deps);
-  }
-  Timeline Run() const { return Simulate(schedule, costs, kDevice); }
-};
+using Case = testing_util::EngineCase;
 
 TEST(EngineTest, IndependentStreamsRunConcurrently) {
   Case c;
