@@ -16,7 +16,8 @@ struct EngineCase {
   Schedule schedule;
   std::vector<sim::OpCost> costs;
 
-  int32_t Add(Stream stream, const sim::OpCost& cost, std::vector<int32_t> deps = {}, int stage = 0) {
+  int32_t Add(Stream stream, const sim::OpCost& cost, std::vector<int32_t> deps = {},
+              int stage = 0) {
     Op op;
     op.stream = stream;
     op.stage = stage;

@@ -173,7 +173,7 @@ def study_keys():
 
 def validation_keys():
     keys, values = getters("sim/validate.cc", r"\nResult<ValidationTable> ParseValidationTable\(",
-                           r"\nStatus ReadRow\(", r"\nvoid ReadMeasured\(")
+                           r"\nStatus ReadRow\(", r"\nvoid ReadMeasured\(", r"\nbool ReadGpuShape\(")
     keys |= set(table_names("sim/validate.cc", "kUnits"))  # measured.UNIT
     return keys, values
 
