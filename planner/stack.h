@@ -90,10 +90,6 @@ struct StackSpec {
   // Decomposed overlap's all-gather parts go on copy engines unless a plan says otherwise
   // (Plan::copy_engine).
   bool decomposed_copy_engine = false;
-  // With decomposed overlap, the layers' GEMMs are launched on the SMs the communication leaves
-  // (Transformer Engine's userbuffers: _math_sms = sms - comm_sms for its split and bulk
-  // overlaps), so no CTA of them waits for an SM a collective holds (sim/gemm_model.h).
-  bool decomposed_math_sms = false;
   GradReduce grad_reduce = GradReduce::kFp32;
   // Context parallelism merges each ring step's partial attention output (backward: its dQ and
   // dKV) into the running result, and copies the half blocks a causal step reads, in elementwise
@@ -108,7 +104,7 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `decomposed_copy_engine`, `decomposed_math_sms`, `cp_merge_kernels`, `fused_squared_relu`,
+// `decomposed_copy_engine`, `cp_merge_kernels`, `fused_squared_relu`,
 // `fp32_scores` (false), `cross_entropy` (vocab-parallel), `grad_reduce` (fp32) and `rope` (fused).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.

@@ -102,8 +102,6 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       options_(options),
       plan_stack_(plan.stack),
       copy_engine_parts_(plan.copy_engine_parts()),
-      math_sms_gemms_(plan.method != OverlapMethod::kDomino && plan.decomposed_chunks() > 1 &&
-                      plan.stack.decomposed_math_sms),
       tp_group_(TpGroup(plan)),
       dp_group_(DpGroup(plan)),
       pp_pair_(PpPair(plan)),
@@ -164,10 +162,11 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
   const Dtype dtype = lm_head ? attention_dtype_ : gemm_dtype_;
   OpCost cost = GemmCost(static_cast<double>(op.m), static_cast<double>(op.n),
                          static_cast<double>(op.k), dtype);
-  // A piece of a decomposed collective's GEMM runs on the SMs its collective leaves, and so does
-  // every layer GEMM of a stack whose decomposed overlap launches them so (Transformer Engine's
-  // _math_sms = sms - comm_sms): no CTA of it waits, and it lets collectives in.
-  if (op.tags.chunk < 0 && !(math_sms_gemms_ && !lm_head)) {
+  // A piece of a decomposed collective's GEMM runs on the SMs its collective leaves (Transformer
+  // Engine's set_sm_margin, which NeMo's userbuffers configs set for the split reduce-scatters;
+  // the all-gather parts go on copy engines and hold no SM): no CTA of it waits, and it lets
+  // collectives in. The GEMMs under TE's bulk overlaps (set_sm_margin false) take every SM.
+  if (op.tags.chunk < 0) {
     const GemmContention c = GemmContentionOf(gpu_, static_cast<double>(op.m),
                                               static_cast<double>(op.n), static_cast<double>(op.k));
     cost.tail_share = c.tail_share;

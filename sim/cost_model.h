@@ -98,7 +98,6 @@ class CostModel {
   CostOptions options_;
   StackSpec plan_stack_;
   bool copy_engine_parts_ = false;  // decomposed collective parts take no SMs (Plan::copy_engine)
-  bool math_sms_gemms_ = false;     // layer GEMMs on the SMs TP comm leaves (decomposed_math_sms)
   CommGroup tp_group_, dp_group_, pp_pair_, embedding_pair_, cp_ring_;
   CommGroup GroupOf(const Op& op) const;
   Dtype gemm_dtype_ = Dtype::kBf16;       // the plan's precision, where the GPU has it

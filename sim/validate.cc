@@ -237,13 +237,13 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // row (the max, 43.4%, is the Megatron-Core 32B row, whose published time lies below what
     // its DP traffic allows); 10.5% with flash attention's efficiencies and per-tile overhead
     // from cuDNN measured on an H200 (docs/gpu-check/h200-2026-12-04).
-    // 10.4% with GEMMs beside collectives timed by launch order (a GEMM launched beside held SMs
-    // pays its late CTAs, a collective launched during a GEMM waits: the contention rows): the
-    // rows whose DP and PP traffic runs beside cuBLAS GEMMs 1-2 points slower, nearer their
-    // measurements; Transformer Engine's overlapped GEMMs run on the SMs its communication leaves
-    // (stack decomposed_math_sms) and keep the SMs-only model.
+    // 9.5% / 46.2% with GEMMs beside collectives timed by launch order (a GEMM launched beside
+    // held SMs pays its late CTAs, a collective launched during a GEMM waits: the contention
+    // rows): H100 rows 1-4 points slower, nearer their measurements, mostly from the GEMMs under
+    // Transformer Engine's bulk overlaps (which take every SM); the 32B row, already above its
+    // measurement (unresolved), rose 2.3 points with its DP traffic's contention.
     case ValidationCategory::kEndToEnd:
-      return {{0.05, 0.12}, {0.11, 0.45}};
+      return {{0.05, 0.12}, {0.10, 0.47}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:

@@ -353,8 +353,9 @@ TEST(EngineTest, LoweredScheduleRespectsStreamsAndDeps) {
         for (size_t j = 0; j < l.schedule.size() && !waited; ++j)
           waited = l.costs[j].blocks_comm && t.ops[j].start_us < ready &&
                    std::abs(t.ops[j].end_us - ot.start_us) <= tolerance;
-      if (!waited)
+      if (!waited) {
         EXPECT_NEAR(ot.start_us, ready, tolerance) << l.schedule.Label(static_cast<int32_t>(i));
+      }
       EXPECT_GE(ot.end_us - ot.start_us, l.costs[i].alone_us * (1 - 1e-9));
       stream_end[static_cast<int>(op.stream)] = ot.end_us;
     }
