@@ -250,7 +250,7 @@ ErrorBounds BoundsOf(ValidationCategory category) {
       return {{0.08, 0.33}, {0.07, 0.5}};
     // Contention: domino's own H200 measurements, none fitted row by row (docs/validation/
     // intro.md). The SMs-only model (every GEMM beside a collective on the SMs left to it) gave
-    // 13.0% / 46%; launch order and late CTAs 8.3% / 69%, the worst a GEMM held for 0.8 of its
+    // 13.3% / 46%; launch order and late CTAs 8.3% / 69%, the worst a GEMM held for 0.8 of its
     // time that ran as if not held (unresolved: the gap between the two launches, not measured).
     case ValidationCategory::kContention:
       return {{0.08, 0.25}, {0.09, 0.7}};
