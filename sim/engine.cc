@@ -164,9 +164,10 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
     double remaining = 0;  // fraction of the op's standalone work left at `since`
     double rate = 0;       // fraction per microsecond
     double since = 0;
-    double stall = 0;      // compute op: microseconds it may still stall, from `since`
-    bool stalled = false;  // stalling now (no progress; its next event is the stall's end)
-    bool fresh = false;    // started since its stage's rates were last computed
+    // Compute op: microseconds it still stalls from `since` (> 0: no progress, and its next
+    // event is the stall's end).
+    double stall = 0;
+    bool fresh = false;  // started since its stage's rates were last computed
   };
   // An op is done at `now` when its end has come or what is left rounds away (the old engine's
   // 1e-12 of its work, so ops ending together within rounding end together). A stalled op's next
@@ -175,10 +176,10 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
     return r.since + r.remaining / r.rate <= at || r.remaining - (at - r.since) * r.rate <= 1e-12;
   };
   auto EventAt = [](const Slot& r) {
-    return r.stalled ? r.since + r.stall : r.since + r.remaining / r.rate;
+    return r.stall > 0 ? r.since + r.stall : r.since + r.remaining / r.rate;
   };
   auto Due = [&](const Slot& r, double at) {
-    return r.stalled ? r.since + r.stall <= at : Done(r, at);
+    return r.stall > 0 ? r.since + r.stall <= at : Done(r, at);
   };
   const bool use_heap = slots > kStreamCount;
   std::vector<Slot> running(slots);
@@ -219,6 +220,18 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
     return compute.op >= 0 && costs[compute.op].blocks_comm &&
            timeline.ops[compute.op].start_us < now;
   };
+  // A running op's event has come: its stall is over (it runs from now), or it is done.
+  auto reach = [&](int slot) {
+    Slot& r = running[slot];
+    mark(slot);
+    if (r.stall > 0) {
+      r.stall = 0;
+      return;
+    }
+    const int32_t id = r.op;
+    r.op = -1;
+    finish(id, slot);
+  };
 
   while (finished < n) {
     // Start every stream head that can start; zero-length ops finish at once, which may enable
@@ -258,7 +271,7 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
         if (r.op < 0) continue;
         // Work done at the old rate up to now, and stall spent.
         r.remaining -= (now - r.since) * r.rate;
-        if (r.stalled) r.stall -= now - r.since;
+        if (r.stall > 0) r.stall -= now - r.since;
         r.since = now;
         const OpCost& c = costs[r.op];
         HbmParty& party = hbm[s];
@@ -270,9 +283,8 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
           // they hold them.
           if (r.fresh)
             r.stall = ctas > 0 ? c.tail_share * c.BodyUs(device.sms, device.hbm_GBps) : 0;
-          if (ctas == 0) r.stall = 0;
-          r.stalled = r.stall > 1e-9;
-          if (r.stalled) continue;
+          if (ctas == 0 || r.stall <= 1e-9) r.stall = 0;
+          if (r.stall > 0) continue;
           compute_body_us = c.BodyUs(compute_sms, device.hbm_GBps);
           if (ctas > 0) compute_body_us += c.stall_share * c.BodyUs(device.sms, device.hbm_GBps);
           party.weight = compute_sms;
@@ -285,7 +297,7 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
         Slot& r = lane[s];
         if (r.op < 0) continue;
         r.fresh = false;
-        if (r.stalled) {
+        if (r.stall > 0) {
           r.rate = 0;
           if (use_heap) events.Set(stage * kStreamCount + s, EventAt(r));
           continue;
@@ -312,16 +324,7 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
         advanced = true;
         for (int s = 0; s < slots; ++s) {
           Slot& r = running[s];
-          if (r.op < 0 || !Due(r, now)) continue;
-          mark(s);
-          if (r.stalled) {  // its stall is over: it runs from now
-            r.stalled = false;
-            r.stall = 0;
-            continue;
-          }
-          const int32_t id = r.op;
-          r.op = -1;
-          finish(id, s);
+          if (r.op >= 0 && Due(r, now)) reach(s);
         }
       }
     }
@@ -337,15 +340,7 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
         break;
       }
       events.Remove(slot);
-      mark(slot);
-      if (r.stalled) {
-        r.stalled = false;
-        r.stall = 0;
-        continue;
-      }
-      const int32_t id = r.op;
-      r.op = -1;
-      finish(id, slot);
+      reach(slot);
     }
     // Nothing runs yet ops are left: they wait on each other (a lowering bug). They never run:
     // they start and end at infinity.
