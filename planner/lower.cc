@@ -408,25 +408,36 @@ void Lowering::BackwardCompute(int l, Block block, int i, const Deps& entry) {
     gather = Collective(OpFunc::kTpAllGather, CollectiveOp::kAllGather, tags, LinearGatherBytes(),
                         last, SliceOf(norm_s, i), SliceOf(norm_out, i));
   }
-  std::vector<int32_t> comms;
+  auto weight_grad = [&] {
+    Deps wgrad_deps;
+    if (gather >= 0) wgrad_deps.push_back(gather);
+    return Gemm(attn ? OpFunc::kQkvGradWeight : OpFunc::kFc1GradWeight, tags, h_, n_out,
+                slice_tokens_, std::move(wgrad_deps), {SliceOf(norm_out, i), SliceOf(g_out, i)},
+                {WholeOf(attn ? t.g_w_qkv : t.g_w_fc1)});
+  };
+  auto collective = [&](const OpTags& chunk_tags, int j, int32_t producer) {
+    return sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, chunk_tags,
+                            RowBytes(h_), producer, SliceOf(g_norm, i), SliceOf(g_norm_s, i))
+               : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, chunk_tags,
+                            RowBytes(h_ / q_), producer, Use(g_norm, Chunk(i, j, h_)),
+                            Use(g_norm, Chunk(i, j, h_)));
+  };
+  // Without the stack's wgrad_overlaps_tp_comm, a chunk's collective is launched only after the
+  // weight gradient (PyTorch's linear backward computes both gradients before the collective's
+  // autograd function runs), so nothing of the block runs under it.
+  const bool overlap_wgrad = plan_.stack.wgrad_overlaps_tp_comm;
+  std::vector<int32_t> gemms, comms;
   for (int j = 0; j < q_; ++j) {
     OpTags chunk_tags = Tags(l, i, q_ > 1 ? j : -1, Phase::kBackward);
     View w_rows{j * (h_ / q_), (j + 1) * (h_ / q_), 0, n_out};
-    int32_t gemm = Gemm(attn ? OpFunc::kQkvGradInput : OpFunc::kFc1GradInput, chunk_tags,
-                        slice_tokens_, h_ / q_, n_out, {}, {SliceOf(g_out, i), Use(w, w_rows)},
-                        {Use(g_norm, Chunk(i, j, h_))});
-    comms.push_back(sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter,
-                                     chunk_tags, RowBytes(h_), gemm, SliceOf(g_norm, i),
-                                     SliceOf(g_norm_s, i))
-                        : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, chunk_tags,
-                                     RowBytes(h_ / q_), gemm, Use(g_norm, Chunk(i, j, h_)),
-                                     Use(g_norm, Chunk(i, j, h_))));
+    gemms.push_back(Gemm(attn ? OpFunc::kQkvGradInput : OpFunc::kFc1GradInput, chunk_tags,
+                         slice_tokens_, h_ / q_, n_out, {}, {SliceOf(g_out, i), Use(w, w_rows)},
+                         {Use(g_norm, Chunk(i, j, h_))}));
+    if (overlap_wgrad) comms.push_back(collective(chunk_tags, j, gemms.back()));
   }
-  Deps wgrad_deps;
-  if (gather >= 0) wgrad_deps.push_back(gather);
-  Gemm(attn ? OpFunc::kQkvGradWeight : OpFunc::kFc1GradWeight, tags, h_, n_out, slice_tokens_,
-       std::move(wgrad_deps), {SliceOf(norm_out, i), SliceOf(g_out, i)},
-       {WholeOf(attn ? t.g_w_qkv : t.g_w_fc1)});
+  const int32_t wgrad = weight_grad();
+  for (int j = 0; j < q_ && !overlap_wgrad; ++j)
+    comms.push_back(collective(Tags(l, i, q_ > 1 ? j : -1, Phase::kBackward), j, wgrad));
   for (int32_t comm : comms) {
     waits_[i].push_back(comm);
     SyncIfNoOverlap(comm);

@@ -116,13 +116,20 @@ void Lowering::HeadBackward(int i) {
               {SliceOf(g_logits_, i)});
   int32_t dgrad = Gemm(OpFunc::kLmHeadGradInput, tags, slice_tokens_, h_, vocab_, {},
                        {SliceOf(g_logits_, i), WholeOf(w_head_)}, {SliceOf(g_head_ln_, i)});
+  auto weight_grad = [&] {
+    return Gemm(OpFunc::kLmHeadGradWeight, tags, h_, vocab_, slice_tokens_, {},
+                {SliceOf(g_logits_, i), SliceOf(head_ln_, i)}, {WholeOf(g_w_head_)});
+  };
+  // The head is a column-parallel linear: its input gradient's collective runs under the weight
+  // gradient, or after it (StackSpec::wgrad_overlaps_tp_comm, as for QKV and fc1).
+  const bool overlap_wgrad = plan_.stack.wgrad_overlaps_tp_comm;
+  const int32_t producer = overlap_wgrad ? dgrad : weight_grad();
   int32_t comm =
       sp_ ? Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, tags, RowBytes(h_),
-                       dgrad, SliceOf(g_head_ln_, i), SliceOf(g_head_ln_s_, i))
-          : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags, RowBytes(h_), dgrad,
+                       producer, SliceOf(g_head_ln_, i), SliceOf(g_head_ln_s_, i))
+          : Collective(OpFunc::kTpAllReduce, CollectiveOp::kAllReduce, tags, RowBytes(h_), producer,
                        SliceOf(g_head_ln_, i), SliceOf(g_head_ln_, i));
-  Gemm(OpFunc::kLmHeadGradWeight, tags, h_, vocab_, slice_tokens_, {},
-       {SliceOf(g_logits_, i), SliceOf(head_ln_, i)}, {WholeOf(g_w_head_)});
+  if (overlap_wgrad) weight_grad();
   const double hb = NormRows() * h_ * e_;
   head_grad_[i] = Elementwise(
       OpFunc::kFinalNormGrad, tags, 5 * hb, {comm},

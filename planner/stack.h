@@ -97,6 +97,10 @@ struct StackSpec {
   bool cp_merge_kernels = false;
   // Rotary position embeddings' kernels (models with rotary positions).
   RopeKernel rope = RopeKernel::kFused;
+  // The backward's input-gradient TP collective of a column-parallel linear (QKV, fc1) runs
+  // under that linear's weight-gradient GEMM (Megatron-LM's async all-reduce since September
+  // 2021, and Megatron-Core's with sequence parallelism), rather than being launched after it.
+  bool wgrad_overlaps_tp_comm = true;
 };
 
 // The stack a plan runs on when it names none.
@@ -105,7 +109,8 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
 // `decomposed_copy_engine`, `cp_merge_kernels`, `fused_squared_relu`,
-// `fp32_scores` (false), `cross_entropy` (vocab-parallel), `grad_reduce` (fp32) and `rope` (fused).
+// `fp32_scores` (false), `cross_entropy` (vocab-parallel), `grad_reduce` (fp32), `rope` (fused)
+// and `wgrad_overlaps_tp_comm` (true).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

@@ -1,0 +1,196 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "planner/lower.h"
+#include "tests/planner/test_plans.h"
+
+// The lowering as each software stack runs its kernels (planner/catalog/stacks): the loss, the
+// activation and the rotary embedding's passes, and when the backward's collectives launch.
+namespace domino {
+namespace {
+
+using testing_util::LowerOk;
+using testing_util::MakePlan;
+using testing_util::PlanKnobs;
+
+TEST(LowerStackTest, TheLossMovesTheBytesOfItsStacksCrossEntropy) {
+  // gpt3-2.7b's vocab 50257 padded to 128 x tp = 1024: 50 x 1024 = 51200 columns, 6400 a rank;
+  // 4 x 256 tokens, bf16. Megatron's vocab-parallel cross-entropy: 38 bytes per logit forward
+  // (fp32 copy, max, subtract, exp, sum, divide), 14 backward (scale, cast back); domino's own
+  // kernels: one read forward, a read and a write backward.
+  const double logits = 1024.0 * 6400;
+  for (const auto& [stack, forward, backward] :
+       {std::tuple{"megatron-core", 38.0, 14.0}, std::tuple{"megatron-2021", 38.0, 14.0},
+        std::tuple{"domino", 2.0, 4.0}}) {
+    SCOPED_TRACE(stack);
+    PlanKnobs k;
+    k.stack = stack;
+    Result<Schedule> s = LowerStage(MakePlan(k), LowerOptions{-1, true, true, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    int seen = 0;
+    for (const Op& op : s->ops()) {
+      if (op.func == OpFunc::kLoss) {
+        EXPECT_DOUBLE_EQ(op.bytes, forward * logits);
+        ++seen;
+      }
+      if (op.func == OpFunc::kLossGrad) {
+        EXPECT_DOUBLE_EQ(op.bytes, backward * logits);
+        ++seen;
+      }
+    }
+    EXPECT_EQ(seen, 2);
+  }
+  // A plan's own loss kernels over megatron-core's: Megatron-Core's --cross-entropy-loss-fusion
+  // (cast with the max 2 + 4, subtract/exp/sum 8, divide 8; backward 4 + 2) and TE's Triton
+  // kernels (read, read and write in place: 6; scale in place: 4).
+  for (const auto& [loss, forward, backward] :
+       {std::tuple{CrossEntropy::kMegatronFused, 22.0, 6.0},
+        std::tuple{CrossEntropy::kTe, 6.0, 4.0}, std::tuple{CrossEntropy::kFused, 2.0, 4.0},
+        std::tuple{CrossEntropy::kVocabParallel, 38.0, 14.0}}) {
+    SCOPED_TRACE(CrossEntropyName(loss));
+    Plan plan = MakePlan(PlanKnobs{});
+    plan.cross_entropy = loss;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{-1, true, true, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    for (const Op& op : s->ops()) {
+      if (op.func == OpFunc::kLoss) {
+        EXPECT_DOUBLE_EQ(op.bytes, forward * logits);
+      }
+      if (op.func == OpFunc::kLossGrad) {
+        EXPECT_DOUBLE_EQ(op.bytes, backward * logits);
+      }
+    }
+  }
+}
+
+TEST(LowerStackTest, TheActivationMovesTheBytesOfItsKernels) {
+  // gpt3-2.7b's MLP (ffn 10240, biases) at tp 8: 1280 columns a rank, 4 x 256 tokens, bf16; one
+  // pass over the activation is 1024 x 1280 x 2 bytes. GeLU with the bias fused (megatron-core):
+  // read and write forward, two reads and a write backward; unfused (domino), the bias is two
+  // more passes forward. Squared ReLU on megatron-core: relu and pow forward (4 passes) plus the
+  // bias (2); backward pow's gradient (7) and relu's (3); the domino stack's own kernels: one pass
+  // each way, the bias its own.
+  const double pass = 1024.0 * 1280 * 2;
+  for (const auto& [stack, activation, forward, backward] :
+       {std::tuple{"megatron-core", Activation::kGelu, 2.0, 3.0},
+        std::tuple{"domino", Activation::kGelu, 4.0, 3.0},
+        std::tuple{"megatron-core", Activation::kSquaredRelu, 6.0, 10.0},
+        std::tuple{"domino", Activation::kSquaredRelu, 4.0, 3.0}}) {
+    SCOPED_TRACE(std::string(stack) + " " + std::string(ActivationName(activation)));
+    PlanKnobs k;
+    k.stack = stack;
+    Plan plan = MakePlan(k);
+    plan.model.activation = activation;
+    ASSERT_TRUE(plan.model.bias);
+    Result<Schedule> s = LowerStage(plan, LowerOptions{1, false, false, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    int seen = 0;
+    for (const Op& op : s->ops()) {
+      if (op.func == OpFunc::kAct) {
+        EXPECT_DOUBLE_EQ(op.bytes, forward * pass);
+        ++seen;
+      }
+      if (op.func == OpFunc::kActGrad) {
+        EXPECT_DOUBLE_EQ(op.bytes, backward * pass);
+        ++seen;
+      }
+    }
+    EXPECT_EQ(seen, 2);
+  }
+}
+
+TEST(LowerStackTest, RotaryPositionsRotateQAndKAsTheStackRunsThem) {
+  // gpt3-2.7b at tp 8: 4 query and 4 key heads of 80 a rank, 4 x 256 tokens, bf16: one pass over
+  // Q and K is 1024 x 8 x 80 x 2 bytes. Transformer Engine's fused kernel (megatron-core) and the
+  // executor's (domino) read and write them, 2 passes each way; PyTorch's unfused rotation
+  // (deepspeed-domino) 10; a stack that says none runs none, and learned positions none anywhere.
+  // The ops carry the attention's shape: 4 sequences of 256 local tokens, 4 + 4 heads of 80.
+  const double pass = 1024.0 * 8 * 80 * 2;
+  for (const auto& [stack, none, positions, passes] :
+       {std::tuple{"megatron-core", false, Positions::kRotary, 2.0},
+        std::tuple{"deepspeed-domino", false, Positions::kRotary, 10.0},
+        std::tuple{"domino", false, Positions::kRotary, 2.0},
+        std::tuple{"megatron-core", true, Positions::kRotary, 0.0},  // a stack's `rope: none`
+        std::tuple{"megatron-core", false, Positions::kLearned, 0.0},
+        std::tuple{"megatron-core", false, Positions::kByNorm, 0.0}}) {  // LayerNorm: learned
+    SCOPED_TRACE(std::string(stack) + " " + std::string(PositionsName(positions)));
+    PlanKnobs k;
+    k.stack = stack;
+    Plan plan = MakePlan(k);
+    plan.model.positions = positions;
+    if (none) plan.stack.rope = RopeKernel::kNone;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{1, false, false, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    std::vector<OpFunc> order;  // the attention block's compute ops, in schedule order
+    for (const Op& op : s->ops()) {
+      if (op.func == OpFunc::kRope || op.func == OpFunc::kRopeGrad) {
+        EXPECT_DOUBLE_EQ(op.bytes, passes * pass);
+        EXPECT_EQ(std::tuple(op.sequences, op.seq_len, op.heads, op.kv_heads, op.head_dim),
+                  std::tuple(4, 256, 4, 4, 80));
+      }
+      if (op.func == OpFunc::kQkv || op.func == OpFunc::kRope || op.func == OpFunc::kAttn ||
+          op.func == OpFunc::kAttnGrad || op.func == OpFunc::kRopeGrad ||
+          op.func == OpFunc::kQkvGradInput)
+        order.push_back(op.func);
+    }
+    if (passes > 0) {
+      EXPECT_EQ(order, (std::vector{OpFunc::kQkv, OpFunc::kRope, OpFunc::kAttn, OpFunc::kAttnGrad,
+                                    OpFunc::kRopeGrad, OpFunc::kQkvGradInput}));
+    } else {
+      EXPECT_EQ(order, (std::vector{OpFunc::kQkv, OpFunc::kAttn, OpFunc::kAttnGrad,
+                                    OpFunc::kQkvGradInput}));
+    }
+  }
+}
+
+TEST(LowerStackTest, TheBackwardCollectiveWaitsForTheWeightGradientOnlyWhereTheStackSaysSo) {
+  // gpt3-2.7b at tp 8, scope none, whole batch (q = 1) or two column chunks (q = 2). Megatron-Core
+  // launches a column-parallel linear's input-gradient all-reduce (of a chunk) right after that
+  // chunk's GEMM and runs the weight gradient under it; 2021 Megatron-LM (wgrad_overlaps_tp_comm
+  // false) launches it after the weight gradient.
+  const auto is = [](const Op& op, std::initializer_list<OpFunc> funcs) {
+    return std::find(funcs.begin(), funcs.end(), op.func) != funcs.end();
+  };
+  for (const auto& [stack, overlap] :
+       {std::tuple{"megatron-core", true}, std::tuple{"megatron-2021", false}}) {
+    for (int q : {1, 2}) {
+      SCOPED_TRACE(testing::Message() << stack << " q=" << q);
+      PlanKnobs k;
+      k.stack = stack;
+      k.col_split = q;
+      ASSERT_EQ(MakePlan(k).stack.wgrad_overlaps_tp_comm, overlap);
+      const Schedule s = LowerOk(k);
+      const auto n = static_cast<int32_t>(s.size());
+      int checked = 0;
+      for (int32_t c = 0; c < n; ++c) {
+        const Op& comm = s.op(c);
+        if (comm.kind != OpKind::kCollective || comm.tags.phase != Phase::kBackward) continue;
+        int32_t gemm = c - 1;  // the GEMM issued last before the collective
+        while (gemm >= 0 && s.op(gemm).kind != OpKind::kGemm) --gemm;
+        ASSERT_GE(gemm, 0) << s.Label(c);
+        const Op& before = s.op(gemm);
+        EXPECT_EQ(before.tags.layer, comm.tags.layer) << s.Label(c);
+        if (overlap) {
+          EXPECT_TRUE(is(before, {OpFunc::kQkvGradInput, OpFunc::kFc1GradInput})) << s.Label(gemm);
+          EXPECT_EQ(before.tags.col_chunk, comm.tags.col_chunk) << s.Label(gemm);
+        } else {
+          EXPECT_TRUE(is(before, {OpFunc::kQkvGradWeight, OpFunc::kFc1GradWeight}))
+              << s.Label(gemm);
+        }
+        const auto deps = s.deps(comm);
+        EXPECT_EQ(std::vector<int32_t>(deps.begin(), deps.end()), std::vector<int32_t>{gemm})
+            << s.Label(c);
+        ++checked;
+      }
+      EXPECT_EQ(checked, 2 * 32 * q);  // qkv and fc1 in each of 32 layers, one per chunk
+    }
+  }
+}
+
+}  // namespace
+}  // namespace domino
