@@ -241,9 +241,11 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // held SMs pays its late CTAs, a collective launched during a GEMM waits: the contention
     // rows): H100 rows 1-4 points slower, nearer their measurements, mostly from the GEMMs under
     // Transformer Engine's bulk overlaps (which take every SM); the 32B row, already above its
-    // measurement (unresolved), rose 2.3 points with its DP traffic's contention.
+    // measurement (unresolved), rose 2.3 points with its DP traffic's contention. 9.1% with
+    // 2021 Megatron-LM's backward all-reduces launched after the weight gradient, as its code
+    // ran them (the megatron-2021 stack's wgrad_overlaps_tp_comm: the A100 rows 6.2% -> 3.2%).
     case ValidationCategory::kEndToEnd:
-      return {{0.05, 0.12}, {0.10, 0.47}};
+      return {{0.05, 0.12}, {0.095, 0.47}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:
