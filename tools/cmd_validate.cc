@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/base/file_io.h"
+#include "sim/gemm_fit.h"
 #include "sim/predict.h"
 #include "sim/validate.h"
 #include "tools/command.h"
@@ -30,6 +31,7 @@ struct ValidateFlags {
   bool force = false;
   std::vector<std::string> rows;  // ids or id prefixes; empty: every row
   bool explain = false;
+  bool fit = false;
 };
 
 std::string Figure(double value) {
@@ -185,7 +187,127 @@ Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flag
   return document;
 }
 
+// The constants of `c` in GemmFit's order: each efficiency group's, then the shared three.
+std::vector<std::string> ConstantCells(const sim::GemmConstants& c) {
+  std::vector<std::string> cells;
+  for (double e : c.efficiency) cells.push_back(fmt::format("{:.2f}", e));
+  cells.push_back(fmt::format("{:g}", c.tile_overhead_k));
+  cells.push_back(fmt::format("{:g}", c.fixed_us));
+  cells.push_back(std::isinf(c.stream_k_min_k) ? "never" : fmt::format("{:g}", c.stream_k_min_k));
+  return cells;
+}
+
+std::vector<std::string> ConstantNames(const sim::GemmFit& fit) {
+  std::vector<std::string> names;
+  for (const sim::EfficiencyGroup& g : fit.groups)
+    names.push_back(fmt::format("{} main loop ({}): {}", g.fp8 ? "fp8" : "16-bit",
+                                g.fp8 ? "fp8_gemm_efficiency" : "max_gemm_efficiency",
+                                fmt::join(g.gpus, ", ")));
+  for (const char* key : {"gemm_tile_overhead_k", "gemm_fixed_us", "gemm_stream_k_min_k"})
+    names.emplace_back(key);
+  return names;
+}
+
+// `validate --fit`: the GEMM model's constants fitted on the gemm rows, and left out by source.
+void RunFit(const ValidateFlags& flags) {
+  if (!flags.category.empty() && flags.category != "gemm")
+    Fail("validate", "--fit fits the GEMM model on the gemm rows: use --category gemm or none",
+         kExitUsage);
+  if (!flags.rows.empty() || flags.check || flags.explain || !flags.csv_path.empty())
+    Fail("validate",
+         "--fit takes every gemm row and prints its own tables: use it without --row, "
+         "--check, --explain and --csv",
+         kExitUsage);
+  Result<sim::ValidationTable> table = sim::LoadValidationTable(flags.table);
+  if (!table.ok()) Fail("validate", table.message());
+  Result<sim::GemmFit> fit = sim::FitGemmModel(table->rows);
+  if (!fit.ok()) Fail("validate", fmt::format("{}: {}", table->file, fit.message()));
+  const std::vector<std::string> names = ConstantNames(*fit);
+  const std::vector<std::string> catalog = ConstantCells(fit->catalog),
+                                 fitted = ConstantCells(fit->fitted);
+  if (flags.format == OutputFormat::kJson) {
+    auto constants = [&](const sim::GemmConstants& c) {
+      Json efficiency = Json::array();
+      for (size_t i = 0; i < fit->groups.size(); ++i) {
+        const sim::EfficiencyGroup& g = fit->groups[i];
+        efficiency.push_back({{"precision", g.fp8 ? "fp8" : "16-bit"},
+                              {"key", g.fp8 ? "fp8_gemm_efficiency" : "max_gemm_efficiency"},
+                              {"gpus", g.gpus},
+                              {"value", c.efficiency[i]}});
+      }
+      Json stream_k = nullptr;
+      if (!std::isinf(c.stream_k_min_k)) stream_k = c.stream_k_min_k;
+      return Json{{"efficiency", std::move(efficiency)},
+                  {"gemm_tile_overhead_k", c.tile_overhead_k},
+                  {"gemm_fixed_us", c.fixed_us},
+                  {"gemm_stream_k_min_k", std::move(stream_k)}};
+    };
+    Json document = JsonDocument("validate-fit");
+    document["table"] = table->file;
+    document["rows"] = fit->rows;
+    document["catalog"] = constants(fit->catalog);
+    document["fitted"] = constants(fit->fitted);
+    document["catalog_mean_abs_error"] = fit->catalog_error;
+    document["fitted_mean_abs_error"] = fit->fitted_error;
+    document["held_out_mean_abs_error"] = fit->held_out_error;
+    Json sources = Json::array();
+    for (const sim::GemmFitSource& s : fit->sources)
+      sources.push_back({{"label", s.label},
+                         {"source", s.source},
+                         {"rows", s.rows},
+                         {"catalog_mean_abs_error", s.catalog_error},
+                         {"fitted_mean_abs_error", s.fitted_error},
+                         {"held_out_mean_abs_error", s.held_out_error},
+                         {"held_out", constants(s.held_out)}});
+    document["leave_one_source_out"] = std::move(sources);
+    PrintJson(document, std::cout);
+    return;
+  }
+  const bool md = flags.format == OutputFormat::kMarkdown;
+  auto percent = [](double e) { return fmt::format("{:.1f}%", 100 * e); };
+  std::cout << fmt::format(
+      "GEMM model fitted on the {} gemm rows of {} (grid search, least mean |error|)\n\n",
+      fit->rows, table->file);
+  if (md) {
+    std::cout << "| constant | catalog | fitted |\n| --- | ---: | ---: |\n";
+    for (size_t i = 0; i < names.size(); ++i)
+      std::cout << fmt::format("| {} | {} | {} |\n", names[i], catalog[i], fitted[i]);
+    std::cout << fmt::format("| mean abs error | {} | {} |\n", percent(fit->catalog_error),
+                             percent(fit->fitted_error));
+    std::cout << fmt::format("| mean abs error, each source left out of the fit | | {} |\n",
+                             percent(fit->held_out_error));
+    std::cout << "\n| left out | rows | catalog | fitted on all | fitted without it | its "
+                 "constants | source |\n| --- | ---: | ---: | ---: | ---: | --- | --- |\n";
+    for (const sim::GemmFitSource& s : fit->sources)
+      std::cout << fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", s.label, s.rows,
+                               percent(s.catalog_error), percent(s.fitted_error),
+                               percent(s.held_out_error), fmt::join(ConstantCells(s.held_out), " "),
+                               Cell(s.source));
+    return;
+  }
+  Table constants({"constant", "catalog", "fitted"});
+  for (size_t i = 0; i < names.size(); ++i) constants.AddRow({names[i], catalog[i], fitted[i]});
+  constants.AddRow({"mean |error|", percent(fit->catalog_error), percent(fit->fitted_error)});
+  constants.AddRow(
+      {"mean |error|, each source left out of the fit", "", percent(fit->held_out_error)});
+  constants.Print(std::cout);
+  std::cout << "\nEach source left out: its rows with the catalog's constants, with those fitted "
+               "on every row, and with those fitted on the other sources' rows (listed in the "
+               "order above).\n\n";
+  Table sources({"left out", "rows", "catalog", "fitted on all", "fitted without it",
+                 "constants fitted without it"});
+  for (const sim::GemmFitSource& s : fit->sources)
+    sources.AddRow({s.label, std::to_string(s.rows), percent(s.catalog_error),
+                    percent(s.fitted_error), percent(s.held_out_error),
+                    fmt::format("{}", fmt::join(ConstantCells(s.held_out), " "))});
+  sources.Print(std::cout);
+  std::cout << "\n";
+  for (const sim::GemmFitSource& s : fit->sources)
+    std::cout << fmt::format("{}: {}\n", s.label, s.source);
+}
+
 void Run(const ValidateFlags& flags) {
+  if (flags.fit) return RunFit(flags);
   if (flags.explain && flags.format != OutputFormat::kTable)
     Fail("validate", "--explain prints text after the table: use it with --format table",
          kExitUsage);
@@ -363,6 +485,9 @@ void SetupValidate(CLI::App* sub) {
       "--explain", flags->explain,
       "after the table, each row's source, quote and assumptions; for an end-to-end row the "
       "prediction as `simulate` prints it and the row's plan YAML (table format)");
+  sub->add_flag("--fit", flags->fit,
+                "instead: fit the GEMM model's constants on the gemm rows (a grid search) and "
+                "check them leave-one-source-out");
   sub->callback([flags] { Run(*flags); });
 }
 

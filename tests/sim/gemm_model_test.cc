@@ -4,14 +4,12 @@
 
 #include <cmath>
 
+#include "tests/sim/catalog_gpu.h"
+
 namespace domino::sim {
 namespace {
 
-GpuSpec Gpu(const char* name) {
-  Result<GpuSpec> gpu = LoadGpu(name);
-  EXPECT_TRUE(gpu.ok()) << gpu.message();
-  return gpu.ok() ? *gpu : GpuSpec{};
-}
+using testing_util::CatalogGpu;
 
 double Tflops(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
   return 2 * m * n * k / (GemmKernelUs(gpu, dtype, m, n, k) * 1e6);
@@ -21,7 +19,7 @@ double Tflops(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
 // (1024 + 192) FLOPs at 989e6 * 0.81 / 132 FLOP/us (an H100's 16-bit main loop at 700 W),
 // plus 3 us; memory (6 MiB) is faster.
 TEST(GemmModelTest, OneWaveByHand) {
-  const GpuSpec h100 = Gpu("h100-sxm");
+  const GpuSpec h100 = CatalogGpu("h100-sxm");
   const double tile_us = 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.81 / 132);
   EXPECT_NEAR(GemmKernelUs(h100, Dtype::kBf16, 1024, 1024, 1024), 3 + tile_us, 1e-9);
   // fp8 runs at 0.68 of its own (twice as high) peak.
@@ -31,7 +29,7 @@ TEST(GemmModelTest, OneWaveByHand) {
 
 // A skinny GEMM is bound by its bytes: A and B in 8-bit, C in 16-bit, over 0.88 of 3350 GB/s.
 TEST(GemmModelTest, SkinnyShapesAreMemoryBound) {
-  const GpuSpec h100 = Gpu("h100-sxm");
+  const GpuSpec h100 = CatalogGpu("h100-sxm");
   const double m = 802816, n = 192, k = 768;
   const double bytes = (m * k + k * n) * 1 + m * n * 2;
   EXPECT_NEAR(GemmKernelUs(h100, Dtype::kFp8, m, n, k), 3 + bytes / (3350 * 0.88 * 1e3), 1e-6);
@@ -41,22 +39,22 @@ TEST(GemmModelTest, SkinnyShapesAreMemoryBound) {
 TEST(GemmModelTest, BestShapesReachThePublishedCeilings) {
   // One H200 measured 769-798 TFLOP/s on 8192^3 bf16: a fixed shape, which sets the 16-bit
   // main loop of H100 and H200 at 700 W.
-  const double h200 = Tflops(Gpu("h200-sxm"), Dtype::kBf16, 8192, 8192, 8192);
+  const double h200 = Tflops(CatalogGpu("h200-sxm"), Dtype::kBf16, 8192, 8192, 8192);
   EXPECT_GT(h200, 769);
   EXPECT_LT(h200, 798);
   // ml-engineering MAMF: H100 SXM bf16 best 794.5 TFLOP/s at 2048 x 2048 x 13312, the best of a
   // search over shapes, sits above the per-shape model, as every GPU's search does (by 6-12%
   // where a fixed-shape table sets the model), but not by more.
-  const double mamf = Tflops(Gpu("h100-sxm"), Dtype::kBf16, 2048, 2048, 13312);
+  const double mamf = Tflops(CatalogGpu("h100-sxm"), Dtype::kBf16, 2048, 2048, 13312);
   EXPECT_LT(mamf, 794.5);
   EXPECT_GT(mamf, 794.5 / 1.12);
   // The same die at 900 W (GH200) keeps its main loop 4% faster: MAMF's 828.6 against 794.5.
-  EXPECT_NEAR(GemmCeilingTflops(Gpu("gh200"), Dtype::kBf16) /
-                  GemmCeilingTflops(Gpu("h100-sxm"), Dtype::kBf16),
+  EXPECT_NEAR(GemmCeilingTflops(CatalogGpu("gh200"), Dtype::kBf16) /
+                  GemmCeilingTflops(CatalogGpu("h100-sxm"), Dtype::kBf16),
               828.6 / 794.5, 0.01);
   // Never above the main-loop ceiling, never above peak.
   for (const char* name : {"a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200"}) {
-    const GpuSpec gpu = Gpu(name);
+    const GpuSpec gpu = CatalogGpu(name);
     for (double size : {256.0, 1024.0, 4096.0, 16384.0, 65536.0})
       EXPECT_LE(Tflops(gpu, Dtype::kBf16, size, size, size), GemmCeilingTflops(gpu, Dtype::kBf16))
           << name << " " << size;
@@ -67,7 +65,7 @@ TEST(GemmModelTest, BestShapesReachThePublishedCeilings) {
 // 12/132 full; with k = 8192 stream-K cuts each tile in 128 units of 64 k-steps (18,432 units,
 // 140 waves, the last 84/132 full).
 TEST(GemmModelTest, PartsSayWhereTheTimeGoes) {
-  const GpuSpec h100 = Gpu("h100-sxm");
+  const GpuSpec h100 = CatalogGpu("h100-sxm");
   const GemmKernel two = GemmKernelParts(h100, Dtype::kBf16, 128 * 12, 128 * 12, 1024);
   EXPECT_EQ(two.tiles, 144);
   EXPECT_FALSE(two.stream_k);
@@ -93,7 +91,7 @@ TEST(GemmModelTest, PartsSayWhereTheTimeGoes) {
 
 // Wave quantization: a shape one tile wider than the SMs take in one wave takes two.
 TEST(GemmModelTest, APartialWaveCostsAWholeOne) {
-  const GpuSpec h100 = Gpu("h100-sxm");
+  const GpuSpec h100 = CatalogGpu("h100-sxm");
   // 12 x 11 = 132 tiles, then 12 x 12 = 144 (compute-bound: a few MB each).
   const double one = GemmKernelUs(h100, Dtype::kBf16, 128 * 12, 128 * 11, 1024);
   const double two = GemmKernelUs(h100, Dtype::kBf16, 128 * 12, 128 * 11 + 1, 1024);
@@ -108,7 +106,7 @@ TEST(GemmModelTest, APartialWaveCostsAWholeOne) {
 // Beside a collective (GemmContentionOf): an H200 runs CTAs of 2 output tiles, one persistent
 // CTA per SM below 3 waves of them.
 TEST(GemmModelTest, ContentionTailsByHand) {
-  const GpuSpec h200 = Gpu("h200-sxm");
+  const GpuSpec h200 = CatalogGpu("h200-sxm");
   // 32 x 20 = 640 tiles: 640 / (2 x 132) = 2.42 waves of CTAs, persistent: the late CTAs hold
   // 2 tiles of the 3 the kernel takes.
   GemmContention c = GemmContentionOf(h200, 4096, 2560, 5120);
@@ -126,7 +124,7 @@ TEST(GemmModelTest, ContentionTailsByHand) {
   EXPECT_EQ(c.tail_share, 0.0);
   EXPECT_TRUE(c.blocks_comm);
   // A GPU without the keys (A100: not measured) keeps the SMs-only model.
-  c = GemmContentionOf(Gpu("a100-sxm-80gb"), 4096, 2560, 5120);
+  c = GemmContentionOf(CatalogGpu("a100-sxm-80gb"), 4096, 2560, 5120);
   EXPECT_EQ(c.tail_share, 0.0);
   EXPECT_FALSE(c.blocks_comm);
 }

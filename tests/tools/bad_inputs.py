@@ -143,6 +143,12 @@ CASES = [
     ("--check of some rows", "the category guards asked of a few rows", {},
      ["validate", "--row", "mcore08", "--check"],
      r"--check judges whole categories: use it without --row", None),
+    ("--fit of some rows", "the GEMM fit asked of a few rows", {},
+     ["validate", "--fit", "--row", "mamf"],
+     r"--fit takes every gemm row and prints its own tables: use it without --row", None),
+    ("--fit of another category", "the GEMM fit asked of the collective rows", {},
+     ["validate", "--fit", "--category", "collective"],
+     r"--fit fits the GEMM model on the gemm rows: use --category gemm or none", None),
     ("bad profile", "a profile with a negative time", {"h.yaml": "device: cpu\nbackend: cpu\ncompute:\n  - [qkv, -1]\n"},
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--hardware-profile", "{tmp}/h.yaml"], r"h\.yaml:4:\d+: compute", None),
     ("plan is a directory", "a directory given as the plan", {}, ["simulate", "--plan", "{tmp}"], r"(directory|not a file|File does not exist)", None),
@@ -256,7 +262,7 @@ USAGE_CASES = {"plan is a directory", "huge virtual stages", "huge virtual stage
                "NaN timeout", "NaN tolerance", "mistyped command", "switch given a value",
                "switch and its negation", "unknown --format", "a value on a switch's negation",
                "a huge value in a short-flag cluster", "--explain as JSON",
-               "--check of some rows"}
+               "--check of some rows", "--fit of some rows", "--fit of another category"}
 NO_PLAN_CASES = {"GPU without bf16 (plan)", "no plan fits"}
 
 

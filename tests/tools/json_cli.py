@@ -274,6 +274,25 @@ def test_validate():
     ids = [r["id"] for r in doc["rows"]]
     check(len(ids) == 10 and all(i.startswith("mcore08-") for i in ids[1:]) and
           ids[0] == "mlm21-t1-gpt-1.7b", f"--row picked {ids}")
+    # --fit: the GEMM model's constants fitted on the gemm rows, each source left out once.
+    fit = document("validate", "--fit", schema="domino.validate-fit/1")
+    gemm_rows = [r for r in expected if r["category"] == "gemm"]
+    check(fit["rows"] == len(gemm_rows) > 0, "--fit: rows are not the gemm rows")
+    catalog_error = sum(abs(float(r["error"])) for r in gemm_rows) / len(gemm_rows)
+    check(abs(fit["catalog_mean_abs_error"] - catalog_error) < 1e-5,
+          "--fit: the catalog's error is not validate's")
+    check(fit["fitted_mean_abs_error"] <= fit["catalog_mean_abs_error"], "--fit: worse than catalog")
+    for c in (fit["catalog"], fit["fitted"]):
+        typed(c, {"efficiency": list, "gemm_tile_overhead_k": NUMBER, "gemm_fixed_us": NUMBER},
+              "--fit constants")
+        for e in c["efficiency"]:
+            typed(e, {"precision": str, "key": str, "gpus": list, "value": NUMBER}, "efficiency")
+    sources = fit["leave_one_source_out"]
+    check(sum(s["rows"] for s in sources) == fit["rows"], "--fit: sources do not cover the rows")
+    held_out = sum(s["held_out_mean_abs_error"] * s["rows"] for s in sources) / fit["rows"]
+    check(abs(held_out - fit["held_out_mean_abs_error"]) < 1e-9, "--fit: held-out mean")
+    for s in sources:
+        typed(s, {"label": str, "source": str, "rows": int, "held_out": dict}, s["label"])
 
 
 # Two reports of the same three ops: a prediction where the all-reduce runs under fc1, and a

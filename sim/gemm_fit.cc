@@ -1,0 +1,189 @@
+#include "sim/gemm_fit.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <tuple>
+
+#include "sim/gemm_model.h"
+
+namespace domino::sim {
+namespace {
+
+// A gemm row as the fit sees it: its GPU (a copy whose constants the fit sets), shape, figure
+// and group.
+struct FitRow {
+  GemmCase gemm;
+  double measured = 0;  // TFLOP/s
+  int group = 0;        // index into GemmFit::groups
+  int source = 0;       // index into GemmFit::sources
+};
+
+// |predicted / measured - 1| of `row` with `efficiency` for its group's main loop and the
+// shared constants of `c`.
+double AbsError(FitRow& row, double efficiency, const GemmConstants& c) {
+  GemmCase& g = row.gemm;
+  (g.dtype == Dtype::kFp8 ? g.gpu.fp8_gemm_efficiency : g.gpu.max_gemm_efficiency) = efficiency;
+  g.gpu.gemm_tile_overhead_k = c.tile_overhead_k;
+  g.gpu.gemm_fixed_us = c.fixed_us;
+  g.gpu.gemm_stream_k_min_k = c.stream_k_min_k;
+  const double us = GemmKernelUs(g.gpu, g.dtype, g.m, g.n, g.k);
+  return std::abs(2 * g.m * g.n * g.k / (us * 1e6) / row.measured - 1);
+}
+
+// The sum of |error| over the rows `use` keeps, with constants `c`.
+double SumError(std::span<FitRow> rows, const std::vector<bool>& use, const GemmConstants& c) {
+  double sum = 0;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (use[i]) sum += AbsError(rows[i], c.efficiency[rows[i].group], c);
+  return sum;
+}
+
+// The grid point with the least sum of |error| over the rows `use` keeps. For each point of the
+// shared constants, each group's efficiency is the best for that group's rows alone (a group's
+// rows depend on no other group's efficiency); a group without such rows keeps `catalog`'s.
+GemmConstants Fit(std::span<FitRow> rows, const std::vector<bool>& use, int groups,
+                  const GemmConstants& catalog, const GemmFitGrid& grid) {
+  GemmConstants best = catalog;
+  double best_sum = std::numeric_limits<double>::infinity();
+  for (double overhead : grid.tile_overhead_k) {
+    for (double fixed : grid.fixed_us) {
+      for (double stream_k : grid.stream_k_min_k) {
+        GemmConstants c = catalog;
+        c.tile_overhead_k = overhead, c.fixed_us = fixed, c.stream_k_min_k = stream_k;
+        double sum = 0;
+        for (int g = 0; g < groups; ++g) {
+          bool any = false;
+          double group_best = std::numeric_limits<double>::infinity();
+          for (double e : grid.efficiency) {
+            double s = 0;
+            for (size_t i = 0; i < rows.size(); ++i) {
+              if (!use[i] || rows[i].group != g) continue;
+              any = true;
+              s += AbsError(rows[i], e, c);
+            }
+            if (!any) break;
+            if (s < group_best) group_best = s, c.efficiency[g] = e;
+          }
+          if (any) sum += group_best;
+        }
+        if (sum < best_sum) best_sum = sum, best = c;
+      }
+    }
+  }
+  return best;
+}
+
+// What the ids share, cut at dashes: the longest start and the longest end, "mamf-*-bf16" of
+// mamf-a100-bf16 and mamf-h100-bf16, "azure-a100-fp16" of azure-a100-fp16-1024x1024x1024 and
+// azure-a100-fp16-2048x2048x2048; the whole id of a source with one row.
+std::string CommonLabel(const std::vector<std::string>& ids) {
+  if (ids.size() == 1) return ids.front();
+  std::string prefix = ids.front(), suffix = ids.front();
+  for (const std::string& id : ids) {
+    size_t n = 0;
+    while (n < prefix.size() && n < id.size() && prefix[n] == id[n]) ++n;
+    prefix.resize(n);
+    n = 0;
+    while (n < suffix.size() && n < id.size() &&
+           suffix[suffix.size() - 1 - n] == id[id.size() - 1 - n])
+      ++n;
+    suffix.erase(0, suffix.size() - n);
+  }
+  const size_t start_dash = prefix.rfind('-'), end_dash = suffix.find('-');
+  prefix = start_dash == std::string::npos ? prefix : prefix.substr(0, start_dash);
+  suffix = end_dash == std::string::npos ? "" : suffix.substr(end_dash);
+  return suffix.empty() ? prefix : prefix + "-*" + suffix;
+}
+
+}  // namespace
+
+GemmFitGrid DefaultGemmFitGrid() {
+  GemmFitGrid grid;
+  for (int i = 60; i <= 95; ++i) grid.efficiency.push_back(i / 100.0);
+  for (int k = 0; k <= 512; k += 32) grid.tile_overhead_k.push_back(k);
+  for (int h = 0; h <= 16; ++h) grid.fixed_us.push_back(h / 2.0);
+  grid.stream_k_min_k = {512, 1024, 2048, 4096, 8192, std::numeric_limits<double>::infinity()};
+  return grid;
+}
+
+Result<GemmFit> FitGemmModel(std::span<const ValidationRow> table_rows, const GemmFitGrid& grid) {
+  GemmFit fit;
+  std::vector<FitRow> rows;
+  std::vector<std::vector<std::string>> source_ids;
+  const GpuSpec* first = nullptr;
+  for (const ValidationRow& row : table_rows) {
+    if (row.category != ValidationCategory::kGemm || !row.gemm) continue;
+    const GemmCase& g = *row.gemm;
+    const GpuSpec& gpu = g.gpu;
+    if (first == nullptr) {
+      first = &gpu;
+      fit.catalog.tile_overhead_k = gpu.gemm_tile_overhead_k;
+      fit.catalog.fixed_us = gpu.gemm_fixed_us;
+      fit.catalog.stream_k_min_k = gpu.gemm_stream_k_min_k;
+    }
+    // The three shared constants must be one value for every GPU the fit covers.
+    for (const auto& [key, mine, theirs] :
+         {std::tuple{"gemm_tile_overhead_k", gpu.gemm_tile_overhead_k, first->gemm_tile_overhead_k},
+          std::tuple{"gemm_fixed_us", gpu.gemm_fixed_us, first->gemm_fixed_us},
+          std::tuple{"gemm_stream_k_min_k", gpu.gemm_stream_k_min_k, first->gemm_stream_k_min_k}})
+      if (mine != theirs)
+        return Error(fmt::format(
+            "row {}: the fit shares {} among the rows' GPUs, but {} has {} and {} has {}", row.id,
+            key, gpu.name, mine, first->name, theirs));
+    FitRow r;
+    r.gemm = g;
+    r.measured = row.measured;
+    const bool fp8 = g.dtype == Dtype::kFp8;
+    const double catalog = fp8 ? gpu.fp8_gemm_efficiency : gpu.max_gemm_efficiency;
+    r.group = -1;
+    for (size_t i = 0; i < fit.groups.size(); ++i)
+      if (fit.groups[i].fp8 == fp8 && fit.groups[i].catalog == catalog) r.group = static_cast<int>(i);
+    if (r.group < 0) {
+      r.group = static_cast<int>(fit.groups.size());
+      fit.groups.push_back({fp8, catalog, {}});
+      fit.catalog.efficiency.push_back(catalog);
+    }
+    std::vector<std::string>& names = fit.groups[r.group].gpus;
+    if (std::find(names.begin(), names.end(), gpu.name) == names.end()) names.push_back(gpu.name);
+    r.source = -1;
+    for (size_t i = 0; i < fit.sources.size(); ++i)
+      if (fit.sources[i].source == row.source) r.source = static_cast<int>(i);
+    if (r.source < 0) {
+      r.source = static_cast<int>(fit.sources.size());
+      fit.sources.push_back({});
+      fit.sources.back().source = row.source;
+      source_ids.emplace_back();
+    }
+    source_ids[r.source].push_back(row.id);
+    ++fit.sources[r.source].rows;
+    rows.push_back(r);
+  }
+  if (rows.empty()) return Error("no gemm row to fit the GEMM model on");
+  fit.rows = static_cast<int>(rows.size());
+  const int groups = static_cast<int>(fit.groups.size());
+
+  const std::vector<bool> all(rows.size(), true);
+  fit.fitted = Fit(rows, all, groups, fit.catalog, grid);
+  fit.catalog_error = SumError(rows, all, fit.catalog) / fit.rows;
+  fit.fitted_error = SumError(rows, all, fit.fitted) / fit.rows;
+  for (size_t s = 0; s < fit.sources.size(); ++s) {
+    GemmFitSource& source = fit.sources[s];
+    source.label = CommonLabel(source_ids[s]);
+    std::vector<bool> mine(rows.size()), others(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      mine[i] = rows[i].source == static_cast<int>(s);
+      others[i] = !mine[i];
+    }
+    source.held_out = Fit(rows, others, groups, fit.catalog, grid);
+    source.catalog_error = SumError(rows, mine, fit.catalog) / source.rows;
+    source.fitted_error = SumError(rows, mine, fit.fitted) / source.rows;
+    source.held_out_error = SumError(rows, mine, source.held_out) / source.rows;
+    fit.held_out_error += source.held_out_error * source.rows / fit.rows;
+  }
+  return fit;
+}
+
+}  // namespace domino::sim
