@@ -74,9 +74,12 @@ std::string ExportMegatron(const Plan& plan) {
     args.push_back(fmt::format("--context-parallel-size {}", plan.cp));
     args.push_back("--cp-comm-type p2p");
   }
-  if (plan.virtual_stages > 1)
+  if (plan.virtual_stages > 1) {
     args.push_back(
         fmt::format("--num-layers-per-virtual-pipeline-stage {}", LayersPerVirtualStage(plan)));
+    // Megatron-LM overlaps the interleaved schedule's transfers unless told not to.
+    if (!plan.overlap_p2p) args.push_back("--no-overlap-p2p-communication");
+  }
   if (plan.split_counts_embedding()) args.push_back("--account-for-embedding-in-pipeline-split");
   if (plan.split_counts_loss()) args.push_back("--account-for-loss-in-pipeline-split");
   for (std::string& uneven : MegatronUnevenStages(plan)) args.push_back(std::move(uneven));
@@ -179,6 +182,9 @@ std::string ExportNemo(const Plan& plan) {
   if (plan.cp > 1) body += fmt::format("  context_parallel_size: {}\n", plan.cp);
   body += fmt::format("  virtual_pipeline_model_parallel_size: {}\n",
                       plan.virtual_stages > 1 ? std::to_string(plan.virtual_stages) : "null");
+  if (plan.virtual_stages > 1)
+    body += fmt::format("  overlap_p2p_comm: {}\n  batch_p2p_comm: {}\n",
+                        YamlBool(plan.overlap_p2p), YamlBool(!plan.overlap_p2p));
   if (plan.placement == Placement::kTpPpDp) body += "  use_tp_pp_dp_mapping: true\n";
   body += fmt::format("  sequence_parallel: {}\n", YamlBool(plan.sequence_parallel));
   if (plan.method != OverlapMethod::kDomino) body += "  ub_tp_comm_overlap: true\n";

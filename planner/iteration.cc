@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include "models/model_counts.h"
@@ -105,6 +106,7 @@ class IterationBuilder {
     }
     sends_.assign(2 * static_cast<size_t>(total_vs_) * m_, -1);
     last_pass_.assign(pp_, -1);
+    last_send_.assign(pp_, {-1, -1});
     gathers_.assign(total_vs_, {});
     pieces_.assign(pp_, {});
     prefetched_.assign(pp_, -1);
@@ -357,11 +359,19 @@ class IterationBuilder {
     const OpTags tags = ChunkTags(-1, mb, vs, step.backward ? Phase::kBackward : Phase::kForward);
     std::vector<int32_t> deps;
     if (needs_input) {
-      const Op recv = Comm(OpFunc::kPpRecv, Stream::kPpComm, s, Group::kPp, CollectiveOp::kNone,
-                           activation_bytes_, tags);
+      // Overlapped, Megatron-Core posts a step's receive with the send of the step before in the
+      // same direction, so it never waits behind a send: a stream of its own, in step order (a
+      // receive completes before its pass starts, so the order delays none).
+      const Op recv = Comm(OpFunc::kPpRecv, plan_.overlap_p2p ? Stream::kPpRecv : Stream::kPpComm,
+                           s, Group::kPp, CollectiveOp::kNone, activation_bytes_, tags);
       const int32_t send[] = {input};
       deps.push_back(it_.schedule.Add(recv, send));
     }
+    // Overlapped, a pass also waits for the stage's previous send in its direction (Megatron-Core
+    // waits on that send's handle with the receive's, schedules.py at core_r0.9.0): hidden under
+    // the pass between them once forwards and backwards alternate.
+    int32_t& previous_send = last_send_[s][step.backward ? 1 : 0];
+    if (plan_.overlap_p2p && previous_send >= 0) deps.push_back(previous_send);
     Op pass;
     pass.kind = OpKind::kPass;
     pass.func = step.backward ? OpFunc::kBackwardPass : OpFunc::kForwardPass;
@@ -412,7 +422,7 @@ class IterationBuilder {
       const Op send = Comm(OpFunc::kPpSend, Stream::kPpComm, s, Group::kPp, CollectiveOp::kNone,
                            activation_bytes_, tags);
       const int32_t after[] = {last};
-      Send(step.backward, vs, mb) = it_.schedule.Add(send, after);
+      Send(step.backward, vs, mb) = previous_send = it_.schedule.Add(send, after);
     }
     return true;
   }
@@ -428,6 +438,7 @@ class IterationBuilder {
   std::vector<std::vector<size_t>> last_backward_;  // by stage and chunk: its last backward step
   std::vector<int32_t> sends_;                      // by (backward, virtual stage, micro-batch)
   std::vector<int32_t> last_pass_;                  // by stage
+  std::vector<std::array<int32_t, 2>> last_send_;   // by stage: forward's, backward's
   std::map<int, int32_t> last_bucket_;
   std::vector<std::vector<int32_t>> gathers_;  // by virtual stage: per layer
   std::map<int, int32_t> extra_gather_;        // by virtual stage: the embedding's or head's

@@ -258,6 +258,10 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   if (auto failure = CheckPipelineSplit(p)) return failure;
   if (p.virtual_stages > 1 && p.pp == 1)
     return fail("parallel.virtual_stages", "virtual_stages > 1 needs pp >= 2");
+  if (p.overlap_p2p && p.virtual_stages == 1)
+    return fail("parallel.overlap_p2p",
+                "overlap_p2p needs virtual_stages >= 2 (Megatron-Core overlaps pipeline transfers "
+                "only in its interleaved schedule)");
   if (p.virtual_stages > 1 && p.dp > 0 && p.micro_batch > 0 &&
       (p.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp)) % p.pp != 0)
     return fail("parallel.virtual_stages",
@@ -422,6 +426,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     parallel->Int("virtual_stages", &plan.virtual_stages, Need::kOptional,
                   Range(kVirtualStagesBound));
     parallel->Enum("pipeline_split", &plan.pipeline_split, Need::kOptional, kPipelineSplits);
+    parallel->Bool("overlap_p2p", &plan.overlap_p2p, Need::kOptional);
     (void)parallel->Finish();
   }
   if (auto overlap = root.Map("overlap", Need::kOptional)) {
@@ -535,7 +540,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       "stack: {}\n"
       "precision: {}\n"
       "training: {{seq_len: {}, micro_batch: {}, global_batch: {}{}}}\n"
-      "parallel: {{tp: {}{}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}{}}}\n"
+      "parallel: {{tp: {}{}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}{}{}}}\n"
       "overlap: {{row_split: {}, col_split: {}, scope: {}{}}}\n"
       "memory: {{recompute: {}{}, distributed_optimizer: {}{}{}}}\n",
       p.model_ref.empty() ? ModelToFlowYaml(p.model) : RefToYaml(p.model_ref, ModelCatalog()),
@@ -554,7 +559,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       p.placement == Placement::kTpDpPp
           ? ""
           : fmt::format(", placement: {}", PlacementName(p.placement)),
-      p.row_split, p.col_split, ScopeName(p.scope),
+      p.overlap_p2p ? ", overlap_p2p: true" : "", p.row_split, p.col_split, ScopeName(p.scope),
       // Written only for decomposed overlap, so a Domino plan's YAML stays what it was.
       p.method == OverlapMethod::kDomino
           ? ""

@@ -83,6 +83,11 @@ struct Plan {
   bool sequence_parallel = false;
   int virtual_stages = 1;
   PipelineSplit pipeline_split = PipelineSplit::kLayers;
+  // The interleaved schedule's pipeline transfers overlapped with compute (Megatron-Core
+  // --overlap-p2p-communication, NeMo's overlap_p2p_comm): a stage posts each receive a step
+  // early, so no receive waits behind a send, and a pass waits only for what it receives. Off:
+  // each step's sends and receives in one batched exchange, waited for (batch_p2p_comm).
+  bool overlap_p2p = false;
   Placement placement = Placement::kTpDpPp;
   // overlap
   int row_split = 1;

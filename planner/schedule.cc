@@ -10,7 +10,7 @@ namespace domino {
 
 std::string_view StreamName(Stream stream) {
   static constexpr std::array<std::string_view, kStreamCount> kNames = {
-      "compute", "tp-comm", "dp-comm", "pp-comm", "cp-comm"};
+      "compute", "tp-comm", "dp-comm", "pp-comm", "cp-comm", "pp-recv"};
   return kNames[static_cast<int>(stream)];
 }
 

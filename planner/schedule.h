@@ -11,9 +11,11 @@ namespace domino {
 
 // Streams of one rank, as CUDA streams with CUDA_DEVICE_MAX_CONNECTIONS=1: each runs its ops in
 // issue order, one at a time. cp-comm carries ring attention's KV transfers (context parallelism).
-enum class Stream : uint8_t { kCompute, kTpComm, kDpComm, kPpComm, kCpComm };
-inline constexpr int kStreamCount = 5;
-// "compute", "tp-comm", "dp-comm", "pp-comm", "cp-comm"
+// pp-comm carries a stage's pipeline transfers; with Plan::overlap_p2p its receives go on
+// pp-recv, as posted ahead of the sends.
+enum class Stream : uint8_t { kCompute, kTpComm, kDpComm, kPpComm, kCpComm, kPpRecv };
+inline constexpr int kStreamCount = 6;
+// "compute", "tp-comm", "dp-comm", "pp-comm", "cp-comm", "pp-recv"
 std::string_view StreamName(Stream stream);
 
 enum class OpKind : uint8_t {

@@ -140,7 +140,8 @@ Result<GemmFit> FitGemmModel(std::span<const ValidationRow> table_rows, const Ge
     const double catalog = fp8 ? gpu.fp8_gemm_efficiency : gpu.max_gemm_efficiency;
     r.group = -1;
     for (size_t i = 0; i < fit.groups.size(); ++i)
-      if (fit.groups[i].fp8 == fp8 && fit.groups[i].catalog == catalog) r.group = static_cast<int>(i);
+      if (fit.groups[i].fp8 == fp8 && fit.groups[i].catalog == catalog)
+        r.group = static_cast<int>(i);
     if (r.group < 0) {
       r.group = static_cast<int>(fit.groups.size());
       fit.groups.push_back({fp8, catalog, {}});

@@ -22,7 +22,7 @@ namespace domino::sim {
 // holds the catalog's values, so the fitted error is never above the catalog's; ties keep the
 // first point of the grid in its order (deterministic).
 struct GemmFitGrid {
-  std::vector<double> efficiency;      // main-loop fractions of the dense peak
+  std::vector<double> efficiency;  // main-loop fractions of the dense peak
   std::vector<double> tile_overhead_k;
   std::vector<double> fixed_us;
   std::vector<double> stream_k_min_k;  // a value above any row's k: never stream-K
@@ -60,8 +60,8 @@ struct GemmFit {
   GemmConstants catalog, fitted;
   int rows = 0;
   double catalog_error = 0, fitted_error = 0;  // mean |error| over every gemm row
-  double held_out_error = 0;  // each row predicted by the fit without its source's rows
-  std::vector<GemmFitSource> sources;          // in the order of their first row
+  double held_out_error = 0;           // each row predicted by the fit without its source's rows
+  std::vector<GemmFitSource> sources;  // in the order of their first row
 };
 
 // Fits on the gemm rows of `rows` (the others are ignored). An error when there are none, or

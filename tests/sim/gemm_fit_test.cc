@@ -14,8 +14,8 @@ namespace {
 
 using testing_util::CatalogGpu;
 
-ValidationRow GemmRow(std::string id, std::string source, const GpuSpec& gpu, Dtype dtype,
-                      double m, double n, double k, double tflops) {
+ValidationRow GemmRow(std::string id, std::string source, const GpuSpec& gpu, Dtype dtype, double m,
+                      double n, double k, double tflops) {
   ValidationRow row;
   row.id = std::move(id);
   row.category = ValidationCategory::kGemm;
@@ -58,10 +58,9 @@ TEST(GemmFitTest, FindsTheConstantsThatMadeTheRows) {
   for (const Shape& s : shapes) {
     const GpuSpec& gpu = s.fp8 ? h100 : a100;
     const Dtype dtype = s.fp8 ? Dtype::kFp8 : Dtype::kBf16;
-    rows.push_back(GemmRow(fmt::format("{}-{}", s.source, rows.size()), s.source, gpu, dtype,
-                           s.m, s.n, s.k,
-                           ModelTflops(gpu, dtype, s.fp8 ? 0.72 : 0.78, 96, 1.5, 4096, s.m, s.n,
-                                       s.k)));
+    rows.push_back(
+        GemmRow(fmt::format("{}-{}", s.source, rows.size()), s.source, gpu, dtype, s.m, s.n, s.k,
+                ModelTflops(gpu, dtype, s.fp8 ? 0.72 : 0.78, 96, 1.5, 4096, s.m, s.n, s.k)));
   }
   rows.push_back(ValidationRow{});  // an end-to-end row: not the fit's
 
@@ -138,7 +137,8 @@ TEST(GemmFitTest, TheBuiltInTable) {
   Result<GemmFit> fit = FitGemmModel(table->rows, grid);
   ASSERT_TRUE(fit.ok()) << fit.message();
   int gemm_rows = 0, rows_seen = 0;
-  for (const ValidationRow& row : table->rows) gemm_rows += row.category == ValidationCategory::kGemm;
+  for (const ValidationRow& row : table->rows)
+    gemm_rows += row.category == ValidationCategory::kGemm;
   for (const GemmFitSource& s : fit->sources) rows_seen += s.rows;
   EXPECT_EQ(fit->rows, gemm_rows);
   EXPECT_EQ(rows_seen, gemm_rows);

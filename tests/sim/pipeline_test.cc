@@ -2,6 +2,9 @@
 // buckets and the optimizer step, timed by hand where the costs allow it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -118,6 +121,54 @@ TEST(PipelineTest, TransfersRunOnThePipelineStreamAndDelayTheirReceiver) {
   }
   EXPECT_EQ(sends, 2);
   EXPECT_EQ(recvs, 2);
+}
+
+// Megatron-Core's overlapped transfers (Plan::overlap_p2p): receives go on a stream of their own,
+// so none waits behind a send, and a pass also waits for its stage's previous send in its
+// direction. 4 stages x 2 chunks, 8 micro-batches, F = 1, B = 2 and sends of 0.5: the batched
+// exchange leaves transfers exposed, the overlapped one hides them under the passes between,
+// down to what no schedule hides (the first forward's and last backward's trips through the
+// pipeline).
+TEST(PipelineTest, OverlappedTransfersHideBehindThePassBetween) {
+  const Plan plain = PipelinePlan(4, 2, 8);
+  Plan overlapped = plain;
+  overlapped.overlap_p2p = true;
+  const IterationRun none = RunIteration(plain, 1, 2, 0);
+  const IterationRun batched = RunIteration(plain, 1, 2, 0.5);
+  const IterationRun hidden = RunIteration(overlapped, 1, 2, 0.5);
+  EXPECT_NEAR(none.timeline.end_us(), 57, 1e-9);  // InterleavingShrinksTheBubble's
+  EXPECT_LT(hidden.timeline.end_us(), batched.timeline.end_us());
+  EXPECT_GT(hidden.timeline.end_us(), none.timeline.end_us());
+  // Without transfers the two schedules are one.
+  EXPECT_DOUBLE_EQ(RunIteration(overlapped, 1, 2, 0).timeline.end_us(), none.timeline.end_us());
+  const Schedule& s = hidden.it.schedule;
+  std::vector<std::array<int32_t, 2>> last_send(4, {-1, -1});
+  int recvs = 0, waits = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const Op& op = s.ops()[i];
+    if (op.func == OpFunc::kPpRecv) {
+      EXPECT_EQ(op.stream, Stream::kPpRecv);
+      ++recvs;
+    }
+    if (op.func == OpFunc::kPpSend) {
+      EXPECT_EQ(op.stream, Stream::kPpComm);
+      last_send[op.stage][op.tags.phase == Phase::kBackward] = static_cast<int32_t>(i);
+    }
+    if (op.kind != OpKind::kPass) continue;
+    const int32_t previous = last_send[op.stage][op.func == OpFunc::kBackwardPass];
+    if (previous < 0) continue;
+    const auto deps = s.deps(op);
+    EXPECT_NE(std::find(deps.begin(), deps.end(), previous), deps.end()) << s.Label(i);
+    ++waits;
+  }
+  EXPECT_EQ(recvs, 2 * (4 * 2 - 1) * 8);  // every virtual stage but the first, each way
+  EXPECT_GT(waits, 0);
+  // The rule: Megatron-Core overlaps transfers only in its interleaved schedule.
+  Plan one_chunk = PipelinePlan(4, 1, 8);
+  one_chunk.overlap_p2p = true;
+  const std::optional<PlanRuleFailure> failure = CheckPlanRules(one_chunk);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->key, "parallel.overlap_p2p");
 }
 
 TEST(PipelineTest, InterleavingShrinksTheBubble) {
@@ -346,19 +397,22 @@ TEST(PipelineTest, FsdpHoldsLessAndMovesMoreThanTheDistributedOptimizer) {
 }
 
 TEST(PipelineTest, EveryOpKindStreamAndGroupIsEmitted) {
-  // A 4D plan (context parallelism too) with the distributed optimizer: between the iteration and
-  // its pass schedules every op kind, stream and group of the IR appears.
+  // A 4D plan (context parallelism too) with the distributed optimizer and an interleaved
+  // pipeline whose transfers overlap: between the iteration and its pass schedules every op
+  // kind, stream and group of the IR appears.
   PlanKnobs k;
   k.model = "gpt3-2.7b";
   k.tp = 2;
   k.cp = 2;
   k.pp = 2;
   k.dp = 2;
+  k.virtual_stages = 2;
   k.cluster = "dgx-h100:2";
   k.micro_batch = 1;
   k.global_batch = 4;
   k.distributed_optimizer = true;
-  const Plan plan = MakePlan(k);
+  Plan plan = MakePlan(k);
+  plan.overlap_p2p = true;
   Result<Iteration> it = LowerIteration(plan);
   ASSERT_TRUE(it.ok()) << it.message();
   std::set<OpKind> kinds;

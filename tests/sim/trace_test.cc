@@ -107,7 +107,7 @@ TEST(TraceTest, PredictedTimelineIsAValidTrace) {
   EXPECT_EQ(complete, p->schedule.size());
   EXPECT_EQ(metadata, 1u + kStreamCount);
   EXPECT_EQ(events.size(), p->schedule.size() + 1 + kStreamCount);
-  EXPECT_EQ(named_threads, (std::set<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(named_threads, (std::set<int>{0, 1, 2, 3, 4, 5}));
 }
 
 TEST(TraceTest, IterationTraceHasAProcessPerStageAndItsStreams) {
