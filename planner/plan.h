@@ -84,9 +84,10 @@ struct Plan {
   int virtual_stages = 1;
   PipelineSplit pipeline_split = PipelineSplit::kLayers;
   // The interleaved schedule's pipeline transfers overlapped with compute (Megatron-Core
-  // --overlap-p2p-communication, NeMo's overlap_p2p_comm): a stage posts each receive a step
-  // early, so no receive waits behind a send, and a pass waits only for what it receives. Off:
-  // each step's sends and receives in one batched exchange, waited for (batch_p2p_comm).
+  // overlap_p2p_comm, on by default in Megatron-LM): a stage posts each receive a step early, so
+  // no receive waits behind a send, and a pass waits for its receive and for the stage's previous
+  // send in its direction. Off: each step's sends and receives in one batched exchange, waited
+  // for (batch_p2p_comm).
   bool overlap_p2p = false;
   Placement placement = Placement::kTpDpPp;
   // overlap

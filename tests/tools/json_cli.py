@@ -72,7 +72,8 @@ def check_plan_keys(plan, where):
                  "training": dict, "parallel": dict, "overlap": dict, "memory": dict}, where)
     typed(plan["training"], {"seq_len": int, "micro_batch": int, "global_batch": int}, where)
     typed(plan["parallel"], {"tp": int, "cp": int, "pp": int, "dp": int, "sequence_parallel": bool,
-                             "virtual_stages": int, "pipeline_split": str, "placement": str}, where)
+                             "virtual_stages": int, "pipeline_split": str, "overlap_p2p": bool,
+                             "placement": str}, where)
     typed(plan["overlap"], {"row_split": int, "col_split": int, "scope": str, "method": str,
                             "chunks": int, "copy_engine": bool}, where)
     typed(plan["memory"], {"recompute": str, "distributed_optimizer": bool}, where)
