@@ -78,7 +78,7 @@ std::string ExportMegatron(const Plan& plan) {
     args.push_back(
         fmt::format("--num-layers-per-virtual-pipeline-stage {}", LayersPerVirtualStage(plan)));
     // Megatron-LM overlaps the interleaved schedule's transfers unless told not to.
-    if (!plan.overlap_p2p) args.push_back("--no-overlap-p2p-communication");
+    if (!plan.p2p_overlapped()) args.push_back("--no-overlap-p2p-communication");
   }
   if (plan.split_counts_embedding()) args.push_back("--account-for-embedding-in-pipeline-split");
   if (plan.split_counts_loss()) args.push_back("--account-for-loss-in-pipeline-split");
@@ -184,7 +184,7 @@ std::string ExportNemo(const Plan& plan) {
                       plan.virtual_stages > 1 ? std::to_string(plan.virtual_stages) : "null");
   if (plan.virtual_stages > 1)
     body += fmt::format("  overlap_p2p_comm: {}\n  batch_p2p_comm: {}\n",
-                        YamlBool(plan.overlap_p2p), YamlBool(!plan.overlap_p2p));
+                        YamlBool(plan.p2p_overlapped()), YamlBool(!plan.p2p_overlapped()));
   if (plan.placement == Placement::kTpPpDp) body += "  use_tp_pp_dp_mapping: true\n";
   body += fmt::format("  sequence_parallel: {}\n", YamlBool(plan.sequence_parallel));
   if (plan.method != OverlapMethod::kDomino) body += "  ub_tp_comm_overlap: true\n";

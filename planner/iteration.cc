@@ -362,8 +362,9 @@ class IterationBuilder {
       // Overlapped, Megatron-Core posts a step's receive with the send of the step before in the
       // same direction, so it never waits behind a send: a stream of its own, in step order (a
       // receive completes before its pass starts, so the order delays none).
-      const Op recv = Comm(OpFunc::kPpRecv, plan_.overlap_p2p ? Stream::kPpRecv : Stream::kPpComm,
-                           s, Group::kPp, CollectiveOp::kNone, activation_bytes_, tags);
+      const Op recv =
+          Comm(OpFunc::kPpRecv, plan_.p2p_overlapped() ? Stream::kPpRecv : Stream::kPpComm, s,
+               Group::kPp, CollectiveOp::kNone, activation_bytes_, tags);
       const int32_t send[] = {input};
       deps.push_back(it_.schedule.Add(recv, send));
     }
@@ -371,7 +372,7 @@ class IterationBuilder {
     // waits on that send's handle with the receive's, schedules.py at core_r0.9.0): hidden under
     // the pass between them once forwards and backwards alternate.
     int32_t& previous_send = last_send_[s][step.backward ? 1 : 0];
-    if (plan_.overlap_p2p && previous_send >= 0) deps.push_back(previous_send);
+    if (plan_.p2p_overlapped() && previous_send >= 0) deps.push_back(previous_send);
     Op pass;
     pass.kind = OpKind::kPass;
     pass.func = step.backward ? OpFunc::kBackwardPass : OpFunc::kForwardPass;

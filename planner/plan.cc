@@ -258,7 +258,7 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   if (auto failure = CheckPipelineSplit(p)) return failure;
   if (p.virtual_stages > 1 && p.pp == 1)
     return fail("parallel.virtual_stages", "virtual_stages > 1 needs pp >= 2");
-  if (p.overlap_p2p && p.virtual_stages == 1)
+  if (p.overlap_p2p.value_or(false) && p.virtual_stages == 1)
     return fail("parallel.overlap_p2p",
                 "overlap_p2p needs virtual_stages >= 2 (Megatron-Core overlaps pipeline transfers "
                 "only in its interleaved schedule)");
@@ -426,7 +426,11 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     parallel->Int("virtual_stages", &plan.virtual_stages, Need::kOptional,
                   Range(kVirtualStagesBound));
     parallel->Enum("pipeline_split", &plan.pipeline_split, Need::kOptional, kPipelineSplits);
-    parallel->Bool("overlap_p2p", &plan.overlap_p2p, Need::kOptional);
+    if (parallel->Has("overlap_p2p")) {
+      bool overlap = false;
+      parallel->Bool("overlap_p2p", &overlap, Need::kOptional);
+      plan.overlap_p2p = overlap;
+    }
     (void)parallel->Finish();
   }
   if (auto overlap = root.Map("overlap", Need::kOptional)) {
@@ -559,7 +563,9 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       p.placement == Placement::kTpDpPp
           ? ""
           : fmt::format(", placement: {}", PlacementName(p.placement)),
-      p.overlap_p2p ? ", overlap_p2p: true" : "", p.row_split, p.col_split, ScopeName(p.scope),
+      // Written only when the plan overrides its stack's.
+      p.overlap_p2p ? fmt::format(", overlap_p2p: {}", *p.overlap_p2p) : "", p.row_split,
+      p.col_split, ScopeName(p.scope),
       // Written only for decomposed overlap, so a Domino plan's YAML stays what it was.
       p.method == OverlapMethod::kDomino
           ? ""

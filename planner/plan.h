@@ -84,11 +84,11 @@ struct Plan {
   int virtual_stages = 1;
   PipelineSplit pipeline_split = PipelineSplit::kLayers;
   // The interleaved schedule's pipeline transfers overlapped with compute (Megatron-Core
-  // overlap_p2p_comm, on by default in Megatron-LM): a stage posts each receive a step early, so
-  // no receive waits behind a send, and a pass waits for its receive and for the stage's previous
-  // send in its direction. Off: each step's sends and receives in one batched exchange, waited
-  // for (batch_p2p_comm).
-  bool overlap_p2p = false;
+  // overlap_p2p_comm): a stage posts each receive a step early, so no receive waits behind a
+  // send, and a pass waits for its receive and for the stage's previous send in its direction.
+  // Off: each step's sends and receives in one batched exchange, waited for (batch_p2p_comm).
+  // Unset: the stack's StackSpec::overlap_p2p (p2p_overlapped()).
+  std::optional<bool> overlap_p2p;
   Placement placement = Placement::kTpDpPp;
   // overlap
   int row_split = 1;
@@ -158,6 +158,11 @@ struct Plan {
   int decomposed_chunks() const {
     if (method == OverlapMethod::kDomino) return 1;
     return chunks > 0 ? chunks : tp;
+  }
+  // Whether the interleaved pipeline's transfers overlap compute: the plan's word, else the
+  // stack's; never without interleaving.
+  bool p2p_overlapped() const {
+    return virtual_stages > 1 && overlap_p2p.value_or(stack.overlap_p2p);
   }
   // Whether decomposed all-gather parts go on copy engines: the plan's word, else the stack's.
   bool copy_engine_parts() const {

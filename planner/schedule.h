@@ -11,7 +11,7 @@ namespace domino {
 
 // Streams of one rank, as CUDA streams with CUDA_DEVICE_MAX_CONNECTIONS=1: each runs its ops in
 // issue order, one at a time. cp-comm carries ring attention's KV transfers (context parallelism).
-// pp-comm carries a stage's pipeline transfers; with Plan::overlap_p2p its receives go on
+// pp-comm carries a stage's pipeline transfers; with Plan::p2p_overlapped() its receives go on
 // pp-recv, as posted ahead of the sends.
 enum class Stream : uint8_t { kCompute, kTpComm, kDpComm, kPpComm, kCpComm, kPpRecv };
 inline constexpr int kStreamCount = 6;

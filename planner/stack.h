@@ -101,6 +101,9 @@ struct StackSpec {
   // under that linear's weight-gradient GEMM (Megatron-LM's async all-reduce since September
   // 2021, and Megatron-Core's with sequence parallelism), rather than being launched after it.
   bool wgrad_overlaps_tp_comm = true;
+  // An interleaved pipeline's transfers overlapped with compute unless a plan says otherwise
+  // (Plan::overlap_p2p; Megatron-Core's overlap_p2p_comm).
+  bool overlap_p2p = false;
 };
 
 // The stack a plan runs on when it names none.
@@ -109,8 +112,8 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
 // `decomposed_copy_engine`, `cp_merge_kernels`, `fused_squared_relu`,
-// `fp32_scores` (false), `cross_entropy` (vocab-parallel), `grad_reduce` (fp32), `rope` (fused)
-// and `wgrad_overlaps_tp_comm` (true).
+// `fp32_scores` and `overlap_p2p` (false), `cross_entropy` (vocab-parallel), `grad_reduce` (fp32),
+// `rope` (fused) and `wgrad_overlaps_tp_comm` (true).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

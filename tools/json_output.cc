@@ -116,7 +116,7 @@ Json PlanJson(const Plan& p) {
                       {"sequence_parallel", p.sequence_parallel},
                       {"virtual_stages", p.virtual_stages},
                       {"pipeline_split", PipelineSplitName(p.pipeline_split)},
-                      {"overlap_p2p", p.overlap_p2p},
+                      {"overlap_p2p", p.p2p_overlapped()},
                       {"placement", PlacementName(p.placement)}};
   plan["overlap"] = {{"row_split", p.row_split},        {"col_split", p.col_split},
                      {"scope", ScopeName(p.scope)},     {"method", MethodName(p.method)},

@@ -59,7 +59,6 @@ TEST(ExportMegatron, Llama8b3dFullRecompute) {
 --tensor-model-parallel-size 4 \
 --pipeline-model-parallel-size 2 \
 --num-layers-per-virtual-pipeline-stage 8 \
---no-overlap-p2p-communication \
 --use-tp-pp-dp-mapping \
 --sequence-parallel \
 --micro-batch-size 1 \
@@ -152,8 +151,8 @@ model:
   tensor_model_parallel_size: 4
   pipeline_model_parallel_size: 2
   virtual_pipeline_model_parallel_size: 2
-  overlap_p2p_comm: false
-  batch_p2p_comm: true
+  overlap_p2p_comm: true
+  batch_p2p_comm: false
   use_tp_pp_dp_mapping: true
   sequence_parallel: true
   encoder_seq_length: 4096

@@ -130,9 +130,12 @@ TEST(PipelineTest, TransfersRunOnThePipelineStreamAndDelayTheirReceiver) {
 // down to what no schedule hides (the first forward's and last backward's trips through the
 // pipeline).
 TEST(PipelineTest, OverlappedTransfersHideBehindThePassBetween) {
-  const Plan plain = PipelinePlan(4, 2, 8);
-  Plan overlapped = plain;
-  overlapped.overlap_p2p = true;
+  // The megatron-core stack overlaps an interleaved pipeline's transfers unless the plan says not.
+  const Plan overlapped = PipelinePlan(4, 2, 8);
+  ASSERT_TRUE(overlapped.stack.overlap_p2p);
+  ASSERT_TRUE(overlapped.p2p_overlapped());
+  Plan plain = overlapped;
+  plain.overlap_p2p = false;
   const IterationRun none = RunIteration(plain, 1, 2, 0);
   const IterationRun batched = RunIteration(plain, 1, 2, 0.5);
   const IterationRun hidden = RunIteration(overlapped, 1, 2, 0.5);
@@ -163,8 +166,10 @@ TEST(PipelineTest, OverlappedTransfersHideBehindThePassBetween) {
   }
   EXPECT_EQ(recvs, 2 * (4 * 2 - 1) * 8);  // every virtual stage but the first, each way
   EXPECT_GT(waits, 0);
-  // The rule: Megatron-Core overlaps transfers only in its interleaved schedule.
+  // The rule: Megatron-Core overlaps transfers only in its interleaved schedule, so a plan may
+  // not ask for it without one, and the stack's word does not reach a pipeline without chunks.
   Plan one_chunk = PipelinePlan(4, 1, 8);
+  EXPECT_FALSE(one_chunk.p2p_overlapped());
   one_chunk.overlap_p2p = true;
   const std::optional<PlanRuleFailure> failure = CheckPlanRules(one_chunk);
   ASSERT_TRUE(failure.has_value());
