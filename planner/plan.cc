@@ -55,6 +55,12 @@ void ReadOverride(YamlMap& map, std::string_view key,
   map.Enum(key, &value, Need::kOptional, names);
   *out = value;
 }
+void ReadOverride(YamlMap& map, std::string_view key, std::optional<bool>* out) {
+  if (!map.Has(key)) return;
+  bool value = false;
+  map.Bool(key, &value, Need::kOptional);
+  *out = value;
+}
 
 IntRange Range(const PlanIntBound& bound) { return IntRange{.min = bound.min, .max = bound.max}; }
 
@@ -426,11 +432,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     parallel->Int("virtual_stages", &plan.virtual_stages, Need::kOptional,
                   Range(kVirtualStagesBound));
     parallel->Enum("pipeline_split", &plan.pipeline_split, Need::kOptional, kPipelineSplits);
-    if (parallel->Has("overlap_p2p")) {
-      bool overlap = false;
-      parallel->Bool("overlap_p2p", &overlap, Need::kOptional);
-      plan.overlap_p2p = overlap;
-    }
+    ReadOverride(*parallel, "overlap_p2p", &plan.overlap_p2p);
     (void)parallel->Finish();
   }
   if (auto overlap = root.Map("overlap", Need::kOptional)) {
@@ -439,11 +441,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     overlap->Enum("scope", &plan.scope, Need::kOptional, kScopes);
     overlap->Enum("method", &plan.method, Need::kOptional, kMethods);
     overlap->Int("chunks", &plan.chunks, Need::kOptional, Range(kChunksBound));
-    bool copy_engine = false;
-    if (overlap->Has("copy_engine")) {
-      overlap->Bool("copy_engine", &copy_engine, Need::kOptional);
-      plan.copy_engine = copy_engine;
-    }
+    ReadOverride(*overlap, "copy_engine", &plan.copy_engine);
     (void)overlap->Finish();
   }
   if (auto memory = root.Map("memory", Need::kOptional)) {

@@ -77,4 +77,8 @@ double GemmKernelUs(const GpuSpec& gpu, Dtype dtype, double m, double n, double 
   return GemmKernelParts(gpu, dtype, m, n, k).us;
 }
 
+double GemmKernelTflops(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
+  return 2 * m * n * k / (GemmKernelUs(gpu, dtype, m, n, k) * 1e6);
+}
+
 }  // namespace domino::sim

@@ -68,6 +68,8 @@ struct GemmKernel {
 GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, double k);
 // GemmKernelParts(...).us.
 double GemmKernelUs(const GpuSpec& gpu, Dtype dtype, double m, double n, double k);
+// 2 m n k over GemmKernelUs: the TFLOP/s a GEMM benchmark would read.
+double GemmKernelTflops(const GpuSpec& gpu, Dtype dtype, double m, double n, double k);
 
 }  // namespace domino::sim
 

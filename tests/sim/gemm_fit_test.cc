@@ -33,7 +33,7 @@ double ModelTflops(GpuSpec gpu, Dtype dtype, double efficiency, double overhead,
   gpu.gemm_tile_overhead_k = overhead;
   gpu.gemm_fixed_us = fixed;
   gpu.gemm_stream_k_min_k = stream_k;
-  return 2 * m * n * k / (GemmKernelUs(gpu, dtype, m, n, k) * 1e6);
+  return GemmKernelTflops(gpu, dtype, m, n, k);
 }
 
 // Rows made by the model itself at constants on the grid but not the catalog's (A100 16-bit at

@@ -11,10 +11,6 @@ namespace {
 
 using testing_util::CatalogGpu;
 
-double Tflops(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
-  return 2 * m * n * k / (GemmKernelUs(gpu, dtype, m, n, k) * 1e6);
-}
-
 // Hand-computed: 8 x 8 tiles (64 <= 132 SMs: one wave, no stream-K), each 2 * 128 * 128 *
 // (1024 + 192) FLOPs at 989e6 * 0.81 / 132 FLOP/us (an H100's 16-bit main loop at 700 W),
 // plus 3 us; memory (6 MiB) is faster.
@@ -39,13 +35,13 @@ TEST(GemmModelTest, SkinnyShapesAreMemoryBound) {
 TEST(GemmModelTest, BestShapesReachThePublishedCeilings) {
   // One H200 measured 769-798 TFLOP/s on 8192^3 bf16: a fixed shape, which sets the 16-bit
   // main loop of H100 and H200 at 700 W.
-  const double h200 = Tflops(CatalogGpu("h200-sxm"), Dtype::kBf16, 8192, 8192, 8192);
+  const double h200 = GemmKernelTflops(CatalogGpu("h200-sxm"), Dtype::kBf16, 8192, 8192, 8192);
   EXPECT_GT(h200, 769);
   EXPECT_LT(h200, 798);
   // ml-engineering MAMF: H100 SXM bf16 best 794.5 TFLOP/s at 2048 x 2048 x 13312, the best of a
   // search over shapes, sits above the per-shape model, as every GPU's search does (by 6-12%
   // where a fixed-shape table sets the model), but not by more.
-  const double mamf = Tflops(CatalogGpu("h100-sxm"), Dtype::kBf16, 2048, 2048, 13312);
+  const double mamf = GemmKernelTflops(CatalogGpu("h100-sxm"), Dtype::kBf16, 2048, 2048, 13312);
   EXPECT_LT(mamf, 794.5);
   EXPECT_GT(mamf, 794.5 / 1.12);
   // The same die at 900 W (GH200) keeps its main loop 4% faster: MAMF's 828.6 against 794.5.
@@ -56,7 +52,8 @@ TEST(GemmModelTest, BestShapesReachThePublishedCeilings) {
   for (const char* name : {"a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200"}) {
     const GpuSpec gpu = CatalogGpu(name);
     for (double size : {256.0, 1024.0, 4096.0, 16384.0, 65536.0})
-      EXPECT_LE(Tflops(gpu, Dtype::kBf16, size, size, size), GemmCeilingTflops(gpu, Dtype::kBf16))
+      EXPECT_LE(GemmKernelTflops(gpu, Dtype::kBf16, size, size, size),
+                GemmCeilingTflops(gpu, Dtype::kBf16))
           << name << " " << size;
   }
 }
