@@ -46,19 +46,18 @@ std::optional<std::string> DominoSlicing(const Plan& plan) {
   return fmt::format("Domino {} with {} overlap", slicing, ScopeName(plan.scope));
 }
 
-std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_view framework) {
+std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_view framework,
+                                               int framework_rs_chunks) {
   std::vector<std::string> out;
   if (plan.method == OverlapMethod::kDomino) return out;
   if (plan.decomposed_chunks() != plan.tp)
     out.push_back(
-        fmt::format("decomposed overlap in {} chunks: {} cuts each collective into tp "
+        fmt::format("decomposed overlap in {} chunks: {} cuts each all-gather into tp "
                     "({}) chunks",
                     plan.decomposed_chunks(), framework, plan.tp));
-  out.push_back(fmt::format(
-      "decomposed overlap: {} exchanges the chunks in ring order starting from each rank's own "
-      "shard, so only tp - 1 transfers run under GEMMs; domino's prediction moves fixed row "
-      "ranges and leaves the first transfer exposed",
-      framework));
+  if (plan.decomposed_rs_chunks() != framework_rs_chunks)
+    out.push_back(fmt::format("decomposed reduce-scatter in {} pieces: {} cuts it into {}",
+                              plan.decomposed_rs_chunks(), framework, framework_rs_chunks));
   return out;
 }
 

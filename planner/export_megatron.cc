@@ -12,6 +12,10 @@
 namespace domino::export_parts {
 namespace {
 
+// Transformer Engine's pipelined reduce-scatter pieces (num_splits of its "pipeline" method; see
+// the megatron-core stack).
+constexpr int kTeRsChunks = 4;
+
 void AddMegatronPrecision(Dtype precision, Output& out, std::vector<std::string>& args) {
   switch (precision) {
     case Dtype::kBf16:
@@ -61,7 +65,7 @@ std::string ExportMegatron(const Plan& plan) {
         "backward input-gradient all-reduce with the weight-gradient GEMM (--tp-comm-overlap is "
         "another method: Transformer Engine's collective-matmul decomposition)");
   }
-  for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine"))
+  for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine", kTeRsChunks))
     out.differs.push_back(d);
   std::vector<std::string> args;
   AddModelArguments(m, plan, /*gqa=*/true, args);
@@ -144,7 +148,7 @@ std::string ExportNemo(const Plan& plan) {
                           "(model.ub_tp_comm_overlap is another method: collective-matmul "
                           "decomposition)");
   }
-  for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine"))
+  for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine", kTeRsChunks))
     out.differs.push_back(d);
   if (plan.fsdp)
     out.differs.push_back(

@@ -35,9 +35,11 @@ std::string Title(const Plan& plan, std::string_view what);
 std::optional<std::string> DominoSlicing(const Plan& plan);
 
 // How a plan's decomposed overlap differs from the framework's own (Transformer Engine's
-// userbuffers, torchtitan's async TP): they cut each collective into tp chunks in ring order, each
-// rank starting from its own shard; nothing for Domino's method.
-std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_view framework);
+// userbuffers, torchtitan's async TP): they cut each all-gather into tp chunks, and each
+// reduce-scatter into `framework_rs_chunks` pieces (TE's pipeline: 4; async TP: tp); nothing for
+// Domino's method.
+std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_view framework,
+                                               int framework_rs_chunks);
 
 // Megatron's and torchtitan's layers per virtual stage count the ends the split counts.
 int LayersPerVirtualStage(const Plan& plan);

@@ -77,7 +77,7 @@ std::string ExportTorchtitan(const Plan& plan) {
                           ": torchtitan has no such option (enable_async_tensor_parallel is "
                           "another method: collective-matmul decomposition under torch.compile)");
   }
-  for (const std::string& d : DecomposedDifferences(plan, "torchtitan's async TP"))
+  for (const std::string& d : DecomposedDifferences(plan, "torchtitan's async TP", plan.tp))
     out.differs.push_back(d);
   if (plan.tp > 1 && !plan.sequence_parallel) {
     out.differs.push_back(

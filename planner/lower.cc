@@ -39,13 +39,14 @@ namespace lowering {
 // input gradient before the weight-gradient GEMM: Transformer Engine's bulk overlaps.
 //
 // Decomposed overlap (method decomposed or both, c chunks) cuts each sequence-parallel collective
-// that feeds or drains a GEMM, and that GEMM, into c pieces of the slice's rows: the all-gather
+// that feeds or drains a GEMM, and that GEMM, into pieces of the slice's rows: the all-gather
 // before QKV and fc1 (and, backward, the gradient's before the proj and fc2 input-gradient GEMMs)
 // in c parts, GEMM piece k waiting only for part k, so part k+1 moves while piece k computes; the
-// proj and fc2 GEMMs in c pieces, each piece's reduce-scatter part running under the next piece.
+// proj and fc2 GEMMs in rc pieces (Plan::decomposed_rs_chunks: Transformer Engine pipelines them
+// in 4 whatever tp is), each piece's reduce-scatter part running under the next piece.
 // Only the last reduce-scatter part has nothing left to hide behind. Scope none then makes the
 // next compute op wait for all of a block's parts, not for each: the pieces are one GEMM. With
-// c = 1 the schedule is plain sequence parallelism, op for op.
+// c = rc = 1 the schedule is plain sequence parallelism, op for op.
 //
 // Context parallelism turns the attention core into ring attention: lower_attention.cc.
 
@@ -57,6 +58,7 @@ Lowering::Lowering(const Plan& plan, const LowerOptions& options)
       layers_(options.layers > 0 ? options.layers : plan.model.layers / plan.pp),
       sp_(plan.sequence_parallel),
       c_(plan.decomposed_chunks()),
+      rc_(plan.decomposed_rs_chunks()),
       cp_(plan.cp),
       scope_(plan.scope) {
   const ModelSpec& m = plan.model;
@@ -274,16 +276,17 @@ void Lowering::ForwardCompute(int l, Block block, int i, const Deps& entry) {
   }
   OpFunc func = block == Block::kAttention ? OpFunc::kProj : OpFunc::kFc2;
   if (sp_) {
-    // The row-parallel GEMM in pieces, each piece's reduce-scatter part under the next piece.
+    // The row-parallel GEMM in rc pieces, each piece's reduce-scatter part under the next piece.
     int32_t shard = block == Block::kAttention ? t.proj_s : t.fc2_s;
     Deps parts;
-    for (int j = 0; j < c_; ++j) {
-      OpTags piece_tags = PieceTags(tags, j);
-      int32_t gemm = Gemm(func, piece_tags, piece_rows, h_, k, {},
-                          {Use(in, Piece(i, j, k)), WholeOf(w_out)}, {Use(out, Piece(i, j, h_))});
+    for (int j = 0; j < rc_; ++j) {
+      OpTags piece_tags = PieceTags(tags, j, rc_);
+      int32_t gemm =
+          Gemm(func, piece_tags, slice_tokens_ / rc_, h_, k, {},
+               {Use(in, Piece(i, j, k, rc_)), WholeOf(w_out)}, {Use(out, Piece(i, j, h_, rc_))});
       parts.push_back(Collective(OpFunc::kTpReduceScatter, CollectiveOp::kReduceScatter, piece_tags,
-                                 RowBytes(h_), gemm, Use(out, Piece(i, j, h_)), SliceOf(shard, i),
-                                 j, c_));
+                                 RowBytes(h_), gemm, Use(out, Piece(i, j, h_, rc_)),
+                                 SliceOf(shard, i), j, rc_));
     }
     for (int32_t part : parts) {
       waits_[i].push_back(part);

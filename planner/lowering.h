@@ -80,14 +80,15 @@ class Lowering {
                 (chunk + 1) * width};
   }
   static View Whole(int64_t rows, int64_t cols) { return View{0, rows, 0, cols}; }
-  // Decomposed chunk `chunk` of row slice `slice` of a whole-token tensor: its rows.
-  View Piece(int slice, int chunk, int64_t cols) const {
-    const int64_t rows = slice_tokens_ / c_;
+  // Piece `chunk` of `pieces` (default: the all-gather's c) of row slice `slice` of a
+  // whole-token tensor: its rows.
+  View Piece(int slice, int chunk, int64_t cols, int pieces = 0) const {
+    const int64_t rows = slice_tokens_ / (pieces > 0 ? pieces : c_);
     const int64_t begin = slice * slice_tokens_ + chunk * rows;
     return View{begin, begin + rows, 0, cols};
   }
-  OpTags PieceTags(OpTags tags, int chunk) const {
-    tags.chunk = static_cast<int8_t>(c_ > 1 ? chunk : -1);
+  OpTags PieceTags(OpTags tags, int chunk, int pieces = 0) const {
+    tags.chunk = static_cast<int8_t>((pieces > 0 ? pieces : c_) > 1 ? chunk : -1);
     return tags;
   }
   TensorUse Use(int32_t tensor, View view) const { return TensorUse{tensor, view}; }
@@ -203,7 +204,8 @@ class Lowering {
   LowerOptions options_;
   int p_, q_, layers_;
   bool sp_;
-  int c_;   // decomposed-overlap chunks (1: none)
+  int c_;   // decomposed-overlap chunks of an all-gather and the GEMM it feeds (1: none)
+  int rc_;  // pieces of a decomposed row-parallel GEMM and its reduce-scatter (1: none)
   int cp_;  // context-parallel degree (1: none)
   OverlapScope scope_;
   int64_t h_ = 0, d_ = 0, a_ = 0, g_ = 0, f_ = 0, f1_ = 0, qkv_n_ = 0, e_ = 2;

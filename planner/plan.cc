@@ -302,6 +302,10 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   if (p.method == OverlapMethod::kDomino && p.chunks != 0)
     return fail("overlap.chunks",
                 "chunks cut decomposed collectives: it needs overlap.method decomposed or both");
+  if (p.method == OverlapMethod::kDomino && p.rs_chunks != 0)
+    return fail("overlap.rs_chunks",
+                "rs_chunks cut decomposed reduce-scatters: it needs overlap.method decomposed or "
+                "both");
   if (p.method != OverlapMethod::kDomino) {
     const std::string_view method = MethodName(p.method);
     if (!p.sequence_parallel)
@@ -330,6 +334,16 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
       return fail("overlap.chunks", fmt::format("chunks ({}) must divide the tokens of a row slice "
                                                 "(micro_batch/row_split*seq_len{} = {})",
                                                 chunks, p.cp > 1 ? "/cp" : "", slice_tokens));
+    if (p.rs_chunks < 0 || p.rs_chunks > kMaxSplit)
+      return fail("overlap.rs_chunks", *CheckBound(kRsChunksBound, p.rs_chunks));
+    const int rs_chunks = p.decomposed_rs_chunks();
+    if (slice_tokens % rs_chunks != 0)
+      return fail("overlap.rs_chunks",
+                  fmt::format("rs_chunks ({}{}) must divide the tokens of a row slice "
+                              "(micro_batch/row_split*seq_len{} = {})",
+                              rs_chunks,
+                              p.rs_chunks > 0 ? "" : fmt::format(": the {} stack's", p.stack.name),
+                              p.cp > 1 ? "/cp" : "", slice_tokens));
   }
   if (p.recompute_layers > 0 && p.recompute != Recompute::kFull)
     return fail("memory.recompute_layers",
@@ -441,6 +455,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     overlap->Enum("scope", &plan.scope, Need::kOptional, kScopes);
     overlap->Enum("method", &plan.method, Need::kOptional, kMethods);
     overlap->Int("chunks", &plan.chunks, Need::kOptional, Range(kChunksBound));
+    overlap->Int("rs_chunks", &plan.rs_chunks, Need::kOptional, Range(kRsChunksBound));
     ReadOverride(*overlap, "copy_engine", &plan.copy_engine);
     (void)overlap->Finish();
   }
@@ -567,7 +582,9 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       // Written only for decomposed overlap, so a Domino plan's YAML stays what it was.
       p.method == OverlapMethod::kDomino
           ? ""
-          : fmt::format(", method: {}, chunks: {}{}", MethodName(p.method), p.decomposed_chunks(),
+          : fmt::format(", method: {}, chunks: {}{}{}", MethodName(p.method), p.decomposed_chunks(),
+                        // Written only when the plan overrides its stack's.
+                        p.rs_chunks > 0 ? fmt::format(", rs_chunks: {}", p.rs_chunks) : "",
                         p.copy_engine ? fmt::format(", copy_engine: {}", *p.copy_engine) : ""),
       RecomputeName(p.recompute),
       // Written only when set, so other plans keep their YAML.

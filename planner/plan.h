@@ -95,7 +95,10 @@ struct Plan {
   int col_split = 1;
   OverlapScope scope = OverlapScope::kNone;
   OverlapMethod method = OverlapMethod::kDomino;
-  int chunks = 0;  // pieces of each decomposed collective; 0: tp
+  int chunks = 0;  // pieces of each decomposed all-gather; 0: tp
+  // Pieces of each decomposed row-parallel GEMM and its reduce-scatter; 0: the stack's
+  // (StackSpec::decomposed_rs_chunks), else as many as `chunks`.
+  int rs_chunks = 0;
   // Decomposed all-gather parts moved by the GPU's copy engines as peer copies over NVLink
   // (Transformer Engine's ring exchange, use_ce) instead of SM-driven NCCL kernels: they take no
   // SMs from the GEMMs beside them, but still their HBM traffic. Reduce-scatter parts (their sums
@@ -154,10 +157,18 @@ struct Plan {
   int64_t split_units() const {
     return static_cast<int64_t>(model.layers) + split_counts_embedding() + split_counts_loss();
   }
-  // Pieces of each decomposed collective: 1 under Domino's method (nothing decomposed).
+  // Pieces of each decomposed all-gather (and of the GEMM it feeds): 1 under Domino's method
+  // (nothing decomposed).
   int decomposed_chunks() const {
     if (method == OverlapMethod::kDomino) return 1;
     return chunks > 0 ? chunks : tp;
+  }
+  // Pieces of each decomposed row-parallel GEMM and its reduce-scatter: the plan's, else the
+  // stack's, else as many as the all-gather's.
+  int decomposed_rs_chunks() const {
+    if (method == OverlapMethod::kDomino) return 1;
+    if (rs_chunks > 0) return rs_chunks;
+    return stack.decomposed_rs_chunks > 0 ? stack.decomposed_rs_chunks : decomposed_chunks();
   }
   // Whether the interleaved pipeline's transfers overlap compute: the plan's word, else the
   // stack's; never without interleaving.
@@ -196,6 +207,7 @@ inline constexpr PlanIntBound kVirtualStagesBound{"parallel.virtual_stages", 1, 
 inline constexpr PlanIntBound kRowSplitBound{"overlap.row_split", 1, kMaxSplit};
 inline constexpr PlanIntBound kColSplitBound{"overlap.col_split", 1, kMaxSplit};
 inline constexpr PlanIntBound kChunksBound{"overlap.chunks", 1, kMaxSplit};
+inline constexpr PlanIntBound kRsChunksBound{"overlap.rs_chunks", 1, kMaxSplit};
 inline constexpr PlanIntBound kRecomputeLayersBound{"memory.recompute_layers", 0, 1 << 20};
 
 // The rule a value breaks, worded as a plan file's loader words it ("must be a positive integer,

@@ -8,6 +8,7 @@
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
+#include "planner/plan.h"
 
 namespace domino {
 namespace {
@@ -74,6 +75,8 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("overlap_param_gather", &stack.overlap_param_gather, Need::kOptional);
   map.Enum("cross_entropy", &stack.cross_entropy, Need::kOptional, kCrossEntropies);
   map.Bool("decomposed_copy_engine", &stack.decomposed_copy_engine, Need::kOptional);
+  map.Int("decomposed_rs_chunks", &stack.decomposed_rs_chunks, Need::kOptional,
+          IntRange{.min = 0, .max = kMaxSplit});
   map.Enum("grad_reduce", &stack.grad_reduce, Need::kOptional, kGradReduces);
   map.Bool("cp_merge_kernels", &stack.cp_merge_kernels, Need::kOptional);
   map.Bool("fused_squared_relu", &stack.fused_squared_relu, Need::kOptional);

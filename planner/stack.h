@@ -90,6 +90,10 @@ struct StackSpec {
   // Decomposed overlap's all-gather parts go on copy engines unless a plan says otherwise
   // (Plan::copy_engine).
   bool decomposed_copy_engine = false;
+  // Pieces of a decomposed row-parallel GEMM and its reduce-scatter unless a plan says otherwise
+  // (Plan::rs_chunks); 0: as many as the all-gather's (Plan::chunks). Transformer Engine pipelines
+  // its reduce-scatter in 4 whatever tp is, and its all-gather ring exchange in tp.
+  int decomposed_rs_chunks = 0;
   GradReduce grad_reduce = GradReduce::kFp32;
   // Context parallelism merges each ring step's partial attention output (backward: its dQ and
   // dKV) into the running result, and copies the half blocks a causal step reads, in elementwise
@@ -111,7 +115,7 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `decomposed_copy_engine`, `cp_merge_kernels`, `fused_squared_relu`,
+// `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `fused_squared_relu`,
 // `fp32_scores` and `overlap_p2p` (false), `cross_entropy` (vocab-parallel), `grad_reduce` (fp32),
 // `rope` (fused) and `wgrad_overlaps_tp_comm` (true).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);

@@ -246,9 +246,11 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // ran them (the megatron-2021 stack's wgrad_overlaps_tp_comm: the A100 rows 6.2% -> 3.2%).
     // 10.4% with the pipeline transfers of the 45 rows whose runs overlap them (overlap_p2p_comm)
     // overlapped as they ran: those rows 2-13% faster, further below their measurements (the H100
-    // gap the exposed transfers had stood in for), above all GPT-3 175B's.
+    // gap the exposed transfers had stood in for), above all GPT-3 175B's. 10.4% / 41.5% with
+    // Transformer Engine's pipelined reduce-scatter in its 4 pieces rather than tp (the
+    // megatron-core stack's decomposed_rs_chunks): tp-8 rows' proj and fc2 pieces twice as tall.
     case ValidationCategory::kEndToEnd:
-      return {{0.05, 0.12}, {0.105, 0.47}};
+      return {{0.05, 0.12}, {0.105, 0.43}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:

@@ -118,9 +118,13 @@ Json PlanJson(const Plan& p) {
                       {"pipeline_split", PipelineSplitName(p.pipeline_split)},
                       {"overlap_p2p", p.p2p_overlapped()},
                       {"placement", PlacementName(p.placement)}};
-  plan["overlap"] = {{"row_split", p.row_split},        {"col_split", p.col_split},
-                     {"scope", ScopeName(p.scope)},     {"method", MethodName(p.method)},
-                     {"chunks", p.decomposed_chunks()}, {"copy_engine", p.copy_engine_parts()}};
+  plan["overlap"] = {{"row_split", p.row_split},
+                     {"col_split", p.col_split},
+                     {"scope", ScopeName(p.scope)},
+                     {"method", MethodName(p.method)},
+                     {"chunks", p.decomposed_chunks()},
+                     {"rs_chunks", p.decomposed_rs_chunks()},
+                     {"copy_engine", p.copy_engine_parts()}};
   plan["memory"] = {{"recompute", RecomputeName(p.recompute)},
                     {"recompute_layers", p.recompute_layers},
                     {"distributed_optimizer", p.distributed_optimizer},

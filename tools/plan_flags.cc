@@ -144,8 +144,13 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
                   "overlap method: domino (slicing) | decomposed (TE/async-TP collective matmul, "
                   "needs --sp) | both")
       ->check(NonEmpty());
-  app->add_option("--chunks", f->chunks, "pieces of each decomposed collective, 1-16 (default: tp)")
+  app->add_option("--chunks", f->chunks,
+                  "pieces of each decomposed all-gather, 1-16 (default: tp, as TE's ring exchange)")
       ->check(Bounded(kChunksBound));
+  app->add_option("--rs-chunks", f->rs_chunks,
+                  "pieces of each decomposed reduce-scatter, 1-16 (default: the stack's, 4 on "
+                  "megatron-core as TE's pipeline, else --chunks)")
+      ->check(Bounded(kRsChunksBound));
   AddSwitch(app, "copy-engine", &f->copy_engine,
             "decomposed all-gather parts on copy engines (peer copies, no SMs: TE's ring exchange; "
             "default: off)");
@@ -248,6 +253,7 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   set(f.row_split, &plan.row_split);
   set(f.col_split, &plan.col_split);
   set(f.chunks, &plan.chunks);
+  set(f.rs_chunks, &plan.rs_chunks);
   set(f.tp, &plan.tp);
   if (plan.tp == 0) {
     const int64_t per_tp = static_cast<int64_t>(plan.cp) * plan.pp * plan.dp;

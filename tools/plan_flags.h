@@ -21,7 +21,7 @@ struct PlanFlags {
   int tp = 0, cp = 0, pp = 0, dp = 0, virtual_stages = 0;
   int recompute_layers = -1;      // -1: not given
   std::string sequence_parallel;  // "true" / "false" (--sp / --no-sp)
-  int row_split = 0, col_split = 0, chunks = 0;
+  int row_split = 0, col_split = 0, chunks = 0, rs_chunks = 0;
   std::string method;       // "domino" / "decomposed" / "both"
   std::string copy_engine;  // "true" / "false"
   std::string scope, recompute, distributed_optimizer, fsdp, placement;

@@ -354,6 +354,7 @@ TEST(CudaBackendFakeTest, DecomposedPartsRunEmulatedAndOnNccl) {
     k.sequence_parallel = true;
     k.method = OverlapMethod::kDecomposed;
     k.chunks = chunks;
+    k.rs_chunks = chunks > 0 ? chunks : 2;  // the reduce-scatters in as many parts
     const Plan plan = testing_util::MakePlan(k);
     Result<ExecuteResult> emulated = RunEmulated(plan, /*graph=*/false);
     ASSERT_TRUE(emulated.ok()) << emulated.message();

@@ -192,5 +192,50 @@ TEST(LowerStackTest, TheBackwardCollectiveWaitsForTheWeightGradientOnlyWhereTheS
   }
 }
 
+TEST(LowerStackTest, TheReduceScatterComesInTheStacksPiecesUnlessThePlanSays) {
+  // gpt3-2.7b at tp 8 with decomposed overlap, 4 x 256 tokens: the all-gathers in tp = 8 parts
+  // (TE's ring exchange); proj and fc2 with their reduce-scatters in the megatron-core stack's 4
+  // pieces (TE's pipeline, num_splits 4), in the domino stack's as many as the all-gathers, or in
+  // the plan's rs_chunks.
+  for (const auto& [stack, rs_chunks, pieces] :
+       {std::tuple{"megatron-core", 0, 4}, std::tuple{"domino", 0, 8},
+        std::tuple{"megatron-core", 2, 2}, std::tuple{"domino", 16, 16}}) {
+    SCOPED_TRACE(testing::Message() << stack << " rs_chunks " << rs_chunks);
+    PlanKnobs k;
+    k.stack = stack;
+    k.sequence_parallel = true;
+    k.method = OverlapMethod::kDecomposed;
+    k.rs_chunks = rs_chunks;
+    const Plan plan = MakePlan(k);
+    EXPECT_EQ(plan.decomposed_chunks(), 8);
+    EXPECT_EQ(plan.decomposed_rs_chunks(), pieces);
+    const Schedule s = LowerOk(k);
+    int gathers = 0, scatters = 0, projs = 0;
+    for (const Op& op : s.ops()) {
+      if (op.tags.layer != 0 || op.tags.phase != Phase::kForward) continue;
+      if (op.func == OpFunc::kProj) {
+        EXPECT_EQ(op.m, 1024 / pieces);
+        EXPECT_EQ(op.tags.chunk, projs++);
+      }
+      if (op.collective == CollectiveOp::kReduceScatter) {
+        EXPECT_EQ(op.parts, pieces);
+        EXPECT_EQ(op.part, scatters % pieces);
+        EXPECT_EQ(op.bytes, 1024.0 * 2560 * 2 / pieces);
+        // Part j reduces the rows proj's piece j wrote.
+        const Op& gemm = s.op(s.deps(op)[0]);
+        EXPECT_EQ(s.writes(gemm)[0].view.row_begin, 1024 / pieces * op.part);
+        ++scatters;
+      }
+      if (op.collective == CollectiveOp::kAllGather) {
+        EXPECT_EQ(op.parts, 8);
+        ++gathers;
+      }
+    }
+    EXPECT_EQ(projs, pieces);
+    EXPECT_EQ(scatters, 2 * pieces);  // after proj and after fc2
+    EXPECT_EQ(gathers, 2 * 8);        // before QKV and before fc1
+  }
+}
+
 }  // namespace
 }  // namespace domino

@@ -95,10 +95,11 @@ TEST(LowerTest, SequenceParallelUsesAllGatherAndReduceScatter) {
   }
 }
 
-PlanKnobs Decomposed(OverlapMethod method, int p, int chunks) {
+PlanKnobs Decomposed(OverlapMethod method, int p, int chunks, int rs_chunks = 0) {
   PlanKnobs k = Knobs(p, 1, p > 1 ? kInter : kNone, /*sp=*/true);
   k.method = method;
   k.chunks = chunks;
+  k.rs_chunks = rs_chunks;
   return k;
 }
 
@@ -106,8 +107,8 @@ TEST(LowerTest, DecomposedWithOneChunkIsPlainSequenceParallelism) {
   for (int p : {1, 2}) {
     SCOPED_TRACE(p);
     Schedule plain = LowerOk(Knobs(p, 1, p > 1 ? kInter : kNone, /*sp=*/true));
-    Schedule one = LowerOk(
-        Decomposed(p > 1 ? OverlapMethod::kBoth : OverlapMethod::kDecomposed, p, /*chunks=*/1));
+    Schedule one = LowerOk(Decomposed(p > 1 ? OverlapMethod::kBoth : OverlapMethod::kDecomposed, p,
+                                      /*chunks=*/1, /*rs_chunks=*/1));
     ASSERT_EQ(one.size(), plain.size());
     for (size_t i = 0; i < plain.size(); ++i) {
       const Op &a = plain.ops()[i], &b = one.ops()[i];
@@ -125,13 +126,14 @@ TEST(LowerTest, DecomposedWithOneChunkIsPlainSequenceParallelism) {
   }
 }
 
-// Per layer and slice with c chunks: forward, the all-gathers before QKV and fc1 and the
-// reduce-scatters after proj and fc2 in c parts each, those four GEMMs in c pieces; backward,
-// the output gradient's all-gathers in c parts and the proj and fc2 input-gradient GEMMs in c
+// Per layer and slice with c chunks: forward, the all-gathers before QKV and fc1 in c parts
+// each and those GEMMs in c pieces, the proj and fc2 GEMMs and their reduce-scatters in rc
+// pieces (the megatron-core stack's 4, as Transformer Engine pipelines them); backward, the
+// output gradient's all-gathers in c parts and the proj and fc2 input-gradient GEMMs in c
 // pieces, the norm output's all-gathers and the input gradients' reduce-scatters whole (bulk
 // overlap under the other GEMM).
 TEST(LowerTest, DecomposedCutsCollectivesAndGemmsIntoChunks) {
-  const int layers = 32;
+  const int layers = 32, rc = 4;
   for (auto [method, p, c] :
        {std::tuple{OverlapMethod::kDecomposed, 1, 2}, std::tuple{OverlapMethod::kDecomposed, 1, 8},
         std::tuple{OverlapMethod::kBoth, 2, 4}}) {
@@ -139,15 +141,16 @@ TEST(LowerTest, DecomposedCutsCollectivesAndGemmsIntoChunks) {
     Schedule s = LowerOk(Decomposed(method, p, c));
     Schedule plain = LowerOk(Knobs(p, 1, p > 1 ? kInter : kNone, /*sp=*/true));
     EXPECT_EQ(Count(s, CollectiveOp::kAllGather), (2 * c + 2 * c + 2) * layers * p);
-    EXPECT_EQ(Count(s, CollectiveOp::kReduceScatter), (2 * c + 2) * layers * p);
+    EXPECT_EQ(Count(s, CollectiveOp::kReduceScatter), (2 * rc + 2) * layers * p);
     EXPECT_EQ(Count(s, CollectiveOp::kAllReduce), 0);
     auto gemms = [](const Schedule& x, OpFunc func) {
       return std::count_if(x.ops().begin(), x.ops().end(),
                            [&](const Op& op) { return op.func == func; });
     };
-    for (OpFunc func : {OpFunc::kQkv, OpFunc::kProj, OpFunc::kFc1, OpFunc::kFc2,
-                        OpFunc::kProjGradInput, OpFunc::kFc2GradInput})
+    for (OpFunc func : {OpFunc::kQkv, OpFunc::kFc1, OpFunc::kProjGradInput, OpFunc::kFc2GradInput})
       EXPECT_EQ(gemms(s, func), c * layers * p) << OpFuncName(func);
+    for (OpFunc func : {OpFunc::kProj, OpFunc::kFc2})
+      EXPECT_EQ(gemms(s, func), rc * layers * p) << OpFuncName(func);
     for (OpFunc func : {OpFunc::kQkvGradInput, OpFunc::kFc1GradWeight, OpFunc::kProjGradWeight})
       EXPECT_EQ(gemms(s, func), layers * p) << OpFuncName(func);
     // The same work and the same bytes as plain sequence parallelism, only cut.
@@ -156,12 +159,14 @@ TEST(LowerTest, DecomposedCutsCollectivesAndGemmsIntoChunks) {
     for (const Op& op : s.ops()) bytes += op.kind == OpKind::kCollective ? op.bytes : 0;
     for (const Op& op : plain.ops()) plain_bytes += op.kind == OpKind::kCollective ? op.bytes : 0;
     EXPECT_DOUBLE_EQ(bytes, plain_bytes);
-    // Each part moves 1/c of its slice, and every part index appears.
+    // Each part moves 1/c of its slice (a reduce-scatter part 1/rc), and every part index
+    // appears.
     const double slice_bytes = 4.0 * 256 * 2560 * 2 / p;
     for (const Op& op : s.ops()) {
       if (op.kind == OpKind::kCollective && op.parts > 1) {
-        EXPECT_EQ(op.parts, c);
-        EXPECT_EQ(op.bytes, slice_bytes / c);
+        const int parts = op.collective == CollectiveOp::kReduceScatter ? rc : c;
+        EXPECT_EQ(op.parts, parts);
+        EXPECT_EQ(op.bytes, slice_bytes / parts);
         EXPECT_EQ(op.tags.chunk, op.part);
       }
     }

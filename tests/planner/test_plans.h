@@ -29,8 +29,9 @@ struct PlanKnobs {
   OverlapScope scope = OverlapScope::kNone;
   bool sequence_parallel = false;
   OverlapMethod method = OverlapMethod::kDomino;
-  int chunks = 0;  // 0: tp
-  int cp = 1;      // last: tests initialize the fields above in order
+  int chunks = 0;     // 0: tp
+  int cp = 1;         // tests initialize the fields above in order
+  int rs_chunks = 0;  // 0: the stack's
 };
 
 // A resolved plan; fails the test (and returns the unresolved plan) when it breaks a rule.
@@ -54,6 +55,7 @@ inline Plan MakePlan(const PlanKnobs& k) {
   plan.sequence_parallel = k.sequence_parallel;
   plan.method = k.method;
   plan.chunks = k.chunks;
+  plan.rs_chunks = k.rs_chunks;
   Status status = ResolvePlan(plan);
   EXPECT_TRUE(status.ok()) << status.message();
   return plan;

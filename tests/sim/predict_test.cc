@@ -89,13 +89,14 @@ TEST(PredictTest, InvariantsOverModelsClustersAndStrategies) {
 }
 
 PlanKnobs DecomposedKnobs(const std::string& model, const std::string& cluster,
-                          OverlapMethod method, int chunks) {
+                          OverlapMethod method, int chunks, int rs_chunks = 0) {
   const bool both = method == OverlapMethod::kBoth;
   PlanKnobs k = Knobs(model, cluster,
                       Strategy{"sp", both ? 2 : 1, 1,
                                both ? OverlapScope::kInterLayer : OverlapScope::kNone, true});
   k.method = method;
   k.chunks = chunks;
+  k.rs_chunks = rs_chunks;
   return k;
 }
 
@@ -103,8 +104,8 @@ TEST(PredictTest, DecomposedWithOneChunkPredictsPlainSequenceParallelism) {
   for (const char* cluster : {"dgx-h100:1", "dgx-h100:2"}) {
     SCOPED_TRACE(cluster);
     Prediction plain = PredictOk(MakePlan(Knobs("llama2-7b", cluster, kStrategies[1])));
-    Prediction one =
-        PredictOk(MakePlan(DecomposedKnobs("llama2-7b", cluster, OverlapMethod::kDecomposed, 1)));
+    Prediction one = PredictOk(
+        MakePlan(DecomposedKnobs("llama2-7b", cluster, OverlapMethod::kDecomposed, 1, 1)));
     EXPECT_EQ(one.figures.iteration_ms, plain.figures.iteration_ms);
     EXPECT_EQ(one.figures.ideal_ms, plain.figures.ideal_ms);
     EXPECT_EQ(one.serial_ms, plain.serial_ms);
