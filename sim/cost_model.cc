@@ -171,6 +171,7 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
                                               static_cast<double>(op.n), static_cast<double>(op.k));
     cost.tail_share = c.tail_share;
     cost.blocks_comm = c.blocks_comm;
+    cost.persistent_ctas = c.persistent_ctas;
   }
   if (dtype != Dtype::kFp8) return cost;
   // An fp8 GEMM's activation operand is quantized first, by a kernel of its own (Transformer

@@ -167,6 +167,10 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
     // Compute op: microseconds it still stalls from `since` (> 0: no progress, and its next
     // event is the stall's end).
     double stall = 0;
+    // Persistent GEMM (OpCost::persistent_ctas) launched beside held SMs: the share of its work its
+    // late CTAs still owe once the SMs come free or its early CTAs finish (0: none pending).
+    double tail = 0;
+    bool late = false;   // only its late CTAs run, on SMs its early ones freed
     bool fresh = false;  // started since its stage's rates were last computed
   };
   // An op is done at `now` when its end has come or what is left rounds away (the old engine's
@@ -228,6 +232,13 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
       r.stall = 0;
       return;
     }
+    if (r.tail > 0) {  // the early CTAs are done; the late ones start now, on their SMs
+      r.remaining = r.tail;
+      r.tail = 0;
+      r.late = true;
+      r.since = now;
+      return;
+    }
     const int32_t id = r.op;
     r.op = -1;
     finish(id, slot);
@@ -281,11 +292,22 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
         } else {
           // Launched beside collectives that hold SMs: its late CTAs' share, for as long as
           // they hold them.
-          if (r.fresh)
-            r.stall = ctas > 0 ? c.tail_share * c.BodyUs(device.sms, device.hbm_GBps) : 0;
+          if (r.fresh && ctas > 0) {
+            if (c.persistent_ctas <= 0)
+              r.stall = c.tail_share * c.BodyUs(device.sms, device.hbm_GBps);
+            else if (c.persistent_ctas > device.sms - ctas)
+              r.tail = c.tail_share;
+          }
           if (ctas == 0 || r.stall <= 1e-9) r.stall = 0;
           if (r.stall > 0) continue;
-          compute_body_us = c.BodyUs(compute_sms, device.hbm_GBps);
+          if (r.tail > 0 && ctas == 0) {  // the SMs came free: the late CTAs start
+            r.remaining = std::max(r.remaining, r.tail);
+            r.tail = 0;
+          }
+          // While late CTAs wait, the early ones run their tiles as if alone; then the late ones
+          // do, on the SMs the early ones freed.
+          compute_body_us =
+              c.BodyUs(r.tail > 0 || r.late ? device.sms : compute_sms, device.hbm_GBps);
           if (ctas > 0) compute_body_us += c.stall_share * c.BodyUs(device.sms, device.hbm_GBps);
           party.weight = compute_sms;
           if (compute_body_us > 0) party.demand = c.hbm_bytes / compute_body_us / 1e3;

@@ -19,10 +19,11 @@ namespace domino::sim {
 // keeps every SM runs (OpCost::blocks_comm), starts when that GEMM ends, and a GEMM launched
 // while collectives hold SMs (they count when they start at the same moment: they were launched
 // first) first stalls for its late CTAs (OpCost::tail_share of its body, for as long as the
-// collectives hold them) and then runs on the SMs left; a pass stalls stall_share of its body
-// throughout. Rates change whenever an op starts, ends or stops stalling; between those events
-// every op progresses at a constant rate, so the result is exact for the model. `costs[i]`
-// belongs to op i.
+// collectives hold them) and then runs on the SMs left; a persistent GEMM
+// (OpCost::persistent_ctas) runs its early CTAs meanwhile, and its late ones, if any, then owe
+// their share; a pass stalls stall_share of its body throughout. Rates change whenever an op
+// starts, ends or stops stalling; between those events every op progresses at a constant rate, so
+// the result is exact for the model. `costs[i]` belongs to op i.
 //
 // A schedule with ops of several stages (Op::stage: an Iteration) runs every stage's rank on its
 // own device with its own streams; dependencies may cross stages (a recv waits for its send).

@@ -49,7 +49,9 @@ GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k
     out.tail_share = std::min(1.0, 1 / cta_waves);
   } else {
     // Persistent: CTA i takes tiles i, i + sms, ...; the late ones, launched last, are the last
-    // indices and hold floor(waves) tiles of the ceil(waves) the kernel takes.
+    // indices and hold floor(waves) tiles of the ceil(waves) the kernel takes. The others run
+    // their tiles meanwhile (OpCost::persistent_ctas).
+    out.persistent_ctas = std::min<double>(gpu.sms, std::ceil(tiles / gpu.gemm_cta_tiles));
     out.tail_share = cta_waves < 1 ? 1.0 : std::floor(cta_waves) / std::ceil(cta_waves);
   }
   return out;

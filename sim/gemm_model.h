@@ -42,12 +42,17 @@ double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype);
 // running go first. One launched before it leaves CTAs of it waiting for an SM: they start when
 // the collective ends or the first CTAs finish, whichever comes first, and still have their
 // share to do (`tail_share` of the body). Below gemm_persistent_cta_waves waves of CTAs of
-// gemm_cta_tiles output tiles, cuBLAS runs one persistent CTA per SM and the late ones hold
-// floor(waves) / ceil(waves) of the body (all of it under one wave); above, a CTA is 1 / waves.
+// gemm_cta_tiles output tiles, cuBLAS runs one persistent CTA per SM (`persistent_ctas`): only
+// those beyond the SMs the collective leaves are late, the others run their tiles meanwhile, and
+// the late ones hold floor(waves) / ceil(waves) of the body (all of it under one wave). Above,
+// the GEMM stalls a CTA's share, 1 / waves, and then runs on the SMs left.
 // Short main loops (k < gemm_stream_k_min_k) retire CTAs quickly: no tail.
 struct GemmContention {
   double tail_share = 0;
   bool blocks_comm = false;
+  // Persistent kernels (below gemm_persistent_cta_waves): their CTAs, one per SM at most
+  // (OpCost::persistent_ctas); 0 otherwise.
+  double persistent_ctas = 0;
 };
 GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k);
 

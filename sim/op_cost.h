@@ -27,6 +27,11 @@ struct OpCost {
   double tail_share = 0;
   double stall_share = 0;
   bool blocks_comm = false;
+  // A persistent GEMM's CTAs (one per SM at most; 0: not persistent). Only those beyond the SMs
+  // the collective leaves wait, none if they all fit: the others run their tiles meanwhile, and
+  // the late ones start when the collective frees its SMs or the others finish, whichever comes
+  // first, and then take `tail_share` of the body.
+  double persistent_ctas = 0;
 
   // Compute body on `sms` SMs with `hbm_GBps` of HBM bandwidth, excluding launch.
   double BodyUs(int sms, double hbm_GBps) const {

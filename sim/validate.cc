@@ -258,9 +258,12 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // Contention: domino's own H200 measurements, none fitted row by row (docs/validation/
     // intro.md). The SMs-only model (every GEMM beside a collective on the SMs left to it) gave
     // 13.3% / 46%; launch order and late CTAs 8.3% / 69%, the worst a GEMM held for 0.8 of its
-    // time that ran as if not held (unresolved: the gap between the two launches, not measured).
+    // time that ran as if not held (unresolved: the gap between the two launches, not measured);
+    // 5.8% / 69% with a persistent GEMM's early CTAs running through the hold and only CTAs beyond
+    // the SMs left late (the 4096x2560x5120 holds of a quarter and half its time: +19-29% to
+    // -8-+3%).
     case ValidationCategory::kContention:
-      return {{0.08, 0.25}, {0.09, 0.7}};
+      return {{0.08, 0.25}, {0.065, 0.7}};
   }
   return {};
 }
@@ -328,6 +331,7 @@ double ContentionSlowdown(const ContentionCase& c, std::string* detail) {
   const GemmContention contention = GemmContentionOf(gpu, c.m, c.n, c.k);
   gemm.tail_share = contention.tail_share;
   gemm.blocks_comm = contention.blocks_comm;
+  gemm.persistent_ctas = contention.persistent_ctas;
   OpCost holder;
   holder.is_comm = true;
   holder.ctas = c.sms_held;

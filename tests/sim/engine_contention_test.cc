@@ -1,7 +1,7 @@
-// The engine's launch-order contention (sim/engine.h, OpCost::tail_share, blocks_comm,
-// stall_share): a GEMM launched while a collective holds SMs stalls for its late CTAs' share, a
-// collective launched during a GEMM that keeps every SM waits for its end. Times by hand on a
-// device of 100 SMs.
+// The engine's launch-order contention (sim/engine.h, OpCost::tail_share, persistent_ctas,
+// blocks_comm, stall_share): a GEMM launched while a collective holds SMs stalls for its late
+// CTAs' share, a collective launched during a GEMM that keeps every SM waits for its end. Times
+// by hand on a device of 100 SMs.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -149,6 +149,36 @@ TEST(EngineContentionTest, HeldGemmNeverEndsLaterThanAfterTheCollective) {
         EXPECT_LE(end, hold + 40 + kEps) << tail << " " << hold << " " << ctas;
         EXPECT_GE(end, 40 - kEps) << tail << " " << hold << " " << ctas;
       }
+}
+
+// A persistent GEMM (OpCost::persistent_ctas): 200 tiles in two waves of 20 us, 40 us alone,
+// its late CTAs owing half of it once they start.
+OpCost Persistent(double ctas) {
+  OpCost c = Gemm(200, 20, 0.5);
+  c.persistent_ctas = ctas;
+  return c;
+}
+
+TEST(EngineContentionTest, PersistentGemmsEarlyCtasRunThroughTheHold) {
+  // 100 CTAs, 20 SMs held from its launch: the 80 early CTAs run as if alone; the 20 late ones
+  // start when the hold ends (or at 40, when the early ones are done) and take 20 us, on SMs
+  // of their own. Held 10 us: 3/4 of the work is left, more than the late CTAs' half: 40.
+  // Held 30: 1/4 left, the late half takes 20 us from 30: 50. Held 100: 40 + 20 = 60.
+  for (const auto& [hold, end] : {std::pair{10.0, 40.0}, {30.0, 50.0}, {100.0, 60.0}}) {
+    Case c;
+    c.Add(Stream::kTpComm, Comm(hold, 20));
+    int32_t gemm = c.Add(Stream::kCompute, Persistent(100));
+    EXPECT_NEAR(c.Run().ops[gemm].end_us, end, kEps) << "held " << hold;
+  }
+}
+
+TEST(EngineContentionTest, PersistentGemmWhoseCtasAllFitDoesNotWait) {
+  // 80 CTAs and 20 of 100 SMs held: every CTA has an SM, nothing waits; the 200 tiles take their
+  // three waves on the 80 SMs (60 us) while the SMs are held, two (40 us) once free.
+  Case c;
+  c.Add(Stream::kTpComm, Comm(300, 20));
+  int32_t gemm = c.Add(Stream::kCompute, Persistent(80));
+  EXPECT_NEAR(c.Run().ops[gemm].end_us, 60, kEps);
 }
 
 }  // namespace

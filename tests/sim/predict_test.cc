@@ -182,7 +182,11 @@ TEST(PredictTest, BaselineIsTheSameWhicheverWayItIsBuilt) {
 }
 
 // Scales NVLink and network bandwidth by 1, 2, 4 for every cluster and strategy of the grid and
-// checks that TP communication, exposed communication and the iteration never grow.
+// checks that TP communication, exposed communication and the iteration never grow. With HBM
+// contention they may grow by a hair: a collective that moves its bytes faster draws HBM faster,
+// so a memory-bound op that ends under it gets less of it (gpt3-2.7b row4-intra on one DGX-H100:
+// the last layer's residual add beside the all-reduce 9.346 -> 9.349 us, the iteration 0.03 us
+// longer in 108 ms).
 void ExpectFasterLinksNeverExposeMore(bool hbm_contention) {
   for (const char* cluster : {"dgx-h100:1", "dgx-h100:2", "dgx-a100:1"}) {
     for (const Strategy& st : kStrategies) {
@@ -196,7 +200,7 @@ void ExpectFasterLinksNeverExposeMore(bool hbm_contention) {
         plan.cluster.node.nvlink.GBps_per_direction = nvlink * scale;
         plan.cluster.node.network.GBps_per_direction = network * scale;
         Prediction p = PredictOk(plan);
-        const double tol = 1e-9 * p.figures.iteration_ms;
+        const double tol = (hbm_contention ? 1e-6 : 1e-9) * p.figures.iteration_ms;
         EXPECT_LE(p.tp_comm_ms, tp_comm) << "x" << scale;
         EXPECT_LE(p.figures.exposed_comm_ms, exposed + tol)
             << "x" << scale << ": iteration " << p.figures.iteration_ms << " ms, before "

@@ -231,9 +231,9 @@ TEST(ValidateTest, ContentionRowsByHand) {
     ASSERT_TRUE(r.ok()) << r.message();
     predicted.push_back(r->predicted);
   }
-  // 2.42 waves of CTAs, persistent: the late CTAs' 2/3 of the 177 us body (118 us) is cut to the
-  // 100 us held; then the whole GEMM alone.
-  EXPECT_NEAR(predicted[0], (100 + 180) / 180.0, 1e-9);
+  // 2.42 waves of CTAs, persistent: the early CTAs run through the 100 us held; the late ones
+  // start when it ends and take their 2/3 of the GEMM's 180 us.
+  EXPECT_NEAR(predicted[0], (100 + 180 * 2.0 / 3) / 180.0, 1e-9);
   // Launched first, the GEMM keeps its SMs; the holder waits.
   EXPECT_NEAR(predicted[1], 1, 1e-9);
   // Short k: no tail, only the SMs left: 640 tiles in ceil(640 / 116) = 6 waves instead of 5.
