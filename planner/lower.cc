@@ -425,10 +425,12 @@ void Lowering::BackwardCompute(int l, Block block, int i, const Deps& entry) {
                             RowBytes(h_ / q_), producer, Use(g_norm, Chunk(i, j, h_)),
                             Use(g_norm, Chunk(i, j, h_)));
   };
-  // Without the stack's wgrad_overlaps_tp_comm, a chunk's collective is launched only after the
-  // weight gradient (PyTorch's linear backward computes both gradients before the collective's
-  // autograd function runs), so nothing of the block runs under it.
-  const bool overlap_wgrad = plan_.stack.wgrad_overlaps_tp_comm;
+  // Without the stack's wgrad_overlaps_tp_comm (for fc1 of a row-split layer, also
+  // sliced_fc1_wgrad_overlaps_tp_comm), a chunk's collective is launched only after the weight
+  // gradient (PyTorch's linear backward computes both gradients before the collective's autograd
+  // function runs), so nothing of the block runs under it.
+  const bool overlap_wgrad = plan_.stack.wgrad_overlaps_tp_comm &&
+                             (attn || p_ == 1 || plan_.stack.sliced_fc1_wgrad_overlaps_tp_comm);
   std::vector<int32_t> gemms, comms;
   for (int j = 0; j < q_; ++j) {
     OpTags chunk_tags = Tags(l, i, q_ > 1 ? j : -1, Phase::kBackward);

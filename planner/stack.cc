@@ -82,6 +82,8 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("fused_squared_relu", &stack.fused_squared_relu, Need::kOptional);
   map.Enum("rope", &stack.rope, Need::kOptional, kRopeKernels);
   map.Bool("wgrad_overlaps_tp_comm", &stack.wgrad_overlaps_tp_comm, Need::kOptional);
+  map.Bool("sliced_fc1_wgrad_overlaps_tp_comm", &stack.sliced_fc1_wgrad_overlaps_tp_comm,
+           Need::kOptional);
   map.Bool("overlap_p2p", &stack.overlap_p2p, Need::kOptional);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return stack;

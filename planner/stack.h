@@ -105,6 +105,12 @@ struct StackSpec {
   // under that linear's weight-gradient GEMM (Megatron-LM's async all-reduce since September
   // 2021, and Megatron-Core's with sequence parallelism), rather than being launched after it.
   bool wgrad_overlaps_tp_comm = true;
+  // The same for the MLP's first linear of a row-split layer (row_split >= 2), which also needs
+  // wgrad_overlaps_tp_comm: false in DeepSpeed-Domino, whose sliced layer all-reduces fc1's input
+  // gradient in an autograd function of its own after torch.matmul's backward computed both
+  // gradients (its QKV, Megatron-LM's ColumnParallelLinear, launches it before the weight
+  // gradient; without slices Megatron-LM's own layer runs).
+  bool sliced_fc1_wgrad_overlaps_tp_comm = true;
   // An interleaved pipeline's transfers overlapped with compute unless a plan says otherwise
   // (Plan::overlap_p2p; Megatron-Core's overlap_p2p_comm).
   bool overlap_p2p = false;
@@ -117,7 +123,7 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
 // `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `fused_squared_relu`,
 // `fp32_scores` and `overlap_p2p` (false), `cross_entropy` (vocab-parallel), `grad_reduce` (fp32),
-// `rope` (fused) and `wgrad_overlaps_tp_comm` (true).
+// `rope` (fused), `wgrad_overlaps_tp_comm` and `sliced_fc1_wgrad_overlaps_tp_comm` (true).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

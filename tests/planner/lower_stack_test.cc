@@ -152,18 +152,22 @@ TEST(LowerStackTest, TheBackwardCollectiveWaitsForTheWeightGradientOnlyWhereTheS
   // gpt3-2.7b at tp 8, scope none, whole batch (q = 1) or two column chunks (q = 2). Megatron-Core
   // launches a column-parallel linear's input-gradient all-reduce (of a chunk) right after that
   // chunk's GEMM and runs the weight gradient under it; 2021 Megatron-LM (wgrad_overlaps_tp_comm
-  // false) launches it after the weight gradient.
+  // false) launches it after the weight gradient; DeepSpeed-Domino does so for fc1 of its sliced
+  // layer only (sliced_fc1_wgrad_overlaps_tp_comm false; two row slices, scope none).
   const auto is = [](const Op& op, std::initializer_list<OpFunc> funcs) {
     return std::find(funcs.begin(), funcs.end(), op.func) != funcs.end();
   };
-  for (const auto& [stack, overlap] :
-       {std::tuple{"megatron-core", true}, std::tuple{"megatron-2021", false}}) {
-    for (int q : {1, 2}) {
-      SCOPED_TRACE(testing::Message() << stack << " q=" << q);
+  for (const auto& [stack, qkv_overlap, sliced_fc1_overlap] :
+       {std::tuple{"megatron-core", true, true}, std::tuple{"megatron-2021", false, false},
+        std::tuple{"deepspeed-domino", true, false}}) {
+    for (const auto& [p, q] : {std::pair{1, 1}, {1, 2}, {2, 1}}) {
+      SCOPED_TRACE(testing::Message() << stack << " p=" << p << " q=" << q);
+      const bool fc1_overlap = p > 1 ? sliced_fc1_overlap : qkv_overlap;
       PlanKnobs k;
       k.stack = stack;
+      k.row_split = p;
       k.col_split = q;
-      ASSERT_EQ(MakePlan(k).stack.wgrad_overlaps_tp_comm, overlap);
+      ASSERT_EQ(MakePlan(k).stack.wgrad_overlaps_tp_comm, qkv_overlap);
       const Schedule s = LowerOk(k);
       const auto n = static_cast<int32_t>(s.size());
       int checked = 0;
@@ -175,7 +179,8 @@ TEST(LowerStackTest, TheBackwardCollectiveWaitsForTheWeightGradientOnlyWhereTheS
         ASSERT_GE(gemm, 0) << s.Label(c);
         const Op& before = s.op(gemm);
         EXPECT_EQ(before.tags.layer, comm.tags.layer) << s.Label(c);
-        if (overlap) {
+        const bool qkv = is(before, {OpFunc::kQkvGradInput, OpFunc::kQkvGradWeight});
+        if (qkv ? qkv_overlap : fc1_overlap) {
           EXPECT_TRUE(is(before, {OpFunc::kQkvGradInput, OpFunc::kFc1GradInput})) << s.Label(gemm);
           EXPECT_EQ(before.tags.col_chunk, comm.tags.col_chunk) << s.Label(gemm);
         } else {
@@ -187,7 +192,7 @@ TEST(LowerStackTest, TheBackwardCollectiveWaitsForTheWeightGradientOnlyWhereTheS
             << s.Label(c);
         ++checked;
       }
-      EXPECT_EQ(checked, 2 * 32 * q);  // qkv and fc1 in each of 32 layers, one per chunk
+      EXPECT_EQ(checked, 2 * 32 * p * q);  // qkv and fc1 in 32 layers, per slice and chunk
     }
   }
 }
