@@ -48,8 +48,11 @@ std::string DescribeCandidate(const Plan& p) {
   if (p.distributed_optimizer) out += " distopt";
   if (p.fsdp) out += " fsdp";
   out += fmt::format(" p {} q {} {}", p.row_split, p.col_split, ScopeName(p.scope));
-  if (p.method != OverlapMethod::kDomino)
+  if (p.method != OverlapMethod::kDomino) {
     out += fmt::format(" {} c {}", MethodName(p.method), p.decomposed_chunks());
+    if (p.decomposed_rs_chunks() != p.decomposed_chunks())
+      out += fmt::format(" rs {}", p.decomposed_rs_chunks());
+  }
   return out;
 }
 
@@ -238,7 +241,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
                 plan.row_split = plan.col_split = 1;
                 plan.scope = OverlapScope::kNone;
                 plan.method = OverlapMethod::kDomino;
-                plan.chunks = 0;
+                plan.chunks = plan.rs_chunks = 0;
                 plan.copy_engine.reset();
                 plan.predicted.reset();
                 plan.measured.reset();
@@ -387,6 +390,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
               plan.method = decomposition.method, plan.chunks = decomposition.chunks;
               plan.copy_engine =
                   plan.method != OverlapMethod::kDomino ? base.copy_engine : std::nullopt;
+              plan.rs_chunks = plan.method != OverlapMethod::kDomino ? base.rs_chunks : 0;
               if (auto failure = CheckPlanRules(plan)) {
                 reject(plan, failure->rule);
                 continue;

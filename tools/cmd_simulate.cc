@@ -106,6 +106,7 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options, Output
     plan.scope = s.scope;
     plan.method = s.method;
     plan.chunks = s.chunks;
+    plan.rs_chunks = s.method == OverlapMethod::kDomino ? 0 : base.rs_chunks;
     plan.copy_engine = s.method == OverlapMethod::kDomino ? std::nullopt
                        : s.copy_engine                    ? std::optional<bool>(true)
                                                           : base.copy_engine;

@@ -260,9 +260,33 @@ TEST(SearchTest, DecomposedStrategiesSearchChunkCountsWithSequenceParallelism) {
       EXPECT_EQ(c.plan.row_split > 1, std::string_view(strategy) == "both");
       EXPECT_NE(DescribeCandidate(c.plan).find(" c "), std::string::npos);
       chunks.insert(c.plan.decomposed_chunks());
+      // The reduce-scatters in the megatron-core stack's 4 pieces, said where they differ.
+      EXPECT_EQ(c.plan.decomposed_rs_chunks(), 4);
+      EXPECT_EQ(DescribeCandidate(c.plan).find(" rs 4") != std::string::npos,
+                c.plan.decomposed_chunks() != 4)
+          << DescribeCandidate(c.plan);
     }
     EXPECT_EQ(chunks, (std::set<int>{2, 4, 8, 16}));
   }
+}
+
+TEST(SearchTest, APlansReduceScatterPiecesGoToItsDecomposedCandidatesOnly) {
+  Plan base = Base("llama2-7b", "dgx-h100:1", 8);
+  base.rs_chunks = 2;
+  SearchSpace space;
+  space.max_micro_batch = 2;
+  ASSERT_TRUE(ApplyFix("tp=8", &space).ok());
+  ASSERT_TRUE(ApplyStrategy("all", &space).ok());
+  Simulator eval;
+  Result<SearchResult> r = SearchPlans(base, space, eval);
+  ASSERT_TRUE(r.ok()) << r.message();
+  int decomposed = 0;
+  for (const Candidate& c : r->ranked) {
+    const bool domino = c.plan.method == OverlapMethod::kDomino;
+    EXPECT_EQ(c.plan.rs_chunks, domino ? 0 : 2) << DescribeCandidate(c.plan);
+    decomposed += domino ? 0 : 1;
+  }
+  EXPECT_GT(decomposed, 0);
 }
 
 // "all" puts Domino's slicing, decomposed overlap and both in one ranking; the bound still
