@@ -330,20 +330,22 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                                                 p.tp, kMaxSplit, kMaxSplit));
     const int64_t slice_tokens =
         static_cast<int64_t>(p.micro_batch) / p.row_split * p.local_seq_len();
+    // `what` (a count of pieces) must cut a row slice's tokens evenly.
+    const auto slice_rule = [&](std::string key, std::string_view what) {
+      return fail(std::move(key), fmt::format("{} must divide the tokens of a row slice "
+                                              "(micro_batch/row_split*seq_len{} = {})",
+                                              what, p.cp > 1 ? "/cp" : "", slice_tokens));
+    };
     if (slice_tokens % chunks != 0)
-      return fail("overlap.chunks", fmt::format("chunks ({}) must divide the tokens of a row slice "
-                                                "(micro_batch/row_split*seq_len{} = {})",
-                                                chunks, p.cp > 1 ? "/cp" : "", slice_tokens));
+      return slice_rule("overlap.chunks", fmt::format("chunks ({})", chunks));
     if (p.rs_chunks < 0 || p.rs_chunks > kMaxSplit)
       return fail("overlap.rs_chunks", *CheckBound(kRsChunksBound, p.rs_chunks));
     const int rs_chunks = p.decomposed_rs_chunks();
     if (slice_tokens % rs_chunks != 0)
-      return fail("overlap.rs_chunks",
-                  fmt::format("rs_chunks ({}{}) must divide the tokens of a row slice "
-                              "(micro_batch/row_split*seq_len{} = {})",
-                              rs_chunks,
-                              p.rs_chunks > 0 ? "" : fmt::format(": the {} stack's", p.stack.name),
-                              p.cp > 1 ? "/cp" : "", slice_tokens));
+      return slice_rule(
+          "overlap.rs_chunks",
+          fmt::format("rs_chunks ({}{})", rs_chunks,
+                      p.rs_chunks > 0 ? "" : fmt::format(": the {} stack's", p.stack.name)));
   }
   if (p.recompute_layers > 0 && p.recompute != Recompute::kFull)
     return fail("memory.recompute_layers",

@@ -166,13 +166,10 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
   // Engine's set_sm_margin, which NeMo's userbuffers configs set for the split reduce-scatters;
   // the all-gather parts go on copy engines and hold no SM): no CTA of it waits, and it lets
   // collectives in. The GEMMs under TE's bulk overlaps (set_sm_margin false) take every SM.
-  if (op.tags.chunk < 0) {
-    const GemmContention c = GemmContentionOf(gpu_, static_cast<double>(op.m),
-                                              static_cast<double>(op.n), static_cast<double>(op.k));
-    cost.tail_share = c.tail_share;
-    cost.blocks_comm = c.blocks_comm;
-    cost.persistent_ctas = c.persistent_ctas;
-  }
+  if (op.tags.chunk < 0)
+    GemmContentionOf(gpu_, static_cast<double>(op.m), static_cast<double>(op.n),
+                     static_cast<double>(op.k))
+        .ApplyTo(cost);
   if (dtype != Dtype::kFp8) return cost;
   // An fp8 GEMM's activation operand is quantized first, by a kernel of its own (Transformer
   // Engine's Linear: the input quantizer before the forward GEMM, the grad-output quantizer

@@ -53,6 +53,13 @@ struct GemmContention {
   // Persistent kernels (below gemm_persistent_cta_waves): their CTAs, one per SM at most
   // (OpCost::persistent_ctas); 0 otherwise.
   double persistent_ctas = 0;
+
+  // Writes these into the GEMM's cost (OpCost::tail_share, blocks_comm, persistent_ctas).
+  void ApplyTo(OpCost& cost) const {
+    cost.tail_share = tail_share;
+    cost.blocks_comm = blocks_comm;
+    cost.persistent_ctas = persistent_ctas;
+  }
 };
 GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k);
 

@@ -328,10 +328,7 @@ double ContentionSlowdown(const ContentionCase& c, std::string* detail) {
   gemm.hbm_bytes *= scale;
   gemm.launch_us = std::min(g.fixed_us, c.alone_us);
   gemm.alone_us = c.alone_us;
-  const GemmContention contention = GemmContentionOf(gpu, c.m, c.n, c.k);
-  gemm.tail_share = contention.tail_share;
-  gemm.blocks_comm = contention.blocks_comm;
-  gemm.persistent_ctas = contention.persistent_ctas;
+  GemmContentionOf(gpu, c.m, c.n, c.k).ApplyTo(gemm);
   OpCost holder;
   holder.is_comm = true;
   holder.ctas = c.sms_held;
