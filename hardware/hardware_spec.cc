@@ -27,6 +27,7 @@ constexpr int64_t kMaxNodes = 100000;
 constexpr double kMaxLatencyUs = 1e6;
 constexpr RealRange kPositive{};
 constexpr RealRange kFraction{.min = 0.0, .max = 1.0};
+constexpr RealRange kShare{.min = 0.0, .max = 1.0, .min_exclusive = false};  // 0 allowed
 constexpr RealRange kLatency{.min = 0.0, .max = kMaxLatencyUs, .min_exclusive = false};
 // 1 MB/s to 1 PB/s: outside it a link is a typo, and its times would not print.
 constexpr RealRange kLinkGBps{.min = 1e-3, .max = 1e6, .min_exclusive = false};
@@ -199,6 +200,8 @@ Result<GpuSpec> ParseGpu(std::string_view text, std::string_view file) {
   map.Real("attention_overhead_keys", &gpu.attention_overhead_keys, Need::kOptional, kKeys);
   map.Real("attention_backward_overhead_keys", &gpu.attention_backward_overhead_keys,
            Need::kOptional, kKeys);
+  map.Real("power_duty_knee", &gpu.power_duty_knee, Need::kOptional, kShare);
+  map.Real("power_duty_slope", &gpu.power_duty_slope, Need::kOptional, kShare);
   if (!map.failed() && gpu.graph_launch_us > gpu.kernel_launch_us) {
     map.Fail("graph_launch_us", fmt::format("must be at most kernel_launch_us ({:g}), got {:g}",
                                             gpu.kernel_launch_us, gpu.graph_launch_us));

@@ -61,6 +61,12 @@ struct GpuSpec {
   // efficiency above. 0: none (the efficiencies are then the whole kernel's).
   double attention_overhead_keys = 0;
   double attention_backward_overhead_keys = 0;
+  // The power limit in a training step: where GEMMs fill more than power_duty_knee of an
+  // iteration, the GPU lowers its clock to hold its power limit and every tensor-core main loop
+  // (GEMM and attention) runs power_duty_slope slower per unit of GEMM share above the knee
+  // (sim/predict.h PowerClock). 0: no such limit.
+  double power_duty_knee = 0;
+  double power_duty_slope = 0;
 
   double peak(Dtype dtype) const { return peak_tflops[static_cast<int>(dtype)]; }
 };

@@ -119,8 +119,8 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
   gemm_dtype_ = dtype;
   // Attention runs in 16-bit even when the GEMMs use fp8.
   attention_dtype_ = runnable(dtype == Dtype::kFp8 ? Dtype::kBf16 : dtype);
-  gemm_tflops_ = GemmCeilingTflops(gpu_, dtype);
-  attention_tflops_ = gpu_.peak(attention_dtype_);
+  gemm_tflops_ = GemmCeilingTflops(gpu_, dtype) * options.tensor_clock;
+  attention_tflops_ = gpu_.peak(attention_dtype_) * options.tensor_clock;
   hbm_GBps_ = gpu_.hbm_GBps * gpu_.hbm_efficiency;
   // A calibrated device's measured launch overheads stand in for the GPU's figures.
   const HardwareProfile* profile = options.profile;
@@ -133,10 +133,12 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       options.cuda_graphs.value_or(plan.stack.cuda_graphs) ? graph_launch_us : eager_launch_us_;
   attention_ = AttentionOf(plan, options);
   // A calibrated device: its measured GEMM throughput is what the best shapes achieve, and its
-  // measured copy bandwidth is the achieved HBM bandwidth.
+  // measured copy bandwidth is the achieved HBM bandwidth. (A short measurement: the power
+  // limit's clock still applies.)
   if (options.profile != nullptr && options.profile->gemm_tflops > 0) {
-    attention_tflops_ *= options.profile->gemm_tflops / gemm_tflops_;
-    gemm_tflops_ = options.profile->gemm_tflops;
+    const double measured = options.profile->gemm_tflops * options.tensor_clock;
+    attention_tflops_ *= measured / gemm_tflops_;
+    gemm_tflops_ = measured;
   }
   if (options.profile != nullptr && options.profile->hbm_GBps > 0)
     hbm_GBps_ = options.profile->hbm_GBps;

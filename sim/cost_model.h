@@ -29,6 +29,9 @@ struct CostOptions {
   // Measured op times (`domino calibrate`); ops it lacks fall back to the models, which take the
   // profile's measured GEMM throughput and HBM bandwidth when it has them. Not owned.
   const HardwareProfile* profile = nullptr;
+  // The tensor cores' rate as a fraction of the GPU's (its clock held down by the power limit,
+  // Predict's PowerClock): every GEMM and attention main loop runs this much slower. 1: none.
+  double tensor_clock = 1.0;
 };
 
 // The attention kernel a prediction uses: the override, else the plan's stack's.

@@ -31,6 +31,7 @@ struct PassSim {
   std::vector<OpCost> costs;
   double tp_comm_us = 0;
   double stall_share = 0;  // its GEMMs' late-CTA tails over its SM-bound time (PassStallShare)
+  double gemm_share = 0;   // its GEMMs' part of its SM-bound time (GemmShare)
 };
 
 // Where the layers of one part (forward or backward) of a simulated pass end, and what each layer's
@@ -153,6 +154,22 @@ double PassStallShare(const Schedule& s, const std::vector<OpCost>& costs) {
   return body > 0 ? tails / body : 0;
 }
 
+// The GEMMs' part of a pass's SM-bound time (GEMMs and attention): what of it draws the power
+// the clock is held down for (PowerClock).
+double GemmShare(const Schedule& s, const std::vector<OpCost>& costs) {
+  double gemm = 0, body = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const Op& op = s.ops()[i];
+    if (op.stream != Stream::kCompute ||
+        (op.kind != OpKind::kGemm && op.kind != OpKind::kAttention))
+      continue;
+    const double us = std::max(0.0, costs[i].alone_us - costs[i].launch_us);
+    body += us;
+    if (op.kind == OpKind::kGemm) gemm += us;
+  }
+  return body > 0 ? gemm / body : 0;
+}
+
 OpCost PassCost(double duration_us, double gemm_us, int sms, double stall_share = 0) {
   OpCost cost;
   cost.stall_share = stall_share;
@@ -252,9 +269,30 @@ Result<std::shared_ptr<const LoweredIteration>> CachedIteration(const Plan& plan
   return last;
 }
 
+// One prediction with the tensor cores at options.tensor_clock (Predict: the power limit's).
+Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options);
+
 }  // namespace
 
+double PowerClock(const GpuSpec& gpu, double gemm_duty) {
+  return std::max(0.0, 1.0 - gpu.power_duty_slope * std::max(0.0, gemm_duty - gpu.power_duty_knee));
+}
+
 Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
+  Result<Prediction> first = PredictAtClock(plan, options);
+  if (!first.ok()) return first;
+  const double clock = PowerClock(plan.cluster.node.gpu, first->gemm_duty);
+  if (clock >= 1) return first;
+  CostOptions held = options;
+  held.tensor_clock = options.tensor_clock * clock;
+  Result<Prediction> second = PredictAtClock(plan, held);
+  if (second.ok()) second->gemm_duty_unheld = first->gemm_duty;
+  return second;
+}
+
+namespace {
+
+Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options) {
   if (auto failure = CheckPlanRules(plan))
     return Error(fmt::format("{}: {}", failure->key, failure->rule));
   CostModel model(plan, options);
@@ -293,6 +331,7 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
     sim.ideal = Simulate(sim.schedule, ideal_model.CostAll(sim.schedule), model.device());
     sim.tp_comm_us = model.TpCommUs(sim.schedule);
     sim.stall_share = PassStallShare(sim.schedule, sim.costs);
+    sim.gemm_share = GemmShare(sim.schedule, sim.costs);
     const bool combined = spec.forward && spec.backward;
     for (bool backward : {false, true}) {
       if (!combined && backward != spec.backward) continue;
@@ -307,6 +346,7 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   const Schedule& s = it.schedule;
   const size_t n = s.size();
   std::vector<OpCost> real(n), ideal(n), serial(n);
+  std::vector<double> stage_gemm_us(pp, 0.0);
   for (size_t i = 0; i < n; ++i) {
     const Op& op = s.ops()[i];
     if (op.kind == OpKind::kPass) {
@@ -318,6 +358,7 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
       real[i] = PassCost(r.duration_us, r.gemm_us, sms, stall);
       ideal[i] = PassCost(d.duration_us, d.gemm_us, sms, stall);
       serial[i] = PassCost(r.serial_us, 0, sms);
+      stage_gemm_us[op.stage] += r.gemm_us * passes[op.pass].gemm_share;
     } else {
       real[i] = ideal[i] = serial[i] = model.Cost(op);
     }
@@ -429,6 +470,8 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
     tp_comm_us += passes[op.pass].tp_comm_us;
   }
   p.tp_comm_ms = tp_comm_us * kUsToMs;
+  p.gemm_duty = iteration_us > 0 ? std::min(1.0, stage_gemm_us[critical] / iteration_us) : 0;
+  p.tensor_clock = options.tensor_clock;
   p.dp_comm_ms = st[0].dp_comm * kUsToMs;
   p.serial_ms = serial_us * kUsToMs;
   if (breakdown) {
@@ -460,6 +503,8 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
       (1 << 30);
   return p;
 }
+
+}  // namespace
 
 namespace {
 

@@ -51,9 +51,22 @@ struct Prediction {
   double mfu_full_attention = 0;
   // Per iteration on stage 0, the time ops of each class ran (contended durations summed).
   std::array<double, kOpClassCount> busy_ms{};
+  // The power limit (PowerClock): the critical stage's GEMM time over the iteration, the tensor
+  // cores' clock this prediction ran them at, and the GEMM share that set it (the prediction at
+  // the full clock's; 0 when the clock was not lowered).
+  double gemm_duty = 0;
+  double tensor_clock = 1;
+  double gemm_duty_unheld = 0;
 };
 
-// Lowers, costs and simulates a resolved plan.
+// The tensor cores' clock, as a fraction of the full one, of a GPU whose GEMMs fill gemm_duty of
+// an iteration: 1 - power_duty_slope * max(0, gemm_duty - power_duty_knee), the GPU lowering its
+// clock to hold its power limit (GpuSpec::power_duty_knee).
+double PowerClock(const GpuSpec& gpu, double gemm_duty);
+
+// Lowers, costs and simulates a resolved plan. Where its GEMMs fill more of the iteration than
+// the GPU's power_duty_knee, it is simulated again with every GEMM and attention main loop at
+// PowerClock of that share (once: the second simulation's share is not fed back).
 Result<Prediction> Predict(const Plan& plan, const CostOptions& options = {});
 
 // A lower bound of Predict's ideal_ms for the plan and for every slicing of it (slicing only adds

@@ -249,8 +249,11 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // gap the exposed transfers had stood in for), above all GPT-3 175B's. 10.4% / 41.5% with
     // Transformer Engine's pipelined reduce-scatter in its 4 pieces rather than tp (the
     // megatron-core stack's decomposed_rs_chunks): tp-8 rows' proj and fc2 pieces twice as tall.
+    // 9.2% / 41.5% with the power limit of H100 and H200 (GpuSpec::power_duty_knee, from the
+    // H200's layer loops and soak): the bf16 rows whose GEMMs fill 70-86% of the iteration 2-6
+    // points slower, nearer their measurements; the A100 rows and most fp8 rows unchanged.
     case ValidationCategory::kEndToEnd:
-      return {{0.05, 0.12}, {0.105, 0.43}};
+      return {{0.05, 0.12}, {0.095, 0.43}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:

@@ -48,6 +48,8 @@ Json PredictionJson(const Plan& plan, const sim::Prediction& p) {
   document["tp_comm_ms"] = p.tp_comm_ms;
   document["dp_comm_ms"] = p.dp_comm_ms;
   document["serial_ms"] = p.serial_ms;
+  document["gemm_duty"] = p.gemm_duty;
+  document["tensor_clock"] = p.tensor_clock;
   document["ops_per_micro_batch"] = p.schedule.size();
   Json busy;
   for (int c = 0; c < sim::kOpClassCount; ++c)

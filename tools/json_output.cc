@@ -182,7 +182,9 @@ Json GpuJson(const GpuSpec& gpu) {
               {"attention_efficiency", gpu.attention_efficiency},
               {"attention_backward_efficiency", gpu.attention_backward_efficiency},
               {"attention_overhead_keys", gpu.attention_overhead_keys},
-              {"attention_backward_overhead_keys", gpu.attention_backward_overhead_keys}};
+              {"attention_backward_overhead_keys", gpu.attention_backward_overhead_keys},
+              {"power_duty_knee", gpu.power_duty_knee},
+              {"power_duty_slope", gpu.power_duty_slope}};
 }
 
 Json NodeJson(const NodeSpec& node) {

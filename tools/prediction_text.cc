@@ -47,6 +47,11 @@ void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& o
   summary.AddRow({"MFU", fmt::format("{:.1f}%", 100 * f.mfu)});
   summary.AddRow({"MFU, attention unmasked", fmt::format("{:.1f}%", 100 * p.mfu_full_attention)});
   summary.AddRow({"memory per GPU", fmt::format("{:.1f} GiB", f.memory_gib_per_gpu)});
+  summary.AddRow({"GEMM share (power)", fmt::format("{:.1f}%", 100 * p.gemm_duty)});
+  if (p.tensor_clock < 1)
+    summary.AddRow(
+        {"tensor clock", fmt::format("{:.3f} (power limit, GEMM share {:.1f}% at full clock)",
+                                     p.tensor_clock, 100 * p.gemm_duty_unheld)});
   summary.Print(out);
   out << "\n";
   Table classes({"op class", "busy ms", "% of iteration"});

@@ -198,6 +198,16 @@ TEST(ParseGpuTest, ValidAndOptionalKeys) {
       ParseGpu(std::string(kGpu) + "attention_overhead_keys: -1\n", "gpu.yaml");
   ASSERT_FALSE(negative.ok());
   EXPECT_THAT(negative.message(), HasSubstr("attention_overhead_keys"));
+  // The power limit: none unless the file says; both figures are shares in [0, 1].
+  EXPECT_EQ(defaults->power_duty_slope, 0);
+  Result<GpuSpec> power =
+      ParseGpu(std::string(kGpu) + "power_duty_knee: 0.6\npower_duty_slope: 0.375\n", "gpu.yaml");
+  ASSERT_TRUE(power.ok()) << power.message();
+  EXPECT_DOUBLE_EQ(power->power_duty_knee, 0.6);
+  EXPECT_DOUBLE_EQ(power->power_duty_slope, 0.375);
+  Result<GpuSpec> steep = ParseGpu(std::string(kGpu) + "power_duty_slope: 1.5\n", "gpu.yaml");
+  ASSERT_FALSE(steep.ok());
+  EXPECT_THAT(steep.message(), HasSubstr("power_duty_slope"));
 }
 
 TEST(ParseGpuTest, BadInputNamesFileLineAndKey) {
