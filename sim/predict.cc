@@ -30,8 +30,8 @@ struct PassSim {
   Timeline real, ideal;
   std::vector<OpCost> costs;
   double tp_comm_us = 0;
-  double stall_share = 0;  // its GEMMs' late-CTA tails over its SM-bound time (PassStallShare)
-  double gemm_share = 0;   // its GEMMs' part of its SM-bound time (GemmShare)
+  double stall_share = 0;  // PassShares::stall
+  double gemm_share = 0;   // PassShares::gemm
 };
 
 // Where the layers of one part (forward or backward) of a simulated pass end, and what each layer's
@@ -137,11 +137,16 @@ PieceTimes Piece(const PartIndex& part, const Op& op, int layers) {
   return p;
 }
 
-// A pass's GEMMs launched beside a collective that holds SMs each stall up to their late CTAs'
-// share (OpCost::tail_share): over a collective that spans many of them, this much of the pass's
-// SM-bound time (GEMMs and attention) per unit of it.
-double PassStallShare(const Schedule& s, const std::vector<OpCost>& costs) {
-  double tails = 0, body = 0;
+// Over a pass's SM-bound time (GEMMs and attention): `stall`, what its GEMMs launched beside a
+// collective that holds SMs stall for their late CTAs (OpCost::tail_share), per unit of it over
+// a collective that spans many of them; `gemm`, its GEMMs' part, what draws the power the clock
+// is held down for (PowerClock).
+struct PassShares {
+  double stall = 0, gemm = 0;
+};
+
+PassShares SharesOf(const Schedule& s, const std::vector<OpCost>& costs) {
+  double tails = 0, gemm = 0, body = 0;
   for (size_t i = 0; i < s.size(); ++i) {
     const Op& op = s.ops()[i];
     if (op.stream != Stream::kCompute ||
@@ -150,24 +155,9 @@ double PassStallShare(const Schedule& s, const std::vector<OpCost>& costs) {
     const double us = std::max(0.0, costs[i].alone_us - costs[i].launch_us);
     body += us;
     tails += costs[i].tail_share * us;
-  }
-  return body > 0 ? tails / body : 0;
-}
-
-// The GEMMs' part of a pass's SM-bound time (GEMMs and attention): what of it draws the power
-// the clock is held down for (PowerClock).
-double GemmShare(const Schedule& s, const std::vector<OpCost>& costs) {
-  double gemm = 0, body = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const Op& op = s.ops()[i];
-    if (op.stream != Stream::kCompute ||
-        (op.kind != OpKind::kGemm && op.kind != OpKind::kAttention))
-      continue;
-    const double us = std::max(0.0, costs[i].alone_us - costs[i].launch_us);
-    body += us;
     if (op.kind == OpKind::kGemm) gemm += us;
   }
-  return body > 0 ? gemm / body : 0;
+  return body > 0 ? PassShares{tails / body, gemm / body} : PassShares{};
 }
 
 OpCost PassCost(double duration_us, double gemm_us, int sms, double stall_share = 0) {
@@ -330,8 +320,9 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options) 
     sim.real = Simulate(sim.schedule, sim.costs, model.device());
     sim.ideal = Simulate(sim.schedule, ideal_model.CostAll(sim.schedule), model.device());
     sim.tp_comm_us = model.TpCommUs(sim.schedule);
-    sim.stall_share = PassStallShare(sim.schedule, sim.costs);
-    sim.gemm_share = GemmShare(sim.schedule, sim.costs);
+    const PassShares shares = SharesOf(sim.schedule, sim.costs);
+    sim.stall_share = shares.stall;
+    sim.gemm_share = shares.gemm;
     const bool combined = spec.forward && spec.backward;
     for (bool backward : {false, true}) {
       if (!combined && backward != spec.backward) continue;
