@@ -259,8 +259,10 @@ Result<std::shared_ptr<const LoweredIteration>> CachedIteration(const Plan& plan
   return last;
 }
 
-// One prediction with the tensor cores at options.tensor_clock (Predict: the power limit's).
-Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options);
+// One prediction of the lowered iteration with the tensor cores at options.tensor_clock
+// (Predict: the power limit's).
+Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
+                                  const LoweredIteration& lowered);
 
 }  // namespace
 
@@ -269,28 +271,10 @@ double PowerClock(const GpuSpec& gpu, double gemm_duty) {
 }
 
 Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
-  Result<Prediction> first = PredictAtClock(plan, options);
-  if (!first.ok()) return first;
-  const double clock = PowerClock(plan.cluster.node.gpu, first->gemm_duty);
-  if (clock >= 1) return first;
-  CostOptions held = options;
-  held.tensor_clock = options.tensor_clock * clock;
-  Result<Prediction> second = PredictAtClock(plan, held);
-  if (second.ok()) second->gemm_duty_unheld = first->gemm_duty;
-  return second;
-}
-
-namespace {
-
-Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options) {
   if (auto failure = CheckPlanRules(plan))
     return Error(fmt::format("{}: {}", failure->key, failure->rule));
-  CostModel model(plan, options);
-  CostOptions ideal_options = options;
-  ideal_options.tp_comm_free = true;
-  CostModel ideal_model(plan, ideal_options);
-
-  // The iteration and its engine: lowered here, or (figures only) the cached one of this shape.
+  // The iteration and its engine (the same at any clock): lowered here, or (figures only) the
+  // cached one of this shape.
   std::shared_ptr<const LoweredIteration> lowered;
   if (options.figures_only) {
     Result<std::shared_ptr<const LoweredIteration>> cached = CachedIteration(plan);
@@ -301,7 +285,26 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options) 
     if (!fresh.ok()) return fresh.error();
     lowered = std::make_shared<const LoweredIteration>(std::move(fresh).value());
   }
-  const Iteration& it = lowered->iteration;
+  Result<Prediction> first = PredictAtClock(plan, options, *lowered);
+  if (!first.ok()) return first;
+  const double clock = PowerClock(plan.cluster.node.gpu, first->gemm_duty);
+  if (clock >= 1) return first;
+  CostOptions held = options;
+  held.tensor_clock = options.tensor_clock * clock;
+  Result<Prediction> second = PredictAtClock(plan, held, *lowered);
+  if (second.ok()) second->gemm_duty_unheld = first->gemm_duty;
+  return second;
+}
+
+namespace {
+
+Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
+                                  const LoweredIteration& lowered) {
+  CostModel model(plan, options);
+  CostOptions ideal_options = options;
+  ideal_options.tp_comm_free = true;
+  CostModel ideal_model(plan, ideal_options);
+  const Iteration& it = lowered.iteration;
   const int pp = plan.pp, v = plan.virtual_stages, m = plan.micro_batches();
   const int sms = model.device().sms;
 
@@ -355,7 +358,7 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options) 
     }
   }
   const DeviceResources device = model.device();
-  const Engine& engine = lowered->engine;
+  const Engine& engine = lowered.engine;
   const Timeline t_real = engine.Run(real, device);
   const Timeline t_ideal = engine.Run(ideal, device);
   // For the breakdown: without DP-side collectives, without pipeline transfers too, serialized.
@@ -494,10 +497,6 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options) 
       (1 << 30);
   return p;
 }
-
-}  // namespace
-
-namespace {
 
 // The bound of IdealLowerBoundMs from passes priced by `costs`.
 Result<double> PassesBoundMs(const Plan& plan, const CostModel& ideal) {
