@@ -25,6 +25,10 @@ std::span<const std::pair<std::string_view, Dtype>> DtypeNames();
 struct GpuSpec {
   std::string name;
   int sms = 0;
+  // Device memory as CUDA reports it to a process (cudaMemGetInfo's total, PyTorch's "total
+  // capacity"), in 10^9 bytes: what a plan's weights, gradients, optimizer state and activations
+  // must fit in. Less than a datasheet's "80 GB", which counts binary gigabytes of HBM, some of
+  // which the driver keeps.
   double memory_GB = 0;
   double hbm_GBps = 0;                            // datasheet HBM bandwidth
   std::array<double, kDtypeCount> peak_tflops{};  // dense, indexed by Dtype
@@ -69,6 +73,8 @@ struct GpuSpec {
   double power_duty_slope = 0;
 
   double peak(Dtype dtype) const { return peak_tflops[static_cast<int>(dtype)]; }
+  double memory_bytes() const { return memory_GB * 1e9; }
+  double memory_gib() const { return memory_bytes() / (1 << 30); }
 };
 
 // LinkSpec says how NCCL-like collectives perform on one fabric (NVLink inside a node, or the

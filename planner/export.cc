@@ -46,6 +46,12 @@ std::optional<std::string> DominoSlicing(const Plan& plan) {
   return fmt::format("Domino {} with {} overlap", slicing, ScopeName(plan.scope));
 }
 
+std::optional<std::string> OptimizerDtypeDifference(const Plan& plan,
+                                                    std::string_view framework_keeps) {
+  if (plan.optimizer_dtype == Dtype::kFp32) return std::nullopt;
+  return fmt::format("optimizer_dtype {}: {}", DtypeName(plan.optimizer_dtype), framework_keeps);
+}
+
 std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_view framework,
                                                int framework_rs_chunks) {
   std::vector<std::string> out;

@@ -88,6 +88,9 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
   if (!m.tied_embeddings)
     out.differs.push_back(
         "untied embeddings: DeepSpeed-Domino ties the LM head to the token embedding");
+  if (std::optional<std::string> d = OptimizerDtypeDifference(
+          plan, "DeepSpeed's mixed-precision optimizers keep fp32 master weights, m and v"))
+    out.differs.push_back(*d);
 
   std::string precision;
   if (plan.precision == Dtype::kBf16) precision = "  \"bf16\": {\"enabled\": true},\n";

@@ -67,6 +67,12 @@ std::string ExportMegatron(const Plan& plan) {
   }
   for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine", kTeRsChunks))
     out.differs.push_back(d);
+  if (std::optional<std::string> d = OptimizerDtypeDifference(
+          plan,
+          "Megatron-LM keeps fp32 master weights (--use-precision-aware-optimizer with "
+          "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 puts m and v in bf16: 8 bytes of state a "
+          "parameter, not 6)"))
+    out.differs.push_back(*d);
   std::vector<std::string> args;
   AddModelArguments(m, plan, /*gqa=*/true, args);
   if (!m.bias) args.push_back("--disable-bias-linear");
@@ -242,6 +248,11 @@ std::string ExportNemo(const Plan& plan) {
     body += fmt::format("    grad_sync_dtype: {}\n", GradBytes(plan) == 4             ? "fp32"
                                                      : plan.precision == Dtype::kFp16 ? "fp16"
                                                                                       : "bf16");
+  if (plan.distributed_optimizer && plan.optimizer_dtype != Dtype::kFp32)
+    body += fmt::format("    dtype: {}\n", DtypeName(plan.optimizer_dtype));
+  else if (std::optional<std::string> d = OptimizerDtypeDifference(
+               plan, "only distributed_fused_adam takes a dtype; fused_adam keeps fp32"))
+    out.differs.push_back(*d);
   out.body = body;
   return out.Text();
 }

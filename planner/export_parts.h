@@ -41,6 +41,11 @@ std::optional<std::string> DominoSlicing(const Plan& plan);
 std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_view framework,
                                                int framework_rs_chunks);
 
+// A bf16 Adam state (Plan::optimizer_dtype) for a framework that keeps its own as
+// `framework_keeps` says; nothing for fp32.
+std::optional<std::string> OptimizerDtypeDifference(const Plan& plan,
+                                                    std::string_view framework_keeps);
+
 // Megatron's and torchtitan's layers per virtual stage count the ends the split counts.
 int LayersPerVirtualStage(const Plan& plan);
 

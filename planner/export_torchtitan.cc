@@ -79,6 +79,9 @@ std::string ExportTorchtitan(const Plan& plan) {
   }
   for (const std::string& d : DecomposedDifferences(plan, "torchtitan's async TP", plan.tp))
     out.differs.push_back(d);
+  if (std::optional<std::string> d = OptimizerDtypeDifference(
+          plan, "torchtitan's AdamW keeps its state in the parameters' type, fp32 under FSDP2"))
+    out.differs.push_back(*d);
   if (plan.tp > 1 && !plan.sequence_parallel) {
     out.differs.push_back(
         "no sequence parallelism: torchtitan's tensor parallelism always shards norms along the "

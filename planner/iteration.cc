@@ -55,7 +55,13 @@ double GradBytes(const Plan& plan) {
   return half ? 2 : 4;
 }
 
-double AdamBytesPerParam(const Plan& plan) { return 2 + GradBytes(plan) + 12 + 2 + 12; }
+double AdamStateBytes(const Plan& plan) {
+  return plan.optimizer_dtype == Dtype::kBf16 ? 3 * 2.0 : 3 * 4.0;
+}
+
+double AdamBytesPerParam(const Plan& plan) {
+  return 2 + GradBytes(plan) + AdamStateBytes(plan) + 2 + AdamStateBytes(plan);
+}
 
 int64_t TiedEmbeddingCopy(const Plan& plan, const ParameterCounts& counts) {
   return plan.model.tied_embeddings && plan.pp > 1 ? counts.embedding : 0;

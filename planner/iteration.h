@@ -89,9 +89,12 @@ Result<Iteration> LowerIteration(const Plan& plan, const IterationOptions& optio
 // Bytes per element of the DP gradients: fp32, or the 16-bit parameters' type where the plan's
 // stack reduces in it (StackSpec::grad_reduce).
 double GradBytes(const Plan& plan);
-// Bytes the optimizer step moves per parameter of the shard it updates: Adam with fp32 master
-// weights reads the 16-bit parameter (2), the gradient (GradBytes), master, m and v (4 each) and
-// writes the parameter, master, m and v.
+// Bytes of Adam state per parameter: master weights, m and v, 4 bytes each in fp32, 2 in bf16
+// (Plan::optimizer_dtype).
+double AdamStateBytes(const Plan& plan);
+// Bytes the optimizer step moves per parameter of the shard it updates: Adam reads the 16-bit
+// parameter (2), the gradient (GradBytes) and its state (AdamStateBytes) and writes the
+// parameter and its state.
 double AdamBytesPerParam(const Plan& plan);
 // Parameters of the word embedding's second copy that the last pipeline stage holds when the
 // embeddings are tied and pp > 1 (Megatron's shared_embedding), whole (not yet divided by tp);

@@ -20,14 +20,16 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const double kept = plan.sequence_parallel
                           ? s * b * h / t * (34 + (drop_scores ? 0 : 5 * a * s / h))
                           : s * b * h * (10 + 24 / t + (drop_scores ? 0 : 5 * a * s / (h * t)));
-  // 16-bit weights, their gradients (GradBytes) and fp32 master, m and v (12 bytes). Weights are
-  // not sharded by CP; the distributed optimizer shards the 12 bytes over DP x CP, as Megatron's.
-  // FSDP shards all 2 + GradBytes + 12 and holds, besides, the gathered 16-bit parameters of two
-  // layers (the running one and the one prefetched) and one layer's unsharded gradients.
+  // 16-bit weights, their gradients (GradBytes) and the Adam state (AdamStateBytes: master, m and
+  // v, 12 bytes in fp32). Weights are not sharded by CP; the distributed optimizer shards the
+  // state over DP x CP, as Megatron's. FSDP shards all three and holds, besides, the gathered
+  // 16-bit parameters of two layers (the running one and the one prefetched) and one layer's
+  // unsharded gradients.
   const bool fsdp = plan.fsdp && plan.dp_cp() > 1;
+  const double state = AdamStateBytes(plan);
   const double bytes_per_param =
-      fsdp ? (2.0 + GradBytes(plan) + 12.0) / plan.dp_cp()
-           : 2.0 + GradBytes(plan) + 12.0 / (plan.distributed_optimizer ? plan.dp_cp() : 1);
+      fsdp ? (2.0 + GradBytes(plan) + state) / plan.dp_cp()
+           : 2.0 + GradBytes(plan) + state / (plan.distributed_optimizer ? plan.dp_cp() : 1);
   const double gathered_bytes =
       fsdp ? static_cast<double>(counts.per_layer) / t * (2 * 2.0 + GradBytes(plan)) : 0;
   const std::vector<int> chunk_layers = ChunkLayers(plan);

@@ -8,7 +8,8 @@ namespace domino {
 // Per-GPU memory of a plan on its most loaded pipeline stage, in bytes, following Megatron-LM's
 // theoretical_memory_usage.py and Korthikanti et al. 2022:
 // - weights, gradients and Adam states: 18 bytes per parameter held by the GPU (6 + 12/(dp*cp)
-//   with the distributed optimizer, which Megatron shards over DP x CP); a GPU holds its 1/tp share
+//   with the distributed optimizer, which Megatron shards over DP x CP; 6 bytes of state instead of
+//   12 in bf16, 2 bytes of gradients with grad_reduce param); a GPU holds its 1/tp share
 //   of its stage's layers (ChunkLayers), the first stage also the vocab-parallel embedding, the
 //   last the untied LM head;
 // - activations per layer: s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes with TP, s*b*h/t*(34 + 5*a*s/h)

@@ -25,6 +25,10 @@ constexpr std::array<std::pair<std::string_view, Recompute>, 3> kRecomputes = {{
     {"selective", Recompute::kSelective},
     {"full", Recompute::kFull},
 }};
+constexpr std::array<std::pair<std::string_view, Dtype>, 2> kOptimizerDtypes = {{
+    {"fp32", Dtype::kFp32},
+    {"bf16", Dtype::kBf16},
+}};
 constexpr std::array<std::pair<std::string_view, OverlapMethod>, 3> kMethods = {{
     {"domino", OverlapMethod::kDomino},
     {"decomposed", OverlapMethod::kDecomposed},
@@ -468,6 +472,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     memory->Bool("distributed_optimizer", &plan.distributed_optimizer, Need::kOptional);
     memory->Bool("fsdp", &plan.fsdp, Need::kOptional);
     ReadOverride(*memory, "grad_reduce", GradReduceNames(), &plan.grad_reduce);
+    memory->Enum("optimizer_dtype", &plan.optimizer_dtype, Need::kOptional, kOptimizerDtypes);
     (void)memory->Finish();
   }
   ReadFigures(root, "predicted", &plan.predicted);
@@ -561,7 +566,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       "training: {{seq_len: {}, micro_batch: {}, global_batch: {}{}}}\n"
       "parallel: {{tp: {}{}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}{}{}}}\n"
       "overlap: {{row_split: {}, col_split: {}, scope: {}{}}}\n"
-      "memory: {{recompute: {}{}, distributed_optimizer: {}{}{}}}\n",
+      "memory: {{recompute: {}{}, distributed_optimizer: {}{}{}{}}}\n",
       p.model_ref.empty() ? ModelToFlowYaml(p.model) : RefToYaml(p.model_ref, ModelCatalog()),
       ClusterRefToYaml(p.cluster_ref), RefToYaml(p.stack_ref, StackCatalog()),
       DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch,
@@ -593,7 +598,11 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       p.recompute_layers > 0 ? fmt::format(", recompute_layers: {}", p.recompute_layers) : "",
       p.distributed_optimizer, p.fsdp ? ", fsdp: true" : "",
       // Written only when the plan overrides its stack's.
-      p.grad_reduce ? fmt::format(", grad_reduce: {}", GradReduceName(*p.grad_reduce)) : "");
+      p.grad_reduce ? fmt::format(", grad_reduce: {}", GradReduceName(*p.grad_reduce)) : "",
+      // Written only when not fp32, so other plans keep their YAML.
+      p.optimizer_dtype == Dtype::kFp32
+          ? ""
+          : fmt::format(", optimizer_dtype: {}", DtypeName(p.optimizer_dtype)));
   if (p.predicted) out += FiguresToYaml("predicted", *p.predicted);
   if (p.measured) out += FiguresToYaml("measured", *p.measured);
   return out;

@@ -121,6 +121,11 @@ struct Plan {
   // NeMo's grad_sync_dtype, DeepSpeed's communication_data_type). Unset: as the stack does
   // (StackSpec::grad_reduce).
   std::optional<GradReduce> grad_reduce;
+  // The type of the Adam state, sharded by the distributed optimizer: fp32 master weights, m and
+  // v (12 bytes a parameter), or all three in bf16 (6 bytes): Apex's DistributedFusedAdam with
+  // dtype bf16 (NeMo's optim.dtype), which keeps its copy of the parameters in that type too
+  // (store_params, its default).
+  Dtype optimizer_dtype = Dtype::kFp32;
   // The loss's kernels (NeMo's cross_entropy_loss_fusion / cross_entropy_fusion_impl,
   // Megatron-Core's --cross-entropy-loss-fusion). Unset: as the stack does
   // (StackSpec::cross_entropy).

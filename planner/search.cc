@@ -188,7 +188,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
                                  const std::function<void(int, int)>& progress) {
   SearchResult result;
   const int64_t gpus = base.cluster.total_gpus();
-  const double capacity = base.cluster.node.gpu.memory_GB * 1e9;
+  const double capacity = base.cluster.node.gpu.memory_bytes();
   auto reject = [&](const Plan& plan, const std::string& rule) {
     ++result.rejected;
     result.rejections.push_back(fmt::format("{}: {}", DescribeCandidate(plan), rule));

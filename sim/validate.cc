@@ -10,6 +10,7 @@
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
+#include "planner/memory_model.h"
 #include "sim/cost_model.h"
 #include "sim/engine.h"
 #include "sim/gemm_model.h"
@@ -378,6 +379,10 @@ Result<RowResult> PredictRow(const ValidationRow& row) {
       result.detail = fmt::format("MFU {:.1f}%, exposed TP comm {:.1f}%", 100 * p->figures.mfu,
                                   100 * p->figures.exposed_comm_ms / p->figures.iteration_ms);
       result.gemm_share = p->busy_ms[static_cast<int>(OpClass::kGemm)] / p->figures.iteration_ms;
+      const MemoryEstimate memory =
+          EstimateMemory(*row.plan, AttentionOf(*row.plan, {}) == AttentionKernel::kFlash);
+      result.memory_gib = memory.total_bytes() / (1 << 30);
+      result.capacity_gib = row.plan->cluster.node.gpu.memory_gib();
       break;
     }
     case ValidationCategory::kGemm: {
@@ -483,6 +488,23 @@ std::vector<Fp8PairGroup> Fp8SpeedupByGroup(std::span<const RowResult> results) 
     g->max_factor = std::max(g->max_factor, factor);
   }
   return groups;
+}
+
+MemoryFit MemoryFitOf(std::span<const RowResult> results) {
+  MemoryFit fit;
+  double fullest = -1;
+  for (const RowResult& r : results) {
+    if (r.row->category != ValidationCategory::kEndToEnd || !(r.capacity_gib > 0)) continue;
+    ++fit.rows;
+    if (r.memory_gib > r.capacity_gib) fit.over.push_back(r.row->id);
+    if (r.memory_gib / r.capacity_gib > fullest) {
+      fullest = r.memory_gib / r.capacity_gib;
+      fit.fullest_id = r.row->id;
+      fit.fullest_gib = r.memory_gib;
+      fit.fullest_capacity_gib = r.capacity_gib;
+    }
+  }
+  return fit;
 }
 
 std::vector<CategorySummary> Summarize(std::span<const RowResult> results) {

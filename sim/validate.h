@@ -117,7 +117,21 @@ struct RowResult {
   std::string detail;  // the prediction's own figures: algorithm, MFU, ...
   // End-to-end: the share of the predicted iteration that stage 0's GEMMs ran (0 otherwise).
   double gemm_share = 0;
+  // End-to-end: the plan's memory per GPU on its most loaded stage (planner/memory_model.h) and
+  // the GPU's capacity, in GiB (0 otherwise).
+  double memory_gib = 0, capacity_gib = 0;
 };
+
+// The end-to-end rows' memory beside their GPUs' capacity. A published run ran, so its plan
+// fits: one the memory model says does not is an error of that model, which `validate --check`
+// fails on (the planner would never propose such a plan).
+struct MemoryFit {
+  int rows = 0;
+  std::vector<std::string> over;  // ids of the rows that do not fit
+  std::string fullest_id;         // the row with the largest memory / capacity
+  double fullest_gib = 0, fullest_capacity_gib = 0;
+};
+MemoryFit MemoryFitOf(std::span<const RowResult> results);
 
 // What an end-to-end row's error would ask of the GEMMs if it were all GEMM time: the factor on
 // their predicted time that would make the prediction the measurement, 1 + (measured -

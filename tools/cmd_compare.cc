@@ -196,6 +196,10 @@ std::vector<std::string> PricingNotes(const Plan& predicted) {
     notes.push_back(fmt::format(
         "the prediction's loss runs as cross_entropy {}; the executor's as {}",
         CrossEntropyName(predicted.loss_kernels()), CrossEntropyName(executed.loss_kernels())));
+  if (predicted.optimizer_dtype != Dtype::kFp32)
+    notes.push_back(fmt::format(
+        "the prediction keeps the Adam state in {}; the executor's optimizer step keeps it in fp32",
+        DtypeName(predicted.optimizer_dtype)));
   return notes;
 }
 

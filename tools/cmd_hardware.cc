@@ -20,13 +20,13 @@ std::string Peak(const GpuSpec& gpu, Dtype dtype) {
 }
 
 void AddGpuRow(Table& table, const GpuSpec& gpu) {
-  table.AddRow({gpu.name, std::to_string(gpu.sms), fmt::format("{:g}", gpu.memory_GB),
+  table.AddRow({gpu.name, std::to_string(gpu.sms), fmt::format("{:.1f}", gpu.memory_gib()),
                 fmt::format("{:g}", gpu.hbm_GBps), Peak(gpu, Dtype::kFp32), Peak(gpu, Dtype::kTf32),
                 Peak(gpu, Dtype::kBf16), Peak(gpu, Dtype::kFp8)});
 }
 
 Table GpuTable() {
-  return Table({"gpu", "SMs", "memory GB", "HBM GB/s", "fp32 TF/s", "tf32", "bf16", "fp8"});
+  return Table({"gpu", "SMs", "memory GiB", "HBM GB/s", "fp32 TF/s", "tf32", "bf16", "fp8"});
 }
 
 Table NodeTable() {

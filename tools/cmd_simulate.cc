@@ -195,7 +195,7 @@ void Run(const SimulateFlags& flags) {
   if (!flags.ignore_memory) {
     const MemoryEstimate mem =
         EstimateMemory(*plan, sim::AttentionOf(*plan, options) == AttentionKernel::kFlash);
-    const double capacity_gib = plan->cluster.node.gpu.memory_GB * 1e9 / (1 << 30);
+    const double capacity_gib = plan->cluster.node.gpu.memory_gib();
     const double gib = 1.0 / (1 << 30);
     if (mem.total_bytes() * gib > capacity_gib)
       Fail("simulate",

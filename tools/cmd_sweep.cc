@@ -228,7 +228,7 @@ void Run(const SweepFlags& flags) {
     for (size_t i = 0; i < axes.size(); ++i)
       CheckOk("sweep", ApplyToPlan(axes[i].key, values[i], &*plan));
     const double memory_gib = MemoryGib(*plan);
-    const double capacity_gib = plan->cluster.node.gpu.memory_GB * 1e9 / (1 << 30);
+    const double capacity_gib = plan->cluster.node.gpu.memory_gib();
     const char* fits = memory_gib <= capacity_gib ? "true" : "false";
     // Megatron's baseline, DeepSpeed-Domino (row split 2, inter-layer), and the best Domino
     // slicing for the same degrees.

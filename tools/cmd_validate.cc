@@ -106,6 +106,19 @@ bool RowMatches(std::string_view id, std::string_view wanted) {
          (id.size() > wanted.size() && id.starts_with(wanted) && id[wanted.size()] == '-');
 }
 
+// Whether the end-to-end rows' plans fit in their GPUs' memory, in a sentence.
+std::string MemoryFitText(const sim::MemoryFit& fit) {
+  const std::string fullest = fmt::format("{} at {:.1f} of {:.1f} GiB", fit.fullest_id,
+                                          fit.fullest_gib, fit.fullest_capacity_gib);
+  if (fit.over.empty())
+    return fmt::format("all {} published runs fit in the memory model; the fullest is {}", fit.rows,
+                       fullest);
+  return fmt::format(
+      "{} of {} published runs do not fit in the memory model, though they ran ({}); the "
+      "fullest is {}",
+      fit.over.size(), fit.rows, fmt::join(fit.over, ", "), fullest);
+}
+
 // What lies behind one row's prediction: where the figure comes from and what was assumed, then,
 // for an end-to-end row, the prediction as `domino simulate` prints it and the plan's YAML.
 void Explain(const sim::RowResult& r, std::ostream& out) {
@@ -149,6 +162,8 @@ Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flag
          {"error", r.error},
          {"gemm_share", r.gemm_share},
          {"gemm_factor_to_close", sim::GemmFactorToClose(r)},
+         {"memory_gib", r.capacity_gib > 0 ? Json(r.memory_gib) : Json(nullptr)},
+         {"capacity_gib", r.capacity_gib > 0 ? Json(r.capacity_gib) : Json(nullptr)},
          {"unresolved", r.row->unresolved.empty() ? Json(nullptr) : Json(r.row->unresolved)}});
   document["rows"] = std::move(rows);
   Json categories = Json::array();
@@ -163,6 +178,13 @@ Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flag
                           {"guard", BoundJson(s.bounds.guard)},
                           {"guard_met", s.Within(s.bounds.guard)}});
   document["summary"] = std::move(categories);
+  const sim::MemoryFit fit = sim::MemoryFitOf(results);
+  document["memory_fit"] = fit.rows == 0 ? Json(nullptr)
+                                         : Json{{"rows", fit.rows},
+                                                {"over", fit.over},
+                                                {"fullest_id", fit.fullest_id},
+                                                {"fullest_gib", fit.fullest_gib},
+                                                {"fullest_capacity_gib", fit.fullest_capacity_gib}};
   Json gap = Json::array();
   for (const sim::GemmGapGroup& g : sim::GemmGapByGroup(results))
     gap.push_back({{"source", g.source},
@@ -376,6 +398,10 @@ void Run(const ValidateFlags& flags) {
           100 * s.max_abs_error, s.worst_id, 100 * s.bounds.target.mean, 100 * s.bounds.target.max,
           s.Within(s.bounds.target) ? " (met)" : " (not met)", 100 * s.bounds.guard.mean,
           100 * s.bounds.guard.max);
+    // Always a paragraph of its own, so that tools/validation-report finds each part.
+    const sim::MemoryFit fit = sim::MemoryFitOf(results);
+    std::cout << "\nMemory: "
+              << (fit.rows == 0 ? std::string("no end-to-end rows") : MemoryFitText(fit)) << ".\n";
     const std::vector<sim::GemmGapGroup> gap = sim::GemmGapByGroup(results);
     if (!gap.empty()) {
       std::cout << "\n| rows (id's first word) | precision | rows | GEMM share of the iteration | "
@@ -419,6 +445,8 @@ void Run(const ValidateFlags& flags) {
            fmt::format("{:.1f}% / {:.0f}%{}", 100 * s.bounds.guard.mean, 100 * s.bounds.guard.max,
                        s.Within(s.bounds.guard) || !flags.rows.empty() ? "" : "  EXCEEDED")});
     totals.Print(std::cout);
+    if (const sim::MemoryFit fit = sim::MemoryFitOf(results); fit.rows > 0)
+      std::cout << "\nmemory: " << MemoryFitText(fit) << "\n";
     const std::vector<sim::GemmGapGroup> gap = sim::GemmGapByGroup(results);
     if (!gap.empty()) {
       // The end-to-end error as GEMM time: one factor across a source's rows points at compute
@@ -453,6 +481,10 @@ void Run(const ValidateFlags& flags) {
     if (flags.explain)
       for (const sim::RowResult& r : results) Explain(r, std::cout);
   }
+  if (flags.check) {
+    const sim::MemoryFit fit = sim::MemoryFitOf(results);
+    if (!fit.over.empty()) Fail("validate", MemoryFitText(fit));
+  }
   if (flags.check)
     for (const sim::CategorySummary& s : summary)
       if (!s.Within(s.bounds.guard))
@@ -477,7 +509,8 @@ void SetupValidate(CLI::App* sub) {
   sub->add_option("--csv", flags->csv_path, "also write every row's prediction as CSV");
   sub->add_flag("--force", flags->force, "overwrite an existing --csv file");
   sub->add_flag("--check", flags->check,
-                "exit non-zero when a category's mean or max |error| exceeds its guard");
+                "exit non-zero when a category's mean or max |error| exceeds its guard, or when "
+                "a published run does not fit in the memory model");
   sub->add_option("--row", flags->rows,
                   "only this row, or the rows whose id begins with it and a dash (a series: "
                   "mcore08, dgxc-llama31-8b); repeatable");

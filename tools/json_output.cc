@@ -129,7 +129,8 @@ Json PlanJson(const Plan& p) {
                     {"recompute_layers", p.recompute_layers},
                     {"distributed_optimizer", p.distributed_optimizer},
                     {"fsdp", p.fsdp},
-                    {"grad_reduce", GradReduceName(p.gradient_reduce())}};
+                    {"grad_reduce", GradReduceName(p.gradient_reduce())},
+                    {"optimizer_dtype", DtypeName(p.optimizer_dtype)}};
   return plan;
 }
 

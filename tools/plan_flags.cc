@@ -177,6 +177,10 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
                   "type DP gradients are reduced in: fp32 | param (the 16-bit parameters') | "
                   "fp16-param (the parameters' when fp16, else fp32; default: the stack's)")
       ->check(NonEmpty());
+  app->add_option("--optimizer-dtype", f->optimizer_dtype,
+                  "type of the Adam state (master weights, m and v): fp32 | bf16 (Apex's "
+                  "DistributedFusedAdam with dtype bf16, NeMo's optim.dtype; default: fp32)")
+      ->check(NonEmpty());
 }
 
 Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
@@ -205,6 +209,9 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
                                     {"decomposed", OverlapMethod::kDecomposed},
                                     {"both", OverlapMethod::kBoth}},
                                    &plan.method));
+  DOMINO_RETURN_IF_ERROR(ApplyEnum("optimizer-dtype", f.optimizer_dtype,
+                                   {{"fp32", Dtype::kFp32}, {"bf16", Dtype::kBf16}},
+                                   &plan.optimizer_dtype));
   DOMINO_RETURN_IF_ERROR(ApplyEnum("recompute", f.recompute,
                                    {{"none", Recompute::kNone},
                                     {"selective", Recompute::kSelective},

@@ -25,9 +25,10 @@ struct PlanFlags {
   std::string method;       // "domino" / "decomposed" / "both"
   std::string copy_engine;  // "true" / "false"
   std::string scope, recompute, distributed_optimizer, fsdp, placement;
-  std::string pipeline_split;  // "layers" / "embedding" / "loss" / "ends"
-  std::string grad_reduce;     // "fp32" / "param" / "fp16-param"
-  std::string cross_entropy;   // "vocab-parallel" / "megatron-fused" / "te" / "fused"
+  std::string pipeline_split;   // "layers" / "embedding" / "loss" / "ends"
+  std::string grad_reduce;      // "fp32" / "param" / "fp16-param"
+  std::string optimizer_dtype;  // "fp32" / "bf16"
+  std::string cross_entropy;    // "vocab-parallel" / "megatron-fused" / "te" / "fused"
 };
 
 // Declares the flags on `app`. With `with_plan_file`, also --plan.

@@ -150,6 +150,36 @@ TEST(Export, TheGradientTypeIsSaidWhereTheFrameworkWouldPickAnother) {
   EXPECT_THAT(*full, HasSubstr("--accumulate-allreduce-grads-in-fp32"));
 }
 
+TEST(Export, ABf16AdamStateIsNemosOptimDtypeAndADifferenceElsewhere) {
+  // Apex's DistributedFusedAdam (NeMo's distributed_fused_adam) takes the state's type;
+  // Megatron-LM, DeepSpeed and torchtitan keep fp32 master weights, and the export says so.
+  std::string bf16(kLlama8b3dFullRecompute);
+  bf16.replace(bf16.find("distributed_optimizer: true}"), 28,
+               "distributed_optimizer: true, optimizer_dtype: bf16}");
+  Result<std::string> nemo = Export(bf16.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("    name: distributed_fused_adam\n"));
+  EXPECT_THAT(*nemo, HasSubstr("    dtype: bf16\n"));
+  EXPECT_THAT(*nemo, Not(HasSubstr("differs: optimizer_dtype")));
+  Result<std::string> megatron = Export(bf16.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, HasSubstr("# differs: optimizer_dtype bf16: Megatron-LM keeps fp32 master "
+                                   "weights"));
+  Result<std::string> titan = Export(bf16.c_str(), ExportTarget::kTorchtitan);
+  ASSERT_TRUE(titan.ok()) << titan.message();
+  EXPECT_THAT(*titan, HasSubstr("# differs: optimizer_dtype bf16: torchtitan's AdamW"));
+  // DeepSpeed-Domino runs one GPU group without a distributed optimizer: its own plan.
+  const std::string domino = std::string(kGpt27bRowSplit) + "memory: {optimizer_dtype: bf16}\n";
+  Result<std::string> deepspeed = Export(domino.c_str(), ExportTarget::kDeepSpeed);
+  ASSERT_TRUE(deepspeed.ok()) << deepspeed.message();
+  EXPECT_THAT(*deepspeed, HasSubstr("# differs: optimizer_dtype bf16: DeepSpeed's"));
+  // The fp32 default says nothing anywhere.
+  Result<std::string> plain = Export(kLlama8b3dFullRecompute, ExportTarget::kNemo);
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_THAT(*plain, Not(HasSubstr("dtype: bf16")));
+  EXPECT_THAT(*plain, Not(HasSubstr("optimizer_dtype")));
+}
+
 TEST(Export, FsdpMapsToEachFrameworksFullSharding) {
   std::string fsdp(kLlama8b3dFullRecompute);
   fsdp.replace(fsdp.find("distributed_optimizer: true}"), 28,

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "planner/iteration.h"
+
 namespace domino {
 namespace {
 
@@ -65,6 +67,29 @@ TEST(MemoryModelTest, GradientsTakeTheStacksReduceType) {
   plan.grad_reduce = GradReduce::kFp32;
   plan.precision = Dtype::kFp16;
   EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 18);
+}
+
+TEST(MemoryModelTest, ABf16AdamStateTakesSixBytes) {
+  Plan plan = TinyPlan();
+  // Master weights, m and v in bf16 (Apex DistributedFusedAdam's dtype bf16): 2 + 4 + 6 = 12
+  // bytes per parameter instead of 18; the distributed optimizer shards the 6 over dp 2 (3), and
+  // bf16 gradients take 2 of the rest: 2 + 2 + 3 = 7.
+  plan.optimizer_dtype = Dtype::kBf16;
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 12);
+  plan.distributed_optimizer = true;
+  plan.dp = 2;
+  plan.global_batch = 8;
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 9);
+  plan.grad_reduce = GradReduce::kParam;
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 7);
+  // FSDP shards all of it: (2 + 2 + 6) / 2 = 5 per parameter, plus two gathered 16-bit layers
+  // and one layer's bf16 gradients (49984 / tp 2 = 24992 parameters, 2 * 2 + 2 bytes each).
+  plan.fsdp = true;
+  EXPECT_EQ(EstimateMemory(plan).weights_and_optimizer_bytes, 53184.0 * 5 + 24992.0 * 6);
+  // The optimizer step moves 2 + 2 + 6 + 2 + 6 bytes a parameter, 18 fewer than in fp32.
+  EXPECT_EQ(AdamBytesPerParam(plan), 18);
+  plan.optimizer_dtype = Dtype::kFp32;
+  EXPECT_EQ(AdamBytesPerParam(plan), 30);
 }
 
 TEST(MemoryModelTest, TensorParallelActivations) {

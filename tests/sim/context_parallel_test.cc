@@ -263,7 +263,7 @@ TEST(ContextParallelSimTest, SearchChoosesCpForLlama3_405bAt128kTokens) {
   const Plan& best = result->ranked.front().plan;
   EXPECT_GT(best.cp, 1) << DescribeCandidate(best);
   EXPECT_EQ(static_cast<int64_t>(best.tp) * best.cp * best.pp * best.dp, 16384);
-  EXPECT_LE(EstimateMemory(best).total_bytes(), best.cluster.node.gpu.memory_GB * 1e9);
+  EXPECT_LE(EstimateMemory(best).total_bytes(), best.cluster.node.gpu.memory_bytes());
   // Better than the best plan without context parallelism.
   SearchSpace no_cp;
   no_cp.cp = 1;

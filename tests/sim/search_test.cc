@@ -109,7 +109,7 @@ TEST(SearchTest, EveryCandidateRespectsTheRulesAndTheGpuCount) {
     EXPECT_FALSE(CheckPlanRules(c.plan).has_value()) << DescribeCandidate(c.plan);
     EXPECT_EQ(c.plan.tp * c.plan.pp * c.plan.dp, 16);
     EXPECT_EQ(c.plan.global_batch, 16);
-    EXPECT_LE(c.figures.memory_gib_per_gpu, c.plan.cluster.node.gpu.memory_GB * 1e9 / (1 << 30));
+    EXPECT_LE(c.figures.memory_gib_per_gpu, c.plan.cluster.node.gpu.memory_gib());
   }
   // Every rejection names the candidate and the rule it broke.
   ASSERT_GT(r->rejected, 0);

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "planner/memory_model.h"
 #include "sim/gemm_model.h"
 
 namespace domino::sim {
@@ -84,6 +87,41 @@ TEST(ValidateTest, PredictsEveryCategoryAndSummarizes) {
   const double factor = GemmFactorToClose(results[2]);
   // Predicted + (factor - 1) x the GEMMs' share of it is the measurement.
   EXPECT_NEAR(results[2].predicted * (1 + (factor - 1) * results[2].gemm_share), 0.01, 1e-12);
+
+  // The end-to-end row's memory (megatron-2021 runs unfused attention, which stores the scores)
+  // beside the H100's capacity as CUDA reports it; the other categories have neither.
+  EXPECT_DOUBLE_EQ(
+      results[2].memory_gib,
+      EstimateMemory(*table->rows[2].plan, /*flash_attention=*/false).total_bytes() / (1 << 30));
+  EXPECT_NEAR(results[2].capacity_gib, 79.21, 0.01);
+  EXPECT_EQ(results[0].capacity_gib, 0);
+  const MemoryFit fit = MemoryFitOf(results);
+  EXPECT_EQ(fit.rows, 1);
+  EXPECT_TRUE(fit.over.empty());
+  EXPECT_EQ(fit.fullest_id, "e2e-one");
+}
+
+// A published run that the memory model says does not fit is listed; the fullest row is the one
+// with the largest share of its GPU, whatever its size.
+TEST(ValidateTest, ListsThePublishedRunsThatDoNotFit) {
+  ValidationRow small, big, over, gemm;
+  for (ValidationRow* row : {&small, &big, &over}) row->category = ValidationCategory::kEndToEnd;
+  small.id = "small", big.id = "big", over.id = "over";
+  gemm.id = "gemm", gemm.category = ValidationCategory::kGemm;
+  std::vector<RowResult> results = {{&small, 1, 0, "", 0.5, 70, 79},
+                                    {&big, 1, 0, "", 0.5, 130, 140},
+                                    {&gemm, 400, 0, "", 0, 0, 0}};
+  MemoryFit fit = MemoryFitOf(results);
+  EXPECT_EQ(fit.rows, 2);
+  EXPECT_TRUE(fit.over.empty());
+  EXPECT_EQ(fit.fullest_id, "big");  // 130 / 140 = 0.93 > 70 / 79 = 0.89
+  EXPECT_EQ(fit.fullest_gib, 130);
+  EXPECT_EQ(fit.fullest_capacity_gib, 140);
+  results.push_back({&over, 1, 0, "", 0.5, 80, 79});
+  fit = MemoryFitOf(results);
+  EXPECT_EQ(fit.rows, 3);
+  EXPECT_EQ(fit.over, std::vector<std::string>{"over"});
+  EXPECT_EQ(fit.fullest_id, "over");
 }
 
 // Rows group by their id's first word and precision; each group keeps the range of its shares and
@@ -251,6 +289,8 @@ TEST(ValidateTest, BuiltInTablePredictsEveryRow) {
     ASSERT_TRUE(r.ok()) << r.message();
     EXPECT_GT(r->predicted, 0) << row.id;
     EXPECT_TRUE(std::isfinite(r->error)) << row.id;
+    // Every published run ran, so its plan fits in its GPUs' memory.
+    EXPECT_LE(r->memory_gib, r->capacity_gib) << row.id;
   }
 }
 

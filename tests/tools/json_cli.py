@@ -76,7 +76,8 @@ def check_plan_keys(plan, where):
                              "placement": str}, where)
     typed(plan["overlap"], {"row_split": int, "col_split": int, "scope": str, "method": str,
                             "chunks": int, "copy_engine": bool}, where)
-    typed(plan["memory"], {"recompute": str, "distributed_optimizer": bool}, where)
+    typed(plan["memory"], {"recompute": str, "distributed_optimizer": bool, "optimizer_dtype": str},
+          where)
 
 
 def figure(pattern, out):
@@ -213,8 +214,13 @@ def test_validate():
             # The predicted time with the GEMMs' share scaled by the factor is the measurement.
             check(abs(row["predicted"] * (1 + (factor - 1) * share) / row["measured"] - 1) < 1e-9,
                   f"{row['id']}: gemm_factor_to_close does not close the gap")
+            # A published run ran: its plan fits in its GPUs' memory.
+            typed(row, {"memory_gib": NUMBER, "capacity_gib": NUMBER}, row["id"])
+            check(0 < row["memory_gib"] <= row["capacity_gib"], f"{row['id']}: does not fit")
         else:
             check(share == 0 and factor == 0, f"{row['id']}: a GEMM share outside end-to-end")
+            check(row["memory_gib"] is None and row["capacity_gib"] is None,
+                  f"{row['id']}: memory outside end-to-end")
         for key in ("id", "category", "source", "configuration", "unit"):
             check(row[key] == want[key], f"{row['id']}: {key} {row[key]!r} vs CSV {want[key]!r}")
         check(abs(row["error"] - float(want["error"])) < 1e-6, f"{row['id']}: error")
@@ -240,6 +246,13 @@ def test_validate():
                                  s["max_abs_error"] <= guard["max_abs_error"]), "guard_met")
     for e in doc["excluded"]:
         typed(e, {"what": str, "source": str, "reason": str}, "excluded")
+    fit = doc["memory_fit"]
+    typed(fit, {"rows": int, "over": list, "fullest_id": str, "fullest_gib": NUMBER,
+                "fullest_capacity_gib": NUMBER}, "memory_fit")
+    ends = [r for r in doc["rows"] if r["category"] == "end-to-end"]
+    fullest = max(ends, key=lambda r: r["memory_gib"] / r["capacity_gib"])
+    check(fit["rows"] == len(ends) and fit["over"] == [] and fit["fullest_id"] == fullest["id"] and
+          fit["fullest_gib"] == fullest["memory_gib"], f"memory_fit {fit}")
     grouped = 0
     for g in doc["gemm_gap"]:
         typed(g, {"source": str, "precision": str, "rows": int, "gemm_share": list,
@@ -265,7 +278,8 @@ def test_validate():
     twins = [i for i in by_id if "-bf16-" in i and i.replace("-bf16-", "-fp8-") in by_id]
     check(paired == len(twins) > 0, f"fp8_pairs: {paired} pairs, {len(twins)} twin ids")
     doc = document("validate", "--category", "gemm", schema="domino.validate/1")
-    check(doc["gemm_gap"] == [] and doc["fp8_pairs"] == [], "gemm_gap without end-to-end rows")
+    check(doc["gemm_gap"] == [] and doc["fp8_pairs"] == [] and doc["memory_fit"] is None,
+          "gemm_gap and memory_fit without end-to-end rows")
     check(doc["category"] == "gemm" and {r["category"] for r in doc["rows"]} == {"gemm"},
           "--category gemm")
     check(doc["row_filter"] is None, "row_filter without --row")

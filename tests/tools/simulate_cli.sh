@@ -30,8 +30,26 @@ big=(--model llama3-405b --cluster dgx-h100:2048 --tp 8 --pp 16 --dp 128 --seq-l
 if "$domino" simulate "${big[@]}" --report "$tmp/r.yaml" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
   fail "a plan that does not fit was predicted"
 fi
-grep -q "does not fit: .* GiB per GPU .* exceeds the h100-sxm's 74.5 GiB" "$tmp/err.txt" ||
+grep -q "does not fit: .* GiB per GPU .* exceeds the h100-sxm's 79.2 GiB" "$tmp/err.txt" ||
   fail "unclear refusal: $(cat "$tmp/err.txt")"
 [[ ! -e "$tmp/r.yaml" ]] || fail "a report was written for a refused plan"
 "$domino" simulate "${big[@]}" --ignore-memory >/dev/null || fail "--ignore-memory did not predict"
+
+# A bf16 Adam state (NeMo's optim.dtype bf16): 6 bytes of state a parameter instead of 12, which
+# the distributed optimizer shards over dp 2, so 3 bytes fewer per parameter held.
+mid=(--model gpt3-13b --cluster dgx-h100:2 --tp 8 --dp 2 --micro-batch 1 --seq-len 2048
+     --distributed-optimizer)
+gib() { sed -n 's/^memory per GPU *\([0-9.]*\) GiB$/\1/p'; }
+fp32=$("$domino" simulate "${mid[@]}" | gib)
+bf16=$("$domino" simulate "${mid[@]}" --optimizer-dtype bf16 | gib)
+python3 - "$fp32" "$bf16" <<'PY' || fail "bf16 Adam state: $fp32 -> $bf16 GiB"
+import sys
+fp32, bf16 = map(float, sys.argv[1:])
+params = 13e9 / 8  # about 1.6e9 parameters a GPU
+assert abs((fp32 - bf16) * 2**30 / params - 3) < 0.2, (fp32, bf16)
+PY
+if "$domino" simulate "${mid[@]}" --optimizer-dtype fp8 >/dev/null 2>"$tmp/err.txt"; then
+  fail "--optimizer-dtype fp8 was taken"
+fi
+grep -q "optimizer-dtype" "$tmp/err.txt" || fail "unclear refusal: $(cat "$tmp/err.txt")"
 echo "simulate cli ok"

@@ -1,0 +1,166 @@
+// The keys a plan writes only when they differ from their default (or the stack's), so that
+// other plans keep their YAML: each reads back, and a bad value names its key and line.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+#include "planner/plan.h"
+#include "tests/planner/example_plan.h"
+
+namespace domino {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(PlanToYamlTest, GradReduceIsWrittenOnlyWhenThePlanSetsIt) {
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_FALSE(plain->grad_reduce.has_value());
+  EXPECT_THAT(PlanToYaml(*plain), HasSubstr("distributed_optimizer: false}\n"));
+  Result<Plan> set = ParsePlan(Edit({{"  distributed_optimizer: false\n",
+                                      "  distributed_optimizer: false\n  grad_reduce: param\n"}}),
+                               "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->grad_reduce, std::optional<GradReduce>(GradReduce::kParam));
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("distributed_optimizer: false, grad_reduce: param}\n"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->grad_reduce, set->grad_reduce);
+  // A value outside the three names the key, its line and the allowed values.
+  Result<Plan> bad = ParsePlan(Edit({{"  distributed_optimizer: false\n",
+                                      "  distributed_optimizer: false\n  grad_reduce: bf16\n"}}),
+                               "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:21"));
+  EXPECT_THAT(bad.message(), HasSubstr("grad_reduce"));
+  EXPECT_THAT(bad.message(), HasSubstr("fp16-param"));
+}
+
+TEST(PlanToYamlTest, RecomputeLayersIsWrittenOnlyWhenSetAndReadsBack) {
+  Result<Plan> set = ParsePlan(
+      Edit({{"  recompute: none\n", "  recompute: full\n  recompute_layers: 5\n"}}), "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->recompute_layers, 5);
+  EXPECT_TRUE(set->recomputes_layer(4));
+  EXPECT_FALSE(set->recomputes_layer(5));
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("memory: {recompute: full, recompute_layers: 5, distributed_"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->recompute_layers, 5);
+  Result<Plan> bad = ParsePlan(
+      Edit({{"  recompute: none\n", "  recompute: none\n  recompute_layers: 5\n"}}), "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("memory.recompute_layers"));
+  EXPECT_THAT(bad.message(), HasSubstr("recompute: full"));
+}
+
+TEST(PlanToYamlTest, CrossEntropyIsWrittenOnlyWhenSetAndReadsBack) {
+  Result<Plan> set = ParsePlan(
+      Edit({{"  global_batch: 16\n", "  global_batch: 16\n  cross_entropy: megatron-fused\n"}}),
+      "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->cross_entropy, std::optional<CrossEntropy>(CrossEntropy::kMegatronFused));
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("global_batch: 16, cross_entropy: megatron-fused}"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->cross_entropy, set->cross_entropy);
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("cross_entropy")));
+  Result<Plan> bad =
+      ParsePlan(Edit({{"  global_batch: 16\n", "  global_batch: 16\n  cross_entropy: liger\n"}}),
+                "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:8"));
+  EXPECT_THAT(bad.message(), HasSubstr("megatron-fused"));
+}
+
+TEST(PlanToYamlTest, FsdpIsWrittenOnlyWhenOnAndReadsBack) {
+  Result<Plan> set = ParsePlan(
+      Edit({{"  tp: 32\n", "  tp: 16\n"},
+            {"  dp: 1\n", "  dp: 2\n"},
+            {"  global_batch: 16\n", "  global_batch: 32\n"},
+            {"  distributed_optimizer: false\n", "  distributed_optimizer: true\n  fsdp: true\n"}}),
+      "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_TRUE(set->fsdp);
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml,
+              HasSubstr("memory: {recompute: none, distributed_optimizer: true, fsdp: true}"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_TRUE(back->fsdp);
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("fsdp")));
+  // Without the distributed optimizer, loading names the key and its line.
+  Result<Plan> bad = ParsePlan(Edit({{"  tp: 32\n", "  tp: 16\n"},
+                                     {"  dp: 1\n", "  dp: 2\n"},
+                                     {"  global_batch: 16\n", "  global_batch: 32\n"},
+                                     {"  distributed_optimizer: false\n",
+                                      "  distributed_optimizer: false\n  fsdp: true\n"}}),
+                               "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:21"));
+  EXPECT_THAT(bad.message(), HasSubstr("memory.fsdp"));
+  EXPECT_THAT(bad.message(), HasSubstr("distributed_optimizer: true"));
+}
+
+TEST(PlanToYamlTest, APipelineSplitIsWrittenOnlyWhenItCountsAnEnd) {
+  Result<Plan> plan = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  EXPECT_EQ(plan->pipeline_split, PipelineSplit::kLayers);
+  EXPECT_THAT(PlanToYaml(*plan), Not(HasSubstr("pipeline_split")));
+  for (PipelineSplit split :
+       {PipelineSplit::kEmbedding, PipelineSplit::kLoss, PipelineSplit::kEnds}) {
+    Plan p = *plan;
+    p.pipeline_split = split;
+    const std::string yaml = PlanToYaml(p);
+    EXPECT_THAT(yaml, HasSubstr(fmt::format(", pipeline_split: {}}}", PipelineSplitName(split))));
+    Result<Plan> back = ParsePlan(yaml, "back.yaml");
+    ASSERT_TRUE(back.ok()) << back.message() << "\n" << yaml;
+    EXPECT_EQ(back->pipeline_split, split);
+  }
+  Result<Plan> bad = ParsePlan(
+      Edit({{"virtual_stages: 1", "virtual_stages: 1\n  pipeline_split: both"}}), "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("parallel.pipeline_split"));
+  EXPECT_THAT(bad.message(), HasSubstr("layers"));
+}
+
+TEST(PlanToYamlTest, ABf16OptimizerStateIsWrittenOnlyWhenSetAndReadsBack) {
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_EQ(plain->optimizer_dtype, Dtype::kFp32);
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("optimizer_dtype")));
+  Result<Plan> set =
+      ParsePlan(Edit({{"  distributed_optimizer: false\n",
+                       "  distributed_optimizer: false\n  optimizer_dtype: bf16\n"}}),
+                "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->optimizer_dtype, Dtype::kBf16);
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("distributed_optimizer: false, optimizer_dtype: bf16}\n"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->optimizer_dtype, Dtype::kBf16);
+  // fp8 is a type, but no optimizer keeps its whole state in it.
+  Result<Plan> bad =
+      ParsePlan(Edit({{"  distributed_optimizer: false\n",
+                       "  distributed_optimizer: false\n  optimizer_dtype: fp8\n"}}),
+                "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:21"));
+  EXPECT_THAT(bad.message(), HasSubstr("optimizer_dtype"));
+  EXPECT_THAT(bad.message(), HasSubstr("bf16"));
+}
+
+}  // namespace
+}  // namespace domino
