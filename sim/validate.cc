@@ -253,8 +253,10 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // 9.2% / 41.5% with the power limit of H100 and H200 (GpuSpec::power_duty_knee, from the
     // H200's layer loops and soak): the bf16 rows whose GEMMs fill 70-86% of the iteration 2-6
     // points slower, nearer their measurements; the A100 rows and most fp8 rows unchanged.
+    // 8.8% / 41.5% with the 25 rows of DGX Cloud's v25.04 Llama 3.1 8B, 70B and 405B FP8 tables
+    // (newer software, 1-11% below their measurements) that the table had left out.
     case ValidationCategory::kEndToEnd:
-      return {{0.05, 0.12}, {0.095, 0.43}};
+      return {{0.05, 0.12}, {0.09, 0.43}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:
@@ -442,10 +444,13 @@ std::vector<GemmGapGroup> GemmGapByGroup(std::span<const RowResult> results) {
 }
 
 std::vector<Fp8PairGroup> Fp8SpeedupByGroup(std::span<const RowResult> results) {
-  // The plan as YAML with its precision set to fp8: equal for the two rows of a pair.
+  // The plan as YAML with its precision set to fp8 and the gradients' type left out: equal for
+  // the two rows of a pair (recipes that switch fp8 on may reduce its gradients in bf16 too, as
+  // the DGX Cloud v25.04 Llama ones do).
   auto as_fp8 = [](const Plan& plan) {
     Plan copy = plan;
     copy.precision = Dtype::kFp8;
+    copy.grad_reduce.reset();
     return PlanToYaml(copy);
   };
   auto end_to_end = [](const RowResult& r) {

@@ -152,12 +152,13 @@ struct GemmGapGroup {
 std::vector<GemmGapGroup> GemmGapByGroup(std::span<const RowResult> results);
 
 // End-to-end rows measured in 16 bits (bf16 or fp16) and again in fp8, by the same source with
-// the plan otherwise the same, grouped by the ids' first word and the model: the range of fp8's
-// speedup (16-bit iteration / fp8 iteration) measured and predicted, and of the factor on the
-// 16-bit row's predicted GEMM time that makes its predicted speedup the measured one were the fp8
-// prediction right, (measured speedup x fp8 predicted - (1 - share) x 16-bit predicted) /
-// (share x 16-bit predicted). A diagnostic, never applied: a factor above 1 says the 16-bit
-// GEMMs ran slower next to fp8's than the GEMM model has them, whatever the two rows share.
+// the plan otherwise the same (but for the gradients' type, which some recipes change with it),
+// grouped by the ids' first word and the model: the range of fp8's speedup (16-bit iteration / fp8
+// iteration) measured and predicted, and of the factor on the 16-bit row's predicted GEMM time that
+// makes its predicted speedup the measured one were the fp8 prediction right, (measured speedup x
+// fp8 predicted - (1 - share) x 16-bit predicted) / (share x 16-bit predicted). A diagnostic, never
+// applied: a factor above 1 says the 16-bit GEMMs ran slower next to fp8's than the GEMM model has
+// them, whatever the two rows share.
 struct Fp8PairGroup {
   std::string source;  // the ids' first word
   std::string model;

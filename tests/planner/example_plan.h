@@ -35,7 +35,8 @@ inline constexpr std::string_view kExamplePlan =
     "  distributed_optimizer: false\n";  // 20
 
 // kExamplePlan with each `from` replaced by its `to` (each must occur once).
-inline std::string Edit(std::initializer_list<std::pair<std::string_view, std::string_view>> edits) {
+inline std::string Edit(
+    std::initializer_list<std::pair<std::string_view, std::string_view>> edits) {
   std::string text(kExamplePlan);
   for (const auto& [from, to] : edits) {
     size_t at = text.find(from);

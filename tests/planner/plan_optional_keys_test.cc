@@ -152,10 +152,9 @@ TEST(PlanToYamlTest, ABf16OptimizerStateIsWrittenOnlyWhenSetAndReadsBack) {
   ASSERT_TRUE(back.ok()) << back.message();
   EXPECT_EQ(back->optimizer_dtype, Dtype::kBf16);
   // fp8 is a type, but no optimizer keeps its whole state in it.
-  Result<Plan> bad =
-      ParsePlan(Edit({{"  distributed_optimizer: false\n",
-                       "  distributed_optimizer: false\n  optimizer_dtype: fp8\n"}}),
-                "plan.yaml");
+  Result<Plan> bad = ParsePlan(Edit({{"  distributed_optimizer: false\n",
+                                      "  distributed_optimizer: false\n  optimizer_dtype: fp8\n"}}),
+                               "plan.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:21"));
   EXPECT_THAT(bad.message(), HasSubstr("optimizer_dtype"));
