@@ -59,6 +59,7 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
     estimate.activation_bytes = stored * in_flight;
     if (estimate.total_bytes() > worst.total_bytes()) worst = estimate;
   }
+  worst.cuda_context_bytes = kCudaContextBytes;
   if (plan.method != OverlapMethod::kDomino) {
     constexpr int kAllGatherBuffers = 6, kBuffers = 10;
     const double fp8 = plan.precision == Dtype::kFp8;

@@ -201,7 +201,8 @@ void Run(const SimulateFlags& flags) {
       Fail("simulate",
            fmt::format(
                "{}: does not fit: {:.1f} GiB per GPU on the most loaded stage (weights, gradients "
-               "and optimizer {:.1f} GiB + activations {:.1f} GiB{}) exceeds the {}'s {:.1f} "
+               "and optimizer {:.1f} GiB + activations {:.1f} GiB{} + CUDA context {:.1f} GiB) "
+               "exceeds the {}'s {:.1f} "
                "GiB; use recompute, sequence parallelism, a larger tp or pp, the distributed "
                "optimizer or a smaller micro-batch (or --ignore-memory)",
                flags.plan.plan_path.empty() ? "the plan" : flags.plan.plan_path,
@@ -210,7 +211,7 @@ void Run(const SimulateFlags& flags) {
                mem.comm_buffer_bytes > 0
                    ? fmt::format(" + communication buffers {:.1f} GiB", mem.comm_buffer_bytes * gib)
                    : "",
-               plan->cluster.node.gpu.name, capacity_gib));
+               mem.cuda_context_bytes * gib, plan->cluster.node.gpu.name, capacity_gib));
   }
   // Every output or none, before the table: a bad path leaves nothing behind. An output on
   // stdout ("-") sends the table to stderr, so that stdout holds only the document.

@@ -130,7 +130,9 @@ TEST(MemoryModelTest, PipelineStageHoldsItsLayersAndMicroBatchesInFlight) {
   // One layer per stage: 99968/2/2 + 6400/2 = 28192 parameters.
   EXPECT_EQ(m.weights_and_optimizer_bytes, 28192.0 * 18);
   EXPECT_EQ(m.activation_bytes, 8192.0 * 22 * 1 * 2);
-  EXPECT_EQ(m.total_bytes(), 28192.0 * 18 + 8192.0 * 22 * 2);
+  // Besides, the CUDA context's half GiB.
+  EXPECT_EQ(m.cuda_context_bytes, 0.5 * (1 << 30));
+  EXPECT_EQ(m.total_bytes(), 28192.0 * 18 + 8192.0 * 22 * 2 + 0.5 * (1 << 30));
   plan.global_batch = 4;  // a single micro-batch: one in flight
   EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 8192.0 * 22);
 }
