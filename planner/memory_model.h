@@ -24,7 +24,9 @@ namespace domino {
 //   (pipelined), qkv and fc1 dgrad and wgrad (bulk) — 10 buffers in the activation dtype, the six
 //   all-gather buffers (qkv/fc1 fprop and dgrad, proj/fc2 dgrad) in fp8 under an fp8 recipe;
 // - the CUDA context: what a process holds outside PyTorch's allocator (kCudaContextBytes).
-// Not counted: NCCL's buffers, cuBLAS workspaces, the loss's transient fp32 logits and the
+// Not counted: NCCL's buffers (a 4-GPU DDP process on A100 80GB held 1.6 GiB outside PyTorch's
+// allocator in its out-of-memory report: 79.25 GiB total, 8.94 MiB free, 77.59 GiB allocated and
+// 17.18 MiB reserved by PyTorch), cuBLAS workspaces, the loss's transient fp32 logits and the
 // allocator's fragmentation.
 struct MemoryEstimate {
   double weights_and_optimizer_bytes = 0;
@@ -36,10 +38,10 @@ struct MemoryEstimate {
   }
 };
 
-// The memory a training process holds outside PyTorch's allocator (its CUDA context, kernel
-// images, library handles): 0.48 GiB in PyTorch's out-of-memory report on an A100 80GB ("79.23
-// GiB memory in use. Of the allocated memory 78.42 GiB is allocated by PyTorch, and 336.78 MiB is
-// reserved by PyTorch but unallocated").
+// The memory a process holds outside PyTorch's allocator without NCCL (its CUDA context, kernel
+// images, library handles): 0.48 GiB in PyTorch's out-of-memory report of a single-GPU run on an
+// 80 GB GPU ("a total capacity of 79.25 GiB ... 79.23 GiB memory in use. Of the allocated memory
+// 78.42 GiB is allocated by PyTorch, and 336.78 MiB is reserved by PyTorch but unallocated").
 inline constexpr double kCudaContextBytes = 0.5 * (1 << 30);
 
 MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention = true);

@@ -188,7 +188,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
                                  const std::function<void(int, int)>& progress) {
   SearchResult result;
   const int64_t gpus = base.cluster.total_gpus();
-  const double capacity = base.cluster.node.gpu.memory_bytes();
+  const double capacity = base.cluster.node.gpu.memory_bytes() - space.memory_headroom_bytes;
   auto reject = [&](const Plan& plan, const std::string& rule) {
     ++result.rejected;
     result.rejections.push_back(fmt::format("{}: {}", DescribeCandidate(plan), rule));
@@ -350,9 +350,13 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
         }
         const double need = EstimateMemory(plan).total_bytes();
         if (need <= capacity) return true;
-        reject(plan,
-               fmt::format("memory: needs {:.1f} GiB per GPU, the {} has {:.1f}", need / (1 << 30),
-                           plan.cluster.node.gpu.name, capacity / (1 << 30)));
+        reject(plan, fmt::format("memory: needs {:.1f} GiB per GPU, the {} has {:.1f}{}",
+                                 need / (1 << 30), plan.cluster.node.gpu.name,
+                                 plan.cluster.node.gpu.memory_gib(),
+                                 space.memory_headroom_bytes > 0
+                                     ? fmt::format(" less {:.1f} of headroom",
+                                                   space.memory_headroom_bytes / (1 << 30))
+                                     : ""));
       }
       return false;
     };

@@ -61,6 +61,9 @@ struct SearchSpace {
   std::function<bool()> stop;
   // Keep at most this many ranked candidates (the best), so huge spaces stay in bounded memory.
   size_t max_ranked = 10000;
+  // Bytes per GPU a plan must leave free beyond what the memory model counts (NCCL's buffers,
+  // the allocator's fragmentation: planner/memory_model.h lists what it leaves out).
+  double memory_headroom_bytes = 0;
 };
 
 // Applies "--fix" pins, "tp=8,pp=1,sp=true,recompute=none,p=2,q=1,scope=inter-layer,mb=4,v=2,

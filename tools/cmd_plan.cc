@@ -32,6 +32,7 @@ struct PlanCommandFlags {
   bool explain = false;
   bool exhaustive = false;
   double timeout_s = 0;
+  double memory_headroom_gib = 0;
   OutputFormat format = OutputFormat::kTable;
 };
 
@@ -141,6 +142,7 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   DOMINO_RETURN_IF_ERROR(ApplyStrategy(flags.strategy, &space));
   space.prune = !flags.exhaustive;
   space.timeout_s = flags.timeout_s;
+  space.memory_headroom_bytes = flags.memory_headroom_gib * (1 << 30);
   return space;
 }
 
@@ -205,6 +207,8 @@ std::string PlanYaml(const PlanCommandFlags& flags, const SearchResult& result,
   yaml += fmt::format("search:\n  objective: {}\n  evaluated: {}\n  rejected: {}\n  pruned: {}\n",
                       flags.objective, result.evaluated, result.rejected, result.pruned);
   if (result.timed_out) yaml += fmt::format("  stopped_at_timeout_s: {:g}\n", flags.timeout_s);
+  if (flags.memory_headroom_gib > 0)
+    yaml += fmt::format("  memory_headroom_gib: {:g}\n", flags.memory_headroom_gib);
   if (result.stopped) yaml += fmt::format("  stopped_by: {}  # partial\n", stopped_by);
   if (baseline) {
     yaml += "  baseline: " + FiguresFlow(*baseline) + "\n";
@@ -248,6 +252,7 @@ Json PlanDocument(const PlanCommandFlags& flags, const Plan& base, const SearchR
               {"exhaustive", flags.exhaustive},
               {"timed_out", result.timed_out},
               {"stopped_at_timeout_s", result.timed_out ? Json(flags.timeout_s) : Json(nullptr)},
+              {"memory_headroom_gib", flags.memory_headroom_gib},
               {"stopped_by", result.stopped ? Json(stopped_by) : Json(nullptr)},
               {"partial", result.timed_out || result.stopped}};
   document["search"] = std::move(search);
@@ -352,9 +357,12 @@ void Run(const PlanCommandFlags& flags) {
   // With the plan on stdout (--out -), the table goes to stderr: stdout holds one YAML document.
   const bool plan_on_stdout = flags.out_path == "-";
   std::ostream& out = plan_on_stdout ? std::cerr : std::cout;
-  out << fmt::format("# {} on {} ({} GPUs), seq {}, global batch {}\n", base->model.name,
+  out << fmt::format("# {} on {} ({} GPUs), seq {}, global batch {}{}\n", base->model.name,
                      base->cluster.name, base->cluster.total_gpus(), base->seq_len,
-                     base->global_batch);
+                     base->global_batch,
+                     flags.memory_headroom_gib > 0
+                         ? fmt::format(", {:g} GiB per GPU left free", flags.memory_headroom_gib)
+                         : "");
   out << fmt::format(
       "# {} plans simulated, {} rejected by a rule or memory, {} pruned by a bound, in {:.2f} s "
       "({:.0f} plans/s)\n\n",
@@ -441,6 +449,10 @@ void SetupPlan(CLI::App* sub) {
          "the best plan found so far "
          "(default: no limit)")
       ->check(PositiveFinite());
+  sub->add_option("--memory-headroom", flags->memory_headroom_gib,
+                  "GiB per GPU a plan must leave free beyond what the memory model counts "
+                  "(NCCL's buffers, the allocator's fragmentation; default: 0)")
+      ->check(CLI::Range(0.0, 1e6));
   AddFormatOption(sub, &flags->format);
   sub->callback([flags] { Run(*flags); });
 }

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 #include <string>
@@ -117,6 +118,31 @@ TEST(SearchTest, EveryCandidateRespectsTheRulesAndTheGpuCount) {
     EXPECT_NE(line.find("tp "), std::string::npos) << line;
     EXPECT_NE(line.find(": "), std::string::npos) << line;
   }
+}
+
+TEST(SearchTest, MemoryHeadroomLeavesThatMuchFree) {
+  Plan base = Base("gpt3-2.7b", "dgx-h100:1", 8);
+  SearchSpace space;
+  space.prune = false;
+  Simulator eval;
+  Result<SearchResult> all = SearchPlans(base, space, eval);
+  ASSERT_TRUE(all.ok()) << all.message();
+  // Leave free all but a GiB above the lightest plan's need: only plans that light remain.
+  double lightest = 1e9;
+  for (const Candidate& c : all->ranked)
+    lightest = std::min(lightest, c.figures.memory_gib_per_gpu);
+  const double capacity = base.cluster.node.gpu.memory_gib();
+  space.memory_headroom_bytes = (capacity - lightest - 1) * (1 << 30);
+  Result<SearchResult> tight = SearchPlans(base, space, eval);
+  ASSERT_TRUE(tight.ok()) << tight.message();
+  ASSERT_FALSE(tight->ranked.empty());
+  EXPECT_LT(tight->ranked.size(), all->ranked.size());
+  for (const Candidate& c : tight->ranked)
+    EXPECT_LE(c.figures.memory_gib_per_gpu, lightest + 1 + 1e-9) << DescribeCandidate(c.plan);
+  bool said = false;
+  for (const std::string& line : tight->rejections)
+    said = said || line.find("of headroom") != std::string::npos;
+  EXPECT_TRUE(said) << "no rejection names the headroom";
 }
 
 TEST(SearchTest, FixAndStrategyPinDimensions) {

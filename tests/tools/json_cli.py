@@ -102,6 +102,7 @@ def test_plan():
                           "partial": bool}, "search")
     check(doc["search"]["evaluated"] > 0 and doc["search"]["partial"] is False, "search")
     check(doc["search"]["stopped_by"] is None, "stopped_by of a finished search")
+    check(doc["search"]["memory_headroom_gib"] == 0, "memory_headroom_gib without --memory-headroom")
     top = doc["top"]
     check(1 <= len(top) <= 3, f"{len(top)} plans in top with --top 3")
     check([t["rank"] for t in top] == list(range(1, len(top) + 1)), "ranks")

@@ -30,6 +30,18 @@ grep -q "tp=eight" "$tmp/err.txt" || fail "bad --fix not named: $(cat "$tmp/err.
   --timeout 0.2 --out "$tmp/t.yaml" >"$tmp/t.txt" || fail "plan --timeout failed"
 grep -q "stopped at --timeout 0.2 s: the best plan found so far" "$tmp/t.txt" || fail "no timeout note"
 grep -q "stopped_at_timeout_s: 0.2" "$tmp/t.yaml" || fail "the plan does not record the timeout"
+# --memory-headroom leaves that much of each GPU free, says so and records it.
+"$domino" plan --model gpt3-2.7b --cluster dgx-h100:1 --memory-headroom 60 --out "$tmp/h.yaml" \
+  >"$tmp/h.txt" || fail "plan --memory-headroom failed"
+grep -q "60 GiB per GPU left free" "$tmp/h.txt" || fail "no headroom note"
+grep -q "memory_headroom_gib: 60" "$tmp/h.yaml" || fail "the plan does not record the headroom"
+python3 - "$tmp/h.txt" <<'PY' || fail "a plan uses more than 79.2 - 60 GiB"
+import re, sys
+rows = [l for l in open(sys.argv[1]) if re.match(r"^\s*(\d+|base)\s+tp ", l)]
+assert rows and all(float(l.split()[-1]) <= 79.2 - 60 for l in rows), rows
+PY
+"$domino" plan --model gpt3-2.7b --cluster dgx-h100:1 --memory-headroom -1 >/dev/null 2>&1 &&
+  fail "a negative headroom was taken"
 "$domino" sweep --vary nodes=1,2,4,8 --vary seq_len=512,1024,2048 --timeout 0.01 \
   --out "$tmp/partial.csv" >"$tmp/p.txt" || fail "sweep --timeout failed"
 grep -q "stopped at --timeout" "$tmp/p.txt" || fail "sweep did not say it stopped"
