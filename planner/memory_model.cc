@@ -15,11 +15,21 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const double s = plan.local_seq_len(), b = plan.micro_batch, h = m.hidden, a = m.heads,
                t = plan.tp;
   const bool drop_scores = flash_attention || plan.recompute == Recompute::kSelective;
-  // A layer that full recompute redoes keeps only its input; the others keep what they store.
+  // A layer that full recompute redoes keeps only its input; the others keep what they store, in
+  // bytes per s*b*h: the part TP leaves whole without SP (the norms' inputs 4, the attention's
+  // and the MLP's inputs 2 + 2, the two dropout masks 2) and the part it splits (Q and the
+  // attention's output 2 + 2, K and V 2 each times kv_heads/heads, the MLP's first output and
+  // its activation's, 4*ffn/h, or 6*ffn/h when gated), plus the unfused attention's scores.
+  const double kv = static_cast<double>(m.kv_heads) / m.heads;
+  const double mlp = (m.activation == Activation::kSwiglu ? 6.0 : 4.0) * m.ffn / h;
+  const double whole = 10, split = 4 + 4 * kv + mlp;
+  const double scores = drop_scores ? 0 : 5 * a * s / h;
   const double recomputed = 2 * s * b * h / (plan.sequence_parallel ? t : 1);
-  const double kept = plan.sequence_parallel
-                          ? s * b * h / t * (34 + (drop_scores ? 0 : 5 * a * s / h))
-                          : s * b * h * (10 + 24 / t + (drop_scores ? 0 : 5 * a * s / (h * t)));
+  const double kept = plan.sequence_parallel ? s * b * h / t * (whole + split + scores)
+                                             : s * b * h * (whole + (split + scores) / t);
+  // The last stage's LM head input and the loss's fp32 logits, one micro-batch's: its backward
+  // follows its forward.
+  const double output = 4 * s * b * (h + m.vocab) / t;
   // 16-bit weights, their gradients (GradBytes) and the Adam state (AdamStateBytes: master, m and
   // v, 12 bytes in fp32). Weights are not sharded by CP; the distributed optimizer shards the
   // state over DP x CP, as Megatron's. FSDP shards all three and holds, besides, the gathered
@@ -57,6 +67,7 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
     MemoryEstimate estimate;
     estimate.weights_and_optimizer_bytes = params * bytes_per_param + gathered_bytes;
     estimate.activation_bytes = stored * in_flight;
+    if (stage == plan.pp - 1) estimate.output_bytes = output;
     if (estimate.total_bytes() > worst.total_bytes()) worst = estimate;
   }
   worst.cuda_context_bytes = kCudaContextBytes;

@@ -13,10 +13,17 @@ namespace domino {
 //   of its stage's layers (ChunkLayers), the first stage also the vocab-parallel embedding, the
 //   last the untied LM head;
 // - activations per layer: s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes with TP, s*b*h/t*(34 + 5*a*s/h)
-//   with sequence parallelism (b = micro_batch, a = heads); flash attention drops the a*s/h term;
-//   selective recompute drops it too; full recompute keeps only the 2*s*b*h layer input; stage s
-//   keeps up to pp - s micro-batches in flight under 1F1B, times 1 + (pp-1)/(pp*v) when
-//   interleaved over v virtual stages; with context parallelism s is the rank's seq_len / cp;
+//   with sequence parallelism (b = micro_batch, a = heads), for multi-head attention and a GeLU
+//   MLP of ffn 4h; in general the TP-split part 24 is Q and the attention output (2 + 2), K and V
+//   (2 + 2 times kv_heads/heads) and the MLP's 4*ffn/h (its first matmul's output and the
+//   activation's, 2 bytes each; 6*ffn/h when gated, whose first matmul gives two: Megatron-LM's
+//   18 + 4*ffn/h grown by the gate); flash attention drops the a*s/h term; selective recompute
+//   drops it too; full recompute keeps only the 2*s*b*h layer input; stage s keeps up to pp - s
+//   micro-batches in flight under 1F1B, times 1 + (pp-1)/(pp*v) when interleaved over v virtual
+//   stages; with context parallelism s is the rank's seq_len / cp;
+// - the LM head's input and the loss's fp32 logits on the last stage, for the micro-batch whose
+//   backward follows its forward: s*b*4*(h + vocab)/t (Megatron-LM's "inputs to output layer and
+//   CE loss");
 // - with decomposed overlap (method decomposed or both), Transformer Engine's userbuffers:
 //   initialize_ub (transformer_engine/pytorch/module/base.py) allocates one buffer shaped like the
 //   whole sequence's activations (seq_len * micro_batch x hidden, as Megatron passes it) per
@@ -31,10 +38,12 @@ namespace domino {
 struct MemoryEstimate {
   double weights_and_optimizer_bytes = 0;
   double activation_bytes = 0;
+  double output_bytes = 0;       // the LM head's input and the loss's logits (last stage)
   double comm_buffer_bytes = 0;  // decomposed overlap's userbuffers
   double cuda_context_bytes = 0;
   double total_bytes() const {
-    return weights_and_optimizer_bytes + activation_bytes + comm_buffer_bytes + cuda_context_bytes;
+    return weights_and_optimizer_bytes + activation_bytes + output_bytes + comm_buffer_bytes +
+           cuda_context_bytes;
   }
 };
 

@@ -201,13 +201,16 @@ void Run(const SimulateFlags& flags) {
       Fail("simulate",
            fmt::format(
                "{}: does not fit: {:.1f} GiB per GPU on the most loaded stage (weights, gradients "
-               "and optimizer {:.1f} GiB + activations {:.1f} GiB{} + CUDA context {:.1f} GiB) "
+               "and optimizer {:.1f} GiB + activations {:.1f} GiB{}{} + CUDA context {:.1f} GiB) "
                "exceeds the {}'s {:.1f} "
                "GiB; use recompute, sequence parallelism, a larger tp or pp, the distributed "
                "optimizer or a smaller micro-batch (or --ignore-memory)",
                flags.plan.plan_path.empty() ? "the plan" : flags.plan.plan_path,
                mem.total_bytes() * gib, mem.weights_and_optimizer_bytes * gib,
                mem.activation_bytes * gib,
+               mem.output_bytes > 0
+                   ? fmt::format(" + LM head input and logits {:.1f} GiB", mem.output_bytes * gib)
+                   : "",
                mem.comm_buffer_bytes > 0
                    ? fmt::format(" + communication buffers {:.1f} GiB", mem.comm_buffer_bytes * gib)
                    : "",

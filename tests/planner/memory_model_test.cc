@@ -122,6 +122,37 @@ TEST(MemoryModelTest, SequenceParallelActivations) {
   EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 4096.0 * 2 * 2);
 }
 
+TEST(MemoryModelTest, GroupedQueriesShrinkAndAGatedMlpGrowsALayer) {
+  Plan plan = TinyPlan();
+  // One KV head of 4 (K and V 2 * 1/4 each) and a gated MLP of ffn 4h (6 * 4 bytes): the split
+  // part is 2 + 2 + 1 + 24 = 29 instead of 24, the whole part stays 10:
+  // sbh (10 + 29/2) = 8192 * 24.5 per layer with flash attention.
+  plan.model.kv_heads = 1;
+  plan.model.activation = Activation::kSwiglu;
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 8192.0 * 24.5 * 2);
+  plan.sequence_parallel = true;  // sbh/t (10 + 29) = 4096 * 39
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 39 * 2);
+  plan.model.activation = Activation::kGelu;  // 2 + 2 + 1 + 16 = 21: 4096 * 31
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 31 * 2);
+}
+
+TEST(MemoryModelTest, TheLastStageHoldsTheLmHeadInputAndTheLogits) {
+  Plan plan = TinyPlan();
+  // 4 bytes per token of the hidden state and of the vocabulary, over tp:
+  // 32 * 4 * 4 * (64 + 100) / 2 = 41984 bytes, one micro-batch's.
+  EXPECT_EQ(EstimateMemory(plan, true).output_bytes, 41984);
+  plan.pp = 2;
+  plan.global_batch = 16;
+  // The first stage holds more (its embedding and two micro-batches in flight) and has no LM head.
+  EXPECT_EQ(EstimateMemory(plan, true).output_bytes, 0);
+  // One micro-batch in flight on each stage, each with one layer and the (tied) embedding or its
+  // copy: the last, with the logits of a vast vocabulary besides, is the most loaded.
+  plan.model.vocab = 100000;
+  plan.global_batch = 4;
+  const MemoryEstimate last = EstimateMemory(plan, true);
+  EXPECT_EQ(last.output_bytes, 32.0 * 4 * 4 * (64 + 100000) / 2);
+}
+
 TEST(MemoryModelTest, PipelineStageHoldsItsLayersAndMicroBatchesInFlight) {
   Plan plan = TinyPlan();
   plan.pp = 2;
