@@ -46,4 +46,23 @@ simulated=$("$domino" simulate --plan "$tmp/row.yaml" | grep -m1 "^iteration  ")
   fail "the row's plan does not simulate: $(cat "$tmp/row.yaml")"
 [[ -n $explained && $explained == "$simulated" ]] ||
   fail "explained '$explained', simulated '$simulated'"
+# A published run that the memory model says does not fit fails --check, naming it; the table
+# names the fullest row.
+cat >"$tmp/t.yaml" <<'YAML'
+rows:
+  - id: too-big
+    category: end-to-end
+    source: "hand-made"
+    plan:
+      model: gpt3-175b
+      cluster: dgx-h100:1
+      training: {seq_len: 2048, micro_batch: 1, global_batch: 1}
+      parallel: {tp: 8}
+    measured: {iteration_s: 1}
+YAML
+"$domino" validate --table "$tmp/t.yaml" --check >"$tmp/out" 2>"$tmp/err" &&
+  fail "--check passed a run that does not fit"
+grep -q "1 of 1 published runs do not fit in the memory model, though they ran (too-big)" \
+  "$tmp/err" || fail "unclear refusal: $(cat "$tmp/err")"
+grep -q "^memory: 1 of 1 published runs do not fit" "$tmp/out" || fail "no memory line"
 echo "validate cli ok"
