@@ -10,7 +10,6 @@
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
-#include "planner/memory_model.h"
 #include "sim/cost_model.h"
 #include "sim/engine.h"
 #include "sim/gemm_model.h"
@@ -381,9 +380,7 @@ Result<RowResult> PredictRow(const ValidationRow& row) {
       result.detail = fmt::format("MFU {:.1f}%, exposed TP comm {:.1f}%", 100 * p->figures.mfu,
                                   100 * p->figures.exposed_comm_ms / p->figures.iteration_ms);
       result.gemm_share = p->busy_ms[static_cast<int>(OpClass::kGemm)] / p->figures.iteration_ms;
-      const MemoryEstimate memory =
-          EstimateMemory(*row.plan, AttentionOf(*row.plan, {}) == AttentionKernel::kFlash);
-      result.memory_gib = memory.total_bytes() / (1 << 30);
+      result.memory_gib = p->figures.memory_gib_per_gpu;
       result.capacity_gib = row.plan->cluster.node.gpu.memory_gib();
       break;
     }

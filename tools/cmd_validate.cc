@@ -144,7 +144,7 @@ void Explain(const sim::RowResult& r, std::ostream& out) {
 
 Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flags,
                     const std::vector<sim::RowResult>& results,
-                    const std::vector<sim::CategorySummary>& summary) {
+                    const std::vector<sim::CategorySummary>& summary, const sim::MemoryFit& fit) {
   Json document = JsonDocument("validate");
   document["table"] = table.file;
   document["category"] = flags.category.empty() ? Json(nullptr) : Json(flags.category);
@@ -178,7 +178,6 @@ Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flag
                           {"guard", BoundJson(s.bounds.guard)},
                           {"guard_met", s.Within(s.bounds.guard)}});
   document["summary"] = std::move(categories);
-  const sim::MemoryFit fit = sim::MemoryFitOf(results);
   document["memory_fit"] = fit.rows == 0 ? Json(nullptr)
                                          : Json{{"rows", fit.rows},
                                                 {"over", fit.over},
@@ -364,6 +363,7 @@ void Run(const ValidateFlags& flags) {
              : fmt::format("no row of {} is both of --category {} and of --row {}", table->file,
                            flags.category, fmt::join(flags.rows, ", ")));
   const std::vector<sim::CategorySummary> summary = sim::Summarize(results);
+  const sim::MemoryFit fit = sim::MemoryFitOf(results);
 
   if (!flags.csv_path.empty()) {
     std::ostringstream csv;
@@ -379,7 +379,7 @@ void Run(const ValidateFlags& flags) {
   }
 
   if (flags.format == OutputFormat::kJson) {
-    PrintJson(ValidationJson(*table, flags, results, summary), std::cout);
+    PrintJson(ValidationJson(*table, flags, results, summary, fit), std::cout);
   } else if (flags.format == OutputFormat::kMarkdown) {
     std::cout << "| id | configuration | measured | predicted | error |\n"
                  "| --- | --- | ---: | ---: | ---: |\n";
@@ -399,7 +399,6 @@ void Run(const ValidateFlags& flags) {
           s.Within(s.bounds.target) ? " (met)" : " (not met)", 100 * s.bounds.guard.mean,
           100 * s.bounds.guard.max);
     // Always a paragraph of its own, so that tools/validation-report finds each part.
-    const sim::MemoryFit fit = sim::MemoryFitOf(results);
     std::cout << "\nMemory: "
               << (fit.rows == 0 ? std::string("no end-to-end rows") : MemoryFitText(fit)) << ".\n";
     const std::vector<sim::GemmGapGroup> gap = sim::GemmGapByGroup(results);
@@ -445,8 +444,7 @@ void Run(const ValidateFlags& flags) {
            fmt::format("{:.1f}% / {:.0f}%{}", 100 * s.bounds.guard.mean, 100 * s.bounds.guard.max,
                        s.Within(s.bounds.guard) || !flags.rows.empty() ? "" : "  EXCEEDED")});
     totals.Print(std::cout);
-    if (const sim::MemoryFit fit = sim::MemoryFitOf(results); fit.rows > 0)
-      std::cout << "\nmemory: " << MemoryFitText(fit) << "\n";
+    if (fit.rows > 0) std::cout << "\nmemory: " << MemoryFitText(fit) << "\n";
     const std::vector<sim::GemmGapGroup> gap = sim::GemmGapByGroup(results);
     if (!gap.empty()) {
       // The end-to-end error as GEMM time: one factor across a source's rows points at compute
@@ -481,10 +479,7 @@ void Run(const ValidateFlags& flags) {
     if (flags.explain)
       for (const sim::RowResult& r : results) Explain(r, std::cout);
   }
-  if (flags.check) {
-    const sim::MemoryFit fit = sim::MemoryFitOf(results);
-    if (!fit.over.empty()) Fail("validate", MemoryFitText(fit));
-  }
+  if (flags.check && !fit.over.empty()) Fail("validate", MemoryFitText(fit));
   if (flags.check)
     for (const sim::CategorySummary& s : summary)
       if (!s.Within(s.bounds.guard))
