@@ -230,8 +230,7 @@ TEST(CpuKernelsTest, AddOnStridedViewsAndInPlace) {
   EXPECT_EQ(pa.Clobbered(), 0);
 }
 
-// --- Norms
-// ----------------------------------------------------------------------------------------
+// --- Norms --------------------------------------------------------------------------------------
 
 TEST(CpuKernelsTest, NormsByHand) {
   Dense x(1, 4), y(1, 4);
@@ -288,8 +287,7 @@ TEST(CpuKernelsTest, NormBackwardMatchesFiniteDifferences) {
   }
 }
 
-// --- Activations
-// ----------------------------------------------------------------------------------
+// --- Activations --------------------------------------------------------------------------------
 
 TEST(CpuKernelsTest, ActivationsByHand) {
   Dense x(1, 3), y(1, 3);
@@ -358,8 +356,7 @@ TEST(CpuKernelsTest, SwigluBackwardMatchesFiniteDifferences) {
              1e-5, "[dgate | dup]");
 }
 
-// --- Attention
-// ------------------------------------------------------------------------------------
+// --- Attention ----------------------------------------------------------------------------------
 
 TEST(CpuKernelsTest, AttentionOverOneTokenReturnsTheMappedValueHead) {
   // One key per query: the softmax is 1, so query head h returns V of kv head h / 2.
@@ -461,12 +458,7 @@ TEST(CpuKernelsTest, RopeKeepsScoresRelative) {
   EXPECT_GT(std::fabs(score(7, 3, 0) - score(7, 4, 0)), 1e-3);  // but not to the distance
 }
 
-// --- Every kernel on strided views
-// ----------------------------------------------------------------
-
-// Runs each kernel on contiguous matrices and on the same values as windows of wider buffers: the
-// results agree and nothing outside the windows changes.
-// --- Embedding and cross-entropy ------------------------------------------------------------
+// --- Embedding and cross-entropy ----------------------------------------------------------------
 
 TEST(CpuKernelsTest, EmbeddingPartsAddUpToTheWholeLookup) {
   // A 6-token vocabulary of 2 features in two parts of 3 rows; tokens 0, 5, 3, 5.
@@ -545,6 +537,10 @@ TEST(CpuKernelsTest, CrossEntropyOverVocabularyPartsEqualsTheWhole) {
   }
 }
 
+// --- Every kernel on strided views --------------------------------------------------------------
+
+// Runs each kernel on contiguous matrices and on the same values as windows of wider buffers: the
+// results agree and nothing outside the windows changes.
 TEST(CpuKernelsTest, EveryKernelWorksOnStridedViews) {
   auto check = [](const Dense& contiguous, const Padded& padded, const char* what) {
     ExpectNear(padded.Contents(), contiguous, 1e-6, what);
