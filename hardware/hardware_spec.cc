@@ -200,6 +200,16 @@ Result<GpuSpec> ParseGpu(std::string_view text, std::string_view file) {
   map.Real("attention_overhead_keys", &gpu.attention_overhead_keys, Need::kOptional, kKeys);
   map.Real("attention_backward_overhead_keys", &gpu.attention_backward_overhead_keys,
            Need::kOptional, kKeys);
+  gpu.flash2_efficiency = gpu.attention_efficiency;
+  gpu.flash2_backward_efficiency = gpu.attention_backward_efficiency;
+  gpu.flash2_overhead_keys = gpu.attention_overhead_keys;
+  gpu.flash2_backward_overhead_keys = gpu.attention_backward_overhead_keys;
+  map.Real("flash2_efficiency", &gpu.flash2_efficiency, Need::kOptional, kFraction);
+  map.Real("flash2_backward_efficiency", &gpu.flash2_backward_efficiency, Need::kOptional,
+           kFraction);
+  map.Real("flash2_overhead_keys", &gpu.flash2_overhead_keys, Need::kOptional, kKeys);
+  map.Real("flash2_backward_overhead_keys", &gpu.flash2_backward_overhead_keys, Need::kOptional,
+           kKeys);
   map.Real("power_duty_knee", &gpu.power_duty_knee, Need::kOptional, kShare);
   map.Real("power_duty_slope", &gpu.power_duty_slope, Need::kOptional, kShare);
   if (!map.failed() && gpu.graph_launch_us > gpu.kernel_launch_us) {

@@ -65,6 +65,12 @@ struct GpuSpec {
   // efficiency above. 0: none (the efficiencies are then the whole kernel's).
   double attention_overhead_keys = 0;
   double attention_backward_overhead_keys = 0;
+  // The same four for FlashAttention-2's kernels (AttentionKernel::kFlash2), where the GPU's
+  // flash kernel is another (cuDNN's on Hopper). A GPU file that omits them takes the flash ones.
+  double flash2_efficiency = 0.5;
+  double flash2_backward_efficiency = 0.5;
+  double flash2_overhead_keys = 0;
+  double flash2_backward_overhead_keys = 0;
   // The power limit in a training step: where GEMMs fill more than power_duty_knee of an
   // iteration, the GPU lowers its clock to hold its power limit and every tensor-core main loop
   // (GEMM and attention) runs power_duty_slope slower per unit of GEMM share above the knee

@@ -52,6 +52,11 @@ std::optional<std::string> OptimizerDtypeDifference(const Plan& plan,
   return fmt::format("optimizer_dtype {}: {}", DtypeName(plan.optimizer_dtype), framework_keeps);
 }
 
+std::optional<std::string> AttentionDifference(const Plan& plan, std::string_view framework_runs) {
+  if (!plan.attention) return std::nullopt;
+  return fmt::format("attention {}: {}", AttentionKernelName(*plan.attention), framework_runs);
+}
+
 std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_view framework,
                                                int framework_rs_chunks) {
   std::vector<std::string> out;

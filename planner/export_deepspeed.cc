@@ -91,6 +91,9 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
   if (std::optional<std::string> d = OptimizerDtypeDifference(
           plan, "DeepSpeed's mixed-precision optimizers keep fp32 master weights, m and v"))
     out.differs.push_back(*d);
+  if (std::optional<std::string> d = AttentionDifference(
+          plan, "DeepSpeed-Domino's models run their own attention whatever this says"))
+    out.differs.push_back(*d);
 
   std::string precision;
   if (plan.precision == Dtype::kBf16) precision = "  \"bf16\": {\"enabled\": true},\n";

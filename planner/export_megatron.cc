@@ -114,6 +114,13 @@ std::string ExportMegatron(const Plan& plan) {
     args.push_back("--use-megatron-fsdp");
     args.push_back("--data-parallel-sharding-strategy optim_grads_params");
   }
+  // An attention kernel the plan chooses: Megatron-Core's --attention-backend (flash: Transformer
+  // Engine's FlashAttention; fused: cuDNN's; auto, the default, lets TE choose: cuDNN's on Hopper).
+  if (plan.attention)
+    args.push_back(fmt::format("--attention-backend {}",
+                               *plan.attention == AttentionKernel::kFlash2    ? "flash"
+                               : *plan.attention == AttentionKernel::kUnfused ? "unfused"
+                                                                              : "auto"));
   switch (plan.loss_kernels()) {
     case CrossEntropy::kMegatronFused:
       args.push_back("--cross-entropy-loss-fusion");
@@ -148,6 +155,15 @@ std::string ExportNemo(const Plan& plan) {
   const ModelSpec& m = plan.model;
   Output out;
   out.comments.push_back(Title(plan, "NeMo overrides of megatron_gpt_config.yaml"));
+  // NeMo chooses Transformer Engine's attention kernel by its environment, as its launcher does.
+  if (plan.attention == AttentionKernel::kFlash2)
+    out.comments.push_back(
+        "attention flash2: launch with NVTE_FUSED_ATTN=0 (Transformer Engine then runs "
+        "FlashAttention-2 instead of cuDNN's fused attention)");
+  else if (plan.attention == AttentionKernel::kUnfused)
+    out.comments.push_back(
+        "attention unfused: launch with NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0 (Transformer Engine's "
+        "unfused attention)");
   if (std::optional<std::string> slicing = DominoSlicing(plan)) {
     out.differs.push_back(*slicing +
                           ": NeMo has no such key; Megatron-Core runs each micro-batch whole "

@@ -46,6 +46,11 @@ std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_vie
 std::optional<std::string> OptimizerDtypeDifference(const Plan& plan,
                                                     std::string_view framework_keeps);
 
+// An attention kernel the plan chooses (Plan::attention, `training.attention`) for a framework that
+// this export cannot tell to run it, as `framework_runs` says; nothing when the plan leaves it to
+// its stack.
+std::optional<std::string> AttentionDifference(const Plan& plan, std::string_view framework_runs);
+
 // Megatron's and torchtitan's layers per virtual stage count the ends the split counts.
 int LayersPerVirtualStage(const Plan& plan);
 

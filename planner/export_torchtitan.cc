@@ -82,6 +82,11 @@ std::string ExportTorchtitan(const Plan& plan) {
   if (std::optional<std::string> d = OptimizerDtypeDifference(
           plan, "torchtitan's AdamW keeps its state in the parameters' type, fp32 under FSDP2"))
     out.differs.push_back(*d);
+  if (std::optional<std::string> d = AttentionDifference(
+          plan,
+          "torchtitan's attention is PyTorch's scaled_dot_product_attention, whose backend "
+          "PyTorch chooses; this config names none"))
+    out.differs.push_back(*d);
   if (plan.tp > 1 && !plan.sequence_parallel) {
     out.differs.push_back(
         "no sequence parallelism: torchtitan's tensor parallelism always shards norms along the "

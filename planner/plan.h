@@ -130,6 +130,9 @@ struct Plan {
   // Megatron-Core's --cross-entropy-loss-fusion). Unset: as the stack does
   // (StackSpec::cross_entropy).
   std::optional<CrossEntropy> cross_entropy;
+  // The attention kernel (`training.attention`: what a run's launch settings choose, e.g. NeMo's
+  // NVTE_FUSED_ATTN=0 for FlashAttention-2). Unset: the stack's (StackSpec::attention).
+  std::optional<AttentionKernel> attention;
 
   std::optional<PlanFigures> predicted;  // read back from a report; never trusted on input
   std::optional<PlanFigures> measured;
@@ -143,8 +146,10 @@ struct Plan {
   }
   // Whether layer `layer` of a model chunk is one of them (its first ones recompute).
   bool recomputes_layer(int layer) const { return layer < recomputed_layers(layer + 1); }
-  // The loss's kernels and the gradients' type: the plan's word, else the stack's.
+  // The loss's and attention's kernels and the gradients' type: the plan's word, else the
+  // stack's.
   CrossEntropy loss_kernels() const { return cross_entropy.value_or(stack.cross_entropy); }
+  AttentionKernel attention_kernel() const { return attention.value_or(stack.attention); }
   GradReduce gradient_reduce() const { return grad_reduce.value_or(stack.grad_reduce); }
   // Tokens of each sequence one rank holds.
   int local_seq_len() const { return seq_len / cp; }

@@ -13,8 +13,9 @@
 namespace domino {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, AttentionKernel>, 2> kAttentionKernels{{
+constexpr std::array<std::pair<std::string_view, AttentionKernel>, 3> kAttentionKernels{{
     {"flash", AttentionKernel::kFlash},
+    {"flash2", AttentionKernel::kFlash2},
     {"unfused", AttentionKernel::kUnfused},
 }};
 
@@ -56,6 +57,9 @@ std::span<const std::pair<std::string_view, CrossEntropy>> CrossEntropyNames() {
 
 std::string_view AttentionKernelName(AttentionKernel kernel) {
   return NameOf(kAttentionKernels, kernel);
+}
+std::span<const std::pair<std::string_view, AttentionKernel>> AttentionKernelNames() {
+  return kAttentionKernels;
 }
 
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {

@@ -11,10 +11,16 @@
 
 namespace domino {
 
-// The attention core's implementation: one fused flash kernel that keeps the scores on chip, or
-// batched GEMMs around a softmax with the s x s scores through HBM.
-enum class AttentionKernel { kFlash, kUnfused };
-std::string_view AttentionKernelName(AttentionKernel kernel);  // "flash", "unfused"
+// The attention core's implementation:
+// - flash: the GPU's fused flash kernel as the stack runs it, keeping the scores on chip
+//   (Transformer Engine's cuDNN fused attention on Hopper, FlashAttention-2 on Ampere);
+// - flash2: FlashAttention-2's kernels (the flash-attn package, what Transformer Engine runs when
+//   NVTE_FUSED_ATTN=0 turns cuDNN's off, and PyTorch's SDPA flash backend), priced with the GPU's
+//   flash2 constants; on a GPU without them, flash's (Ampere, where flash is FlashAttention-2);
+// - unfused: batched GEMMs around a softmax with the s x s scores through HBM.
+enum class AttentionKernel { kFlash, kFlash2, kUnfused };
+std::string_view AttentionKernelName(AttentionKernel kernel);  // "flash", "flash2", "unfused"
+std::span<const std::pair<std::string_view, AttentionKernel>> AttentionKernelNames();
 
 // The element type DP gradients are accumulated and reduced in: always fp32; the 16-bit
 // parameters' type (DeepSpeed's default communication_data_type); or that type only when it is

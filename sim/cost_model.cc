@@ -26,7 +26,7 @@ Collective ToCollective(CollectiveOp op) {
 }  // namespace
 
 AttentionKernel AttentionOf(const Plan& plan, const CostOptions& options) {
-  return options.attention.value_or(plan.stack.attention);
+  return options.attention.value_or(plan.attention_kernel());
 }
 
 namespace {
@@ -196,16 +196,20 @@ OpCost CostModel::AttentionCost(const Op& op) const {
   const bool backward = op.tags.phase == Phase::kBackward;
   const double e = 2;  // attention runs in 16-bit
   OpCost cost;
-  if (attention_ == AttentionKernel::kFlash) {
+  if (attention_ != AttentionKernel::kUnfused) {
     constexpr double kBlock = 128;
     cost.tiles = batch_heads * std::ceil(s / kBlock);
     // Each query block attends to s/2 keys on average under the causal mask, and takes as long
-    // again as the GPU's overhead keys would (attention_overhead_keys).
+    // again as the GPU's overhead keys would (attention_overhead_keys; FlashAttention-2's own,
+    // flash2_overhead_keys, where the plan runs it).
+    const bool flash2 = attention_ == AttentionKernel::kFlash2;
     const double overhead_keys =
-        backward ? gpu_.attention_backward_overhead_keys : gpu_.attention_overhead_keys;
+        flash2 ? (backward ? gpu_.flash2_backward_overhead_keys : gpu_.flash2_overhead_keys)
+               : (backward ? gpu_.attention_backward_overhead_keys : gpu_.attention_overhead_keys);
     double work = (backward ? 2.5 : 1.0) * 4.0 * kBlock * (s / 2 + overhead_keys) * d;
     const double efficiency =
-        backward ? gpu_.attention_backward_efficiency : gpu_.attention_efficiency;
+        flash2 ? (backward ? gpu_.flash2_backward_efficiency : gpu_.flash2_efficiency)
+               : (backward ? gpu_.attention_backward_efficiency : gpu_.attention_efficiency);
     cost.wave_us = work / (attention_tflops_ * 1e6 / gpu_.sms * efficiency);
     cost.hbm_bytes = op.bytes;
     cost.launch_us = launch_us_;

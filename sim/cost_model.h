@@ -20,8 +20,9 @@ using ::domino::AttentionKernel;
 struct CostOptions {
   // Launch overhead per kernel: graph_launch_us instead of kernel_launch_us. Default: the stack's.
   std::optional<bool> cuda_graphs;
-  std::optional<AttentionKernel> attention;  // default: the stack's
-  bool tp_comm_free = false;                 // the ideal: TP collectives cost nothing
+  // Default: the plan's (Plan::attention_kernel: training.attention, else the stack's).
+  std::optional<AttentionKernel> attention;
+  bool tp_comm_free = false;  // the ideal: TP collectives cost nothing
   // Predict only the figures (the planner's search): no breakdown, serialized bound,
   // representative timeline or iteration in the result, and the lowered iteration of the last
   // plan with the same shape (degrees, batch, model, stack; any slicing) is reused.
@@ -34,7 +35,8 @@ struct CostOptions {
   double tensor_clock = 1.0;
 };
 
-// The attention kernel a prediction uses: the override, else the plan's stack's.
+// The attention kernel a prediction uses: the override, else the plan's (training.attention, else
+// its stack's).
 AttentionKernel AttentionOf(const Plan& plan, const CostOptions& options);
 
 // Where a plan's TP group sits on the cluster (Megatron placement: TP ranks innermost, inside a

@@ -254,8 +254,10 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // points slower, nearer their measurements; the A100 rows and most fp8 rows unchanged.
     // 8.8% / 41.5% with the 25 rows of DGX Cloud's v25.04 Llama 3.1 8B, 70B and 405B FP8 tables
     // (newer software, 1-11% below their measurements) that the table had left out.
+    // 8.4% / 41.5% once the runs that turned cuDNN's attention off (NVTE_FUSED_ATTN=0: the NeMo
+    // launcher 24.07, DGX Cloud v25.01's GPT-3 175B and Nemotron-4 340B) run FlashAttention-2.
     case ValidationCategory::kEndToEnd:
-      return {{0.05, 0.12}, {0.09, 0.43}};
+      return {{0.05, 0.12}, {0.085, 0.43}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:

@@ -182,11 +182,12 @@ std::vector<std::string> PricingNotes(const Plan& predicted) {
         "the prediction prices the {} stack's kernels; domino execute runs its own (stack {}): "
         "`domino simulate --stack {}` predicts what it runs",
         predicted.stack.name, executor->name, executor->name));
-  // What the executor runs of the same plan: its stack's gradient type and loss.
+  // What the executor runs of the same plan: its stack's gradient type, loss and attention.
   Plan executed = predicted;
   executed.stack = *executor;
   executed.grad_reduce.reset();
   executed.cross_entropy.reset();
+  executed.attention.reset();
   if (GradBytes(predicted) != GradBytes(executed))
     notes.push_back(
         fmt::format("the prediction reduces gradients in {}-byte elements; the "
@@ -196,6 +197,10 @@ std::vector<std::string> PricingNotes(const Plan& predicted) {
     notes.push_back(fmt::format(
         "the prediction's loss runs as cross_entropy {}; the executor's as {}",
         CrossEntropyName(predicted.loss_kernels()), CrossEntropyName(executed.loss_kernels())));
+  if (predicted.attention_kernel() != executed.attention_kernel())
+    notes.push_back(fmt::format("the prediction's attention runs as {}; the executor's as {}",
+                                AttentionKernelName(predicted.attention_kernel()),
+                                AttentionKernelName(executed.attention_kernel())));
   if (predicted.optimizer_dtype != Dtype::kFp32)
     notes.push_back(fmt::format(
         "the prediction keeps the Adam state in {}; the executor's optimizer step keeps it in fp32",

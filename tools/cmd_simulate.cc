@@ -178,9 +178,8 @@ void Run(const SimulateFlags& flags) {
     options.profile = &profile;
   }
   if (flags.cuda_graphs) options.cuda_graphs = true;
-  if (!flags.attention.empty())
-    options.attention =
-        flags.attention == "unfused" ? AttentionKernel::kUnfused : AttentionKernel::kFlash;
+  for (const auto& [name, kernel] : AttentionKernelNames())
+    if (flags.attention == name) options.attention = kernel;
   if (flags.compare_strategies) {
     if (!flags.report_path.empty() || !flags.trace_path.empty() ||
         !flags.iteration_trace_path.empty() || !flags.iteration_report_path.empty())
@@ -194,7 +193,7 @@ void Run(const SimulateFlags& flags) {
   if (!prediction.ok()) Fail("simulate", prediction.message());
   if (!flags.ignore_memory) {
     const MemoryEstimate mem =
-        EstimateMemory(*plan, sim::AttentionOf(*plan, options) == AttentionKernel::kFlash);
+        EstimateMemory(*plan, sim::AttentionOf(*plan, options) != AttentionKernel::kUnfused);
     const double capacity_gib = plan->cluster.node.gpu.memory_gib();
     const double gib = 1.0 / (1 << 30);
     if (mem.total_bytes() * gib > capacity_gib)
@@ -279,8 +278,10 @@ void SetupSimulate(CLI::App* sub) {
                   "measured op times from `domino calibrate` (ops it lacks use the models)");
   sub->add_flag("--ignore-memory", flags->ignore_memory,
                 "predict even a plan that does not fit in GPU memory");
-  sub->add_option("--attention", flags->attention, "flash | unfused (default: the plan's stack's)")
-      ->check(CLI::IsMember({"flash", "unfused"}));
+  sub->add_option("--attention", flags->attention,
+                  "flash | flash2 | unfused (default: the plan's training.attention, else its "
+                  "stack's)")
+      ->check(CLI::IsMember({"flash", "flash2", "unfused"}));
   AddFormatOption(sub, &flags->format);
   sub->callback([flags] { Run(*flags); });
 }

@@ -43,7 +43,7 @@ std::string Configuration(const sim::ValidationRow& row) {
   if (row.plan) {
     const Plan& p = *row.plan;
     return fmt::format(
-        "{} {} {} {}x{} tp{}{} pp{}{}{} dp{} mb{} gb{} seq{}{}{}{}", p.model.name, p.stack_ref,
+        "{} {} {} {}x{} tp{}{} pp{}{}{} dp{} mb{} gb{} seq{}{}{}{}{}", p.model.name, p.stack_ref,
         DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name, p.tp,
         p.cp > 1 ? fmt::format(" cp{}", p.cp) : "", p.pp,
         p.virtual_stages > 1 ? fmt::format(" v{}", p.virtual_stages) : "",
@@ -52,7 +52,9 @@ std::string Configuration(const sim::ValidationRow& row) {
             : " split-" + std::string(PipelineSplitName(p.pipeline_split)),
         p.dp, p.micro_batch, p.global_batch, p.seq_len, p.sequence_parallel ? " sp" : "",
         p.method == OverlapMethod::kDomino ? "" : " " + std::string(MethodName(p.method)),
-        p.recompute == Recompute::kNone ? "" : " rc-" + std::string(RecomputeName(p.recompute)));
+        p.recompute == Recompute::kNone ? "" : " rc-" + std::string(RecomputeName(p.recompute)),
+        // An attention kernel the run chose over its stack's.
+        p.attention ? " " + std::string(AttentionKernelName(*p.attention)) : "");
   }
   if (row.gemm) {
     const sim::GemmCase& g = *row.gemm;

@@ -108,7 +108,8 @@ Json PlanJson(const Plan& p) {
   plan["training"] = {{"seq_len", p.seq_len},
                       {"micro_batch", p.micro_batch},
                       {"global_batch", p.global_batch},
-                      {"cross_entropy", CrossEntropyName(p.loss_kernels())}};
+                      {"cross_entropy", CrossEntropyName(p.loss_kernels())},
+                      {"attention", AttentionKernelName(p.attention_kernel())}};
   plan["parallel"] = {{"tp", p.tp},
                       {"cp", p.cp},
                       {"pp", p.pp},
@@ -184,6 +185,10 @@ Json GpuJson(const GpuSpec& gpu) {
               {"attention_backward_efficiency", gpu.attention_backward_efficiency},
               {"attention_overhead_keys", gpu.attention_overhead_keys},
               {"attention_backward_overhead_keys", gpu.attention_backward_overhead_keys},
+              {"flash2_efficiency", gpu.flash2_efficiency},
+              {"flash2_backward_efficiency", gpu.flash2_backward_efficiency},
+              {"flash2_overhead_keys", gpu.flash2_overhead_keys},
+              {"flash2_backward_overhead_keys", gpu.flash2_backward_overhead_keys},
               {"power_duty_knee", gpu.power_duty_knee},
               {"power_duty_slope", gpu.power_duty_slope}};
 }

@@ -68,7 +68,8 @@ inline Plan TinyPlan(const char* model, int tp, const Strategy& st) {
 }
 
 // Runs `schedule` of `plan` on `ranks` threads, one rank each; returns every rank's result.
-inline std::vector<Result<ExecuteResult>> RunRanks(const Plan& plan, const Schedule& schedule, int ranks) {
+inline std::vector<Result<ExecuteResult>> RunRanks(const Plan& plan, const Schedule& schedule,
+                                                   int ranks) {
   LocalGroup group(ranks);
   std::vector<std::optional<Result<ExecuteResult>>> results(ranks);
   std::vector<std::thread> threads;
@@ -89,7 +90,6 @@ inline Schedule LowerOk(const Plan& plan) {
   EXPECT_TRUE(s.ok()) << s.message();
   return s.ok() ? std::move(s).value() : Schedule{};
 }
-
 
 // Decomposed collective-matmul overlap, alone and on Domino's row slices, with chunks = tp (the
 // default, TE's ring), more chunks than ranks, and a count that does not align with the shards.
@@ -123,7 +123,6 @@ inline Plan DecomposedPlan(const char* model, int tp, const DecomposedStrategy& 
   k.chunks = st.chunks;
   return MakePlan(k);
 }
-
 
 // A copy of `schedule` without op `drop`; ops that depended on it depend on its dependencies.
 inline Schedule Without(const Schedule& schedule, int32_t drop) {

@@ -26,6 +26,8 @@ grep -q "^# note: the prediction prices the megatron-core stack's kernels; domin
   fail "no note on the stack the prediction priced: $out"
 grep -q "^# note: the prediction's loss runs as cross_entropy vocab-parallel; the executor's as fused" <<<"$out" ||
   fail "no note on the loss the prediction priced: $out"
+grep -q "^# note: the prediction's attention runs as flash; the executor's as unfused" <<<"$out" ||
+  fail "no note on the attention kernel the prediction priced: $out"
 # Predicted with the executor's stack, nothing to note; with bf16 gradient buckets, those.
 "$domino" simulate "${flags[@]}" --stack domino --report-iteration "$dir/domino.yaml" >/dev/null ||
   fail "simulate --stack domino"

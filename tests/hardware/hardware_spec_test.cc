@@ -196,6 +196,25 @@ TEST(ParseGpuTest, ValidAndOptionalKeys) {
   ASSERT_TRUE(keys.ok()) << keys.message();
   EXPECT_EQ(keys->attention_overhead_keys, 184);
   EXPECT_EQ(keys->attention_backward_overhead_keys, 500);
+  // FlashAttention-2's four: the flash kernel's unless the file gives its own.
+  EXPECT_EQ(keys->flash2_efficiency, keys->attention_efficiency);
+  EXPECT_EQ(keys->flash2_backward_efficiency, keys->attention_backward_efficiency);
+  EXPECT_EQ(keys->flash2_overhead_keys, 184);
+  EXPECT_EQ(keys->flash2_backward_overhead_keys, 500);
+  Result<GpuSpec> flash2 =
+      ParseGpu(std::string(kGpu) + "attention_overhead_keys: 184\nflash2_efficiency: 0.3\n" +
+                   "flash2_backward_efficiency: 0.31\nflash2_overhead_keys: 56\n" +
+                   "flash2_backward_overhead_keys: 526\n",
+               "gpu.yaml");
+  ASSERT_TRUE(flash2.ok()) << flash2.message();
+  EXPECT_EQ(flash2->flash2_efficiency, 0.3);
+  EXPECT_EQ(flash2->flash2_backward_efficiency, 0.31);
+  EXPECT_EQ(flash2->flash2_overhead_keys, 56);
+  EXPECT_EQ(flash2->flash2_backward_overhead_keys, 526);
+  EXPECT_EQ(flash2->attention_overhead_keys, 184);
+  Result<GpuSpec> too_high = ParseGpu(std::string(kGpu) + "flash2_efficiency: 1.5\n", "gpu.yaml");
+  ASSERT_FALSE(too_high.ok());
+  EXPECT_THAT(too_high.message(), HasSubstr("flash2_efficiency"));
   Result<GpuSpec> negative =
       ParseGpu(std::string(kGpu) + "attention_overhead_keys: -1\n", "gpu.yaml");
   ASSERT_FALSE(negative.ok());

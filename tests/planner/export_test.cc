@@ -240,6 +240,29 @@ TEST(Export, TheLossKernelsMapToEachFrameworksFusion) {
   EXPECT_THAT(*plain, Not(HasSubstr("cross_entropy")));
 }
 
+TEST(Export, AnAttentionKernelThePlanChoosesIsWrittenOrNamedAsADifference) {
+  std::string yaml(kLlama8b3dFullRecompute);
+  yaml.replace(yaml.find("global_batch: 16}"), 17, "global_batch: 16, attention: flash2}");
+  Result<std::string> m = Export(yaml.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_THAT(*m, HasSubstr("--attention-backend flash \\\n"));
+  Result<std::string> n = Export(yaml.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(n.ok()) << n.message();
+  EXPECT_THAT(*n, HasSubstr("# attention flash2: launch with NVTE_FUSED_ATTN=0"));
+  Result<std::string> t = Export(yaml.c_str(), ExportTarget::kTorchtitan);
+  ASSERT_TRUE(t.ok()) << t.message();
+  EXPECT_THAT(*t, HasSubstr("# differs: attention flash2: torchtitan's attention is PyTorch's"));
+  // Left to the stack, no export names an attention kernel.
+  for (ExportTarget target :
+       {ExportTarget::kMegatron, ExportTarget::kNemo, ExportTarget::kTorchtitan}) {
+    Result<std::string> plain = Export(kLlama8b3dFullRecompute, target);
+    ASSERT_TRUE(plain.ok()) << plain.message();
+    EXPECT_THAT(*plain, Not(HasSubstr("attention-backend")));
+    EXPECT_THAT(*plain, Not(HasSubstr("NVTE_")));
+    EXPECT_THAT(*plain, Not(HasSubstr("attention flash")));
+  }
+}
+
 TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {
   // 126 layers on pp 16: 7, 8 x 14, 7 (equal middle stages): the first and last stage's counts.
   const std::string uneven = Llama405bUneven();

@@ -82,6 +82,29 @@ TEST(PlanToYamlTest, CrossEntropyIsWrittenOnlyWhenSetAndReadsBack) {
   EXPECT_THAT(bad.message(), HasSubstr("megatron-fused"));
 }
 
+TEST(PlanToYamlTest, AttentionIsWrittenOnlyWhenSetAndReadsBack) {
+  Result<Plan> set = ParsePlan(
+      Edit({{"  global_batch: 16\n", "  global_batch: 16\n  attention: flash2\n"}}), "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->attention, std::optional<AttentionKernel>(AttentionKernel::kFlash2));
+  EXPECT_EQ(set->attention_kernel(), AttentionKernel::kFlash2);
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("global_batch: 16, attention: flash2}"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->attention, set->attention);
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_FALSE(plain->attention.has_value());
+  EXPECT_EQ(plain->attention_kernel(), plain->stack.attention);  // unset: the stack's
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("attention")));
+  Result<Plan> bad = ParsePlan(
+      Edit({{"  global_batch: 16\n", "  global_batch: 16\n  attention: flash3\n"}}), "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:8"));
+  EXPECT_THAT(bad.message(), HasSubstr("flash2"));
+}
+
 TEST(PlanToYamlTest, FsdpIsWrittenOnlyWhenOnAndReadsBack) {
   Result<Plan> set = ParsePlan(
       Edit({{"  tp: 32\n", "  tp: 16\n"},

@@ -255,6 +255,39 @@ TEST(CostModelTest, FlashAttentionTilesPayTheirOverheadKeys) {
   EXPECT_NEAR(forward_tflops(4096), 536.0, 0.01 * 536.0);
 }
 
+TEST(CostModelTest, FlashAttention2TakesTheGpusFlash2Constants) {
+  // A plan that runs FlashAttention-2 (training.attention flash2, as NVTE_FUSED_ATTN=0 has
+  // Transformer Engine do on Hopper): the H100's flash2 constants, forward 0.327 with 56 overhead
+  // keys and backward 0.332 with 526, where cuDNN's flash kernel takes 0.59/184 and 0.53/500.
+  Plan plan = testing_util::MakePlan({});
+  plan.attention = AttentionKernel::kFlash2;
+  const CostModel model(plan, {});
+  Op op;
+  op.kind = OpKind::kAttention;
+  op.sequences = 2, op.seq_len = 8192, op.heads = 4, op.kv_heads = 4, op.head_dim = 128;
+  const double sm_rate = 989e6 / 132;
+  const OpCost forward = model.Cost(op);
+  EXPECT_EQ(forward.tiles, 2 * 4 * 64);
+  EXPECT_NEAR(forward.wave_us, 4.0 * 128 * (4096 + 56) * 128 / (sm_rate * 0.327), 1e-9);
+  op.tags.phase = Phase::kBackward;
+  EXPECT_NEAR(model.Cost(op).wave_us, 2.5 * 4.0 * 128 * (4096 + 526) * 128 / (sm_rate * 0.332),
+              1e-9);
+  // 8k forward over the whole GPU: 319.0 TFLOP/s, within 1.1% of the H200's 322.5.
+  op.tags.phase = Phase::kForward;
+  EXPECT_NEAR(4.0 * 128 * 4096 * 128 * 132 / forward.wave_us / 1e6, 319.0, 0.1);
+  // The override of a prediction's options wins over the plan's; the stack's kernel is flash.
+  CostOptions cudnn;
+  cudnn.attention = AttentionKernel::kFlash;
+  EXPECT_EQ(AttentionOf(plan, cudnn), AttentionKernel::kFlash);
+  EXPECT_EQ(AttentionOf(plan, {}), AttentionKernel::kFlash2);
+  EXPECT_LT(CostModel(plan, cudnn).Cost(op).wave_us, forward.wave_us);
+  // An A100's flash kernel is FlashAttention-2: flash2 prices the same.
+  Plan a100 = testing_util::MakePlan({.cluster = "dgx-a100:1"});
+  const double a100_flash = CostModel(a100, {}).Cost(op).wave_us;
+  a100.attention = AttentionKernel::kFlash2;
+  EXPECT_EQ(CostModel(a100, {}).Cost(op).wave_us, a100_flash);
+}
+
 TEST(CostModelTest, UnfusedAttentionWithFp32ScoresPricesTheExecutorsPasses) {
   // The executor's attention (stack domino) keeps its scores in fp32 and recomputes P in the
   // backward; the same stack with 16-bit scores kept from the forward is the reference.
