@@ -25,10 +25,6 @@ Collective ToCollective(CollectiveOp op) {
 
 }  // namespace
 
-AttentionKernel AttentionOf(const Plan& plan, const CostOptions& options) {
-  return options.attention.value_or(plan.attention_kernel());
-}
-
 namespace {
 // `size` ranks, `per_node` of them in each node they span. A group that does not tile its nodes
 // evenly (4 ranks on nodes of 3 GPUs: 3 + 1) is priced as if every node held gcd(size, per_node)
@@ -131,7 +127,7 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
                                      : gpu_.graph_launch_us;
   launch_us_ =
       options.cuda_graphs.value_or(plan.stack.cuda_graphs) ? graph_launch_us : eager_launch_us_;
-  attention_ = AttentionOf(plan, options);
+  attention_ = plan.attention_kernel();
   // A calibrated device: its measured GEMM throughput is what the best shapes achieve, and its
   // measured copy bandwidth is the achieved HBM bandwidth. (A short measurement: the power
   // limit's clock still applies.)

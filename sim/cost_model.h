@@ -15,13 +15,12 @@ namespace domino::sim {
 
 using ::domino::AttentionKernel;
 
-// Options of a prediction. The software's choices come from the plan's stack (StackSpec); the
-// two overrides below replace the stack's for what-if studies.
+// Options of a prediction. The software's choices come from the plan's stack (StackSpec) and the
+// plan's overrides of it (its attention kernel, loss, gradient type); cuda_graphs below replaces
+// the stack's launch mode for what-if studies.
 struct CostOptions {
   // Launch overhead per kernel: graph_launch_us instead of kernel_launch_us. Default: the stack's.
   std::optional<bool> cuda_graphs;
-  // Default: the plan's (Plan::attention_kernel: training.attention, else the stack's).
-  std::optional<AttentionKernel> attention;
   bool tp_comm_free = false;  // the ideal: TP collectives cost nothing
   // Predict only the figures (the planner's search): no breakdown, serialized bound,
   // representative timeline or iteration in the result, and the lowered iteration of the last
@@ -34,10 +33,6 @@ struct CostOptions {
   // Predict's PowerClock): every GEMM and attention main loop runs this much slower. 1: none.
   double tensor_clock = 1.0;
 };
-
-// The attention kernel a prediction uses: the override, else the plan's (training.attention, else
-// its stack's).
-AttentionKernel AttentionOf(const Plan& plan, const CostOptions& options);
 
 // Where a plan's TP group sits on the cluster (Megatron placement: TP ranks innermost, inside a
 // node while tp <= GPUs per node).

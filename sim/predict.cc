@@ -493,7 +493,7 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   p.mfu_full_attention = f.mfu * TrainingFlopsPerToken(plan.model, plan.seq_len) /
                          TrainingFlopsPerToken(plan.model, plan.seq_len, AttentionCount::kCausal);
   f.memory_gib_per_gpu =
-      EstimateMemory(plan, AttentionOf(plan, options) != AttentionKernel::kUnfused).total_bytes() /
+      EstimateMemory(plan, plan.attention_kernel() != AttentionKernel::kUnfused).total_bytes() /
       (1 << 30);
   return p;
 }

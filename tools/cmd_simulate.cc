@@ -27,7 +27,6 @@ struct SimulateFlags {
   bool ignore_memory = false;
   std::string profile_path;
   bool cuda_graphs = false;
-  std::string attention;  // empty: the stack's
   OutputFormat format = OutputFormat::kTable;
 };
 
@@ -178,8 +177,6 @@ void Run(const SimulateFlags& flags) {
     options.profile = &profile;
   }
   if (flags.cuda_graphs) options.cuda_graphs = true;
-  for (const auto& [name, kernel] : AttentionKernelNames())
-    if (flags.attention == name) options.attention = kernel;
   if (flags.compare_strategies) {
     if (!flags.report_path.empty() || !flags.trace_path.empty() ||
         !flags.iteration_trace_path.empty() || !flags.iteration_report_path.empty())
@@ -193,7 +190,7 @@ void Run(const SimulateFlags& flags) {
   if (!prediction.ok()) Fail("simulate", prediction.message());
   if (!flags.ignore_memory) {
     const MemoryEstimate mem =
-        EstimateMemory(*plan, sim::AttentionOf(*plan, options) != AttentionKernel::kUnfused);
+        EstimateMemory(*plan, plan->attention_kernel() != AttentionKernel::kUnfused);
     const double capacity_gib = plan->cluster.node.gpu.memory_gib();
     const double gib = 1.0 / (1 << 30);
     if (mem.total_bytes() * gib > capacity_gib)
@@ -278,10 +275,6 @@ void SetupSimulate(CLI::App* sub) {
                   "measured op times from `domino calibrate` (ops it lacks use the models)");
   sub->add_flag("--ignore-memory", flags->ignore_memory,
                 "predict even a plan that does not fit in GPU memory");
-  sub->add_option("--attention", flags->attention,
-                  "flash | flash2 | unfused (default: the plan's training.attention, else its "
-                  "stack's)")
-      ->check(CLI::IsMember({"flash", "flash2", "unfused"}));
   AddFormatOption(sub, &flags->format);
   sub->callback([flags] { Run(*flags); });
 }

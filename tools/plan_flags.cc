@@ -173,6 +173,11 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
                   "the loss's kernels: vocab-parallel | megatron-fused | te | fused (default: the "
                   "stack's)")
       ->check(NonEmpty());
+  app->add_option("--attention", f->attention,
+                  "the attention kernel: flash (the GPU's fused one, cuDNN's on Hopper) | flash2 "
+                  "(FlashAttention-2's, as NVTE_FUSED_ATTN=0 runs) | unfused (default: the "
+                  "stack's)")
+      ->check(NonEmpty());
   app->add_option("--grad-reduce", f->grad_reduce,
                   "type DP gradients are reduced in: fp32 | param (the 16-bit parameters') | "
                   "fp16-param (the parameters' when fp16, else fp32; default: the stack's)")
@@ -231,6 +236,8 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
     return Error(fmt::format("--fsdp: expected true or false, got '{}'", f.fsdp));
   DOMINO_RETURN_IF_ERROR(
       ApplyOverride("cross-entropy", f.cross_entropy, CrossEntropyNames(), &plan.cross_entropy));
+  DOMINO_RETURN_IF_ERROR(
+      ApplyOverride("attention", f.attention, AttentionKernelNames(), &plan.attention));
   DOMINO_RETURN_IF_ERROR(
       ApplyOverride("grad-reduce", f.grad_reduce, GradReduceNames(), &plan.grad_reduce));
   if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))

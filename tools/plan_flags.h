@@ -29,6 +29,7 @@ struct PlanFlags {
   std::string grad_reduce;      // "fp32" / "param" / "fp16-param"
   std::string optimizer_dtype;  // "fp32" / "bf16"
   std::string cross_entropy;    // "vocab-parallel" / "megatron-fused" / "te" / "fused"
+  std::string attention;        // "flash" / "flash2" / "unfused"
 };
 
 // Declares the flags on `app`. With `with_plan_file`, also --plan.

@@ -52,4 +52,24 @@ if "$domino" simulate "${mid[@]}" --optimizer-dtype fp8 >/dev/null 2>"$tmp/err.t
   fail "--optimizer-dtype fp8 was taken"
 fi
 grep -q "optimizer-dtype" "$tmp/err.txt" || fail "unclear refusal: $(cat "$tmp/err.txt")"
+
+# FlashAttention-2 where the stack runs cuDNN's (--attention flash2, NVTE_FUSED_ATTN=0): the same
+# memory, a slower attention, and the plan in the report says so.
+attn() { sed -n 's/^attention *\([0-9.]*\) .*$/\1/p'; }
+cudnn=$("$domino" simulate "${mid[@]}" | attn)
+"$domino" simulate "${mid[@]}" --attention flash2 --report "$tmp/flash2.yaml" >"$tmp/flash2.txt" ||
+  fail "--attention flash2 failed"
+fa2=$(attn <"$tmp/flash2.txt")
+python3 - "$cudnn" "$fa2" <<'PY' || fail "flash2 attention not slower than cuDNN's: $cudnn -> $fa2 ms"
+import sys
+cudnn, fa2 = map(float, sys.argv[1:])
+assert 1.4 < fa2 / cudnn < 2.0, (cudnn, fa2)
+PY
+[[ $(gib <"$tmp/flash2.txt") == "$("$domino" simulate "${mid[@]}" | gib)" ]] ||
+  fail "flash2 changed the memory estimate"
+grep -q "attention: flash2}" "$tmp/flash2.yaml" || fail "the report's plan lost training.attention"
+if "$domino" simulate "${mid[@]}" --attention flash3 >/dev/null 2>"$tmp/err.txt"; then
+  fail "--attention flash3 was taken"
+fi
+grep -q "attention.*flash2" "$tmp/err.txt" || fail "unclear refusal: $(cat "$tmp/err.txt")"
 echo "simulate cli ok"
