@@ -4,7 +4,9 @@
 # Usage: torch_kernels.sh SOURCE_DIR
 set -u
 tool="$1/tools/torch-kernels"
-python3 "$tool" --help | grep -q -- "--gemm-context" || { echo "no --gemm-context in --help"; exit 1; }
+for flag in --gemm-context --memory --contention --layers; do
+  python3 "$tool" --help | grep -q -- "$flag" || { echo "no $flag in --help"; exit 1; }
+done
 if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   out="$(python3 "$tool" 2>&1)"
   rc=$?
