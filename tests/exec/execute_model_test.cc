@@ -23,13 +23,12 @@ using execute_testing::DecomposedPlan;
 using execute_testing::DecomposedStrategy;
 using execute_testing::kDecomposed;
 using execute_testing::kStrategies;
-using execute_testing::ModelPath;
+using execute_testing::OneRankPlan;
+using execute_testing::PrimaryTensor;
 using execute_testing::RunRanks;
 using execute_testing::Strategy;
 using execute_testing::TinyPlan;
 using execute_testing::Without;
-using testing_util::MakePlan;
-using testing_util::PlanKnobs;
 
 Schedule LowerModel(const Plan& plan) {
   Result<Schedule> s = LowerForExecution(plan, Extent::kModel);
@@ -183,20 +182,10 @@ TEST(ExecuteTest, TheWholeModelRunsWithOnePipelineStageAndReplicaOnTheCpu) {
 TEST(ExecuteTest, TheWholeModelsGradientsMatchFiniteDifferences) {
   for (const char* model : {"tiny-gpt", "tiny-llama"}) {
     SCOPED_TRACE(model);
-    PlanKnobs k;
-    k.model = ModelPath(model);
-    k.cluster = "dgx-h100:1:1";
-    k.tp = 1;
-    k.seq_len = 8;
-    k.micro_batch = 2;
-    k.global_batch = 2;
-    Plan plan = MakePlan(k);
+    Plan plan = OneRankPlan(model);
     Schedule s = LowerModel(plan);
     auto id = [&](TensorKind kind, TensorSlot slot, int layer, bool gradient = false) {
-      int32_t i = FindTensor(s.tensors(), TensorRole{kind, slot, gradient, TensorForm::kPrimary,
-                                                     static_cast<int16_t>(layer), -1});
-      EXPECT_GE(i, 0) << RoleName(TensorRole{kind, slot, gradient});
-      return i;
+      return PrimaryTensor(s, kind, slot, layer, gradient);
     };
     using enum TensorSlot;
     constexpr TensorKind weight = TensorKind::kWeight, norm = TensorKind::kNormWeight;

@@ -52,14 +52,21 @@ inline constexpr Strategy kStrategies[] = {
     {"sp-row2", 2, 1, OverlapScope::kInterLayer, true},
 };
 
-inline Plan TinyPlan(const char* model, int tp, const Strategy& st) {
+// `model` on tp GPUs of one node, one micro-batch of 12 sequences of 16 tokens (12: divisible by
+// every p above).
+inline PlanKnobs TinyKnobs(const char* model, int tp) {
   PlanKnobs k;
   k.model = ModelPath(model);
   k.cluster = "dgx-h100:1:" + std::to_string(tp);
   k.tp = tp;
   k.seq_len = 16;
-  k.micro_batch = 12;  // divisible by every p above
+  k.micro_batch = 12;
   k.global_batch = 12;
+  return k;
+}
+
+inline Plan TinyPlan(const char* model, int tp, const Strategy& st) {
+  PlanKnobs k = TinyKnobs(model, tp);
   k.row_split = st.p;
   k.col_split = st.q;
   k.scope = st.scope;
@@ -83,6 +90,29 @@ inline std::vector<Result<ExecuteResult>> RunRanks(const Plan& plan, const Sched
   std::vector<Result<ExecuteResult>> out;
   for (auto& r : results) out.push_back(std::move(*r));
   return out;
+}
+
+// One rank, two sequences of 8 tokens: the plan the finite-difference checks perturb.
+inline Plan OneRankPlan(const char* model) {
+  PlanKnobs k;
+  k.model = ModelPath(model);
+  k.cluster = "dgx-h100:1:1";
+  k.tp = 1;
+  k.seq_len = 8;
+  k.micro_batch = 2;
+  k.global_batch = 2;
+  return MakePlan(k);
+}
+
+// The id of `schedule`'s primary tensor of this role in `layer` (-1: the model's ends); an
+// expectation fails when there is none.
+inline int32_t PrimaryTensor(const Schedule& schedule, TensorKind kind, TensorSlot slot, int layer,
+                             bool gradient = false) {
+  const int32_t i = FindTensor(
+      schedule.tensors(),
+      TensorRole{kind, slot, gradient, TensorForm::kPrimary, static_cast<int16_t>(layer), -1});
+  EXPECT_GE(i, 0) << RoleName(TensorRole{kind, slot, gradient});
+  return i;
 }
 
 inline Schedule LowerOk(const Plan& plan) {
@@ -109,13 +139,7 @@ inline constexpr DecomposedStrategy kDecomposed[] = {
 };
 
 inline Plan DecomposedPlan(const char* model, int tp, const DecomposedStrategy& st) {
-  PlanKnobs k;
-  k.model = ModelPath(model);
-  k.cluster = "dgx-h100:1:" + std::to_string(tp);
-  k.tp = tp;
-  k.seq_len = 16;
-  k.micro_batch = 12;
-  k.global_batch = 12;
+  PlanKnobs k = TinyKnobs(model, tp);
   k.row_split = st.p;
   k.scope = st.scope;
   k.sequence_parallel = true;
