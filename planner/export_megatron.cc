@@ -147,6 +147,8 @@ std::string ExportMegatron(const Plan& plan) {
     args.push_back("--accumulate-allreduce-grads-in-fp32");
   if (plan.precision != Dtype::kFp16 && half_grads) args.push_back("--grad-reduce-in-bf16");
   AddMegatronPrecision(plan.precision, out, args);
+  if (plan.precision == Dtype::kFp8 && plan.fp8_scaling() == Fp8Recipe::kCurrent)
+    args.push_back("--fp8-recipe tensorwise");
   out.body = Arguments(args);
   return out.Text();
 }
@@ -252,6 +254,11 @@ std::string ExportNemo(const Plan& plan) {
         "cross_entropy {}: megatron_gpt_config.yaml fuses the loss only as Megatron-Core does "
         "(cross_entropy_loss_fusion: true); Megatron-Bridge takes cross_entropy_fusion_impl te",
         CrossEntropyName(loss)));
+  if (plan.precision == Dtype::kFp8 && plan.fp8_scaling() == Fp8Recipe::kCurrent)
+    out.differs.push_back(
+        "fp8_recipe current: megatron_gpt_config.yaml's fp8 keys run delayed scaling (an amax "
+        "history); NeMo 2 and Megatron-Bridge take current scaling "
+        "(bf16_with_fp8_current_scaling_mixed)");
   if (plan.precision == Dtype::kFp8) {
     body += "  transformer_engine: true\n";
     body += "  fp8: true\n";

@@ -116,6 +116,11 @@ std::string ExportTorchtitan(const Plan& plan) {
   if (plan.precision == Dtype::kFp32 || plan.precision == Dtype::kTf32) param_dtype = "float32";
   if (plan.precision == Dtype::kFp16)
     out.differs.push_back("fp16: torchtitan trains in bfloat16 or float32; bfloat16 is set");
+  // torchao's float8 training (torchtitan's converter) scales each tensor from its own amax.
+  if (plan.precision == Dtype::kFp8 && plan.fp8_scaling() == Fp8Recipe::kDelayed)
+    out.differs.push_back(
+        "fp8_recipe delayed: torchtitan's float8 converter (torchao, recipe tensorwise) scales "
+        "each tensor from its own amax, as fp8_recipe current prices it");
 
   std::string body;
   body += "[model]\n";

@@ -212,6 +212,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     training->Int("global_batch", &plan.global_batch, Need::kOptional, Range(kGlobalBatchBound));
     ReadOverride(*training, "cross_entropy", CrossEntropyNames(), &plan.cross_entropy);
     ReadOverride(*training, "attention", AttentionKernelNames(), &plan.attention);
+    ReadOverride(*training, "fp8_recipe", Fp8RecipeNames(), &plan.fp8_recipe);
     (void)training->Finish();
   }
   if (auto parallel = root.Map("parallel", Need::kOptional)) {
@@ -335,7 +336,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       "cluster: {}\n"
       "stack: {}\n"
       "precision: {}\n"
-      "training: {{seq_len: {}, micro_batch: {}, global_batch: {}{}{}}}\n"
+      "training: {{seq_len: {}, micro_batch: {}, global_batch: {}{}{}{}}}\n"
       "parallel: {{tp: {}{}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}{}{}}}\n"
       "overlap: {{row_split: {}, col_split: {}, scope: {}{}}}\n"
       "memory: {{recompute: {}{}, distributed_optimizer: {}{}{}{}}}\n",
@@ -344,7 +345,8 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch,
       // Written only when the plan overrides its stack's.
       p.cross_entropy ? fmt::format(", cross_entropy: {}", CrossEntropyName(*p.cross_entropy)) : "",
-      p.attention ? fmt::format(", attention: {}", AttentionKernelName(*p.attention)) : "", p.tp,
+      p.attention ? fmt::format(", attention: {}", AttentionKernelName(*p.attention)) : "",
+      p.fp8_recipe ? fmt::format(", fp8_recipe: {}", Fp8RecipeName(*p.fp8_recipe)) : "", p.tp,
       // Written only with context parallelism, so a plan without it keeps its YAML.
       p.cp == 1 ? "" : fmt::format(", cp: {}", p.cp), p.pp, p.dp, p.sequence_parallel,
       p.virtual_stages,

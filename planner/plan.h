@@ -133,6 +133,9 @@ struct Plan {
   // The attention kernel (`training.attention`: what a run's launch settings choose, e.g. NeMo's
   // NVTE_FUSED_ATTN=0 for FlashAttention-2). Unset: the stack's (StackSpec::attention).
   std::optional<AttentionKernel> attention;
+  // How an fp8 plan scales its tensors (`training.fp8_recipe`). Unset: delayed, Transformer
+  // Engine's and Megatron-LM's default.
+  std::optional<Fp8Recipe> fp8_recipe;
 
   std::optional<PlanFigures> predicted;  // read back from a report; never trusted on input
   std::optional<PlanFigures> measured;
@@ -150,6 +153,7 @@ struct Plan {
   // stack's.
   CrossEntropy loss_kernels() const { return cross_entropy.value_or(stack.cross_entropy); }
   AttentionKernel attention_kernel() const { return attention.value_or(stack.attention); }
+  Fp8Recipe fp8_scaling() const { return fp8_recipe.value_or(Fp8Recipe::kDelayed); }
   GradReduce gradient_reduce() const { return grad_reduce.value_or(stack.grad_reduce); }
   // Tokens of each sequence one rank holds.
   int local_seq_len() const { return seq_len / cp; }

@@ -90,6 +90,10 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
     if (std::optional<std::string> rule = CheckBound(*bound, value))
       return fail(std::string(bound->key), *rule);
   const GpuSpec& gpu = p.cluster.node.gpu;
+  if (p.fp8_recipe && p.precision != Dtype::kFp8)
+    return fail("training.fp8_recipe",
+                fmt::format("an fp8 recipe needs precision fp8 (the plan's is {})",
+                            DtypeName(p.precision)));
   if (gpu.peak(p.precision) <= 0)
     return fail("precision", fmt::format("the {} has no {} peak (peak_tflops.{} is 0): choose a "
                                          "precision it runs",

@@ -32,6 +32,11 @@ constexpr std::array<std::pair<std::string_view, CrossEntropy>, 4> kCrossEntropi
     {"fused", CrossEntropy::kFused},
 }};
 
+constexpr std::array<std::pair<std::string_view, Fp8Recipe>, 2> kFp8Recipes{{
+    {"delayed", Fp8Recipe::kDelayed},
+    {"current", Fp8Recipe::kCurrent},
+}};
+
 constexpr std::array<std::pair<std::string_view, RopeKernel>, 3> kRopeKernels{{
     {"fused", RopeKernel::kFused},
     {"unfused", RopeKernel::kUnfused},
@@ -51,6 +56,8 @@ std::string_view GradReduceName(GradReduce reduce) { return NameOf(kGradReduces,
 std::span<const std::pair<std::string_view, GradReduce>> GradReduceNames() { return kGradReduces; }
 std::string_view CrossEntropyName(CrossEntropy loss) { return NameOf(kCrossEntropies, loss); }
 std::string_view RopeKernelName(RopeKernel rope) { return NameOf(kRopeKernels, rope); }
+std::string_view Fp8RecipeName(Fp8Recipe recipe) { return NameOf(kFp8Recipes, recipe); }
+std::span<const std::pair<std::string_view, Fp8Recipe>> Fp8RecipeNames() { return kFp8Recipes; }
 std::span<const std::pair<std::string_view, CrossEntropy>> CrossEntropyNames() {
   return kCrossEntropies;
 }

@@ -51,6 +51,16 @@ enum class CrossEntropy { kVocabParallel, kMegatronFused, kTe, kFused };
 //   passes forward, 10 backward;
 // - none: not run (a stack whose attention takes no positions).
 enum class RopeKernel { kFused, kUnfused, kNone };
+// How fp8 training scales each tensor before it casts it (Transformer Engine's recipes):
+// - delayed: from the amax history of earlier steps (DelayedScaling, Megatron-LM's default
+//   --fp8-recipe delayed, NeMo's fp8_hybrid): the cast finds the tensor's amax as it goes, and a
+//   norm or activation before a GEMM writes its output in fp8 itself;
+// - current: from the tensor's own amax (Float8CurrentScaling, Megatron-LM's --fp8-recipe
+//   tensorwise, Megatron-Bridge's FP8-CS): a pass that finds it comes first, fused into a norm or
+//   activation before a GEMM, a kernel of its own otherwise.
+enum class Fp8Recipe { kDelayed, kCurrent };
+std::string_view Fp8RecipeName(Fp8Recipe recipe);  // "delayed", "current"
+std::span<const std::pair<std::string_view, Fp8Recipe>> Fp8RecipeNames();
 std::string_view RopeKernelName(RopeKernel rope);      // "fused", "unfused", "none"
 std::string_view CrossEntropyName(CrossEntropy loss);  // "vocab-parallel", ..., "fused"
 std::span<const std::pair<std::string_view, CrossEntropy>> CrossEntropyNames();

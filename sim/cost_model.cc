@@ -128,6 +128,8 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
   launch_us_ =
       options.cuda_graphs.value_or(plan.stack.cuda_graphs) ? graph_launch_us : eager_launch_us_;
   attention_ = plan.attention_kernel();
+  fp8_recipe_ = plan.fp8_scaling();
+  norm_rows_share_ = plan.sequence_parallel && plan.tp > 1 ? 1.0 / plan.tp : 1.0;
   // A calibrated device: its measured GEMM throughput is what the best shapes achieve, and its
   // measured copy bandwidth is the achieved HBM bandwidth. (A short measurement: the power
   // limit's clock still applies.)
@@ -169,19 +171,37 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
                      static_cast<double>(op.k))
         .ApplyTo(cost);
   if (dtype != Dtype::kFp8) return cost;
-  // An fp8 GEMM's activation operand is quantized first, by a kernel of its own (Transformer
-  // Engine's Linear: the input quantizer before the forward GEMM, the grad-output quantizer
-  // before dgrad; row-wise and column-wise copies at once, the column-wise one for the weight
-  // gradient, which reuses both): it reads the 16-bit m x k operand and writes two 1-byte copies.
-  // A column chunk of dgrad shares its chunk 0's quantized operand.
-  const bool forward = op.func == OpFunc::kQkv || op.func == OpFunc::kProj ||
-                       op.func == OpFunc::kFc1 || op.func == OpFunc::kFc2;
+  // An fp8 GEMM's activation operand is quantized first (Transformer Engine's Linear: the input
+  // quantizer before the forward GEMM, the grad-output quantizer before dgrad), into row-wise and
+  // column-wise copies, the column-wise one for the weight gradient. A column chunk of dgrad
+  // shares its chunk 0's quantized operand. What runs depends on the operand's producer and the
+  // recipe (TE v1.9 layernorm_mlp.py; v2.8 csrc/extensions/normalization.cpp, activation.cpp,
+  // quantizer.cpp):
+  // - the QKV and FC1 inputs (a norm's output) and the FC2 input (the activation's), delayed
+  //   scaling: the norm or activation writes the fp8 copy itself, a byte an element less than the
+  //   16 bits its pass is priced with (under sequence parallelism the norm writes the rank's
+  //   1 / tp of the rows the GEMM gathers), and a transpose reads it and writes the column-wise
+  //   one: 2 bytes an element, less that byte;
+  // - the same, current scaling: the norm or activation writes 16 bits and finds the amax, and a
+  //   cast reads them and writes both copies: e + 2;
+  // - the projection's input (attention's output) and every grad output: one cast that finds the
+  //   amax as it goes (delayed), e + 2, or a pass for the amax first (current), 2e + 2.
+  const bool fused_producer =
+      op.func == OpFunc::kQkv || op.func == OpFunc::kFc1 || op.func == OpFunc::kFc2;
+  const bool forward = fused_producer || op.func == OpFunc::kProj;
   const bool dgrad = op.func == OpFunc::kQkvGradInput || op.func == OpFunc::kProjGradInput ||
                      op.func == OpFunc::kFc1GradInput || op.func == OpFunc::kFc2GradInput;
   if (!forward && !(dgrad && op.tags.col_chunk <= 0)) return cost;
   const double operand = static_cast<double>(op.m) * static_cast<double>(op.k);
-  const double quantize_bytes = operand * (DtypeBytes(attention_dtype_) + 2.0);
-  cost.launch_us += launch_us_ + quantize_bytes / (hbm_GBps_ * 1e3);
+  const double e = DtypeBytes(attention_dtype_);
+  const bool current = fp8_recipe_ == Fp8Recipe::kCurrent;
+  const bool norm_fed = op.func == OpFunc::kQkv || op.func == OpFunc::kFc1;
+  const double unwritten = norm_fed ? norm_rows_share_ : 1.0;
+  const double bytes_per_element =
+      fused_producer ? (current ? e + 2 : 2.0 - unwritten) : (current ? 2 * e + 2 : e + 2);
+  // The amax pass of its own is one more kernel.
+  const double launches = current && !fused_producer ? 2 : 1;
+  cost.launch_us += launches * launch_us_ + operand * bytes_per_element / (hbm_GBps_ * 1e3);
   return cost;
 }
 

@@ -108,6 +108,10 @@ class CostModel {
   double launch_us_ = 0;
   double eager_launch_us_ = 0;  // a kernel launched from the host (copy-engine copies are)
   AttentionKernel attention_ = AttentionKernel::kFlash;
+  Fp8Recipe fp8_recipe_ = Fp8Recipe::kDelayed;
+  // The share of a norm-fed GEMM's rows the norm writes on this rank: 1 / tp under sequence
+  // parallelism (the GEMM gathers the rest), else all of them.
+  double norm_rows_share_ = 1.0;
 };
 
 }  // namespace domino::sim

@@ -110,6 +110,7 @@ Json PlanJson(const Plan& p) {
                       {"global_batch", p.global_batch},
                       {"cross_entropy", CrossEntropyName(p.loss_kernels())},
                       {"attention", AttentionKernelName(p.attention_kernel())}};
+  if (p.precision == Dtype::kFp8) plan["training"]["fp8_recipe"] = Fp8RecipeName(p.fp8_scaling());
   plan["parallel"] = {{"tp", p.tp},
                       {"cp", p.cp},
                       {"pp", p.pp},

@@ -178,6 +178,10 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
                   "(FlashAttention-2's, as NVTE_FUSED_ATTN=0 runs) | unfused (default: the "
                   "stack's)")
       ->check(NonEmpty());
+  app->add_option("--fp8-recipe", f->fp8_recipe,
+                  "with --precision fp8, how tensors are scaled: delayed (from earlier steps' "
+                  "amax; default) | current (each tensor's own, Megatron-LM's tensorwise)")
+      ->check(NonEmpty());
   app->add_option("--grad-reduce", f->grad_reduce,
                   "type DP gradients are reduced in: fp32 | param (the 16-bit parameters') | "
                   "fp16-param (the parameters' when fp16, else fp32; default: the stack's)")
@@ -238,6 +242,8 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
       ApplyOverride("cross-entropy", f.cross_entropy, CrossEntropyNames(), &plan.cross_entropy));
   DOMINO_RETURN_IF_ERROR(
       ApplyOverride("attention", f.attention, AttentionKernelNames(), &plan.attention));
+  DOMINO_RETURN_IF_ERROR(
+      ApplyOverride("fp8-recipe", f.fp8_recipe, Fp8RecipeNames(), &plan.fp8_recipe));
   DOMINO_RETURN_IF_ERROR(
       ApplyOverride("grad-reduce", f.grad_reduce, GradReduceNames(), &plan.grad_reduce));
   if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))

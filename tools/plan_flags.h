@@ -30,6 +30,7 @@ struct PlanFlags {
   std::string optimizer_dtype;  // "fp32" / "bf16"
   std::string cross_entropy;    // "vocab-parallel" / "megatron-fused" / "te" / "fused"
   std::string attention;        // "flash" / "flash2" / "unfused"
+  std::string fp8_recipe;       // "delayed" / "current"
 };
 
 // Declares the flags on `app`. With `with_plan_file`, also --plan.

@@ -263,6 +263,27 @@ TEST(Export, AnAttentionKernelThePlanChoosesIsWrittenOrNamedAsADifference) {
   }
 }
 
+TEST(Export, AnFp8RecipeIsWrittenOrNamedAsADifference) {
+  std::string yaml(kLlama8b3dFullRecompute);
+  yaml.replace(yaml.find("precision: bf16"), 15, "precision: fp8");
+  Result<std::string> delayed = Export(yaml.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(delayed.ok()) << delayed.message();
+  EXPECT_THAT(*delayed, Not(HasSubstr("--fp8-recipe")));  // Megatron-LM's default
+  Result<std::string> titan_delayed = Export(yaml.c_str(), ExportTarget::kTorchtitan);
+  ASSERT_TRUE(titan_delayed.ok()) << titan_delayed.message();
+  EXPECT_THAT(*titan_delayed, HasSubstr("# differs: fp8_recipe delayed: torchtitan's float8"));
+  yaml.replace(yaml.find("global_batch: 16}"), 17, "global_batch: 16, fp8_recipe: current}");
+  Result<std::string> m = Export(yaml.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_THAT(*m, HasSubstr("--fp8-format hybrid \\\n--fp8-recipe tensorwise"));
+  Result<std::string> n = Export(yaml.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(n.ok()) << n.message();
+  EXPECT_THAT(*n, HasSubstr("# differs: fp8_recipe current: megatron_gpt_config.yaml"));
+  Result<std::string> t = Export(yaml.c_str(), ExportTarget::kTorchtitan);
+  ASSERT_TRUE(t.ok()) << t.message();
+  EXPECT_THAT(*t, Not(HasSubstr("fp8_recipe")));
+}
+
 TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {
   // 126 layers on pp 16: 7, 8 x 14, 7 (equal middle stages): the first and last stage's counts.
   const std::string uneven = Llama405bUneven();

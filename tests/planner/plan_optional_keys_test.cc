@@ -105,6 +105,38 @@ TEST(PlanToYamlTest, AttentionIsWrittenOnlyWhenSetAndReadsBack) {
   EXPECT_THAT(bad.message(), HasSubstr("flash2"));
 }
 
+TEST(PlanToYamlTest, Fp8RecipeIsWrittenOnlyWhenSetAndNeedsFp8) {
+  Result<Plan> set =
+      ParsePlan(Edit({{"precision: bf16\n", "precision: fp8\n"},
+                      {"  global_batch: 16\n", "  global_batch: 16\n  fp8_recipe: current\n"}}),
+                "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->fp8_recipe, std::optional<Fp8Recipe>(Fp8Recipe::kCurrent));
+  EXPECT_EQ(set->fp8_scaling(), Fp8Recipe::kCurrent);
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("global_batch: 16, fp8_recipe: current}"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->fp8_recipe, set->fp8_recipe);
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_EQ(plain->fp8_scaling(), Fp8Recipe::kDelayed);  // unset: delayed
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("fp8_recipe")));
+  // A recipe for a plan that is not fp8 is refused, naming the key.
+  Result<Plan> bf16 = ParsePlan(
+      Edit({{"  global_batch: 16\n", "  global_batch: 16\n  fp8_recipe: delayed\n"}}), "plan.yaml");
+  ASSERT_FALSE(bf16.ok());
+  EXPECT_THAT(bf16.message(), HasSubstr("training.fp8_recipe"));
+  EXPECT_THAT(bf16.message(), HasSubstr("needs precision fp8"));
+  Result<Plan> bad =
+      ParsePlan(Edit({{"precision: bf16\n", "precision: fp8\n"},
+                      {"  global_batch: 16\n", "  global_batch: 16\n  fp8_recipe: mxfp8\n"}}),
+                "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:8"));
+  EXPECT_THAT(bad.message(), HasSubstr("current"));
+}
+
 TEST(PlanToYamlTest, FsdpIsWrittenOnlyWhenOnAndReadsBack) {
   Result<Plan> set = ParsePlan(
       Edit({{"  tp: 32\n", "  tp: 16\n"},

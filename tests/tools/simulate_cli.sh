@@ -72,4 +72,17 @@ if "$domino" simulate "${mid[@]}" --attention flash3 >/dev/null 2>"$tmp/err.txt"
   fail "--attention flash3 was taken"
 fi
 grep -q "attention.*flash2" "$tmp/err.txt" || fail "unclear refusal: $(cat "$tmp/err.txt")"
+
+# fp8 with current scaling (an amax pass before most casts) is slower than delayed scaling; a
+# recipe for a bf16 plan is refused, naming the key.
+iter() { sed -n 's/^iteration *\([0-9.]*\) ms$/\1/p'; }
+delayed=$("$domino" simulate "${mid[@]}" --precision fp8 | iter)
+current=$("$domino" simulate "${mid[@]}" --precision fp8 --fp8-recipe current | iter)
+python3 -c "import sys; d, c = map(float, sys.argv[1:]); assert d < c < 1.1 * d, (d, c)" \
+  "$delayed" "$current" || fail "fp8 recipes: delayed $delayed ms, current $current ms"
+if "$domino" simulate "${mid[@]}" --fp8-recipe current >/dev/null 2>"$tmp/err.txt"; then
+  fail "--fp8-recipe with bf16 was taken"
+fi
+grep -q "training.fp8_recipe.*needs precision fp8" "$tmp/err.txt" ||
+  fail "unclear refusal: $(cat "$tmp/err.txt")"
 echo "simulate cli ok"
