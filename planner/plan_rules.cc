@@ -68,6 +68,20 @@ std::optional<PlanRuleFailure> CheckPipelineSplit(const Plan& p) {
   return std::nullopt;
 }
 
+std::optional<PlanRuleFailure> CheckPrecision(const Plan& p) {
+  if (p.fp8_recipe && p.precision != Dtype::kFp8)
+    return PlanRuleFailure{"training.fp8_recipe",
+                           fmt::format("an fp8 recipe needs precision fp8 (the plan's is {})",
+                                       DtypeName(p.precision))};
+  const GpuSpec& gpu = p.cluster.node.gpu;
+  if (gpu.peak(p.precision) <= 0)
+    return PlanRuleFailure{"precision",
+                           fmt::format("the {} has no {} peak (peak_tflops.{} is 0): choose a "
+                                       "precision it runs",
+                                       gpu.name, DtypeName(p.precision), DtypeName(p.precision))};
+  return std::nullopt;
+}
+
 std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   const ModelSpec& m = p.model;
   auto fail = [](std::string key, std::string rule) {
@@ -89,15 +103,7 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   for (const auto& [bound, value] : bounded)
     if (std::optional<std::string> rule = CheckBound(*bound, value))
       return fail(std::string(bound->key), *rule);
-  const GpuSpec& gpu = p.cluster.node.gpu;
-  if (p.fp8_recipe && p.precision != Dtype::kFp8)
-    return fail("training.fp8_recipe",
-                fmt::format("an fp8 recipe needs precision fp8 (the plan's is {})",
-                            DtypeName(p.precision)));
-  if (gpu.peak(p.precision) <= 0)
-    return fail("precision", fmt::format("the {} has no {} peak (peak_tflops.{} is 0): choose a "
-                                         "precision it runs",
-                                         gpu.name, DtypeName(p.precision), DtypeName(p.precision)));
+  if (auto failure = CheckPrecision(p)) return failure;
   int64_t gpus = static_cast<int64_t>(p.tp) * p.cp * p.pp * p.dp;
   if (gpus != p.cluster.total_gpus() && p.cp == 1)
     return fail("parallel.tp",

@@ -176,7 +176,10 @@ CASES = [
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "{tmp}/n.yaml:1"], r"precision: the g has no bf16 peak", None),
     ("GPU without bf16 (plan)", "the same GPU searched; once a hang",
      {"g.yaml": GPU.replace("bf16: 989", "bf16: 0"), "n.yaml": NODE_OF_G},
-     ["plan", "--model", "gpt3-2.7b", "--cluster", "{tmp}/n.yaml:1", "--out", "{tmp}/p.yaml"], r"no plan fits: .*the g has no bf16 peak", "p.yaml"),
+     ["plan", "--model", "gpt3-2.7b", "--cluster", "{tmp}/n.yaml:1", "--out", "{tmp}/p.yaml"], r"^domino plan: precision: the g has no bf16 peak", "p.yaml"),
+    ("fp8 recipe without fp8 (plan)", "--fp8-recipe on a bf16 plan: said once, not as every candidate's rejection", {},
+     ["plan", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--fp8-recipe", "current", "--out", "{tmp}/p.yaml"],
+     r"^domino plan: training.fp8_recipe: an fp8 recipe needs precision fp8 \(the plan's is bf16\)", "p.yaml"),
     ("fp8 on A100", "a precision the GPU lacks; once priced as bf16 under an fp8 label", {},
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-a100:1", "--precision", "fp8"], r"precision: the a100.* has no fp8 peak", None),
     ("huge virtual stages", "--virtual-stages 2^30; once SIGFPE", {},
@@ -267,7 +270,7 @@ USAGE_CASES = {"plan is a directory", "huge virtual stages", "huge virtual stage
                "switch and its negation", "unknown --format", "a value on a switch's negation",
                "a huge value in a short-flag cluster", "--explain as JSON",
                "--check of some rows", "--fit of some rows", "--fit of another category"}
-NO_PLAN_CASES = {"GPU without bf16 (plan)", "no plan fits"}
+NO_PLAN_CASES = {"no plan fits"}
 
 
 def expected_exit(name):
