@@ -186,8 +186,8 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
   //   cast reads them and writes both copies: e + 2;
   // - the projection's input (attention's output) and every grad output: one cast that finds the
   //   amax as it goes (delayed), e + 2, or a pass for the amax first (current), 2e + 2.
-  const bool fused_producer =
-      op.func == OpFunc::kQkv || op.func == OpFunc::kFc1 || op.func == OpFunc::kFc2;
+  const bool norm_fed = op.func == OpFunc::kQkv || op.func == OpFunc::kFc1;
+  const bool fused_producer = norm_fed || op.func == OpFunc::kFc2;
   const bool forward = fused_producer || op.func == OpFunc::kProj;
   const bool dgrad = op.func == OpFunc::kQkvGradInput || op.func == OpFunc::kProjGradInput ||
                      op.func == OpFunc::kFc1GradInput || op.func == OpFunc::kFc2GradInput;
@@ -195,7 +195,6 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
   const double operand = static_cast<double>(op.m) * static_cast<double>(op.k);
   const double e = DtypeBytes(attention_dtype_);
   const bool current = fp8_recipe_ == Fp8Recipe::kCurrent;
-  const bool norm_fed = op.func == OpFunc::kQkv || op.func == OpFunc::kFc1;
   const double unwritten = norm_fed ? norm_rows_share_ : 1.0;
   const double bytes_per_element =
       fused_producer ? (current ? e + 2 : 2.0 - unwritten) : (current ? 2 * e + 2 : e + 2);
