@@ -124,6 +124,20 @@ std::string FiguresToYaml(std::string_view key, const PlanFigures& f) {
       f.tflops_per_gpu, f.mfu, f.memory_gib_per_gpu);
 }
 
+// A YAML flow map, `{key: value, ...}`, in the order its pairs are added.
+class FlowMap {
+ public:
+  template <typename T>
+  FlowMap& Add(std::string_view key, const T& value) {
+    body_ += fmt::format("{}{}: {}", body_.empty() ? "" : ", ", key, value);
+    return *this;
+  }
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  std::string body_;
+};
+
 }  // namespace
 
 std::string_view ScopeName(OverlapScope scope) {
@@ -331,52 +345,48 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
       start = end + 1;
     }
   }
+  // A key the plan may leave out is written only when set (its stack's value, or the default,
+  // applies otherwise), so plans that do not use it keep their YAML.
+  FlowMap training;
+  training.Add("seq_len", p.seq_len).Add("micro_batch", p.micro_batch);
+  training.Add("global_batch", p.global_batch);
+  if (p.cross_entropy) training.Add("cross_entropy", CrossEntropyName(*p.cross_entropy));
+  if (p.attention) training.Add("attention", AttentionKernelName(*p.attention));
+  if (p.fp8_recipe) training.Add("fp8_recipe", Fp8RecipeName(*p.fp8_recipe));
+  FlowMap parallel;
+  parallel.Add("tp", p.tp);
+  if (p.cp != 1) parallel.Add("cp", p.cp);
+  parallel.Add("pp", p.pp).Add("dp", p.dp).Add("sequence_parallel", p.sequence_parallel);
+  parallel.Add("virtual_stages", p.virtual_stages);
+  if (p.pipeline_split != PipelineSplit::kLayers) {
+    parallel.Add("pipeline_split", PipelineSplitName(p.pipeline_split));
+  }
+  if (p.placement != Placement::kTpDpPp) parallel.Add("placement", PlacementName(p.placement));
+  if (p.overlap_p2p) parallel.Add("overlap_p2p", *p.overlap_p2p);
+  FlowMap overlap;
+  overlap.Add("row_split", p.row_split).Add("col_split", p.col_split);
+  overlap.Add("scope", ScopeName(p.scope));
+  // A Domino plan's YAML stays what it was before decomposed overlap existed.
+  if (p.method != OverlapMethod::kDomino) {
+    overlap.Add("method", MethodName(p.method)).Add("chunks", p.decomposed_chunks());
+    if (p.rs_chunks > 0) overlap.Add("rs_chunks", p.rs_chunks);
+    if (p.copy_engine) overlap.Add("copy_engine", *p.copy_engine);
+  }
+  FlowMap memory;
+  memory.Add("recompute", RecomputeName(p.recompute));
+  if (p.recompute_layers > 0) memory.Add("recompute_layers", p.recompute_layers);
+  memory.Add("distributed_optimizer", p.distributed_optimizer);
+  if (p.fsdp) memory.Add("fsdp", true);
+  if (p.grad_reduce) memory.Add("grad_reduce", GradReduceName(*p.grad_reduce));
+  if (p.optimizer_dtype != Dtype::kFp32) {
+    memory.Add("optimizer_dtype", DtypeName(p.optimizer_dtype));
+  }
   out += fmt::format(
-      "model: {}\n"
-      "cluster: {}\n"
-      "stack: {}\n"
-      "precision: {}\n"
-      "training: {{seq_len: {}, micro_batch: {}, global_batch: {}{}{}{}}}\n"
-      "parallel: {{tp: {}{}, pp: {}, dp: {}, sequence_parallel: {}, virtual_stages: {}{}{}{}}}\n"
-      "overlap: {{row_split: {}, col_split: {}, scope: {}{}}}\n"
-      "memory: {{recompute: {}{}, distributed_optimizer: {}{}{}{}}}\n",
+      "model: {}\ncluster: {}\nstack: {}\nprecision: {}\ntraining: {}\nparallel: {}\n"
+      "overlap: {}\nmemory: {}\n",
       p.model_ref.empty() ? ModelToFlowYaml(p.model) : RefToYaml(p.model_ref, ModelCatalog()),
       ClusterRefToYaml(p.cluster_ref), RefToYaml(p.stack_ref, StackCatalog()),
-      DtypeName(p.precision), p.seq_len, p.micro_batch, p.global_batch,
-      // Written only when the plan overrides its stack's.
-      p.cross_entropy ? fmt::format(", cross_entropy: {}", CrossEntropyName(*p.cross_entropy)) : "",
-      p.attention ? fmt::format(", attention: {}", AttentionKernelName(*p.attention)) : "",
-      p.fp8_recipe ? fmt::format(", fp8_recipe: {}", Fp8RecipeName(*p.fp8_recipe)) : "", p.tp,
-      // Written only with context parallelism, so a plan without it keeps its YAML.
-      p.cp == 1 ? "" : fmt::format(", cp: {}", p.cp), p.pp, p.dp, p.sequence_parallel,
-      p.virtual_stages,
-      // Written only when it counts an end, so other plans keep their YAML.
-      p.pipeline_split == PipelineSplit::kLayers
-          ? ""
-          : fmt::format(", pipeline_split: {}", PipelineSplitName(p.pipeline_split)),
-      p.placement == Placement::kTpDpPp
-          ? ""
-          : fmt::format(", placement: {}", PlacementName(p.placement)),
-      // Written only when the plan overrides its stack's.
-      p.overlap_p2p ? fmt::format(", overlap_p2p: {}", *p.overlap_p2p) : "", p.row_split,
-      p.col_split, ScopeName(p.scope),
-      // Written only for decomposed overlap, so a Domino plan's YAML stays what it was.
-      p.method == OverlapMethod::kDomino
-          ? ""
-          : fmt::format(", method: {}, chunks: {}{}{}", MethodName(p.method), p.decomposed_chunks(),
-                        // Written only when the plan overrides its stack's.
-                        p.rs_chunks > 0 ? fmt::format(", rs_chunks: {}", p.rs_chunks) : "",
-                        p.copy_engine ? fmt::format(", copy_engine: {}", *p.copy_engine) : ""),
-      RecomputeName(p.recompute),
-      // Written only when set, so other plans keep their YAML.
-      p.recompute_layers > 0 ? fmt::format(", recompute_layers: {}", p.recompute_layers) : "",
-      p.distributed_optimizer, p.fsdp ? ", fsdp: true" : "",
-      // Written only when the plan overrides its stack's.
-      p.grad_reduce ? fmt::format(", grad_reduce: {}", GradReduceName(*p.grad_reduce)) : "",
-      // Written only when not fp32, so other plans keep their YAML.
-      p.optimizer_dtype == Dtype::kFp32
-          ? ""
-          : fmt::format(", optimizer_dtype: {}", DtypeName(p.optimizer_dtype)));
+      DtypeName(p.precision), training.str(), parallel.str(), overlap.str(), memory.str());
   if (p.predicted) out += FiguresToYaml("predicted", *p.predicted);
   if (p.measured) out += FiguresToYaml("measured", *p.measured);
   return out;
