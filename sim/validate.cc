@@ -263,8 +263,8 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // points nearer theirs). The model is truer; the gap it uncovers is elsewhere.
     // 8.8% (8.84) once DGX Cloud v25.01's Llama 3.1 405B rows cut their all-gathers as their
     // recipe's userbuffers config does (aggregate: 1, tp/2 GEMM pieces of two shards:
-    // overlap.chunks 4): those 12 rows 3.3-3.8 points faster, as far below their measurements as
-    // the other H100 series. Their 512-row pieces had fallen where the GEMM model leaves idle the
+    // overlap.chunks 4): those 12 rows 3.3-3.8 points faster, nearer the other H100 series of
+    // that release. Their 512-row pieces had fallen where the GEMM model leaves idle the
     // SMs its tiles do not fill (one wave of 128x128 tiles or less with a long k), a regime no
     // GEMM row measures; tools/torch-kernels times such pieces.
     case ValidationCategory::kEndToEnd:
