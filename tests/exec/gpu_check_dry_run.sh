@@ -64,6 +64,14 @@ done < <(grep ': exit ' "$tmp/steps.txt")
 # The steps the check has: the GPU, versions, the GPU unit tests, 12 numeric checks, calibrate,
 # and six per strategy for three strategies.
 ((steps == 3 + 12 + 1 + 3 * 6)) || { echo "$steps steps ran"; cat "$tmp/steps.txt"; exit 1; }
+# The layers ran on the catalog's node of the GPU nvidia-smi names (an H200: HGX H200), and an
+# H100 SXM would be a DGX H100's; a GPU the catalog lacks has no node.
+grep -q "^Predictions for the catalog node hgx-h200\.$" "$log"
+grep -q -- "--cluster hgx-h200:5" "$log"
+[[ $(bash "$src/tools/gpu-check" --node-for "NVIDIA H100 80GB HBM3") == dgx-h100 ]]
+[[ $(bash "$src/tools/gpu-check" --node-for "NVIDIA H200") == hgx-h200 ]]
+[[ -z $(bash "$src/tools/gpu-check" --node-for "NVIDIA H100 PCIe") ]]
+[[ -z $(bash "$src/tools/gpu-check" --node-for "NVIDIA L40S") ]]
 # The numeric checks ran the CUDA backend and compared it (the fake computes nothing: they differ).
 grep -q "DIFFERS" "$log"
 # tools/torch-kernels ran, or the log says why not (this machine has no GPU for PyTorch).

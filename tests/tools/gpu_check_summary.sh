@@ -11,6 +11,9 @@ flags=(--model "$src/models/examples/tiny-gpt.yaml" --cluster dgx-h100:1:1 --tp 
 section() { printf '\n## %s\n\n```\n$ command\n' "$1"; }
 {
   printf '# domino gpu-check\n'
+  section "GPU"
+  printf 'name, memory.total [MiB], driver_version, clocks.max.sm [MHz]\nNVIDIA H100 80GB HBM3, 81559 MiB, 580.65.06, 1980 MHz\n```\n'
+  printf '\nPredictions for the catalog node dgx-h100.\n'
   section "calibrate"
   printf 'dense GEMM 771.4 TFLOP/s, HBM 4210 GB/s (device-to-device copy)\n'
   printf "kernel launch 2.31 us one by one, 0.84 us from a CUDA graph (the model's 4 and 1 for h200-sxm)\n"
@@ -43,6 +46,8 @@ timestamp, clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W],
 2026/12/02 10:00:01.000, 1650, 3201, 700.2, 700.00, 75, 0x0000000000000004
 CSV
 python3 "$src/tools/gpu-check-summary" "$tmp/log.md" "$tmp/clocks.csv" >"$tmp/summary.md"
+grep -qx "GPU: NVIDIA H100 80GB HBM3 (81559 MiB); predictions for the catalog node dgx-h100" \
+  "$tmp/summary.md" || { cat "$tmp/summary.md"; exit 1; }
 grep -q "^Measured dense GEMM peak 771.4 TFLOP/s, HBM 4210 GB/s" "$tmp/summary.md"
 grep -qx "Kernel launch overhead (chains of empty kernels): 2.31 us launched one by one, 0.84 us from a CUDA graph; the catalog's estimates are 4 and 1 us." \
   "$tmp/summary.md" || { cat "$tmp/summary.md"; exit 1; }
