@@ -144,10 +144,10 @@ class Lowering {
   // `hb` bytes of activations, as the stack runs it: one fused pass (read both, write; with
   // dropout, a 1-byte mask too), or a bias pass, a dropout pass and an add pass.
   double ResidualBytes(double hb) const {
-    const StackSpec& stack = plan_.stack;
-    const double mask = stack.dropout ? hb / e_ : 0;
-    if (stack.fused_bias_dropout_add) return 3 * hb + mask;
-    return (plan_.model.bias ? 2 * hb : 0) + (stack.dropout ? 2 * hb + mask : 0) + 3 * hb;
+    const bool dropout = plan_.applies_dropout();
+    const double mask = dropout ? hb / e_ : 0;
+    if (plan_.fuses_bias_dropout_add()) return 3 * hb + mask;
+    return (plan_.model.bias ? 2 * hb : 0) + (dropout ? 2 * hb + mask : 0) + 3 * hb;
   }
   // Rows a norm or residual touches: a sequence-parallel shard, or the whole slice.
   double NormRows() const {

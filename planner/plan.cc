@@ -227,6 +227,8 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     ReadOverride(*training, "cross_entropy", CrossEntropyNames(), &plan.cross_entropy);
     ReadOverride(*training, "attention", AttentionKernelNames(), &plan.attention);
     ReadOverride(*training, "fp8_recipe", Fp8RecipeNames(), &plan.fp8_recipe);
+    ReadOverride(*training, "dropout", &plan.dropout);
+    ReadOverride(*training, "fused_bias_dropout_add", &plan.fused_bias_dropout_add);
     (void)training->Finish();
   }
   if (auto parallel = root.Map("parallel", Need::kOptional)) {
@@ -353,6 +355,8 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
   if (p.cross_entropy) training.Add("cross_entropy", CrossEntropyName(*p.cross_entropy));
   if (p.attention) training.Add("attention", AttentionKernelName(*p.attention));
   if (p.fp8_recipe) training.Add("fp8_recipe", Fp8RecipeName(*p.fp8_recipe));
+  if (p.dropout) training.Add("dropout", *p.dropout);
+  if (p.fused_bias_dropout_add) training.Add("fused_bias_dropout_add", *p.fused_bias_dropout_add);
   FlowMap parallel;
   parallel.Add("tp", p.tp);
   if (p.cp != 1) parallel.Add("cp", p.cp);

@@ -136,6 +136,14 @@ struct Plan {
   // How an fp8 plan scales its tensors (`training.fp8_recipe`). Unset: delayed, Transformer
   // Engine's and Megatron-LM's default.
   std::optional<Fp8Recipe> fp8_recipe;
+  // Dropout in the layers (`training.dropout`: a run whose hidden and attention dropout are not
+  // zero, as Transformer Engine's modules default to 0.1). Unset: the stack's (StackSpec::dropout).
+  std::optional<bool> dropout;
+  // The bias, dropout and residual add after the projection and the second MLP linear in one
+  // kernel (`training.fused_bias_dropout_add`; Megatron-LM's --no-bias-dropout-fusion turns it
+  // off, and a model built of Transformer Engine's Linear modules adds the bias in the GEMM and
+  // runs PyTorch's dropout and add after it). Unset: the stack's.
+  std::optional<bool> fused_bias_dropout_add;
 
   std::optional<PlanFigures> predicted;  // read back from a report; never trusted on input
   std::optional<PlanFigures> measured;
@@ -154,6 +162,10 @@ struct Plan {
   CrossEntropy loss_kernels() const { return cross_entropy.value_or(stack.cross_entropy); }
   AttentionKernel attention_kernel() const { return attention.value_or(stack.attention); }
   Fp8Recipe fp8_scaling() const { return fp8_recipe.value_or(Fp8Recipe::kDelayed); }
+  bool applies_dropout() const { return dropout.value_or(stack.dropout); }
+  bool fuses_bias_dropout_add() const {
+    return fused_bias_dropout_add.value_or(stack.fused_bias_dropout_add);
+  }
   GradReduce gradient_reduce() const { return grad_reduce.value_or(stack.grad_reduce); }
   // Tokens of each sequence one rank holds.
   int local_seq_len() const { return seq_len / cp; }

@@ -97,6 +97,7 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       node_(plan.cluster.node),
       options_(options),
       plan_stack_(plan.stack),
+      dropout_(plan.applies_dropout()),
       copy_engine_parts_(plan.copy_engine_parts()),
       tp_group_(TpGroup(plan)),
       dp_group_(DpGroup(plan)),
@@ -237,7 +238,7 @@ OpCost CostModel::AttentionCost(const Op& op) const {
     // reads P; backward writes dP, reads P for dV, undoes dropout, reads P and dP and writes dS
     // for the softmax (five unfused), and reads dS for dQ and dK.
     const StackSpec& stack = plan_stack_;
-    const double dropout = stack.dropout ? 2.5 : 0;
+    const double dropout = dropout_ ? 2.5 : 0;
     const double passes = backward ? 2 + dropout + (stack.fused_softmax ? 3 : 5) + 2
                                    : 1 + (stack.fused_softmax ? 2 : 6) + dropout + 1;
     double score_bytes = passes * e;

@@ -286,7 +286,7 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
     lowered = std::make_shared<const LoweredIteration>(std::move(fresh).value());
   }
   Result<Prediction> first = PredictAtClock(plan, options, *lowered);
-  if (!first.ok()) return first;
+  if (!first.ok() || !options.power_limit) return first;
   const double clock = PowerClock(plan.cluster.node.gpu, first->gemm_duty);
   if (clock >= 1) return first;
   CostOptions held = options;

@@ -16,9 +16,10 @@
 namespace domino::sim {
 
 // The kinds of measurement domino predicts: a whole training iteration, one GEMM on one GPU, one
-// NCCL collective as nccl-tests measures it, one GEMM beside a kernel that holds SMs (contention).
-enum class ValidationCategory { kEndToEnd, kGemm, kCollective, kContention };
-inline constexpr int kValidationCategoryCount = 4;
+// NCCL collective as nccl-tests measures it, one GEMM beside a kernel that holds SMs (contention),
+// a model's transformer layers forward and backward in a loop on one GPU (layer).
+enum class ValidationCategory { kEndToEnd, kGemm, kCollective, kContention, kLayer };
+inline constexpr int kValidationCategoryCount = 5;
 std::string_view ValidationCategoryName(ValidationCategory category);  // "end-to-end", ...
 
 // Mean and largest |predicted / measured - 1| of a category.
@@ -68,7 +69,7 @@ struct ContentionCase {
 double ContentionSlowdown(const ContentionCase& c, std::string* detail = nullptr);
 
 // What a row's figure measures, in the unit domino predicts.
-enum class MeasuredUnit { kIterationS, kTflops, kBusbwGBps, kTimeUs, kSlowdown };
+enum class MeasuredUnit { kIterationS, kTflops, kBusbwGBps, kTimeUs, kSlowdown, kLayerMs };
 std::string_view MeasuredUnitName(MeasuredUnit unit);  // "iteration_s", "tflops", ...
 
 // ValidationRow is one published measurement (docs/validation/measurements.yaml): where it comes
@@ -82,7 +83,7 @@ struct ValidationRow {
   std::string derived;           // how `measured` follows from the published figure, when derived
   std::string unresolved;        // what was checked of an error the model cannot explain
   int line = 0;                  // of the row in the table file
-  std::optional<Plan> plan;      // end-to-end
+  std::optional<Plan> plan;      // end-to-end and layer (a plan on one GPU)
   std::optional<GemmCase> gemm;  // gemm
   std::optional<CollectiveCase> collective;  // collective
   std::optional<ContentionCase> contention;  // contention
@@ -115,7 +116,8 @@ struct RowResult {
   double predicted = 0;
   double error = 0;
   std::string detail;  // the prediction's own figures: algorithm, MFU, ...
-  // End-to-end: the share of the predicted iteration that stage 0's GEMMs ran (0 otherwise).
+  // End-to-end: the share of the predicted iteration that stage 0's GEMMs ran; layer: of the
+  // layers' time (0 otherwise).
   double gemm_share = 0;
   // End-to-end: the plan's memory per GPU on its most loaded stage (planner/memory_model.h) and
   // the GPU's capacity, in GiB (0 otherwise).

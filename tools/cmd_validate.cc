@@ -43,8 +43,8 @@ std::string Configuration(const sim::ValidationRow& row) {
   if (row.plan) {
     const Plan& p = *row.plan;
     return fmt::format(
-        "{} {} {} {}x{} tp{}{} pp{}{}{} dp{} mb{} gb{} seq{}{}{}{}{}", p.model.name, p.stack_ref,
-        DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name, p.tp,
+        "{} {} {} {}x{} tp{}{} pp{}{}{} dp{} mb{} gb{} seq{}{}{}{}{}{}{}", p.model.name,
+        p.stack_ref, DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name, p.tp,
         p.cp > 1 ? fmt::format(" cp{}", p.cp) : "", p.pp,
         p.virtual_stages > 1 ? fmt::format(" v{}", p.virtual_stages) : "",
         p.pipeline_split == PipelineSplit::kLayers
@@ -53,8 +53,11 @@ std::string Configuration(const sim::ValidationRow& row) {
         p.dp, p.micro_batch, p.global_batch, p.seq_len, p.sequence_parallel ? " sp" : "",
         p.method == OverlapMethod::kDomino ? "" : " " + std::string(MethodName(p.method)),
         p.recompute == Recompute::kNone ? "" : " rc-" + std::string(RecomputeName(p.recompute)),
-        // An attention kernel the run chose over its stack's.
-        p.attention ? " " + std::string(AttentionKernelName(*p.attention)) : "");
+        // An attention kernel, dropout or bias-dropout-add the run chose over its stack's.
+        p.attention ? " " + std::string(AttentionKernelName(*p.attention)) : "",
+        p.dropout ? (*p.dropout ? " dropout" : " no-dropout") : "",
+        p.fused_bias_dropout_add ? (*p.fused_bias_dropout_add ? " fused-bda" : " unfused-bda")
+                                 : "");
   }
   if (row.gemm) {
     const sim::GemmCase& g = *row.gemm;
@@ -136,6 +139,8 @@ void Explain(const sim::RowResult& r, std::ostream& out) {
     out << fmt::format("{}{}\n", row.gemm ? "kernel:  " : "model:   ", r.detail);
     return;
   }
+  if (row.category == sim::ValidationCategory::kLayer)
+    out << fmt::format("layers:  {}\n", r.detail);
   Result<sim::Prediction> p = sim::Predict(*row.plan);
   if (!p.ok()) Fail("validate", fmt::format("row {}: {}", row.id, p.message()));
   out << "\n";
@@ -500,7 +505,7 @@ void SetupValidate(CLI::App* sub) {
                   "validation table YAML (default: the built-in docs/validation/measurements.yaml)")
       ->check(CLI::ExistingFile);
   sub->add_option("--category", flags->category, "only rows of one category")
-      ->check(CLI::IsMember({"end-to-end", "gemm", "collective", "contention"}));
+      ->check(CLI::IsMember({"end-to-end", "gemm", "collective", "contention", "layer"}));
   AddFormatOption(sub, &flags->format,
                   {OutputFormat::kTable, OutputFormat::kMarkdown, OutputFormat::kJson});
   sub->add_option("--csv", flags->csv_path, "also write every row's prediction as CSV");

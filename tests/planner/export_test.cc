@@ -284,6 +284,30 @@ TEST(Export, AnFp8RecipeIsWrittenOrNamedAsADifference) {
   EXPECT_THAT(*t, Not(HasSubstr("fp8_recipe")));
 }
 
+TEST(Export, DropoutAndItsFusionThePlanSetsAreWritten) {
+  std::string yaml(kLlama8b3dFullRecompute);
+  yaml.replace(yaml.find("global_batch: 16}"), 17,
+               "global_batch: 16, dropout: false, fused_bias_dropout_add: false}");
+  Result<std::string> m = Export(yaml.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_THAT(*m, HasSubstr("--hidden-dropout 0 \\\n--attention-dropout 0 \\\n"
+                            "--no-bias-dropout-fusion"));
+  Result<std::string> n = Export(yaml.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(n.ok()) << n.message();
+  EXPECT_THAT(*n, HasSubstr("  hidden_dropout: 0.0\n  attention_dropout: 0.0\n"
+                            "  bias_dropout_add_fusion: false\n"));
+  // Left to the stack (or dropout on, Megatron's default), neither export says anything.
+  yaml = kLlama8b3dFullRecompute;
+  yaml.replace(yaml.find("global_batch: 16}"), 17, "global_batch: 16, dropout: true}");
+  for (const char* plan : {kLlama8b3dFullRecompute, yaml.c_str()}) {
+    for (ExportTarget target : {ExportTarget::kMegatron, ExportTarget::kNemo}) {
+      Result<std::string> plain = Export(plan, target);
+      ASSERT_TRUE(plain.ok()) << plain.message();
+      EXPECT_THAT(*plain, Not(HasSubstr("dropout")));
+    }
+  }
+}
+
 TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {
   // 126 layers on pp 16: 7, 8 x 14, 7 (equal middle stages): the first and last stage's counts.
   const std::string uneven = Llama405bUneven();

@@ -105,6 +105,35 @@ TEST(PlanToYamlTest, AttentionIsWrittenOnlyWhenSetAndReadsBack) {
   EXPECT_THAT(bad.message(), HasSubstr("flash2"));
 }
 
+TEST(PlanToYamlTest, DropoutAndItsFusionAreWrittenOnlyWhenSetAndReadBack) {
+  Result<Plan> set = ParsePlan(Edit({{"  global_batch: 16\n",
+                                      "  global_batch: 16\n  dropout: true\n"
+                                      "  fused_bias_dropout_add: false\n"}}),
+                               "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->dropout, std::optional<bool>(true));
+  EXPECT_TRUE(set->applies_dropout());
+  EXPECT_FALSE(set->fuses_bias_dropout_add());
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("global_batch: 16, dropout: true, fused_bias_dropout_add: false}"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->dropout, set->dropout);
+  EXPECT_EQ(back->fused_bias_dropout_add, set->fused_bias_dropout_add);
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_FALSE(plain->dropout.has_value());
+  // Unset: the stack's.
+  EXPECT_EQ(plain->applies_dropout(), plain->stack.dropout);
+  EXPECT_EQ(plain->fuses_bias_dropout_add(), plain->stack.fused_bias_dropout_add);
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("dropout")));
+  Result<Plan> bad = ParsePlan(
+      Edit({{"  global_batch: 16\n", "  global_batch: 16\n  dropout: 0.1\n"}}), "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:8"));
+  EXPECT_THAT(bad.message(), HasSubstr("dropout"));
+}
+
 TEST(PlanToYamlTest, Fp8RecipeIsWrittenOnlyWhenSetAndNeedsFp8) {
   Result<Plan> set =
       ParsePlan(Edit({{"precision: bf16\n", "precision: fp8\n"},

@@ -222,6 +222,14 @@ TEST(ValidateTest, RefusesBadRowsWithFileLineAndRule) {
        "m: 1, n: 1, k: 1, sms_held: 16, hold_us: 1, order: sideways, alone_us: 1}\n"
        "    measured: {slowdown: 1}\n",
        "order"},
+      {"rows:\n  - id: a\n    category: layer\n    source: s\n    plan: {model: gpt3-13b, "
+       "cluster: dgx-h100:1, parallel: {tp: 2, pp: 1, dp: 4}}\n    measured: {ms: 1}\n",
+       "a layer row's plan runs on one GPU (tp, cp, pp and dp 1), not tp 2 cp 1 pp 1 dp 4"},
+      {"rows:\n  - id: a\n    category: layer\n    source: s\n    plan: {model: gpt3-13b, "
+       "cluster: dgx-h100:1:1}\n    measured: {iteration_s: 1}\n",
+       "a layer row cannot measure iteration_s"},
+      {"rows:\n  - id: a\n    category: layer\n    source: s\n    measured: {ms: 1}\n",
+       "a layer row needs a plan mapping"},
   };
   for (const Case& c : cases) {
     Result<ValidationTable> table = ParseValidationTable(c.text, "t.yaml");
@@ -276,6 +284,46 @@ TEST(ValidateTest, ContentionRowsByHand) {
   EXPECT_NEAR(predicted[1], 1, 1e-9);
   // Short k: no tail, only the SMs left: 640 tiles in ceil(640 / 116) = 6 waves instead of 5.
   EXPECT_NEAR(predicted[2], (3 + 47.0 * 6 / 5) / 50, 1e-9);
+}
+
+// A layer row: the plan's layers alone (no embedding, LM head, loss or optimizer), so twice the
+// layers take twice the time and the vocabulary changes nothing; dropout adds its masks, and an
+// unfused bias-dropout-add its passes.
+TEST(ValidateTest, LayerRowsTimeTheLayersAlone) {
+  const auto row = [](const char* id, int layers, int vocab, const char* training) {
+    return fmt::format(R"(  - id: {}
+    category: layer
+    source: "hand-made"
+    plan:
+      model: {{name: l, layers: {}, hidden: 4096, heads: 32, ffn: 16384, vocab: {}, seq_len: 2048, activation: gelu, norm: layernorm, bias: false}}
+      cluster: dgx-h100:1:1
+      stack: megatron-core
+      training: {{seq_len: 2048, micro_batch: 4, global_batch: 4{}}}
+    measured: {{ms: 20}}
+)",
+                       id, layers, vocab, training);
+  };
+  const std::string text =
+      "rows:\n" + row("one", 1, 32000, "") + row("two", 2, 32000, "") +
+      row("vocab", 1, 128000, "") + row("dropout", 1, 32000, ", dropout: true") +
+      row("unfused", 1, 32000, ", dropout: true, fused_bias_dropout_add: false");
+  Result<ValidationTable> table = ParseValidationTable(text, "t.yaml");
+  ASSERT_TRUE(table.ok()) << table.message();
+  std::vector<RowResult> r;
+  for (const ValidationRow& x : table->rows) {
+    Result<RowResult> p = PredictRow(x);
+    ASSERT_TRUE(p.ok()) << p.message();
+    EXPECT_NEAR(p->error, p->predicted / 20 - 1, 1e-12);
+    EXPECT_GT(p->gemm_share, 0.5) << x.id;  // these layers are mostly GEMM
+    EXPECT_LT(p->gemm_share, 1) << x.id;
+    r.push_back(*p);
+  }
+  EXPECT_NEAR(r[1].predicted, 2 * r[0].predicted, 1e-6 * r[0].predicted);
+  EXPECT_DOUBLE_EQ(r[2].predicted, r[0].predicted);
+  EXPECT_GT(r[3].predicted, r[0].predicted);
+  EXPECT_GT(r[4].predicted, r[3].predicted);
+  // GEMMs fill more than the knee of the H100's power limit: the clock is held below 1.
+  EXPECT_NE(r[0].detail.find("tensor clock 0.9"), std::string::npos) << r[0].detail;
 }
 
 // The built-in table loads, and every row predicts.
