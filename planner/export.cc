@@ -117,6 +117,11 @@ void AddModelArguments(const ModelSpec& m, const Plan& plan, bool gqa,
   if (m.activation == Activation::kSwiglu) args.push_back("--swiglu");
   if (m.activation == Activation::kSquaredRelu) args.push_back("--squared-relu");
   if (m.norm == Norm::kRmsNorm) args.push_back("--normalization RMSNorm");
+  // Megatron-LM's hidden and attention dropout are 0.1 unless set (DeepSpeed-Domino's too).
+  if (!plan.applies_dropout()) {
+    args.push_back("--hidden-dropout 0");
+    args.push_back("--attention-dropout 0");
+  }
 }
 
 }  // namespace export_parts

@@ -121,13 +121,8 @@ std::string ExportMegatron(const Plan& plan) {
                                *plan.attention == AttentionKernel::kFlash2    ? "flash"
                                : *plan.attention == AttentionKernel::kUnfused ? "unfused"
                                                                               : "auto"));
-  // Dropout and its fusion where the plan says (Megatron-LM's hidden and attention dropout are 0.1
-  // unless set, its bias-dropout-add fused unless turned off).
-  if (plan.dropout == false) {
-    args.push_back("--hidden-dropout 0");
-    args.push_back("--attention-dropout 0");
-  }
-  if (plan.fused_bias_dropout_add == false) args.push_back("--no-bias-dropout-fusion");
+  // Megatron-LM fuses bias, dropout and residual add unless told otherwise.
+  if (!plan.fuses_bias_dropout_add()) args.push_back("--no-bias-dropout-fusion");
   switch (plan.loss_kernels()) {
     case CrossEntropy::kMegatronFused:
       args.push_back("--cross-entropy-loss-fusion");
@@ -253,10 +248,9 @@ std::string ExportNemo(const Plan& plan) {
                       block                                ? std::to_string(plan.recompute_layers)
                       : plan.recompute == Recompute::kFull ? "1"
                                                            : "null");
-  if (plan.dropout == false) body += "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n";
-  if (plan.fused_bias_dropout_add) {
-    body += fmt::format("  bias_dropout_add_fusion: {}\n", YamlBool(*plan.fused_bias_dropout_add));
-  }
+  // megatron_gpt_config.yaml's dropouts are 0.1 and its bias-dropout-add fused.
+  if (!plan.applies_dropout()) body += "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n";
+  if (!plan.fuses_bias_dropout_add()) body += "  bias_dropout_add_fusion: false\n";
   // NeMo's key fuses the loss as Megatron-Core's --cross-entropy-loss-fusion does.
   const CrossEntropy loss = plan.loss_kernels();
   if (loss == CrossEntropy::kMegatronFused) body += "  cross_entropy_loss_fusion: true\n";

@@ -52,6 +52,7 @@ std::string ExportTorchtitan(const Plan& plan) {
   if (m.learned_positions()) architecture.push_back("learned positions");
   if (m.bias) architecture.push_back("biases");
   if (m.tied_embeddings) architecture.push_back("tied embeddings");
+  if (plan.applies_dropout()) architecture.push_back("dropout");
   if (!architecture.empty()) {
     std::string list;
     for (const std::string& a : architecture) list += (list.empty() ? "" : ", ") + a;

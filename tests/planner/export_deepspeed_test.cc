@@ -38,6 +38,8 @@ TEST(ExportDeepSpeed, Gpt27bRowSplit) {
 --seq-length 1024 \
 --max-position-embeddings 2048 \
 --position-embedding-type learned_absolute \
+--hidden-dropout 0 \
+--attention-dropout 0 \
 --tensor-model-parallel-size 8 \
 --micro-batch-size 4 \
 --global-batch-size 4 \
@@ -72,6 +74,8 @@ TEST(ExportDeepSpeed, Llama8bRowSplit) {
 --position-embedding-type rope \
 --swiglu \
 --normalization RMSNorm \
+--hidden-dropout 0 \
+--attention-dropout 0 \
 --tensor-model-parallel-size 8 \
 --micro-batch-size 2 \
 --global-batch-size 2 \

@@ -29,6 +29,8 @@ TEST(ExportMegatron, Gpt27bRowSplit) {
 --seq-length 1024 \
 --max-position-embeddings 2048 \
 --position-embedding-type learned_absolute \
+--hidden-dropout 0 \
+--attention-dropout 0 \
 --tensor-model-parallel-size 8 \
 --pipeline-model-parallel-size 1 \
 --micro-batch-size 4 \
@@ -54,6 +56,8 @@ TEST(ExportMegatron, Llama8b3dFullRecompute) {
 --position-embedding-type rope \
 --swiglu \
 --normalization RMSNorm \
+--hidden-dropout 0 \
+--attention-dropout 0 \
 --disable-bias-linear \
 --untie-embeddings-and-output-weights \
 --tensor-model-parallel-size 4 \
@@ -89,6 +93,8 @@ TEST(ExportMegatron, Llama8bFp8Selective) {
 --position-embedding-type rope \
 --swiglu \
 --normalization RMSNorm \
+--hidden-dropout 0 \
+--attention-dropout 0 \
 --disable-bias-linear \
 --untie-embeddings-and-output-weights \
 --tensor-model-parallel-size 8 \
@@ -132,6 +138,8 @@ model:
   activations_checkpoint_granularity: null
   activations_checkpoint_method: null
   activations_checkpoint_num_layers: null
+  hidden_dropout: 0.0
+  attention_dropout: 0.0
   optim:
     name: fused_adam
 )txt");
@@ -170,6 +178,8 @@ model:
   activations_checkpoint_granularity: full
   activations_checkpoint_method: uniform
   activations_checkpoint_num_layers: 1
+  hidden_dropout: 0.0
+  attention_dropout: 0.0
   optim:
     name: distributed_fused_adam
     grad_sync_dtype: fp32
@@ -207,6 +217,8 @@ model:
   activations_checkpoint_granularity: selective
   activations_checkpoint_method: null
   activations_checkpoint_num_layers: null
+  hidden_dropout: 0.0
+  attention_dropout: 0.0
   transformer_engine: true
   fp8: true
   fp8_hybrid: true
