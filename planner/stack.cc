@@ -96,6 +96,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("sliced_fc1_wgrad_overlaps_tp_comm", &stack.sliced_fc1_wgrad_overlaps_tp_comm,
            Need::kOptional);
   map.Bool("overlap_p2p", &stack.overlap_p2p, Need::kOptional);
+  map.Bool("fused_wgrad_accumulation", &stack.fused_wgrad_accumulation, Need::kOptional);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return stack;
 }

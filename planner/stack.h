@@ -130,16 +130,22 @@ struct StackSpec {
   // An interleaved pipeline's transfers overlapped with compute unless a plan says otherwise
   // (Plan::overlap_p2p; Megatron-Core's overlap_p2p_comm).
   bool overlap_p2p = false;
+  // The weight-gradient GEMM adds into the accumulated gradient itself (Megatron-Core's
+  // gradient_accumulation_fusion: cuBLAS with beta 1 into main_grad), rather than writing a fresh
+  // gradient that a pass of its own adds in (PyTorch's AccumulateGrad into param.grad, or
+  // Megatron-LM 2021's main_grad.add_ hook).
+  bool fused_wgrad_accumulation = true;
 };
 
 // The stack a plan runs on when it names none.
 inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
-// key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `fused_squared_relu`,
-// `fp32_scores` and `overlap_p2p` (false), `cross_entropy` (vocab-parallel), `grad_reduce` (fp32),
-// `rope` (fused), `wgrad_overlaps_tp_comm` and `sliced_fc1_wgrad_overlaps_tp_comm` (true).
+// key is required except `fused_wgrad_accumulation`, `dropout`, `cuda_graphs`,
+// `overlap_grad_reduce`, `overlap_param_gather`, `decomposed_copy_engine`, `decomposed_rs_chunks`
+// (0), `cp_merge_kernels`, `fused_squared_relu`, `fp32_scores` and `overlap_p2p` (false),
+// `cross_entropy` (vocab-parallel), `grad_reduce` (fp32), `rope` (fused), `wgrad_overlaps_tp_comm`
+// and `sliced_fc1_wgrad_overlaps_tp_comm` (true).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

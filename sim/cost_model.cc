@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "planner/iteration.h"
 #include "sim/gemm_model.h"
 
 namespace domino::sim {
@@ -131,6 +132,17 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
   attention_ = plan.attention_kernel();
   fp8_recipe_ = plan.fp8_scaling();
   norm_rows_share_ = plan.sequence_parallel && plan.tp > 1 ? 1.0 / plan.tp : 1.0;
+  if (!plan.stack.fused_wgrad_accumulation) {
+    // 16-bit gradients accumulate in param.grad: PyTorch's AccumulateGrad stores the first of an
+    // iteration's micro-batches and row slices and adds each later one in place (reads both,
+    // writes one). fp32 ones go to a main_grad buffer zeroed each iteration, to which Megatron-LM's
+    // hook adds every contribution (reads fp32 and the 16-bit gradient, writes fp32): Megatron-LM
+    // 6985e58, megatron/model/distributed.py _make_param_hook.
+    const double contributions = static_cast<double>(plan.micro_batches()) * plan.row_split;
+    const double e = DtypeBytes(attention_dtype_);
+    wgrad_accumulate_bytes_ =
+        GradBytes(plan) == 2 ? 3 * e * (contributions - 1) / contributions : 4 + e + 4;
+  }
   // A calibrated device: its measured GEMM throughput is what the best shapes achieve, and its
   // measured copy bandwidth is the achieved HBM bandwidth. (A short measurement: the power
   // limit's clock still applies.)
@@ -171,6 +183,14 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
     GemmContentionOf(gpu_, static_cast<double>(op.m), static_cast<double>(op.n),
                      static_cast<double>(op.k))
         .ApplyTo(cost);
+  const bool wgrad = op.func == OpFunc::kQkvGradWeight || op.func == OpFunc::kProjGradWeight ||
+                     op.func == OpFunc::kFc1GradWeight || op.func == OpFunc::kFc2GradWeight ||
+                     op.func == OpFunc::kLmHeadGradWeight;
+  if (wgrad && wgrad_accumulate_bytes_ > 0) {
+    // The weight's gradient (m x n) added into the accumulated one, a kernel after the GEMM.
+    cost.launch_us += launch_us_ + static_cast<double>(op.m) * static_cast<double>(op.n) *
+                                       wgrad_accumulate_bytes_ / (hbm_GBps_ * 1e3);
+  }
   if (dtype != Dtype::kFp8) return cost;
   // An fp8 GEMM's activation operand is quantized first (Transformer Engine's Linear: the input
   // quantizer before the forward GEMM, the grad-output quantizer before dgrad), into row-wise and

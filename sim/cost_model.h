@@ -117,6 +117,10 @@ class CostModel {
   // The share of a norm-fed GEMM's rows the norm writes on this rank: 1 / tp under sequence
   // parallelism (the GEMM gathers the rest), else all of them.
   double norm_rows_share_ = 1.0;
+  // Bytes per weight element of the pass that adds a weight-gradient GEMM's output into the
+  // accumulated gradient (StackSpec::fused_wgrad_accumulation false), averaged over the
+  // iteration's contributions; 0 when the GEMM adds it itself.
+  double wgrad_accumulate_bytes_ = 0;
 };
 
 }  // namespace domino::sim

@@ -179,6 +179,37 @@ TEST(CostModelTest, Fp8GemmsQuantizeTheirOperandAndTheLmHeadStays16Bit) {
                    bf16_model.Cost(gemm(OpFunc::kFc1GradWeight)).alone_us);
 }
 
+// Megatron-LM 2021 adds each weight gradient into the accumulated one in a pass of its own
+// (StackSpec::fused_wgrad_accumulation false): fp16 gradients through AccumulateGrad on every
+// contribution but the first of an iteration (6 bytes a weight element), fp32 ones into main_grad
+// on every one (10 bytes); Megatron-Core's GEMM adds them itself.
+TEST(CostModelTest, UnfusedWeightGradientAccumulationIsAPassAfterTheGemm) {
+  Op wgrad = Gemm(2560, 10240, 4096);
+  wgrad.func = OpFunc::kFc1GradWeight;
+  Op dgrad = wgrad;
+  dgrad.func = OpFunc::kFc1GradInput;
+  auto pass_us = [&](const Plan& plan) {
+    const CostModel model(plan, {});
+    return model.Cost(wgrad).alone_us - model.Cost(dgrad).alone_us;
+  };
+  const double weight = 2560.0 * 10240, hbm = 3350 * 0.88 * 1e3;  // H100, GB/s as bytes per us
+  testing_util::PlanKnobs knobs{.stack = "megatron-2021", .micro_batch = 1, .global_batch = 4};
+  Plan fp16 = testing_util::MakePlan(knobs);  // 4 micro-batches
+  fp16.precision = Dtype::kFp16;
+  ASSERT_EQ(fp16.micro_batches(), 4);
+  EXPECT_NEAR(pass_us(fp16), 4 + weight * 6 * 3 / 4 / hbm, 1e-9);
+  Plan bf16 = fp16;
+  bf16.precision = Dtype::kBf16;  // gradients in fp32 (Megatron forces it for bf16)
+  EXPECT_NEAR(pass_us(bf16), 4 + weight * 10 / hbm, 1e-9);
+  // One micro-batch: AccumulateGrad stores the one fp16 gradient, no pass runs.
+  Plan one = testing_util::MakePlan({.stack = "megatron-2021"});
+  one.precision = Dtype::kFp16;
+  EXPECT_DOUBLE_EQ(pass_us(one), 0);
+  EXPECT_NEAR(pass_us(testing_util::MakePlan(knobs)), pass_us(bf16), 1e-9);  // bf16 by default
+  knobs.stack = "megatron-core";
+  EXPECT_DOUBLE_EQ(pass_us(testing_util::MakePlan(knobs)), 0);
+}
+
 TEST(CostModelTest, NarrowSlicesLoseEfficiency) {
   Plan plan = testing_util::MakePlan({});
   CostModel model(plan, {});
