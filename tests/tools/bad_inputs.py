@@ -135,6 +135,12 @@ CASES = [
                 "    measured: {iteration_s: 1}\n"},
      ["validate", "--table", "{tmp}/t.yaml", "--csv", "{tmp}/v.csv"],
      r"t\.yaml:6:\d+: rows\[0\]\.measured\.iteration_s: a gemm row cannot measure iteration_s", "v.csv"),
+    ("layer row on many GPUs", "a layer row whose plan spans 8 GPUs",
+     {"t.yaml": "rows:\n  - id: a\n    category: layer\n    source: s\n"
+                "    plan: {model: gpt3-2.7b, cluster: dgx-h100:1}\n"
+                "    measured: {ms: 1}\n"},
+     ["validate", "--table", "{tmp}/t.yaml", "--csv", "{tmp}/v.csv"],
+     r"t\.yaml:5:\d+: rows\[0\]\.plan: a layer row's plan runs on one GPU \(tp, cp, pp and dp 1\), not tp 8", "v.csv"),
     ("unknown validation row", "a --row no row's id is or begins with", {},
      ["validate", "--row", "mcore09", "--csv", "{tmp}/v.csv"],
      r"--row mcore09: no row of .*measurements\.yaml has this id or begins with it", "v.csv"),
