@@ -32,10 +32,6 @@ struct CostOptions {
   // The tensor cores' rate as a fraction of the GPU's (its clock held down by the power limit,
   // Predict's PowerClock): every GEMM and attention main loop runs this much slower. 1: none.
   double tensor_clock = 1.0;
-  // Predict lowers tensor_clock further to what the power limit holds for the iteration's GEMM
-  // share (PowerClock); false: it stays as given (a caller that sets the clock itself, as
-  // `validate`'s layer rows do for a loop of layers).
-  bool power_limit = true;
 };
 
 // Where a plan's TP group sits on the cluster (Megatron placement: TP ranks innermost, inside a

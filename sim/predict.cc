@@ -286,7 +286,7 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
     lowered = std::make_shared<const LoweredIteration>(std::move(fresh).value());
   }
   Result<Prediction> first = PredictAtClock(plan, options, *lowered);
-  if (!first.ok() || !options.power_limit) return first;
+  if (!first.ok()) return first;
   const double clock = PowerClock(plan.cluster.node.gpu, first->gemm_duty);
   if (clock >= 1) return first;
   CostOptions held = options;
@@ -294,6 +294,46 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   Result<Prediction> second = PredictAtClock(plan, held, *lowered);
   if (second.ok()) second->gemm_duty_unheld = first->gemm_duty;
   return second;
+}
+
+namespace {
+
+// The layers' part of a prediction's one-micro-batch timeline (PredictLayerLoop).
+LayerLoop LayerLoopOf(const Prediction& p) {
+  LayerLoop out;
+  for (size_t i = 0; i < p.schedule.size(); ++i) {
+    const Op& op = p.schedule.op(static_cast<int32_t>(i));
+    const bool end = op.func >= OpFunc::kEmbed && op.func <= OpFunc::kFinalNormGrad;
+    const OpClass c = ClassOf(op);
+    if (end || c == OpClass::kTpComm || c == OpClass::kOtherComm) continue;
+    const double ms = (p.timeline.ops[i].end_us - p.timeline.ops[i].start_us) * 1e-3;
+    out.ms += ms;
+    out.class_ms[static_cast<int>(c)] += ms;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<LayerLoop> PredictLayerLoop(const Plan& plan) {
+  if (auto failure = CheckPlanRules(plan))
+    return Error(fmt::format("{}: {}", failure->key, failure->rule));
+  Result<Iteration> fresh = LowerIteration(plan, IterationOptions{false});
+  if (!fresh.ok()) return fresh.error();
+  const LoweredIteration lowered(std::move(fresh).value());
+  CostOptions options;
+  Result<Prediction> full = PredictAtClock(plan, options, lowered);
+  if (!full.ok()) return full.error();
+  const LayerLoop at_full = LayerLoopOf(*full);
+  const double duty =
+      at_full.ms > 0 ? at_full.class_ms[static_cast<int>(OpClass::kGemm)] / at_full.ms : 0;
+  options.tensor_clock = PowerClock(plan.cluster.node.gpu, duty);
+  Result<Prediction> held = PredictAtClock(plan, options, lowered);
+  if (!held.ok()) return held.error();
+  LayerLoop out = LayerLoopOf(*held);
+  out.tensor_clock = options.tensor_clock;
+  out.gemm_duty = duty;
+  return out;
 }
 
 namespace {

@@ -69,6 +69,19 @@ double PowerClock(const GpuSpec& gpu, double gemm_duty);
 // PowerClock of that share (once: the second simulation's share is not fed back).
 Result<Prediction> Predict(const Plan& plan, const CostOptions& options = {});
 
+// A plan's transformer layers run in a loop on one GPU, as `validate`'s layer rows time them: the
+// forward and backward of one micro-batch through them (Prediction::schedule without the
+// embedding, final norm, LM head, loss and collectives), at the clock the power limit holds for
+// their own GEMM share (a loop of layers runs no optimizer step and none of the model's ends,
+// whose share the iteration's clock would count).
+struct LayerLoop {
+  double ms = 0;
+  std::array<double, kOpClassCount> class_ms{};  // by OpClass
+  double tensor_clock = 1;
+  double gemm_duty = 0;  // the layers' GEMM share at the full clock, which set tensor_clock
+};
+Result<LayerLoop> PredictLayerLoop(const Plan& plan);
+
 // A lower bound of Predict's ideal_ms for the plan and for every slicing of it (slicing only adds
 // work), from its passes alone, without the iteration: each stage runs its m micro-batches'
 // passes one after another; its first forward waits for the first micro-batch's forward through

@@ -401,65 +401,7 @@ double ContentionSlowdown(const ContentionCase& c, std::string* detail) {
   return end / c.alone_us;
 }
 
-namespace {
-
-// A plan's transformer layers, forward and backward of one micro-batch, as its prediction runs
-// them (the embedding, final norm, LM head and loss left out), in microseconds by op class.
-struct LayerTime {
-  double us = 0;
-  std::array<double, kOpClassCount> class_us{};
-};
-LayerTime LayerTimeOf(const Prediction& p) {
-  LayerTime out;
-  for (size_t i = 0; i < p.schedule.size(); ++i) {
-    const Op& op = p.schedule.op(static_cast<int32_t>(i));
-    const bool end = op.func >= OpFunc::kEmbed && op.func <= OpFunc::kFinalNormGrad;
-    const OpClass c = ClassOf(op);
-    if (end || c == OpClass::kTpComm || c == OpClass::kOtherComm) continue;
-    const double us = p.timeline.ops[i].end_us - p.timeline.ops[i].start_us;
-    out.us += us;
-    out.class_us[static_cast<int>(c)] += us;
-  }
-  return out;
-}
-
-// A layer row's prediction: its layers in a loop on one GPU, at the clock the power limit holds
-// for their own GEMM share (a loop of layers runs no optimizer step and none of the model's ends,
-// whose share the iteration's clock would count).
-Result<RowResult> PredictLayers(const ValidationRow& row) {
-  const Plan& plan = *row.plan;
-  CostOptions options;
-  options.power_limit = false;
-  Result<Prediction> full = Predict(plan, options);
-  if (!full.ok()) return Error(fmt::format("row {}: {}", row.id, full.message()));
-  const LayerTime at_full = LayerTimeOf(*full);
-  const double gemm = at_full.class_us[static_cast<int>(OpClass::kGemm)];
-  const double duty = at_full.us > 0 ? gemm / at_full.us : 0;
-  options.tensor_clock = PowerClock(plan.cluster.node.gpu, duty);
-  Result<Prediction> held = Predict(plan, options);
-  if (!held.ok()) return Error(fmt::format("row {}: {}", row.id, held.message()));
-  const LayerTime t = LayerTimeOf(*held);
-  RowResult result;
-  result.row = &row;
-  result.predicted = t.us * 1e-3;
-  const auto ms = [&](OpClass c) { return t.class_us[static_cast<int>(c)] * 1e-3; };
-  result.gemm_share = t.us > 0 ? ms(OpClass::kGemm) * 1e3 / t.us : 0;
-  result.detail = fmt::format(
-      "{} layer(s): GEMMs {:.2f} ms, attention {:.2f} ms, elementwise {:.2f} ms; tensor clock "
-      "{:.3f} (power limit, GEMM share {:.1f}% at full clock)",
-      plan.model.layers, ms(OpClass::kGemm), ms(OpClass::kAttention), ms(OpClass::kElementwise),
-      options.tensor_clock, 100 * duty);
-  return result;
-}
-
-}  // namespace
-
 Result<RowResult> PredictRow(const ValidationRow& row) {
-  if (row.category == ValidationCategory::kLayer) {
-    Result<RowResult> layers = PredictLayers(row);
-    if (layers.ok()) layers->error = layers->predicted / row.measured - 1;
-    return layers;
-  }
   RowResult result;
   result.row = &row;
   switch (row.category) {
@@ -484,8 +426,19 @@ Result<RowResult> PredictRow(const ValidationRow& row) {
     case ValidationCategory::kContention:
       result.predicted = ContentionSlowdown(*row.contention, &result.detail);
       break;
-    case ValidationCategory::kLayer:  // PredictLayers
+    case ValidationCategory::kLayer: {
+      Result<LayerLoop> loop = PredictLayerLoop(*row.plan);
+      if (!loop.ok()) return Error(fmt::format("row {}: {}", row.id, loop.message()));
+      const auto ms = [&](OpClass c) { return loop->class_ms[static_cast<int>(c)]; };
+      result.predicted = loop->ms;
+      result.gemm_share = loop->ms > 0 ? ms(OpClass::kGemm) / loop->ms : 0;
+      result.detail = fmt::format(
+          "{} layer(s): GEMMs {:.2f} ms, attention {:.2f} ms, elementwise {:.2f} ms; tensor clock "
+          "{:.3f} (power limit, GEMM share {:.1f}% at full clock)",
+          row.plan->model.layers, ms(OpClass::kGemm), ms(OpClass::kAttention),
+          ms(OpClass::kElementwise), loop->tensor_clock, 100 * loop->gemm_duty);
       break;
+    }
     case ValidationCategory::kCollective: {
       const CollectiveCase& c = *row.collective;
       const int per_node = c.cluster.gpus_per_node;
