@@ -356,6 +356,8 @@ Status StepRunner::RunPass(const Op& op, int32_t id) {
     // The ring folds each block into its running result itself: a stack's separate merge
     // kernels (kCpMerge) have nothing left to do here.
     if (o.func == OpFunc::kCpMerge) continue;
+    // fp8 runs as bf16 here: no amaxes or scales to keep.
+    if (o.func == OpFunc::kAmaxAllReduce || o.func == OpFunc::kAmaxUpdate) continue;
     if (plan_.cp > 1 &&
         (o.func == OpFunc::kAttn || o.func == OpFunc::kAttnGrad || o.func == OpFunc::kCpSendRecv)) {
       DOMINO_RETURN_IF_ERROR(ring_->Run(s, static_cast<int32_t>(cursor), backend));

@@ -93,6 +93,7 @@ Schedule Lowering::Run() {
       ForwardBlock(l, Block::kAttention);
       ForwardBlock(l, Block::kMlp);
     }
+    AmaxReduction(Phase::kForward);
     if (options_.head)
       for (int i = 0; i < p_; ++i) HeadForward(i);
   }
@@ -110,8 +111,54 @@ Schedule Lowering::Run() {
       int32_t grad = BackwardEntry(0, Block::kAttention, i, /*final=*/true)[0];
       if (options_.embedding) EmbeddingBackward(i, grad);
     }
+    AmaxReduction(Phase::kBackward);
   }
   return std::move(s_);
+}
+
+// fp8 current scaling with sequence parallelism (StackSpec::fp8_amax_reduction): a tensor scaled
+// before it is all-gathered over TP, the input of QKV and fc1 forward and the output gradient of
+// proj and fc2 backward, takes the maximum of its amax over the TP group first (Transformer
+// Engine 2.x sets the TP group as the amax reduction group of a column-parallel linear's input
+// quantizer and a row-parallel one's output-gradient quantizer under sequence parallelism:
+// pytorch/module/linear.py and layernorm_linear.py, set_quantizer_amax_reduction_group). One fp32
+// all-reduce after `producer`, which the compute stream waits for; returns it (or `producer`).
+int32_t Lowering::TpAmaxReduction(const OpTags& tags, int32_t producer) {
+  if (plan_.precision != Dtype::kFp8 || plan_.fp8_scaling() != Fp8Recipe::kCurrent ||
+      !plan_.stack.fp8_amax_reduction || plan_.tp == 1)
+    return producer;
+  Op reduce;
+  reduce.kind = OpKind::kCollective;
+  reduce.func = OpFunc::kAmaxAllReduce;
+  reduce.collective = CollectiveOp::kAllReduce;
+  reduce.group = Group::kTp;
+  reduce.tags = tags;
+  reduce.bytes = 4;
+  return Compute(reduce, {producer}, {}, {});
+}
+
+// fp8 delayed scaling (StackSpec::fp8_amax_reduction; current scaling keeps no history): the amaxes
+// of the tensors the chunk's layers scaled, reduced over the stage's GPUs, and the update of their
+// histories and scales. Forward, the fp8 meta of each of a layer's four GEMMs holds three (input,
+// weight, output); backward two (output gradient, input gradient): fp32 each. The reduction is
+// blocking, so it goes on the compute stream; the update reads and writes each amax and writes the
+// scale and its inverse.
+void Lowering::AmaxReduction(Phase phase) {
+  if (plan_.precision != Dtype::kFp8 || plan_.fp8_scaling() != Fp8Recipe::kDelayed ||
+      !plan_.stack.fp8_amax_reduction || layers_ == 0)
+    return;
+  const double tensors = 4.0 * layers_ * (phase == Phase::kForward ? 3 : 2);
+  OpTags tags = Tags(phase == Phase::kForward ? layers_ - 1 : 0, 0, -1, phase);
+  tags.row_slice = -1;  // the chunk's, every slice's
+  Op reduce;
+  reduce.kind = OpKind::kCollective;
+  reduce.func = OpFunc::kAmaxAllReduce;
+  reduce.collective = CollectiveOp::kAllReduce;
+  reduce.group = Group::kStage;
+  reduce.tags = tags;
+  reduce.bytes = tensors * 4;
+  Compute(reduce, {}, {}, {});
+  Elementwise(OpFunc::kAmaxUpdate, tags, tensors * 4 * 4, {}, {}, {});
 }
 
 OpTags Lowering::Tags(int layer, int slice, int chunk, Phase phase) const {
@@ -226,6 +273,7 @@ Lowering::Deps Lowering::ForwardEntry(int l, Block block, int i) {
   }
   if (!sp_) return {norm};
   bool attn = block == Block::kAttention;
+  norm = TpAmaxReduction(tags, norm);
   return GatherParts(tags, norm, SliceOf(attn ? t.ln1_s : t.ln2_s, i), attn ? t.ln1 : t.ln2, i);
 }
 
@@ -362,6 +410,7 @@ Lowering::Deps Lowering::BackwardEntry(int l, Block block, int i, bool final) {
   if (!sp_ || final) return {grad_out};
   const LayerTensors& t = tensors_[l];
   int32_t full = block == Block::kMlp ? t.g_out_full : t.g_mid_full;
+  grad_out = TpAmaxReduction(tags, grad_out);
   return GatherParts(tags, grad_out, SliceOf(grad_tensor, i), full, i);
 }
 

@@ -178,6 +178,8 @@ class Lowering {
   void BackwardCompute(int l, Block block, int i, const Deps& entry);
   void BackwardBlock(int l, Block block);
   void RecomputeLayer(int l);
+  void AmaxReduction(Phase phase);
+  int32_t TpAmaxReduction(const OpTags& tags, int32_t producer);
 
   // lower_tensors.cc: a layer's tensors, the embedding's and the head's.
   LayerTensors MakeTensors(int l);

@@ -65,7 +65,9 @@ std::string_view OpFuncName(OpFunc func) {
       "fsdp.allgather",
       "fsdp.reducescatter",
       "rope",
-      "rope.grad"};
+      "rope.grad",
+      "amax.allreduce",
+      "amax.update"};
   int index = static_cast<int>(func);
   return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
 }

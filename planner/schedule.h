@@ -37,7 +37,9 @@ enum class CollectiveOp : uint8_t { kAllReduce, kReduceScatter, kAllGather, kNon
 // kEmbedding: the first and last pipeline stages, which share the tied word embedding. kCp: the
 // context-parallel ring (a rank and its neighbours in it). kDp spans DP x CP ranks (gradients are
 // reduced over both).
-enum class Group : uint8_t { kNone, kTp, kDp, kPp, kEmbedding, kCp };
+// kStage: every GPU of one pipeline stage (tp x cp x dp ranks), the group fp8 delayed scaling
+// reduces its amaxes over.
+enum class Group : uint8_t { kNone, kTp, kDp, kPp, kEmbedding, kCp, kStage };
 enum class Phase : uint8_t { kForward, kBackward, kRecompute, kOptimizer };
 
 // What an op computes, for traces and for an executor that runs the schedule numerically. The
@@ -104,6 +106,12 @@ enum class OpFunc : uint8_t {
   // rotated in place after the QKV GEMM, and their gradients before its input gradient.
   kRope,
   kRopeGrad,
+  // fp8 delayed scaling as Transformer Engine runs it (StackSpec::fp8_amax_reduction): after a
+  // chunk's layers run forward, and after their backward, the maximum of every scaled tensor's
+  // amax over the stage's GPUs (an all-reduce the compute stream waits for), then one kernel that
+  // updates the amax histories and the scales from it.
+  kAmaxAllReduce,
+  kAmaxUpdate,
   kCount,
 };
 std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce", ...

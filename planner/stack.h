@@ -135,17 +135,24 @@ struct StackSpec {
   // gradient that a pass of its own adds in (PyTorch's AccumulateGrad into param.grad, or
   // Megatron-LM 2021's main_grad.add_ hook).
   bool fused_wgrad_accumulation = true;
+  // fp8 with delayed scaling: after a chunk's layers run forward, and after their backward, the
+  // amaxes of every tensor they scaled are reduced (maximum) over the stage's GPUs, tp x cp x dp,
+  // in an all-reduce the compute stream waits for, and one kernel updates the amax histories and
+  // scales (Transformer Engine's reduce_and_update_fp8_tensors at each fp8_autocast exit and at
+  // the end of the first fp8 module's backward; Megatron-Core's fp8 group is its amax reduction
+  // group), rather than each GPU keeping its own.
+  bool fp8_amax_reduction = false;
 };
 
 // The stack a plan runs on when it names none.
 inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
-// key is required except `fused_wgrad_accumulation`, `dropout`, `cuda_graphs`,
-// `overlap_grad_reduce`, `overlap_param_gather`, `decomposed_copy_engine`, `decomposed_rs_chunks`
-// (0), `cp_merge_kernels`, `fused_squared_relu`, `fp32_scores` and `overlap_p2p` (false),
-// `cross_entropy` (vocab-parallel), `grad_reduce` (fp32), `rope` (fused), `wgrad_overlaps_tp_comm`
-// and `sliced_fc1_wgrad_overlaps_tp_comm` (true).
+// key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
+// `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `fused_squared_relu`,
+// `fp32_scores`, `overlap_p2p` and `fp8_amax_reduction` (false), `cross_entropy`
+// (vocab-parallel), `grad_reduce` (fp32), `rope` (fused), `wgrad_overlaps_tp_comm`,
+// `sliced_fc1_wgrad_overlaps_tp_comm` and `fused_wgrad_accumulation` (true).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

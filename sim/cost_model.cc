@@ -68,6 +68,13 @@ CommGroup DpGroup(const Plan& plan) {
   return MakeGroup(plan.dp_cp(), PerNode(plan, {{tp, plan.cp}, {dp_stride, plan.dp}}));
 }
 
+CommGroup StageGroup(const Plan& plan) {
+  const int64_t tp = plan.tp, cp = plan.cp;
+  const int64_t dp_stride = plan.placement == Placement::kTpDpPp ? tp * cp : tp * cp * plan.pp;
+  return MakeGroup(plan.tp * plan.dp_cp(),
+                   PerNode(plan, {{1, plan.tp}, {tp, plan.cp}, {dp_stride, plan.dp}}));
+}
+
 CommGroup CpRing(const Plan& plan) {
   // The ring's ranks are tp apart; a step is as slow as its slowest hop, which crosses nodes
   // once the ring does.
@@ -104,7 +111,8 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       dp_group_(DpGroup(plan)),
       pp_pair_(PpPair(plan)),
       embedding_pair_(EmbeddingPair(plan)),
-      cp_ring_(CpRing(plan)) {
+      cp_ring_(CpRing(plan)),
+      stage_group_(StageGroup(plan)) {
   // A precision the GPU lacks runs in the first 16- or 32-bit type it has (fp32's peak is always
   // above 0), never at a zero peak, which would make every op last forever. Plans that pass
   // CheckPlanRules never get here with one.
@@ -294,6 +302,8 @@ CommGroup CostModel::GroupOf(const Op& op) const {
       return embedding_pair_;
     case Group::kCp:
       return cp_ring_;
+    case Group::kStage:
+      return stage_group_;
     case Group::kTp:
     case Group::kNone:
       break;

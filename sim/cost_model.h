@@ -41,6 +41,9 @@ CommGroup TpGroup(const Plan& plan);
 // The DP group, over which gradients are reduced, is DP x CP: its CP ranks tp apart, its DP ranks
 // tp * cp (or tp * cp * pp) apart.
 CommGroup DpGroup(const Plan& plan);
+// Every GPU of one pipeline stage, tp x cp x dp ranks (the group fp8 delayed scaling reduces its
+// amaxes over, Group::kStage): its TP ranks adjacent, then CP and DP as in DpGroup.
+CommGroup StageGroup(const Plan& plan);
 // Two neighbours of the CP ring (tp ranks apart): inside a node while the ring fits in one,
 // across nodes once it spans several.
 CommGroup CpRing(const Plan& plan);
@@ -99,7 +102,7 @@ class CostModel {
   StackSpec plan_stack_;
   bool dropout_ = false;            // Plan::applies_dropout
   bool copy_engine_parts_ = false;  // decomposed collective parts take no SMs (Plan::copy_engine)
-  CommGroup tp_group_, dp_group_, pp_pair_, embedding_pair_, cp_ring_;
+  CommGroup tp_group_, dp_group_, pp_pair_, embedding_pair_, cp_ring_, stage_group_;
   CommGroup GroupOf(const Op& op) const;
   Dtype gemm_dtype_ = Dtype::kBf16;       // the plan's precision, where the GPU has it
   Dtype attention_dtype_ = Dtype::kBf16;  // 16-bit even under fp8

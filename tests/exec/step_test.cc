@@ -207,6 +207,29 @@ TEST(StepTest, ThreeDStepMatchesTheReference) {
   }
 }
 
+TEST(StepTest, Fp8AmaxReductionsHaveNothingToDoHere) {
+  // The executor runs fp8 as bf16: the megatron-core stack's amax reductions (delayed scaling's
+  // over the stage, current scaling's over TP with SP) are in its passes and are skipped.
+  for (const Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent}) {
+    SCOPED_TRACE(Fp8RecipeName(recipe));
+    Plan plan = TinyPlan("tiny-llama", 2, 2, 2);
+    plan.precision = Dtype::kFp8;
+    plan.fp8_recipe = recipe;
+    plan.sequence_parallel = true;
+    ASSERT_TRUE(plan.stack.fp8_amax_reduction);
+    Result<Schedule> pass = LowerStage(plan, LowerOptions{-1, true, true, true, true});
+    ASSERT_TRUE(pass.ok()) << pass.message();
+    int reductions = 0;
+    for (const Op& op : pass->ops()) reductions += op.func == OpFunc::kAmaxAllReduce;
+    EXPECT_GT(reductions, 0);
+    std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.ok()) << r.message();
+      EXPECT_TRUE(r->passed);
+    }
+  }
+}
+
 TEST(StepTest, InterleavedDistributedOptimizerWithOverlappedBuckets) {
   // Two chunks per stage; buckets released layer by layer under the last backward and parameters
   // gathered under the first forward (Megatron-Core's overlap), sharded optimizer.

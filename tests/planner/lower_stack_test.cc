@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -240,6 +241,93 @@ TEST(LowerStackTest, TheReduceScatterComesInTheStacksPiecesUnlessThePlanSays) {
     EXPECT_EQ(scatters, 2 * pieces);  // after proj and after fc2
     EXPECT_EQ(gathers, 2 * 8);        // before QKV and before fc1
   }
+}
+
+TEST(LowerStackTest, Fp8AmaxesAreReducedWhereTransformerEngineReducesThem) {
+  // gpt3-2.7b (32 layers) at tp 8 with SP, 4 x 256 tokens, the whole model as one chunk.
+  PlanKnobs k;
+  k.sequence_parallel = true;
+  auto lower = [&](Dtype precision, std::optional<Fp8Recipe> recipe, bool reduce) {
+    Plan plan = MakePlan(k);
+    plan.precision = precision;
+    plan.fp8_recipe = recipe;
+    plan.stack.fp8_amax_reduction = reduce;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{-1, true, true, true, true});
+    EXPECT_TRUE(s.ok()) << s.message();
+    return s.ok() ? std::move(s).value() : Schedule();
+  };
+  ASSERT_TRUE(MakePlan(k).stack.fp8_amax_reduction);  // the megatron-core stack's
+  // Delayed scaling: one reduction over the stage's GPUs after the layers' forward (three amaxes
+  // per GEMM, four GEMMs a layer: 32 x 12 floats) and one after their backward (two per GEMM),
+  // each on the compute stream and followed by the update kernel (amax, history, scale and its
+  // inverse: 16 bytes per tensor).
+  const Schedule delayed = lower(Dtype::kFp8, std::nullopt, true);
+  std::vector<const Op*> reductions, updates;
+  for (size_t i = 0; i < delayed.size(); ++i) {
+    const Op& op = delayed.ops()[i];
+    if (op.func == OpFunc::kAmaxAllReduce) {
+      reductions.push_back(&op);
+      EXPECT_EQ(op.stream, Stream::kCompute);
+      EXPECT_EQ(op.group, Group::kStage);
+      EXPECT_EQ(op.collective, CollectiveOp::kAllReduce);
+      ASSERT_LT(i + 1, delayed.size());
+      EXPECT_EQ(delayed.ops()[i + 1].func, OpFunc::kAmaxUpdate);
+    }
+    if (op.func == OpFunc::kAmaxUpdate) updates.push_back(&op);
+  }
+  ASSERT_EQ(reductions.size(), 2u);
+  ASSERT_EQ(updates.size(), 2u);
+  EXPECT_EQ(reductions[0]->tags.phase, Phase::kForward);
+  EXPECT_EQ(reductions[0]->tags.layer, 31);
+  EXPECT_DOUBLE_EQ(reductions[0]->bytes, 32 * 12 * 4.0);
+  EXPECT_DOUBLE_EQ(updates[0]->bytes, 32 * 12 * 16.0);
+  EXPECT_EQ(reductions[1]->tags.phase, Phase::kBackward);
+  EXPECT_EQ(reductions[1]->tags.layer, 0);
+  EXPECT_DOUBLE_EQ(reductions[1]->bytes, 32 * 8 * 4.0);
+  EXPECT_DOUBLE_EQ(updates[1]->bytes, 32 * 8 * 16.0);
+  // The forward's reduction comes after the top layer's fc2 and before the LM head.
+  int fc2 = -1, reduce = -1, head = -1;
+  for (size_t i = 0; i < delayed.size(); ++i) {
+    const Op& op = delayed.ops()[i];
+    if (op.func == OpFunc::kFc2 && op.tags.layer == 31) fc2 = static_cast<int>(i);
+    if (op.func == OpFunc::kAmaxAllReduce && reduce < 0) reduce = static_cast<int>(i);
+    if (op.func == OpFunc::kLmHead) head = static_cast<int>(i);
+  }
+  EXPECT_LT(fc2, reduce);
+  EXPECT_LT(reduce, head);
+
+  // Current scaling: no history, but each tensor scaled before its SP all-gather takes the
+  // maximum of its amax over TP first, one float: QKV's and fc1's inputs forward, proj's and
+  // fc2's output gradients backward; the gather waits for it.
+  const Schedule current = lower(Dtype::kFp8, Fp8Recipe::kCurrent, true);
+  int forward = 0, backward = 0;
+  for (size_t i = 0; i < current.size(); ++i) {
+    const Op& op = current.ops()[i];
+    EXPECT_NE(op.func, OpFunc::kAmaxUpdate);
+    if (op.func != OpFunc::kAmaxAllReduce) continue;
+    EXPECT_EQ(op.group, Group::kTp);
+    EXPECT_EQ(op.stream, Stream::kCompute);
+    EXPECT_DOUBLE_EQ(op.bytes, 4.0);
+    (op.tags.phase == Phase::kForward ? forward : backward)++;
+    bool gathered = false;
+    for (size_t j = i + 1; j < current.size() && !gathered; ++j) {
+      const Op& next = current.ops()[j];
+      if (next.collective != CollectiveOp::kAllGather) continue;
+      for (int32_t d : current.deps(next)) gathered |= d == static_cast<int32_t>(i);
+    }
+    EXPECT_TRUE(gathered) << current.Label(static_cast<int32_t>(i));
+  }
+  EXPECT_EQ(forward, 2 * 32);
+  EXPECT_EQ(backward, 2 * 32);
+
+  // None in 16 bits, nor on a stack that keeps its scales per GPU.
+  for (const Schedule& s :
+       {lower(Dtype::kBf16, std::nullopt, true), lower(Dtype::kFp8, std::nullopt, false),
+        lower(Dtype::kFp8, Fp8Recipe::kCurrent, false)})
+    for (const Op& op : s.ops()) {
+      EXPECT_NE(op.func, OpFunc::kAmaxAllReduce);
+      EXPECT_NE(op.func, OpFunc::kAmaxUpdate);
+    }
 }
 
 }  // namespace

@@ -54,6 +54,35 @@ TEST(ContextParallelSimTest, GroupsFollowMegatronsRankOrder) {
   ExpectGroup(PpPair(MakePlan(k)), 2, 2, 1);
 }
 
+TEST(ContextParallelSimTest, TheStageGroupIsEveryGpuOfAPipelineStage) {
+  // fp8 delayed scaling reduces amaxes over tp x cp x dp (Group::kStage). tp 2, cp 2, dp 4 on two
+  // nodes: all 16 GPUs, eight in each.
+  PlanKnobs k;
+  k.tp = 2, k.cp = 2, k.dp = 4;
+  k.cluster = "dgx-h100:2";
+  k.global_batch = 16;
+  Plan plan = MakePlan(k);
+  ExpectGroup(StageGroup(plan), 16, 2, 8);
+  // tp 1, cp 2, pp 2, dp 4: Megatron's order puts a stage's 8 ranks in one node; with the
+  // pipeline inside DP (tp-pp-dp) its DP ranks are 4 apart, four of the stage's ranks a node.
+  k.tp = 1, k.cp = 2, k.pp = 2, k.dp = 4;
+  plan = MakePlan(k);
+  ExpectGroup(StageGroup(plan), 8, 1, 8);
+  plan.placement = Placement::kTpPpDp;
+  ExpectGroup(StageGroup(plan), 8, 2, 4);
+  // An amax all-reduce costs a collective of its bytes over that group.
+  Op op;
+  op.kind = OpKind::kCollective;
+  op.func = OpFunc::kAmaxAllReduce;
+  op.collective = CollectiveOp::kAllReduce;
+  op.group = Group::kStage;
+  op.bytes = 64;
+  const double expected =
+      EstimateCollective(plan.cluster.node, Collective::kAllReduce, 64, StageGroup(plan)).time_us;
+  EXPECT_GT(expected, 0);
+  EXPECT_DOUBLE_EQ(CostModel(plan, CostOptions{}).Cost(op).alone_us, expected);
+}
+
 TEST(ContextParallelSimTest, GradientsAreReducedOverDpTimesCp) {
   // cp 2 x dp 1 reduces and shards exactly as cp 1 x dp 2 does: the same buckets and optimizer
   // step, over a group of two.
