@@ -280,9 +280,13 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // SMs its tiles do not fill (one wave of 128x128 tiles or less with a long k), a regime no
     // GEMM row measures; tools/torch-kernels times such pieces. 8.8% (8.77) once the
     // megatron-2021 stack adds each weight gradient into the accumulated one in a pass of its own,
-    // as that code did (fused_wgrad_accumulation false): the A100 rows 3.2% -> 2.6%.
+    // as that code did (fused_wgrad_accumulation false): the A100 rows 3.2% -> 2.6%. 8.6% (8.62)
+    // with fp8's amax reductions as Transformer Engine runs them (fp8_amax_reduction): delayed
+    // scaling's over every GPU of a stage after each chunk pass, blocking (the 57 rows of that
+    // recipe 0.0-2.4 points slower, nearer, most where stages span many nodes), current scaling's
+    // over TP before each sequence-parallel all-gather (the 6 FP8-CS rows 0.3-0.4 points).
     case ValidationCategory::kEndToEnd:
-      return {{0.05, 0.12}, {0.09, 0.43}};
+      return {{0.05, 0.12}, {0.088, 0.43}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:
