@@ -178,8 +178,9 @@ class Lowering {
   void BackwardCompute(int l, Block block, int i, const Deps& entry);
   void BackwardBlock(int l, Block block);
   void RecomputeLayer(int l);
-  void AmaxReduction(Phase phase);
+  int32_t AmaxAllReduce(Group group, const OpTags& tags, double bytes, Deps deps);
   int32_t TpAmaxReduction(const OpTags& tags, int32_t producer);
+  void AmaxReduction(Phase phase);
 
   // lower_tensors.cc: a layer's tensors, the embedding's and the head's.
   LayerTensors MakeTensors(int l);
