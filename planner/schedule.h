@@ -106,10 +106,11 @@ enum class OpFunc : uint8_t {
   // rotated in place after the QKV GEMM, and their gradients before its input gradient.
   kRope,
   kRopeGrad,
-  // fp8 delayed scaling as Transformer Engine runs it (StackSpec::fp8_amax_reduction): after a
-  // chunk's layers run forward, and after their backward, the maximum of every scaled tensor's
-  // amax over the stage's GPUs (an all-reduce the compute stream waits for), then one kernel that
-  // updates the amax histories and the scales from it.
+  // fp8 scaling's amax reductions as Transformer Engine runs them (StackSpec::fp8_amax_reduction),
+  // all-reduces the compute stream waits for. Delayed scaling: after a chunk's layers run forward,
+  // and after their backward, the maximum of every scaled tensor's amax over the stage's GPUs,
+  // then one kernel that updates the amax histories and the scales from it. Current scaling with
+  // sequence parallelism: a scaled tensor's amax over TP before its all-gather.
   kAmaxAllReduce,
   kAmaxUpdate,
   kCount,

@@ -140,7 +140,9 @@ struct StackSpec {
   // in an all-reduce the compute stream waits for, and one kernel updates the amax histories and
   // scales (Transformer Engine's reduce_and_update_fp8_tensors at each fp8_autocast exit and at
   // the end of the first fp8 module's backward; Megatron-Core's fp8 group is its amax reduction
-  // group), rather than each GPU keeping its own.
+  // group); with current scaling and sequence parallelism, a tensor scaled before its TP
+  // all-gather takes the maximum of its amax over TP first (Transformer Engine 2.x's amax
+  // reduction group of such quantizers). False: each GPU keeps its own.
   bool fp8_amax_reduction = false;
 };
 
