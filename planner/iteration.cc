@@ -110,6 +110,7 @@ class IterationBuilder {
       for (size_t i = 0; i < orders_[s].size(); ++i)
         if (orders_[s][i].backward) last_backward_[s][orders_[s][i].chunk] = i;
     }
+    if (overlap_grad_) PlanGradSync();
     sends_.assign(2 * static_cast<size_t>(total_vs_) * m_, -1);
     last_pass_.assign(pp_, -1);
     last_send_.assign(pp_, {-1, -1});
@@ -351,6 +352,42 @@ class IterationBuilder {
     return last;
   }
 
+  // When each chunk's gradients are reduced (StackSpec::grad_sync): during_[s][c], bucket by
+  // bucket under the chunk's last backward; otherwise all of them after the steps that
+  // released_after_[s] lists them at.
+  void PlanGradSync() {
+    const GradSync sync = plan_.gradient_sync();
+    during_.assign(pp_, std::vector<bool>(v_, false));
+    released_after_.assign(pp_, {});
+    for (int s = 0; s < pp_; ++s) {
+      const std::vector<PipelineStep>& order = orders_[s];
+      released_after_[s].resize(order.size());
+      std::vector<size_t> backwards;  // the stage's backward steps, in order
+      for (size_t i = 0; i < order.size(); ++i)
+        if (order[i].backward) backwards.push_back(i);
+      for (int c = 0; c < v_; ++c) {
+        const bool first = s == 0 && c == 0;
+        // A chunk of no layer (the embedding or the head alone) has no pieces to release by.
+        const bool layers = it_.virtual_stages[c * pp_ + s].layers > 0;
+        if (layers && (sync == GradSync::kLayer || (first && sync == GradSync::kMegatron) ||
+                       (s == 0 && v_ == 1 && sync == GradSync::kMegatronAligned))) {
+          during_[s][c] = true;
+          continue;
+        }
+        size_t after = last_backward_[s][c];
+        if (sync == GradSync::kMegatronAligned && v_ > 1) {
+          // Megatron-Core's interleaved schedule launches a chunk's grad_sync_func after the
+          // backward step `stage` steps past the chunk's last one (schedules.py at core_r0.9.0,
+          // backward_step_helper), the remaining chunks' after the loop.
+          const auto at = std::find(backwards.begin(), backwards.end(), after);
+          const size_t k = static_cast<size_t>(at - backwards.begin()) + s;
+          after = k < backwards.size() ? backwards[k] : backwards.back();
+        }
+        released_after_[s][after].push_back(c);
+      }
+    }
+  }
+
   // Emits step `index` of stage `s` if its input has been sent; returns false if not yet.
   bool EmitStep(int s, size_t index) {
     const PipelineStep& step = orders_[s][index];
@@ -388,8 +425,8 @@ class IterationBuilder {
     pass.tags = tags;
     const int layers = it_.virtual_stages[vs].layers;
     int32_t last = -1;
-    const bool release =
-        step.backward && overlap_grad_ && layers > 0 && last_backward_[s][step.chunk] == index;
+    const bool release = step.backward && overlap_grad_ && last_backward_[s][step.chunk] == index &&
+                         during_[s][step.chunk];
     const bool gathered = !step.backward && overlap_gather_ && layers > 0 && mb == 0;
     if (fsdp_ && layers > 0) {
       last = EmitShardedPass(s, index, pass, deps);
@@ -423,6 +460,8 @@ class IterationBuilder {
       last = it_.schedule.Add(pass, deps);
     }
     last_pass_[s] = last;
+    if (overlap_grad_)
+      for (const int c : released_after_[s][index]) EmitBuckets(s, c, last, true);
 
     const bool sends = step.backward ? vs > 0 : vs + 1 < total_vs_;
     if (sends) {
@@ -443,9 +482,11 @@ class IterationBuilder {
        combined_ = false;
   std::vector<std::vector<PipelineStep>> orders_;
   std::vector<std::vector<size_t>> last_backward_;  // by stage and chunk: its last backward step
-  std::vector<int32_t> sends_;                      // by (backward, virtual stage, micro-batch)
-  std::vector<int32_t> last_pass_;                  // by stage
-  std::vector<std::array<int32_t, 2>> last_send_;   // by stage: forward's, backward's
+  std::vector<std::vector<bool>> during_;           // by stage and chunk (PlanGradSync)
+  std::vector<std::vector<std::vector<int>>> released_after_;  // by stage and step: chunks
+  std::vector<int32_t> sends_;                     // by (backward, virtual stage, micro-batch)
+  std::vector<int32_t> last_pass_;                 // by stage
+  std::vector<std::array<int32_t, 2>> last_send_;  // by stage: forward's, backward's
   std::map<int, int32_t> last_bucket_;
   std::vector<std::vector<int32_t>> gathers_;  // by virtual stage: per layer
   std::map<int, int32_t> extra_gather_;        // by virtual stage: the embedding's or head's

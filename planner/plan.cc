@@ -261,6 +261,7 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     memory->Bool("distributed_optimizer", &plan.distributed_optimizer, Need::kOptional);
     memory->Bool("fsdp", &plan.fsdp, Need::kOptional);
     ReadOverride(*memory, "grad_reduce", GradReduceNames(), &plan.grad_reduce);
+    ReadOverride(*memory, "grad_sync", GradSyncNames(), &plan.grad_sync);
     memory->Enum("optimizer_dtype", &plan.optimizer_dtype, Need::kOptional, kOptimizerDtypes);
     (void)memory->Finish();
   }
@@ -382,6 +383,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
   memory.Add("distributed_optimizer", p.distributed_optimizer);
   if (p.fsdp) memory.Add("fsdp", true);
   if (p.grad_reduce) memory.Add("grad_reduce", GradReduceName(*p.grad_reduce));
+  if (p.grad_sync) memory.Add("grad_sync", GradSyncName(*p.grad_sync));
   if (p.optimizer_dtype != Dtype::kFp32) {
     memory.Add("optimizer_dtype", DtypeName(p.optimizer_dtype));
   }

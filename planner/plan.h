@@ -121,6 +121,9 @@ struct Plan {
   // NeMo's grad_sync_dtype, DeepSpeed's communication_data_type). Unset: as the stack does
   // (StackSpec::grad_reduce).
   std::optional<GradReduce> grad_reduce;
+  // When DP gradient buckets are reduced (NeMo 2.0's Megatron-Core DDP hooks against Megatron-LM's
+  // aligned grad_sync_func). Unset: as the stack does (StackSpec::grad_sync).
+  std::optional<GradSync> grad_sync;
   // The type of the Adam state, sharded by the distributed optimizer: fp32 master weights, m and
   // v (12 bytes a parameter), or all three in bf16 (6 bytes): Apex's DistributedFusedAdam with
   // dtype bf16 (NeMo's optim.dtype), which keeps its copy of the parameters in that type too
@@ -167,6 +170,7 @@ struct Plan {
     return fused_bias_dropout_add.value_or(stack.fused_bias_dropout_add);
   }
   GradReduce gradient_reduce() const { return grad_reduce.value_or(stack.grad_reduce); }
+  GradSync gradient_sync() const { return grad_sync.value_or(stack.grad_sync); }
   // Tokens of each sequence one rank holds.
   int local_seq_len() const { return seq_len / cp; }
   // Ranks that hold the same weights: Megatron reduces gradients, and shards the distributed

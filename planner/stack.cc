@@ -25,6 +25,12 @@ constexpr std::array<std::pair<std::string_view, GradReduce>, 3> kGradReduces{{
     {"fp16-param", GradReduce::kFp16Param},
 }};
 
+constexpr std::array<std::pair<std::string_view, GradSync>, 3> kGradSyncs{{
+    {"layer", GradSync::kLayer},
+    {"megatron", GradSync::kMegatron},
+    {"megatron-aligned", GradSync::kMegatronAligned},
+}};
+
 constexpr std::array<std::pair<std::string_view, CrossEntropy>, 4> kCrossEntropies{{
     {"vocab-parallel", CrossEntropy::kVocabParallel},
     {"megatron-fused", CrossEntropy::kMegatronFused},
@@ -54,6 +60,8 @@ std::string_view NameOf(const std::array<std::pair<std::string_view, T>, N>& nam
 
 std::string_view GradReduceName(GradReduce reduce) { return NameOf(kGradReduces, reduce); }
 std::span<const std::pair<std::string_view, GradReduce>> GradReduceNames() { return kGradReduces; }
+std::string_view GradSyncName(GradSync sync) { return NameOf(kGradSyncs, sync); }
+std::span<const std::pair<std::string_view, GradSync>> GradSyncNames() { return kGradSyncs; }
 std::string_view CrossEntropyName(CrossEntropy loss) { return NameOf(kCrossEntropies, loss); }
 std::string_view RopeKernelName(RopeKernel rope) { return NameOf(kRopeKernels, rope); }
 std::string_view Fp8RecipeName(Fp8Recipe recipe) { return NameOf(kFp8Recipes, recipe); }
@@ -89,6 +97,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Int("decomposed_rs_chunks", &stack.decomposed_rs_chunks, Need::kOptional,
           IntRange{.min = 0, .max = kMaxSplit});
   map.Enum("grad_reduce", &stack.grad_reduce, Need::kOptional, kGradReduces);
+  map.Enum("grad_sync", &stack.grad_sync, Need::kOptional, kGradSyncs);
   map.Bool("cp_merge_kernels", &stack.cp_merge_kernels, Need::kOptional);
   map.Bool("fused_squared_relu", &stack.fused_squared_relu, Need::kOptional);
   map.Enum("rope", &stack.rope, Need::kOptional, kRopeKernels);

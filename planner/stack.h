@@ -28,6 +28,21 @@ std::span<const std::pair<std::string_view, AttentionKernel>> AttentionKernelNam
 // which bf16 forces on).
 enum class GradReduce { kFp32, kParam, kFp16Param };
 
+// When the last micro-batch's weight gradients are reduced over DP, with overlap_grad_reduce (a
+// bucket is a layer's gradients, or the embedding's or the head's):
+// - layer: each bucket as soon as its layer's backward is done, on every stage and chunk;
+// - megatron: Megatron-Core's DDP hooks (NeMo 2.0, which sets no grad_sync_func): the first
+//   pipeline stage's first chunk so, and every other stage and chunk in one bucket once its
+//   backward is done (DistributedDataParallel turns bucketing off on pipeline ranks after the
+//   first and for model chunks after the first);
+// - megatron-aligned: Megatron-Core's schedules given a grad_sync_func (Megatron-LM's
+//   --align-grad-reduce, its default; Megatron-Bridge's align_grad_reduce; NeMo 1's distributed
+//   Adam): without a pipeline, and on the first stage of one without interleaving, as layer; on
+//   the other stages after the stage's last backward; interleaved, every chunk's after its last
+//   backward, and on stage s only once s more backward steps have run (launched at the same time
+//   across the pipeline), or after the stage's last.
+enum class GradSync { kLayer, kMegatron, kMegatronAligned };
+
 // The loss's kernels over the logits, per element (e: the 16-bit element's bytes):
 // - vocab-parallel: Megatron's vocab-parallel cross-entropy casts the logits to fp32 and makes a
 //   pass per step (max, subtract, exp, sum, divide), then in backward the scale by the loss
@@ -66,6 +81,8 @@ std::string_view CrossEntropyName(CrossEntropy loss);  // "vocab-parallel", ...,
 std::span<const std::pair<std::string_view, CrossEntropy>> CrossEntropyNames();
 std::string_view GradReduceName(GradReduce reduce);  // "fp32", "param", "fp16-param"
 std::span<const std::pair<std::string_view, GradReduce>> GradReduceNames();
+std::string_view GradSyncName(GradSync sync);  // "layer", "megatron", "megatron-aligned"
+std::span<const std::pair<std::string_view, GradSync>> GradSyncNames();
 
 // StackSpec is the software that runs a plan (planner/catalog/stacks/NAME.yaml): which kernels are
 // fused and how kernels are launched. The same plan runs faster on Megatron-Core with flash
@@ -111,6 +128,9 @@ struct StackSpec {
   // its reduce-scatter in 4 whatever tp is, and its all-gather ring exchange in tp.
   int decomposed_rs_chunks = 0;
   GradReduce grad_reduce = GradReduce::kFp32;
+  // When DP gradient buckets are reduced with overlap_grad_reduce (Plan::grad_sync may say
+  // otherwise).
+  GradSync grad_sync = GradSync::kLayer;
   // Context parallelism merges each ring step's partial attention output (backward: its dQ and
   // dKV) into the running result, and copies the half blocks a causal step reads, in elementwise
   // kernels of their own (Transformer Engine's p2p CP) rather than inside the attention kernels.
@@ -153,8 +173,9 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
 // `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `fused_squared_relu`,
 // `fp32_scores`, `overlap_p2p` and `fp8_amax_reduction` (false), `cross_entropy`
-// (vocab-parallel), `grad_reduce` (fp32), `rope` (fused), `wgrad_overlaps_tp_comm`,
-// `sliced_fc1_wgrad_overlaps_tp_comm` and `fused_wgrad_accumulation` (true).
+// (vocab-parallel), `grad_reduce` (fp32), `grad_sync` (layer), `rope` (fused),
+// `wgrad_overlaps_tp_comm`, `sliced_fc1_wgrad_overlaps_tp_comm` and `fused_wgrad_accumulation`
+// (true).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

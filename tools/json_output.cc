@@ -132,6 +132,7 @@ Json PlanJson(const Plan& p) {
                     {"distributed_optimizer", p.distributed_optimizer},
                     {"fsdp", p.fsdp},
                     {"grad_reduce", GradReduceName(p.gradient_reduce())},
+                    {"grad_sync", GradSyncName(p.gradient_sync())},
                     {"optimizer_dtype", DtypeName(p.optimizer_dtype)}};
   return plan;
 }

@@ -186,6 +186,12 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
                   "type DP gradients are reduced in: fp32 | param (the 16-bit parameters') | "
                   "fp16-param (the parameters' when fp16, else fp32; default: the stack's)")
       ->check(NonEmpty());
+  app->add_option("--grad-sync", f->grad_sync,
+                  "when the last micro-batch's DP gradient buckets are reduced: layer (each as "
+                  "its layer's backward ends) | megatron (Megatron-Core DDP's hooks, NeMo 2.0) | "
+                  "megatron-aligned (launched with grad_sync_func, Megatron-LM; default: the "
+                  "stack's)")
+      ->check(NonEmpty());
   app->add_option("--optimizer-dtype", f->optimizer_dtype,
                   "type of the Adam state (master weights, m and v): fp32 | bf16 (Apex's "
                   "DistributedFusedAdam with dtype bf16, NeMo's optim.dtype; default: fp32)")
@@ -246,6 +252,7 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
       ApplyOverride("fp8-recipe", f.fp8_recipe, Fp8RecipeNames(), &plan.fp8_recipe));
   DOMINO_RETURN_IF_ERROR(
       ApplyOverride("grad-reduce", f.grad_reduce, GradReduceNames(), &plan.grad_reduce));
+  DOMINO_RETURN_IF_ERROR(ApplyOverride("grad-sync", f.grad_sync, GradSyncNames(), &plan.grad_sync));
   if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))
     return Error(fmt::format("--sp: expected true or false, got '{}'", f.sequence_parallel));
   bool copy_engine = false;

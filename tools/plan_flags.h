@@ -27,6 +27,7 @@ struct PlanFlags {
   std::string scope, recompute, distributed_optimizer, fsdp, placement;
   std::string pipeline_split;   // "layers" / "embedding" / "loss" / "ends"
   std::string grad_reduce;      // "fp32" / "param" / "fp16-param"
+  std::string grad_sync;        // "layer" / "megatron" / "megatron-aligned"
   std::string optimizer_dtype;  // "fp32" / "bf16"
   std::string cross_entropy;    // "vocab-parallel" / "megatron-fused" / "te" / "fused"
   std::string attention;        // "flash" / "flash2" / "unfused"

@@ -41,6 +41,31 @@ TEST(PlanToYamlTest, GradReduceIsWrittenOnlyWhenThePlanSetsIt) {
   EXPECT_THAT(bad.message(), HasSubstr("fp16-param"));
 }
 
+TEST(PlanToYamlTest, GradSyncIsWrittenOnlyWhenThePlanSetsIt) {
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_FALSE(plain->grad_sync.has_value());
+  EXPECT_EQ(plain->gradient_sync(), plain->stack.grad_sync);
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("grad_sync")));
+  Result<Plan> set = ParsePlan(Edit({{"  distributed_optimizer: false\n",
+                                      "  distributed_optimizer: false\n  grad_sync: megatron\n"}}),
+                               "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->gradient_sync(), GradSync::kMegatron);
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("distributed_optimizer: false, grad_sync: megatron}\n"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->grad_sync, set->grad_sync);
+  Result<Plan> bad = ParsePlan(Edit({{"  distributed_optimizer: false\n",
+                                      "  distributed_optimizer: false\n  grad_sync: aligned\n"}}),
+                               "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:21"));
+  EXPECT_THAT(bad.message(), HasSubstr("grad_sync"));
+  EXPECT_THAT(bad.message(), HasSubstr("megatron-aligned"));
+}
+
 TEST(PlanToYamlTest, RecomputeLayersIsWrittenOnlyWhenSetAndReadsBack) {
   Result<Plan> set = ParsePlan(
       Edit({{"  recompute: none\n", "  recompute: full\n  recompute_layers: 5\n"}}), "plan.yaml");

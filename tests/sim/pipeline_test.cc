@@ -219,10 +219,12 @@ TEST(PipelineTest, PipelineOrderIsMegatrons) {
 }
 
 TEST(PipelineTest, DpBucketsFollowTheLastBackwardLayerByLayer) {
-  // 2 stages x dp 2, the default stack overlaps the gradient reduction: each stage's last
-  // backward is cut into one piece per layer (16), each releasing its bucket on the DP stream.
-  const Plan plan = PipelinePlan(2, 1, 4, 2);
+  // 2 stages x dp 2, the default stack overlaps the gradient reduction, here layer by layer on
+  // every stage: each stage's last backward is cut into one piece per layer (16), each releasing
+  // its bucket on the DP stream.
+  Plan plan = PipelinePlan(2, 1, 4, 2);
   ASSERT_TRUE(plan.stack.overlap_grad_reduce);
+  plan.grad_sync = GradSync::kLayer;
   Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
   ASSERT_TRUE(it.ok()) << it.message();
   const Schedule& s = it->schedule;
@@ -260,6 +262,71 @@ TEST(PipelineTest, DpBucketsFollowTheLastBackwardLayerByLayer) {
     EXPECT_EQ(buckets, 17);  // 16 layers and the embedding (stage 0) or the head (stage 1)
     EXPECT_EQ(optimizers, 1);
   }
+}
+
+TEST(PipelineTest, DpBucketsAreLaunchedWhereMegatronCoresSchedulesLaunchThem) {
+  // gpt3-2.7b on 2 stages x dp 2, 4 micro-batches. For each stage and virtual stage: whether its
+  // last backward is cut into layer pieces, and the backward pass (virtual stage, micro-batch)
+  // that the first of its 17 gradient buckets waits for, whole or as its bottom layer's piece.
+  struct Release {
+    int vs, pass_vs, pass_mb;
+    bool pieces;
+  };
+  auto releases = [](const Plan& plan) {
+    Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+    EXPECT_TRUE(it.ok()) << it.message();
+    std::vector<Release> out;
+    if (!it.ok()) return out;
+    const Schedule& s = it->schedule;
+    std::set<int> seen;
+    int buckets = 0;
+    for (const Op& op : s.ops()) {
+      if (op.func != OpFunc::kDpAllReduce) continue;
+      ++buckets;
+      if (!seen.insert(op.tags.virtual_stage).second) continue;
+      EXPECT_EQ(op.dep_count, 1u);
+      const Op& pass = s.op(s.deps(op)[0]);
+      EXPECT_EQ(pass.func, OpFunc::kBackwardPass);
+      out.push_back({op.tags.virtual_stage, pass.tags.virtual_stage, pass.tags.micro_batch,
+                     pass.layer_begin >= 0});
+    }
+    // Every layer's bucket and the embedding's and the head's, whenever they are launched.
+    EXPECT_EQ(buckets, 32 + 2);
+    std::sort(out.begin(), out.end(),
+              [](const Release& a, const Release& b) { return a.vs < b.vs; });
+    return out;
+  };
+  auto expect = [](const std::vector<Release>& got, const std::vector<Release>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      SCOPED_TRACE(want[i].vs);
+      EXPECT_EQ(got[i].vs, want[i].vs);
+      EXPECT_EQ(got[i].pass_vs, want[i].pass_vs);
+      EXPECT_EQ(got[i].pass_mb, want[i].pass_mb);
+      EXPECT_EQ(got[i].pieces, want[i].pieces);
+    }
+  };
+  // Without interleaving, Megatron-LM's aligned launch and NeMo 2.0's DDP hooks agree: the first
+  // stage under its last backward, the second after it (virtual stage = stage).
+  Plan plan = PipelinePlan(2, 1, 4, 2);
+  ASSERT_EQ(plan.stack.grad_sync, GradSync::kMegatronAligned);
+  expect(releases(plan), {{0, 0, 3, true}, {1, 1, 3, false}});
+  plan.grad_sync = GradSync::kMegatron;
+  expect(releases(plan), {{0, 0, 3, true}, {1, 1, 3, false}});
+  plan.grad_sync = GradSync::kLayer;
+  expect(releases(plan), {{0, 0, 3, true}, {1, 1, 3, true}});
+  // Two chunks a stage (virtual stage = chunk x 2 + stage). Each stage runs its backwards as
+  // mb 0, 1 of chunk 1, mb 0, 1 of chunk 0, mb 2, 3 of chunk 1, mb 2, 3 of chunk 0. Aligned,
+  // every chunk's gradients go after its last backward (mb 3), on stage 1 one backward later:
+  // chunk 1's after chunk 0's mb 2, chunk 0's (none later) after the stage's last.
+  plan = PipelinePlan(2, 2, 4, 2);
+  expect(releases(plan), {{0, 0, 3, false}, {1, 1, 3, false}, {2, 2, 3, false}, {3, 1, 2, false}});
+  // NeMo 2.0: the first stage's first chunk under its last backward, every other chunk after its
+  // own.
+  plan.grad_sync = GradSync::kMegatron;
+  expect(releases(plan), {{0, 0, 3, true}, {1, 1, 3, false}, {2, 2, 3, false}, {3, 3, 3, false}});
+  plan.grad_sync = GradSync::kLayer;
+  expect(releases(plan), {{0, 0, 3, true}, {1, 1, 3, true}, {2, 2, 3, true}, {3, 3, 3, true}});
 }
 
 TEST(PipelineTest, DpBucketsAndTheStepCarryTheGradientType) {
