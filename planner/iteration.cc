@@ -367,7 +367,7 @@ class IterationBuilder {
         if (order[i].backward) backwards.push_back(i);
       for (int c = 0; c < v_; ++c) {
         const bool first = s == 0 && c == 0;
-        // A chunk of no layer (the embedding or the head alone) has no pieces to release by.
+        // A pass of no layer has no pieces to release buckets by (the plan rules allow none).
         const bool layers = it_.virtual_stages[c * pp_ + s].layers > 0;
         if (layers && (sync == GradSync::kLayer || (first && sync == GradSync::kMegatron) ||
                        (s == 0 && v_ == 1 && sync == GradSync::kMegatronAligned))) {
