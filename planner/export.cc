@@ -46,6 +46,12 @@ std::optional<std::string> DominoSlicing(const Plan& plan) {
   return fmt::format("Domino {} with {} overlap", slicing, ScopeName(plan.scope));
 }
 
+std::string GradSyncLayerDifference() {
+  return "grad_sync layer: Megatron-Core's DDP keeps one gradient bucket on the pipeline stages "
+         "after the first and on the model chunks after the first, reduced after their last "
+         "backward (megatron, or megatron-aligned as Megatron-LM launches it by default)";
+}
+
 std::optional<std::string> OptimizerDtypeDifference(const Plan& plan,
                                                     std::string_view framework_keeps) {
   if (plan.optimizer_dtype == Dtype::kFp32) return std::nullopt;

@@ -110,6 +110,16 @@ std::string ExportMegatron(const Plan& plan) {
     args.push_back("--recompute-num-layers 1");
   }
   if (plan.distributed_optimizer) args.push_back("--use-distributed-optimizer");
+  // DP gradient reduction and the parameter gather overlapped as the stack runs them (off in
+  // Megatron-LM unless asked for), the last gradients launched as its grad_sync says.
+  const bool dp = plan.dp_cp() > 1 && !plan.fsdp;
+  if (dp && plan.stack.overlap_grad_reduce) {
+    args.push_back("--overlap-grad-reduce");
+    if (plan.gradient_sync() == GradSync::kMegatron) args.push_back("--no-align-grad-reduce");
+    if (plan.gradient_sync() == GradSync::kLayer) out.differs.push_back(GradSyncLayerDifference());
+  }
+  if (dp && plan.stack.overlap_param_gather && plan.distributed_optimizer)
+    args.push_back("--overlap-param-gather");
   if (plan.fsdp) {
     args.push_back("--use-megatron-fsdp");
     args.push_back("--data-parallel-sharding-strategy optim_grads_params");
@@ -276,6 +286,19 @@ std::string ExportNemo(const Plan& plan) {
     body += fmt::format("    grad_sync_dtype: {}\n", GradBytes(plan) == 4             ? "fp32"
                                                      : plan.precision == Dtype::kFp16 ? "fp16"
                                                                                       : "bf16");
+  // Distributed Adam's overlaps; NeMo 1 launches the last gradients aligned (its grad_sync_func).
+  if (plan.distributed_optimizer && !plan.fsdp && plan.dp_cp() > 1) {
+    if (plan.stack.overlap_grad_reduce) {
+      body += "    overlap_grad_sync: true\n";
+      if (plan.gradient_sync() == GradSync::kMegatron)
+        out.differs.push_back(
+            "grad_sync megatron: NeMo 1 launches the last gradients through its schedule's "
+            "grad_sync_func (megatron-aligned); NeMo 2.0's Megatron-Core DDP hooks are megatron");
+      if (plan.gradient_sync() == GradSync::kLayer)
+        out.differs.push_back(GradSyncLayerDifference());
+    }
+    if (plan.stack.overlap_param_gather) body += "    overlap_param_sync: true\n";
+  }
   if (plan.distributed_optimizer && plan.optimizer_dtype != Dtype::kFp32)
     body += fmt::format("    dtype: {}\n", DtypeName(plan.optimizer_dtype));
   else if (std::optional<std::string> d = OptimizerDtypeDifference(

@@ -46,6 +46,10 @@ std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_vie
 std::optional<std::string> OptimizerDtypeDifference(const Plan& plan,
                                                     std::string_view framework_keeps);
 
+// grad_sync layer (every stage's and chunk's buckets under its last backward), which no
+// Megatron-Core DDP runs: it keeps one bucket on the stages and chunks after the first.
+std::string GradSyncLayerDifference();
+
 // An attention kernel the plan chooses (Plan::attention, `training.attention`) for a framework that
 // this export cannot tell to run it, as `framework_runs` says; nothing when the plan leaves it to
 // its stack.

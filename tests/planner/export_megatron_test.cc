@@ -71,6 +71,8 @@ TEST(ExportMegatron, Llama8b3dFullRecompute) {
 --recompute-method uniform \
 --recompute-num-layers 1 \
 --use-distributed-optimizer \
+--overlap-grad-reduce \
+--overlap-param-gather \
 --bf16
 )txt");
 }
@@ -183,6 +185,8 @@ model:
   optim:
     name: distributed_fused_adam
     grad_sync_dtype: fp32
+    overlap_grad_sync: true
+    overlap_param_sync: true
 )txt");
 }
 

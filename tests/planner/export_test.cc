@@ -2,6 +2,7 @@
 // each of the plan's settings to the framework's own (or say how its run would differ).
 #include "planner/export.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -135,19 +136,61 @@ TEST(Export, TheGradientTypeIsSaidWhereTheFrameworkWouldPickAnother) {
   EXPECT_THAT(*titan, HasSubstr("mixed_precision_reduce = \"bfloat16\"\n"));
   Result<std::string> plain = Export(kLlama8b3dFullRecompute, ExportTarget::kMegatron);
   ASSERT_TRUE(plain.ok()) << plain.message();
-  EXPECT_THAT(*plain, Not(HasSubstr("grad")));
+  EXPECT_THAT(*plain, Not(HasSubstr("--grad-reduce-in-bf16")));
+  EXPECT_THAT(*plain, Not(HasSubstr("--accumulate-allreduce-grads-in-fp32")));
   // fp16 under megatron-core reduces in fp16, as Megatron does by default; fp32 gradients need
   // --accumulate-allreduce-grads-in-fp32.
   std::string fp16(kLlama8b3dFullRecompute);
   fp16.replace(fp16.find("precision: bf16"), 15, "precision: fp16");
   Result<std::string> half = Export(fp16.c_str(), ExportTarget::kMegatron);
   ASSERT_TRUE(half.ok()) << half.message();
-  EXPECT_THAT(*half, Not(HasSubstr("grad")));
+  EXPECT_THAT(*half, Not(HasSubstr("--grad-reduce-in-bf16")));
+  EXPECT_THAT(*half, Not(HasSubstr("--accumulate-allreduce-grads-in-fp32")));
   fp16.replace(fp16.find("distributed_optimizer: true}"), 28,
                "distributed_optimizer: true, grad_reduce: fp32}");
   Result<std::string> full = Export(fp16.c_str(), ExportTarget::kMegatron);
   ASSERT_TRUE(full.ok()) << full.message();
   EXPECT_THAT(*full, HasSubstr("--accumulate-allreduce-grads-in-fp32"));
+}
+
+TEST(Export, DpOverlapIsTheStacksAndLaunchesTheLastGradientsAsItsGradSync) {
+  // llama3-8b 3D, dp 2 with the distributed optimizer, on megatron-core (both overlaps,
+  // megatron-aligned): Megatron-LM's flags, its aligned launch its default; NeMo 1's distributed
+  // Adam keys. NeMo 2.0's DDP hooks (megatron) are --no-align-grad-reduce, and NeMo 1 has no such
+  // launch; layer by layer on every stage no Megatron DDP runs.
+  const std::string aligned(kLlama8b3dFullRecompute);
+  Result<std::string> megatron = Export(aligned.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, HasSubstr("--use-distributed-optimizer \\\n--overlap-grad-reduce \\\n"
+                                   "--overlap-param-gather \\\n"));
+  EXPECT_THAT(*megatron, Not(HasSubstr("align")));
+  Result<std::string> nemo = Export(aligned.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("    overlap_grad_sync: true\n    overlap_param_sync: true\n"));
+  EXPECT_THAT(*nemo, Not(HasSubstr("differs: grad_sync")));
+  auto with = [&](const char* sync) {
+    std::string text(kLlama8b3dFullRecompute);
+    text.replace(text.find("distributed_optimizer: true}"), 28,
+                 fmt::format("distributed_optimizer: true, grad_sync: {}}}", sync));
+    return text;
+  };
+  const std::string hooks = with("megatron");
+  megatron = Export(hooks.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, HasSubstr("--overlap-grad-reduce \\\n--no-align-grad-reduce \\\n"));
+  nemo = Export(hooks.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("# differs: grad_sync megatron: NeMo 1 launches"));
+  const std::string layer = with("layer");
+  megatron = Export(layer.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, HasSubstr("# differs: grad_sync layer: Megatron-Core's DDP keeps one"));
+  // The executor's own stack overlaps neither.
+  std::string own(kLlama8b3dFullRecompute);
+  own.replace(own.find("precision: bf16"), 15, "stack: domino\nprecision: bf16");
+  megatron = Export(own.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, Not(HasSubstr("--overlap-")));
 }
 
 TEST(Export, ABf16AdamStateIsNemosOptimDtypeAndADifferenceElsewhere) {
