@@ -233,6 +233,8 @@ IterationShape ShapeOf(const Plan& plan) {
                    plan.distributed_optimizer,
                    plan.fsdp,
                    static_cast<int64_t>(plan.gradient_reduce()),
+                   static_cast<int64_t>(plan.gradient_sync()),
+                   plan.p2p_overlapped(),
                    static_cast<int64_t>(plan.pipeline_split),
                    plan.stack.overlap_grad_reduce,
                    plan.stack.overlap_param_gather,

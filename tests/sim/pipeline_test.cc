@@ -618,26 +618,34 @@ TEST(PipelineTest, FiguresOnlyAgreesWithTheFullPrediction) {
     }
   }
   // Plans that differ from the one before only in what the iteration alone holds (parameters
-  // sharded with FSDP, the type gradients are reduced in, the layers a pipeline split gives each
-  // stage) each get their own iteration.
+  // sharded with FSDP, the type gradients are reduced in, when the last ones are launched,
+  // whether interleaved transfers overlap, the layers a pipeline split gives each stage) each get
+  // their own iteration.
   PlanKnobs k = knobs();
   k.distributed_optimizer = true;
   Plan base = MakePlan(k);
-  Plan fsdp = base, grads = base;
+  Plan fsdp = base, grads = base, synced = base;
   fsdp.fsdp = true;
   grads.grad_reduce = GradReduce::kParam;
+  synced.grad_sync = GradSync::kLayer;
+  k.virtual_stages = 2;
+  Plan interleaved = MakePlan(k), batched = interleaved;
+  batched.overlap_p2p = false;
+  k.virtual_stages = 1;
   // pp 3 over 32 layers: 10, 11, 11 by layers; counting the loss as a layer, 11, 11, 10.
   k.pp = 3;
   k.cluster = "dgx-h100:2:6";
   Plan thirds = MakePlan(k), split = thirds;
   split.pipeline_split = PipelineSplit::kLoss;
   ASSERT_NE(ChunkLayers(split), ChunkLayers(thirds));
-  for (const Plan* plan : {&base, &fsdp, &base, &grads, &thirds, &split}) {
+  for (const Plan* plan :
+       {&base, &fsdp, &base, &grads, &base, &synced, &interleaved, &batched, &thirds, &split}) {
     Result<Prediction> full = Predict(*plan), quick = Predict(*plan, fast);
     ASSERT_TRUE(full.ok() && quick.ok()) << (full.ok() ? quick.message() : full.message());
     EXPECT_EQ(quick->figures.iteration_ms, full->figures.iteration_ms)
         << "fsdp " << plan->fsdp << ", grad_reduce " << GradReduceName(plan->gradient_reduce())
-        << ", split " << PipelineSplitName(plan->pipeline_split);
+        << ", grad_sync " << GradSyncName(plan->gradient_sync()) << ", p2p overlapped "
+        << plan->p2p_overlapped() << ", split " << PipelineSplitName(plan->pipeline_split);
   }
 }
 
