@@ -106,6 +106,8 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
            Need::kOptional);
   map.Bool("overlap_p2p", &stack.overlap_p2p, Need::kOptional);
   map.Bool("fused_wgrad_accumulation", &stack.fused_wgrad_accumulation, Need::kOptional);
+  map.Bool("sliced_mlp_fused_wgrad_accumulation", &stack.sliced_mlp_fused_wgrad_accumulation,
+           Need::kOptional);
   map.Bool("fp8_amax_reduction", &stack.fp8_amax_reduction, Need::kOptional);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return stack;

@@ -155,6 +155,13 @@ struct StackSpec {
   // gradient that a pass of its own adds in (PyTorch's AccumulateGrad into param.grad, or
   // Megatron-LM 2021's main_grad.add_ hook).
   bool fused_wgrad_accumulation = true;
+  // The same for the MLP's weights of a row-split layer (row_split >= 2), which also needs
+  // fused_wgrad_accumulation: false in DeepSpeed-Domino, whose sliced layer multiplies by its MLP
+  // weights with torch.matmul, so that autograd sums the slices' gradients of each weight and its
+  // local DDP's hook adds the sum into main_grad (the parameters' type with fp16, fp32 with bf16)
+  // every micro-batch; its QKV and projection are Megatron-LM's linears, which add into main_grad
+  // in the GEMM.
+  bool sliced_mlp_fused_wgrad_accumulation = true;
   // fp8 with delayed scaling: after a chunk's layers run forward, and after their backward, the
   // amaxes of every tensor they scaled are reduced (maximum) over the stage's GPUs, tp x cp x dp,
   // in an all-reduce the compute stream waits for, and one kernel updates the amax histories and
@@ -174,8 +181,8 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `fused_squared_relu`,
 // `fp32_scores`, `overlap_p2p` and `fp8_amax_reduction` (false), `cross_entropy`
 // (vocab-parallel), `grad_reduce` (fp32), `grad_sync` (layer), `rope` (fused),
-// `wgrad_overlaps_tp_comm`, `sliced_fc1_wgrad_overlaps_tp_comm` and `fused_wgrad_accumulation`
-// (true).
+// `wgrad_overlaps_tp_comm`, `sliced_fc1_wgrad_overlaps_tp_comm`, `fused_wgrad_accumulation` and
+// `sliced_mlp_fused_wgrad_accumulation` (true).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

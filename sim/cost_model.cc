@@ -151,6 +151,19 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
     wgrad_accumulate_bytes_ =
         GradBytes(plan) == 2 ? 3 * e * (contributions - 1) / contributions : 4 + e + 4;
   }
+  if (plan.row_split >= 2 && !plan.stack.sliced_mlp_fused_wgrad_accumulation) {
+    // DeepSpeed-Domino's sliced MLP (deepspeed/runtime/domino/transformer.py, torch.matmul by
+    // weight_c and weight_r, one product per slice): autograd sums the p slices' gradients of a
+    // weight (p - 1 adds, each reading two and writing one), AccumulateGrad keeps the sum, and the
+    // local DDP's hook adds it into main_grad, zeroed each iteration, every micro-batch (reads
+    // both, writes main_grad: DeepSpeedExamples training/DeepSpeed-Domino/domino/modules/
+    // distributed.py; main_grad in the parameters' type with fp16, in fp32 with bf16,
+    // arguments.py). Per slice's GEMM: the average of the two.
+    const double p = plan.row_split;
+    const double e = DtypeBytes(attention_dtype_);
+    const double g = GradBytes(plan);
+    sliced_mlp_accumulate_bytes_ = ((p - 1) * 3 * e + g + e + g) / p;
+  }
   // A calibrated device: its measured GEMM throughput is what the best shapes achieve, and its
   // measured copy bandwidth is the achieved HBM bandwidth. (A short measurement: the power
   // limit's clock still applies.)
@@ -194,10 +207,14 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
   const bool wgrad = op.func == OpFunc::kQkvGradWeight || op.func == OpFunc::kProjGradWeight ||
                      op.func == OpFunc::kFc1GradWeight || op.func == OpFunc::kFc2GradWeight ||
                      op.func == OpFunc::kLmHeadGradWeight;
-  if (wgrad && wgrad_accumulate_bytes_ > 0) {
+  const bool mlp_wgrad = op.func == OpFunc::kFc1GradWeight || op.func == OpFunc::kFc2GradWeight;
+  const double accumulate_bytes = mlp_wgrad && sliced_mlp_accumulate_bytes_ > 0
+                                      ? sliced_mlp_accumulate_bytes_
+                                      : wgrad_accumulate_bytes_;
+  if (wgrad && accumulate_bytes > 0) {
     // The weight's gradient (m x n) added into the accumulated one, a kernel after the GEMM.
     cost.launch_us += launch_us_ + static_cast<double>(op.m) * static_cast<double>(op.n) *
-                                       wgrad_accumulate_bytes_ / (hbm_GBps_ * 1e3);
+                                       accumulate_bytes / (hbm_GBps_ * 1e3);
   }
   if (dtype != Dtype::kFp8) return cost;
   // An fp8 GEMM's activation operand is quantized first (Transformer Engine's Linear: the input

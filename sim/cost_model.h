@@ -120,6 +120,9 @@ class CostModel {
   // accumulated gradient (StackSpec::fused_wgrad_accumulation false), averaged over the
   // iteration's contributions; 0 when the GEMM adds it itself.
   double wgrad_accumulate_bytes_ = 0;
+  // The same for the MLP's weight gradients of a row-split layer, per slice's GEMM
+  // (StackSpec::sliced_mlp_fused_wgrad_accumulation false).
+  double sliced_mlp_accumulate_bytes_ = 0;
 };
 
 }  // namespace domino::sim

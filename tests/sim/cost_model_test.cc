@@ -210,6 +210,41 @@ TEST(CostModelTest, UnfusedWeightGradientAccumulationIsAPassAfterTheGemm) {
   EXPECT_DOUBLE_EQ(pass_us(testing_util::MakePlan(knobs)), 0);
 }
 
+// DeepSpeed-Domino's sliced MLP multiplies by its weights with torch.matmul: autograd sums the
+// two slices' gradients (6 bytes a weight element in fp16) and the local DDP's hook adds the sum
+// into main_grad every micro-batch (6 bytes in fp16; 10 in bf16, main_grad fp32), a pass after
+// each slice's GEMM worth half of both. QKV and the projection add in the GEMM, and so does every
+// GEMM of the unsliced layer (Megatron-LM's own) and of other stacks.
+TEST(CostModelTest, DeepSpeedDominosSlicedMlpAccumulatesItsGradientsInPasses) {
+  Op wgrad = Gemm(2560, 10240, 2048);
+  auto pass_us = [&](const Plan& plan, OpFunc func, OpFunc input) {
+    const CostModel model(plan, {});
+    Op w = wgrad, d = wgrad;
+    w.func = func;
+    d.func = input;
+    return model.Cost(w).alone_us - model.Cost(d).alone_us;
+  };
+  const double weight = 2560.0 * 10240, hbm = 3350 * 0.88 * 1e3;  // H100, GB/s as bytes per us
+  testing_util::PlanKnobs knobs{.stack = "deepspeed-domino", .micro_batch = 2, .global_batch = 8};
+  knobs.row_split = 2;
+  Plan fp16 = testing_util::MakePlan(knobs);
+  fp16.precision = Dtype::kFp16;
+  ASSERT_EQ(fp16.micro_batches(), 4);
+  for (OpFunc func : {OpFunc::kFc1GradWeight, OpFunc::kFc2GradWeight})
+    EXPECT_NEAR(pass_us(fp16, func, OpFunc::kFc1GradInput), 4 + weight * (6 + 6) / 2 / hbm, 1e-9);
+  EXPECT_DOUBLE_EQ(pass_us(fp16, OpFunc::kQkvGradWeight, OpFunc::kQkvGradInput), 0);
+  Plan bf16 = fp16;
+  bf16.precision = Dtype::kBf16;
+  EXPECT_NEAR(pass_us(bf16, OpFunc::kFc1GradWeight, OpFunc::kFc1GradInput),
+              4 + weight * (6 + 10) / 2 / hbm, 1e-9);
+  Plan whole = fp16;
+  whole.row_split = 1;
+  EXPECT_DOUBLE_EQ(pass_us(whole, OpFunc::kFc1GradWeight, OpFunc::kFc1GradInput), 0);
+  knobs.stack = "megatron-core";
+  EXPECT_DOUBLE_EQ(
+      pass_us(testing_util::MakePlan(knobs), OpFunc::kFc1GradWeight, OpFunc::kFc1GradInput), 0);
+}
+
 TEST(CostModelTest, NarrowSlicesLoseEfficiency) {
   Plan plan = testing_util::MakePlan({});
   CostModel model(plan, {});
