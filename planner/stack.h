@@ -155,8 +155,8 @@ struct StackSpec {
   // gradient that a pass of its own adds in (PyTorch's AccumulateGrad into param.grad, or
   // Megatron-LM 2021's main_grad.add_ hook).
   bool fused_wgrad_accumulation = true;
-  // The same for the MLP's weights of a row-split layer (row_split >= 2), which also needs
-  // fused_wgrad_accumulation: false in DeepSpeed-Domino, whose sliced layer multiplies by its MLP
+  // The same for the MLP's weights of a row-split layer (row_split >= 2), whatever
+  // fused_wgrad_accumulation says for the others: false in DeepSpeed-Domino, whose sliced layer multiplies by its MLP
   // weights with torch.matmul, so that autograd sums the slices' gradients of each weight and its
   // local DDP's hook adds the sum into main_grad (the parameters' type with fp16, fp32 with bf16)
   // every micro-batch; its QKV and projection are Megatron-LM's linears, which add into main_grad
