@@ -156,11 +156,11 @@ struct StackSpec {
   // Megatron-LM 2021's main_grad.add_ hook).
   bool fused_wgrad_accumulation = true;
   // The same for the MLP's weights of a row-split layer (row_split >= 2), whatever
-  // fused_wgrad_accumulation says for the others: false in DeepSpeed-Domino, whose sliced layer multiplies by its MLP
-  // weights with torch.matmul, so that autograd sums the slices' gradients of each weight and its
-  // local DDP's hook adds the sum into main_grad (the parameters' type with fp16, fp32 with bf16)
-  // every micro-batch; its QKV and projection are Megatron-LM's linears, which add into main_grad
-  // in the GEMM.
+  // fused_wgrad_accumulation says for the others: false in DeepSpeed-Domino, whose sliced layer
+  // multiplies by its MLP weights with torch.matmul, so that autograd sums the slices' gradients of
+  // each weight and its local DDP's hook adds the sum into main_grad (the parameters' type with
+  // fp16, fp32 with bf16) every micro-batch; its QKV and projection are Megatron-LM's linears,
+  // which add into main_grad in the GEMM.
   bool sliced_mlp_fused_wgrad_accumulation = true;
   // fp8 with delayed scaling: after a chunk's layers run forward, and after their backward, the
   // amaxes of every tensor they scaled are reduced (maximum) over the stage's GPUs, tp x cp x dp,
