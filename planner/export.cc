@@ -63,6 +63,23 @@ std::optional<std::string> AttentionDifference(const Plan& plan, std::string_vie
   return fmt::format("attention {}: {}", AttentionKernelName(*plan.attention), framework_runs);
 }
 
+std::vector<std::string> KernelDifferences(const Plan& plan, std::string_view framework,
+                                           bool unfused_softmax_switch, FrameworkFp8Cast fp8) {
+  std::vector<std::string> out;
+  if (plan.softmax == SoftmaxKernels::kScaleSoftmax)
+    out.push_back(fmt::format("softmax scale-softmax: {}'s GPT attention masks the scores causally",
+                              framework));
+  if (plan.softmax == SoftmaxKernels::kScaleMaskSoftmax && !unfused_softmax_switch)
+    out.push_back(fmt::format(
+        "softmax scale-mask-softmax: {} has no switch for the unfused scale, mask and softmax",
+        framework));
+  if (plan.precision == Dtype::kFp8 && plan.fp8_casts() != fp8.cast)
+    out.push_back(fmt::format("fp8_cast {}: {} casts as fp8_cast {} does ({})",
+                              Fp8CastName(plan.fp8_casts()), framework, Fp8CastName(fp8.cast),
+                              fp8.modules));
+  return out;
+}
+
 std::vector<std::string> DecomposedDifferences(const Plan& plan, std::string_view framework,
                                                int framework_rs_chunks) {
   std::vector<std::string> out;

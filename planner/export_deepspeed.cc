@@ -94,6 +94,10 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
   if (std::optional<std::string> d = AttentionDifference(
           plan, "DeepSpeed-Domino's models run their own attention whatever this says"))
     out.differs.push_back(*d);
+  for (const std::string& d : KernelDifferences(
+           plan, "DeepSpeed-Domino", false,
+           FrameworkFp8Cast{Fp8Cast::kLinear, "it runs no fp8, and the export refuses fp8"}))
+    out.differs.push_back(d);
 
   std::string precision;
   if (plan.precision == Dtype::kBf16) precision = "  \"bf16\": {\"enabled\": true},\n";

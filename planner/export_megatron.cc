@@ -15,6 +15,12 @@ namespace {
 // Transformer Engine's pipelined reduce-scatter pieces (num_splits of its "pipeline" method; see
 // the megatron-core stack).
 constexpr int kTeRsChunks = 4;
+// Megatron-Core's GPT layer spec (core_r0.9.0 to core_v0.19.0 gpt_layer_specs.py and mlp.py,
+// without the opt-in use_te_op_fuser or use_te_activation_func).
+constexpr FrameworkFp8Cast kMegatronCoreFp8Cast{
+    Fp8Cast::kNorm,
+    "Megatron-Core's layers: TELayerNormColumnParallelLinear for QKV and fc1, its own "
+    "bias-activation kernel before TERowParallelLinear for fc2"};
 
 void AddMegatronPrecision(Dtype precision, Output& out, std::vector<std::string>& args) {
   switch (precision) {
@@ -66,6 +72,8 @@ std::string ExportMegatron(const Plan& plan) {
         "another method: Transformer Engine's collective-matmul decomposition)");
   }
   for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine", kTeRsChunks))
+    out.differs.push_back(d);
+  for (const std::string& d : KernelDifferences(plan, "Megatron-LM", true, kMegatronCoreFp8Cast))
     out.differs.push_back(d);
   if (std::optional<std::string> d = OptimizerDtypeDifference(
           plan,
@@ -131,8 +139,12 @@ std::string ExportMegatron(const Plan& plan) {
                                *plan.attention == AttentionKernel::kFlash2    ? "flash"
                                : *plan.attention == AttentionKernel::kUnfused ? "unfused"
                                                                               : "auto"));
-  // Megatron-LM fuses bias, dropout and residual add unless told otherwise.
+  // Megatron-LM fuses bias, dropout and residual add, and unfused attention's scale, mask and
+  // softmax, unless told otherwise.
   if (!plan.fuses_bias_dropout_add()) args.push_back("--no-bias-dropout-fusion");
+  if (plan.attention_kernel() == AttentionKernel::kUnfused &&
+      plan.softmax_kernels() == SoftmaxKernels::kScaleMaskSoftmax)
+    args.push_back("--no-masked-softmax-fusion");
   switch (plan.loss_kernels()) {
     case CrossEntropy::kMegatronFused:
       args.push_back("--cross-entropy-loss-fusion");
@@ -185,6 +197,8 @@ std::string ExportNemo(const Plan& plan) {
                           "decomposition)");
   }
   for (const std::string& d : DecomposedDifferences(plan, "Transformer Engine", kTeRsChunks))
+    out.differs.push_back(d);
+  for (const std::string& d : KernelDifferences(plan, "NeMo", true, kMegatronCoreFp8Cast))
     out.differs.push_back(d);
   if (plan.fsdp)
     out.differs.push_back(
@@ -261,6 +275,9 @@ std::string ExportNemo(const Plan& plan) {
   // megatron_gpt_config.yaml's dropouts are 0.1 and its bias-dropout-add fused.
   if (!plan.applies_dropout()) body += "  hidden_dropout: 0.0\n  attention_dropout: 0.0\n";
   if (!plan.fuses_bias_dropout_add()) body += "  bias_dropout_add_fusion: false\n";
+  if (plan.attention_kernel() == AttentionKernel::kUnfused &&
+      plan.softmax_kernels() == SoftmaxKernels::kScaleMaskSoftmax)
+    body += "  masked_softmax_fusion: false\n";
   // NeMo's key fuses the loss as Megatron-Core's --cross-entropy-loss-fusion does.
   const CrossEntropy loss = plan.loss_kernels();
   if (loss == CrossEntropy::kMegatronFused) body += "  cross_entropy_loss_fusion: true\n";

@@ -55,6 +55,19 @@ std::string GradSyncLayerDifference();
 // its stack.
 std::optional<std::string> AttentionDifference(const Plan& plan, std::string_view framework_runs);
 
+// How the framework casts fp8 inputs: its Plan::fp8_cast and the modules that make it so.
+struct FrameworkFp8Cast {
+  Fp8Cast cast;
+  std::string_view modules;
+};
+
+// The plan's kernels that `framework` cannot be told to run: unfused attention without a mask
+// (training.softmax scale-softmax: a GPT's attention is causal), the scale, mask and softmax
+// unfused where the framework has no switch for it (`unfused_softmax_switch` false), and fp8
+// inputs cast where the framework's modules do not cast them (`fp8`).
+std::vector<std::string> KernelDifferences(const Plan& plan, std::string_view framework,
+                                           bool unfused_softmax_switch, FrameworkFp8Cast fp8);
+
 // Megatron's and torchtitan's layers per virtual stage count the ends the split counts.
 int LayersPerVirtualStage(const Plan& plan);
 

@@ -229,6 +229,8 @@ Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
     ReadOverride(*training, "fp8_recipe", Fp8RecipeNames(), &plan.fp8_recipe);
     ReadOverride(*training, "dropout", &plan.dropout);
     ReadOverride(*training, "fused_bias_dropout_add", &plan.fused_bias_dropout_add);
+    ReadOverride(*training, "softmax", SoftmaxKernelsNames(), &plan.softmax);
+    ReadOverride(*training, "fp8_cast", Fp8CastNames(), &plan.fp8_cast);
     (void)training->Finish();
   }
   if (auto parallel = root.Map("parallel", Need::kOptional)) {
@@ -358,6 +360,8 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
   if (p.fp8_recipe) training.Add("fp8_recipe", Fp8RecipeName(*p.fp8_recipe));
   if (p.dropout) training.Add("dropout", *p.dropout);
   if (p.fused_bias_dropout_add) training.Add("fused_bias_dropout_add", *p.fused_bias_dropout_add);
+  if (p.softmax) training.Add("softmax", SoftmaxKernelsName(*p.softmax));
+  if (p.fp8_cast) training.Add("fp8_cast", Fp8CastName(*p.fp8_cast));
   FlowMap parallel;
   parallel.Add("tp", p.tp);
   if (p.cp != 1) parallel.Add("cp", p.cp);

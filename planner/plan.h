@@ -147,6 +147,14 @@ struct Plan {
   // off, and a model built of Transformer Engine's Linear modules adds the bias in the GEMM and
   // runs PyTorch's dropout and add after it). Unset: the stack's.
   std::optional<bool> fused_bias_dropout_add;
+  // Unfused attention's kernels over the scores (`training.softmax`: Megatron-LM's
+  // --no-masked-softmax-fusion is scale-mask-softmax; a layer that passes no mask,
+  // scale-softmax). Unset: the stack's fused_softmax (fused, else scale-mask-softmax).
+  std::optional<SoftmaxKernels> softmax;
+  // fp8: which kernels write the QKV, fc1 and fc2 inputs in fp8 (`training.fp8_cast`: a layer
+  // built of te.LayerNorm and te.Linear is linear, one of te.TransformerLayer
+  // norm-and-activation). Unset: the stack's.
+  std::optional<Fp8Cast> fp8_cast;
 
   std::optional<PlanFigures> predicted;  // read back from a report; never trusted on input
   std::optional<PlanFigures> measured;
@@ -169,6 +177,11 @@ struct Plan {
   bool fuses_bias_dropout_add() const {
     return fused_bias_dropout_add.value_or(stack.fused_bias_dropout_add);
   }
+  SoftmaxKernels softmax_kernels() const {
+    return softmax.value_or(stack.fused_softmax ? SoftmaxKernels::kFused
+                                                : SoftmaxKernels::kScaleMaskSoftmax);
+  }
+  Fp8Cast fp8_casts() const { return fp8_cast.value_or(stack.fp8_cast); }
   GradReduce gradient_reduce() const { return grad_reduce.value_or(stack.grad_reduce); }
   GradSync gradient_sync() const { return grad_sync.value_or(stack.grad_sync); }
   // Tokens of each sequence one rank holds.

@@ -19,6 +19,18 @@ constexpr std::array<std::pair<std::string_view, AttentionKernel>, 3> kAttention
     {"unfused", AttentionKernel::kUnfused},
 }};
 
+constexpr std::array<std::pair<std::string_view, SoftmaxKernels>, 3> kSoftmaxKernels{{
+    {"fused", SoftmaxKernels::kFused},
+    {"scale-mask-softmax", SoftmaxKernels::kScaleMaskSoftmax},
+    {"scale-softmax", SoftmaxKernels::kScaleSoftmax},
+}};
+
+constexpr std::array<std::pair<std::string_view, Fp8Cast>, 3> kFp8Casts{{
+    {"norm-and-activation", Fp8Cast::kNormAndActivation},
+    {"norm", Fp8Cast::kNorm},
+    {"linear", Fp8Cast::kLinear},
+}};
+
 constexpr std::array<std::pair<std::string_view, GradReduce>, 3> kGradReduces{{
     {"fp32", GradReduce::kFp32},
     {"param", GradReduce::kParam},
@@ -70,6 +82,16 @@ std::span<const std::pair<std::string_view, CrossEntropy>> CrossEntropyNames() {
   return kCrossEntropies;
 }
 
+std::string_view SoftmaxKernelsName(SoftmaxKernels kernels) {
+  return NameOf(kSoftmaxKernels, kernels);
+}
+std::span<const std::pair<std::string_view, SoftmaxKernels>> SoftmaxKernelsNames() {
+  return kSoftmaxKernels;
+}
+
+std::string_view Fp8CastName(Fp8Cast cast) { return NameOf(kFp8Casts, cast); }
+std::span<const std::pair<std::string_view, Fp8Cast>> Fp8CastNames() { return kFp8Casts; }
+
 std::string_view AttentionKernelName(AttentionKernel kernel) {
   return NameOf(kAttentionKernels, kernel);
 }
@@ -109,6 +131,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("sliced_mlp_fused_wgrad_accumulation", &stack.sliced_mlp_fused_wgrad_accumulation,
            Need::kOptional);
   map.Bool("fp8_amax_reduction", &stack.fp8_amax_reduction, Need::kOptional);
+  map.Enum("fp8_cast", &stack.fp8_cast, Need::kOptional, kFp8Casts);
   DOMINO_RETURN_IF_ERROR(map.Finish());
   return stack;
 }

@@ -22,6 +22,33 @@ enum class AttentionKernel { kFlash, kFlash2, kUnfused };
 std::string_view AttentionKernelName(AttentionKernel kernel);  // "flash", "flash2", "unfused"
 std::span<const std::pair<std::string_view, AttentionKernel>> AttentionKernelNames();
 
+// The kernels between unfused attention's two products, over the s x s scores (flash attention
+// keeps them on chip):
+// - fused: scale, causal mask and softmax in one kernel, its backward one too (Megatron's
+//   FusedScaleMaskSoftmax): a read and a write of the scores each way, and P read backward;
+// - scale-mask-softmax: the three as kernels of their own (Megatron's --no-masked-softmax-fusion):
+//   a read and a write each forward; backward, the softmax's and the scale's;
+// - scale-softmax: no mask at all, the scale and the softmax (a PyTorch attention called with
+//   attention_mask None, as the attention of Transformer Engine's getting-started script runs):
+//   every query attends to every key, which the unfused products compute anyway.
+enum class SoftmaxKernels { kFused, kScaleMaskSoftmax, kScaleSoftmax };
+// "fused", "scale-mask-softmax", "scale-softmax"
+std::string_view SoftmaxKernelsName(SoftmaxKernels kernels);
+std::span<const std::pair<std::string_view, SoftmaxKernels>> SoftmaxKernelsNames();
+
+// Where fp8 training casts the QKV, fc1 and fc2 inputs (the forward GEMMs a norm or the MLP's
+// activation feeds; the others' inputs are always cast by their linear):
+// - norm-and-activation: the norm writes the fp8 input of QKV and fc1 and the activation that of
+//   fc2 (Transformer Engine's LayerNormLinear and LayerNormMLP: te.TransformerLayer);
+// - norm: the norm so, while the activation writes 16 bits that fc2's linear casts (Megatron-Core:
+//   TELayerNormColumnParallelLinear for fc1, its own bias-activation kernel, TERowParallelLinear
+//   for fc2);
+// - linear: every linear casts its 16-bit input (te.LayerNorm, or PyTorch's activation, before a
+//   te.Linear).
+enum class Fp8Cast { kNormAndActivation, kNorm, kLinear };
+std::string_view Fp8CastName(Fp8Cast cast);  // "norm-and-activation", "norm", "linear"
+std::span<const std::pair<std::string_view, Fp8Cast>> Fp8CastNames();
+
 // The element type DP gradients are accumulated and reduced in: always fp32; the 16-bit
 // parameters' type (DeepSpeed's default communication_data_type); or that type only when it is
 // fp16, fp32 with bf16 or fp8 runs (Megatron-LM without --accumulate-allreduce-grads-in-fp32,
@@ -92,7 +119,7 @@ struct StackSpec {
   std::string name;
   AttentionKernel attention = AttentionKernel::kFlash;
   // Unfused attention only: scale, causal mask and softmax in one kernel (one read and one write
-  // of the scores) rather than three.
+  // of the scores) rather than three (Plan::softmax may say otherwise).
   bool fused_softmax = true;
   // Unfused attention only: the scores, probabilities and their gradients go through HBM in fp32,
   // with 16-bit copies of P and dS for the GEMMs that read them, and the backward recomputes P
@@ -171,6 +198,9 @@ struct StackSpec {
   // all-gather takes the maximum of its amax over TP first (Transformer Engine 2.x's amax
   // reduction group of such quantizers). False: each GPU keeps its own.
   bool fp8_amax_reduction = false;
+  // fp8: which kernels write the QKV, fc1 and fc2 inputs in fp8 (Plan::fp8_cast may say
+  // otherwise).
+  Fp8Cast fp8_cast = Fp8Cast::kNormAndActivation;
 };
 
 // The stack a plan runs on when it names none.
@@ -181,8 +211,8 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `fused_squared_relu`,
 // `fp32_scores`, `overlap_p2p` and `fp8_amax_reduction` (false), `cross_entropy`
 // (vocab-parallel), `grad_reduce` (fp32), `grad_sync` (layer), `rope` (fused),
-// `wgrad_overlaps_tp_comm`, `sliced_fc1_wgrad_overlaps_tp_comm`, `fused_wgrad_accumulation` and
-// `sliced_mlp_fused_wgrad_accumulation` (true).
+// `wgrad_overlaps_tp_comm`, `sliced_fc1_wgrad_overlaps_tp_comm`, `fused_wgrad_accumulation`,
+// `sliced_mlp_fused_wgrad_accumulation` (true), and `fp8_cast` (norm-and-activation).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

@@ -106,6 +106,8 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       options_(options),
       plan_stack_(plan.stack),
       dropout_(plan.applies_dropout()),
+      softmax_(plan.softmax_kernels()),
+      fp8_cast_(plan.fp8_casts()),
       copy_engine_parts_(plan.copy_engine_parts()),
       tp_group_(TpGroup(plan)),
       dp_group_(DpGroup(plan)),
@@ -231,10 +233,17 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
   // - the same, current scaling: the norm or activation writes 16 bits and finds the amax, and a
   //   cast reads them and writes both copies: e + 2;
   // - the projection's input (attention's output) and every grad output: one cast that finds the
-  //   amax as it goes (delayed), e + 2, or a pass for the amax first (current), 2e + 2.
+  //   amax as it goes (delayed), e + 2, or a pass for the amax first (current), 2e + 2;
+  // - a QKV, FC1 or FC2 input its norm or activation writes in 16 bits (StackSpec::fp8_cast: the
+  //   FC2 input under Megatron-Core, whose MLP runs its own bias-activation kernel before
+  //   TERowParallelLinear; every one of them in a layer of te.LayerNorm and te.Linear): the same
+  //   cast, and under sequence parallelism the linear casts the rank's rows before it gathers them
+  //   (a byte each less than the cast writes) and transposes the gathered ones, 2 bytes an element
+  //   (TE v1.9 linear.py: cast_to_fp8, gather_along_first_dim, fp8_transpose).
   const bool norm_fed = op.func == OpFunc::kQkv || op.func == OpFunc::kFc1;
-  const bool fused_producer = norm_fed || op.func == OpFunc::kFc2;
-  const bool forward = fused_producer || op.func == OpFunc::kProj;
+  const bool fused_producer = (norm_fed && fp8_cast_ != Fp8Cast::kLinear) ||
+                              (op.func == OpFunc::kFc2 && fp8_cast_ == Fp8Cast::kNormAndActivation);
+  const bool forward = norm_fed || op.func == OpFunc::kFc2 || op.func == OpFunc::kProj;
   const bool dgrad = op.func == OpFunc::kQkvGradInput || op.func == OpFunc::kProjGradInput ||
                      op.func == OpFunc::kFc1GradInput || op.func == OpFunc::kFc2GradInput;
   if (!forward && !(dgrad && op.tags.col_chunk <= 0)) return cost;
@@ -242,10 +251,13 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
   const double e = DtypeBytes(attention_dtype_);
   const bool current = fp8_recipe_ == Fp8Recipe::kCurrent;
   const double unwritten = norm_fed ? norm_rows_share_ : 1.0;
-  const double bytes_per_element =
-      fused_producer ? (current ? e + 2 : 2.0 - unwritten) : (current ? 2 * e + 2 : e + 2);
-  // The amax pass of its own is one more kernel.
-  const double launches = current && !fused_producer ? 2 : 1;
+  const double cast = current ? 2 * e + 2 : e + 2;
+  const bool cast_then_gathered = !fused_producer && norm_fed && norm_rows_share_ < 1;
+  const double bytes_per_element = fused_producer       ? (current ? e + 2 : 2.0 - unwritten)
+                                   : cast_then_gathered ? norm_rows_share_ * (cast - 1) + 2
+                                                        : cast;
+  // The amax pass of its own is one more kernel, and so is the transpose of gathered rows.
+  const double launches = (current && !fused_producer ? 2 : 1) + (cast_then_gathered ? 1 : 0);
   cost.launch_us += launches * launch_us_ + operand * bytes_per_element / (hbm_GBps_ * 1e3);
   return cost;
 }
@@ -278,14 +290,18 @@ OpCost CostModel::AttentionCost(const Op& op) const {
     // QK^T and PV (backward: four products) as batched GEMMs over the whole s x s (the mask is
     // applied, not skipped), then the scores' passes through HBM, one kernel after another: the
     // parts add up, so the memory time rides on the waves. Passes over the s x s scores, in units
-    // of one read or write: forward writes S, softmax reads and writes it (three kernels' worth
-    // when unfused: scale, mask, softmax), dropout reads, writes and stores a 1-byte mask, PV
-    // reads P; backward writes dP, reads P for dV, undoes dropout, reads P and dP and writes dS
-    // for the softmax (five unfused), and reads dS for dQ and dK.
+    // of one read or write: forward writes S, the softmax's kernels read and write it (one
+    // kernel fused; scale, mask and softmax, three; scale and softmax without a mask, two),
+    // dropout reads, writes and stores a 1-byte mask, PV reads P; backward writes dP, reads P for
+    // dV, undoes dropout, reads P and dP and writes dS for the softmax (and reads and writes it
+    // for the scale's own kernel: five), and reads dS for dQ and dK.
     const StackSpec& stack = plan_stack_;
     const double dropout = dropout_ ? 2.5 : 0;
-    const double passes = backward ? 2 + dropout + (stack.fused_softmax ? 3 : 5) + 2
-                                   : 1 + (stack.fused_softmax ? 2 : 6) + dropout + 1;
+    const bool fused = softmax_ == SoftmaxKernels::kFused;
+    const double softmax_kernels =
+        fused ? 1 : (softmax_ == SoftmaxKernels::kScaleMaskSoftmax ? 3 : 2);
+    const double passes =
+        backward ? 2 + dropout + (fused ? 3 : 5) + 2 : 1 + 2 * softmax_kernels + dropout + 1;
     double score_bytes = passes * e;
     double products = backward ? 4 : 2;
     if (stack.fp32_scores) {

@@ -100,7 +100,9 @@ class CostModel {
   const NodeSpec& node_;
   CostOptions options_;
   StackSpec plan_stack_;
-  bool dropout_ = false;            // Plan::applies_dropout
+  bool dropout_ = false;                             // Plan::applies_dropout
+  SoftmaxKernels softmax_ = SoftmaxKernels::kFused;  // Plan::softmax_kernels
+  Fp8Cast fp8_cast_ = Fp8Cast::kNormAndActivation;   // Plan::fp8_casts
   bool copy_engine_parts_ = false;  // decomposed collective parts take no SMs (Plan::copy_engine)
   CommGroup tp_group_, dp_group_, pp_pair_, embedding_pair_, cp_ring_, stage_group_;
   CommGroup GroupOf(const Op& op) const;

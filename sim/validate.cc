@@ -288,7 +288,9 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // 8.7% (8.75) with the last gradients reduced when Megatron-Core's schedules launch them
     // (grad_sync): after the last backward on stages past the first and, interleaved, per chunk
     // and together across the pipeline (57 rows 0.0-2.5 points faster, further; NeMo 2.0's 17
-    // within 0.15 points). The guard stays.
+    // within 0.15 points). The guard stays. 8.6% (8.59) with fc2's fp8 input cast by its linear,
+    // as Megatron-Core's own bias-activation kernel leaves it in 16 bits (the megatron-core
+    // stack's fp8_cast norm): the 64 fp8 rows of that stack 0.2-0.7 points slower, nearer.
     case ValidationCategory::kEndToEnd:
       return {{0.05, 0.12}, {0.088, 0.43}};
     case ValidationCategory::kGemm:
@@ -306,9 +308,12 @@ ErrorBounds BoundsOf(ValidationCategory category) {
       return {{0.08, 0.25}, {0.065, 0.7}};
     // Layer: the end-to-end targets, for a loop of layers on one GPU. Transformer Engine's own
     // H100 figures (docs/getting_started: one GPT layer, forward and backward): 4.3% / 7.9%, the
-    // bf16 layer 7.9% fast, its fp8 layers -3.5% and +1.7% (docs/validation/intro.md).
+    // bf16 layer 7.9% fast, its fp8 layers -3.5% and +1.7% (docs/validation/intro.md); 3.9% /
+    // 7.9% with its layer of te.Linear modules around the script's unfused attention without a
+    // mask (training.softmax scale-softmax, -3.2%) and its fp8 layer of te.LayerNorm and te.Linear
+    // (training.fp8_cast linear, -3.4%).
     case ValidationCategory::kLayer:
-      return {{0.05, 0.12}, {0.045, 0.08}};
+      return {{0.05, 0.12}, {0.04, 0.08}};
   }
   return {};
 }

@@ -43,7 +43,7 @@ std::string Configuration(const sim::ValidationRow& row) {
   if (row.plan) {
     const Plan& p = *row.plan;
     return fmt::format(
-        "{} {} {} {}x{} tp{}{} pp{}{}{} dp{} mb{} gb{} seq{}{}{}{}{}{}{}", p.model.name,
+        "{} {} {} {}x{} tp{}{} pp{}{}{} dp{} mb{} gb{} seq{}{}{}{}{}{}{}{}{}", p.model.name,
         p.stack_ref, DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name, p.tp,
         p.cp > 1 ? fmt::format(" cp{}", p.cp) : "", p.pp,
         p.virtual_stages > 1 ? fmt::format(" v{}", p.virtual_stages) : "",
@@ -53,11 +53,13 @@ std::string Configuration(const sim::ValidationRow& row) {
         p.dp, p.micro_batch, p.global_batch, p.seq_len, p.sequence_parallel ? " sp" : "",
         p.method == OverlapMethod::kDomino ? "" : " " + std::string(MethodName(p.method)),
         p.recompute == Recompute::kNone ? "" : " rc-" + std::string(RecomputeName(p.recompute)),
-        // An attention kernel, dropout or bias-dropout-add the run chose over its stack's.
+        // An attention kernel, softmax, dropout, bias-dropout-add or fp8 cast the run chose over
+        // its stack's.
         p.attention ? " " + std::string(AttentionKernelName(*p.attention)) : "",
+        p.softmax ? " " + std::string(SoftmaxKernelsName(*p.softmax)) : "",
         p.dropout ? (*p.dropout ? " dropout" : " no-dropout") : "",
-        p.fused_bias_dropout_add ? (*p.fused_bias_dropout_add ? " fused-bda" : " unfused-bda")
-                                 : "");
+        p.fused_bias_dropout_add ? (*p.fused_bias_dropout_add ? " fused-bda" : " unfused-bda") : "",
+        p.fp8_cast ? " fp8-cast-" + std::string(Fp8CastName(*p.fp8_cast)) : "");
   }
   if (row.gemm) {
     const sim::GemmCase& g = *row.gemm;

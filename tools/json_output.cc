@@ -110,7 +110,12 @@ Json PlanJson(const Plan& p) {
                       {"global_batch", p.global_batch},
                       {"cross_entropy", CrossEntropyName(p.loss_kernels())},
                       {"attention", AttentionKernelName(p.attention_kernel())}};
-  if (p.precision == Dtype::kFp8) plan["training"]["fp8_recipe"] = Fp8RecipeName(p.fp8_scaling());
+  if (p.precision == Dtype::kFp8) {
+    plan["training"]["fp8_recipe"] = Fp8RecipeName(p.fp8_scaling());
+    plan["training"]["fp8_cast"] = Fp8CastName(p.fp8_casts());
+  }
+  if (p.attention_kernel() == AttentionKernel::kUnfused && !p.stack.fp32_scores)
+    plan["training"]["softmax"] = SoftmaxKernelsName(p.softmax_kernels());
   plan["parallel"] = {{"tp", p.tp},
                       {"cp", p.cp},
                       {"pp", p.pp},

@@ -327,6 +327,51 @@ TEST(Export, AnFp8RecipeIsWrittenOrNamedAsADifference) {
   EXPECT_THAT(*t, Not(HasSubstr("fp8_recipe")));
 }
 
+TEST(Export, UnfusedSoftmaxAndFp8CastsAreWrittenOrNamedAsDifferences) {
+  // Unfused attention with its scale, mask and softmax unfused: Megatron's switch for it.
+  std::string yaml(kLlama8b3dFullRecompute);
+  yaml.replace(yaml.find("global_batch: 16}"), 17,
+               "global_batch: 16, attention: unfused, softmax: scale-mask-softmax}");
+  Result<std::string> m = Export(yaml.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_THAT(*m, HasSubstr("--no-masked-softmax-fusion"));
+  Result<std::string> n = Export(yaml.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(n.ok()) << n.message();
+  EXPECT_THAT(*n, HasSubstr("  masked_softmax_fusion: false\n"));
+  Result<std::string> t = Export(yaml.c_str(), ExportTarget::kTorchtitan);
+  ASSERT_TRUE(t.ok()) << t.message();
+  EXPECT_THAT(*t, HasSubstr("# differs: softmax scale-mask-softmax: torchtitan has no switch"));
+  // Without a mask no framework's GPT runs it.
+  yaml.replace(yaml.find("scale-mask-softmax"), 18, "scale-softmax");
+  m = Export(yaml.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_THAT(*m, Not(HasSubstr("--no-masked-softmax-fusion")));
+  EXPECT_THAT(*m, HasSubstr("# differs: softmax scale-softmax: Megatron-LM's GPT attention masks"));
+  // fp8 inputs: Megatron-Core's norms write QKV's and fc1's, fc2's linear casts its own (the
+  // megatron-core stack's norm); torchao's float8 linears cast every one (linear).
+  std::string fp8(kLlama8b3dFullRecompute);
+  fp8.replace(fp8.find("precision: bf16"), 15, "precision: fp8");
+  n = Export(fp8.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(n.ok()) << n.message();
+  EXPECT_THAT(*n, Not(HasSubstr("fp8_cast")));
+  t = Export(fp8.c_str(), ExportTarget::kTorchtitan);
+  ASSERT_TRUE(t.ok()) << t.message();
+  EXPECT_THAT(*t, HasSubstr("# differs: fp8_cast norm: torchtitan casts as fp8_cast linear does"));
+  fp8.replace(fp8.find("global_batch: 16}"), 17, "global_batch: 16, fp8_cast: linear}");
+  n = Export(fp8.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(n.ok()) << n.message();
+  EXPECT_THAT(*n, HasSubstr("# differs: fp8_cast linear: NeMo casts as fp8_cast norm does "
+                            "(Megatron-Core's layers: TELayerNormColumnParallelLinear"));
+  t = Export(fp8.c_str(), ExportTarget::kTorchtitan);
+  ASSERT_TRUE(t.ok()) << t.message();
+  EXPECT_THAT(*t, Not(HasSubstr("fp8_cast")));
+  // Left to the stack, nothing is said.
+  Result<std::string> plain = Export(kLlama8b3dFullRecompute, ExportTarget::kMegatron);
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_THAT(*plain, Not(HasSubstr("softmax")));
+  EXPECT_THAT(*plain, Not(HasSubstr("fp8_cast")));  // bf16
+}
+
 TEST(Export, DropoutAndItsFusionAreWrittenAsThePlanRunsThem) {
   // The megatron-core stack runs no dropout, where Megatron-LM and NeMo default to 0.1.
   Result<std::string> m = Export(kLlama8b3dFullRecompute, ExportTarget::kMegatron);

@@ -191,6 +191,46 @@ TEST(PlanToYamlTest, Fp8RecipeIsWrittenOnlyWhenSetAndNeedsFp8) {
   EXPECT_THAT(bad.message(), HasSubstr("current"));
 }
 
+TEST(PlanToYamlTest, SoftmaxAndFp8CastAreWrittenOnlyWhenSetAndReadBack) {
+  Result<Plan> set =
+      ParsePlan(Edit({{"precision: bf16\n", "precision: fp8\n"},
+                      {"  global_batch: 16\n",
+                       "  global_batch: 16\n  attention: unfused\n  softmax: scale-softmax\n"
+                       "  fp8_cast: linear\n"}}),
+                "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->softmax_kernels(), SoftmaxKernels::kScaleSoftmax);
+  EXPECT_EQ(set->fp8_casts(), Fp8Cast::kLinear);
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("global_batch: 16, attention: unfused, softmax: scale-softmax, "
+                              "fp8_cast: linear}"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->softmax, set->softmax);
+  EXPECT_EQ(back->fp8_cast, set->fp8_cast);
+  // Unset: the stack's (megatron-core's norm writes fp8, its own activation 16 bits).
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_EQ(plain->softmax_kernels(), SoftmaxKernels::kFused);
+  EXPECT_EQ(plain->fp8_casts(), Fp8Cast::kNorm);
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("softmax")));
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("fp8_cast")));
+  // The softmax's kernels are unfused attention's; a value outside the three names its line.
+  Result<Plan> flash = ParsePlan(
+      Edit({{"  global_batch: 16\n", "  global_batch: 16\n  softmax: scale-mask-softmax\n"}}),
+      "plan.yaml");
+  ASSERT_FALSE(flash.ok());
+  EXPECT_THAT(flash.message(), HasSubstr("training.softmax"));
+  EXPECT_THAT(flash.message(), HasSubstr("the plan's attention is flash"));
+  Result<Plan> bad =
+      ParsePlan(Edit({{"  global_batch: 16\n",
+                       "  global_batch: 16\n  attention: unfused\n  softmax: online\n"}}),
+                "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:9"));
+  EXPECT_THAT(bad.message(), HasSubstr("scale-softmax"));
+}
+
 TEST(PlanToYamlTest, FsdpIsWrittenOnlyWhenOnAndReadsBack) {
   Result<Plan> set = ParsePlan(
       Edit({{"  tp: 32\n", "  tp: 16\n"},
