@@ -280,9 +280,10 @@ struct PlanRuleFailure {
   std::string rule;  // "tp*pp*dp (16) must equal the cluster's 32 GPUs"
 };
 std::optional<PlanRuleFailure> CheckPlanRules(const Plan& plan);
-// The part of CheckPlanRules no degree or slicing changes: the GPU able to run the precision and
-// an fp8 recipe only with fp8. A search checks it once, before its candidates.
-std::optional<PlanRuleFailure> CheckPrecision(const Plan& plan);
+// The part of CheckPlanRules no degree or slicing changes: the GPU able to run the precision, an
+// fp8 recipe or cast only with fp8, a softmax only for unfused attention. A search checks it
+// once, before its candidates.
+std::optional<PlanRuleFailure> CheckPlanWideRules(const Plan& plan);
 // The part of CheckPlanRules that concerns how pp * virtual_stages chunks cut the model (the
 // pipeline_split's divisibility and a layer left in every chunk), for a search's candidates.
 std::optional<PlanRuleFailure> CheckPipelineSplit(const Plan& plan);

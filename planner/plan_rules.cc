@@ -68,7 +68,7 @@ std::optional<PlanRuleFailure> CheckPipelineSplit(const Plan& p) {
   return std::nullopt;
 }
 
-std::optional<PlanRuleFailure> CheckPrecision(const Plan& p) {
+std::optional<PlanRuleFailure> CheckPlanWideRules(const Plan& p) {
   if (p.fp8_recipe && p.precision != Dtype::kFp8)
     return PlanRuleFailure{"training.fp8_recipe",
                            fmt::format("an fp8 recipe needs precision fp8 (the plan's is {})",
@@ -78,6 +78,19 @@ std::optional<PlanRuleFailure> CheckPrecision(const Plan& p) {
                            fmt::format("says how fp8 inputs are cast and needs precision fp8 (the "
                                        "plan's is {})",
                                        DtypeName(p.precision))};
+  // The softmax's kernels are unfused attention's: flash kernels keep the scores on chip and are
+  // priced causal, and the executor's own attention (fp32_scores) runs its own kernels.
+  if (p.softmax && p.attention_kernel() != AttentionKernel::kUnfused)
+    return PlanRuleFailure{
+        "training.softmax",
+        fmt::format("says which kernels unfused attention runs over the scores; the plan's "
+                    "attention is {} (training.attention unfused runs them)",
+                    AttentionKernelName(p.attention_kernel()))};
+  if (p.softmax && p.stack.fp32_scores)
+    return PlanRuleFailure{"training.softmax",
+                           fmt::format("stack {} runs its own attention kernels over fp32 scores "
+                                       "(fp32_scores); its softmax is not a choice",
+                                       p.stack.name)};
   const GpuSpec& gpu = p.cluster.node.gpu;
   if (gpu.peak(p.precision) <= 0)
     return PlanRuleFailure{"precision",
@@ -108,19 +121,7 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   for (const auto& [bound, value] : bounded)
     if (std::optional<std::string> rule = CheckBound(*bound, value))
       return fail(std::string(bound->key), *rule);
-  if (auto failure = CheckPrecision(p)) return failure;
-  // The softmax's kernels are unfused attention's: flash kernels keep the scores on chip and are
-  // priced causal, and the executor's own attention (fp32_scores) runs its own kernels.
-  if (p.softmax && p.attention_kernel() != AttentionKernel::kUnfused)
-    return fail("training.softmax",
-                fmt::format("says which kernels unfused attention runs over the scores; the "
-                            "plan's attention is {} (training.attention unfused runs them)",
-                            AttentionKernelName(p.attention_kernel())));
-  if (p.softmax && p.stack.fp32_scores)
-    return fail("training.softmax",
-                fmt::format("stack {} runs its own attention kernels over fp32 scores "
-                            "(fp32_scores); its softmax is not a choice",
-                            p.stack.name));
+  if (auto failure = CheckPlanWideRules(p)) return failure;
   int64_t gpus = static_cast<int64_t>(p.tp) * p.cp * p.pp * p.dp;
   if (gpus != p.cluster.total_gpus() && p.cp == 1)
     return fail("parallel.tp",

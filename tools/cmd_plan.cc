@@ -291,9 +291,9 @@ void Run(const PlanCommandFlags& flags) {
   // break rules the search varies anyway.
   Result<Plan> base = BuildPlan(base_flags, /*check_rules=*/false);
   if (!base.ok()) Fail("plan", base.message());
-  // What no degree changes (the precision the GPU runs, an fp8 recipe's precision) is said once,
-  // not as the reason every candidate was rejected.
-  if (std::optional<PlanRuleFailure> failure = CheckPrecision(*base))
+  // What no degree changes (the precision the GPU runs, an fp8 recipe's precision, a softmax for
+  // flash attention) is said once, not as the reason every candidate was rejected.
+  if (std::optional<PlanRuleFailure> failure = CheckPlanWideRules(*base))
     Fail("plan", fmt::format("{}: {}", failure->key, failure->rule));
   if (!flags.out_path.empty()) CheckOk("plan", CheckOutputPath(flags.out_path, flags.force));
   // A pinned degree must divide the GPUs, else nothing is left to search: say which.

@@ -182,6 +182,17 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
                   "with --precision fp8, how tensors are scaled: delayed (from earlier steps' "
                   "amax; default) | current (each tensor's own, Megatron-LM's tensorwise)")
       ->check(NonEmpty());
+  app->add_option("--fp8-cast", f->fp8_cast,
+                  "with --precision fp8, which kernels write the QKV, fc1 and fc2 inputs in fp8: "
+                  "norm-and-activation (TE's LayerNormLinear and LayerNormMLP) | norm "
+                  "(Megatron-Core's layers) | linear (each te.Linear casts its own; default: the "
+                  "stack's)")
+      ->check(NonEmpty());
+  app->add_option("--softmax", f->softmax,
+                  "with unfused attention, its kernels over the scores: fused (scale, mask and "
+                  "softmax in one) | scale-mask-softmax (three) | scale-softmax (no mask; default: "
+                  "the stack's)")
+      ->check(NonEmpty());
   app->add_option("--grad-reduce", f->grad_reduce,
                   "type DP gradients are reduced in: fp32 | param (the 16-bit parameters') | "
                   "fp16-param (the parameters' when fp16, else fp32; default: the stack's)")
@@ -250,6 +261,9 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
       ApplyOverride("attention", f.attention, AttentionKernelNames(), &plan.attention));
   DOMINO_RETURN_IF_ERROR(
       ApplyOverride("fp8-recipe", f.fp8_recipe, Fp8RecipeNames(), &plan.fp8_recipe));
+  DOMINO_RETURN_IF_ERROR(ApplyOverride("fp8-cast", f.fp8_cast, Fp8CastNames(), &plan.fp8_cast));
+  DOMINO_RETURN_IF_ERROR(
+      ApplyOverride("softmax", f.softmax, SoftmaxKernelsNames(), &plan.softmax));
   DOMINO_RETURN_IF_ERROR(
       ApplyOverride("grad-reduce", f.grad_reduce, GradReduceNames(), &plan.grad_reduce));
   DOMINO_RETURN_IF_ERROR(ApplyOverride("grad-sync", f.grad_sync, GradSyncNames(), &plan.grad_sync));

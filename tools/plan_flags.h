@@ -32,6 +32,8 @@ struct PlanFlags {
   std::string cross_entropy;    // "vocab-parallel" / "megatron-fused" / "te" / "fused"
   std::string attention;        // "flash" / "flash2" / "unfused"
   std::string fp8_recipe;       // "delayed" / "current"
+  std::string fp8_cast;         // "norm-and-activation" / "norm" / "linear"
+  std::string softmax;          // "fused" / "scale-mask-softmax" / "scale-softmax"
 };
 
 // Declares the flags on `app`. With `with_plan_file`, also --plan.

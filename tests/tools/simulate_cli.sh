@@ -85,4 +85,28 @@ if "$domino" simulate "${mid[@]}" --fp8-recipe current >/dev/null 2>"$tmp/err.tx
 fi
 grep -q "training.fp8_recipe.*needs precision fp8" "$tmp/err.txt" ||
   fail "unclear refusal: $(cat "$tmp/err.txt")"
+
+# Casts, on one compute-bound GPU: each te.Linear casting its own fp8 input is slower than
+# Megatron-Core's norms writing QKV's and fc1's (the stack's), which is slower than TE's
+# LayerNormMLP writing fc2's as well.
+one=(--model gpt3-2.7b --cluster dgx-h100:1:1 --tp 1 --micro-batch 2 --seq-len 2048
+     --distributed-optimizer)
+both=$("$domino" simulate "${one[@]}" --precision fp8 --fp8-cast norm-and-activation | iter)
+norm=$("$domino" simulate "${one[@]}" --precision fp8 | iter)
+linear=$("$domino" simulate "${one[@]}" --precision fp8 --fp8-cast linear | iter)
+python3 -c "import sys; b, n, l = map(float, sys.argv[1:]); assert b < n < l < 1.1 * b, (b, n, l)" \
+  "$both" "$norm" "$linear" || fail "fp8 casts: $both, $norm (norm), $linear ms"
+# Unfused attention's softmax: three kernels cost more than one, two (no mask) in between.
+# (The scores through HBM take memory too: --ignore-memory.)
+unfused=("${one[@]}" --ignore-memory --attention unfused)
+fused=$("$domino" simulate "${unfused[@]}" | iter)
+three=$("$domino" simulate "${unfused[@]}" --softmax scale-mask-softmax | iter)
+two=$("$domino" simulate "${unfused[@]}" --softmax scale-softmax | iter)
+python3 -c "import sys; f, t, w = map(float, sys.argv[1:]); assert f < w < t, (f, t, w)" \
+  "$fused" "$three" "$two" || fail "softmax kernels: $fused, $three (three), $two (two) ms"
+if "$domino" simulate "${mid[@]}" --softmax scale-softmax >/dev/null 2>"$tmp/err.txt"; then
+  fail "--softmax with flash attention was taken"
+fi
+grep -q "training.softmax.*the plan's attention is flash" "$tmp/err.txt" ||
+  fail "unclear refusal: $(cat "$tmp/err.txt")"
 echo "simulate cli ok"
