@@ -262,8 +262,7 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   DOMINO_RETURN_IF_ERROR(
       ApplyOverride("fp8-recipe", f.fp8_recipe, Fp8RecipeNames(), &plan.fp8_recipe));
   DOMINO_RETURN_IF_ERROR(ApplyOverride("fp8-cast", f.fp8_cast, Fp8CastNames(), &plan.fp8_cast));
-  DOMINO_RETURN_IF_ERROR(
-      ApplyOverride("softmax", f.softmax, SoftmaxKernelsNames(), &plan.softmax));
+  DOMINO_RETURN_IF_ERROR(ApplyOverride("softmax", f.softmax, SoftmaxKernelsNames(), &plan.softmax));
   DOMINO_RETURN_IF_ERROR(
       ApplyOverride("grad-reduce", f.grad_reduce, GradReduceNames(), &plan.grad_reduce));
   DOMINO_RETURN_IF_ERROR(ApplyOverride("grad-sync", f.grad_sync, GradSyncNames(), &plan.grad_sync));
