@@ -167,10 +167,16 @@ class Lowering {
   Deps BackwardEntry(int l, Block block, int i, bool final = false);
 
   // Norm backward of slice i: dx = upstream (the gradient through the residual) + the norm's
-  // backward of dy at x; the norm weight's gradient accumulates in dw.
+  // backward of dy at x; the norm weight's gradient accumulates in dw. Six passes over the rows:
+  // the norm's backward reads x and dy and writes its dx, and the residual's gradient is added in
+  // (a read of each and a write: PyTorch's autograd accumulating the layer input's two gradients
+  // after Transformer Engine's or apex's norm backward, which computes the weight's gradient in
+  // the same kernel); the executor's kernels do the same work as a row kernel that reads x, dy and
+  // the upstream gradient and writes dx, and a kernel that reads x and dy again for dw
+  // (exec/cuda_layers.cu NormBackward).
   int32_t NormGrad(OpFunc func, const OpTags& tags, Deps deps, int i, int32_t x, int32_t dy,
                    int32_t w, int32_t upstream, int32_t dx, int32_t dw) {
-    return Elementwise(func, tags, 5 * NormRows() * h_ * e_, std::move(deps),
+    return Elementwise(func, tags, 6 * NormRows() * h_ * e_, std::move(deps),
                        {SliceOf(x, i), SliceOf(dy, i), WholeOf(w), SliceOf(upstream, i)},
                        {SliceOf(dx, i), WholeOf(dw)});
   }
