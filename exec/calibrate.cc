@@ -10,6 +10,7 @@
 
 #include "exec/cpu_backend.h"
 #include "exec/cuda_device.h"
+#include "exec/interpreter.h"
 #include "planner/lower.h"
 
 namespace domino::exec {
@@ -81,6 +82,14 @@ struct Distinct {
   }
 };
 
+// Whether a calibration times `op`: not the ops the executor runs nothing for (RunsNothing), nor
+// context parallelism's ring transfers, which the collective model prices, nor collectives
+// without the plan's TP ranks to run them.
+bool Timed(const Op& op, const Communicator& comm) {
+  if (RunsNothing(op) || op.kind == OpKind::kSendRecv) return false;
+  return op.kind != OpKind::kCollective || comm.size() > 1;
+}
+
 // The largest GEMM and memory-bound op a TimeNewOps timed (-1: none), by op id of its schedule.
 struct LargestOps {
   int32_t gemm = -1, memory = -1;
@@ -95,8 +104,7 @@ Result<LargestOps> TimeNewOps(const Schedule& s, CudaRunner& gpu, Communicator& 
   for (size_t i = 0; i < s.size(); ++i) {
     const int32_t id = static_cast<int32_t>(i);
     const Op& op = s.op(id);
-    if (op.kind == OpKind::kCollective && comm.size() == 1) continue;
-    if (!distinct.New(op)) continue;
+    if (!Timed(op, comm) || !distinct.New(op)) continue;
     if (op.kind == OpKind::kCollective) {
       Result<double> us = gpu.TimeCollective(id, repeats, comm);
       if (!us.ok()) return us.error();
@@ -137,8 +145,7 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
     std::vector<int32_t> ops, collectives;
     for (size_t i = 0; i < s.size(); ++i) {
       const Op& op = s.ops()[i];
-      if (op.kind == OpKind::kCollective && comm.size() == 1) continue;
-      if (distinct.New(op))
+      if (Timed(op, comm) && distinct.New(op))
         (op.kind == OpKind::kCollective ? collectives : ops).push_back(static_cast<int32_t>(i));
     }
     CpuBackend backend(s, plan.model, comm.rank(), plan.tp, /*seed=*/1);

@@ -27,6 +27,13 @@ class Backend {
   virtual Status Zero(int32_t tensor) = 0;
 };
 
+// True for an op of a stack's own kernels that this executor's kernels leave nothing to do for:
+// fp8 scaling's amax reductions and updates (fp8 runs as bf16 here), context parallelism's merge
+// kernels (the ring folds each block into its running result itself), and the copies of Q, K and
+// V around the attention (its attention reads them, and writes their gradients, in place). RunOp
+// does nothing for them, and a calibration does not time them.
+bool RunsNothing(const Op& op);
+
 // Runs op `id` of a pass schedule: a compute op on `backend`, a TP collective on `communicator`
 // (`in` and `out` are scratch buffers, kept between calls).
 Status RunOp(const Schedule& schedule, int32_t id, Backend& backend, Communicator& communicator,

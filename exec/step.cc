@@ -353,11 +353,8 @@ Status StepRunner::RunPass(const Op& op, int32_t id) {
     const Op& o = s.ops()[cursor];
     // The stack's output gradient comes from the next stage (kPpRecv), not from a fill.
     if (o.func == OpFunc::kResidualGrad) continue;
-    // The ring folds each block into its running result itself: a stack's separate merge
-    // kernels (kCpMerge) have nothing left to do here.
-    if (o.func == OpFunc::kCpMerge) continue;
-    // fp8 runs as bf16 here: no amaxes or scales to keep.
-    if (o.func == OpFunc::kAmaxAllReduce || o.func == OpFunc::kAmaxUpdate) continue;
+    // A stack's merge kernels, amax reductions and Q, K and V copies (interpreter.h).
+    if (RunsNothing(o)) continue;
     if (plan_.cp > 1 &&
         (o.func == OpFunc::kAttn || o.func == OpFunc::kAttnGrad || o.func == OpFunc::kCpSendRecv)) {
       DOMINO_RETURN_IF_ERROR(ring_->Run(s, static_cast<int32_t>(cursor), backend));

@@ -129,4 +129,20 @@ void Lowering::Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i) {
   Compute(op, {}, {SliceOf(qkv, i)}, {SliceOf(qkv, i)});
 }
 
+// The copies around the attention core that StackSpec::qkv_copies describes, over row slice i's
+// `qkv` (forward) or its gradient (kQkvCopyGrad): forward, a read and a write of Q when the model
+// groups its queries (a_ > g_) and of V when it rotates Q and K, after the rotary kernel;
+// backward, before the QKV GEMM's input gradient, a read and a write of all of QKV whenever the
+// forward split Q, K and V out of layouts other than sbh3d (either case above). Multi-head
+// attention with learned positions copies nothing.
+void Lowering::QkvCopies(OpFunc func, const OpTags& tags, int32_t qkv, int i) {
+  if (!plan_.stack.qkv_copies) return;
+  const bool grouped = a_ > g_;
+  const bool rotary = !plan_.model.learned_positions() && plan_.stack.rope != RopeKernel::kNone;
+  if (!grouped && !rotary) return;
+  const int64_t cols =
+      func == OpFunc::kQkvCopyGrad ? 2 * qkv_n_ : 2 * d_ * ((grouped ? a_ : 0) + (rotary ? g_ : 0));
+  Elementwise(func, tags, RowBytes(cols), {}, {SliceOf(qkv, i)}, {SliceOf(qkv, i)});
+}
+
 }  // namespace domino::lowering

@@ -66,6 +66,8 @@ std::string_view OpFuncName(OpFunc func) {
       "fsdp.reducescatter",
       "rope",
       "rope.grad",
+      "qkv.copy",
+      "qkv.copy.grad",
       "amax.allreduce",
       "amax.update"};
   int index = static_cast<int>(func);

@@ -164,6 +164,17 @@ struct StackSpec {
   bool cp_merge_kernels = false;
   // Rotary position embeddings' kernels (models with rotary positions).
   RopeKernel rope = RopeKernel::kFused;
+  // Q, K and V reach the attention kernel as views of the QKV GEMM's output, split per query
+  // group (Megatron-Core's SelfAttention.get_query_key_value_tensors with Transformer Engine's
+  // SplitAlongDim), and what the kernel cannot read that way is copied: a grouped-query model's
+  // Q (reshaping a group's query columns into heads cannot be a view) and a rotary model's V
+  // (next to the fresh Q and K the rotary kernel writes, a strided V matches none of Transformer
+  // Engine's layouts, and get_qkv_layout makes all three contiguous). Backward, the split's
+  // gradient concatenates dQ, dK and dV unless they are views of one buffer, which they are only
+  // for multi-head attention with learned positions (the sbh3d layout). False: the attention
+  // reads Q, K and V where the GEMM wrote them and writes their gradients in place (this
+  // project's executor; 2021 Megatron-LM and DeepSpeed's GPT, multi-head with learned positions).
+  bool qkv_copies = false;
   // The backward's input-gradient TP collective of a column-parallel linear (QKV, fc1) runs
   // under that linear's weight-gradient GEMM (Megatron-LM's async all-reduce since September
   // 2021, and Megatron-Core's with sequence parallelism), rather than being launched after it.
@@ -208,9 +219,9 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `fused_squared_relu`,
-// `fp32_scores`, `overlap_p2p` and `fp8_amax_reduction` (false), `cross_entropy`
-// (vocab-parallel), `grad_reduce` (fp32), `grad_sync` (layer), `rope` (fused),
+// `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `qkv_copies`,
+// `fused_squared_relu`, `fp32_scores`, `overlap_p2p` and `fp8_amax_reduction` (false),
+// `cross_entropy` (vocab-parallel), `grad_reduce` (fp32), `grad_sync` (layer), `rope` (fused),
 // `wgrad_overlaps_tp_comm`, `sliced_fc1_wgrad_overlaps_tp_comm`, `fused_wgrad_accumulation`,
 // `sliced_mlp_fused_wgrad_accumulation` (true), and `fp8_cast` (norm-and-activation).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);

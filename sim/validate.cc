@@ -292,9 +292,12 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // as Megatron-Core's own bias-activation kernel leaves it in 16 bits (the megatron-core
     // stack's fp8_cast norm): the 64 fp8 rows of that stack 0.2-0.7 points slower, nearer. 8.5%
     // (8.49) / 41.6% with a norm's backward six passes over its rows (autograd's add of the
-    // residual's gradient after the norm kernel's dx): every row 0.04-0.4 points slower.
+    // residual's gradient after the norm kernel's dx): every row 0.04-0.4 points slower. 8.2%
+    // (8.25) with the copies Megatron-Core and TE make of Q and V and the concatenation of their
+    // gradients (qkv_copies): the 99 Llama and Nemotron-4 rows 0.1-0.8 points slower, 93 nearer.
+    // Guard 8.8% -> 8.5%.
     case ValidationCategory::kEndToEnd:
-      return {{0.05, 0.12}, {0.088, 0.43}};
+      return {{0.05, 0.12}, {0.085, 0.43}};
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.055, 0.16}};
     case ValidationCategory::kCollective:

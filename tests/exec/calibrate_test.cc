@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "exec/communicator.h"
+#include "exec/interpreter.h"
 #include "planner/lower.h"
 #include "tests/planner/test_plans.h"
 
@@ -67,6 +68,50 @@ TEST(CalibrateCpuTest, TimesTheLayerStackAndTheModelsEnds) {
   }
   ASSERT_EQ(beats.size(), 2 * all.size());
   for (size_t i = 0; i < beats.size(); ++i) EXPECT_EQ(beats[i], i + 1);
+}
+
+// A Llama-shaped plan on the megatron-core stack, fp8 with context parallelism, holds ops the
+// executor runs nothing for (amax updates, the ring's merge kernels, the copies of Q, K and V;
+// the amax all-reduces are collectives, which one rank does not time anyway) and the ring's
+// transfers: the calibration times every other compute op and none of those.
+TEST(CalibrateCpuTest, LeavesOutWhatTheExecutorDoesNotRun) {
+  testing_util::PlanKnobs k;
+  k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/tiny-llama.yaml";
+  k.cluster = "dgx-h100:1:2";
+  k.tp = 1;
+  k.cp = 2;
+  k.seq_len = 32;
+  k.micro_batch = 2;
+  k.global_batch = 2;
+  Plan plan = testing_util::MakePlan(k);
+  plan.precision = Dtype::kFp8;
+  ASSERT_EQ(plan.stack.name, "megatron-core");
+  Result<Schedule> layers = Lower(plan);
+  Result<Schedule> ends =
+      LowerStage(plan, LowerOptions{.layers = 1, .embedding = true, .head = true});
+  ASSERT_TRUE(layers.ok() && ends.ok());
+  std::set<std::string> expected;
+  std::set<OpFunc> left_out;
+  for (const Schedule* s : {&*layers, &*ends}) {
+    for (const Op& op : s->ops()) {
+      if (op.kind == OpKind::kCollective) continue;
+      if (RunsNothing(op) || op.kind == OpKind::kSendRecv) {
+        left_out.insert(op.func);
+      } else {
+        expected.insert(OpSignature(op));
+      }
+    }
+  }
+  EXPECT_EQ(left_out, (std::set{OpFunc::kCpSendRecv, OpFunc::kCpMerge, OpFunc::kQkvCopy,
+                                OpFunc::kQkvCopyGrad, OpFunc::kAmaxUpdate}));
+  SelfCommunicator self;
+  CalibrateOptions options;
+  options.repeats = 1;
+  Result<HardwareProfile> profile = CalibrateCpu(plan, self, options);
+  ASSERT_TRUE(profile.ok()) << profile.message();
+  std::set<std::string> timed;
+  for (const auto& [signature, us] : profile->compute_us) timed.insert(signature);
+  EXPECT_EQ(timed, expected);
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -146,6 +147,52 @@ TEST(LowerStackTest, RotaryPositionsRotateQAndKAsTheStackRunsThem) {
       EXPECT_EQ(order, (std::vector{OpFunc::kQkv, OpFunc::kAttn, OpFunc::kAttnGrad,
                                     OpFunc::kQkvGradInput}));
     }
+  }
+}
+
+TEST(LowerStackTest, AttentionsInputsAreCopiedWhereMegatronCoreSplitsThemOutOfTheirLayout) {
+  // gpt3-2.7b at tp 8: 4 query heads of 80 a rank, and 4 key and value heads (multi-head) or 1
+  // (8 groups), 4 x 256 tokens, bf16: one pass over a head's columns is 1024 x 80 x 2 bytes.
+  // Megatron-Core with Transformer Engine copies Q of a grouped-query model (4 heads) and V of a
+  // rotary one (1 or 4) forward, read and write, and concatenates the gradients of all of QKV
+  // backward whenever it copied either; multi-head with learned positions copies nothing, and
+  // neither does a stack that reads the split in place (domino, deepspeed-domino).
+  const double head = 1024.0 * 80 * 2;
+  for (const auto& [stack, kv_heads, positions, forward, backward] :
+       {std::tuple{"megatron-core", 32, Positions::kRotary, 2 * 4.0, 2 * 12.0},
+        std::tuple{"megatron-core", 8, Positions::kRotary, 2 * (4.0 + 1), 2 * 6.0},
+        std::tuple{"megatron-core", 8, Positions::kLearned, 2 * 4.0, 2 * 6.0},
+        std::tuple{"megatron-core", 32, Positions::kLearned, 0.0, 0.0},
+        std::tuple{"domino", 8, Positions::kRotary, 0.0, 0.0},
+        std::tuple{"deepspeed-domino", 8, Positions::kRotary, 0.0, 0.0}}) {
+    SCOPED_TRACE(fmt::format("{} kv_heads {} {}", stack, kv_heads, PositionsName(positions)));
+    PlanKnobs k;
+    k.stack = stack;
+    Plan plan = MakePlan(k);
+    plan.model.kv_heads = kv_heads;
+    plan.model.positions = positions;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{1, false, false, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    std::vector<OpFunc> order;  // the attention block's compute ops, in schedule order
+    for (const Op& op : s->ops()) {
+      if (op.func == OpFunc::kQkvCopy) EXPECT_DOUBLE_EQ(op.bytes, forward * head);
+      if (op.func == OpFunc::kQkvCopyGrad) EXPECT_DOUBLE_EQ(op.bytes, backward * head);
+      if (op.func == OpFunc::kQkv || op.func == OpFunc::kRope || op.func == OpFunc::kQkvCopy ||
+          op.func == OpFunc::kAttn || op.func == OpFunc::kAttnGrad ||
+          op.func == OpFunc::kRopeGrad || op.func == OpFunc::kQkvCopyGrad ||
+          op.func == OpFunc::kQkvGradInput)
+        order.push_back(op.func);
+    }
+    std::vector<OpFunc> expected = {OpFunc::kQkv,         OpFunc::kRope,        OpFunc::kQkvCopy,
+                                    OpFunc::kAttn,        OpFunc::kAttnGrad,    OpFunc::kRopeGrad,
+                                    OpFunc::kQkvCopyGrad, OpFunc::kQkvGradInput};
+    if (positions != Positions::kRotary)
+      std::erase_if(expected,
+                    [](OpFunc f) { return f == OpFunc::kRope || f == OpFunc::kRopeGrad; });
+    if (forward == 0)
+      std::erase_if(expected,
+                    [](OpFunc f) { return f == OpFunc::kQkvCopy || f == OpFunc::kQkvCopyGrad; });
+    EXPECT_EQ(order, expected);
   }
 }
 
