@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "planner/iteration.h"
 #include "planner/lowering.h"
 
 namespace domino::lowering {
@@ -56,8 +57,12 @@ void Lowering::EmbeddingForward(int i) {
 }
 
 // Slice i's embedding gradient, after `grad` wrote the first layer's input gradient: each rank
-// adds the rows of the tokens in its vocabulary part. With SP the gradient is a sequence shard
-// and is all-gathered first (the backward of the forward's reduce-scatter).
+// adds the rows of the tokens in its vocabulary part (reads the gradient's rows, writes as many).
+// With SP the gradient is a sequence shard and is all-gathered first (the backward of the
+// forward's reduce-scatter). A stack with a dense embedding gradient (StackSpec::
+// dense_embedding_grad) also zero-fills the rank's vocabulary part of the table in 16 bits and
+// adds it into the accumulated gradient (a 16-bit read, a read and a write in the gradients'
+// type), once per micro-batch: each of the p slices' ops takes 1/p of it.
 void Lowering::EmbeddingBackward(int i, int32_t grad) {
   OpTags tags = Tags(0, i, -1, Phase::kBackward);
   const LayerTensors& t = tensors_[0];
@@ -67,8 +72,11 @@ void Lowering::EmbeddingBackward(int i, int32_t grad) {
                       SliceOf(t.g_x, i), SliceOf(g_x_full_, i));
     dy = g_x_full_;
   }
-  Elementwise(OpFunc::kEmbedGrad, tags, 2 * RowBytes(h_), {grad},
-              {SliceOf(tokens_in_, i), SliceOf(dy, i)}, {WholeOf(g_w_embed_)});
+  double bytes = 2 * RowBytes(h_);
+  if (plan_.stack.dense_embedding_grad)
+    bytes += static_cast<double>(vocab_) * h_ * (2 * e_ + 2 * GradBytes(plan_)) / p_;
+  Elementwise(OpFunc::kEmbedGrad, tags, bytes, {grad}, {SliceOf(tokens_in_, i), SliceOf(dy, i)},
+              {WholeOf(g_w_embed_)});
 }
 
 // Slice i's final residual add, final norm, LM head (vocab-parallel columns) and cross-entropy.

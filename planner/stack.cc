@@ -124,6 +124,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("fused_squared_relu", &stack.fused_squared_relu, Need::kOptional);
   map.Enum("rope", &stack.rope, Need::kOptional, kRopeKernels);
   map.Bool("qkv_copies", &stack.qkv_copies, Need::kOptional);
+  map.Bool("dense_embedding_grad", &stack.dense_embedding_grad, Need::kOptional);
   map.Bool("wgrad_overlaps_tp_comm", &stack.wgrad_overlaps_tp_comm, Need::kOptional);
   map.Bool("sliced_fc1_wgrad_overlaps_tp_comm", &stack.sliced_fc1_wgrad_overlaps_tp_comm,
            Need::kOptional);

@@ -162,6 +162,13 @@ struct StackSpec {
   // dKV) into the running result, and copies the half blocks a causal step reads, in elementwise
   // kernels of their own (Transformer Engine's p2p CP) rather than inside the attention kernels.
   bool cp_merge_kernels = false;
+  // The embedding's weight gradient as PyTorch's F.embedding leaves it: backward fills a dense
+  // gradient of the rank's whole vocabulary part with zeros and adds the micro-batch's rows into
+  // it, and the framework's gradient hook then adds that table into the accumulated gradient
+  // (main_grad.add_: the table read in 16 bits, the accumulated gradient read and written in its
+  // type), every micro-batch. False: the rows are added into the accumulated gradient in place
+  // (this project's executor).
+  bool dense_embedding_grad = false;
   // Rotary position embeddings' kernels (models with rotary positions).
   RopeKernel rope = RopeKernel::kFused;
   // Q, K and V reach the attention kernel as views of the QKV GEMM's output, split per query
@@ -220,10 +227,11 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
 // `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `qkv_copies`,
-// `fused_squared_relu`, `fp32_scores`, `overlap_p2p` and `fp8_amax_reduction` (false),
-// `cross_entropy` (vocab-parallel), `grad_reduce` (fp32), `grad_sync` (layer), `rope` (fused),
-// `wgrad_overlaps_tp_comm`, `sliced_fc1_wgrad_overlaps_tp_comm`, `fused_wgrad_accumulation`,
-// `sliced_mlp_fused_wgrad_accumulation` (true), and `fp8_cast` (norm-and-activation).
+// `dense_embedding_grad`, `fused_squared_relu`, `fp32_scores`, `overlap_p2p` and
+// `fp8_amax_reduction` (false), `cross_entropy` (vocab-parallel), `grad_reduce` (fp32), `grad_sync`
+// (layer), `rope` (fused), `wgrad_overlaps_tp_comm`, `sliced_fc1_wgrad_overlaps_tp_comm`,
+// `fused_wgrad_accumulation`, `sliced_mlp_fused_wgrad_accumulation` (true), and `fp8_cast`
+// (norm-and-activation).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

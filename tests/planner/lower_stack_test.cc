@@ -70,6 +70,40 @@ TEST(LowerStackTest, TheLossMovesTheBytesOfItsStacksCrossEntropy) {
   }
 }
 
+TEST(LowerStackTest, TheEmbeddingGradientIsDenseWhereTheStackRunsFEmbedding) {
+  // gpt3-2.7b at tp 8: 6400 of the 51200 padded vocabulary rows a rank, hidden 2560, 4 x 256
+  // tokens, bf16. Every stack reads the micro-batch's gradient rows and writes as many (2 x 1024
+  // x 2560 x 2 bytes); the Megatron-derived stacks also zero-fill the rank's 6400 x 2560 table in
+  // bf16 and add it into main_grad (bf16 read, fp32 read and write): 2 + 2 + 8 = 12 bytes a table
+  // element, or 8 with bf16 gradients (memory.grad_reduce: param), once per micro-batch, so each
+  // of two row slices carries half of it. The executor's kernel adds the rows in place.
+  const double rows = 2.0 * 1024 * 2560 * 2, table = 6400.0 * 2560;
+  for (const auto& [stack, row_split, grad_reduce, per_element] :
+       {std::tuple{"megatron-core", 1, GradReduce::kFp16Param, 12.0},
+        std::tuple{"megatron-core", 1, GradReduce::kParam, 8.0},
+        std::tuple{"megatron-core", 2, GradReduce::kFp16Param, 12.0},
+        std::tuple{"megatron-2021", 1, GradReduce::kFp16Param, 12.0},
+        std::tuple{"deepspeed-domino", 2, GradReduce::kFp16Param, 12.0},
+        std::tuple{"domino", 1, GradReduce::kFp32, 0.0}}) {
+    SCOPED_TRACE(fmt::format("{} p {} {}", stack, row_split, GradReduceName(grad_reduce)));
+    PlanKnobs k;
+    k.stack = stack;
+    k.row_split = row_split;
+    if (row_split > 1) k.scope = OverlapScope::kIntraLayer;
+    Plan plan = MakePlan(k);
+    plan.grad_reduce = grad_reduce;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{-1, true, true, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    int seen = 0;
+    for (const Op& op : s->ops()) {
+      if (op.func != OpFunc::kEmbedGrad) continue;
+      EXPECT_DOUBLE_EQ(op.bytes, (rows + per_element * table) / row_split);
+      ++seen;
+    }
+    EXPECT_EQ(seen, row_split);
+  }
+}
+
 TEST(LowerStackTest, TheActivationMovesTheBytesOfItsKernels) {
   // gpt3-2.7b's MLP (ffn 10240, biases) at tp 8: 1280 columns a rank, 4 x 256 tokens, bf16; one
   // pass over the activation is 1024 x 1280 x 2 bytes. GeLU with the bias fused (megatron-core):
