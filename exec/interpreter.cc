@@ -108,8 +108,8 @@ bool RunsNothing(const Op& op) {
     case OpFunc::kAmaxAllReduce:
     case OpFunc::kAmaxUpdate:
     case OpFunc::kCpMerge:
-    case OpFunc::kQkvCopy:
-    case OpFunc::kQkvCopyGrad:
+    case OpFunc::kAttnCopy:
+    case OpFunc::kAttnCopyGrad:
       return true;
     default:
       return false;

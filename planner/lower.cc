@@ -301,8 +301,9 @@ void Lowering::ForwardCompute(int l, Block block, int i, const Deps& entry) {
       Gemm(OpFunc::kQkv, PieceTags(tags, j), piece_rows, qkv_n_, h_, PieceDeps(entry, j),
            {Use(t.ln1, Piece(i, j, h_)), WholeOf(t.w_qkv)}, {Use(t.qkv, Piece(i, j, qkv_n_))});
     Rope(OpFunc::kRope, tags, t.qkv, i);
-    QkvCopies(OpFunc::kQkvCopy, tags, t.qkv, i);
+    CopiesAroundAttention(OpFunc::kAttnCopy, tags, t.qkv, i);
     AttentionCore(OpFunc::kAttn, tags, l, i);
+    CopiesAroundAttention(OpFunc::kAttnCopy, tags, t.ctx, i, /*after_core=*/true);
     in = t.ctx, w_out = t.w_proj, out = t.proj, k = a_ * d_;
   } else {
     for (int j = 0; j < pieces; ++j)
@@ -436,7 +437,7 @@ void Lowering::BackwardCompute(int l, Block block, int i, const Deps& entry) {
       AttentionCore(OpFunc::kAttn, Tags(l, i, -1, Phase::kRecompute), l, i);
     AttentionCore(OpFunc::kAttnGrad, tags, l, i);
     Rope(OpFunc::kRopeGrad, tags, t.g_qkv, i);
-    QkvCopies(OpFunc::kQkvCopyGrad, tags, t.g_qkv, i);
+    CopiesAroundAttention(OpFunc::kAttnCopyGrad, tags, t.g_qkv, i);
   } else {
     // Unfused squared ReLU's autograd: pow's backward, grad * (2 * r.pow(1)), three kernels
     // (seven passes: PyTorch's pow_backward), then relu's threshold_backward (three).

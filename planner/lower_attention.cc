@@ -129,20 +129,41 @@ void Lowering::Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i) {
   Compute(op, {}, {SliceOf(qkv, i)}, {SliceOf(qkv, i)});
 }
 
-// The copies around the attention core that StackSpec::qkv_copies describes, over row slice i's
-// `qkv` (forward) or its gradient (kQkvCopyGrad): forward, a read and a write of Q when the model
-// groups its queries (a_ > g_) and of V when it rotates Q and K, after the rotary kernel;
-// backward, before the QKV GEMM's input gradient, a read and a write of all of QKV whenever the
-// forward split Q, K and V out of layouts other than sbh3d (either case above). Multi-head
-// attention with learned positions copies nothing.
-void Lowering::QkvCopies(OpFunc func, const OpTags& tags, int32_t qkv, int i) {
-  if (!plan_.stack.qkv_copies) return;
+// The copies around the attention core that StackSpec::attention_copies describes
+// (AttentionCopies), over row slice i of `tensor`: forward, before the core (kAttnCopy on qkv) or
+// after it (`after_core`, kAttnCopy on ctx); backward, before the QKV GEMM's input gradient
+// (kAttnCopyGrad on qkv's gradient). In units of a pass (a read or a write) over columns of the
+// slice's rows:
+// - megatron, forward: Q when the model groups its queries (a_ > g_); before the fused kernels V
+//   too when the model is rotary, after unfused attention the context; backward: all of QKV
+//   twice, unless the fused kernels' multi-head attention with learned positions copied nothing;
+// - permute: all of QKV twice before the core and the context twice after it; backward, QKV four
+//   times with row slices (the split's concatenation and the reshape's copy), twice without
+//   (Megatron-LM's own layer).
+void Lowering::CopiesAroundAttention(OpFunc func, const OpTags& tags, int32_t tensor, int i,
+                                     bool after_core) {
+  const AttentionCopies copies = plan_.stack.attention_copies;
+  if (copies == AttentionCopies::kNone) return;
+  const bool unfused = plan_.attention_kernel() == AttentionKernel::kUnfused;
   const bool grouped = a_ > g_;
   const bool rotary = !plan_.model.learned_positions() && plan_.stack.rope != RopeKernel::kNone;
-  if (!grouped && !rotary) return;
-  const int64_t cols =
-      func == OpFunc::kQkvCopyGrad ? 2 * qkv_n_ : 2 * d_ * ((grouped ? a_ : 0) + (rotary ? g_ : 0));
-  Elementwise(func, tags, RowBytes(cols), {}, {SliceOf(qkv, i)}, {SliceOf(qkv, i)});
+  const bool backward = func == OpFunc::kAttnCopyGrad;
+  int64_t cols = 0;
+  if (copies == AttentionCopies::kPermute && !unfused) {
+    if (backward) {
+      cols = (p_ > 1 ? 4 : 2) * qkv_n_;
+    } else {
+      cols = after_core ? 2 * a_ * d_ : 2 * qkv_n_;
+    }
+  } else if (backward) {
+    cols = unfused || grouped || rotary ? 2 * qkv_n_ : 0;
+  } else if (after_core) {
+    cols = unfused ? 2 * a_ * d_ : 0;
+  } else {
+    cols = 2 * d_ * ((grouped ? a_ : 0) + (rotary && !unfused ? g_ : 0));
+  }
+  if (cols == 0) return;
+  Elementwise(func, tags, RowBytes(cols), {}, {SliceOf(tensor, i)}, {SliceOf(tensor, i)});
 }
 
 }  // namespace domino::lowering

@@ -201,7 +201,8 @@ class Lowering {
                        std::initializer_list<TensorUse> buffers);
   void AttentionCore(OpFunc func, const OpTags& tags, int l, int i);
   void Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i);
-  void QkvCopies(OpFunc func, const OpTags& tags, int32_t qkv, int i);
+  void CopiesAroundAttention(OpFunc func, const OpTags& tags, int32_t tensor, int i,
+                             bool after_core = false);
 
   // lower_ends.cc: the embedding in front; the final norm, LM head and loss behind.
   double LossBytes(Phase phase) const;

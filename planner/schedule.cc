@@ -66,8 +66,8 @@ std::string_view OpFuncName(OpFunc func) {
       "fsdp.reducescatter",
       "rope",
       "rope.grad",
-      "qkv.copy",
-      "qkv.copy.grad",
+      "attn.copy",
+      "attn.copy.grad",
       "amax.allreduce",
       "amax.update"};
   int index = static_cast<int>(func);

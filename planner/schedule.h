@@ -109,8 +109,8 @@ enum class OpFunc : uint8_t {
   // Attention's inputs as Megatron-Core and Transformer Engine split them (StackSpec::qkv_copies):
   // the copies the attention kernel needs of Q (a grouped-query model's) and V (a rotary model's)
   // after the QKV GEMM, and backward the concatenation of dQ, dK and dV into QKV's gradient.
-  kQkvCopy,
-  kQkvCopyGrad,
+  kAttnCopy,
+  kAttnCopyGrad,
   // fp8 scaling's amax reductions as Transformer Engine runs them (StackSpec::fp8_amax_reduction),
   // all-reduces the compute stream waits for. Delayed scaling: after a chunk's layers run forward,
   // and after their backward, the maximum of every scaled tensor's amax over the stage's GPUs,

@@ -61,6 +61,12 @@ constexpr std::array<std::pair<std::string_view, RopeKernel>, 3> kRopeKernels{{
     {"none", RopeKernel::kNone},
 }};
 
+constexpr std::array<std::pair<std::string_view, AttentionCopies>, 3> kAttentionCopies{{
+    {"none", AttentionCopies::kNone},
+    {"megatron", AttentionCopies::kMegatron},
+    {"permute", AttentionCopies::kPermute},
+}};
+
 template <typename T, size_t N>
 std::string_view NameOf(const std::array<std::pair<std::string_view, T>, N>& names, T value) {
   for (const auto& [name, v] : names)
@@ -76,6 +82,9 @@ std::string_view GradSyncName(GradSync sync) { return NameOf(kGradSyncs, sync); 
 std::span<const std::pair<std::string_view, GradSync>> GradSyncNames() { return kGradSyncs; }
 std::string_view CrossEntropyName(CrossEntropy loss) { return NameOf(kCrossEntropies, loss); }
 std::string_view RopeKernelName(RopeKernel rope) { return NameOf(kRopeKernels, rope); }
+std::string_view AttentionCopiesName(AttentionCopies copies) {
+  return NameOf(kAttentionCopies, copies);
+}
 std::string_view Fp8RecipeName(Fp8Recipe recipe) { return NameOf(kFp8Recipes, recipe); }
 std::span<const std::pair<std::string_view, Fp8Recipe>> Fp8RecipeNames() { return kFp8Recipes; }
 std::span<const std::pair<std::string_view, CrossEntropy>> CrossEntropyNames() {
@@ -123,7 +132,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("cp_merge_kernels", &stack.cp_merge_kernels, Need::kOptional);
   map.Bool("fused_squared_relu", &stack.fused_squared_relu, Need::kOptional);
   map.Enum("rope", &stack.rope, Need::kOptional, kRopeKernels);
-  map.Bool("qkv_copies", &stack.qkv_copies, Need::kOptional);
+  map.Enum("attention_copies", &stack.attention_copies, Need::kOptional, kAttentionCopies);
   map.Bool("dense_embedding_grad", &stack.dense_embedding_grad, Need::kOptional);
   map.Bool("wgrad_overlaps_tp_comm", &stack.wgrad_overlaps_tp_comm, Need::kOptional);
   map.Bool("sliced_fc1_wgrad_overlaps_tp_comm", &stack.sliced_fc1_wgrad_overlaps_tp_comm,

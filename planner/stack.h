@@ -93,6 +93,28 @@ enum class CrossEntropy { kVocabParallel, kMegatronFused, kTe, kFused };
 //   passes forward, 10 backward;
 // - none: not run (a stack whose attention takes no positions).
 enum class RopeKernel { kFused, kUnfused, kNone };
+// The copies a framework makes around the attention core, of Q, K and V forward and of their
+// gradients backward (a, g: the query and key-value heads; a grouped-query model has g < a):
+// - none: the attention reads Q, K and V where the QKV GEMM wrote them and writes their
+//   gradients in place (this project's executor);
+// - megatron: Q, K and V are views of the QKV GEMM's output split per query group (Megatron-LM's
+//   split_tensor_along_last_dim, Megatron-Core's get_query_key_value_tensors with Transformer
+//   Engine's SplitAlongDim), and backward the split concatenates dQ, dK and dV (a read and a
+//   write of all of QKV) unless they are views of one buffer. A grouped-query model's query is
+//   reshaped from its group's columns into heads, a copy. Transformer Engine's fused attention
+//   (flash, flash2) makes a rotary model's V contiguous (beside the fresh Q and K the rotary
+//   kernel writes, a strided V matches none of its layouts; get_qkv_layout), and its backward
+//   writes dQ, dK and dV into one buffer only for multi-head attention with learned positions
+//   (sbh3d), which copies nothing. Unfused attention reads the views with batched GEMMs, copies
+//   its context out of their [b, heads, s, d] layout (permute(...).contiguous()), and always
+//   concatenates backward;
+// - permute: DeepSpeed-Domino's sliced attention permutes all of QKV to [b, heads, s, 3 d] and
+//   makes it contiguous, and the context back (two copies forward); backward, torch.split's
+//   concatenation and the copy that reshapes the permuted gradient for the QKV GEMM (with one
+//   row slice, Megatron-LM's own layer, whose flash path copies Q, K, V and the context forward
+//   and concatenates backward).
+enum class AttentionCopies { kNone, kMegatron, kPermute };
+std::string_view AttentionCopiesName(AttentionCopies copies);  // "none", "megatron", "permute"
 // How fp8 training scales each tensor before it casts it (Transformer Engine's recipes):
 // - delayed: from the amax history of earlier steps (DelayedScaling, Megatron-LM's default
 //   --fp8-recipe delayed, NeMo's fp8_hybrid): the cast finds the tensor's amax as it goes, and a
@@ -171,17 +193,8 @@ struct StackSpec {
   bool dense_embedding_grad = false;
   // Rotary position embeddings' kernels (models with rotary positions).
   RopeKernel rope = RopeKernel::kFused;
-  // Q, K and V reach the attention kernel as views of the QKV GEMM's output, split per query
-  // group (Megatron-Core's SelfAttention.get_query_key_value_tensors with Transformer Engine's
-  // SplitAlongDim), and what the kernel cannot read that way is copied: a grouped-query model's
-  // Q (reshaping a group's query columns into heads cannot be a view) and a rotary model's V
-  // (next to the fresh Q and K the rotary kernel writes, a strided V matches none of Transformer
-  // Engine's layouts, and get_qkv_layout makes all three contiguous). Backward, the split's
-  // gradient concatenates dQ, dK and dV unless they are views of one buffer, which they are only
-  // for multi-head attention with learned positions (the sbh3d layout). False: the attention
-  // reads Q, K and V where the GEMM wrote them and writes their gradients in place (this
-  // project's executor; 2021 Megatron-LM and DeepSpeed's GPT, multi-head with learned positions).
-  bool qkv_copies = false;
+  // The copies around the attention core (AttentionCopies).
+  AttentionCopies attention_copies = AttentionCopies::kNone;
   // The backward's input-gradient TP collective of a column-parallel linear (QKV, fc1) runs
   // under that linear's weight-gradient GEMM (Megatron-LM's async all-reduce since September
   // 2021, and Megatron-Core's with sequence parallelism), rather than being launched after it.
@@ -226,12 +239,12 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `qkv_copies`,
+// `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`,
 // `dense_embedding_grad`, `fused_squared_relu`, `fp32_scores`, `overlap_p2p` and
 // `fp8_amax_reduction` (false), `cross_entropy` (vocab-parallel), `grad_reduce` (fp32), `grad_sync`
-// (layer), `rope` (fused), `wgrad_overlaps_tp_comm`, `sliced_fc1_wgrad_overlaps_tp_comm`,
-// `fused_wgrad_accumulation`, `sliced_mlp_fused_wgrad_accumulation` (true), and `fp8_cast`
-// (norm-and-activation).
+// (layer), `rope` (fused), `attention_copies` (none), `wgrad_overlaps_tp_comm`,
+// `sliced_fc1_wgrad_overlaps_tp_comm`, `fused_wgrad_accumulation`,
+// `sliced_mlp_fused_wgrad_accumulation` (true), and `fp8_cast` (norm-and-activation).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

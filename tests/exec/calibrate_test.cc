@@ -71,9 +71,9 @@ TEST(CalibrateCpuTest, TimesTheLayerStackAndTheModelsEnds) {
 }
 
 // A Llama-shaped plan on the megatron-core stack, fp8 with context parallelism, holds ops the
-// executor runs nothing for (amax updates, the ring's merge kernels, the copies of Q, K and V;
-// the amax all-reduces are collectives, which one rank does not time anyway) and the ring's
-// transfers: the calibration times every other compute op and none of those.
+// executor runs nothing for (amax updates, the ring's merge kernels, the copies around the
+// attention; the amax all-reduces are collectives, which one rank does not time anyway) and the
+// ring's transfers: the calibration times every other compute op and none of those.
 TEST(CalibrateCpuTest, LeavesOutWhatTheExecutorDoesNotRun) {
   testing_util::PlanKnobs k;
   k.model = std::string(DOMINO_SOURCE_DIR) + "/models/examples/tiny-llama.yaml";
@@ -102,8 +102,8 @@ TEST(CalibrateCpuTest, LeavesOutWhatTheExecutorDoesNotRun) {
       }
     }
   }
-  EXPECT_EQ(left_out, (std::set{OpFunc::kCpSendRecv, OpFunc::kCpMerge, OpFunc::kQkvCopy,
-                                OpFunc::kQkvCopyGrad, OpFunc::kAmaxUpdate}));
+  EXPECT_EQ(left_out, (std::set{OpFunc::kCpSendRecv, OpFunc::kCpMerge, OpFunc::kAttnCopy,
+                                OpFunc::kAttnCopyGrad, OpFunc::kAmaxUpdate}));
   SelfCommunicator self;
   CalibrateOptions options;
   options.repeats = 1;

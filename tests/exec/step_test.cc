@@ -230,17 +230,17 @@ TEST(StepTest, Fp8AmaxReductionsHaveNothingToDoHere) {
   }
 }
 
-TEST(StepTest, TheStacksCopiesOfQKAndVHaveNothingToDoHere) {
+TEST(StepTest, TheStacksCopiesAroundTheAttentionHaveNothingToDoHere) {
   // tiny-llama (rotary, grouped queries) on the megatron-core stack: its passes hold the copies
-  // Megatron-Core makes of Q and V and the concatenation of their gradients (kQkvCopy), which the
+  // Megatron-Core makes of Q and V and the concatenation of their gradients (kAttnCopy), which the
   // executor's attention does not need and skips; the ranks still match the reference.
   Plan plan = TinyPlan("tiny-llama", 2, 2, 2);
-  ASSERT_TRUE(plan.stack.qkv_copies);
+  ASSERT_EQ(plan.stack.attention_copies, AttentionCopies::kMegatron);
   Result<Schedule> pass = LowerStage(plan, LowerOptions{-1, true, true, true, true});
   ASSERT_TRUE(pass.ok()) << pass.message();
   int copies = 0;
   for (const Op& op : pass->ops())
-    copies += op.func == OpFunc::kQkvCopy || op.func == OpFunc::kQkvCopyGrad;
+    copies += op.func == OpFunc::kAttnCopy || op.func == OpFunc::kAttnCopyGrad;
   EXPECT_GT(copies, 0);
   std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
   for (const auto& r : results) {
