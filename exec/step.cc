@@ -353,7 +353,7 @@ Status StepRunner::RunPass(const Op& op, int32_t id) {
     const Op& o = s.ops()[cursor];
     // The stack's output gradient comes from the next stage (kPpRecv), not from a fill.
     if (o.func == OpFunc::kResidualGrad) continue;
-    // A stack's merge kernels, amax reductions and Q, K and V copies (interpreter.h).
+    // A stack's merge kernels, amax reductions and copies around the attention (interpreter.h).
     if (RunsNothing(o)) continue;
     if (plan_.cp > 1 &&
         (o.func == OpFunc::kAttn || o.func == OpFunc::kAttnGrad || o.func == OpFunc::kCpSendRecv)) {

@@ -245,6 +245,7 @@ TEST(LowerStackTest, TheCopiesAroundTheAttentionAreTheFrameworks) {
     k.row_split = c.row_split;
     if (c.row_split > 1) k.scope = OverlapScope::kIntraLayer;
     Plan plan = MakePlan(k);
+    SCOPED_TRACE(AttentionCopiesName(plan.stack.attention_copies));
     plan.model.kv_heads = c.kv_heads;
     plan.model.positions = c.positions;
     plan.attention = c.attention;
