@@ -117,7 +117,7 @@ void Lowering::AttentionCore(OpFunc func, const OpTags& tags, int l, int i) {
 // none when the model has learned positions or the stack runs none. The op carries the
 // attention's shape (its rows are whole local sequences) for the executor's kernel.
 void Lowering::Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i) {
-  if (plan_.model.learned_positions() || plan_.stack.rope == RopeKernel::kNone) return;
+  if (!RotatesQk()) return;
   Op op;
   op.kind = OpKind::kElementwise;
   op.func = func;
@@ -146,7 +146,7 @@ void Lowering::CopiesAroundAttention(OpFunc func, const OpTags& tags, int32_t te
   if (copies == AttentionCopies::kNone) return;
   const bool unfused = plan_.attention_kernel() == AttentionKernel::kUnfused;
   const bool grouped = a_ > g_;
-  const bool rotary = !plan_.model.learned_positions() && plan_.stack.rope != RopeKernel::kNone;
+  const bool rotary = RotatesQk();
   const bool backward = func == OpFunc::kAttnCopyGrad;
   int64_t cols = 0;
   if (copies == AttentionCopies::kPermute && !unfused) {

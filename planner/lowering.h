@@ -201,6 +201,10 @@ class Lowering {
                        std::initializer_list<TensorUse> buffers);
   void AttentionCore(OpFunc func, const OpTags& tags, int l, int i);
   void Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i);
+  // Whether the stack rotates Q and K: a model with rotary positions and a stack that runs them.
+  bool RotatesQk() const {
+    return !plan_.model.learned_positions() && plan_.stack.rope != RopeKernel::kNone;
+  }
   void CopiesAroundAttention(OpFunc func, const OpTags& tags, int32_t tensor, int i,
                              bool after_core = false);
 
