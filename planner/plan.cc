@@ -72,15 +72,19 @@ void ReadFigures(YamlMap& parent, std::string_view key, std::optional<PlanFigure
   std::optional<YamlMap> map = parent.Map(key, Need::kOptional);
   if (!map) return;
   PlanFigures f;
+  // Times, rates and shares are never negative; the exposed time, the iteration less its ideal,
+  // may be (by rounding, or where overlap beats the ideal's serial order).
   RealRange any{.min = -1e300, .max = 1e300, .min_exclusive = false};
-  map->Real("iteration_ms", &f.iteration_ms, Need::kOptional, any);
-  map->Real("ideal_ms", &f.ideal_ms, Need::kOptional, any);
+  RealRange non_negative{.min = 0, .max = 1e18, .min_exclusive = false};
+  RealRange fraction{.min = 0, .max = 1, .min_exclusive = false};
+  map->Real("iteration_ms", &f.iteration_ms, Need::kOptional, non_negative);
+  map->Real("ideal_ms", &f.ideal_ms, Need::kOptional, non_negative);
   map->Real("exposed_comm_ms", &f.exposed_comm_ms, Need::kOptional, any);
-  map->Real("hidden_comm_fraction", &f.hidden_comm_fraction, Need::kOptional, any);
-  map->Real("tokens_per_s", &f.tokens_per_s, Need::kOptional, any);
-  map->Real("tflops_per_gpu", &f.tflops_per_gpu, Need::kOptional, any);
-  map->Real("mfu", &f.mfu, Need::kOptional, any);
-  map->Real("memory_gib_per_gpu", &f.memory_gib_per_gpu, Need::kOptional, any);
+  map->Real("hidden_comm_fraction", &f.hidden_comm_fraction, Need::kOptional, fraction);
+  map->Real("tokens_per_s", &f.tokens_per_s, Need::kOptional, non_negative);
+  map->Real("tflops_per_gpu", &f.tflops_per_gpu, Need::kOptional, non_negative);
+  map->Real("mfu", &f.mfu, Need::kOptional, non_negative);
+  map->Real("memory_gib_per_gpu", &f.memory_gib_per_gpu, Need::kOptional, non_negative);
   (void)map->Finish();
   *out = f;
 }
@@ -201,11 +205,16 @@ Status ResolvePlan(Plan& plan, bool check_rules) {
 Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   Result<YAML::Node> doc = ParseYaml(text, file);
   if (!doc.ok()) return doc.error();
-  YamlMap root(*doc, std::string(file));
+  return ParsePlanNode(*doc, file);
+}
+
+Result<Plan> ParsePlanNode(const YAML::Node& doc, std::string_view file,
+                           std::string_view key_path) {
+  YamlMap root(doc, std::string(file), std::string(key_path));
   Plan plan;
   // `model:` names a catalog model or a file, or is the model itself as a mapping.
   std::optional<ModelSpec> inline_model;
-  if (root.Has("model") && (*doc)["model"].IsMap()) {
+  if (root.Has("model") && doc["model"].IsMap()) {
     if (std::optional<YamlMap> model = root.Map("model", Need::kRequired)) {
       inline_model = ReadModel(*model);
       plan.model_ref.clear();

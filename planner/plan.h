@@ -13,6 +13,10 @@
 #include "models/model_spec.h"
 #include "planner/stack.h"
 
+namespace YAML {
+class Node;
+}  // namespace YAML
+
 namespace domino {
 
 // How far a TP collective may overlap: not at all, with independent work of the same layer, or
@@ -302,6 +306,10 @@ std::vector<int> ChunkLayers(const Plan& plan);
 // training.seq_len defaulting to the model's.
 Result<Plan> ParsePlan(std::string_view text, std::string_view file);
 Result<Plan> LoadPlan(const std::string& path);
+// The same for a plan inside another YAML file (a validation row's `plan:`): its keys' lines and
+// columns are the ones in `file`, their names under `key_path` ("rows[3].plan").
+Result<Plan> ParsePlanNode(const YAML::Node& node, std::string_view file,
+                           std::string_view key_path = "");
 
 // Resolves model_ref (unless empty: an inline model), cluster_ref and stack_ref and checks the
 // rules, for plans built in code or from flags. Without `check_rules`, only resolves (for a

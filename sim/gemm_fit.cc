@@ -42,10 +42,12 @@ double SumError(std::span<FitRow> rows, const std::vector<bool>& use, const Gemm
 
 // The grid point with the least sum of |error| over the rows `use` keeps. For each point of the
 // shared constants, each group's efficiency is the best for that group's rows alone (a group's
-// rows depend on no other group's efficiency); a group without such rows keeps `catalog`'s.
+// rows depend on no other group's efficiency); a group without such rows keeps `catalog`'s, and
+// with no row at all nothing is fitted: `catalog`.
 GemmConstants Fit(std::span<FitRow> rows, const std::vector<bool>& use, int groups,
                   const GemmConstants& catalog, const GemmFitGrid& grid) {
   GemmConstants best = catalog;
+  if (std::find(use.begin(), use.end(), true) == use.end()) return best;
   double best_sum = std::numeric_limits<double>::infinity();
   for (double overhead : grid.tile_overhead_k) {
     for (double fixed : grid.fixed_us) {
@@ -162,6 +164,11 @@ Result<GemmFit> FitGemmModel(std::span<const ValidationRow> table_rows, const Ge
     rows.push_back(r);
   }
   if (rows.empty()) return Error("no gemm row to fit the GEMM model on");
+  if (fit.sources.size() < 2)
+    return Error(fmt::format(
+        "the fit leaves each source out in turn and predicts its rows from the others: it needs "
+        "gemm rows of two sources at least, and every gemm row here is of one ({})",
+        fit.sources.front().source));
   fit.rows = static_cast<int>(rows.size());
   const int groups = static_cast<int>(fit.groups.size());
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
 #include "sim/predict.h"
@@ -51,7 +53,14 @@ Result<Report> LoadReport(const std::string& path) {
     } catch (const YAML::Exception&) {
       return fail(entry, "each entry is [op, class, start_us, end_us] with numbers for the times");
     }
-    if (!(op.end_us >= op.start_us)) return fail(entry, "an op must not end before it starts");
+    // Microseconds from the timeline's start: finite, not negative, within a day and more.
+    constexpr double kMaxUs = 1e11;
+    if (!std::isfinite(op.start_us) || !std::isfinite(op.end_us) || op.start_us < 0 ||
+        op.end_us > kMaxUs)
+      return fail(entry, fmt::format("start_us and end_us are microseconds from the timeline's "
+                                     "start: finite, from 0 to {:g}",
+                                     kMaxUs));
+    if (op.end_us < op.start_us) return fail(entry, "an op must not end before it starts");
     report.ops.push_back(std::move(op));
   }
   return report;

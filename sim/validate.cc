@@ -72,6 +72,8 @@ bool ReadGpuShape(YamlMap& map, GpuSpec* gpu, double* m, double* n, double* k, s
   map.Real("m", m, Need::kRequired, size);
   map.Real("n", n, Need::kRequired, size);
   map.Real("k", k, Need::kRequired, size);
+  for (const auto& [key, value] : {std::pair{"m", *m}, {"n", *n}, {"k", *k}})
+    if (!map.failed() && value != std::floor(value)) map.Fail(key, "must be a whole number");
   if (map.failed()) return false;
   Result<GpuSpec> spec = LoadGpu(*name);
   if (!spec.ok()) {
@@ -108,7 +110,8 @@ void ReadMeasured(YamlMap& row, ValidationRow* out) {
                                         ValidationCategoryName(out->category), u.key));
       continue;
     }
-    measured->Real(u.key, &out->measured, Need::kRequired);
+    measured->Real(u.key, &out->measured, Need::kRequired,
+                   {.min = 1e-6, .max = 1e12, .min_exclusive = false});
     out->unit = u.unit;
   }
   if (found != 1 && !measured->failed())
@@ -126,7 +129,6 @@ Status ReadRow(YamlMap& row, const std::string& file, ValidationRow* out) {
   row.String("derived", &out->derived, Need::kOptional);
   row.String("unresolved", &out->unresolved, Need::kOptional);
   if (row.failed()) return row.Finish();
-  const std::string where = fmt::format("{}:{}: row {}", file, out->line, out->id);
   switch (out->category) {
     case ValidationCategory::kEndToEnd:
     case ValidationCategory::kLayer: {
@@ -137,8 +139,8 @@ Status ReadRow(YamlMap& row, const std::string& file, ValidationRow* out) {
                                      kind.starts_with('e') ? "an" : "a", kind));
         break;
       }
-      // The plan as `simulate --plan` reads it; its messages name the row.
-      Result<Plan> plan = ParsePlan(YAML::Dump(plan_node), where + " plan");
+      // The plan as `simulate --plan` reads it; its messages name the line in the table.
+      Result<Plan> plan = ParsePlanNode(plan_node, file, row.key_path() + ".plan");
       if (!plan.ok()) return plan.error();
       out->plan = std::move(plan).value();
       const Plan& p = *out->plan;
@@ -174,6 +176,9 @@ Status ReadRow(YamlMap& row, const std::string& file, ValidationRow* out) {
         Result<ClusterSpec> spec = LoadCluster(cluster);
         if (!spec.ok())
           coll->Fail("cluster", spec.message());
+        else if (spec->total_gpus() < 2)
+          coll->Fail("cluster", fmt::format("a collective runs over two GPUs at least; {} has {}",
+                                            cluster, spec->total_gpus()));
         else
           c.cluster = std::move(spec).value();
       }
@@ -482,7 +487,7 @@ Result<RowResult> PredictRow(const ValidationRow& row) {
 
 double GemmFactorToClose(const RowResult& r) {
   if (!(r.gemm_share > 0) || !(r.predicted > 0)) return 0;
-  return 1 + (r.row->measured - r.predicted) / (r.gemm_share * r.predicted);
+  return std::max(0.0, 1 + (r.row->measured - r.predicted) / (r.gemm_share * r.predicted));
 }
 
 std::vector<GemmGapGroup> GemmGapByGroup(std::span<const RowResult> results) {

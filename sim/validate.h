@@ -137,7 +137,8 @@ MemoryFit MemoryFitOf(std::span<const RowResult> results);
 
 // What an end-to-end row's error would ask of the GEMMs if it were all GEMM time: the factor on
 // their predicted time that would make the prediction the measurement, 1 + (measured -
-// predicted) / (gemm_share x predicted); 0 for rows without GEMM time. A diagnostic, never
+// predicted) / (gemm_share x predicted); 0 for rows without GEMM time, and where no factor can
+// close it (GEMMs taking no time would still leave the prediction above). A diagnostic, never
 // applied: one factor across a source's rows points at compute throughput (clocks, kernels), a
 // scatter at something else.
 double GemmFactorToClose(const RowResult& result);

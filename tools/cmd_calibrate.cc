@@ -99,7 +99,6 @@ void Run(CalibrateFlags& flags) {
   if (!env.ok()) Fail("calibrate", env.message());
   const int rank = env->rank;
   if (!flags.positional_plan.empty()) flags.plan.plan_path = flags.positional_plan;
-  if (flags.out_path.empty()) FailOnRank("calibrate", rank, "--out profile.yaml is required");
   if (flags.backend == "cpu" && !flags.dtype.empty() && flags.dtype != "fp32")
     FailOnRank("calibrate", rank,
                fmt::format("--dtype {}: the CPU backend computes in fp32", flags.dtype));
@@ -114,8 +113,11 @@ void Run(CalibrateFlags& flags) {
                fmt::format("launched {} ranks ({}); calibrate runs on 1 rank (compute only) "
                            "or on the plan's tp = {} ranks (compute and collectives)",
                            env->size, env->source, plan->tp));
-  if (rank == 0 && !flags.force && access(flags.out_path.c_str(), F_OK) == 0)
-    Fail("calibrate", fmt::format("{}: exists; pass --force to overwrite it", flags.out_path));
+  // The output checked before the measurements, so that a bad path costs none.
+  if (rank == 0) {
+    CheckOk("calibrate", CheckOutputPath(flags.out_path, flags.force));
+    CheckOk("calibrate", CheckNotAnInput(flags.out_path, std::array{flags.plan.plan_path}));
+  }
   Result<std::unique_ptr<exec::Communicator>> comm = exec::MakeLaunchCommunicator(*env);
   if (!comm.ok()) FailOnRank("calibrate", rank, comm.message());
   Result<Schedule> schedule = Lower(*plan);
@@ -185,15 +187,17 @@ void SetupCalibrate(CLI::App* sub) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub->add_option("--device", flags->device,
                   "CUDA device (default: the launcher's local rank, modulo the visible devices)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--out", flags->out_path, "profile YAML to write");
+      ->check(DecimalInt(0, kMaxDevice));
+  sub->add_option("--out", flags->out_path, "profile YAML to write (required)")
+      ->required()
+      ->check(NonEmpty());
   sub->add_option("--repeats", flags->repeats, "timed runs per op (the median is kept)")
-      ->check(CLI::Range(1, 1000));
+      ->check(DecimalInt(1, 1000));
   sub->add_option("--soak", flags->soak_seconds,
                   "cuda: seconds of back-to-back 8192^3 GEMMs before anything is timed, so that "
                   "the ops are timed at the clocks the GPU's power limit sustains; prints and "
                   "keeps each second's TFLOP/s (default 0: none)")
-      ->check(CLI::Range(0.0, 3600.0));
+      ->check(FiniteIn(0, 3600));
   sub->add_option("--gemm-shapes", flags->gemm_shapes,
                   "cuda: GEMM shapes to time as GEMM benchmarks do (mamf-finder: warm-up runs, "
                   "the mean of up to 100), beside the GEMM model: 'table' (the shapes of "

@@ -1,5 +1,6 @@
 // `domino compare PREDICTED MEASURED`: two reports side by side, by figure, op class and op.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -60,6 +61,36 @@ std::optional<PlanFigures> FiguresOf(const Plan& plan, bool prefer_measured) {
   if (prefer_measured && plan.measured) return plan.measured;
   if (plan.predicted) return plan.predicted;
   return plan.measured;
+}
+
+// What differs between the plans of two reports in what shapes the ops and the figures: the
+// model's shape, the batch, the degrees and the slicing ("micro_batch 8 and 2"). The stack and
+// the cluster may differ (a prediction of another machine or software, the notes say which).
+std::vector<std::string> PlanDifferences(const Plan& a, const Plan& b) {
+  std::vector<std::string> out;
+  auto check = [&](std::string_view key, auto x, auto y) {
+    if (x != y) out.push_back(fmt::format("{} {} and {}", key, x, y));
+  };
+  check("model.layers", a.model.layers, b.model.layers);
+  check("model.hidden", a.model.hidden, b.model.hidden);
+  check("model.heads", a.model.heads, b.model.heads);
+  check("model.kv_heads", a.model.kv_heads, b.model.kv_heads);
+  check("model.ffn", a.model.ffn, b.model.ffn);
+  check("model.vocab", a.model.vocab, b.model.vocab);
+  check("seq_len", a.seq_len, b.seq_len);
+  check("micro_batch", a.micro_batch, b.micro_batch);
+  check("global_batch", a.global_batch, b.global_batch);
+  check("tp", a.tp, b.tp);
+  check("cp", a.cp, b.cp);
+  check("pp", a.pp, b.pp);
+  check("dp", a.dp, b.dp);
+  check("virtual_stages", a.virtual_stages, b.virtual_stages);
+  check("sequence_parallel", a.sequence_parallel, b.sequence_parallel);
+  check("row_split", a.row_split, b.row_split);
+  check("col_split", a.col_split, b.col_split);
+  check("scope", ScopeName(a.scope), ScopeName(b.scope));
+  check("method", MethodName(a.method), MethodName(b.method));
+  return out;
 }
 
 struct StackFigures {
@@ -123,7 +154,7 @@ Json StackJson(const StackFigures& a, const StackFigures& b) {
 Json CompareJson(const CompareFlags& flags, const sim::Report& predicted,
                  const sim::Report& measured, const PlanFigures& p, const PlanFigures& m,
                  const std::vector<Pair>& pairs, size_t unmatched,
-                 const std::map<std::string, std::pair<double, double>>& classes) {
+                 const std::map<std::string, std::pair<double, double>>& classes, bool iteration) {
   Json document = JsonDocument("compare");
   document["predicted"] = {{"path", flags.predicted_path}, {"model", predicted.plan.model.name}};
   document["measured"] = {{"path", flags.measured_path}, {"model", measured.plan.model.name}};
@@ -134,6 +165,13 @@ Json CompareJson(const CompareFlags& flags, const sim::Report& predicted,
       {"hidden_comm_fraction",
        PairJson(p.hidden_comm_fraction, m.hidden_comm_fraction, /*fraction=*/true)},
       {"tokens_per_s", PairJson(p.tokens_per_s, m.tokens_per_s)}};
+  // A measured step's TP collectives run inside its passes: not measured apart.
+  if (iteration) {
+    document["figures"]["exposed_comm_ms"]["measured"] = nullptr;
+    document["figures"]["exposed_comm_ms"]["error"] = nullptr;
+    document["figures"]["hidden_comm_fraction"]["measured"] = nullptr;
+    document["figures"]["hidden_comm_fraction"]["difference"] = nullptr;
+  }
   const bool timelines = !predicted.ops.empty() && !measured.ops.empty();
   document["timelines"] = timelines;
   document["predicted_ops"] = predicted.ops.size();
@@ -219,6 +257,17 @@ void Run(const CompareFlags& flags) {
     Fail("compare", fmt::format("{}: no predicted: or measured: block; pass reports written by "
                                 "`domino simulate --report` and `domino execute --report`",
                                 !p ? flags.predicted_path : flags.measured_path));
+  if (!predicted->plan.predicted && predicted->plan.measured && measured->plan.predicted &&
+      !measured->plan.measured)
+    Fail("compare", fmt::format("{} holds a measurement and {} a prediction: give the predicted "
+                                "report first (domino compare PREDICTED MEASURED)",
+                                flags.predicted_path, flags.measured_path));
+  if (std::vector<std::string> differ = PlanDifferences(predicted->plan, measured->plan);
+      !differ.empty())
+    Fail("compare",
+         fmt::format("{} and {} are reports of different plans ({}): compare a "
+                     "prediction and a measurement of the same plan",
+                     flags.predicted_path, flags.measured_path, fmt::join(differ, "; ")));
   // Match ops by label and occurrence: the k-th "tp.allreduce L0 mb0 fwd" of one report with the
   // k-th of the other.
   std::map<std::pair<std::string, int>, const sim::ReportOp*> by_key;
@@ -243,11 +292,17 @@ void Run(const CompareFlags& flags) {
     Fail("compare", fmt::format("{} and {} share no op (0 of {} predicted ops match a measured "
                                 "one): compare a prediction and a measurement of the same plan",
                                 flags.predicted_path, flags.measured_path, predicted->ops.size()));
+  // A whole iteration's reports (simulate --report-iteration, execute --extent step) hold passes,
+  // and a measured pass holds its TP collectives: their exposed time is not measured apart.
+  const bool iteration = std::any_of(pairs.begin(), pairs.end(), [](const Pair& pair) {
+    return pair.p->label.starts_with("forward ") || pair.p->label.starts_with("backward ");
+  });
   // Notes only for a measurement of domino's executor (its report has a measured: block).
   const std::vector<std::string> notes =
       measured->plan.measured ? PricingNotes(predicted->plan) : std::vector<std::string>{};
   if (flags.format == OutputFormat::kJson) {
-    Json document = CompareJson(flags, *predicted, *measured, *p, *m, pairs, unmatched, classes);
+    Json document =
+        CompareJson(flags, *predicted, *measured, *p, *m, pairs, unmatched, classes, iteration);
     document["notes"] = notes;
     PrintJson(document, std::cout);
     return;
@@ -267,12 +322,20 @@ void Run(const CompareFlags& flags) {
   };
   row("iteration ms", p->iteration_ms, m->iteration_ms, "{:.3f}");
   row("ideal ms", p->ideal_ms, m->ideal_ms, "{:.3f}");
-  row("exposed TP comm ms", p->exposed_comm_ms, m->exposed_comm_ms, "{:.3f}");
-  figures.AddRow({"hidden fraction", fmt::format("{:.3f}", p->hidden_comm_fraction),
-                  fmt::format("{:.3f}", m->hidden_comm_fraction),
-                  Difference(p->hidden_comm_fraction, m->hidden_comm_fraction)});
+  if (iteration) {
+    figures.AddRow({"exposed TP comm ms", fmt::format("{:.3f}", p->exposed_comm_ms), "-", "-"});
+    figures.AddRow({"hidden fraction", fmt::format("{:.3f}", p->hidden_comm_fraction), "-", "-"});
+  } else {
+    row("exposed TP comm ms", p->exposed_comm_ms, m->exposed_comm_ms, "{:.3f}");
+    figures.AddRow({"hidden fraction", fmt::format("{:.3f}", p->hidden_comm_fraction),
+                    fmt::format("{:.3f}", m->hidden_comm_fraction),
+                    Difference(p->hidden_comm_fraction, m->hidden_comm_fraction)});
+  }
   row("tokens/s", p->tokens_per_s, m->tokens_per_s, "{:.0f}");
   figures.Print(std::cout);
+  if (iteration)
+    std::cout << "(-: a measured step's TP collectives run inside its passes, so their exposed "
+                 "time is not measured apart)\n";
 
   if (predicted->ops.empty() || measured->ops.empty()) {
     std::cout << "\n(no per-op comparison: "
@@ -290,10 +353,6 @@ void Run(const CompareFlags& flags) {
     measured_ops.push_back(pair.m);
   }
   std::cout << "\n";
-  // A whole iteration's reports (simulate --report-iteration, execute --extent step) hold passes.
-  const bool iteration = std::any_of(pairs.begin(), pairs.end(), [](const Pair& pair) {
-    return pair.p->label.starts_with("forward ") || pair.p->label.starts_with("backward ");
-  });
   Table stack({iteration ? "whole iteration, rank 0's stage (matched ops)"
                          : "layer stack, one micro-batch (matched ops)",
                "predicted", "measured", "error"});
@@ -349,7 +408,7 @@ void SetupCompare(CLI::App* sub) {
       ->required();
   sub->add_option("--top", flags->top,
                   "ops listed, largest duration gaps first (the JSON lists every matched op)")
-      ->check(CLI::PositiveNumber);
+      ->check(DecimalInt(1, kMaxListed));
   AddFormatOption(sub, &flags->format);
   sub->callback([flags] { Run(*flags); });
 }

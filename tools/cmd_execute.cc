@@ -46,6 +46,7 @@ struct ExecuteFlags {
   double timeout_s = 300;
   int iterations = 1;
   int steps = 2;
+  bool steps_given = false;  // --steps on the command line
   std::string report_path, trace_path;
   bool force = false;
 };
@@ -64,8 +65,11 @@ PlanFigures MeasuredFigures(const Plan& plan, const exec::ExecuteResult& r, doub
   // Compute ops run one after another (one compute stream, or one op at a time): without the
   // collectives the run would take their sum.
   f.ideal_ms = compute_us * 1e-3 * micro_batches;
-  f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;
   *comm_ms = comm_us * 1e-3 * micro_batches;
+  // With tp 1 the TP collectives have no peer and move nothing (the prediction prices them at
+  // nothing): the run is its own ideal, and what the calls took is not communication.
+  if (plan.tp == 1) f.ideal_ms = f.iteration_ms, *comm_ms = 0;
+  f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;
   f.hidden_comm_fraction = *comm_ms > 0 ? std::max(0.0, 1.0 - f.exposed_comm_ms / *comm_ms) : 1.0;
   const double seconds = f.iteration_ms * 1e-3;
   f.tokens_per_s = static_cast<double>(plan.global_batch) * plan.seq_len / seconds;
@@ -77,21 +81,22 @@ PlanFigures MeasuredFigures(const Plan& plan, const exec::ExecuteResult& r, doub
 }
 
 // The check's table, under `title`.
-void PrintChecks(const std::vector<exec::TensorCheck>& checks, const std::string& title) {
+void PrintChecks(const std::vector<exec::TensorCheck>& checks, const std::string& title,
+                 std::ostream& out) {
   if (checks.empty()) return;
   Table table({"tensor", "shape", "max abs error", "rel error", "verdict"});
   for (const exec::TensorCheck& c : checks)
     table.AddRow({c.name, fmt::format("{}x{}", c.rows, c.cols),
                   fmt::format("{:.3g}", c.max_abs_error), fmt::format("{:.3g}", c.rel_error),
                   c.ok ? "ok" : "DIFFERS"});
-  std::cout << title << "\n";
-  table.Print(std::cout);
+  out << title << "\n";
+  table.Print(out);
 }
 
 void PrintRun(const Plan& plan, exec::Extent extent, const std::string& backend,
               const exec::LaunchEnv& env, const exec::ExecuteResult& r, const PlanFigures& f,
-              double comm_ms) {
-  std::cout << fmt::format(
+              double comm_ms, std::ostream& out) {
+  out << fmt::format(
       "# {} executed on the {} backend: {} rank(s), launcher: {}\n"
       "# tp {} | row split {}, col split {}, scope {}, sequence parallel {}{} | {}, "
       "micro-batch {} x seq {}, forward + backward, {} ops per rank\n\n",
@@ -126,11 +131,12 @@ void PrintRun(const Plan& plan, exec::Extent extent, const std::string& backend,
   if (gemm_us > 0)
     summary.AddRow({"GEMM TFLOP/s (GEMM FLOPs / GEMM busy time)",
                     fmt::format("{:.3f}", gemm_flops / gemm_us * 1e-6)});
-  summary.Print(std::cout);
-  std::cout << "\n";
+  summary.Print(out);
+  out << "\n";
   PrintChecks(r.checks,
               "numeric check against the unsharded single-rank reference (rel error = max abs "
-              "error / largest reference value)");
+              "error / largest reference value)",
+              out);
 }
 
 // Keeps the ops rank 0 ran (its stage's, and the tied embedding's sync) of a whole step's
@@ -164,8 +170,8 @@ PlanFigures StepFigures(const Plan& plan, const exec::ExecuteResult& r) {
 }
 
 void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchEnv& env,
-               const exec::ExecuteResult& r, const PlanFigures& f) {
-  std::cout << fmt::format(
+               const exec::ExecuteResult& r, const PlanFigures& f, std::ostream& out) {
+  out << fmt::format(
       "# {} executed on the {} backend: {} rank(s), launcher: {}\n"
       "# {}{}{} | {} micro-batches of {} x seq {} per replica | row split {}, col split {}, "
       "sequence parallel {}{} | {} training step(s), {} ops on rank 0\n\n",
@@ -208,13 +214,14 @@ void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchE
   summary.AddRow({"tied embedding sync", ms({OpFunc::kEmbeddingAllReduce})});
   summary.AddRow({"optimizer step (Adam)", ms({OpFunc::kOptimizerStep})});
   summary.AddRow({"tokens/s", fmt::format("{:.0f}", f.tokens_per_s)});
-  summary.Print(std::cout);
-  std::cout << "\n";
+  summary.Print(out);
+  out << "\n";
   PrintChecks(r.checks,
               fmt::format("numeric check against the single-rank reference after {} step(s) of "
                           "Adam: every step's loss, every weight's gradient and updated weight "
                           "(rel error = max abs error / largest reference value)",
-                          r.losses.size()));
+                          r.losses.size()),
+              out);
 }
 
 void Run(ExecuteFlags& flags) {
@@ -271,6 +278,15 @@ void Run(ExecuteFlags& flags) {
                "(--comm nccl), not emulated collectives");
   if (whole_step && flags.iterations != 1)
     FailOnRank("execute", rank, "--extent step: give --steps, not --iterations");
+  if (!whole_step && flags.steps_given)
+    FailOnRank("execute", rank,
+               fmt::format("--steps counts the training steps of --extent step; this run's extent "
+                           "is {}: give --iterations",
+                           exec::ExtentName(extent)));
+  // The schedule first: a plan this extent cannot run is said before how to launch it.
+  Result<Schedule> schedule =
+      whole_step ? Result<Schedule>(Schedule{}) : exec::LowerForExecution(*plan, extent);
+  if (!schedule.ok()) FailOnRank("execute", rank, schedule.message());
   const int ranks = whole_step ? plan->tp * plan->cp * plan->pp * plan->dp : plan->tp;
   if (!emulate && env->size != ranks) {
     FailOnRank("execute", rank,
@@ -285,9 +301,6 @@ void Run(ExecuteFlags& flags) {
                                  what, plan->tp, plan->tp, exec::ExtentName(extent), env->size,
                                  env->source, plan->tp));
   }
-  Result<Schedule> schedule =
-      whole_step ? Result<Schedule>(Schedule{}) : exec::LowerForExecution(*plan, extent);
-  if (!schedule.ok()) FailOnRank("execute", rank, schedule.message());
   // Host memory: the CPU backend's tensors, and with --check the reference and the gathers.
   double gib = 0;
   if (whole_step) {
@@ -308,11 +321,11 @@ void Run(ExecuteFlags& flags) {
             what, gib, plan->model.name, plan->model.layers / plan->pp, plan->model.hidden,
             flags.max_memory_gib));
   }
-  if (rank == 0) {
-    for (const std::string& path : {flags.report_path, flags.trace_path})
-      if (!path.empty() && !flags.force && access(path.c_str(), F_OK) == 0)
-        Fail("execute", fmt::format("{}: exists; pass --force to overwrite it", path));
-  }
+  // Every output checked before the run, so that a bad path costs no run and leaves nothing.
+  std::vector<std::string> output_paths;
+  for (const std::string& path : {flags.report_path, flags.trace_path})
+    if (!path.empty()) output_paths.push_back(path);
+  if (rank == 0) CheckOk("execute", CheckOutputPaths(output_paths, flags.force));
 
   // 16-bit runs are for timing; the check's default element type is fp32.
   std::string dtype = flags.dtype;
@@ -416,18 +429,18 @@ void Run(ExecuteFlags& flags) {
   report.measured = figures;
   // A whole step's report and trace hold rank 0's ops: its pipeline stage's.
   if (whole_step) RankZeroOps(*result);
+  // Both outputs or neither; one on stdout ("-") sends the tables to stderr.
+  std::vector<OutputFile> outputs;
   if (!flags.report_path.empty())
-    CheckOk("execute",
-            WriteFileAtomically(flags.report_path,
-                                PlanToYaml(report, "domino execute report (rank 0)") +
-                                    sim::TimelineYaml(result->schedule, result->timeline),
-                                true));
+    outputs.push_back(
+        {flags.report_path, PlanToYaml(report, "domino execute report (rank 0)") +
+                                sim::TimelineYaml(result->schedule, result->timeline)});
   if (!flags.trace_path.empty())
-    CheckOk("execute",
-            WriteFileAtomically(flags.trace_path,
-                                sim::TraceJson(result->schedule, result->timeline, 0,
-                                               "rank 0 (measured, " + flags.backend + ")"),
-                                true));
+    outputs.push_back(
+        {flags.trace_path, sim::TraceJson(result->schedule, result->timeline, 0,
+                                          "rank 0 (measured, " + flags.backend + ")")});
+  CheckOk("execute", WriteFilesAtomically(outputs, /*overwrite=*/true));
+  std::ostream& out = flags.report_path == "-" || flags.trace_path == "-" ? std::cerr : std::cout;
   const std::string backend = flags.backend == "cpu"
                                   ? "CPU (fp32)"
                                   : fmt::format("CUDA ({}, collectives: {}{})", dtype,
@@ -436,9 +449,9 @@ void Run(ExecuteFlags& flags) {
                                                         : flags.comm,
                                                 flags.cuda_graph ? ", CUDA graph" : "");
   if (whole_step)
-    PrintStep(*plan, backend, *env, *result, figures);
+    PrintStep(*plan, backend, *env, *result, figures, out);
   else
-    PrintRun(*plan, extent, backend, *env, *result, figures, comm_ms);
+    PrintRun(*plan, extent, backend, *env, *result, figures, comm_ms, out);
   if (!result->passed) {
     int bad = 0;
     for (const exec::TensorCheck& c : result->checks) bad += c.ok ? 0 : 1;
@@ -447,8 +460,8 @@ void Run(ExecuteFlags& flags) {
                                 bad, result->checks.size(), tolerance));
   }
   if (flags.check)
-    std::cout << fmt::format("\ncheck passed: {} tensors within {:g} of the reference\n",
-                             result->checks.size(), tolerance);
+    out << fmt::format("\ncheck passed: {} tensors within {:g} of the reference\n",
+                       result->checks.size(), tolerance);
 }
 
 }  // namespace
@@ -471,7 +484,7 @@ void SetupExecute(CLI::App* sub) {
                   "--extent step: training steps to run; --check compares every step's loss and, "
                   "after the last, every gradient and updated weight")
       ->capture_default_str()
-      ->check(CLI::Range(1, 100));
+      ->check(DecimalInt(1, 100));
   sub->add_option("--comm", flags->comm,
                   "TP collectives (cuda): mpi (MPI on host copies, one op at a time) | nccl "
                   "(NCCL on a comm stream, overlapping; --extent step: pipeline transfers and DP "
@@ -486,18 +499,18 @@ void SetupExecute(CLI::App* sub) {
                 "capture the schedule in a CUDA graph once and replay it (--comm nccl or emulate)");
   sub->add_option("--emulate-rank", flags->emulate_rank,
                   "with --comm emulate: the TP rank this process plays")
-      ->check(CLI::NonNegativeNumber);
+      ->check(DecimalInt(0, kMaxRank));
   sub->add_option("--min-ctas", flags->min_ctas,
                   "NCCL minCTAs (--comm nccl; default: the CTAs the cost model gives the plan's "
                   "collectives; 0: NCCL's choice)")
-      ->check(CLI::Range(0, 64));
+      ->check(DecimalInt(0, 64));
   sub->add_option("--max-ctas", flags->max_ctas,
                   "NCCL maxCTAs (--comm nccl; default: the cost model's CTAs, at least --min-ctas; "
                   "0: NCCL's choice)")
-      ->check(CLI::Range(0, 64));
+      ->check(DecimalInt(0, 64));
   sub->add_option("--device", flags->device,
                   "CUDA device (default: the launcher's local rank, modulo the visible devices)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(DecimalInt(0, kMaxDevice));
   sub->add_flag("--check", flags->check,
                 "compare the output, the loss and every gradient (the input's or the "
                 "embedding's, every weight's) with the unsharded single-rank reference");
@@ -505,10 +518,11 @@ void SetupExecute(CLI::App* sub) {
                   "largest error allowed by --check, relative to the reference's largest value "
                   "(default: 1e-4 in fp32, 3e-2 in bf16/fp16)")
       ->check(PositiveFinite());
-  sub->add_option("--seed", flags->seed, "seed of the weights, inputs and output gradient");
+  sub->add_option("--seed", flags->seed, "seed of the weights, inputs and output gradient")
+      ->check(DecimalInt(0, kMaxSeed));
   sub->add_option("--iterations", flags->iterations,
                   "runs of the schedule; the measured timeline takes each op's median")
-      ->check(CLI::Range(1, 1000));
+      ->check(DecimalInt(1, 1000));
   sub->add_option("--timeout", flags->timeout_s,
                   "seconds without progress (a dead or stuck peer) before every rank is aborted "
                   "(default: 300)")
@@ -519,14 +533,26 @@ void SetupExecute(CLI::App* sub) {
   sub->add_option("--report", flags->report_path,
                   "write the plan with its measured: block and rank 0's timeline (YAML; for "
                   "`domino compare` with `simulate --report`, or with `simulate "
-                  "--report-iteration` for --extent step)");
+                  "--report-iteration` for --extent step; - for stdout, the tables then go to "
+                  "stderr)")
+      ->check(NonEmpty());
   sub->add_option("--trace", flags->trace_path,
                   "write rank 0's measured timeline (Perfetto JSON; --extent step: its pipeline "
-                  "stage's passes, sends, receives, DP buckets and optimizer step)");
+                  "stage's passes, sends, receives, DP buckets and optimizer step; - for stdout)")
+      ->check(NonEmpty());
   sub->add_flag("--force", flags->force, "overwrite existing output files");
   // A CUDA run needs a GPU whatever else is missing: say so first, as the executor will; before
   // that, a CTA pair NCCL would refuse (its init fails only after every rank has started).
-  sub->parse_complete_callback([flags] {
+  sub->parse_complete_callback([flags, sub] {
+    flags->steps_given = sub->count("--steps") > 0;
+    // Flags of a run they do not apply to are mistakes, not silently ignored.
+    for (const char* name : {"--device", "--min-ctas", "--max-ctas", "--emulate-rank"})
+      if (sub->count(name) > 0 && flags->backend != "cuda")
+        Fail("execute", fmt::format("{} sets up a CUDA run: it needs --backend cuda", name),
+             kExitUsage);
+    if (sub->count("--emulate-rank") > 0 && flags->comm != "emulate")
+      Fail("execute", "--emulate-rank is the rank --comm emulate plays: it needs --comm emulate",
+           kExitUsage);
     if (flags->min_ctas >= 0 && flags->max_ctas >= 0) {
       Result<exec::NcclCtas> ctas = exec::ResolveNcclCtas(flags->min_ctas, flags->max_ctas);
       if (!ctas.ok())

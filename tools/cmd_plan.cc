@@ -456,7 +456,7 @@ void SetupPlan(CLI::App* sub) {
   sub->add_option("--memory-headroom", flags->memory_headroom_gib,
                   "GiB per GPU a plan must leave free beyond what the memory model counts "
                   "(NCCL's buffers, the allocator's fragmentation; default: 0)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(FiniteIn(0, 1e6));
   AddFormatOption(sub, &flags->format);
   sub->callback([flags] { Run(*flags); });
 }

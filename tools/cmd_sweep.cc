@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -159,6 +160,8 @@ void Run(const SweepFlags& flags) {
       if (axes[i].key == axes[j].key) Fail("sweep", fmt::format("{} is varied twice", axes[i].key));
   if (flags.out_path.empty()) Fail("sweep", "--out sweep.csv is required");
   CheckOk("sweep", CheckOutputPath(flags.out_path, flags.force));
+  CheckOk("sweep",
+          CheckNotAnInput(flags.out_path, std::array{flags.study_path, flags.plan.plan_path}));
   PlanFlags base = flags.plan;
   // Node counts and types vary the plan file's cluster when no --cluster replaces it.
   if (base.cluster.empty() && !base.plan_path.empty()) {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -341,6 +342,10 @@ void Run(const ValidateFlags& flags) {
   if (flags.explain && flags.format != OutputFormat::kTable)
     Fail("validate", "--explain prints text after the table: use it with --format table",
          kExitUsage);
+  CheckOk("validate", CheckNotAnInput(flags.csv_path, std::array{flags.table}));
+  if (flags.csv_path == "-" && flags.format == OutputFormat::kJson)
+    Fail("validate", "--csv - and --format json would both write stdout: give --csv a file",
+         kExitUsage);
   // The guards bound a whole category's errors: a few rows of it say nothing against them.
   if (flags.check && !flags.rows.empty())
     Fail("validate", "--check judges whole categories: use it without --row", kExitUsage);
@@ -379,68 +384,68 @@ void Run(const ValidateFlags& flags) {
     csv << "id,category,source,configuration,unit,measured,predicted,error,gemm_share,"
            "gemm_factor_to_close\n";
     for (const sim::RowResult& r : results)
-      csv << fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6f},{:.4f},{:.4f}\n", r.row->id,
+      csv << fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6f},{:.4f},{:.4f}\n", Csv(r.row->id),
                          sim::ValidationCategoryName(r.row->category), Csv(r.row->source),
                          Csv(Configuration(*r.row)), sim::MeasuredUnitName(r.row->unit),
                          r.row->measured, r.predicted, r.error, r.gemm_share,
                          sim::GemmFactorToClose(r));
     CheckOk("validate", WriteFileAtomically(flags.csv_path, csv.str(), flags.force));
   }
+  // The CSV on stdout ("-") sends the tables to stderr.
+  std::ostream& out = flags.csv_path == "-" ? std::cerr : std::cout;
 
   if (flags.format == OutputFormat::kJson) {
-    PrintJson(ValidationJson(*table, flags, results, summary, fit), std::cout);
+    PrintJson(ValidationJson(*table, flags, results, summary, fit), out);
   } else if (flags.format == OutputFormat::kMarkdown) {
-    std::cout << "| id | configuration | measured | predicted | error |\n"
-                 "| --- | --- | ---: | ---: | ---: |\n";
+    out << "| id | configuration | measured | predicted | error |\n"
+           "| --- | --- | ---: | ---: | ---: |\n";
     for (const sim::RowResult& r : results)
-      std::cout << fmt::format("| {} | {} | {} {} | {} | {:+.1f}% |\n", r.row->id,
-                               Configuration(*r.row), Figure(r.row->measured),
-                               sim::MeasuredUnitName(r.row->unit), Figure(r.predicted),
-                               100 * r.error);
-    std::cout
-        << "\n| category | rows | mean abs error | max abs error (row) | target (mean / max) | "
+      out << fmt::format("| {} | {} | {} {} | {} | {:+.1f}% |\n", Cell(r.row->id),
+                         Cell(Configuration(*r.row)), Figure(r.row->measured),
+                         sim::MeasuredUnitName(r.row->unit), Figure(r.predicted), 100 * r.error);
+    out << "\n| category | rows | mean abs error | max abs error (row) | target (mean / max) | "
            "guard (mean / max) |\n| --- | ---: | ---: | --- | --- | --- |\n";
     for (const sim::CategorySummary& s : summary)
-      std::cout << fmt::format(
+      out << fmt::format(
           "| {} | {} | {:.1f}% | {:.1f}% ({}) | {:.0f}% / {:.0f}%{} | {:.1f}% / {:.0f}% |\n",
           sim::ValidationCategoryName(s.category), s.rows, 100 * s.mean_abs_error,
-          100 * s.max_abs_error, s.worst_id, 100 * s.bounds.target.mean, 100 * s.bounds.target.max,
-          s.Within(s.bounds.target) ? " (met)" : " (not met)", 100 * s.bounds.guard.mean,
-          100 * s.bounds.guard.max);
+          100 * s.max_abs_error, Cell(s.worst_id), 100 * s.bounds.target.mean,
+          100 * s.bounds.target.max, s.Within(s.bounds.target) ? " (met)" : " (not met)",
+          100 * s.bounds.guard.mean, 100 * s.bounds.guard.max);
     // Always a paragraph of its own, so that tools/validation-report finds each part.
-    std::cout << "\nMemory: "
-              << (fit.rows == 0 ? std::string("no end-to-end rows") : MemoryFitText(fit)) << ".\n";
+    out << "\nMemory: " << (fit.rows == 0 ? std::string("no end-to-end rows") : MemoryFitText(fit))
+        << ".\n";
     const std::vector<sim::GemmGapGroup> gap = sim::GemmGapByGroup(results);
     if (!gap.empty()) {
-      std::cout << "\n| rows (id's first word) | precision | rows | GEMM share of the iteration | "
-                   "GEMM time factor that closes the gap |\n| --- | --- | ---: | --- | --- |\n";
+      out << "\n| rows (id's first word) | precision | rows | GEMM share of the iteration | "
+             "GEMM time factor that closes the gap |\n| --- | --- | ---: | --- | --- |\n";
       for (const sim::GemmGapGroup& g : gap)
-        std::cout << fmt::format("| {} | {} | {} | {} | {} |\n", g.source, g.precision, g.rows,
-                                 Range(100 * g.min_share, 100 * g.max_share, "{:.0f}", "%"),
-                                 Range(g.min_factor, g.max_factor, "{:.2f}", "x"));
+        out << fmt::format("| {} | {} | {} | {} | {} |\n", g.source, g.precision, g.rows,
+                           Range(100 * g.min_share, 100 * g.max_share, "{:.0f}", "%"),
+                           Range(g.min_factor, g.max_factor, "{:.2f}", "x"));
     }
     const std::vector<sim::Fp8PairGroup> pairs = sim::Fp8SpeedupByGroup(results);
     if (!pairs.empty()) {
-      std::cout << "\n| rows (id's first word) | model | pairs | fp8 speedup measured | "
-                   "fp8 speedup predicted | 16-bit GEMM time factor were fp8 right |\n"
-                   "| --- | --- | ---: | --- | --- | --- |\n";
+      out << "\n| rows (id's first word) | model | pairs | fp8 speedup measured | "
+             "fp8 speedup predicted | 16-bit GEMM time factor were fp8 right |\n"
+             "| --- | --- | ---: | --- | --- | --- |\n";
       for (const sim::Fp8PairGroup& g : pairs)
-        std::cout << fmt::format("| {} | {} | {} | {} | {} | {} |\n", g.source, g.model, g.pairs,
-                                 Range(g.min_measured, g.max_measured, "{:.2f}", "x"),
-                                 Range(g.min_predicted, g.max_predicted, "{:.2f}", "x"),
-                                 Range(g.min_factor, g.max_factor, "{:.2f}", "x"));
+        out << fmt::format("| {} | {} | {} | {} | {} | {} |\n", g.source, g.model, g.pairs,
+                           Range(g.min_measured, g.max_measured, "{:.2f}", "x"),
+                           Range(g.min_predicted, g.max_predicted, "{:.2f}", "x"),
+                           Range(g.min_factor, g.max_factor, "{:.2f}", "x"));
     }
-    std::cout << "\n| left out | source | why |\n| --- | --- | --- |\n";
+    if (!table->excluded.empty()) out << "\n| left out | source | why |\n| --- | --- | --- |\n";
     for (const sim::ExcludedMeasurement& e : table->excluded)
-      std::cout << fmt::format("| {} | {} | {} |\n", Cell(e.what), Cell(e.source), Cell(e.reason));
+      out << fmt::format("| {} | {} | {} |\n", Cell(e.what), Cell(e.source), Cell(e.reason));
   } else {
     Table rows({"id", "configuration", "measured", "unit", "predicted", "error"});
     for (const sim::RowResult& r : results)
       rows.AddRow({r.row->id, Configuration(*r.row), Figure(r.row->measured),
                    std::string(sim::MeasuredUnitName(r.row->unit)), Figure(r.predicted),
                    fmt::format("{:+.1f}%", 100 * r.error)});
-    rows.Print(std::cout);
-    std::cout << "\n";
+    rows.Print(out);
+    out << "\n";
     Table totals(
         {"category", "rows", "mean |error|", "max |error|", "worst row", "target", "guard"});
     for (const sim::CategorySummary& s : summary)
@@ -452,26 +457,26 @@ void Run(const ValidateFlags& flags) {
                        100 * s.bounds.target.max, s.Within(s.bounds.target) ? "met" : "not met"),
            fmt::format("{:.1f}% / {:.0f}%{}", 100 * s.bounds.guard.mean, 100 * s.bounds.guard.max,
                        s.Within(s.bounds.guard) || !flags.rows.empty() ? "" : "  EXCEEDED")});
-    totals.Print(std::cout);
-    if (fit.rows > 0) std::cout << "\nmemory: " << MemoryFitText(fit) << "\n";
+    totals.Print(out);
+    if (fit.rows > 0) out << "\nmemory: " << MemoryFitText(fit) << "\n";
     const std::vector<sim::GemmGapGroup> gap = sim::GemmGapByGroup(results);
     if (!gap.empty()) {
       // The end-to-end error as GEMM time: one factor across a source's rows points at compute
       // throughput, a scatter at something else.
-      std::cout << "\n";
+      out << "\n";
       Table groups({"end-to-end rows", "precision", "rows", "GEMM share",
                     "GEMM time factor that closes the gap"});
       for (const sim::GemmGapGroup& g : gap)
         groups.AddRow({g.source, g.precision, std::to_string(g.rows),
                        Range(100 * g.min_share, 100 * g.max_share, "{:.0f}", "%"),
                        Range(g.min_factor, g.max_factor, "{:.2f}", "x")});
-      groups.Print(std::cout);
+      groups.Print(out);
     }
     const std::vector<sim::Fp8PairGroup> pairs = sim::Fp8SpeedupByGroup(results);
     if (!pairs.empty()) {
       // The same plans measured in 16 bits and in fp8: how much faster fp8 ran, measured and
       // predicted, and what that asks of the 16-bit GEMMs if the fp8 prediction held.
-      std::cout << "\n";
+      out << "\n";
       Table speedups({"16-bit and fp8 rows", "model", "pairs", "fp8 speedup measured", "predicted",
                       "16-bit GEMM factor were fp8 right"});
       for (const sim::Fp8PairGroup& g : pairs)
@@ -479,14 +484,14 @@ void Run(const ValidateFlags& flags) {
                          Range(g.min_measured, g.max_measured, "{:.2f}", "x"),
                          Range(g.min_predicted, g.max_predicted, "{:.2f}", "x"),
                          Range(g.min_factor, g.max_factor, "{:.2f}", "x")});
-      speedups.Print(std::cout);
+      speedups.Print(out);
     }
-    std::cout << fmt::format(
+    out << fmt::format(
         "\n{} rows from {}; {} published measurements left out (see the "
         "table's `excluded`).\n",
         results.size(), table->file, table->excluded.size());
     if (flags.explain)
-      for (const sim::RowResult& r : results) Explain(r, std::cout);
+      for (const sim::RowResult& r : results) Explain(r, out);
   }
   if (flags.check && !fit.over.empty()) Fail("validate", MemoryFitText(fit));
   if (flags.check)
@@ -510,7 +515,10 @@ void SetupValidate(CLI::App* sub) {
       ->check(CLI::IsMember({"end-to-end", "gemm", "collective", "contention", "layer"}));
   AddFormatOption(sub, &flags->format,
                   {OutputFormat::kTable, OutputFormat::kMarkdown, OutputFormat::kJson});
-  sub->add_option("--csv", flags->csv_path, "also write every row's prediction as CSV");
+  sub->add_option("--csv", flags->csv_path,
+                  "also write every row's prediction as CSV (- for stdout, the tables then go to "
+                  "stderr)")
+      ->check(NonEmpty());
   sub->add_flag("--force", flags->force, "overwrite an existing --csv file");
   sub->add_flag("--check", flags->check,
                 "exit non-zero when a category's mean or max |error| exceeds its guard, or when "

@@ -57,14 +57,25 @@ CLI::Validator NonEmpty() {
       "TEXT");
 }
 
+namespace {
+
+// The number `text` spells, finite; or why it is none.
+std::string ParseFinite(const std::string& text, double* value) {
+  char* end = nullptr;
+  *value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size())
+    return fmt::format("expected a number, got '{}'", text);
+  if (!std::isfinite(*value)) return fmt::format("expected a finite number, got '{}'", text);
+  return "";
+}
+
+}  // namespace
+
 CLI::Validator PositiveFinite() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double value = std::strtod(text.c_str(), &end);
-        if (text.empty() || end != text.c_str() + text.size())
-          return fmt::format("expected a number, got '{}'", text);
-        if (!std::isfinite(value)) return fmt::format("expected a finite number, got '{}'", text);
+        double value = 0;
+        if (std::string error = ParseFinite(text, &value); !error.empty()) return error;
         if (value <= 0) return fmt::format("must be greater than 0, got {}", text);
         return "";
       },
@@ -88,6 +99,18 @@ CLI::Validator DecimalInt(int64_t min, int64_t max) {
         return fmt::format("must be between {} and {}, got {}", min, max, value);
       },
       fmt::format("INT {}..{}", min, max));
+}
+
+CLI::Validator FiniteIn(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        double value = 0;
+        if (std::string error = ParseFinite(text, &value); !error.empty()) return error;
+        if (value < min || value > max)
+          return fmt::format("must be between {} and {}, got {}", min, max, text);
+        return "";
+      },
+      fmt::format("NUMBER {}..{}", min, max));
 }
 
 namespace {

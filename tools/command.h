@@ -29,6 +29,15 @@ CLI::Validator NonEmpty();
 CLI::Validator PositiveFinite();
 // A decimal integer from `min` to `max` ("010" is refused, not read as octal 8).
 CLI::Validator DecimalInt(int64_t min, int64_t max);
+// A finite number from `min` to `max` (no NaN, no infinity).
+CLI::Validator FiniteIn(double min, double max);
+
+// Bounds of the integer flags that name no quantity of a plan: a CUDA device, a rank, a seed,
+// how many rows a table lists.
+inline constexpr int64_t kMaxDevice = 1023;
+inline constexpr int64_t kMaxRank = 1 << 20;
+inline constexpr int64_t kMaxSeed = 999'999'999'999'999'999;  // 18 digits
+inline constexpr int64_t kMaxListed = 1'000'000;
 
 // A progress bar for long work on a terminal: "domino sweep: [####    ] 12/40 points 3.1/s ETA
 // 9 s" on stderr, redrawn at most a few times a second; silent when stderr is not a terminal.

@@ -8,6 +8,8 @@
 #include <thread>
 #include <utility>
 
+#include "tools/command.h"
+
 namespace domino::cli {
 
 PeerWatch::PeerWatch(std::string command, std::string steps, int rank, double timeout_s,
@@ -25,7 +27,7 @@ PeerWatch::PeerWatch(std::string command, std::string steps, int rank, double ti
             command_, rank_, idle_s, done_.load(), steps_, timeout_s_);
         std::fwrite(line.data(), 1, line.size(), stderr);
         std::fflush(stderr);
-        group_->Abort(3);
+        group_->Abort(kExitBadInput);  // a failed run
       }) {}
 
 void PeerWatch::Step(size_t done) {

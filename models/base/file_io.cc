@@ -68,21 +68,46 @@ Status CheckOutputPath(const std::string& path, bool overwrite) {
   return Status::Ok();
 }
 
+Status CheckOutputPaths(std::span<const std::string> paths, bool overwrite) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    DOMINO_RETURN_IF_ERROR(CheckOutputPath(paths[i], overwrite));
+    for (size_t j = 0; j < i; ++j) {
+      const bool same = paths[i] == paths[j] ||
+                        (paths[i] != "-" && paths[j] != "-" &&
+                         fs::weakly_canonical(paths[i], ec) == fs::weakly_canonical(paths[j], ec));
+      if (same)
+        return Error(
+            fmt::format("{}: given for two outputs; each output needs its own file", paths[i]));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckNotAnInput(const std::string& output, std::span<const std::string> inputs) {
+  namespace fs = std::filesystem;
+  if (output.empty() || output == "-") return Status::Ok();
+  std::error_code ec;
+  const fs::path target = fs::weakly_canonical(output, ec);
+  for (const std::string& input : inputs) {
+    if (input.empty()) continue;
+    std::error_code input_ec;
+    if (input == output || (!ec && fs::weakly_canonical(input, input_ec) == target && !input_ec))
+      return Error(
+          fmt::format("{}: is also an input of this command; write the output to "
+                      "another file",
+                      output));
+  }
+  return Status::Ok();
+}
+
 Status WriteFilesAtomically(std::span<const OutputFile> files, bool overwrite) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  for (size_t i = 0; i < files.size(); ++i) {
-    DOMINO_RETURN_IF_ERROR(CheckOutputPath(files[i].path, overwrite));
-    for (size_t j = 0; j < i; ++j) {
-      const bool same =
-          files[i].path == files[j].path ||
-          (files[i].path != "-" && files[j].path != "-" &&
-           fs::weakly_canonical(files[i].path, ec) == fs::weakly_canonical(files[j].path, ec));
-      if (same)
-        return Error(fmt::format("{}: given for two outputs; each output needs its own file",
-                                 files[i].path));
-    }
-  }
+  std::vector<std::string> paths;
+  for (const OutputFile& file : files) paths.push_back(file.path);
+  DOMINO_RETURN_IF_ERROR(CheckOutputPaths(paths, overwrite));
   // Temporaries first, all of them; then the renames, which only fail if the folder changed.
   std::vector<std::string> temps(files.size());
   auto remove_temps = [&] {

@@ -24,11 +24,19 @@ struct OutputFile {
 // sockets and directories are refused.
 Status CheckOutputPath(const std::string& path, bool overwrite);
 
-// Writes every file or none. First checks every path (CheckOutputPath; no path twice, "-" at
-// most once), then writes each content to a temporary file beside its target (a short name,
-// whatever the length of the target's), then renames them all onto their targets, so a reader
-// never sees half a file. A failure before the renames leaves every target untouched and no
-// temporary behind. "-" is written to stdout after the files.
+// CheckOutputPath for every path, and no path twice ("-" at most once): a command checks its
+// outputs before long work, so that a bad path costs nothing.
+Status CheckOutputPaths(std::span<const std::string> paths, bool overwrite);
+
+// An error when `output` is one of `inputs` (the same file by another name too): a command
+// whose output is of another kind than its input never writes over what it reads, --force or not.
+Status CheckNotAnInput(const std::string& output, std::span<const std::string> inputs);
+
+// Writes every file or none. First checks every path (CheckOutputPaths), then writes each content
+// to a temporary file beside its target (a short name, whatever the length of the target's), then
+// renames them all onto their targets, so a reader never sees half a file. A failure before the
+// renames leaves every target untouched and no temporary behind. "-" is written to stdout after the
+// files.
 Status WriteFilesAtomically(std::span<const OutputFile> files, bool overwrite);
 
 // WriteFilesAtomically with one file.

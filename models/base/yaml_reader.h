@@ -84,6 +84,7 @@ class YamlMap {
 
   bool failed() const { return error_->has_value(); }
   const std::string& file() const { return file_; }
+  const std::string& key_path() const { return key_path_; }
 
  private:
   YAML::Node Lookup(std::string_view key, Need need);

@@ -32,5 +32,5 @@ if "$mpiexec" -np 2 --oversubscribe "$domino" execute "${flags[@]}" --report "$t
      >"$tmp/again.txt" 2>&1; then
   echo "overwrote a report without --force"; exit 1
 fi
-grep -q "exists; pass --force" "$tmp/again.txt"
+grep -q "already exists (use --force" "$tmp/again.txt"
 echo "round trip ok"

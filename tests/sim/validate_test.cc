@@ -141,6 +141,10 @@ TEST(ValidateTest, GroupsTheGapAsGemmTime) {
   const std::vector<RowResult> results = {
       {&a, 8, 0, "", 0.5}, {&b, 9, 0, "", 0.9}, {&c, 10, 0, "", 0.6}, {&gemm, 400, 0, "", 0}};
   EXPECT_DOUBLE_EQ(GemmFactorToClose(results[0]), 1.5);
+  // 30 s predicted for 10 measured, a third GEMMs: the other 20 s alone exceed it, and no factor
+  // on the GEMMs closes the gap (1 - 20 / 10 would be negative): 0.
+  const RowResult too_slow{&a, 30, 0, "", 1.0 / 3};
+  EXPECT_EQ(GemmFactorToClose(too_slow), 0);
   const std::vector<GemmGapGroup> groups = GemmGapByGroup(results);
   ASSERT_EQ(groups.size(), 2u);
   EXPECT_EQ(groups[0].source, "src");

@@ -88,7 +88,7 @@ def getters(path, *signatures):
 
 
 def plan_keys():
-    keys, values = getters("planner/plan.cc", r"\nResult<Plan> ParsePlan\(",
+    keys, values = getters("planner/plan.cc", r"\nResult<Plan> ParsePlanNode\(",
                            r"\nvoid ReadFigures\(")
     # ReadFigures(root, "predicted", ...): the block's key is an argument.
     keys |= set(re.findall(r'ReadFigures\(\w+, "(\w+)"', read("planner/plan.cc")))

@@ -211,7 +211,7 @@ def test_validate():
               f"{row['id']}: gemm_factor_to_close")
         share, factor = row["gemm_share"], row["gemm_factor_to_close"]
         if row["category"] in ("end-to-end", "layer"):
-            check(0 < share < 1, f"{row['id']}: gemm_share {share}")
+            check(0 < share < 1 and factor > 0, f"{row['id']}: gemm_share {share}, factor {factor}")
             # The predicted time with the GEMMs' share scaled by the factor is the measurement.
             check(abs(row["predicted"] * (1 + (factor - 1) * share) / row["measured"] - 1) < 1e-9,
                   f"{row['id']}: gemm_factor_to_close does not close the gap")
