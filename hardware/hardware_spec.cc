@@ -26,7 +26,9 @@ constexpr int64_t kMaxGpusPerNode = 1024;
 constexpr int64_t kMaxNodes = 100000;
 constexpr double kMaxLatencyUs = 1e6;
 constexpr RealRange kPositive{};
-constexpr RealRange kFraction{.min = 0.0, .max = 1.0};
+// A share of a rate (an efficiency, a bandwidth factor): from 0.001, below which times run to
+// hundreds of digits, to 1.
+constexpr RealRange kFraction{.min = 1e-3, .max = 1.0, .min_exclusive = false};
 constexpr RealRange kShare{.min = 0.0, .max = 1.0, .min_exclusive = false};  // 0 allowed
 constexpr RealRange kLatency{.min = 0.0, .max = kMaxLatencyUs, .min_exclusive = false};
 // 1 MB/s to 1 PB/s: outside it a link is a typo, and its times would not print.
@@ -169,11 +171,16 @@ Result<GpuSpec> ParseGpu(std::string_view text, std::string_view file) {
   map.String("name", &gpu.name, Need::kRequired);
   map.Int("sms", &gpu.sms, Need::kRequired, {.min = 1, .max = 100000});
   map.Real("memory_GB", &gpu.memory_GB, Need::kRequired, kPositive);
-  map.Real("hbm_GBps", &gpu.hbm_GBps, Need::kRequired, kPositive);
+  // Rates from 0.001 (GB/s, TFLOP/s) up: below, times of hundreds of digits.
+  map.Real("hbm_GBps", &gpu.hbm_GBps, Need::kRequired, kLinkGBps);
   if (std::optional<YamlMap> peaks = map.Map("peak_tflops", Need::kRequired)) {
     for (const auto& [name, dtype] : kDtypeNames) {
       RealRange range{.min_exclusive = dtype == Dtype::kFp32};
-      peaks->Real(name, &gpu.peak_tflops[static_cast<int>(dtype)], Need::kRequired, range);
+      double& peak = gpu.peak_tflops[static_cast<int>(dtype)];
+      peaks->Real(name, &peak, Need::kRequired, range);
+      if (peak > 0 && peak < kLinkGBps.min)
+        peaks->Fail(name, fmt::format("must be 0 (no such tensor cores) or at least {:g}, got {:g}",
+                                      kLinkGBps.min, peak));
     }
     (void)peaks->Finish();
   }

@@ -7,8 +7,9 @@ namespace domino {
 
 // The sizes every model reader accepts (model YAML, Hugging Face configs): upper bounds far
 // above any real model, low enough that every count in model_counts.h fits in an int64
-// (layers * (4 * hidden^2 + 3 * hidden * ffn) stays below 4e18).
-inline constexpr IntRange kLayersRange{1, 100'000};
+// (layers * (4 * hidden^2 + 3 * hidden * ffn) stays below 4e18). Layers also index ops in 16 bits
+// (planner/schedule.h OpTags::layer, TensorRole::layer, Op::layer_begin).
+inline constexpr IntRange kLayersRange{1, 32'767};
 inline constexpr IntRange kHiddenRange{1, 1'000'000};
 inline constexpr IntRange kHeadsRange{1, 1'000'000};
 inline constexpr IntRange kFfnRange{1, 10'000'000};

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <utility>
@@ -51,6 +52,10 @@ std::string_view NormName(Norm norm) {
 ModelSpec ReadModel(YamlMap& map) {
   ModelSpec model;
   map.String("name", &model.name, Need::kRequired);
+  // The name goes into tables, comments of exported configs and file headers, one line each.
+  if (std::any_of(model.name.begin(), model.name.end(),
+                  [](unsigned char c) { return c < 0x20 || c == 0x7f; }))
+    map.Fail("name", "must not hold control characters (a newline, a tab)");
   map.Int("layers", &model.layers, Need::kRequired, kLayersRange);
   map.Int("hidden", &model.hidden, Need::kRequired, kHiddenRange);
   map.Int("heads", &model.heads, Need::kRequired, kHeadsRange);

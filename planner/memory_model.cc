@@ -7,6 +7,10 @@
 
 namespace domino {
 
+MemoryEstimate EstimateMemory(const Plan& plan) {
+  return EstimateMemory(plan, plan.attention_kernel() != AttentionKernel::kUnfused);
+}
+
 MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const ModelSpec& m = plan.model;
   ParameterCounts counts = CountParameters(m);

@@ -53,7 +53,10 @@ struct MemoryEstimate {
 // 78.42 GiB is allocated by PyTorch, and 336.78 MiB is reserved by PyTorch but unallocated").
 inline constexpr double kCudaContextBytes = 0.5 * (1 << 30);
 
-MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention = true);
+// With the plan's own attention kernel (unfused attention keeps its scores), or with
+// `flash_attention` saying which.
+MemoryEstimate EstimateMemory(const Plan& plan);
+MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention);
 
 }  // namespace domino
 

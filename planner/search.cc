@@ -84,7 +84,16 @@ Status ApplyFix(std::string_view fix, SearchSpace* space) {
     if (key == "tp" || key == "cp" || key == "pp" || key == "dp" || key == "v" || key == "mb" ||
         key == "p" || key == "q") {
       if (!ParseInt(value, &n)) return bad("expected a positive integer");
-      if (key == "cp" && CheckBound(kCpBound, n)) return bad(*CheckBound(kCpBound, n));
+      // Each within the bound its plan key has.
+      const PlanIntBound& bound = key == "tp"   ? kTpBound
+                                  : key == "cp" ? kCpBound
+                                  : key == "pp" ? kPpBound
+                                  : key == "dp" ? kDpBound
+                                  : key == "v"  ? kVirtualStagesBound
+                                  : key == "mb" ? kMicroBatchBound
+                                  : key == "p"  ? kRowSplitBound
+                                                : kColSplitBound;
+      if (std::optional<std::string> out_of_range = CheckBound(bound, n)) return bad(*out_of_range);
       if (key == "tp") space->tp = n;
       if (key == "cp") space->cp = n;
       if (key == "pp") space->pp = n;
@@ -219,9 +228,13 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
               base.model.layers % (pp * v) != 0)
             split.pipeline_split = PipelineSplit::kEnds;
           if (CheckPipelineSplit(split)) continue;
+          // A pinned micro-batch is searched whatever its size (the plan rules judge it); else
+          // the divisors of the replica's batch up to max_micro_batch.
           std::vector<int> micro_batches =
-              base.global_batch % dp == 0 ? Divisors(base.global_batch / dp, space.max_micro_batch)
-                                          : std::vector<int>{1};
+              space.micro_batch > 0 ? std::vector<int>{space.micro_batch}
+              : base.global_batch % dp == 0
+                  ? Divisors(base.global_batch / dp, space.max_micro_batch)
+                  : std::vector<int>{1};
           for (int mb : micro_batches) {
             if (space.micro_batch > 0 && mb != space.micro_batch) continue;
             for (int sp = 0; sp <= 1; ++sp) {

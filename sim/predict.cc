@@ -443,6 +443,9 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
       f.ideal_busy += ideal[i].alone_us;
     }
     if (IsDpSide(op)) f.dp_comm += real[i].alone_us;
+    // The tied embedding's sync sits on the last stage, and the first stage's optimizer waits
+    // for it as well.
+    if (op.group == Group::kEmbedding && op.stage != 0) st[0].dp_comm += real[i].alone_us;
     if (op.kind == OpKind::kOptimizer) f.optimizer += real[i].alone_us;
   }
   int critical = 0;
@@ -534,9 +537,7 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   f.mfu = f.tflops_per_gpu / peak;
   p.mfu_full_attention = f.mfu * TrainingFlopsPerToken(plan.model, plan.seq_len) /
                          TrainingFlopsPerToken(plan.model, plan.seq_len, AttentionCount::kCausal);
-  f.memory_gib_per_gpu =
-      EstimateMemory(plan, plan.attention_kernel() != AttentionKernel::kUnfused).total_bytes() /
-      (1 << 30);
+  f.memory_gib_per_gpu = EstimateMemory(plan).total_bytes() / (1 << 30);
   return p;
 }
 

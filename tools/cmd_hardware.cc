@@ -93,15 +93,21 @@ void ShowNode(const NodeSpec& node) {
   gpus.Print(std::cout);
 }
 
-// A node file names its GPU (`gpu:`); a cluster file names its node (`node:`). Only a readable
-// YAML mapping is sniffed: anything else is left to the cluster loader, which says what is wrong.
-bool IsNodeFile(const std::string& path) {
+// A GPU file has its own keys (`sms:`, `peak_tflops:`); a node file names its GPU (`gpu:`); a
+// cluster file names its node (`node:`). Only a readable YAML mapping is sniffed: anything else is
+// left to the cluster loader, which says what is wrong.
+enum class FileKind { kOther, kGpu, kNode };
+
+FileKind SniffFile(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  if (!std::filesystem::is_regular_file(path, ec)) return FileKind::kOther;
   Result<std::string> text = ReadTextFile(path);
-  if (!text.ok()) return false;
+  if (!text.ok()) return FileKind::kOther;
   Result<YAML::Node> root = ParseYaml(*text, path);
-  return root.ok() && root->IsMap() && (*root)["gpu"].IsDefined() && !(*root)["node"].IsDefined();
+  if (!root.ok() || !root->IsMap() || (*root)["node"].IsDefined()) return FileKind::kOther;
+  if ((*root)["gpu"].IsDefined()) return FileKind::kNode;
+  if ((*root)["sms"].IsDefined() || (*root)["peak_tflops"].IsDefined()) return FileKind::kGpu;
+  return FileKind::kOther;
 }
 
 // One GPU, node or cluster as {"gpu": ...}, {"node": ...} or {"cluster": ...}.
@@ -113,7 +119,9 @@ void PrintOneJson(std::string_view kind, Json entry) {
 
 void ShowHardware(const std::string& name, OutputFormat format) {
   const bool json = format == OutputFormat::kJson;
-  if (Result<GpuSpec> gpu = LoadGpu(name); gpu.ok()) {
+  const FileKind kind = SniffFile(name);
+  if (Result<GpuSpec> gpu = LoadGpu(name); gpu.ok() || kind == FileKind::kGpu) {
+    if (!gpu.ok()) Fail("hardware", gpu.message());
     if (json) return PrintOneJson("gpu", GpuJson(*gpu));
     Table gpus = GpuTable();
     AddGpuRow(gpus, *gpu);
@@ -124,7 +132,7 @@ void ShowHardware(const std::string& name, OutputFormat format) {
         gpu->max_gemm_efficiency, gpu->hbm_efficiency, gpu->kernel_launch_us, gpu->graph_launch_us);
     return;
   }
-  if (FindEmbedded(NodeCatalog(), name) != nullptr || IsNodeFile(name)) {
+  if (FindEmbedded(NodeCatalog(), name) != nullptr || kind == FileKind::kNode) {
     Result<NodeSpec> node = LoadNode(name);
     if (!node.ok()) Fail("hardware", node.message());
     if (json) return PrintOneJson("node", NodeJson(*node));

@@ -1,6 +1,7 @@
 // `domino plan`: search the plan space for the fastest plan and write it as YAML.
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -295,7 +296,16 @@ void Run(const PlanCommandFlags& flags) {
   // flash attention) is said once, not as the reason every candidate was rejected.
   if (std::optional<PlanRuleFailure> failure = CheckPlanWideRules(*base))
     Fail("plan", fmt::format("{}: {}", failure->key, failure->rule));
-  if (!flags.out_path.empty()) CheckOk("plan", CheckOutputPath(flags.out_path, flags.force));
+  if (!flags.out_path.empty()) {
+    CheckOk("plan", CheckOutputPath(flags.out_path, flags.force));
+    // The plan names its model, node and stack files: writing it over one of them loses it.
+    const std::string& cluster = base->cluster_ref;
+    const std::string node = cluster.ends_with(".yaml") || cluster.ends_with(".yml")
+                                 ? cluster
+                                 : cluster.substr(0, cluster.find(':'));
+    CheckOk("plan",
+            CheckNotAnInput(flags.out_path, std::array{base->model_ref, node, base->stack_ref}));
+  }
   // A pinned degree must divide the GPUs, else nothing is left to search: say which.
   const int gpus = base->cluster.total_gpus();
   for (const auto& [name, degree] : {std::pair<const char*, int>{"tp", space->tp},
@@ -329,7 +339,15 @@ void Run(const PlanCommandFlags& flags) {
     Fail("plan",
          fmt::format("stopped by {} before any plan was found: nothing written", stopped_by),
          128 + signal);
-  if (result->NoPlanFits()) Fail("plan", NoPlanFitsMessage(*result), kExitNoPlanFits);
+  if (result->NoPlanFits()) {
+    // --explain's list is most wanted here: every candidate and the rule it broke, on stderr
+    // before the one-line verdict.
+    if (flags.explain) {
+      std::cerr << "rejected:\n";
+      for (const std::string& line : result->rejections) std::cerr << "  " << line << "\n";
+    }
+    Fail("plan", NoPlanFitsMessage(*result), kExitNoPlanFits);
+  }
   const Candidate& best = result->ranked.front();
   // The Megatron baseline with the same degrees and memory options as the best plan.
   const Candidate* baseline = nullptr;

@@ -189,8 +189,7 @@ void Run(const SimulateFlags& flags) {
   Result<sim::Prediction> prediction = sim::Predict(*plan, options);
   if (!prediction.ok()) Fail("simulate", prediction.message());
   if (!flags.ignore_memory) {
-    const MemoryEstimate mem =
-        EstimateMemory(*plan, plan->attention_kernel() != AttentionKernel::kUnfused);
+    const MemoryEstimate mem = EstimateMemory(*plan);
     const double capacity_gib = plan->cluster.node.gpu.memory_gib();
     const double gib = 1.0 / (1 << 30);
     if (mem.total_bytes() * gib > capacity_gib)

@@ -35,10 +35,22 @@ struct SweepFlags {
   double timeout_s = 0;
 };
 
+// A positive decimal number ("12.5", "1e3"; not "0x10", "inf" or "nan").
 bool PositiveNumber(const std::string& text, double* out) {
+  if (text.empty() || text.find_first_not_of("0123456789.eE+-") != std::string::npos) return false;
   char* end = nullptr;
   *out = std::strtod(text.c_str(), &end);
   return end != text.c_str() && *end == '\0' && *out > 0;
+}
+
+// A positive decimal integer as the plan keys take them: digits only, no leading zero ("12";
+// not "12.0", "1e3", "0x10" or "012").
+bool PositiveInt(const std::string& text, int* out) {
+  if (text.empty() || text.size() > 9 || text[0] == '0' ||
+      text.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  *out = std::stoi(text);
+  return true;
 }
 
 // A cluster as its node (catalog name or file), node count and GPUs used per node (0: all), so
@@ -84,11 +96,9 @@ std::string JoinCluster(const ClusterParts& parts) {
 
 // Applies one axis value to the flags (before the plan is built) or to the plan (after).
 Status ApplyToFlags(const std::string& key, const std::string& value, PlanFlags* f) {
-  double number = 0;
   auto positive_int = [&](int* out) -> Status {
-    if (!PositiveNumber(value, &number) || number != static_cast<int>(number))
+    if (!PositiveInt(value, out))
       return Error(fmt::format("--vary {}={}: expected a positive integer", key, value));
-    *out = static_cast<int>(number);
     return Status::Ok();
   };
   if (key == "model") f->model = value;
@@ -158,7 +168,6 @@ void Run(const SweepFlags& flags) {
   for (size_t i = 0; i < axes.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (axes[i].key == axes[j].key) Fail("sweep", fmt::format("{} is varied twice", axes[i].key));
-  if (flags.out_path.empty()) Fail("sweep", "--out sweep.csv is required");
   CheckOk("sweep", CheckOutputPath(flags.out_path, flags.force));
   CheckOk("sweep",
           CheckNotAnInput(flags.out_path, std::array{flags.study_path, flags.plan.plan_path}));
@@ -309,7 +318,9 @@ void SetupSweep(CLI::App* sub) {
       "--vary", flags->vary,
       "KEY=V1,V2,... (once or twice): network_GBps, nvlink_GBps (per direction), nodes, "
       "node (node type), seq_len, micro_batch, model, stack (software stack)");
-  sub->add_option("--out", flags->out_path, "CSV to write")->check(NonEmpty());
+  sub->add_option("--out", flags->out_path, "CSV to write (required)")
+      ->required()
+      ->check(NonEmpty());
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
   sub->add_option(
          "--timeout", flags->timeout_s,

@@ -73,13 +73,17 @@ void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& o
   part("exposed TP comm", b.exposed_tp_ms);
   part("pipeline bubble", b.bubble_ms);
   part("exposed PP transfers", b.exposed_pp_ms);
-  part("exposed DP comm", std::max(0.0, b.exposed_dp_ms));
+  // A tied embedding over a pipeline is summed between the first and last stage after the DP
+  // buckets: DP-side, with them.
+  const bool embedding_sync = plan.pp > 1 && plan.model.tied_embeddings;
+  part(embedding_sync ? "exposed DP comm and embedding sync" : "exposed DP comm",
+       std::max(0.0, b.exposed_dp_ms));
   part("optimizer step", b.optimizer_ms);
   parts.Print(out);
   out << fmt::format(
       "\n{} ops per micro-batch on stage 0; serialized (nothing overlapped) {:.2f} ms; DP "
-      "collectives {:.2f} ms uncontended.\n",
-      p.schedule.size(), p.serial_ms, p.dp_comm_ms);
+      "collectives{} {:.2f} ms uncontended.\n",
+      p.schedule.size(), p.serial_ms, embedding_sync ? " and embedding sync" : "", p.dp_comm_ms);
 }
 
 }  // namespace domino::cli

@@ -66,9 +66,15 @@ Result<Study> ParseStudy(std::string_view text, std::string_view file) {
       return where(entry.second, "grid." + key, "expected a non-empty list of values");
     Axis axis;
     axis.key = key;
+    const bool integer = key == "nodes" || key == "seq_len" || key == "micro_batch";
     for (const auto& v : entry.second) {
       if (!v.IsScalar()) return where(v, "grid." + key, "expected a scalar value");
-      axis.values.push_back(v.Scalar());
+      const std::string& value = v.Scalar();
+      if (integer && (value.empty() || value[0] == '0' || value.size() > 9 ||
+                      value.find_first_not_of("0123456789") != std::string::npos))
+        return where(v, "grid." + key,
+                     fmt::format("expected a positive decimal integer, got '{}'", value));
+      axis.values.push_back(value);
     }
     study.axes.push_back(std::move(axis));
   }
@@ -78,6 +84,9 @@ Result<Study> ParseStudy(std::string_view text, std::string_view file) {
       const std::string key = entry.first.Scalar();
       if (!KnownSweepKey(key)) return where(entry.first, "fixed." + key, "unknown key");
       if (!entry.second.IsScalar()) return where(entry.second, "fixed." + key, "expected a value");
+      if (grid[key])
+        return where(entry.first, "fixed." + key,
+                     "the grid varies it too: give it in grid or in fixed, not in both");
       study.fixed.emplace_back(key, entry.second.Scalar());
     }
   }

@@ -164,7 +164,7 @@ TEST(HfConfig, RefusesWhatItCannotRead) {
   ExpectError(LlamaWith(3, R"(  "hidden_size": "64",)"),
               "bad/config.json:3:18: hidden_size: expected an integer");
   ExpectError(LlamaWith(8, R"(  "num_hidden_layers": 0,)"),
-              "bad/config.json:8:24: num_hidden_layers: must be between 1 and 100000, got 0");
+              "bad/config.json:8:24: num_hidden_layers: must be between 1 and 32767, got 0");
   ExpectError(LlamaWith(7, R"(  "num_key_value_heads": 3,)"),
               "bad/config.json:7:26: num_key_value_heads: the 4 attention heads must be "
               "divisible by the 3 key/value heads");

@@ -192,7 +192,7 @@ TEST(ParseModelErrors, NonMappingDocument) {
 
 TEST(ParseModelErrors, OutOfRangeIntegers) {
   ExpectError(WithLine(2, "layers: 99999999999999999999"), 2, "layers", "out of range");
-  ExpectError(WithLine(2, "layers: 100001"), 2, "layers", "must be between 1 and 100000");
+  ExpectError(WithLine(2, "layers: 32768"), 2, "layers", "must be between 1 and 32767");
   ExpectError(WithLine(3, "hidden: 4294967296"), 3, "hidden", "must be between 1 and 1000000");
   ExpectError(WithLine(6, "vocab: 100000001"), 6, "vocab", "must be between 1 and 100000000");
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "planner/iteration.h"
+#include "tests/planner/test_plans.h"
 
 namespace domino {
 namespace {
@@ -277,6 +278,22 @@ TEST(MemoryModelTest, DecomposedOverlapAddsTransformerEnginesUserbuffers) {
   EXPECT_EQ(EstimateMemory(plan).comm_buffer_bytes, 8192.0 * 10 * 2);
   plan.precision = Dtype::kFp8;
   EXPECT_EQ(EstimateMemory(plan).comm_buffer_bytes, 8192.0 * (4 * 2 + 6 * 1));
+}
+
+// Unfused attention keeps its scores for the backward: the memory estimate of a plan that runs it
+// is the one with them, whoever asks (the search, the sweep, simulate).
+TEST(MemoryModelTest, CountsThePlansOwnAttention) {
+  testing_util::PlanKnobs k;
+  k.stack = "megatron-2021";
+  const Plan unfused = testing_util::MakePlan(k);
+  ASSERT_EQ(unfused.attention_kernel(), AttentionKernel::kUnfused);
+  EXPECT_EQ(EstimateMemory(unfused).total_bytes(),
+            EstimateMemory(unfused, /*flash_attention=*/false).total_bytes());
+  EXPECT_GT(EstimateMemory(unfused).total_bytes(),
+            EstimateMemory(unfused, /*flash_attention=*/true).total_bytes());
+  const Plan flash = testing_util::MakePlan(testing_util::PlanKnobs{});
+  EXPECT_EQ(EstimateMemory(flash).total_bytes(),
+            EstimateMemory(flash, /*flash_attention=*/true).total_bytes());
 }
 
 }  // namespace

@@ -544,6 +544,32 @@ TEST(PipelineTest, PredictionRunsTheIterationInTheEngine) {
   EXPECT_LE(p->figures.iteration_ms, p->serial_ms);
 }
 
+TEST(PipelineTest, TheTiedEmbeddingsSyncIsDpSideOnBothEndStages) {
+  // GPT-3 2.7B ties its embedding: over pp 2 with dp 1, the first and last stage sum its
+  // gradient, and both optimizers wait for it. It is the only DP-side collective, counted on
+  // stage 0 as well, and the serialized bound holds it: never below the iteration.
+  PlanKnobs k;
+  k.cluster = "dgx-h100:1:2";
+  k.tp = 1;
+  k.pp = 2;
+  k.micro_batch = 1;
+  const Plan plan = MakePlan(k);
+  ASSERT_TRUE(plan.model.tied_embeddings);
+  Result<Prediction> p = Predict(plan);
+  ASSERT_TRUE(p.ok()) << p.message();
+  double sync_us = 0;
+  for (size_t i = 0; i < p->iteration.size(); ++i) {
+    const Op& op = p->iteration.ops()[i];
+    if (op.group == Group::kDp) ADD_FAILURE() << "dp 1 has no DP bucket";
+    if (op.group == Group::kEmbedding)
+      sync_us += p->iteration_timeline.ops[i].end_us - p->iteration_timeline.ops[i].start_us;
+  }
+  EXPECT_GT(sync_us, 0);
+  EXPECT_NEAR(p->dp_comm_ms, sync_us * 1e-3, 1e-9);
+  // Here nothing overlaps the sync: the bound meets the iteration, to rounding.
+  EXPECT_LE(p->figures.iteration_ms, p->serial_ms * (1 + 1e-12));
+}
+
 TEST(PipelineTest, IterationOpsArePricedByTheCostModel) {
   // The optimizer step pays the stack's launch (smaller under CUDA graphs) plus its bytes over
   // HBM; a DP bucket is priced on the DP group (across nodes here), a pipeline recv costs nothing.

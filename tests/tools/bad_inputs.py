@@ -330,6 +330,30 @@ CASES = [
                 "      cluster: dgx-h100:1\n      training: {seq_len: 1024, micro_batch: 2, global_batch: 2}\n"
                 "      overlap: {row_split: 3}\n    measured: {iteration_s: 1}\n"},
      ["validate", "--table", "{tmp}/t.yaml"], r"t\.yaml:9:\d+: rows\[0\]\.plan\.overlap\.row_split: row_split \(3\) must divide", None),
+    ("layers past 16 bits", "32,768 layers (ops index layers in 16 bits; once absurd times with dp 2)", {"m.yaml": model(layers="32768")},
+     ["models", "{tmp}/m.yaml"], r"m\.yaml:2:\d+: layers: must be between 1 and 32767", None),
+    ("a newline in a model name", "name: \"x\\nrm -rf\" (once written raw into exported comments)",
+     {"m.yaml": GOOD_MODEL.replace("name: m", 'name: "x\\nrm -rf"')},
+     ["models", "{tmp}/m.yaml"], r"m\.yaml:1:\d+: name: must not hold control characters", None),
+    ("tiny HBM", "a GPU file with hbm_GBps: 1e-300 (once times of 300 digits)",
+     {"g.yaml": GPU.replace("hbm_GBps: 3350", "hbm_GBps: 1e-300"), "n.yaml": NODE_OF_G},
+     ["simulate", "--model", "gpt3-2.7b", "--cluster", "{tmp}/n.yaml:1"], r"g\.yaml:4:\d+: hbm_GBps: must be at least 0\.001", None),
+    ("a bad GPU file shown", "hardware of a GPU file with sms: 0 (once 'node: missing required key')",
+     {"g.yaml": GPU.replace("sms: 132", "sms: 0")},
+     ["hardware", "{tmp}/g.yaml"], r"g\.yaml:2:\d+: sms: must be a positive integer", None),
+    ("plan over its model", "plan --out naming its own --model file, with --force (once a plan naming itself)",
+     {"m.yaml": GOOD_MODEL},
+     ["plan", "--model", "{tmp}/m.yaml", "--cluster", "dgx-h100:1", "--out", "{tmp}/m.yaml", "--force"],
+     r"m\.yaml: is also an input of this command", None),
+    ("row split pinned out of range", "--fix p=17 (once 'no plan fits' for another reason)", {},
+     ["plan", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--fix", "p=17"], r"--fix: p=17: must be between 1 and 16, got 17", None),
+    ("hexadecimal sweep value", "--vary nodes=0x1 (once one node)", {},
+     ["sweep", "--vary", "nodes=0x1", "--out", "{tmp}/s.csv"], r"--vary nodes=0x1: expected a positive integer", "s.csv"),
+    ("swept and fixed", "a study that grids nodes and fixes them too (once the fixed value dropped)",
+     {"s.yaml": "name: s\ngrid:\n  nodes: [1]\nfixed: {nodes: 2}\n"},
+     ["sweep", "--study", "{tmp}/s.yaml", "--out", "{tmp}/s.csv"], r"s\.yaml:4:\d+: fixed\.nodes: the grid varies it too", "s.csv"),
+    ("sweep without --out", "a missing --out (once a bad input, exit 1)", {},
+     ["sweep", "--vary", "nodes=1"], r"--out is required", None),
 ]
 
 # The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any
@@ -341,7 +365,7 @@ USAGE_CASES = {"plan is a directory", "huge virtual stages", "huge virtual stage
                "a huge value in a short-flag cluster", "--explain as JSON",
                "--check of some rows", "--fit of some rows", "--fit of another category",
                "empty output path", "octal-looking seed", "NaN soak", "calibrate without --out",
-               "a CUDA flag on the CPU", "CSV and JSON on stdout"}
+               "a CUDA flag on the CPU", "CSV and JSON on stdout", "sweep without --out"}
 NO_PLAN_CASES = {"no plan fits"}
 
 
