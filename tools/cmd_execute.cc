@@ -550,6 +550,9 @@ void SetupExecute(CLI::App* sub) {
       if (sub->count(name) > 0 && flags->backend != "cuda")
         Fail("execute", fmt::format("{} sets up a CUDA run: it needs --backend cuda", name),
              kExitUsage);
+    for (const char* name : {"--min-ctas", "--max-ctas"})
+      if (sub->count(name) > 0 && flags->backend == "cuda" && flags->comm != "nccl")
+        Fail("execute", fmt::format("{} sets NCCL's CTAs: it needs --comm nccl", name), kExitUsage);
     if (sub->count("--emulate-rank") > 0 && flags->comm != "emulate")
       Fail("execute", "--emulate-rank is the rank --comm emulate plays: it needs --comm emulate",
            kExitUsage);

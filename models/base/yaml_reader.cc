@@ -91,8 +91,12 @@ Result<YAML::Node> ParseYaml(std::string_view text, std::string_view file) {
     }
     return root;
   } catch (const YAML::Exception& e) {
-    return Error(
-        fmt::format("{}:{}:{}: invalid YAML: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
+    // yaml-cpp quotes the character it choked on, which may be a newline or a NUL: one line.
+    std::string message;
+    for (unsigned char c : e.msg)
+      message += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, c);
+    return Error(fmt::format("{}:{}:{}: invalid YAML: {}", file, e.mark.line + 1, e.mark.column + 1,
+                             message));
   }
 }
 

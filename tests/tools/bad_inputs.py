@@ -354,6 +354,12 @@ CASES = [
      ["sweep", "--study", "{tmp}/s.yaml", "--out", "{tmp}/s.csv"], r"s\.yaml:4:\d+: fixed\.nodes: the grid varies it too", "s.csv"),
     ("sweep without --out", "a missing --out (once a bad input, exit 1)", {},
      ["sweep", "--vary", "nodes=1"], r"--out is required", None),
+    ("a NUL escaped", "a backslash before a NUL byte in a quoted name (once a message of two lines)",
+     {"m.yaml": GOOD_MODEL.replace("name: m", 'name: "x\\\x00y"')},
+     ["models", "{tmp}/m.yaml"], r"m\.yaml:1:\d+: invalid YAML: unknown escape character: \\x00", None),
+    ("NCCL's CTAs without NCCL", "--min-ctas on the CUDA backend with --comm mpi (once ignored)", {},
+     ["execute", "--backend", "cuda", "--min-ctas", "3", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1"],
+     r"--min-ctas sets NCCL's CTAs: it needs --comm nccl", None),
 ]
 
 # The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any
@@ -365,7 +371,8 @@ USAGE_CASES = {"plan is a directory", "huge virtual stages", "huge virtual stage
                "a huge value in a short-flag cluster", "--explain as JSON",
                "--check of some rows", "--fit of some rows", "--fit of another category",
                "empty output path", "octal-looking seed", "NaN soak", "calibrate without --out",
-               "a CUDA flag on the CPU", "CSV and JSON on stdout", "sweep without --out"}
+               "a CUDA flag on the CPU", "CSV and JSON on stdout", "sweep without --out",
+               "NCCL's CTAs without NCCL"}
 NO_PLAN_CASES = {"no plan fits"}
 
 
