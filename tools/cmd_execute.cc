@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -70,7 +71,8 @@ PlanFigures MeasuredFigures(const Plan& plan, const exec::ExecuteResult& r, doub
   // nothing): the run is its own ideal, and what the calls took is not communication.
   if (plan.tp == 1) f.ideal_ms = f.iteration_ms, *comm_ms = 0;
   f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;
-  f.hidden_comm_fraction = *comm_ms > 0 ? std::max(0.0, 1.0 - f.exposed_comm_ms / *comm_ms) : 1.0;
+  f.hidden_comm_fraction =
+      *comm_ms > 0 ? std::clamp(1.0 - f.exposed_comm_ms / *comm_ms, 0.0, 1.0) : 1.0;
   const double seconds = f.iteration_ms * 1e-3;
   f.tokens_per_s = static_cast<double>(plan.global_batch) * plan.seq_len / seconds;
   f.tflops_per_gpu = flops * micro_batches / seconds / 1e12;
