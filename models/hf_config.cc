@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <filesystem>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
@@ -198,7 +200,21 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
     std::string message = root.message();
     if (size_t at = message.find(": invalid YAML: "); at != std::string::npos)
       message.replace(at, 16, ": invalid JSON: ");
+    if (size_t at = message.find("a second document ('---'); a domino file holds one");
+        at != std::string::npos)
+      message.replace(at, message.size() - at, "text after the JSON object");
     return Error(message);
+  }
+  // A key given twice: JSON readers keep the last, YAML's the first; domino takes neither.
+  if (root->IsMap()) {
+    std::vector<std::string> keys;
+    for (const auto& entry : *root) {
+      const std::string key = entry.first.Scalar();
+      if (std::find(keys.begin(), keys.end(), key) != keys.end())
+        return Error(fmt::format("{}:{}:{}: {}: given twice", file, entry.first.Mark().line + 1,
+                                 entry.first.Mark().column + 1, key));
+      keys.push_back(key);
+    }
   }
   ConfigReader config(*root, std::string(file));
   if (config.error()) return *config.error();

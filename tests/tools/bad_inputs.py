@@ -360,6 +360,10 @@ CASES = [
     ("NCCL's CTAs without NCCL", "--min-ctas on the CUDA backend with --comm mpi (once ignored)", {},
      ["execute", "--backend", "cuda", "--min-ctas", "3", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1"],
      r"--min-ctas sets NCCL's CTAs: it needs --comm nccl", None),
+    ("a config key twice", "a Hugging Face config.json with num_hidden_layers twice (once the first kept)",
+     {"config.json": '{"model_type": "llama", "num_hidden_layers": 2, "num_hidden_layers": 3, "hidden_size": 64, '
+                     '"num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16}\n'},
+     ["models", "{tmp}/config.json"], r"config\.json:1:\d+: num_hidden_layers: given twice", None),
 ]
 
 # The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any
