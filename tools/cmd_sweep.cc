@@ -43,16 +43,6 @@ bool PositiveNumber(const std::string& text, double* out) {
   return end != text.c_str() && *end == '\0' && *out > 0;
 }
 
-// A positive decimal integer as the plan keys take them: digits only, no leading zero ("12";
-// not "12.0", "1e3", "0x10" or "012").
-bool PositiveInt(const std::string& text, int* out) {
-  if (text.empty() || text.size() > 9 || text[0] == '0' ||
-      text.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  *out = std::stoi(text);
-  return true;
-}
-
 // A cluster as its node (catalog name or file), node count and GPUs used per node (0: all), so
 // that `nodes` and `node` replace one part and keep the others.
 struct ClusterParts {
@@ -97,7 +87,7 @@ std::string JoinCluster(const ClusterParts& parts) {
 // Applies one axis value to the flags (before the plan is built) or to the plan (after).
 Status ApplyToFlags(const std::string& key, const std::string& value, PlanFlags* f) {
   auto positive_int = [&](int* out) -> Status {
-    if (!PositiveInt(value, out))
+    if (!PositiveDecimalInt(value, out))
       return Error(fmt::format("--vary {}={}: expected a positive integer", key, value));
     return Status::Ok();
   };

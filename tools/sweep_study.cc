@@ -42,6 +42,15 @@ Result<Axis> ParseAxis(const std::string& text) {
   return axis;
 }
 
+bool PositiveDecimalInt(std::string_view text, int* out) {
+  if (text.empty() || text.size() > 9 || text[0] == '0' ||
+      text.find_first_not_of("0123456789") != std::string_view::npos)
+    return false;
+  *out = 0;
+  for (char c : text) *out = *out * 10 + (c - '0');
+  return true;
+}
+
 Result<Study> ParseStudy(std::string_view text, std::string_view file) {
   const std::string path(file);
   Result<YAML::Node> root = ParseYaml(text, file);
@@ -70,8 +79,8 @@ Result<Study> ParseStudy(std::string_view text, std::string_view file) {
     for (const auto& v : entry.second) {
       if (!v.IsScalar()) return where(v, "grid." + key, "expected a scalar value");
       const std::string& value = v.Scalar();
-      if (integer && (value.empty() || value[0] == '0' || value.size() > 9 ||
-                      value.find_first_not_of("0123456789") != std::string::npos))
+      int number = 0;
+      if (integer && !PositiveDecimalInt(value, &number))
         return where(v, "grid." + key,
                      fmt::format("expected a positive decimal integer, got '{}'", value));
       axis.values.push_back(value);

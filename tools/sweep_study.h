@@ -32,6 +32,10 @@ inline constexpr size_t kMaxSweepPoints = 1'000'000;
 // Whether `key` may be varied.
 bool KnownSweepKey(std::string_view key);
 
+// A positive decimal integer as the integer keys (nodes, seq_len, micro_batch) take them: digits
+// only, no leading zero, at most 9 of them ("12"; not "12.0", "1e3", "0x10" or "012").
+bool PositiveDecimalInt(std::string_view text, int* out);
+
 // Parses "--vary KEY=V1,V2,...". Errors quote the flag: "--vary nodes=1,,2: an empty value".
 Result<Axis> ParseAxis(const std::string& text);
 
