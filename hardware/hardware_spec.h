@@ -36,7 +36,8 @@ struct GpuSpec {
   // (16-bit, and fp8, which cuBLAS runs further below its peak), the k-steps' worth of time each
   // output tile spends outside its main loop (prologue, epilogue), the fixed time of a kernel
   // (ramp up and down), and the inner dimension from which cuBLAS balances the last wave over
-  // every SM (stream-K) instead of leaving SMs idle.
+  // every SM (stream-K) instead of leaving SMs idle, or splits k where the tiles fill at most half
+  // the SMs (split-K, sim/gemm_model.h).
   double max_gemm_efficiency = 0.84;
   double fp8_gemm_efficiency = 0.68;
   double gemm_tile_overhead_k = 192;

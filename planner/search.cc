@@ -35,7 +35,7 @@ bool Better(const Candidate& a, const Candidate& b, Objective objective) {
 
 }  // namespace
 
-std::string DescribeCandidate(const Plan& p) {
+std::string DescribeConfiguration(const Plan& p) {
   std::string out = fmt::format("tp {}", p.tp);
   if (p.cp > 1) out += fmt::format(" cp {}", p.cp);
   out += fmt::format(" pp {} dp {}", p.pp, p.dp);
@@ -47,6 +47,11 @@ std::string DescribeCandidate(const Plan& p) {
   if (p.recompute != Recompute::kNone) out += fmt::format(" rc-{}", RecomputeName(p.recompute));
   if (p.distributed_optimizer) out += " distopt";
   if (p.fsdp) out += " fsdp";
+  return out;
+}
+
+std::string DescribeCandidate(const Plan& p) {
+  std::string out = DescribeConfiguration(p);
   out += fmt::format(" p {} q {} {}", p.row_split, p.col_split, ScopeName(p.scope));
   if (p.method != OverlapMethod::kDomino) {
     out += fmt::format(" {} c {}", MethodName(p.method), p.decomposed_chunks());
@@ -198,9 +203,11 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   SearchResult result;
   const int64_t gpus = base.cluster.total_gpus();
   const double capacity = base.cluster.node.gpu.memory_bytes() - space.memory_headroom_bytes;
-  auto reject = [&](const Plan& plan, const std::string& rule) {
+  // A configuration rejected before it is sliced is named without slicing.
+  auto reject = [&](const Plan& plan, const std::string& rule, bool sliced = true) {
     ++result.rejected;
-    result.rejections.push_back(fmt::format("{}: {}", DescribeCandidate(plan), rule));
+    result.rejections.push_back(fmt::format(
+        "{}: {}", sliced ? DescribeCandidate(plan) : DescribeConfiguration(plan), rule));
   };
 
   // Outer configurations: everything but the Domino dimensions.
@@ -298,6 +305,11 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
                space.timeout_s;
   };
+  // A stop request is polled before each simulation, so that it waits for one plan at most.
+  auto stop_requested = [&] {
+    if (!result.stopped && space.stop && space.stop()) result.stopped = true;
+    return result.stopped;
+  };
   std::vector<double> bounds(outers.size(), 0);
   std::vector<char> bounded(outers.size(), 0);  // whether bounds[i] holds (0: not computed)
   if (space.prune) {
@@ -306,7 +318,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     // go last, unbounded.
     for (size_t i = 0; i < outers.size(); ++i) {
       order[i] = i;
-      if (out_of_time()) continue;
+      if (out_of_time() || stop_requested()) continue;
       bounded[i] = 1;
       if (!CheckPlanRules(outers[i])) bounds[i] = evaluator.LowerBoundMs(outers[i]);
     }
@@ -342,10 +354,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
       result.timed_out = true;
       break;
     }
-    if (space.stop && space.stop()) {
-      result.stopped = true;
-      break;
-    }
+    if (stop_requested()) break;
     trim();
     if (progress) progress(done++, static_cast<int>(outers.size()));
     // The lightest recompute that fits: heavier recompute only adds work.
@@ -358,18 +367,20 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
         // A count of recomputed layers (the starting plan's) applies to full recompute only.
         plan.recompute_layers = rc == Recompute::kFull ? base.recompute_layers : 0;
         if (auto failure = CheckPlanRules(plan)) {
-          reject(plan, failure->rule);
+          reject(plan, failure->rule, /*sliced=*/false);
           return false;
         }
         const double need = EstimateMemory(plan).total_bytes();
         if (need <= capacity) return true;
-        reject(plan, fmt::format("memory: needs {:.1f} GiB per GPU, the {} has {:.1f}{}",
-                                 need / (1 << 30), plan.cluster.node.gpu.name,
-                                 plan.cluster.node.gpu.memory_gib(),
-                                 space.memory_headroom_bytes > 0
-                                     ? fmt::format(" less {:.1f} of headroom",
-                                                   space.memory_headroom_bytes / (1 << 30))
-                                     : ""));
+        reject(
+            plan,
+            fmt::format("memory: needs {:.1f} GiB per GPU, the {} has {:.1f}{}", need / (1 << 30),
+                        plan.cluster.node.gpu.name, plan.cluster.node.gpu.memory_gib(),
+                        space.memory_headroom_bytes > 0
+                            ? fmt::format(" less {:.1f} of headroom",
+                                          space.memory_headroom_bytes / (1 << 30))
+                            : ""),
+            /*sliced=*/false);
       }
       return false;
     };
@@ -421,6 +432,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
                 ++result.pruned;
                 continue;
               }
+              if (stop_requested()) return;
               Result<PlanFigures> figures = evaluator.Evaluate(plan);
               ++result.evaluated;
               if (!figures.ok()) {
@@ -441,6 +453,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     auto beaten = [&] { return space.prune && bounded[index] && bounds[index] > best_ms; };
     const bool fits = lightest_fit(outer);
     if (fits) slicings(outer, beaten());
+    if (result.stopped) break;
     // FSDP, unless pinned either way, where the distributed optimizer's configuration needs
     // recompute or does not fit at all: the same layout with parameters and gradients sharded too
     // moves more over DP (never less), so it is worth a try only for the memory it frees, when

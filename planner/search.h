@@ -56,8 +56,9 @@ struct SearchSpace {
   // evaluated by then. The configurations' ordering bounds count against it; those it cuts off
   // are visited last, unbounded.
   double timeout_s = 0;
-  // Polled between configurations: once it returns true the search stops as at the timeout
-  // (SearchResult::stopped). The command line stops on SIGINT and SIGTERM this way.
+  // Polled before each simulation (a configuration's bound or a plan's iteration): once it
+  // returns true the search stops as at the timeout (SearchResult::stopped) and polls it no more.
+  // The command line stops on SIGINT and SIGTERM this way.
   std::function<bool()> stop;
   // Keep at most this many ranked candidates (the best), so huge spaces stay in bounded memory.
   size_t max_ranked = 10000;
@@ -130,6 +131,10 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
 // "tp 8 pp 2 dp 4 v 1 mb 2 sp p 2 q 1 inter-layer" (context parallelism, "cp 16" after tp,
 // recompute and the distributed optimizer when on).
 std::string DescribeCandidate(const Plan& plan);
+
+// DescribeCandidate without the slicing ("tp 8 pp 2 dp 4 v 1 mb 2 sp"): a configuration
+// rejected before any slicing of it was made.
+std::string DescribeConfiguration(const Plan& plan);
 
 }  // namespace domino
 

@@ -16,6 +16,13 @@ double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype) {
   return gpu.peak(dtype) * efficiency;
 }
 
+int GemmSplitK(const GpuSpec& gpu, double m, double n, double k) {
+  const double tiles = std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
+  if (!(k >= gpu.gemm_stream_k_min_k) || !(tiles > 0)) return 1;
+  const double split = std::min(std::floor(gpu.sms / tiles), std::ceil(k / kStreamKStep));
+  return split >= 2 ? static_cast<int>(split) : 1;
+}
+
 GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, double n, double k,
                           double in_bytes, double out_bytes) {
   GemmEstimate out;
@@ -25,15 +32,22 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
   const double tile_us = 2.0 * tile_m * tile_n * (k + gpu.gemm_tile_overhead_k) / flops_per_sm_us;
   out.output_tiles = tiles;
   out.stream_k = k >= gpu.gemm_stream_k_min_k && tiles > gpu.sms;
+  out.split_k = out.stream_k ? 1 : GemmSplitK(gpu, m, n, k);
+  out.cost.hbm_bytes = (m * k + k * n) * in_bytes + m * n * out_bytes;
   if (out.stream_k) {
     const double steps = std::ceil(k / kStreamKStep);
     out.cost.tiles = tiles * steps;
     out.cost.wave_us = tile_us / steps;
+  } else if (out.split_k > 1) {
+    const double split = out.split_k;
+    out.cost.tiles = tiles * split;
+    out.cost.wave_us =
+        2.0 * tile_m * tile_n * (k / split + gpu.gemm_tile_overhead_k) / flops_per_sm_us;
+    out.cost.hbm_bytes += 2 * split * m * n * 4;  // fp32 partials written, then read back
   } else {
     out.cost.tiles = tiles;
     out.cost.wave_us = tile_us;
   }
-  out.cost.hbm_bytes = (m * k + k * n) * in_bytes + m * n * out_bytes;
   out.fixed_us = gpu.gemm_fixed_us;
   return out;
 }
@@ -44,6 +58,11 @@ GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k
   out.blocks_comm = true;
   if (k < gpu.gemm_stream_k_min_k) return out;
   const double tiles = std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
+  if (const int split = GemmSplitK(gpu, m, n, k); split > 1) {
+    out.persistent_ctas = tiles * split;  // at most the SMs: one wave
+    out.tail_share = 1.0;
+    return out;
+  }
   const double cta_waves = tiles / (gpu.gemm_cta_tiles * gpu.sms);
   if (cta_waves >= gpu.gemm_persistent_cta_waves) {
     out.tail_share = std::min(1.0, 1 / cta_waves);
@@ -64,6 +83,7 @@ GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, 
   out.tiles = g.output_tiles;
   out.units = g.cost.tiles;
   out.stream_k = g.stream_k;
+  out.split_k = g.split_k;
   out.unit_us = g.cost.wave_us;
   out.waves = std::ceil(out.units / gpu.sms);
   out.last_wave_fill = (out.units - (out.waves - 1) * gpu.sms) / gpu.sms;

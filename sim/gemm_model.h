@@ -16,18 +16,27 @@ namespace domino::sim {
 // Tiles run in waves over the SMs: ceil(tiles / sms) waves, so a narrow slice that leaves SMs idle
 // in its last wave pays for it (wave quantization). From k >= gemm_stream_k_min_k with more tiles
 // than SMs, cuBLAS balances the work in k-steps of 64 over every SM (stream-K), and only the last
-// k-step is quantized. The memory side of the roofline is A and B in `in_bytes` per element and C
-// in `out_bytes` over achieved HBM bandwidth. A kernel also takes gemm_fixed_us (ramp up and down)
-// beyond its body; the launch is the caller's.
+// k-step is quantized. With at most half as many tiles as SMs (and k >= gemm_stream_k_min_k), it
+// splits k instead (split-K): s = floor(sms / tiles) pieces of each tile (no shorter than 64
+// k-steps), each piece paying the tile's prologue and epilogue, and the s partial tiles of fp32
+// written to HBM and read back by the reduction. The memory side of the roofline is A and B in
+// `in_bytes` per element, C in `out_bytes` and those partials over achieved HBM bandwidth. A
+// kernel also takes gemm_fixed_us (ramp up and down) beyond its body; the launch is the caller's.
 //
-// Sources for the constants: docs/validation/measurements.yaml, category gemm (MAMF best shapes
-// and the per-shape cuBLASLt tables); `domino validate --category gemm` checks them.
+// Sources for the constants: docs/validation/measurements.yaml, category gemm (MAMF best shapes,
+// the per-shape cuBLASLt tables, and XLA's per-shape H100 table, which measures split-K's regime:
+// m, n <= 1024 with k of 2048 and 4096); `domino validate --category gemm` checks them.
 struct GemmEstimate {
   OpCost cost;              // units as `tiles`, one unit's time on one SM as `wave_us`, hbm_bytes
   double fixed_us = 0;      // gemm_fixed_us: add to the launch
   double output_tiles = 0;  // tiles of C; cost.tiles has as many units, or more with stream-K
   bool stream_k = false;    // each tile cut into units of 64 k-steps
+  int split_k = 1;          // each tile cut into this many pieces of k (1: none)
 };
+
+// The pieces of k each output tile is split into (1: no split-K): floor(sms / tiles) where that is
+// 2 or more and k >= gemm_stream_k_min_k, at most one per 64 k-steps.
+int GemmSplitK(const GpuSpec& gpu, double m, double n, double k);
 
 // `tflops_ceiling`: the dense peak of the GEMM's dtype times the main-loop efficiency
 // (GemmCeilingTflops), or a calibrated figure.
@@ -46,7 +55,8 @@ double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype);
 // those beyond the SMs the collective leaves are late, the others run their tiles meanwhile, and
 // the late ones hold floor(waves) / ceil(waves) of the body (all of it under one wave). Above,
 // the GEMM stalls a CTA's share, 1 / waves, and then runs on the SMs left.
-// Short main loops (k < gemm_stream_k_min_k) retire CTAs quickly: no tail.
+// Short main loops (k < gemm_stream_k_min_k) retire CTAs quickly: no tail. Split-K runs one CTA
+// per piece, all in one wave, as the persistent CTAs below one wave do.
 struct GemmContention {
   double tail_share = 0;
   bool blocks_comm = false;
@@ -70,6 +80,7 @@ GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k
 struct GemmKernel {
   double tiles = 0;       // output tiles of gemm_tile_m x gemm_tile_n
   bool stream_k = false;  // balanced in k-steps of 64 over every SM (units = tiles x steps)
+  int split_k = 1;        // pieces of k per tile (units = tiles x split_k); 1: none
   double units = 0, unit_us = 0;
   double waves = 0;           // ceil(units / sms)
   double last_wave_fill = 0;  // share of the SMs the last wave keeps busy

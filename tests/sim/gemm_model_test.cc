@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tests/sim/catalog_gpu.h"
@@ -98,6 +99,42 @@ TEST(GemmModelTest, APartialWaveCostsAWholeOne) {
   const double sk_two = GemmKernelUs(h100, Dtype::kBf16, 128 * 12, 128 * 11 + 1, 8192);
   EXPECT_LT(sk_two - 3, 1.15 * (sk_one - 3));
   EXPECT_GT(sk_two, sk_one);
+}
+
+// Split-K: 256 x 256 x 4096 is 2 x 2 = 4 tiles of 128 x 128 on 132 SMs. Each tile is cut in
+// floor(132 / 4) = 33 pieces of k, every piece 2 * 128 * 128 * (4096 / 33 + 192) FLOPs in one wave
+// on 132 SMs; the 33 fp32 partials of C are written to HBM and read back.
+TEST(GemmModelTest, FewTilesOverALongKSplitK) {
+  const GpuSpec h100 = CatalogGpu("h100-sxm");
+  const GemmKernel sk = GemmKernelParts(h100, Dtype::kBf16, 256, 256, 4096);
+  EXPECT_EQ(sk.split_k, 33);
+  EXPECT_FALSE(sk.stream_k);
+  EXPECT_EQ(sk.units, 4 * 33);
+  EXPECT_EQ(sk.waves, 1);
+  const double piece_us = 2.0 * 128 * 128 * (4096.0 / 33 + 192) / (989e6 * 0.81 / 132);
+  EXPECT_NEAR(sk.compute_us, piece_us, 1e-9);
+  const double bytes = 2.0 * 256 * 4096 * 2 + 256.0 * 256 * 2 + 2.0 * 33 * 256 * 256 * 4;
+  EXPECT_NEAR(sk.memory_us, bytes / (3350 * 0.88 * 1e3), 1e-9);
+  EXPECT_NEAR(sk.us, 3 + std::max(piece_us, sk.memory_us), 1e-9);
+  // XLA's table measured 6.4 us. One SM per tile would take 3 + 2 * 128 * 128 * (4096 + 192)
+  // FLOPs' time, 26 us; split, the partials' HBM traffic (17 MB) bounds it, at 10.3 us.
+  const double one_sm_per_tile_us = 3 + 2.0 * 128 * 128 * (4096 + 192) / (989e6 * 0.81 / 132);
+  EXPECT_NEAR(sk.us, 3 + sk.memory_us, 1e-9);
+  EXPECT_LT(sk.us, 0.5 * one_sm_per_tile_us);
+  EXPECT_GT(sk.us, 6.4);
+  // No split where a short k leaves nothing to balance (k < gemm_stream_k_min_k), where the tiles
+  // fill more than half the SMs (80 tiles: a second piece each would make two waves), or where
+  // stream-K balances more tiles than SMs.
+  EXPECT_EQ(GemmSplitK(h100, 256, 256, 1024), 1);
+  EXPECT_EQ(GemmSplitK(h100, 1024, 1280, 4096), 1);
+  EXPECT_EQ(GemmSplitK(h100, 2048, 2048, 4096), 1);
+  EXPECT_EQ(GemmSplitK(h100, 1024, 1024, 4096), 2);  // 64 tiles
+  // At most one piece per 64 k-steps.
+  EXPECT_EQ(GemmSplitK(h100, 128, 128, 2048), 32);
+  // Beside a collective, the pieces are the CTAs: one wave, every one of them late if held.
+  const GemmContention c = GemmContentionOf(h100, 256, 256, 4096);
+  EXPECT_EQ(c.persistent_ctas, 4 * 33);
+  EXPECT_EQ(c.tail_share, 1.0);
 }
 
 // Beside a collective (GemmContentionOf): an H200 runs CTAs of 2 output tiles, one persistent

@@ -140,9 +140,22 @@ TEST(SearchTest, MemoryHeadroomLeavesThatMuchFree) {
   for (const Candidate& c : tight->ranked)
     EXPECT_LE(c.figures.memory_gib_per_gpu, lightest + 1 + 1e-9) << DescribeCandidate(c.plan);
   bool said = false;
-  for (const std::string& line : tight->rejections)
-    said = said || line.find("of headroom") != std::string::npos;
+  for (const std::string& line : tight->rejections) {
+    if (line.find("of headroom") == std::string::npos) continue;
+    said = true;
+    // Memory is judged before slicing: the line names the configuration, no split counts.
+    EXPECT_EQ(line.find(" p 1 q 1"), std::string::npos) << line;
+  }
   EXPECT_TRUE(said) << "no rejection names the headroom";
+}
+
+TEST(SearchTest, DescribeConfigurationIsTheCandidateWithoutItsSlicing) {
+  Plan plan = Base("gpt3-13b", "dgx-h100:2", 16);
+  plan.tp = 8, plan.pp = 1, plan.dp = 2, plan.micro_batch = 2;
+  plan.sequence_parallel = true;
+  plan.row_split = 2, plan.col_split = 1, plan.scope = OverlapScope::kInterLayer;
+  EXPECT_EQ(DescribeConfiguration(plan), "tp 8 pp 1 dp 2 mb 2 sp");
+  EXPECT_EQ(DescribeCandidate(plan), "tp 8 pp 1 dp 2 mb 2 sp p 2 q 1 inter-layer");
 }
 
 TEST(SearchTest, FixAndStrategyPinDimensions) {
@@ -393,15 +406,30 @@ TEST(SearchTest, StopHookEndsTheSearchWithWhatItFound) {
   Plan base = Base("gpt3-2.7b", "dgx-h100:1", 8);
   SearchSpace space;
   Simulator eval;
+  // The whole search first: every simulation is polled for.
   int polls = 0;
-  space.stop = [&polls] { return ++polls > 2; };  // two configurations, then a stop request
+  space.stop = [&polls] { return ++polls < 0; };
+  Result<SearchResult> whole = SearchPlans(base, space, eval);
+  ASSERT_TRUE(whole.ok());
+  ASSERT_GT(whole->evaluated, 3);
+  EXPECT_GT(polls, whole->evaluated);
+  // A request after the third plan stops the search there, and is not polled again.
+  int evaluated_at_stop = -1;
+  polls = 0;
+  eval.calls = 0;
+  space.stop = [&] {
+    if (eval.calls < 3) return false;
+    if (evaluated_at_stop < 0) evaluated_at_stop = eval.calls;
+    ++polls;
+    return true;
+  };
   Result<SearchResult> r = SearchPlans(base, space, eval);
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_TRUE(r->stopped);
   EXPECT_FALSE(r->NoPlanFits());
-  EXPECT_EQ(polls, 3);
-  Result<SearchResult> whole = SearchPlans(base, SearchSpace(), eval);
-  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(polls, 1) << "polled again after it said stop";
+  EXPECT_EQ(evaluated_at_stop, 3);
+  EXPECT_EQ(r->evaluated, 3) << "a plan was simulated after the stop request";
   EXPECT_LT(r->evaluated + r->rejected, whole->evaluated + whole->rejected);
 
   space.stop = [] { return true; };  // before anything: stopped, nothing found, not "no plan"
