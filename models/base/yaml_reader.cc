@@ -16,6 +16,11 @@ bool IsNullScalar(const std::string& s) {
   return s == "~" || s == "null" || s == "Null" || s == "NULL";
 }
 
+// A scalar written as a string ("2", '2' or !!str 2), which YAML reads as text, not a number.
+bool IsQuoted(const YAML::Node& node) {
+  return node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str";
+}
+
 std::string Quote(std::string_view s) {
   constexpr size_t kMax = 40;
   if (s.size() > kMax) return fmt::format("'{}...'", s.substr(0, kMax));
@@ -188,6 +193,9 @@ void YamlMap::Int(std::string_view key, int64_t* out, Need need, IntRange range)
   if (!value.IsDefined()) return;
   if (!value.IsScalar()) return FailAt(value.Mark(), key, "expected an integer");
   const std::string& s = value.Scalar();
+  if (IsQuoted(value))
+    return FailAt(value.Mark(), key,
+                  fmt::format("expected an integer, got the string {}", Quote(s)));
   int64_t parsed = 0;
   const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
   auto [end, ec] = std::from_chars(begin, s.data() + s.size(), parsed);
@@ -217,6 +225,8 @@ void YamlMap::Real(std::string_view key, double* out, Need need, RealRange range
   if (!value.IsDefined()) return;
   if (!value.IsScalar()) return FailAt(value.Mark(), key, "expected a number");
   const std::string& s = value.Scalar();
+  if (IsQuoted(value))
+    return FailAt(value.Mark(), key, fmt::format("expected a number, got the string {}", Quote(s)));
   double parsed = 0;
   const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
   auto [end, ec] = std::from_chars(begin, s.data() + s.size(), parsed);
@@ -238,6 +248,9 @@ void YamlMap::Bool(std::string_view key, bool* out, Need need) {
   YAML::Node value = Lookup(key, need);
   if (!value.IsDefined()) return;
   const std::string s = value.IsScalar() ? value.Scalar() : "";
+  if (IsQuoted(value))
+    return FailAt(value.Mark(), key,
+                  fmt::format("expected true or false, got the string {}", Quote(s)));
   if (s == "true" || s == "True" || s == "TRUE") {
     *out = true;
   } else if (s == "false" || s == "False" || s == "FALSE") {

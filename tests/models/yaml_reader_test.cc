@@ -31,6 +31,41 @@ TEST(ParseYaml, SyntaxErrorNamesFileLineAndColumn) {
   EXPECT_THAT(node.message(), HasSubstr("invalid YAML"));
 }
 
+// A number or a switch written as a string ("4", '4', !!str 4) is text in YAML: refused, not
+// converted, whichever way it is quoted.
+TEST(YamlMap, QuotedNumbersAndSwitchesAreStrings) {
+  for (const char* text : {"n: \"4\"\n", "n: '4'\n", "n: !!str 4\n"}) {
+    YamlMap map = MapOf(text);
+    int n = 1;
+    map.Int("n", &n, Need::kRequired);
+    EXPECT_EQ(n, 1) << text;
+    Status status = map.Finish();
+    ASSERT_FALSE(status.ok()) << text;
+    EXPECT_THAT(status.message(), HasSubstr("n: expected an integer, got the string '4'"));
+  }
+  YamlMap real = MapOf("x: \"0.5\"\n");
+  double x = 0;
+  real.Real("x", &x, Need::kRequired);
+  Status real_status = real.Finish();
+  ASSERT_FALSE(real_status.ok());
+  EXPECT_THAT(real_status.message(), HasSubstr("x: expected a number, got the string '0.5'"));
+  YamlMap flag = MapOf("b: \"false\"\n");
+  bool b = true;
+  flag.Bool("b", &b, Need::kRequired);
+  EXPECT_TRUE(b);
+  EXPECT_FALSE(flag.Finish().ok());
+  // Plain scalars still read as numbers and switches.
+  YamlMap plain = MapOf("n: 4\nx: 0.5\nb: false\n");
+  int n = 0;
+  plain.Int("n", &n, Need::kRequired);
+  plain.Real("x", &x, Need::kRequired);
+  plain.Bool("b", &b, Need::kRequired);
+  EXPECT_TRUE(plain.Finish().ok());
+  EXPECT_EQ(n, 4);
+  EXPECT_EQ(x, 0.5);
+  EXPECT_FALSE(b);
+}
+
 TEST(ParseYaml, ASecondDocumentIsAnErrorNotIgnored) {
   Result<YAML::Node> node = ParseYaml("a: 1\n---\nb: 2\n", "two.yaml");
   ASSERT_FALSE(node.ok());
