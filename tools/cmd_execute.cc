@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <iostream>
 #include <memory>
 
@@ -327,7 +328,15 @@ void Run(ExecuteFlags& flags) {
   std::vector<std::string> output_paths;
   for (const std::string& path : {flags.report_path, flags.trace_path})
     if (!path.empty()) output_paths.push_back(path);
-  if (rank == 0) CheckOk("execute", CheckOutputPaths(output_paths, flags.force));
+  if (rank == 0) {
+    CheckOk("execute", CheckOutputPaths(output_paths, flags.force));
+    // A report is a plan file with its measurement, so it may replace the plan it ran (--force),
+    // not its model or stack file; a trace replaces none of them.
+    const std::array inputs{flags.plan.model, flags.plan.stack, flags.plan.plan_path};
+    if (!flags.report_path.empty())
+      CheckOk("execute", CheckNotAnInput(flags.report_path, std::span(inputs).first(2)));
+    if (!flags.trace_path.empty()) CheckOk("execute", CheckNotAnInput(flags.trace_path, inputs));
+  }
 
   // 16-bit runs are for timing; the check's default element type is fp32.
   std::string dtype = flags.dtype;
