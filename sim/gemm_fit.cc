@@ -29,7 +29,7 @@ double AbsError(FitRow& row, double efficiency, const GemmConstants& c) {
   g.gpu.gemm_tile_overhead_k = c.tile_overhead_k;
   g.gpu.gemm_fixed_us = c.fixed_us;
   g.gpu.gemm_stream_k_min_k = c.stream_k_min_k;
-  return std::abs(GemmKernelTflops(g.gpu, g.dtype, g.m, g.n, g.k) / row.measured - 1);
+  return std::abs(GemmKernelTflops(g.gpu, g.dtype, g.m, g.n, g.k, g.batch) / row.measured - 1);
 }
 
 // The sum of |error| over the rows `use` keeps, with constants `c`.

@@ -16,24 +16,24 @@ double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype) {
   return gpu.peak(dtype) * efficiency;
 }
 
-int GemmSplitK(const GpuSpec& gpu, double m, double n, double k) {
-  const double tiles = std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
+int GemmSplitK(const GpuSpec& gpu, double m, double n, double k, double batch) {
+  const double tiles = batch * std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
   if (!(k >= gpu.gemm_stream_k_min_k) || !(tiles > 0)) return 1;
   const double split = std::min(std::floor(gpu.sms / tiles), std::ceil(k / kStreamKStep));
   return split >= 2 ? static_cast<int>(split) : 1;
 }
 
 GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, double n, double k,
-                          double in_bytes, double out_bytes) {
+                          double in_bytes, double out_bytes, double batch) {
   GemmEstimate out;
   const double tile_m = gpu.gemm_tile_m, tile_n = gpu.gemm_tile_n;
-  const double tiles = std::ceil(m / tile_m) * std::ceil(n / tile_n);
+  const double tiles = batch * std::ceil(m / tile_m) * std::ceil(n / tile_n);
   const double flops_per_sm_us = tflops_ceiling * 1e6 / gpu.sms;
   const double tile_us = 2.0 * tile_m * tile_n * (k + gpu.gemm_tile_overhead_k) / flops_per_sm_us;
   out.output_tiles = tiles;
   out.stream_k = k >= gpu.gemm_stream_k_min_k && tiles > gpu.sms;
-  out.split_k = out.stream_k ? 1 : GemmSplitK(gpu, m, n, k);
-  out.cost.hbm_bytes = (m * k + k * n) * in_bytes + m * n * out_bytes;
+  out.split_k = out.stream_k ? 1 : GemmSplitK(gpu, m, n, k, batch);
+  out.cost.hbm_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes);
   if (out.stream_k) {
     const double steps = std::ceil(k / kStreamKStep);
     out.cost.tiles = tiles * steps;
@@ -43,7 +43,7 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
     out.cost.tiles = tiles * split;
     out.cost.wave_us =
         2.0 * tile_m * tile_n * (k / split + gpu.gemm_tile_overhead_k) / flops_per_sm_us;
-    out.cost.hbm_bytes += 2 * split * m * n * 4;  // fp32 partials written, then read back
+    out.cost.hbm_bytes += 2 * split * batch * m * n * 4;  // fp32 partials written, read back
   } else {
     out.cost.tiles = tiles;
     out.cost.wave_us = tile_us;
@@ -76,10 +76,12 @@ GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k
   return out;
 }
 
-GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
+GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, double k,
+                           double batch) {
   GemmKernel out;
   out.ceiling_tflops = GemmCeilingTflops(gpu, dtype);
-  const GemmEstimate g = EstimateGemm(gpu, out.ceiling_tflops, m, n, k, DtypeBytes(dtype), 2);
+  const GemmEstimate g =
+      EstimateGemm(gpu, out.ceiling_tflops, m, n, k, DtypeBytes(dtype), 2, batch);
   out.tiles = g.output_tiles;
   out.units = g.cost.tiles;
   out.stream_k = g.stream_k;
@@ -95,12 +97,13 @@ GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, 
   return out;
 }
 
-double GemmKernelUs(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
-  return GemmKernelParts(gpu, dtype, m, n, k).us;
+double GemmKernelUs(const GpuSpec& gpu, Dtype dtype, double m, double n, double k, double batch) {
+  return GemmKernelParts(gpu, dtype, m, n, k, batch).us;
 }
 
-double GemmKernelTflops(const GpuSpec& gpu, Dtype dtype, double m, double n, double k) {
-  return 2 * m * n * k / (GemmKernelUs(gpu, dtype, m, n, k) * 1e6);
+double GemmKernelTflops(const GpuSpec& gpu, Dtype dtype, double m, double n, double k,
+                        double batch) {
+  return 2 * batch * m * n * k / (GemmKernelUs(gpu, dtype, m, n, k, batch) * 1e6);
 }
 
 }  // namespace domino::sim

@@ -36,12 +36,14 @@ struct GemmEstimate {
 
 // The pieces of k each output tile is split into (1: no split-K): floor(sms / tiles) where that is
 // 2 or more and k >= gemm_stream_k_min_k, at most one per 64 k-steps.
-int GemmSplitK(const GpuSpec& gpu, double m, double n, double k);
+int GemmSplitK(const GpuSpec& gpu, double m, double n, double k, double batch = 1);
 
 // `tflops_ceiling`: the dense peak of the GEMM's dtype times the main-loop efficiency
 // (GemmCeilingTflops), or a calibrated figure.
+// `batch` GEMMs of that shape in one kernel (a strided batch: each its own A, B and C) run
+// batch x the tiles.
 GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, double n, double k,
-                          double in_bytes, double out_bytes);
+                          double in_bytes, double out_bytes, double batch = 1);
 
 // The peak of `dtype` times max_gemm_efficiency (16-bit) or fp8_gemm_efficiency (fp8).
 double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype);
@@ -78,7 +80,7 @@ GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k
 // `compute_us` is ceil(units / sms) waves of `unit_us`, `memory_us` the operands' HBM traffic,
 // the body the larger of the two, and the kernel `fixed_us` more.
 struct GemmKernel {
-  double tiles = 0;       // output tiles of gemm_tile_m x gemm_tile_n
+  double tiles = 0;       // output tiles of gemm_tile_m x gemm_tile_n (of every GEMM of a batch)
   bool stream_k = false;  // balanced in k-steps of 64 over every SM (units = tiles x steps)
   int split_k = 1;        // pieces of k per tile (units = tiles x split_k); 1: none
   double units = 0, unit_us = 0;
@@ -88,11 +90,15 @@ struct GemmKernel {
   double compute_us = 0, memory_us = 0, fixed_us = 0;
   double us = 0;  // fixed_us + max(compute_us, memory_us)
 };
-GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, double k);
+// `batch`: a strided batch of that many GEMMs in one kernel (EstimateGemm).
+GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, double k,
+                           double batch = 1);
 // GemmKernelParts(...).us.
-double GemmKernelUs(const GpuSpec& gpu, Dtype dtype, double m, double n, double k);
-// 2 m n k over GemmKernelUs: the TFLOP/s a GEMM benchmark would read.
-double GemmKernelTflops(const GpuSpec& gpu, Dtype dtype, double m, double n, double k);
+double GemmKernelUs(const GpuSpec& gpu, Dtype dtype, double m, double n, double k,
+                    double batch = 1);
+// 2 batch m n k over GemmKernelUs: the TFLOP/s a GEMM benchmark would read.
+double GemmKernelTflops(const GpuSpec& gpu, Dtype dtype, double m, double n, double k,
+                        double batch = 1);
 
 }  // namespace domino::sim
 

@@ -41,6 +41,7 @@ struct GemmCase {
   GpuSpec gpu;
   Dtype dtype = Dtype::kBf16;
   double m = 0, n = 0, k = 0;
+  double batch = 1;  // a strided batch of that many GEMMs in one kernel
 };
 
 // One collective over every GPU of `cluster`, of nccl-tests size `bytes`, by NCCL's own choice of

@@ -64,7 +64,8 @@ std::string Configuration(const sim::ValidationRow& row) {
   }
   if (row.gemm) {
     const sim::GemmCase& g = *row.gemm;
-    return fmt::format("{} {} {}x{}x{}", g.gpu.name, DtypeName(g.dtype), g.m, g.n, g.k);
+    return fmt::format("{} {} {}{}x{}x{}", g.gpu.name, DtypeName(g.dtype),
+                       g.batch > 1 ? fmt::format("{}x ", g.batch) : "", g.m, g.n, g.k);
   }
   if (row.contention) {
     const sim::ContentionCase& c = *row.contention;

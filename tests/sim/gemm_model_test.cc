@@ -137,6 +137,25 @@ TEST(GemmModelTest, FewTilesOverALongKSplitK) {
   EXPECT_EQ(c.tail_share, 1.0);
 }
 
+// A strided batch runs its GEMMs' tiles together: 4 x 256 x 256 x 4096 is 16 tiles, split in
+// floor(132 / 16) = 8 pieces of k; each GEMM reads its own A and B and writes its own C.
+TEST(GemmModelTest, ABatchRunsItsGemmsTilesTogether) {
+  const GpuSpec h100 = CatalogGpu("h100-sxm");
+  const GemmKernel batch = GemmKernelParts(h100, Dtype::kBf16, 256, 256, 4096, 4);
+  EXPECT_EQ(batch.tiles, 16);
+  EXPECT_EQ(batch.split_k, 8);
+  EXPECT_EQ(batch.units, 16 * 8);
+  const double bytes = 4 * (2.0 * 256 * 4096 * 2 + 256.0 * 256 * 2) + 2.0 * 8 * 4 * 256 * 256 * 4;
+  EXPECT_NEAR(batch.memory_us, bytes / (3350 * 0.88 * 1e3), 1e-9);
+  EXPECT_NEAR(GemmKernelTflops(h100, Dtype::kBf16, 256, 256, 4096, 4),
+              2.0 * 4 * 256 * 256 * 4096 / (batch.us * 1e6), 1e-9);
+  // A batch of one is the GEMM; a batch of tiles that fills the SMs runs as one large GEMM would.
+  EXPECT_EQ(GemmKernelUs(h100, Dtype::kBf16, 1024, 1024, 1024, 1),
+            GemmKernelUs(h100, Dtype::kBf16, 1024, 1024, 1024));
+  EXPECT_NEAR(GemmKernelParts(h100, Dtype::kBf16, 2048, 2048, 1024, 2).compute_us,
+              GemmKernelParts(h100, Dtype::kBf16, 4096, 2048, 1024).compute_us, 1e-9);
+}
+
 // Beside a collective (GemmContentionOf): an H200 runs CTAs of 2 output tiles, one persistent
 // CTA per SM below 3 waves of them.
 TEST(GemmModelTest, ContentionTailsByHand) {
