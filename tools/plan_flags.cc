@@ -153,7 +153,7 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
       ->check(Bounded(kRsChunksBound));
   AddSwitch(app, "copy-engine", &f->copy_engine,
             "decomposed all-gather parts on copy engines (peer copies, no SMs: TE's ring exchange; "
-            "default: off)");
+            "default: the stack's, on for megatron-core)");
   app->add_option("--recompute", f->recompute,
                   "activation recompute: none | selective | full (default: none)")
       ->check(NonEmpty());
