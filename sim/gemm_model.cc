@@ -34,6 +34,7 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
   out.stream_k = k >= gpu.gemm_stream_k_min_k && tiles > gpu.sms;
   out.split_k = out.stream_k ? 1 : GemmSplitK(gpu, m, n, k, batch);
   out.cost.hbm_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes);
+  out.cost.epilogue_bytes = batch * m * n * out_bytes;
   if (out.stream_k) {
     const double steps = std::ceil(k / kStreamKStep);
     out.cost.tiles = tiles * steps;
@@ -90,7 +91,11 @@ GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, 
   out.waves = std::ceil(out.units / gpu.sms);
   out.last_wave_fill = (out.units - (out.waves - 1) * gpu.sms) / gpu.sms;
   out.compute_us = out.waves * out.unit_us;
-  out.memory_us = g.cost.hbm_bytes / (gpu.hbm_GBps * gpu.hbm_efficiency * 1e3);
+  const double bytes_per_us = gpu.hbm_GBps * gpu.hbm_efficiency * 1e3;
+  const double last_epilogue =
+      g.cost.epilogue_bytes * (out.units - (out.waves - 1) * gpu.sms) / out.units;
+  out.memory_us = (g.cost.hbm_bytes - last_epilogue) / bytes_per_us;
+  out.epilogue_us = last_epilogue / bytes_per_us;
   out.fixed_us = g.fixed_us;
   // The body as the engine prices it (OpCost::BodyUs), so that this is the simulated kernel.
   out.us = out.fixed_us + g.cost.BodyUs(gpu.sms, gpu.hbm_GBps * gpu.hbm_efficiency);

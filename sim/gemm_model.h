@@ -20,8 +20,11 @@ namespace domino::sim {
 // splits k instead (split-K): s = floor(sms / tiles) pieces of each tile (no shorter than 64
 // k-steps), each piece paying the tile's prologue and epilogue, and the s partial tiles of fp32
 // written to HBM and read back by the reduction. The memory side of the roofline is A and B in
-// `in_bytes` per element, C in `out_bytes` and those partials over achieved HBM bandwidth. A
-// kernel also takes gemm_fixed_us (ramp up and down) beyond its body; the launch is the caller's.
+// `in_bytes` per element, C in `out_bytes` and those partials over achieved HBM bandwidth, but
+// the last wave's share of C: its tiles write it after their main loops, with no wave left to
+// hide it behind, so it follows the roofline (OpCost::epilogue_bytes; XLA's H100 table shows it
+// in kernels of one wave and a short k). A kernel also takes gemm_fixed_us (ramp up and down)
+// beyond its body; the launch is the caller's.
 //
 // Sources for the constants: docs/validation/measurements.yaml, category gemm (MAMF best shapes,
 // the per-shape cuBLASLt tables, and XLA's per-shape H100 table, which measures split-K's regime:
@@ -77,8 +80,9 @@ GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k
 
 // One kernel alone on the whole GPU, as a benchmark that launches GEMMs back to back measures it
 // (no launch overhead): inputs of `dtype`, a 16-bit output. Its parts say where the time goes:
-// `compute_us` is ceil(units / sms) waves of `unit_us`, `memory_us` the operands' HBM traffic,
-// the body the larger of the two, and the kernel `fixed_us` more.
+// `compute_us` is ceil(units / sms) waves of `unit_us`, `memory_us` the HBM traffic but the last
+// wave's share of C, the body the larger of the two and then `epilogue_us`, the last wave's C
+// written after its main loops (OpCost::epilogue_bytes), and the kernel `fixed_us` more.
 struct GemmKernel {
   double tiles = 0;       // output tiles of gemm_tile_m x gemm_tile_n (of every GEMM of a batch)
   bool stream_k = false;  // balanced in k-steps of 64 over every SM (units = tiles x steps)
@@ -87,8 +91,8 @@ struct GemmKernel {
   double waves = 0;           // ceil(units / sms)
   double last_wave_fill = 0;  // share of the SMs the last wave keeps busy
   double ceiling_tflops = 0;  // the main loop's rate (GemmCeilingTflops)
-  double compute_us = 0, memory_us = 0, fixed_us = 0;
-  double us = 0;  // fixed_us + max(compute_us, memory_us)
+  double compute_us = 0, memory_us = 0, epilogue_us = 0, fixed_us = 0;
+  double us = 0;  // fixed_us + max(compute_us, memory_us) + epilogue_us
 };
 // `batch`: a strided batch of that many GEMMs in one kernel (EstimateGemm).
 GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, double k,

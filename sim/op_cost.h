@@ -8,15 +8,20 @@ namespace domino::sim {
 // OpCost is what the engine needs to time one op alone and beside others. A compute op's body is
 // a roofline of two parts: compute, `ceil(tiles / sms) * wave_us` over the SMs it gets (tile and
 // wave quantization: fewer SMs mean more waves), and memory, `hbm_bytes / hbm_GBps`; the launch
-// overhead adds to either. A collective holds `ctas` SMs and moves `hbm_bytes` through HBM while
-// it runs for `alone_us`. Times in microseconds, bandwidths in GB/s (= 1e3 bytes/us).
+// overhead adds to either. What a tile writes after its main loop (`epilogue_bytes` over all
+// tiles: a GEMM's C) overlaps the next wave's main loops, but the last wave's share of it has
+// nothing left to hide behind: it follows the roofline. A collective holds `ctas` SMs and moves
+// `hbm_bytes` through HBM while it runs for `alone_us`. Times in microseconds, bandwidths in GB/s
+// (= 1e3 bytes/us).
 struct OpCost {
   double alone_us = 0;   // duration when nothing else runs
   double launch_us = 0;  // compute ops: not subject to contention
   double tiles = 0;      // compute ops: output tiles (0: memory-bound only)
   double wave_us = 0;    // compute ops: time of one wave of tiles on all SMs at full efficiency
   double hbm_bytes = 0;  // HBM traffic of the op
-  int ctas = 0;          // collectives: SMs held while running
+  double epilogue_bytes =
+      0;         // compute ops: of hbm_bytes, what the tiles write after their main loop
+  int ctas = 0;  // collectives: SMs held while running
   bool is_comm = false;
   // Compute ops beside collectives that hold SMs (sim/engine.h). A GEMM launched while one does
   // ends as late as its CTAs that start late: it stalls up to `tail_share` of its body (one CTA's
@@ -35,9 +40,13 @@ struct OpCost {
 
   // Compute body on `sms` SMs with `hbm_GBps` of HBM bandwidth, excluding launch.
   double BodyUs(int sms, double hbm_GBps) const {
-    double compute = tiles > 0 ? std::ceil(tiles / sms) * wave_us : 0.0;
-    double memory = hbm_bytes > 0 ? hbm_bytes / (hbm_GBps * 1e3) : 0.0;
-    return compute > memory ? compute : memory;
+    const double waves = tiles > 0 ? std::ceil(tiles / sms) : 0.0;
+    const double compute = waves * wave_us;
+    const double last_epilogue = waves > 0 && epilogue_bytes > 0
+                                     ? epilogue_bytes * (tiles - (waves - 1) * sms) / tiles
+                                     : 0.0;
+    const double memory = hbm_bytes > 0 ? (hbm_bytes - last_epilogue) / (hbm_GBps * 1e3) : 0.0;
+    return (compute > memory ? compute : memory) + last_epilogue / (hbm_GBps * 1e3);
   }
 };
 

@@ -50,18 +50,25 @@ TEST(CostModelTest, GemmTilesAndWavesOnH100) {
   EXPECT_EQ(c.launch_us, 4 + 3);  // launch + gemm_fixed_us
   EXPECT_EQ(c.hbm_bytes, 2.0 * (4096 * 2560 * 2 + 2560 * 2560));
   EXPECT_FALSE(c.is_comm);
-  // 25,600 units are ceil(25600 / 132) = 194 rounds; compute-bound (memory ~ 18 us).
-  EXPECT_NEAR(c.alone_us, 7 + 194 * tile_us / 40, 1e-9);
-  EXPECT_NEAR(c.alone_us, 79.06638273752012, 1e-9);
+  // 25,600 units are ceil(25600 / 132) = 194 rounds; compute-bound (memory ~ 18 us), then the
+  // last round's 124 units write their share of C (4096 x 2560 in 16 bits) after their main loops.
+  EXPECT_EQ(c.epilogue_bytes, 4096.0 * 2560 * 2);
+  const double bytes_per_us = 3350 * 0.88 * 1e3;
+  const double last_c_us = 4096.0 * 2560 * 2 * (25600 - 193 * 132) / 25600 / bytes_per_us;
+  EXPECT_NEAR(c.alone_us, 7 + 194 * tile_us / 40 + last_c_us, 1e-9);
+  EXPECT_NEAR(c.alone_us, 79.10084026804928, 1e-9);
 
-  // A row slice of 80 tiles fills one wave on 132 SMs: no stream-K, one tile's time.
+  // A row slice of 80 tiles fills one wave on 132 SMs: no stream-K, one tile's time, then all
+  // of its C.
   OpCost slice = model.Cost(Gemm(512, 2560, 2560));
   EXPECT_EQ(slice.tiles, 4 * 20);
-  EXPECT_NEAR(slice.alone_us, 7 + tile_us, 1e-9);
-  // A short inner dimension keeps whole tiles in waves: 640 tiles, 5 waves.
+  EXPECT_NEAR(slice.alone_us, 7 + tile_us + 512.0 * 2560 * 2 / bytes_per_us, 1e-9);
+  // A short inner dimension keeps whole tiles in waves: 640 tiles, 5 waves, the last of 112.
   OpCost short_k = model.Cost(Gemm(4096, 2560, 1024));
   EXPECT_EQ(short_k.tiles, 640);
-  EXPECT_NEAR(short_k.alone_us, 7 + 5 * 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.81 / 132),
+  EXPECT_NEAR(short_k.alone_us,
+              7 + 5 * 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.81 / 132) +
+                  4096.0 * 2560 * 2 * 112 / 640 / bytes_per_us,
               1e-9);
 
   // A partial tile counts whole.

@@ -14,14 +14,16 @@ using testing_util::CatalogGpu;
 
 // Hand-computed: 8 x 8 tiles (64 <= 132 SMs: one wave, no stream-K), each 2 * 128 * 128 *
 // (1024 + 192) FLOPs at 989e6 * 0.81 / 132 FLOP/us (an H100's 16-bit main loop at 700 W),
-// plus 3 us; memory (6 MiB) is faster.
+// plus 3 us; memory (6 MiB) is faster. In one wave every tile writes its part of C (2 MiB in
+// 16 bits) after its main loop, with nothing left to hide it behind.
 TEST(GemmModelTest, OneWaveByHand) {
   const GpuSpec h100 = CatalogGpu("h100-sxm");
   const double tile_us = 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.81 / 132);
-  EXPECT_NEAR(GemmKernelUs(h100, Dtype::kBf16, 1024, 1024, 1024), 3 + tile_us, 1e-9);
-  // fp8 runs at 0.68 of its own (twice as high) peak.
+  const double c_us = 1024.0 * 1024 * 2 / (3350 * 0.88 * 1e3);
+  EXPECT_NEAR(GemmKernelUs(h100, Dtype::kBf16, 1024, 1024, 1024), 3 + tile_us + c_us, 1e-9);
+  // fp8 runs at 0.68 of its own (twice as high) peak; its output is 16-bit too.
   const double fp8_tile_us = 2.0 * 128 * 128 * (1024 + 192) / (1979e6 * 0.68 / 132);
-  EXPECT_NEAR(GemmKernelUs(h100, Dtype::kFp8, 1024, 1024, 1024), 3 + fp8_tile_us, 1e-9);
+  EXPECT_NEAR(GemmKernelUs(h100, Dtype::kFp8, 1024, 1024, 1024), 3 + fp8_tile_us + c_us, 1e-9);
 }
 
 // A skinny GEMM is bound by its bytes: A and B in 8-bit, C in 16-bit, over 0.88 of 3350 GB/s.
@@ -72,10 +74,13 @@ TEST(GemmModelTest, PartsSayWhereTheTimeGoes) {
   EXPECT_NEAR(two.ceiling_tflops, 989 * 0.81, 1e-9);
   const double tile_us = 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.81 / 132);
   EXPECT_NEAR(two.compute_us, 2 * tile_us, 1e-9);
-  EXPECT_NEAR(two.memory_us, (2.0 * 1536 * 1024 * 2 + 1536.0 * 1536 * 2) / (3350 * 0.88 * 1e3),
-              1e-9);
+  // The last wave's 12 tiles write their C after their main loops: 12/144 of it.
+  const double bytes_per_us = 3350 * 0.88 * 1e3;
+  EXPECT_NEAR(two.epilogue_us, 1536.0 * 1536 * 2 * 12 / 144 / bytes_per_us, 1e-9);
+  EXPECT_NEAR(two.memory_us + two.epilogue_us,
+              (2.0 * 1536 * 1024 * 2 + 1536.0 * 1536 * 2) / bytes_per_us, 1e-9);
   EXPECT_EQ(two.fixed_us, 3);
-  EXPECT_NEAR(two.us, 3 + two.compute_us, 1e-9);
+  EXPECT_NEAR(two.us, 3 + two.compute_us + two.epilogue_us, 1e-9);
   const GemmKernel sk = GemmKernelParts(h100, Dtype::kBf16, 128 * 12, 128 * 12, 8192);
   EXPECT_TRUE(sk.stream_k);
   EXPECT_EQ(sk.units, 144 * 128);
@@ -84,16 +89,19 @@ TEST(GemmModelTest, PartsSayWhereTheTimeGoes) {
   // Skinny: the operands' bytes bound it.
   const GemmKernel skinny = GemmKernelParts(h100, Dtype::kFp8, 802816, 192, 768);
   EXPECT_GT(skinny.memory_us, skinny.compute_us);
-  EXPECT_NEAR(skinny.us, 3 + skinny.memory_us, 1e-9);
+  EXPECT_NEAR(skinny.us, 3 + skinny.memory_us + skinny.epilogue_us, 1e-9);
 }
 
 // Wave quantization: a shape one tile wider than the SMs take in one wave takes two.
 TEST(GemmModelTest, APartialWaveCostsAWholeOne) {
   const GpuSpec h100 = CatalogGpu("h100-sxm");
   // 12 x 11 = 132 tiles, then 12 x 12 = 144 (compute-bound: a few MB each).
-  const double one = GemmKernelUs(h100, Dtype::kBf16, 128 * 12, 128 * 11, 1024);
-  const double two = GemmKernelUs(h100, Dtype::kBf16, 128 * 12, 128 * 11 + 1, 1024);
-  EXPECT_NEAR(two - 3, 2 * (one - 3), 1e-9);
+  const GemmKernel one = GemmKernelParts(h100, Dtype::kBf16, 128 * 12, 128 * 11, 1024);
+  const GemmKernel two = GemmKernelParts(h100, Dtype::kBf16, 128 * 12, 128 * 11 + 1, 1024);
+  EXPECT_NEAR(two.compute_us, 2 * one.compute_us, 1e-9);
+  // One wave writes all of its C after its main loops, two only their last wave's 12 tiles.
+  EXPECT_NEAR(two.us - two.epilogue_us, one.us - one.epilogue_us + one.compute_us, 1e-9);
+  EXPECT_GT(two.us, one.us);
   // With a long inner dimension stream-K spreads the extra tiles' k-steps over every SM.
   const double sk_one = GemmKernelUs(h100, Dtype::kBf16, 128 * 12, 128 * 11, 8192);
   const double sk_two = GemmKernelUs(h100, Dtype::kBf16, 128 * 12, 128 * 11 + 1, 8192);
@@ -113,13 +121,15 @@ TEST(GemmModelTest, FewTilesOverALongKSplitK) {
   EXPECT_EQ(sk.waves, 1);
   const double piece_us = 2.0 * 128 * 128 * (4096.0 / 33 + 192) / (989e6 * 0.81 / 132);
   EXPECT_NEAR(sk.compute_us, piece_us, 1e-9);
+  // A and B, C (written after the one wave's main loops) and the partials.
   const double bytes = 2.0 * 256 * 4096 * 2 + 256.0 * 256 * 2 + 2.0 * 33 * 256 * 256 * 4;
-  EXPECT_NEAR(sk.memory_us, bytes / (3350 * 0.88 * 1e3), 1e-9);
-  EXPECT_NEAR(sk.us, 3 + std::max(piece_us, sk.memory_us), 1e-9);
+  EXPECT_NEAR(sk.epilogue_us, 256.0 * 256 * 2 / (3350 * 0.88 * 1e3), 1e-9);
+  EXPECT_NEAR(sk.memory_us + sk.epilogue_us, bytes / (3350 * 0.88 * 1e3), 1e-9);
+  EXPECT_NEAR(sk.us, 3 + std::max(piece_us, sk.memory_us) + sk.epilogue_us, 1e-9);
   // XLA's table measured 6.4 us. One SM per tile would take 3 + 2 * 128 * 128 * (4096 + 192)
   // FLOPs' time, 26 us; split, the partials' HBM traffic (17 MB) bounds it, at 10.3 us.
   const double one_sm_per_tile_us = 3 + 2.0 * 128 * 128 * (4096 + 192) / (989e6 * 0.81 / 132);
-  EXPECT_NEAR(sk.us, 3 + sk.memory_us, 1e-9);
+  EXPECT_NEAR(sk.us, 3 + sk.memory_us + sk.epilogue_us, 1e-9);
   EXPECT_LT(sk.us, 0.5 * one_sm_per_tile_us);
   EXPECT_GT(sk.us, 6.4);
   // No split where a short k leaves nothing to balance (k < gemm_stream_k_min_k), where the tiles
@@ -146,7 +156,8 @@ TEST(GemmModelTest, ABatchRunsItsGemmsTilesTogether) {
   EXPECT_EQ(batch.split_k, 8);
   EXPECT_EQ(batch.units, 16 * 8);
   const double bytes = 4 * (2.0 * 256 * 4096 * 2 + 256.0 * 256 * 2) + 2.0 * 8 * 4 * 256 * 256 * 4;
-  EXPECT_NEAR(batch.memory_us, bytes / (3350 * 0.88 * 1e3), 1e-9);
+  EXPECT_NEAR(batch.memory_us + batch.epilogue_us, bytes / (3350 * 0.88 * 1e3), 1e-9);
+  EXPECT_NEAR(batch.epilogue_us, 4 * 256.0 * 256 * 2 / (3350 * 0.88 * 1e3), 1e-9);
   EXPECT_NEAR(GemmKernelTflops(h100, Dtype::kBf16, 256, 256, 4096, 4),
               2.0 * 4 * 256 * 256 * 4096 / (batch.us * 1e6), 1e-9);
   // A batch of one is the GEMM; a batch of tiles that fills the SMs runs as one large GEMM would.

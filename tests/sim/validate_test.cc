@@ -286,8 +286,12 @@ TEST(ValidateTest, ContentionRowsByHand) {
   EXPECT_NEAR(predicted[0], (100 + 180 * 2.0 / 3) / 180.0, 1e-9);
   // Launched first, the GEMM keeps its SMs; the holder waits.
   EXPECT_NEAR(predicted[1], 1, 1e-9);
-  // Short k: no tail, only the SMs left: 640 tiles in ceil(640 / 116) = 6 waves instead of 5.
-  EXPECT_NEAR(predicted[2], (3 + 47.0 * 6 / 5) / 50, 1e-9);
+  // Short k: no tail, only the SMs left: 640 tiles in ceil(640 / 116) = 6 waves instead of 5, the
+  // last wave writing 60 tiles' C after its main loops instead of 112 (wave w, all of C e).
+  const double w = 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.81 / 132);
+  const double e = 4096.0 * 2560 * 2 / (4800 * 0.88 * 1e3);
+  const double alone = 5 * w + e * 112 / 640, held = 6 * w + e * 60 / 640;
+  EXPECT_NEAR(predicted[2], (3 + 47.0 * held / alone) / 50, 1e-9);
 }
 
 // A layer row: the plan's layers alone (no embedding, LM head, loss or optimizer), so twice the
