@@ -92,8 +92,7 @@ GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, 
   out.last_wave_fill = (out.units - (out.waves - 1) * gpu.sms) / gpu.sms;
   out.compute_us = out.waves * out.unit_us;
   const double bytes_per_us = gpu.hbm_GBps * gpu.hbm_efficiency * 1e3;
-  const double last_epilogue =
-      g.cost.epilogue_bytes * (out.units - (out.waves - 1) * gpu.sms) / out.units;
+  const double last_epilogue = g.cost.LastEpilogueBytes(gpu.sms);
   out.memory_us = (g.cost.hbm_bytes - last_epilogue) / bytes_per_us;
   out.epilogue_us = last_epilogue / bytes_per_us;
   out.fixed_us = g.fixed_us;

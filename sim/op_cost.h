@@ -40,13 +40,17 @@ struct OpCost {
 
   // Compute body on `sms` SMs with `hbm_GBps` of HBM bandwidth, excluding launch.
   double BodyUs(int sms, double hbm_GBps) const {
-    const double waves = tiles > 0 ? std::ceil(tiles / sms) : 0.0;
-    const double compute = waves * wave_us;
-    const double last_epilogue = waves > 0 && epilogue_bytes > 0
-                                     ? epilogue_bytes * (tiles - (waves - 1) * sms) / tiles
-                                     : 0.0;
+    const double compute = tiles > 0 ? std::ceil(tiles / sms) * wave_us : 0.0;
+    const double last_epilogue = LastEpilogueBytes(sms);
     const double memory = hbm_bytes > 0 ? (hbm_bytes - last_epilogue) / (hbm_GBps * 1e3) : 0.0;
     return (compute > memory ? compute : memory) + last_epilogue / (hbm_GBps * 1e3);
+  }
+
+  // The last wave's share of `epilogue_bytes` on `sms` SMs: what no later wave hides.
+  double LastEpilogueBytes(int sms) const {
+    if (!(tiles > 0) || !(epilogue_bytes > 0)) return 0.0;
+    const double waves = std::ceil(tiles / sms);
+    return epilogue_bytes * (tiles - (waves - 1) * sms) / tiles;
   }
 };
 
