@@ -8,6 +8,12 @@ namespace {
 
 constexpr double kStreamKStep = 64;  // k-steps a stream-K unit covers
 
+// GemmSplitK for `tiles` output tiles (of every GEMM of a batch).
+int SplitKOf(const GpuSpec& gpu, double tiles, double k) {
+  if (!(k >= gpu.gemm_stream_k_min_k) || !(tiles > 0) || 2 * tiles > gpu.sms) return 1;
+  return static_cast<int>(std::min(std::floor(gpu.sms / tiles), std::ceil(k / kStreamKStep)));
+}
+
 }  // namespace
 
 double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype) {
@@ -17,10 +23,7 @@ double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype) {
 }
 
 int GemmSplitK(const GpuSpec& gpu, double m, double n, double k, double batch) {
-  const double tiles = batch * std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
-  if (!(k >= gpu.gemm_stream_k_min_k) || !(tiles > 0)) return 1;
-  const double split = std::min(std::floor(gpu.sms / tiles), std::ceil(k / kStreamKStep));
-  return split >= 2 ? static_cast<int>(split) : 1;
+  return SplitKOf(gpu, batch * std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n), k);
 }
 
 GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, double n, double k,
@@ -32,7 +35,7 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
   const double tile_us = 2.0 * tile_m * tile_n * (k + gpu.gemm_tile_overhead_k) / flops_per_sm_us;
   out.output_tiles = tiles;
   out.stream_k = k >= gpu.gemm_stream_k_min_k && tiles > gpu.sms;
-  out.split_k = out.stream_k ? 1 : GemmSplitK(gpu, m, n, k, batch);
+  out.split_k = out.stream_k ? 1 : SplitKOf(gpu, tiles, k);
   out.cost.hbm_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes);
   out.cost.epilogue_bytes = batch * m * n * out_bytes;
   if (out.stream_k) {
@@ -59,7 +62,7 @@ GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k
   out.blocks_comm = true;
   if (k < gpu.gemm_stream_k_min_k) return out;
   const double tiles = std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
-  if (const int split = GemmSplitK(gpu, m, n, k); split > 1) {
+  if (const int split = SplitKOf(gpu, tiles, k); split > 1) {
     out.persistent_ctas = tiles * split;  // at most the SMs: one wave
     out.tail_share = 1.0;
     return out;
