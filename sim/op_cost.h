@@ -19,9 +19,8 @@ struct OpCost {
   double tiles = 0;      // compute ops: output tiles (0: memory-bound only)
   double wave_us = 0;    // compute ops: time of one wave of tiles on all SMs at full efficiency
   double hbm_bytes = 0;  // HBM traffic of the op
-  double epilogue_bytes =
-      0;         // compute ops: of hbm_bytes, what the tiles write after their main loop
-  int ctas = 0;  // collectives: SMs held while running
+  double epilogue_bytes = 0;  // compute ops: of hbm_bytes, what follows the main loops
+  int ctas = 0;               // collectives: SMs held while running
   bool is_comm = false;
   // Compute ops beside collectives that hold SMs (sim/engine.h). A GEMM launched while one does
   // ends as late as its CTAs that start late: it stalls up to `tail_share` of its body (one CTA's
