@@ -365,7 +365,7 @@ OpCost CostModel::Cost(const Op& op) const {
       if (body > 0) {
         cost.wave_us *= target / body;
         cost.hbm_bytes *= target / body;
-        cost.epilogue_bytes *= target / body;
+        cost.tile_epilogue_bytes *= target / body;
       } else {
         cost.launch_us = us;
       }

@@ -37,7 +37,7 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
   out.stream_k = k >= gpu.gemm_stream_k_min_k && tiles > gpu.sms;
   out.split_k = out.stream_k ? 1 : SplitKOf(gpu, tiles, k);
   out.cost.hbm_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes);
-  out.cost.epilogue_bytes = batch * m * n * out_bytes;
+
   if (out.stream_k) {
     const double steps = std::ceil(k / kStreamKStep);
     out.cost.tiles = tiles * steps;
@@ -52,6 +52,8 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
     out.cost.tiles = tiles;
     out.cost.wave_us = tile_us;
   }
+  // C, written a unit's share at a time after its main loop.
+  out.cost.tile_epilogue_bytes = batch * m * n * out_bytes / out.cost.tiles;
   out.fixed_us = gpu.gemm_fixed_us;
   return out;
 }
@@ -95,7 +97,7 @@ GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, 
   out.last_wave_fill = (out.units - (out.waves - 1) * gpu.sms) / gpu.sms;
   out.compute_us = out.waves * out.unit_us;
   const double bytes_per_us = gpu.hbm_GBps * gpu.hbm_efficiency * 1e3;
-  const double last_epilogue = g.cost.LastEpilogueBytes(gpu.sms);
+  const double last_epilogue = g.cost.LastEpilogueBytes(gpu.sms, out.waves);
   out.memory_us = (g.cost.hbm_bytes - last_epilogue) / bytes_per_us;
   out.epilogue_us = last_epilogue / bytes_per_us;
   out.fixed_us = g.fixed_us;

@@ -22,8 +22,8 @@ namespace domino::sim {
 // written to HBM and read back by the reduction. The memory side of the roofline is A and B in
 // `in_bytes` per element, C in `out_bytes` and those partials over achieved HBM bandwidth, but
 // the last wave's share of C: its tiles write it after their main loops, with no wave left to
-// hide it behind, so it follows the roofline (OpCost::epilogue_bytes; XLA's H100 table shows it
-// in kernels of one wave and a short k). A kernel also takes gemm_fixed_us (ramp up and down)
+// hide it behind, so it follows the roofline (OpCost::tile_epilogue_bytes; XLA's H100 table shows
+// it in kernels of one wave and a short k). A kernel also takes gemm_fixed_us (ramp up and down)
 // beyond its body; the launch is the caller's.
 //
 // Sources for the constants: docs/validation/measurements.yaml, category gemm (MAMF best shapes,
@@ -82,7 +82,7 @@ GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k
 // (no launch overhead): inputs of `dtype`, a 16-bit output. Its parts say where the time goes:
 // `compute_us` is ceil(units / sms) waves of `unit_us`, `memory_us` the HBM traffic but the last
 // wave's share of C, the body the larger of the two and then `epilogue_us`, the last wave's C
-// written after its main loops (OpCost::epilogue_bytes), and the kernel `fixed_us` more.
+// written after its main loops (OpCost::tile_epilogue_bytes), and the kernel `fixed_us` more.
 struct GemmKernel {
   double tiles = 0;       // output tiles of gemm_tile_m x gemm_tile_n (of every GEMM of a batch)
   bool stream_k = false;  // balanced in k-steps of 64 over every SM (units = tiles x steps)

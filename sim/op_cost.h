@@ -8,9 +8,9 @@ namespace domino::sim {
 // OpCost is what the engine needs to time one op alone and beside others. A compute op's body is
 // a roofline of two parts: compute, `ceil(tiles / sms) * wave_us` over the SMs it gets (tile and
 // wave quantization: fewer SMs mean more waves), and memory, `hbm_bytes / hbm_GBps`; the launch
-// overhead adds to either. What a tile writes after its main loop (`epilogue_bytes` over all
-// tiles: a GEMM's C) overlaps the next wave's main loops, but the last wave's share of it has
-// nothing left to hide behind: it follows the roofline. A collective holds `ctas` SMs and moves
+// overhead adds to either. What a tile writes after its main loop (`tile_epilogue_bytes` each: its
+// share of a GEMM's C) overlaps the next wave's main loops, but the last wave's tiles have nothing
+// left to hide theirs behind: it follows the roofline. A collective holds `ctas` SMs and moves
 // `hbm_bytes` through HBM while it runs for `alone_us`. Times in microseconds, bandwidths in GB/s
 // (= 1e3 bytes/us).
 struct OpCost {
@@ -19,8 +19,8 @@ struct OpCost {
   double tiles = 0;      // compute ops: output tiles (0: memory-bound only)
   double wave_us = 0;    // compute ops: time of one wave of tiles on all SMs at full efficiency
   double hbm_bytes = 0;  // HBM traffic of the op
-  double epilogue_bytes = 0;  // compute ops: of hbm_bytes, what follows the main loops
-  int ctas = 0;               // collectives: SMs held while running
+  double tile_epilogue_bytes = 0;  // compute ops: of hbm_bytes, what a tile writes after its loop
+  int ctas = 0;                    // collectives: SMs held while running
   bool is_comm = false;
   // Compute ops beside collectives that hold SMs (sim/engine.h). A GEMM launched while one does
   // ends as late as its CTAs that start late: it stalls up to `tail_share` of its body (one CTA's
@@ -39,17 +39,19 @@ struct OpCost {
 
   // Compute body on `sms` SMs with `hbm_GBps` of HBM bandwidth, excluding launch.
   double BodyUs(int sms, double hbm_GBps) const {
-    const double compute = tiles > 0 ? std::ceil(tiles / sms) * wave_us : 0.0;
-    const double last_epilogue = LastEpilogueBytes(sms);
-    const double memory = hbm_bytes > 0 ? (hbm_bytes - last_epilogue) / (hbm_GBps * 1e3) : 0.0;
-    return (compute > memory ? compute : memory) + last_epilogue / (hbm_GBps * 1e3);
+    const double waves = tiles > 0 ? std::ceil(tiles / sms) : 0.0;
+    const double last_epilogue = LastEpilogueBytes(sms, waves);
+    const double us_per_byte = 1 / (hbm_GBps * 1e3);
+    const double compute = waves * wave_us;
+    const double memory = hbm_bytes > 0 ? (hbm_bytes - last_epilogue) * us_per_byte : 0.0;
+    return (compute > memory ? compute : memory) +
+           (last_epilogue > 0 ? last_epilogue * us_per_byte : 0.0);
   }
 
-  // The last wave's share of `epilogue_bytes` on `sms` SMs: what no later wave hides.
-  double LastEpilogueBytes(int sms) const {
-    if (!(tiles > 0) || !(epilogue_bytes > 0)) return 0.0;
-    const double waves = std::ceil(tiles / sms);
-    return epilogue_bytes * (tiles - (waves - 1) * sms) / tiles;
+  // What the last of `waves` waves on `sms` SMs writes after its main loops: no later wave hides
+  // it.
+  double LastEpilogueBytes(int sms, double waves) const {
+    return waves > 0 ? tile_epilogue_bytes * (tiles - (waves - 1) * sms) : 0.0;
   }
 };
 

@@ -320,8 +320,8 @@ ErrorBounds BoundsOf(ValidationCategory category) {
     // tiles over a long k; split-K there (at most half as many tiles as SMs) took them to 12.5% /
     // 47.6%, what is left mostly short kernels (k of 256-512, under 10 us) predicted fast. With
     // its 250 batched dots (gemm.batch 2 and 4, 11.1%) the category was 11.0% / 47.7%. The last
-    // wave's C written after its main loops (OpCost::epilogue_bytes): XLA's dots 7.7%, the cuBLAS
-    // tables 4.4% -> 4.0%, the category 7.4% / 38.4%.
+    // wave's C written after its main loops (OpCost::tile_epilogue_bytes): XLA's dots 7.7%, the
+    // cuBLAS tables 4.4% -> 4.0%, the category 7.4% / 38.4%.
     case ValidationCategory::kGemm:
       return {{0.05, 0.25}, {0.08, 0.4}};
     case ValidationCategory::kCollective:
@@ -407,7 +407,7 @@ double ContentionSlowdown(const ContentionCase& c, std::string* detail) {
   const double scale = std::max(0.0, c.alone_us - g.fixed_us) / body;
   gemm.wave_us *= scale;
   gemm.hbm_bytes *= scale;
-  gemm.epilogue_bytes *= scale;
+  gemm.tile_epilogue_bytes *= scale;
   gemm.launch_us = std::min(g.fixed_us, c.alone_us);
   gemm.alone_us = c.alone_us;
   GemmContentionOf(gpu, c.m, c.n, c.k).ApplyTo(gemm);

@@ -52,7 +52,7 @@ TEST(CostModelTest, GemmTilesAndWavesOnH100) {
   EXPECT_FALSE(c.is_comm);
   // 25,600 units are ceil(25600 / 132) = 194 rounds; compute-bound (memory ~ 18 us), then the
   // last round's 124 units write their share of C (4096 x 2560 in 16 bits) after their main loops.
-  EXPECT_EQ(c.epilogue_bytes, 4096.0 * 2560 * 2);
+  EXPECT_DOUBLE_EQ(c.tile_epilogue_bytes * c.tiles, 4096.0 * 2560 * 2);
   const double bytes_per_us = 3350 * 0.88 * 1e3;
   const double last_c_us = 4096.0 * 2560 * 2 * (25600 - 193 * 132) / 25600 / bytes_per_us;
   EXPECT_NEAR(c.alone_us, 7 + 194 * tile_us / 40 + last_c_us, 1e-9);

@@ -131,8 +131,9 @@ TEST(ProfileTest, MeasuredGpuOpsKeepTheirContentionShape) {
                   (modelled.alone_us - modelled.launch_us),
               1e-9);
   // Its bytes scale as its waves do, the last wave's C among them.
-  ASSERT_GT(modelled.epilogue_bytes, 0);
-  EXPECT_NEAR(g.epilogue_bytes / modelled.epilogue_bytes, g.hbm_bytes / modelled.hbm_bytes, 1e-12);
+  ASSERT_GT(modelled.tile_epilogue_bytes, 0);
+  EXPECT_NEAR(g.tile_epilogue_bytes / modelled.tile_epilogue_bytes,
+              g.hbm_bytes / modelled.hbm_bytes, 1e-12);
   EXPECT_NEAR(g.hbm_bytes / modelled.hbm_bytes, g.wave_us / modelled.wave_us, 1e-12);
   // With a few SMs and half the bandwidth left beside a collective it is slower than alone.
   EXPECT_GT(g.BodyUs(4, device.hbm_GBps / 2), g.BodyUs(device.sms, device.hbm_GBps));
