@@ -22,6 +22,9 @@ struct OpCost {
   double tile_epilogue_bytes = 0;  // compute ops: of hbm_bytes, what a tile writes after its loop
   int ctas = 0;                    // collectives: SMs held while running
   bool is_comm = false;
+  // Compute ops beside collectives (below); beside the other flags, so that OpCost takes 80
+  // bytes: the engine walks arrays of them.
+  bool blocks_comm = false;
   // Compute ops beside collectives that hold SMs (sim/engine.h). A GEMM launched while one does
   // ends as late as its CTAs that start late: it stalls up to `tail_share` of its body (one CTA's
   // share of it; 1 for one persistent CTA per SM) while the collective lasts. A collective
@@ -30,7 +33,6 @@ struct OpCost {
   // of body it runs beside one.
   double tail_share = 0;
   double stall_share = 0;
-  bool blocks_comm = false;
   // A persistent GEMM's CTAs (one per SM at most; 0: not persistent). Only those beyond the SMs
   // the collective leaves wait, none if they all fit: the others run their tiles meanwhile, and
   // the late ones start when the collective frees its SMs or the others finish, whichever comes
