@@ -53,7 +53,7 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
     out.cost.wave_us = tile_us;
   }
   // C, written a unit's share at a time after its main loop.
-  out.cost.tile_epilogue_bytes = batch * m * n * out_bytes / out.cost.tiles;
+  if (out.cost.tiles > 0) out.cost.tile_epilogue_bytes = batch * m * n * out_bytes / out.cost.tiles;
   out.fixed_us = gpu.gemm_fixed_us;
   return out;
 }
