@@ -8,7 +8,8 @@ namespace {
 
 constexpr double kStreamKStep = 64;  // k-steps a stream-K unit covers
 
-// GemmSplitK for `tiles` output tiles (of every GEMM of a batch).
+// The pieces of k each of `tiles` output tiles (of every GEMM of a batch) is split into
+// (GemmEstimate::split_k).
 int SplitKOf(const GpuSpec& gpu, double tiles, double k) {
   if (!(k >= gpu.gemm_stream_k_min_k) || !(tiles > 0) || 2 * tiles > gpu.sms) return 1;
   return static_cast<int>(std::min(std::floor(gpu.sms / tiles), std::ceil(k / kStreamKStep)));
@@ -20,10 +21,6 @@ double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype) {
   const double efficiency =
       dtype == Dtype::kFp8 ? gpu.fp8_gemm_efficiency : gpu.max_gemm_efficiency;
   return gpu.peak(dtype) * efficiency;
-}
-
-int GemmSplitK(const GpuSpec& gpu, double m, double n, double k, double batch) {
-  return SplitKOf(gpu, batch * std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n), k);
 }
 
 GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, double n, double k,

@@ -34,12 +34,10 @@ struct GemmEstimate {
   double fixed_us = 0;      // gemm_fixed_us: add to the launch
   double output_tiles = 0;  // tiles of C; cost.tiles has as many units, or more with stream-K
   bool stream_k = false;    // each tile cut into units of 64 k-steps
-  int split_k = 1;          // each tile cut into this many pieces of k (1: none)
+  // Each tile cut into this many pieces of k (1: none): floor(sms / tiles) where that is 2 or
+  // more and k >= gemm_stream_k_min_k, at most one per 64 k-steps.
+  int split_k = 1;
 };
-
-// The pieces of k each output tile is split into (1: no split-K): floor(sms / tiles) where that is
-// 2 or more and k >= gemm_stream_k_min_k, at most one per 64 k-steps.
-int GemmSplitK(const GpuSpec& gpu, double m, double n, double k, double batch = 1);
 
 // `tflops_ceiling`: the dense peak of the GEMM's dtype times the main-loop efficiency
 // (GemmCeilingTflops), or a calibrated figure.

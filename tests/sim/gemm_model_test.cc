@@ -135,12 +135,12 @@ TEST(GemmModelTest, FewTilesOverALongKSplitK) {
   // No split where a short k leaves nothing to balance (k < gemm_stream_k_min_k), where the tiles
   // fill more than half the SMs (80 tiles: a second piece each would make two waves), or where
   // stream-K balances more tiles than SMs.
-  EXPECT_EQ(GemmSplitK(h100, 256, 256, 1024), 1);
-  EXPECT_EQ(GemmSplitK(h100, 1024, 1280, 4096), 1);
-  EXPECT_EQ(GemmSplitK(h100, 2048, 2048, 4096), 1);
-  EXPECT_EQ(GemmSplitK(h100, 1024, 1024, 4096), 2);  // 64 tiles
+  EXPECT_EQ(GemmKernelParts(h100, Dtype::kBf16, 256, 256, 1024).split_k, 1);
+  EXPECT_EQ(GemmKernelParts(h100, Dtype::kBf16, 1024, 1280, 4096).split_k, 1);
+  EXPECT_EQ(GemmKernelParts(h100, Dtype::kBf16, 2048, 2048, 4096).split_k, 1);
+  EXPECT_EQ(GemmKernelParts(h100, Dtype::kBf16, 1024, 1024, 4096).split_k, 2);  // 64 tiles
   // At most one piece per 64 k-steps.
-  EXPECT_EQ(GemmSplitK(h100, 128, 128, 2048), 32);
+  EXPECT_EQ(GemmKernelParts(h100, Dtype::kBf16, 128, 128, 2048).split_k, 32);
   // Beside a collective, the pieces are the CTAs: one wave, every one of them late if held.
   const GemmContention c = GemmContentionOf(h100, 256, 256, 4096);
   EXPECT_EQ(c.persistent_ctas, 4 * 33);
