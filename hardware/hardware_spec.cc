@@ -191,6 +191,9 @@ Result<GpuSpec> ParseGpu(std::string_view text, std::string_view file) {
   map.Real("gemm_fixed_us", &gpu.gemm_fixed_us, Need::kOptional, kLatency);
   map.Real("gemm_stream_k_min_k", &gpu.gemm_stream_k_min_k, Need::kOptional,
            {.min = 1, .max = 1e12, .min_exclusive = false});
+  map.Real("gemm_half_tile_rate", &gpu.gemm_half_tile_rate, Need::kOptional,
+           {.min = 0, .max = 1, .min_exclusive = false});
+  map.Real("gemm_split_k_fixed_us", &gpu.gemm_split_k_fixed_us, Need::kOptional, kLatency);
   map.Real("gemm_cta_tiles", &gpu.gemm_cta_tiles, Need::kOptional,
            {.min = 0, .max = 1024, .min_exclusive = false});
   map.Real("gemm_persistent_cta_waves", &gpu.gemm_persistent_cta_waves, Need::kOptional,

@@ -41,8 +41,14 @@ struct GpuSpec {
   double max_gemm_efficiency = 0.84;
   double fp8_gemm_efficiency = 0.68;
   double gemm_tile_overhead_k = 192;
-  double gemm_fixed_us = 3;
+  double gemm_fixed_us = 4;
   double gemm_stream_k_min_k = 2048;
+  // The kernels the library picks from (sim/gemm_model.h): besides tiles of gemm_tile_m x
+  // gemm_tile_n, tiles half as wide, their main loop at this fraction of the full tile's rate per
+  // SM (0: no such kernel); and what a split-K kernel takes beyond the others' fixed time (the
+  // reduction of its partial tiles).
+  double gemm_half_tile_rate = 0.7;
+  double gemm_split_k_fixed_us = 1.5;
   // GEMMs beside a collective that holds SMs (sim/engine.h): the output tiles one CTA of cuBLAS's
   // kernels computes, and the CTA waves below which a GEMM (k >= gemm_stream_k_min_k) runs one
   // persistent CTA per SM for its whole time. A GEMM launched while a collective holds SMs

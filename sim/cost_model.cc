@@ -180,10 +180,13 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
 
 DeviceResources CostModel::device() const { return DeviceResources{gpu_.sms, hbm_GBps_}; }
 
-OpCost CostModel::GemmCost(double m, double n, double k, Dtype dtype) const {
+GemmEstimate CostModel::GemmEstimateOf(double m, double n, double k, Dtype dtype) const {
   const double tflops =
       dtype == gemm_dtype_ ? gemm_tflops_ : attention_tflops_ * gpu_.max_gemm_efficiency;
-  const GemmEstimate g = EstimateGemm(gpu_, tflops, m, n, k, DtypeBytes(dtype), 2);
+  return EstimateGemm(gpu_, tflops, m, n, k, DtypeBytes(dtype), 2);
+}
+
+OpCost CostModel::GemmCost(const GemmEstimate& g) const {
   OpCost cost = g.cost;
   cost.launch_us = launch_us_ + g.fixed_us;
   return cost;
@@ -196,16 +199,15 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
   // ColumnParallelLinear, outside Transformer Engine's fp8 autocast, and torchtitan's float8
   // conversion skips `output` by default.
   const Dtype dtype = lm_head ? attention_dtype_ : gemm_dtype_;
-  OpCost cost = GemmCost(static_cast<double>(op.m), static_cast<double>(op.n),
-                         static_cast<double>(op.k), dtype);
+  const double m = static_cast<double>(op.m), n = static_cast<double>(op.n),
+               k = static_cast<double>(op.k);
+  const GemmEstimate g = GemmEstimateOf(m, n, k, dtype);
+  OpCost cost = GemmCost(g);
   // A piece of a decomposed collective's GEMM runs on the SMs its collective leaves (Transformer
   // Engine's set_sm_margin, which NeMo's userbuffers configs set for the split reduce-scatters;
   // the all-gather parts go on copy engines and hold no SM): no CTA of it waits, and it lets
   // collectives in. The GEMMs under TE's bulk overlaps (set_sm_margin false) take every SM.
-  if (op.tags.chunk < 0)
-    GemmContentionOf(gpu_, static_cast<double>(op.m), static_cast<double>(op.n),
-                     static_cast<double>(op.k))
-        .ApplyTo(cost);
+  if (op.tags.chunk < 0) GemmContentionOf(gpu_, g, m, n, k).ApplyTo(cost);
   const bool wgrad = op.func == OpFunc::kQkvGradWeight || op.func == OpFunc::kProjGradWeight ||
                      op.func == OpFunc::kFc1GradWeight || op.func == OpFunc::kFc2GradWeight ||
                      op.func == OpFunc::kLmHeadGradWeight;
@@ -314,7 +316,7 @@ OpCost CostModel::AttentionCost(const Op& op) const {
       score_bytes = backward ? 50 : 20;
       products = backward ? 5 : 2;
     }
-    OpCost gemm = GemmCost(s, s, d, attention_dtype_);
+    OpCost gemm = GemmCost(GemmEstimateOf(s, s, d, attention_dtype_));
     const double gemm_us = std::ceil(batch_heads * gemm.tiles * products / gpu_.sms) * gemm.wave_us;
     const double scores_us = batch_heads * s * s * score_bytes / (hbm_GBps_ * 1e3);
     const double memory_us = static_cast<double>(op.bytes) / (hbm_GBps_ * 1e3);

@@ -9,6 +9,7 @@
 #include "planner/plan.h"
 #include "planner/profile.h"
 #include "planner/schedule.h"
+#include "sim/gemm_model.h"
 #include "sim/op_cost.h"
 
 namespace domino::sim {
@@ -90,7 +91,10 @@ class CostModel {
   OpCost ModelCost(const Op& op) const;  // without the profile
   bool OnCopyEngine(const Op& op) const;
   double MovedFraction(const Op& op) const;  // of a collective's bytes: see cost_model.cc
-  OpCost GemmCost(double m, double n, double k, Dtype dtype) const;
+  // The GEMM model's kernel at the ceiling of `dtype` (sim/gemm_model.h), and its cost with the
+  // launch.
+  GemmEstimate GemmEstimateOf(double m, double n, double k, Dtype dtype) const;
+  OpCost GemmCost(const GemmEstimate& g) const;
   // A GEMM op as the training frameworks run it: the LM head in 16-bit under fp8, and an fp8
   // GEMM's activation operand quantized first (its time added to the op's fixed time).
   OpCost FrameworkGemmCost(const Op& op) const;

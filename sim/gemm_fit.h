@@ -18,6 +18,8 @@ namespace domino::sim {
 // distinct catalog value and precision (max_gemm_efficiency for 16-bit rows,
 // fp8_gemm_efficiency for fp8 rows), shared by the GPUs that share it in the catalog; and the
 // three constants every GPU shares (gemm_tile_overhead_k, gemm_fixed_us, gemm_stream_k_min_k).
+// The kernel choice's gemm_half_tile_rate and gemm_split_k_fixed_us stay each GPU's (a grid over
+// them too would take the search from seconds to minutes).
 // The objective is the rows' mean |predicted / measured - 1|, as `validate` reports it. The grid
 // holds the catalog's values, so the fitted error is never above the catalog's; ties keep the
 // first point of the grid in its order (deterministic).

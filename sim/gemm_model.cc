@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace domino::sim {
 namespace {
@@ -15,6 +16,48 @@ int SplitKOf(const GpuSpec& gpu, double tiles, double k) {
   return static_cast<int>(std::min(std::floor(gpu.sms / tiles), std::ceil(k / kStreamKStep)));
 }
 
+// The FLOPs' worth of time one SM spends on a piece of a tile `tile_n` wide: its share of k (one
+// of `split` pieces) and the tile's prologue and epilogue.
+double PieceFlops(const GpuSpec& gpu, double tile_n, double k, int split) {
+  return 2.0 * gpu.gemm_tile_m * tile_n * (k / split + gpu.gemm_tile_overhead_k);
+}
+
+// One kernel the library could run: tiles `tile_n` wide, their main loop at `main_loop_tflops`,
+// each tile cut into `split` pieces of k (1: none; at most SplitKOf's).
+GemmEstimate PriceKernel(const GpuSpec& gpu, double main_loop_tflops, double m, double n, double k,
+                         double in_bytes, double out_bytes, double batch, double tile_n,
+                         int split) {
+  GemmEstimate out;
+  const double tile_m = gpu.gemm_tile_m;
+  const double tiles = batch * std::ceil(m / tile_m) * std::ceil(n / tile_n);
+  const double flops_per_sm_us = main_loop_tflops * 1e6 / gpu.sms;
+  out.tile_n = tile_n;
+  out.main_loop_tflops = main_loop_tflops;
+  out.output_tiles = tiles;
+  out.stream_k = k >= gpu.gemm_stream_k_min_k && tiles > gpu.sms;
+  out.split_k = out.stream_k ? 1 : split;
+  out.cost.hbm_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes);
+  out.fixed_us = gpu.gemm_fixed_us;
+  out.cost.wave_us = PieceFlops(gpu, tile_n, k, out.split_k) / flops_per_sm_us;
+  out.cost.tiles = tiles * out.split_k;
+  if (out.stream_k) {
+    const double steps = std::ceil(k / kStreamKStep);
+    out.cost.tiles = tiles * steps;
+    out.cost.wave_us /= steps;
+  } else if (out.split_k > 1) {
+    out.cost.hbm_bytes += 2 * out.split_k * batch * m * n * 4;  // fp32 partials written, read back
+    out.fixed_us += gpu.gemm_split_k_fixed_us;
+  }
+  // C, written a unit's share at a time after its main loop.
+  if (out.cost.tiles > 0) out.cost.tile_epilogue_bytes = batch * m * n * out_bytes / out.cost.tiles;
+  return out;
+}
+
+// The kernel alone on the GPU, as the library's heuristics and autotuners time it.
+double AloneUs(const GpuSpec& gpu, const GemmEstimate& g) {
+  return g.fixed_us + g.cost.BodyUs(gpu.sms, gpu.hbm_GBps * gpu.hbm_efficiency);
+}
+
 }  // namespace
 
 double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype) {
@@ -25,44 +68,37 @@ double GemmCeilingTflops(const GpuSpec& gpu, Dtype dtype) {
 
 GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, double n, double k,
                           double in_bytes, double out_bytes, double batch) {
-  GemmEstimate out;
-  const double tile_m = gpu.gemm_tile_m, tile_n = gpu.gemm_tile_n;
-  const double tiles = batch * std::ceil(m / tile_m) * std::ceil(n / tile_n);
-  const double flops_per_sm_us = tflops_ceiling * 1e6 / gpu.sms;
-  const double tile_us = 2.0 * tile_m * tile_n * (k + gpu.gemm_tile_overhead_k) / flops_per_sm_us;
-  out.output_tiles = tiles;
-  out.stream_k = k >= gpu.gemm_stream_k_min_k && tiles > gpu.sms;
-  out.split_k = out.stream_k ? 1 : SplitKOf(gpu, tiles, k);
-  out.cost.hbm_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes);
-
-  if (out.stream_k) {
-    const double steps = std::ceil(k / kStreamKStep);
-    out.cost.tiles = tiles * steps;
-    out.cost.wave_us = tile_us / steps;
-  } else if (out.split_k > 1) {
-    const double split = out.split_k;
-    out.cost.tiles = tiles * split;
-    out.cost.wave_us =
-        2.0 * tile_m * tile_n * (k / split + gpu.gemm_tile_overhead_k) / flops_per_sm_us;
-    out.cost.hbm_bytes += 2 * split * batch * m * n * 4;  // fp32 partials written, read back
-  } else {
-    out.cost.tiles = tiles;
-    out.cost.wave_us = tile_us;
+  // The fastest of the kernels, the full tile unsplit first (it wins ties).
+  GemmEstimate best;
+  double best_us = std::numeric_limits<double>::infinity();
+  for (const bool half : {false, true}) {
+    if (half && !(gpu.gemm_half_tile_rate > 0)) break;
+    const double tile_n = half ? gpu.gemm_tile_n / 2.0 : gpu.gemm_tile_n;
+    const double rate = half ? tflops_ceiling * gpu.gemm_half_tile_rate : tflops_ceiling;
+    const double tiles = batch * std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / tile_n);
+    const int max_split = SplitKOf(gpu, tiles, k);
+    for (int split = 1; split <= max_split; ++split) {
+      // No kernel beats its FLOPs spread evenly over every SM: skip those that cannot win.
+      const double fixed = gpu.gemm_fixed_us + (split > 1 ? gpu.gemm_split_k_fixed_us : 0.0);
+      if (fixed + tiles * split * PieceFlops(gpu, tile_n, k, split) / (rate * 1e6) >= best_us)
+        continue;
+      const GemmEstimate g =
+          PriceKernel(gpu, rate, m, n, k, in_bytes, out_bytes, batch, tile_n, split);
+      if (const double us = AloneUs(gpu, g); us < best_us) best = g, best_us = us;
+    }
   }
-  // C, written a unit's share at a time after its main loop.
-  if (out.cost.tiles > 0) out.cost.tile_epilogue_bytes = batch * m * n * out_bytes / out.cost.tiles;
-  out.fixed_us = gpu.gemm_fixed_us;
-  return out;
+  return best;
 }
 
-GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k) {
+GemmContention GemmContentionOf(const GpuSpec& gpu, const GemmEstimate& g, double m, double n,
+                                double k) {
   GemmContention out;
   if (!(gpu.gemm_cta_tiles > 0)) return out;
   out.blocks_comm = true;
   if (k < gpu.gemm_stream_k_min_k) return out;
   const double tiles = std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
-  if (const int split = SplitKOf(gpu, tiles, k); split > 1) {
-    out.persistent_ctas = tiles * split;  // at most the SMs: one wave
+  if (g.split_k > 1) {
+    out.persistent_ctas = g.cost.tiles;  // at most the SMs: one wave
     out.tail_share = 1.0;
     return out;
   }
@@ -82,9 +118,10 @@ GemmContention GemmContentionOf(const GpuSpec& gpu, double m, double n, double k
 GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, double k,
                            double batch) {
   GemmKernel out;
-  out.ceiling_tflops = GemmCeilingTflops(gpu, dtype);
   const GemmEstimate g =
-      EstimateGemm(gpu, out.ceiling_tflops, m, n, k, DtypeBytes(dtype), 2, batch);
+      EstimateGemm(gpu, GemmCeilingTflops(gpu, dtype), m, n, k, DtypeBytes(dtype), 2, batch);
+  out.ceiling_tflops = g.main_loop_tflops;
+  out.tile_n = g.tile_n;
   out.tiles = g.output_tiles;
   out.units = g.cost.tiles;
   out.stream_k = g.stream_k;

@@ -298,7 +298,8 @@ void RunFit(const ValidateFlags& flags) {
   const bool md = flags.format == OutputFormat::kMarkdown;
   auto percent = [](double e) { return fmt::format("{:.1f}%", 100 * e); };
   std::cout << fmt::format(
-      "GEMM model fitted on the {} gemm rows of {} (grid search, least mean |error|)\n\n",
+      "GEMM model fitted on the {} gemm rows of {} (grid search, least mean |error|); the kernel\n"
+      "choice's gemm_half_tile_rate and gemm_split_k_fixed_us as each GPU's file gives them\n\n",
       fit->rows, table->file);
   if (md) {
     std::cout << "| constant | catalog | fitted |\n| --- | ---: | ---: |\n";

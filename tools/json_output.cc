@@ -181,6 +181,8 @@ Json GpuJson(const GpuSpec& gpu) {
               {"gemm_tile_overhead_k", gpu.gemm_tile_overhead_k},
               {"gemm_fixed_us", gpu.gemm_fixed_us},
               {"gemm_stream_k_min_k", gpu.gemm_stream_k_min_k},
+              {"gemm_half_tile_rate", gpu.gemm_half_tile_rate},
+              {"gemm_split_k_fixed_us", gpu.gemm_split_k_fixed_us},
               {"gemm_cta_tiles", gpu.gemm_cta_tiles},
               {"gemm_persistent_cta_waves", gpu.gemm_persistent_cta_waves},
               {"hbm_efficiency", gpu.hbm_efficiency},

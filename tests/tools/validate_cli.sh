@@ -27,7 +27,7 @@ grep -q "^assumed: Megatron-Core r0.8 rule: micro_batch 1" <<<"$out" || fail "no
 grep -q "^iteration on stage 0 (critical)" <<<"$out" || fail "no breakdown"
 grep -q "^## azure-h100-fp8-1024x1024x1024 (gemm): measured 274.1 tflops" <<<"$out" ||
   fail "no GEMM explanation"
-grep -qE "^kernel:  [0-9.]+ us: 64 tiles of 128x128 on 132 SMs in 1 wave\(s\), the last 48% full; .*\(compute-bound\), then the last wave's C 0.7 us; 3.0 us fixed$" <<<"$out" ||
+grep -qE "^kernel:  [0-9.]+ us: 128 tiles of 128x64 on 132 SMs in 1 wave\(s\), the last 97% full; .* at a main loop of 942 TFLOP/s, .*\(compute-bound\), then the last wave's C 0.7 us; 4.0 us fixed$" <<<"$out" ||
   fail "no GEMM kernel time and parts"
 # A collective row names NCCL's algorithm, the time and the bandwidths.
 coll=$("$domino" validate --row gtc24-dgxh100-ar-nvlstree-8192gpu-32mib --explain) ||
