@@ -21,6 +21,7 @@ namespace {
 
 struct SimulateFlags {
   PlanFlags plan;
+  std::string positional_plan;
   std::string report_path, trace_path, iteration_trace_path, iteration_report_path;
   bool force = false;
   bool compare_strategies = false;
@@ -155,7 +156,12 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options, Output
   for (const std::string& line : skipped) std::cout << "skipped " << line << "\n";
 }
 
-void Run(const SimulateFlags& flags) {
+void Run(SimulateFlags& flags) {
+  if (!flags.positional_plan.empty()) {
+    if (!flags.plan.plan_path.empty() && flags.plan.plan_path != flags.positional_plan)
+      Fail("simulate", "give the plan once: as PLAN or as --plan, not both");
+    flags.plan.plan_path = flags.positional_plan;
+  }
   if (flags.format == OutputFormat::kJson)
     for (const std::string* path : {&flags.report_path, &flags.trace_path,
                                     &flags.iteration_trace_path, &flags.iteration_report_path})
@@ -246,6 +252,8 @@ void Run(const SimulateFlags& flags) {
 
 void SetupSimulate(CLI::App* sub) {
   auto flags = std::make_shared<SimulateFlags>();
+  AddPlanFileArgument(sub, &flags->positional_plan,
+                      "plan or report YAML to start from (as --plan; flags override its values)");
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
   sub->add_option("--report", flags->report_path,
                   "write the plan with its predicted: block (YAML; - for stdout, the table then "

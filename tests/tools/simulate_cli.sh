@@ -1,6 +1,7 @@
 #!/bin/bash
-# `domino simulate` on whole iterations: the breakdown of a 3D plan adds up, and a plan that
-# does not fit in GPU memory is refused with its numbers and no report written.
+# `domino simulate` on whole iterations: the breakdown of a 3D plan adds up, a plan that does not
+# fit in GPU memory is refused with its numbers and no report written, and the plan file may be
+# given as the positional argument.
 # Usage: simulate_cli.sh DOMINO
 set -uo pipefail
 domino=$1
@@ -109,4 +110,13 @@ if "$domino" simulate "${mid[@]}" --softmax scale-softmax >/dev/null 2>"$tmp/err
 fi
 grep -q "training.softmax.*the plan's attention is flash" "$tmp/err.txt" ||
   fail "unclear refusal: $(cat "$tmp/err.txt")"
+
+# The plan file as the positional argument is --plan: the same prediction, flags override it.
+"$domino" plan --model gpt3-2.7b --cluster dgx-h100:1 --out "$tmp/p.yaml" >/dev/null 2>&1 ||
+  fail "plan --out failed"
+a=$("$domino" simulate "$tmp/p.yaml" --format json) || fail "simulate PLAN failed"
+b=$("$domino" simulate --plan "$tmp/p.yaml" --format json) || fail "simulate --plan failed"
+[[ "$a" == "$b" ]] || fail "simulate PLAN and simulate --plan PLAN differ"
+c=$("$domino" simulate "$tmp/p.yaml" --micro-batch 1 --format json) || fail "override failed"
+[[ "$a" != "$c" ]] || fail "--micro-batch did not override the plan file's value"
 echo "simulate cli ok"
