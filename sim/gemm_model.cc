@@ -78,10 +78,11 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
     const double tiles = batch * std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / tile_n);
     const int max_split = SplitKOf(gpu, tiles, k);
     for (int split = 1; split <= max_split; ++split) {
-      // No kernel beats its FLOPs spread evenly over every SM: skip those that cannot win.
+      // No kernel beats its FLOPs spread evenly over every SM; that bound only grows with the
+      // split (each piece pays the tile's overhead), so no later split can win either.
       const double fixed = gpu.gemm_fixed_us + (split > 1 ? gpu.gemm_split_k_fixed_us : 0.0);
       if (fixed + tiles * split * PieceFlops(gpu, tile_n, k, split) / (rate * 1e6) >= best_us)
-        continue;
+        break;
       const GemmEstimate g =
           PriceKernel(gpu, rate, m, n, k, in_bytes, out_bytes, batch, tile_n, split);
       if (const double us = AloneUs(gpu, g); us < best_us) best = g, best_us = us;
