@@ -22,14 +22,13 @@ double PieceFlops(const GpuSpec& gpu, double tile_n, double k, int split) {
   return 2.0 * gpu.gemm_tile_m * tile_n * (k / split + gpu.gemm_tile_overhead_k);
 }
 
-// One kernel the library could run: tiles `tile_n` wide, their main loop at `main_loop_tflops`,
-// each tile cut into `split` pieces of k (1: none; at most SplitKOf's).
+// One kernel the library could run: `tiles` tiles `tile_n` wide (of every GEMM of the batch),
+// their main loop at `main_loop_tflops`, each tile cut into `split` pieces of k (1: none; at most
+// SplitKOf's).
 GemmEstimate PriceKernel(const GpuSpec& gpu, double main_loop_tflops, double m, double n, double k,
                          double in_bytes, double out_bytes, double batch, double tile_n,
-                         int split) {
+                         double tiles, int split) {
   GemmEstimate out;
-  const double tile_m = gpu.gemm_tile_m;
-  const double tiles = batch * std::ceil(m / tile_m) * std::ceil(n / tile_n);
   const double flops_per_sm_us = main_loop_tflops * 1e6 / gpu.sms;
   out.tile_n = tile_n;
   out.main_loop_tflops = main_loop_tflops;
@@ -84,7 +83,7 @@ GemmEstimate EstimateGemm(const GpuSpec& gpu, double tflops_ceiling, double m, d
       if (fixed + tiles * split * PieceFlops(gpu, tile_n, k, split) / (rate * 1e6) >= best_us)
         break;
       const GemmEstimate g =
-          PriceKernel(gpu, rate, m, n, k, in_bytes, out_bytes, batch, tile_n, split);
+          PriceKernel(gpu, rate, m, n, k, in_bytes, out_bytes, batch, tile_n, tiles, split);
       if (const double us = AloneUs(gpu, g); us < best_us) best = g, best_us = us;
     }
   }
