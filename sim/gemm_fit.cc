@@ -29,6 +29,8 @@ double AbsError(FitRow& row, double efficiency, const GemmConstants& c) {
   g.gpu.gemm_tile_overhead_k = c.tile_overhead_k;
   g.gpu.gemm_fixed_us = c.fixed_us;
   g.gpu.gemm_stream_k_min_k = c.stream_k_min_k;
+  g.gpu.gemm_half_tile_rate = c.half_tile_rate;
+  g.gpu.gemm_split_k_fixed_us = c.split_k_fixed_us;
   return std::abs(GemmKernelTflops(g.gpu, g.dtype, g.m, g.n, g.k, g.batch) / row.measured - 1);
 }
 
@@ -40,9 +42,34 @@ double SumError(std::span<FitRow> rows, const std::vector<bool>& use, const Gemm
   return sum;
 }
 
-// The grid point with the least sum of |error| over the rows `use` keeps. For each point of the
-// shared constants, each group's efficiency is the best for that group's rows alone (a group's
-// rows depend on no other group's efficiency); a group without such rows keeps `catalog`'s, and
+// Each group's best efficiency on the grid for the rows `use` keeps, with the other constants of
+// `c` (a group's rows depend on no other group's efficiency), written into `c`; a group without
+// such rows keeps the value `c` has. Returns the sum of |error| at those efficiencies.
+double FitEfficiencies(std::span<FitRow> rows, const std::vector<bool>& use, int groups,
+                       const GemmFitGrid& grid, GemmConstants& c) {
+  double sum = 0;
+  for (int g = 0; g < groups; ++g) {
+    bool any = false;
+    double group_best = std::numeric_limits<double>::infinity();
+    for (double e : grid.efficiency) {
+      double s = 0;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (!use[i] || rows[i].group != g) continue;
+        any = true;
+        s += AbsError(rows[i], e, c);
+      }
+      if (!any) break;
+      if (s < group_best) group_best = s, c.efficiency[g] = e;
+    }
+    if (any) sum += group_best;
+  }
+  return sum;
+}
+
+// The grid point with the least sum of |error| over the rows `use` keeps, in two stages: the
+// efficiencies with the tile overhead, fixed time and stream-K threshold, the kernel choice's
+// two constants as `catalog` has them; then the efficiencies with the kernel choice's two, the
+// others as the first stage left them. A group without rows keeps `catalog`'s efficiency, and
 // with no row at all nothing is fitted: `catalog`.
 GemmConstants Fit(std::span<FitRow> rows, const std::vector<bool>& use, int groups,
                   const GemmConstants& catalog, const GemmFitGrid& grid) {
@@ -54,24 +81,19 @@ GemmConstants Fit(std::span<FitRow> rows, const std::vector<bool>& use, int grou
       for (double stream_k : grid.stream_k_min_k) {
         GemmConstants c = catalog;
         c.tile_overhead_k = overhead, c.fixed_us = fixed, c.stream_k_min_k = stream_k;
-        double sum = 0;
-        for (int g = 0; g < groups; ++g) {
-          bool any = false;
-          double group_best = std::numeric_limits<double>::infinity();
-          for (double e : grid.efficiency) {
-            double s = 0;
-            for (size_t i = 0; i < rows.size(); ++i) {
-              if (!use[i] || rows[i].group != g) continue;
-              any = true;
-              s += AbsError(rows[i], e, c);
-            }
-            if (!any) break;
-            if (s < group_best) group_best = s, c.efficiency[g] = e;
-          }
-          if (any) sum += group_best;
-        }
-        if (sum < best_sum) best_sum = sum, best = c;
+        if (const double sum = FitEfficiencies(rows, use, groups, grid, c); sum < best_sum)
+          best_sum = sum, best = c;
       }
+    }
+  }
+  const GemmConstants first = best;
+  best_sum = std::numeric_limits<double>::infinity();
+  for (double half : grid.half_tile_rate) {
+    for (double split : grid.split_k_fixed_us) {
+      GemmConstants c = first;
+      c.half_tile_rate = half, c.split_k_fixed_us = split;
+      if (const double sum = FitEfficiencies(rows, use, groups, grid, c); sum < best_sum)
+        best_sum = sum, best = c;
     }
   }
   return best;
@@ -107,6 +129,8 @@ GemmFitGrid DefaultGemmFitGrid() {
   for (int k = 0; k <= 512; k += 32) grid.tile_overhead_k.push_back(k);
   for (int h = 0; h <= 16; ++h) grid.fixed_us.push_back(h / 2.0);
   grid.stream_k_min_k = {512, 1024, 2048, 4096, 8192, std::numeric_limits<double>::infinity()};
+  grid.half_tile_rate = {0, 0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9};
+  for (int h = 0; h <= 8; ++h) grid.split_k_fixed_us.push_back(h / 2.0);
   return grid;
 }
 
@@ -124,12 +148,17 @@ Result<GemmFit> FitGemmModel(std::span<const ValidationRow> table_rows, const Ge
       fit.catalog.tile_overhead_k = gpu.gemm_tile_overhead_k;
       fit.catalog.fixed_us = gpu.gemm_fixed_us;
       fit.catalog.stream_k_min_k = gpu.gemm_stream_k_min_k;
+      fit.catalog.half_tile_rate = gpu.gemm_half_tile_rate;
+      fit.catalog.split_k_fixed_us = gpu.gemm_split_k_fixed_us;
     }
-    // The three shared constants must be one value for every GPU the fit covers.
+    // The five shared constants must be one value for every GPU the fit covers.
     for (const auto& [key, mine, theirs] :
          {std::tuple{"gemm_tile_overhead_k", gpu.gemm_tile_overhead_k, first->gemm_tile_overhead_k},
           std::tuple{"gemm_fixed_us", gpu.gemm_fixed_us, first->gemm_fixed_us},
-          std::tuple{"gemm_stream_k_min_k", gpu.gemm_stream_k_min_k, first->gemm_stream_k_min_k}})
+          std::tuple{"gemm_stream_k_min_k", gpu.gemm_stream_k_min_k, first->gemm_stream_k_min_k},
+          std::tuple{"gemm_half_tile_rate", gpu.gemm_half_tile_rate, first->gemm_half_tile_rate},
+          std::tuple{"gemm_split_k_fixed_us", gpu.gemm_split_k_fixed_us,
+                     first->gemm_split_k_fixed_us}})
       if (mine != theirs)
         return Error(fmt::format(
             "row {}: the fit shares {} among the rows' GPUs, but {} has {} and {} has {}", row.id,

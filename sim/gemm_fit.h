@@ -17,9 +17,11 @@ namespace domino::sim {
 // What is fitted: each main-loop efficiency the catalog gives the rows' GPUs, one value per
 // distinct catalog value and precision (max_gemm_efficiency for 16-bit rows,
 // fp8_gemm_efficiency for fp8 rows), shared by the GPUs that share it in the catalog; and the
-// three constants every GPU shares (gemm_tile_overhead_k, gemm_fixed_us, gemm_stream_k_min_k).
-// The kernel choice's gemm_half_tile_rate and gemm_split_k_fixed_us stay each GPU's (a grid over
-// them too would take the search from seconds to minutes).
+// five constants every GPU shares (gemm_tile_overhead_k, gemm_fixed_us, gemm_stream_k_min_k, and
+// the kernel choice's gemm_half_tile_rate and gemm_split_k_fixed_us). It searches in two stages,
+// each over every point of its grid: the efficiencies with the first three (the kernel choice's
+// two as the catalog has them), then the efficiencies with the kernel choice's two (the first
+// three as the first stage found them); a grid over all five at once would take minutes.
 // The objective is the rows' mean |predicted / measured - 1|, as `validate` reports it. The grid
 // holds the catalog's values, so the fitted error is never above the catalog's; ties keep the
 // first point of the grid in its order (deterministic).
@@ -28,9 +30,12 @@ struct GemmFitGrid {
   std::vector<double> tile_overhead_k;
   std::vector<double> fixed_us;
   std::vector<double> stream_k_min_k;  // a value above any row's k: never stream-K
+  std::vector<double> half_tile_rate;  // 0: no kernel of tiles half as wide
+  std::vector<double> split_k_fixed_us;
 };
 // Efficiency 0.60-0.95 by 0.01, tile overhead 0-512 k-steps by 32, fixed 0-8 us by 0.5,
-// stream-K from k = 512, 1024, 2048, 4096, 8192 or never.
+// stream-K from k = 512, 1024, 2048, 4096, 8192 or never; half tiles at 0 (none), 0.5, 0.6,
+// 0.65, 0.7, 0.75, 0.8 or 0.9 of the rate, split-K's reduction 0-4 us by 0.5.
 GemmFitGrid DefaultGemmFitGrid();
 
 // The GPUs whose catalog gives one main-loop efficiency to one precision's GEMMs.
@@ -43,6 +48,7 @@ struct EfficiencyGroup {
 struct GemmConstants {
   std::vector<double> efficiency;  // by GemmFit::groups
   double tile_overhead_k = 0, fixed_us = 0, stream_k_min_k = 0;
+  double half_tile_rate = 0, split_k_fixed_us = 0;
 };
 
 // One source left out: its rows predicted with the constants fitted on all rows and on the

@@ -219,13 +219,15 @@ Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flag
   return document;
 }
 
-// The constants of `c` in GemmFit's order: each efficiency group's, then the shared three.
+// The constants of `c` in GemmFit's order: each efficiency group's, then the shared five.
 std::vector<std::string> ConstantCells(const sim::GemmConstants& c) {
   std::vector<std::string> cells;
   for (double e : c.efficiency) cells.push_back(fmt::format("{:.2f}", e));
   cells.push_back(fmt::format("{:g}", c.tile_overhead_k));
   cells.push_back(fmt::format("{:g}", c.fixed_us));
   cells.push_back(std::isinf(c.stream_k_min_k) ? "never" : fmt::format("{:g}", c.stream_k_min_k));
+  cells.push_back(fmt::format("{:g}", c.half_tile_rate));
+  cells.push_back(fmt::format("{:g}", c.split_k_fixed_us));
   return cells;
 }
 
@@ -235,7 +237,8 @@ std::vector<std::string> ConstantNames(const sim::GemmFit& fit) {
     names.push_back(fmt::format("{} main loop ({}): {}", g.fp8 ? "fp8" : "16-bit",
                                 g.fp8 ? "fp8_gemm_efficiency" : "max_gemm_efficiency",
                                 fmt::join(g.gpus, ", ")));
-  for (const char* key : {"gemm_tile_overhead_k", "gemm_fixed_us", "gemm_stream_k_min_k"})
+  for (const char* key : {"gemm_tile_overhead_k", "gemm_fixed_us", "gemm_stream_k_min_k",
+                          "gemm_half_tile_rate", "gemm_split_k_fixed_us"})
     names.emplace_back(key);
   return names;
 }
@@ -272,7 +275,9 @@ void RunFit(const ValidateFlags& flags) {
       return Json{{"efficiency", std::move(efficiency)},
                   {"gemm_tile_overhead_k", c.tile_overhead_k},
                   {"gemm_fixed_us", c.fixed_us},
-                  {"gemm_stream_k_min_k", std::move(stream_k)}};
+                  {"gemm_stream_k_min_k", std::move(stream_k)},
+                  {"gemm_half_tile_rate", c.half_tile_rate},
+                  {"gemm_split_k_fixed_us", c.split_k_fixed_us}};
     };
     Json document = JsonDocument("validate-fit");
     document["table"] = table->file;
@@ -298,8 +303,9 @@ void RunFit(const ValidateFlags& flags) {
   const bool md = flags.format == OutputFormat::kMarkdown;
   auto percent = [](double e) { return fmt::format("{:.1f}%", 100 * e); };
   std::cout << fmt::format(
-      "GEMM model fitted on the {} gemm rows of {} (grid search, least mean |error|); the kernel\n"
-      "choice's gemm_half_tile_rate and gemm_split_k_fixed_us as each GPU's file gives them\n\n",
+      "GEMM model fitted on the {} gemm rows of {} (grid search, least mean |error|):\nthe main "
+      "loops with the tile overhead, fixed time and stream-K threshold, then with the kernel "
+      "choice's two\n\n",
       fit->rows, table->file);
   if (md) {
     std::cout << "| constant | catalog | fitted |\n| --- | ---: | ---: |\n";

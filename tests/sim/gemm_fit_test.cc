@@ -91,6 +91,47 @@ TEST(GemmFitTest, FindsTheConstantsThatMadeTheRows) {
   EXPECT_EQ(rows_seen, 10);
 }
 
+// The second stage fits the kernel choice's two constants: rows made at the catalog's main loop,
+// overhead, fixed time and threshold (the first stage's grid holds only those) with tiles half as
+// wide at 0.6 of the rate and split-K's reduction at 2.5 us. 1024^3 runs half tiles, the short
+// tiles over a long k split it: the fit finds both, and each source left out too.
+TEST(GemmFitTest, TheSecondStageFitsTheKernelChoice) {
+  GpuSpec made = CatalogGpu("h100-sxm");
+  made.gemm_half_tile_rate = 0.6;
+  made.gemm_split_k_fixed_us = 2.5;
+  struct Shape {
+    const char* source;
+    double m, n, k;
+  };
+  const Shape shapes[] = {{"p", 1024, 1024, 1024}, {"p", 256, 256, 4096}, {"p", 4096, 4096, 4096},
+                          {"q", 1024, 1024, 512},  {"q", 512, 256, 2048}, {"q", 8192, 8192, 1024}};
+  std::vector<ValidationRow> rows;
+  for (const Shape& s : shapes)
+    rows.push_back(GemmRow(fmt::format("{}-{}", s.source, rows.size()), s.source,
+                           CatalogGpu("h100-sxm"), Dtype::kBf16, s.m, s.n, s.k,
+                           GemmKernelTflops(made, Dtype::kBf16, s.m, s.n, s.k)));
+  EXPECT_EQ(GemmKernelParts(made, Dtype::kBf16, 1024, 1024, 1024).tile_n, 64);
+  EXPECT_GT(GemmKernelParts(made, Dtype::kBf16, 256, 256, 4096).split_k, 1);
+  GemmFitGrid grid = DefaultGemmFitGrid();
+  grid.efficiency = {0.81};
+  grid.tile_overhead_k = {192};
+  grid.fixed_us = {4};
+  grid.stream_k_min_k = {2048};
+  Result<GemmFit> fit = FitGemmModel(rows, grid);
+  ASSERT_TRUE(fit.ok()) << fit.message();
+  EXPECT_EQ(fit->catalog.half_tile_rate, 0.7);
+  EXPECT_EQ(fit->catalog.split_k_fixed_us, 1.5);
+  EXPECT_GT(fit->catalog_error, 0.01);
+  EXPECT_EQ(fit->fitted.half_tile_rate, 0.6);
+  EXPECT_EQ(fit->fitted.split_k_fixed_us, 2.5);
+  EXPECT_LT(fit->fitted_error, 1e-12);
+  for (const GemmFitSource& s : fit->sources) {
+    SCOPED_TRACE(s.source);
+    EXPECT_EQ(s.held_out.half_tile_rate, 0.6);
+    EXPECT_EQ(s.held_out.split_k_fixed_us, 2.5);
+  }
+}
+
 // A source whose group no other source has leaves that group at its catalog value in its own
 // fold; the fitted error never exceeds the catalog's (the grid holds the catalog's values).
 TEST(GemmFitTest, AGroupNoOtherSourceConstrainsKeepsItsCatalogValue) {
@@ -134,6 +175,8 @@ TEST(GemmFitTest, TheBuiltInTable) {
   grid.tile_overhead_k = {128, 192, 256};
   grid.fixed_us = {2, 3, 4};
   grid.stream_k_min_k = {2048, 4096};
+  grid.half_tile_rate = {0, 0.7};
+  grid.split_k_fixed_us = {1.5, 3};
   Result<GemmFit> fit = FitGemmModel(table->rows, grid);
   ASSERT_TRUE(fit.ok()) << fit.message();
   int gemm_rows = 0, rows_seen = 0;
