@@ -176,7 +176,7 @@ void Run(CalibrateFlags& flags) {
 
 void SetupCalibrate(CLI::App* sub) {
   auto flags = std::make_shared<CalibrateFlags>();
-  AddPlanFileArgument(sub, &flags->positional_plan, "plan YAML whose op shapes to measure");
+  sub->add_option("plan_file", flags->positional_plan, "plan YAML whose op shapes to measure");
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
   sub->add_option("--backend", flags->backend,
                   "cpu | cuda (CUDA events; collectives on NCCL under mpirun with the plan's tp "

@@ -479,7 +479,7 @@ void Run(ExecuteFlags& flags) {
 
 void SetupExecute(CLI::App* sub) {
   auto flags = std::make_shared<ExecuteFlags>();
-  AddPlanFileArgument(sub, &flags->positional_plan, "plan YAML (from `domino plan --out`)");
+  sub->add_option("plan_file", flags->positional_plan, "plan YAML (from `domino plan --out`)");
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
   sub->add_option("--backend", flags->backend, "cpu (Eigen, fp32) | cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));

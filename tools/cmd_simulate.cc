@@ -1,6 +1,7 @@
 // `domino simulate`: predict one plan (or compare strategies) and write its report and trace.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -157,10 +158,19 @@ void CompareStrategies(const Plan& base, const sim::CostOptions& options, Output
 }
 
 void Run(SimulateFlags& flags) {
-  if (!flags.positional_plan.empty()) {
-    if (!flags.plan.plan_path.empty() && flags.plan.plan_path != flags.positional_plan)
+  if (const std::string& path = flags.positional_plan; !path.empty()) {
+    if (!flags.plan.plan_path.empty() && flags.plan.plan_path != path)
       Fail("simulate", "give the plan once: as PLAN or as --plan, not both");
-    flags.plan.plan_path = flags.positional_plan;
+    // A word that names no file and looks like no path is most often a value given to a switch.
+    const bool path_like = path.ends_with(".yaml") || path.ends_with(".yml") ||
+                          path.find('/') != std::string::npos;
+    if (!path_like && !std::filesystem::exists(path))
+      Fail("simulate",
+           fmt::format("{}: no such plan file (a switch takes no value: --sp, --no-sp or "
+                       "--sp=false)",
+                       path),
+           kExitUsage);
+    flags.plan.plan_path = path;
   }
   if (flags.format == OutputFormat::kJson)
     for (const std::string* path : {&flags.report_path, &flags.trace_path,
@@ -252,8 +262,8 @@ void Run(SimulateFlags& flags) {
 
 void SetupSimulate(CLI::App* sub) {
   auto flags = std::make_shared<SimulateFlags>();
-  AddPlanFileArgument(sub, &flags->positional_plan,
-                      "plan or report YAML to start from (as --plan; flags override its values)");
+  sub->add_option("plan_file", flags->positional_plan,
+                  "plan or report YAML to start from (as --plan; flags override its values)");
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
   sub->add_option("--report", flags->report_path,
                   "write the plan with its predicted: block (YAML; - for stdout, the table then "

@@ -80,21 +80,6 @@ void AddSwitch(CLI::App* app, const std::string& name, std::string* text, const 
 
 }  // namespace
 
-void AddPlanFileArgument(CLI::App* app, std::string* positional, std::string_view description) {
-  app->add_option("plan_file", *positional, std::string(description))
-      ->check(CLI::Validator(
-          [](std::string& path) {
-            if (CLI::ExistingFile(path).empty()) return std::string();
-            const bool yaml = path.ends_with(".yaml") || path.ends_with(".yml");
-            if (yaml || path.find('/') != std::string::npos)
-              return fmt::format("{}: no such plan file", path);
-            return fmt::format(
-                "{}: no such plan file (a switch takes no value: --sp, --no-sp or --sp=false)",
-                path);
-          },
-          "FILE"));
-}
-
 void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   if (with_plan_file)
     app->add_option("--plan", f->plan_path, "plan or report YAML to start from")

@@ -3,7 +3,6 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
-#include <string_view>
 
 #include "models/base/result.h"
 #include "planner/plan.h"
@@ -39,11 +38,6 @@ struct PlanFlags {
 
 // Declares the flags on `app`. With `with_plan_file`, also --plan.
 void AddPlanFlags(CLI::App* app, PlanFlags* flags, bool with_plan_file);
-
-// Declares the plan file as the command's positional argument, `plan_file` (PLAN.yaml, as
-// --plan), which must exist. A value that names no file and looks like no path (no .yaml or
-// .yml, no /) is refused as what it most often is, a value given to a switch (`--sp true`).
-void AddPlanFileArgument(CLI::App* app, std::string* positional, std::string_view description);
 
 // Builds a resolved plan: from --plan (then flags override its values) or from the built-in
 // plan's defaults (planner/plan.h: GPT-3 13B on 4 DGX-H100, seq 1024, micro-batch 16, as
