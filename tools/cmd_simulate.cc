@@ -162,8 +162,8 @@ void Run(SimulateFlags& flags) {
     if (!flags.plan.plan_path.empty() && flags.plan.plan_path != path)
       Fail("simulate", "give the plan once: as PLAN or as --plan, not both");
     // A word that names no file and looks like no path is most often a value given to a switch.
-    const bool path_like = path.ends_with(".yaml") || path.ends_with(".yml") ||
-                          path.find('/') != std::string::npos;
+    const bool path_like =
+        path.ends_with(".yaml") || path.ends_with(".yml") || path.find('/') != std::string::npos;
     if (!path_like && !std::filesystem::exists(path))
       Fail("simulate",
            fmt::format("{}: no such plan file (a switch takes no value: --sp, --no-sp or "
