@@ -21,7 +21,7 @@ GemmContention ContentionOf(const GpuSpec& gpu, double m, double n, double k) {
 
 // Hand-computed: 12 x 11 tiles of 128 x 128 fill the 132 SMs in one wave (no stream-K), each
 // 2 * 128 * 128 * (1024 + 192) FLOPs at 989e6 * 0.81 / 132 FLOP/us (an H100's 16-bit main loop
-// at 700 W), plus 4 us; memory (5.9 MB) is faster. In one wave every tile writes its part of C
+// at 700 W), plus 4 us; memory (6.0 MB) is faster. In one wave every tile writes its part of C
 // (4.3 MB in 16 bits) after its main loop, with nothing left to hide it behind. Tiles half as
 // wide would take two waves at 0.7 of the rate: the full tile it is.
 TEST(GemmModelTest, OneWaveByHand) {
@@ -53,7 +53,7 @@ TEST(GemmModelTest, HalfTilesFillTheSMsAFullTileLeavesIdle) {
   EXPECT_NEAR(k.us, half_us, 1e-9);
   EXPECT_LT(k.us, full_us);
   EXPECT_NEAR(k.us, 9.09, 0.35);
-  // A GPU whose file gives no half-tile rate has the full tile alone.
+  // A GPU file with gemm_half_tile_rate 0 has the full tile alone.
   GpuSpec full_only = h100;
   full_only.gemm_half_tile_rate = 0;
   EXPECT_NEAR(GemmKernelUs(full_only, Dtype::kBf16, 1024, 1024, 1024), full_us, 1e-9);
