@@ -136,7 +136,7 @@ GemmKernel GemmKernelParts(const GpuSpec& gpu, Dtype dtype, double m, double n, 
   out.epilogue_us = last_epilogue / bytes_per_us;
   out.fixed_us = g.fixed_us;
   // The body as the engine prices it (OpCost::BodyUs), so that this is the simulated kernel.
-  out.us = out.fixed_us + g.cost.BodyUs(gpu.sms, gpu.hbm_GBps * gpu.hbm_efficiency);
+  out.us = AloneUs(gpu, g);
   return out;
 }
 
