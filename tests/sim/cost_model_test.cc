@@ -42,10 +42,10 @@ TEST(CostModelTest, GemmTilesAndWavesOnH100) {
   // splits each tile into ceil(2560 / 64) = 40 units, spread over every SM.
   OpCost c = model.Cost(Gemm(4096, 2560, 2560));
   EXPECT_EQ(c.tiles, 32 * 20 * 40);
-  // One tile: 2 * 128 * 128 * (k + 192) FLOPs at 989e6 * 0.81 / 132 FLOP/us per SM
-  // (an H100's 16-bit main loop at 700 W).
-  const double tile_us = 2.0 * 128 * 128 * (2560 + 192) / (989e6 * 0.81 / 132);
-  EXPECT_NEAR(tile_us, 14.85904798711755, 1e-9);
+  // One tile: 2 * 128 * 128 * (k + 192) FLOPs at 989e6 * 0.84 / 132 FLOP/us per SM
+  // (an H100's 16-bit main loop at full clock).
+  const double tile_us = 2.0 * 128 * 128 * (2560 + 192) / (989e6 * 0.84 / 132);
+  EXPECT_NEAR(tile_us, 14.328367701863355, 1e-9);
   EXPECT_NEAR(c.wave_us, tile_us / 40, 1e-12);
   EXPECT_EQ(c.launch_us, 4 + 4);  // launch + gemm_fixed_us
   EXPECT_EQ(c.hbm_bytes, 2.0 * (4096 * 2560 * 2 + 2560 * 2560));
@@ -56,14 +56,14 @@ TEST(CostModelTest, GemmTilesAndWavesOnH100) {
   const double bytes_per_us = 3350 * 0.88 * 1e3;
   const double last_c_us = 4096.0 * 2560 * 2 * (25600 - 193 * 132) / 25600 / bytes_per_us;
   EXPECT_NEAR(c.alone_us, 8 + 194 * tile_us / 40 + last_c_us, 1e-9);
-  EXPECT_NEAR(c.alone_us, 80.10084026804928, 1e-9);
+  EXPECT_NEAR(c.alone_us, 77.52704088456645, 1e-9);
 
   // A row slice of 80 tiles would leave 52 SMs idle in its one wave (a tile and its C: 19.7 us);
   // tiles half as wide are 160, more than the SMs, which stream-K balances at 0.7 of the rate:
   // 6,400 units of 40 k-steps' worth each, 49 rounds, the last of 64 units (17.0 us).
   OpCost slice = model.Cost(Gemm(512, 2560, 2560));
   EXPECT_EQ(slice.tiles, 4 * 40 * 40);
-  const double half_tile_us = 2.0 * 128 * 64 * (2560 + 192) / (989e6 * 0.81 * 0.7 / 132);
+  const double half_tile_us = 2.0 * 128 * 64 * (2560 + 192) / (989e6 * 0.84 * 0.7 / 132);
   const double slice_c_us = 512.0 * 2560 * 2 * (6400 - 48 * 132) / 6400 / bytes_per_us;
   EXPECT_NEAR(slice.alone_us, 8 + 49 * half_tile_us / 40 + slice_c_us, 1e-9);
   EXPECT_LT(slice.alone_us - 4, 4 + tile_us + 512.0 * 2560 * 2 / bytes_per_us);
@@ -71,7 +71,7 @@ TEST(CostModelTest, GemmTilesAndWavesOnH100) {
   OpCost short_k = model.Cost(Gemm(4096, 2560, 1024));
   EXPECT_EQ(short_k.tiles, 640);
   EXPECT_NEAR(short_k.alone_us,
-              8 + 5 * 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.81 / 132) +
+              8 + 5 * 2.0 * 128 * 128 * (1024 + 192) / (989e6 * 0.84 / 132) +
                   4096.0 * 2560 * 2 * 112 / 640 / bytes_per_us,
               1e-9);
 

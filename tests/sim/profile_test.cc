@@ -140,8 +140,9 @@ TEST(ProfileTest, MeasuredGpuOpsKeepTheirContentionShape) {
 }
 
 // A calibrated device's measured GEMM throughput and HBM bandwidth replace the spec's for the ops
-// the profile lacks: half the throughput doubles a GEMM's waves; a measured bandwidth is the
-// engine's.
+// the profile lacks: half the throughput prices a GEMM as a GPU with half the main-loop
+// efficiency would (the kernel the model picks at that rate, its waves twice as long when it is
+// the same one); a measured bandwidth is the engine's.
 TEST(ProfileTest, MeasuredPeakAndBandwidthPriceTheOpsItLacks) {
   Plan plan = testing_util::MakePlan({});
   Result<Schedule> s = Lower(plan);
@@ -156,8 +157,13 @@ TEST(ProfileTest, MeasuredPeakAndBandwidthPriceTheOpsItLacks) {
   profile.hbm_GBps = 1234;
   sim::CostOptions options;
   options.profile = &profile;
-  sim::CostModel calibrated(plan, options), plain(plan, {});
-  EXPECT_NEAR(calibrated.Cost(*gemm).wave_us, 2 * plain.Cost(*gemm).wave_us, 1e-9);
+  Plan halved = plan;
+  halved.cluster.node.gpu.max_gemm_efficiency *= 0.5;
+  sim::CostModel calibrated(plan, options), plain(plan, {}), slower(halved, {});
+  const sim::OpCost c = calibrated.Cost(*gemm), p = plain.Cost(*gemm), h = slower.Cost(*gemm);
+  EXPECT_NEAR(c.wave_us, h.wave_us, 1e-9);
+  EXPECT_EQ(c.tiles, h.tiles);
+  EXPECT_GT(c.BodyUs(gpu.sms, 1234), 1.5 * p.BodyUs(gpu.sms, gpu.hbm_GBps * gpu.hbm_efficiency));
   EXPECT_EQ(calibrated.device().hbm_GBps, 1234);
 }
 
