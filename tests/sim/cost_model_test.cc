@@ -58,9 +58,9 @@ TEST(CostModelTest, GemmTilesAndWavesOnH100) {
   EXPECT_NEAR(c.alone_us, 8 + 194 * tile_us / 40 + last_c_us, 1e-9);
   EXPECT_NEAR(c.alone_us, 77.52704088456645, 1e-9);
 
-  // A row slice of 80 tiles would leave 52 SMs idle in its one wave (a tile and its C: 19.7 us);
+  // A row slice of 80 tiles would leave 52 SMs idle in its one wave (a tile and its C: 19.2 us);
   // tiles half as wide are 160, more than the SMs, which stream-K balances at 0.7 of the rate:
-  // 6,400 units of 40 k-steps' worth each, 49 rounds, the last of 64 units (17.0 us).
+  // 6,400 units of 40 k-steps' worth each, 49 rounds, the last of 64 units (16.5 us).
   OpCost slice = model.Cost(Gemm(512, 2560, 2560));
   EXPECT_EQ(slice.tiles, 4 * 40 * 40);
   const double half_tile_us = 2.0 * 128 * 64 * (2560 + 192) / (989e6 * 0.84 * 0.7 / 132);
