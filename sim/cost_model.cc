@@ -180,10 +180,20 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
 
 DeviceResources CostModel::device() const { return DeviceResources{gpu_.sms, hbm_GBps_}; }
 
-GemmEstimate CostModel::GemmEstimateOf(double m, double n, double k, Dtype dtype) const {
+const CostModel::GemmMemo& CostModel::GemmMemoOf(double m, double n, double k, Dtype dtype) const {
+  const GemmKey key{m, n, k, dtype};
+  // The latest shapes first: a pass's ops come layer by layer.
+  for (auto it = gemm_memo_.rbegin(); it != gemm_memo_.rend(); ++it)
+    if (it->key == key) return *it;
   const double tflops =
       dtype == gemm_dtype_ ? gemm_tflops_ : attention_tflops_ * gpu_.max_gemm_efficiency;
-  return EstimateGemm(gpu_, tflops, m, n, k, DtypeBytes(dtype), 2);
+  const GemmEstimate g = EstimateGemm(gpu_, tflops, m, n, k, DtypeBytes(dtype), 2);
+  gemm_memo_.push_back(GemmMemo{key, g, GemmContentionOf(gpu_, g, m, n, k)});
+  return gemm_memo_.back();
+}
+
+GemmEstimate CostModel::GemmEstimateOf(double m, double n, double k, Dtype dtype) const {
+  return GemmMemoOf(m, n, k, dtype).estimate;
 }
 
 OpCost CostModel::GemmCost(const GemmEstimate& g) const {
@@ -201,13 +211,13 @@ OpCost CostModel::FrameworkGemmCost(const Op& op) const {
   const Dtype dtype = lm_head ? attention_dtype_ : gemm_dtype_;
   const double m = static_cast<double>(op.m), n = static_cast<double>(op.n),
                k = static_cast<double>(op.k);
-  const GemmEstimate g = GemmEstimateOf(m, n, k, dtype);
-  OpCost cost = GemmCost(g);
+  const GemmMemo& g = GemmMemoOf(m, n, k, dtype);
+  OpCost cost = GemmCost(g.estimate);
   // A piece of a decomposed collective's GEMM runs on the SMs its collective leaves (Transformer
   // Engine's set_sm_margin, which NeMo's userbuffers configs set for the split reduce-scatters;
   // the all-gather parts go on copy engines and hold no SM): no CTA of it waits, and it lets
   // collectives in. The GEMMs under TE's bulk overlaps (set_sm_margin false) take every SM.
-  if (op.tags.chunk < 0) GemmContentionOf(gpu_, g, m, n, k).ApplyTo(cost);
+  if (op.tags.chunk < 0) g.contention.ApplyTo(cost);
   const bool wgrad = op.func == OpFunc::kQkvGradWeight || op.func == OpFunc::kProjGradWeight ||
                      op.func == OpFunc::kFc1GradWeight || op.func == OpFunc::kFc2GradWeight ||
                      op.func == OpFunc::kLmHeadGradWeight;

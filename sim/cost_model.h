@@ -117,6 +117,21 @@ class CostModel {
   double hbm_GBps_ = 0;                   // achieved
   double launch_us_ = 0;
   double eager_launch_us_ = 0;  // a kernel launched from the host (copy-engine copies are)
+  // GemmEstimateOf's kernels by shape and dtype, with their contention (GemmContentionOf): a
+  // pass repeats each layer's few shapes, and the kernel choice prices a dozen candidates. A model
+  // is used by one thread at a time.
+  struct GemmKey {
+    double m, n, k;
+    Dtype dtype;
+    bool operator==(const GemmKey&) const = default;
+  };
+  struct GemmMemo {
+    GemmKey key;
+    GemmEstimate estimate;
+    GemmContention contention;
+  };
+  const GemmMemo& GemmMemoOf(double m, double n, double k, Dtype dtype) const;
+  mutable std::vector<GemmMemo> gemm_memo_;
   AttentionKernel attention_ = AttentionKernel::kFlash;
   Fp8Recipe fp8_recipe_ = Fp8Recipe::kDelayed;
   // The share of a norm-fed GEMM's rows the norm writes on this rank: 1 / tp under sequence

@@ -172,6 +172,7 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
     double tail = 0;
     bool late = false;   // only its late CTAs run, on SMs its early ones freed
     bool fresh = false;  // started since its stage's rates were last computed
+    double event = 0;    // EventAt, as of its stage's rates' last computation
   };
   // An op is done at `now` when its end has come or what is left rounds away (the old engine's
   // 1e-12 of its work, so ops ending together within rounding end together). A stalled op's next
@@ -183,7 +184,7 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
     return r.stall > 0 ? r.since + r.stall : r.since + r.remaining / r.rate;
   };
   auto Due = [&](const Slot& r, double at) {
-    return r.stall > 0 ? r.since + r.stall <= at : Done(r, at);
+    return r.stall > 0 ? r.since + r.stall <= at : r.event <= at || Done(r, at);
   };
   const bool use_heap = slots > kStreamCount;
   std::vector<Slot> running(slots);
@@ -321,15 +322,21 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
         r.fresh = false;
         if (r.stall > 0) {
           r.rate = 0;
-          if (use_heap) events.Set(stage * kStreamCount + s, EventAt(r));
+          r.event = EventAt(r);
+          if (use_heap) events.Set(stage * kStreamCount + s, r.event);
           continue;
         }
         const OpCost& c = costs[r.op];
         // The fraction of its demand an op gets; 1 when it runs alone or fits.
         const double share =
             parties > 1 && hbm[s].demand > 0 ? std::min(1.0, hbm[s].granted / hbm[s].demand) : 1.0;
-        r.rate = c.is_comm ? share / c.alone_us : 1.0 / (c.launch_us + compute_body_us / share);
-        if (use_heap) events.Set(stage * kStreamCount + s, EventAt(r));
+        // (x / 1 is x: the division only where the share is below 1.)
+        r.rate =
+            c.is_comm
+                ? share / c.alone_us
+                : 1.0 / (c.launch_us + (share == 1.0 ? compute_body_us : compute_body_us / share));
+        r.event = EventAt(r);
+        if (use_heap) events.Set(stage * kStreamCount + s, r.event);
       }
     }
     dirty.clear();
@@ -340,7 +347,7 @@ Timeline Engine::Run(const std::vector<OpCost>& costs, const DeviceResources& de
       // One stage: a scan of its four streams beats a heap.
       double next = kInf;
       for (const Slot& r : running)
-        if (r.op >= 0) next = std::min(next, EventAt(r));
+        if (r.op >= 0) next = std::min(next, r.event);
       if (std::isfinite(next)) {
         now = std::max(now, next);
         advanced = true;

@@ -6,9 +6,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <memory>
-#include <tuple>
 
 #include "models/model_counts.h"
 #include "planner/iteration.h"
@@ -24,9 +22,9 @@ constexpr double kUsToMs = 1e-3;
 // SM-bound time is spread over this many waves (many, so one lost SM costs its share, not a wave).
 constexpr double kPassWaves = 64;
 
-// One distinct pass of the iteration, simulated once (real and with free TP collectives).
+// One distinct pass of the iteration simulated at one clock: as the plan runs it (`real`) and,
+// for the figures, with its TP collectives free (`ideal`).
 struct PassSim {
-  Schedule schedule;
   Timeline real, ideal;
   std::vector<OpCost> costs;
   double tp_comm_us = 0;
@@ -37,6 +35,7 @@ struct PassSim {
 // Where the layers of one part (forward or backward) of a simulated pass end, and what each layer's
 // piece holds, so that a piece of the pass (Op::layer_begin/layer_end) is priced in O(1).
 struct PartIndex {
+  int layers = 1;  // the layers it tells apart: the chunk's, or 1 where no op cuts the pass
   double start_us = 0, end_us = 0;
   // By layer: when the layer's work is done (forward: every layer up to it; backward: every layer
   // from it up), and the piece's SM-bound time and uncontended op sum (prefix sums, layers + 1).
@@ -54,6 +53,7 @@ bool InBackwardPart(const Op& op) { return op.tags.phase != Phase::kForward; }
 PartIndex IndexPart(const Schedule& s, const Timeline& t, const std::vector<OpCost>& costs,
                     bool backward, bool combined, int layers) {
   PartIndex part;
+  part.layers = layers;
   part.start_us = 0;
   part.end_us = t.end_us();
   auto in_part = [&](const Op& op) { return !combined || InBackwardPart(op) == backward; };
@@ -116,7 +116,8 @@ struct PieceTimes {
   double duration_us = 0, gemm_us = 0, serial_us = 0;
 };
 
-PieceTimes Piece(const PartIndex& part, const Op& op, int layers) {
+PieceTimes Piece(const PartIndex& part, const Op& op) {
+  const int layers = part.layers;
   PieceTimes p;
   int lb = 0, le = std::max(layers, 1);
   double start = part.start_us, end = part.end_us;
@@ -209,6 +210,28 @@ struct LoweredIteration {
   Engine engine;
 };
 
+// The plan's distinct passes (Iteration::passes), lowered once for every clock a prediction
+// simulates them at, each with its engine (which refers to it: held by pointer, never moved).
+struct LoweredPasses {
+  std::vector<std::unique_ptr<Schedule>> schedules;
+  std::vector<Engine> engines;
+};
+
+Result<LoweredPasses> LowerPasses(const Plan& plan, const Iteration& it) {
+  LoweredPasses out;
+  out.schedules.reserve(it.passes.size());
+  out.engines.reserve(it.passes.size());
+  for (const PassSpec& spec : it.passes) {
+    Result<Schedule> schedule =
+        LowerStage(plan, LowerOptions{spec.chunk.layers, spec.chunk.embedding, spec.chunk.head,
+                                      spec.forward, spec.backward});
+    if (!schedule.ok()) return schedule.error();
+    out.schedules.push_back(std::make_unique<Schedule>(std::move(schedule).value()));
+    out.engines.emplace_back(*out.schedules.back());
+  }
+  return out;
+}
+
 // What the iteration's ops depend on (planner/iteration.cc): everything but the slicing, the
 // overlap method and the attention kernel, which change only what the passes cost.
 struct IterationShape {
@@ -261,10 +284,40 @@ Result<std::shared_ptr<const LoweredIteration>> CachedIteration(const Plan& plan
   return last;
 }
 
+// The iteration at one tensor clock as the plan runs it: its passes simulated, then the iteration
+// from them, and the GEMM share of its critical stage (the power limit's input).
+struct RealRun {
+  std::vector<PassSim> passes;     // real only; PredictAtClock adds the ideal
+  std::vector<PassIndex> indexes;  // likewise
+  std::vector<int> index_layers;   // by pass: the layers its index tells apart (PartIndex)
+  std::vector<OpCost> costs;       // the iteration's ops
+  std::vector<double> stage_gemm_us;
+  Timeline timeline;
+  double gemm_duty = 0;
+};
+
+// `unheld`: the same plan's run at another clock, whose costs of the ops that are no GEMM or
+// attention (the ops the clock does not touch) it takes.
+Result<RealRun> RunReal(const Plan& plan, const CostModel& model, const LoweredIteration& lowered,
+                        const LoweredPasses& passes, const RealRun* unheld = nullptr);
+
 // One prediction of the lowered iteration with the tensor cores at options.tensor_clock
-// (Predict: the power limit's).
+// (Predict: the power limit's), from its real run at that clock (`model`'s, which RunReal made).
+// The prediction takes the representative pass's schedule from `passes`: they are spent.
 Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
-                                  const LoweredIteration& lowered);
+                                  const LoweredIteration& lowered, LoweredPasses& passes,
+                                  const CostModel& model, RealRun run);
+
+// The passes lowered, RunReal and PredictAtClock at one clock.
+Result<Prediction> PredictAt(const Plan& plan, const CostOptions& options,
+                             const LoweredIteration& lowered) {
+  Result<LoweredPasses> passes = LowerPasses(plan, lowered.iteration);
+  if (!passes.ok()) return passes.error();
+  const CostModel model(plan, options);
+  Result<RealRun> run = RunReal(plan, model, lowered, *passes);
+  if (!run.ok()) return run.error();
+  return PredictAtClock(plan, options, lowered, *passes, model, std::move(run).value());
+}
 
 }  // namespace
 
@@ -287,15 +340,25 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
     if (!fresh.ok()) return fresh.error();
     lowered = std::make_shared<const LoweredIteration>(std::move(fresh).value());
   }
-  Result<Prediction> first = PredictAtClock(plan, options, *lowered);
-  if (!first.ok()) return first;
-  const double clock = PowerClock(plan.cluster.node.gpu, first->gemm_duty);
-  if (clock >= 1) return first;
+  Result<LoweredPasses> passes = LowerPasses(plan, lowered->iteration);
+  if (!passes.ok()) return passes.error();
+  // The real run at the full clock gives the GEMM share; the figures come at the clock it holds.
+  const CostModel model(plan, options);
+  Result<RealRun> first = RunReal(plan, model, *lowered, *passes);
+  if (!first.ok()) return first.error();
+  const double duty = first->gemm_duty;
+  const double clock = PowerClock(plan.cluster.node.gpu, duty);
+  if (clock >= 1)
+    return PredictAtClock(plan, options, *lowered, *passes, model, std::move(first).value());
   CostOptions held = options;
   held.tensor_clock = options.tensor_clock * clock;
-  Result<Prediction> second = PredictAtClock(plan, held, *lowered);
-  if (second.ok()) second->gemm_duty_unheld = first->gemm_duty;
-  return second;
+  const CostModel held_model(plan, held);
+  Result<RealRun> second = RunReal(plan, held_model, *lowered, *passes, &*first);
+  if (!second.ok()) return second.error();
+  Result<Prediction> p =
+      PredictAtClock(plan, held, *lowered, *passes, held_model, std::move(second).value());
+  if (p.ok()) p->gemm_duty_unheld = duty;
+  return p;
 }
 
 namespace {
@@ -324,13 +387,13 @@ Result<LayerLoop> PredictLayerLoop(const Plan& plan) {
   if (!fresh.ok()) return fresh.error();
   const LoweredIteration lowered(std::move(fresh).value());
   CostOptions options;
-  Result<Prediction> full = PredictAtClock(plan, options, lowered);
+  Result<Prediction> full = PredictAt(plan, options, lowered);
   if (!full.ok()) return full.error();
   const LayerLoop at_full = LayerLoopOf(*full);
   const double duty =
       at_full.ms > 0 ? at_full.class_ms[static_cast<int>(OpClass::kGemm)] / at_full.ms : 0;
   options.tensor_clock = PowerClock(plan.cluster.node.gpu, duty);
-  Result<Prediction> held = PredictAtClock(plan, options, lowered);
+  Result<Prediction> held = PredictAt(plan, options, lowered);
   if (!held.ok()) return held.error();
   LayerLoop out = LayerLoopOf(*held);
   out.tensor_clock = options.tensor_clock;
@@ -340,68 +403,119 @@ Result<LayerLoop> PredictLayerLoop(const Plan& plan) {
 
 namespace {
 
-Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
-                                  const LoweredIteration& lowered) {
-  CostModel model(plan, options);
-  CostOptions ideal_options = options;
-  ideal_options.tp_comm_free = true;
-  CostModel ideal_model(plan, ideal_options);
+Result<RealRun> RunReal(const Plan& plan, const CostModel& model, const LoweredIteration& lowered,
+                        const LoweredPasses& lowered_passes, const RealRun* unheld) {
   const Iteration& it = lowered.iteration;
-  const int pp = plan.pp, v = plan.virtual_stages, m = plan.micro_batches();
   const int sms = model.device().sms;
-
-  // Each distinct pass: lowered and simulated once, real and ideal.
-  std::vector<PassSim> passes(it.passes.size());
-  std::vector<PassIndex> indexes(it.passes.size());
+  RealRun run;
+  run.passes.resize(it.passes.size());
+  run.indexes.resize(it.passes.size());
+  // A pass whose ops the iteration does not cut in pieces of layers is indexed as one piece.
+  const Schedule& s = it.schedule;
+  const size_t n = s.size();
+  run.index_layers.assign(it.passes.size(), 1);
+  for (const Op& op : s.ops())
+    if (op.kind == OpKind::kPass && op.layer_begin >= 0)
+      run.index_layers[op.pass] = it.passes[op.pass].chunk.layers;
   for (size_t i = 0; i < it.passes.size(); ++i) {
     const PassSpec& spec = it.passes[i];
-    Result<Schedule> schedule =
-        LowerStage(plan, LowerOptions{spec.chunk.layers, spec.chunk.embedding, spec.chunk.head,
-                                      spec.forward, spec.backward});
-    if (!schedule.ok()) return schedule.error();
-    PassSim& sim = passes[i];
-    sim.schedule = std::move(schedule).value();
-    sim.costs = model.CostAll(sim.schedule);
-    sim.real = Simulate(sim.schedule, sim.costs, model.device());
-    sim.ideal = Simulate(sim.schedule, ideal_model.CostAll(sim.schedule), model.device());
-    sim.tp_comm_us = model.TpCommUs(sim.schedule);
-    const PassShares shares = SharesOf(sim.schedule, sim.costs);
+    const Schedule& schedule = *lowered_passes.schedules[i];
+    PassSim& sim = run.passes[i];
+    if (unheld == nullptr) {
+      sim.costs = model.CostAll(schedule);
+    } else {
+      sim.costs = unheld->passes[i].costs;
+      for (size_t j = 0; j < schedule.size(); ++j) {
+        const Op& op = schedule.ops()[j];
+        if (op.kind == OpKind::kGemm || op.kind == OpKind::kAttention)
+          sim.costs[j] = model.Cost(op);
+      }
+    }
+    sim.real = lowered_passes.engines[i].Run(sim.costs, model.device());
+    const PassShares shares = SharesOf(schedule, sim.costs);
     sim.stall_share = shares.stall;
     sim.gemm_share = shares.gemm;
     const bool combined = spec.forward && spec.backward;
-    for (bool backward : {false, true}) {
-      if (!combined && backward != spec.backward) continue;
-      indexes[i].real[backward] =
-          IndexPart(sim.schedule, sim.real, sim.costs, backward, combined, spec.chunk.layers);
-      indexes[i].ideal[backward] =
-          IndexPart(sim.schedule, sim.ideal, sim.costs, backward, combined, spec.chunk.layers);
-    }
+    for (bool backward : {false, true})
+      if (combined || backward == spec.backward)
+        run.indexes[i].real[backward] =
+            IndexPart(schedule, sim.real, sim.costs, backward, combined, run.index_layers[i]);
   }
-
   // The iteration's op costs: passes from their simulations, the rest from the cost model.
-  const Schedule& s = it.schedule;
-  const size_t n = s.size();
-  std::vector<OpCost> real(n), ideal(n), serial(n);
-  std::vector<double> stage_gemm_us(pp, 0.0);
+  run.costs.resize(n);
+  run.stage_gemm_us.assign(plan.pp, 0.0);
   for (size_t i = 0; i < n; ++i) {
     const Op& op = s.ops()[i];
-    if (op.kind == OpKind::kPass) {
-      const int layers = it.passes[op.pass].chunk.layers;
-      const bool backward = op.func == OpFunc::kBackwardPass;
-      const PieceTimes r = Piece(indexes[op.pass].real[backward], op, layers);
-      const PieceTimes d = Piece(indexes[op.pass].ideal[backward], op, layers);
-      const double stall = passes[op.pass].stall_share;
-      real[i] = PassCost(r.duration_us, r.gemm_us, sms, stall);
-      ideal[i] = PassCost(d.duration_us, d.gemm_us, sms, stall);
-      serial[i] = PassCost(r.serial_us, 0, sms);
-      stage_gemm_us[op.stage] += r.gemm_us * passes[op.pass].gemm_share;
-    } else {
-      real[i] = ideal[i] = serial[i] = model.Cost(op);
+    if (op.kind != OpKind::kPass) {
+      run.costs[i] = model.Cost(op);
+      continue;
     }
+    const PassSim& sim = run.passes[op.pass];
+    const PieceTimes r = Piece(run.indexes[op.pass].real[op.func == OpFunc::kBackwardPass], op);
+    run.costs[i] = PassCost(r.duration_us, r.gemm_us, sms, sim.stall_share);
+    run.stage_gemm_us[op.stage] += r.gemm_us * sim.gemm_share;
   }
+  run.timeline = lowered.engine.Run(run.costs, model.device());
+  // The critical stage's GEMM time over the iteration (the first of the stages that finish last).
+  std::vector<double> finish(plan.pp, 0.0);
+  for (size_t i = 0; i < n; ++i)
+    finish[s.ops()[i].stage] = std::max(finish[s.ops()[i].stage], run.timeline.ops[i].end_us);
+  const size_t critical = std::max_element(finish.begin(), finish.end()) - finish.begin();
+  if (finish[critical] > 0 && std::isfinite(finish[critical]))
+    run.gemm_duty = std::min(1.0, run.stage_gemm_us[critical] / finish[critical]);
+  return run;
+}
+
+Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
+                                  const LoweredIteration& lowered, LoweredPasses& lowered_passes,
+                                  const CostModel& model, RealRun run) {
+  const Iteration& it = lowered.iteration;
+  const int pp = plan.pp, v = plan.virtual_stages, m = plan.micro_batches();
+  const int sms = model.device().sms;
   const DeviceResources device = model.device();
+
+  // Each distinct pass's ideal: its TP collectives free, as CostModel prices them with
+  // tp_comm_free, every other op as it runs.
+  std::vector<PassSim>& passes = run.passes;
+  std::vector<PassIndex>& indexes = run.indexes;
+  for (size_t i = 0; i < it.passes.size(); ++i) {
+    const PassSpec& spec = it.passes[i];
+    const Schedule& schedule = *lowered_passes.schedules[i];
+    PassSim& sim = passes[i];
+    std::vector<OpCost> free = sim.costs;
+    for (size_t j = 0; j < schedule.size(); ++j) {
+      const Op& op = schedule.ops()[j];
+      if (op.group != Group::kTp) continue;
+      if (op.kind == OpKind::kCollective) sim.tp_comm_us += sim.costs[j].alone_us;
+      if (op.kind == OpKind::kCollective || op.kind == OpKind::kSendRecv) {
+        free[j] = OpCost{};
+        free[j].is_comm = true;
+      }
+    }
+    if (options.tp_comm_free) sim.tp_comm_us = model.TpCommUs(schedule);
+    sim.ideal = lowered_passes.engines[i].Run(free, device);
+    const bool combined = spec.forward && spec.backward;
+    for (bool backward : {false, true})
+      if (combined || backward == spec.backward)
+        indexes[i].ideal[backward] =
+            IndexPart(schedule, sim.ideal, sim.costs, backward, combined, run.index_layers[i]);
+  }
+
+  const Schedule& s = it.schedule;
+  const size_t n = s.size();
+  const std::vector<OpCost>& real = run.costs;
+  std::vector<OpCost> ideal = real, serial = real;
+  for (size_t i = 0; i < n; ++i) {
+    const Op& op = s.ops()[i];
+    if (op.kind != OpKind::kPass) continue;
+    const bool backward = op.func == OpFunc::kBackwardPass;
+    const PieceTimes r = Piece(indexes[op.pass].real[backward], op);
+    const PieceTimes d = Piece(indexes[op.pass].ideal[backward], op);
+    ideal[i] = PassCost(d.duration_us, d.gemm_us, sms, passes[op.pass].stall_share);
+    serial[i] = PassCost(r.serial_us, 0, sms);
+  }
   const Engine& engine = lowered.engine;
-  const Timeline t_real = engine.Run(real, device);
+  const Timeline& t_real = run.timeline;
   const Timeline t_ideal = engine.Run(ideal, device);
   // For the breakdown: without DP-side collectives, without pipeline transfers too, serialized.
   Timeline t_no_dp, t_no_dp_pp, t_serial;
@@ -480,7 +594,8 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
     auto found = std::find(it.passes.begin(), it.passes.end(), whole);
     if (found != it.passes.end()) {
       PassSim& only = passes[found - it.passes.begin()];
-      p.schedule = std::move(only.schedule);
+      // (The engines are done with it.)
+      p.schedule = std::move(*lowered_passes.schedules[found - it.passes.begin()]);
       p.timeline = std::move(only.real);
       p.ideal_timeline = std::move(only.ideal);
     } else {
@@ -488,8 +603,11 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
           LowerStage(plan, LowerOptions{chunk.layers, chunk.embedding, chunk.head, true, true});
       if (!schedule.ok()) return schedule.error();
       p.schedule = std::move(schedule).value();
+      CostOptions ideal_options = options;
+      ideal_options.tp_comm_free = true;
       p.timeline = Simulate(p.schedule, model.CostAll(p.schedule), device);
-      p.ideal_timeline = Simulate(p.schedule, ideal_model.CostAll(p.schedule), device);
+      p.ideal_timeline =
+          Simulate(p.schedule, CostModel(plan, ideal_options).CostAll(p.schedule), device);
     }
     const double per_iteration = static_cast<double>(m) * v;
     for (size_t i = 0; i < p.schedule.size(); ++i) {
@@ -509,7 +627,7 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
     tp_comm_us += passes[op.pass].tp_comm_us;
   }
   p.tp_comm_ms = tp_comm_us * kUsToMs;
-  p.gemm_duty = iteration_us > 0 ? std::min(1.0, stage_gemm_us[critical] / iteration_us) : 0;
+  p.gemm_duty = iteration_us > 0 ? std::min(1.0, run.stage_gemm_us[critical] / iteration_us) : 0;
   p.tensor_clock = options.tensor_clock;
   p.dp_comm_ms = st[0].dp_comm * kUsToMs;
   p.serial_ms = serial_us * kUsToMs;
@@ -541,98 +659,6 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   return p;
 }
 
-// The bound of IdealLowerBoundMs from passes priced by `costs`.
-Result<double> PassesBoundMs(const Plan& plan, const CostModel& ideal) {
-  const int pp = plan.pp, v = plan.virtual_stages, m = plan.micro_batches();
-  const std::vector<int> layers = ChunkLayers(plan);
-  const int total = pp * v;
-  if (total == 1) {  // one pass, forward and backward back to back, as Predict runs it
-    Result<Schedule> s = LowerStage(plan, LowerOptions{layers[0], true, true, true, true});
-    if (!s.ok()) return s.error();
-    return m * Simulate(*s, ideal.CostAll(*s), ideal.device()).end_us() * kUsToMs;
-  }
-  // Ideal forward and backward of each virtual stage, each distinct pass simulated once.
-  std::vector<double> fwd(total), bwd(total);
-  std::map<std::tuple<int, bool, bool, bool>, double> done;
-  auto pass_us = [&](int vs, bool forward) -> Result<double> {
-    const bool first = vs == 0, last = vs == total - 1;
-    const auto key = std::make_tuple(layers[vs], first, last, forward);
-    if (auto it = done.find(key); it != done.end()) return it->second;
-    Result<Schedule> s = LowerStage(plan, LowerOptions{layers[vs], first, last, forward, !forward});
-    if (!s.ok()) return s.error();
-    const double us = Simulate(*s, ideal.CostAll(*s), ideal.device()).end_us();
-    done.emplace(key, us);
-    return us;
-  };
-  for (int vs = 0; vs < total; ++vs) {
-    Result<double> f = pass_us(vs, true), b = pass_us(vs, false);
-    if (!f.ok()) return f.error();
-    if (!b.ok()) return b.error();
-    fwd[vs] = *f, bwd[vs] = *b;
-  }
-  double bound = 0, chain = 0;  // chain: the first stages' forward and backward of one micro-batch
-  for (int s = 0; s < pp; ++s) {
-    double busy = 0;
-    for (int c = 0; c < v; ++c) busy += m * (fwd[c * pp + s] + bwd[c * pp + s]);
-    bound = std::max(bound, chain + busy);
-    chain += fwd[s] + bwd[s];
-  }
-  return bound * kUsToMs;
-}
-
-// FSDP: every micro-batch gathers each layer of a stage twice (forward and backward) and
-// reduce-scatters it once, one after another on the stage's dp-comm stream, so that stream's busy
-// time bounds the iteration from below whatever the slicing (which moves no parameters). Only the
-// layers' parameters are counted (the ends' add to it), each collective priced alone (contention
-// only slows it).
-double FsdpStreamBoundMs(const Plan& plan, const CostModel& costs) {
-  if (!plan.fsdp || plan.dp_cp() == 1) return 0;
-  const double layer = static_cast<double>(CountParameters(plan.model).per_layer) / plan.tp;
-  auto collective_us = [&](CollectiveOp collective, double bytes) {
-    Op op;
-    op.kind = OpKind::kCollective;
-    op.stream = Stream::kDpComm;
-    op.group = Group::kDp;
-    op.collective = collective;
-    op.bytes = bytes;
-    return costs.Cost(op).alone_us;
-  };
-  const double per_layer_us = 2 * collective_us(CollectiveOp::kAllGather, layer * 2) +
-                              collective_us(CollectiveOp::kReduceScatter, layer * GradBytes(plan));
-  const std::vector<int> layers = ChunkLayers(plan);
-  int most = 0;  // the most layers one stage holds
-  for (int s = 0; s < plan.pp; ++s) {
-    int held = 0;
-    for (int c = 0; c < plan.virtual_stages; ++c) held += layers[c * plan.pp + s];
-    most = std::max(most, held);
-  }
-  return plan.micro_batches() * most * per_layer_us * kUsToMs;
-}
-
-Status CheckRules(const Plan& plan) {
-  if (auto failure = CheckPlanRules(plan))
-    return Error(fmt::format("{}: {}", failure->key, failure->rule));
-  return Status::Ok();
-}
-
 }  // namespace
-
-Result<double> IdealLowerBoundMs(const Plan& plan, const CostOptions& options) {
-  DOMINO_RETURN_IF_ERROR(CheckRules(plan));
-  CostOptions ideal_options = options;
-  ideal_options.tp_comm_free = true;
-  const CostModel costs(plan, ideal_options);
-  Result<double> passes = PassesBoundMs(plan, costs);
-  if (!passes.ok()) return passes.error();
-  return std::max(*passes, FsdpStreamBoundMs(plan, costs));
-}
-
-Result<double> LowerBoundMs(const Plan& plan, const CostOptions& options) {
-  DOMINO_RETURN_IF_ERROR(CheckRules(plan));
-  const CostModel costs(plan, options);
-  Result<double> passes = PassesBoundMs(plan, costs);
-  if (!passes.ok()) return passes.error();
-  return std::max(*passes, FsdpStreamBoundMs(plan, costs));
-}
 
 }  // namespace domino::sim

@@ -519,6 +519,14 @@ TEST(PowerClockTest, AGemmBoundPlanRunsAtTheClockItsFullClockShareSets) {
   at_clock.tensor_clock = held.tensor_clock;
   const Prediction same = PredictOk(unlimited, at_clock);
   EXPECT_DOUBLE_EQ(same.figures.iteration_ms, held.figures.iteration_ms);
+  // (Predict prices the held run's GEMMs and attention again and keeps its other ops' costs.)
+  EXPECT_DOUBLE_EQ(same.figures.ideal_ms, held.figures.ideal_ms);
+  EXPECT_DOUBLE_EQ(same.tp_comm_ms, held.tp_comm_ms);
+  EXPECT_DOUBLE_EQ(same.serial_ms, held.serial_ms);
+  EXPECT_DOUBLE_EQ(same.gemm_duty, held.gemm_duty);
+  ASSERT_EQ(same.timeline.ops.size(), held.timeline.ops.size());
+  for (size_t i = 0; i < held.timeline.ops.size(); ++i)
+    EXPECT_DOUBLE_EQ(same.timeline.ops[i].end_us, held.timeline.ops[i].end_us) << i;
   EXPECT_GT(held.figures.iteration_ms, free.figures.iteration_ms);
   EXPECT_LT(held.figures.iteration_ms, free.figures.iteration_ms / held.tensor_clock);
   // Longer GEMMs fill more of the iteration; the invariants hold at the lower clock.
