@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <utility>
 
 #include "models/model_counts.h"
 #include "planner/iteration.h"
@@ -296,10 +297,10 @@ struct RealRun {
   double gemm_duty = 0;
 };
 
-// `unheld`: the same plan's run at another clock, whose costs of the ops that are no GEMM or
-// attention (the ops the clock does not touch) it takes.
+// `unheld`: the same plan's run at another clock, whose passes' costs it takes (they are spent),
+// pricing again only the GEMMs and attention, the ops the clock touches.
 Result<RealRun> RunReal(const Plan& plan, const CostModel& model, const LoweredIteration& lowered,
-                        const LoweredPasses& passes, const RealRun* unheld = nullptr);
+                        const LoweredPasses& passes, RealRun* unheld = nullptr);
 
 // One prediction of the lowered iteration with the tensor cores at options.tensor_clock
 // (Predict: the power limit's), from its real run at that clock (`model`'s, which RunReal made).
@@ -404,7 +405,7 @@ Result<LayerLoop> PredictLayerLoop(const Plan& plan) {
 namespace {
 
 Result<RealRun> RunReal(const Plan& plan, const CostModel& model, const LoweredIteration& lowered,
-                        const LoweredPasses& lowered_passes, const RealRun* unheld) {
+                        const LoweredPasses& lowered_passes, RealRun* unheld) {
   const Iteration& it = lowered.iteration;
   const int sms = model.device().sms;
   RealRun run;
@@ -424,7 +425,7 @@ Result<RealRun> RunReal(const Plan& plan, const CostModel& model, const LoweredI
     if (unheld == nullptr) {
       sim.costs = model.CostAll(schedule);
     } else {
-      sim.costs = unheld->passes[i].costs;
+      sim.costs = std::move(unheld->passes[i].costs);
       for (size_t j = 0; j < schedule.size(); ++j) {
         const Op& op = schedule.ops()[j];
         if (op.kind == OpKind::kGemm || op.kind == OpKind::kAttention)
@@ -482,18 +483,21 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
     const PassSpec& spec = it.passes[i];
     const Schedule& schedule = *lowered_passes.schedules[i];
     PassSim& sim = passes[i];
-    std::vector<OpCost> free = sim.costs;
+    // (Freed in place for the run, then restored.)
+    std::vector<std::pair<size_t, OpCost>> priced;
     for (size_t j = 0; j < schedule.size(); ++j) {
       const Op& op = schedule.ops()[j];
       if (op.group != Group::kTp) continue;
       if (op.kind == OpKind::kCollective) sim.tp_comm_us += sim.costs[j].alone_us;
       if (op.kind == OpKind::kCollective || op.kind == OpKind::kSendRecv) {
-        free[j] = OpCost{};
-        free[j].is_comm = true;
+        priced.emplace_back(j, sim.costs[j]);
+        sim.costs[j] = OpCost{};
+        sim.costs[j].is_comm = true;
       }
     }
     if (options.tp_comm_free) sim.tp_comm_us = model.TpCommUs(schedule);
-    sim.ideal = lowered_passes.engines[i].Run(free, device);
+    sim.ideal = lowered_passes.engines[i].Run(sim.costs, device);
+    for (const auto& [j, cost] : priced) sim.costs[j] = cost;
     const bool combined = spec.forward && spec.backward;
     for (bool backward : {false, true})
       if (combined || backward == spec.backward)
