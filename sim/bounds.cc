@@ -1,7 +1,5 @@
 // The lower bounds of an iteration that let the planner prune without simulating it
 // (IdealLowerBoundMs, LowerBoundMs: sim/predict.h).
-#include "sim/predict.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 #include "planner/lower.h"
 #include "planner/memory_model.h"
 #include "sim/engine.h"
+#include "sim/predict.h"
 
 namespace domino::sim {
 namespace {
