@@ -65,7 +65,8 @@ PartIndex IndexPart(const Schedule& s, const Timeline& t, const std::vector<OpCo
     (backward ? part.start_us : part.end_us) = split;
   }
   part.done_us.assign(std::max(layers, 1), part.start_us);
-  for (size_t i = 0; i < s.size(); ++i) {
+  // (With one piece, Piece reads no layer's end.)
+  for (size_t i = 0; i < (layers > 1 ? s.size() : 0); ++i) {
     const Op& op = s.ops()[i];
     if (!in_part(op) || op.tags.layer < 0 || op.tags.layer >= layers) continue;
     double& done = part.done_us[op.tags.layer];
