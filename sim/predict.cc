@@ -293,8 +293,8 @@ struct RealRun {
   std::vector<PassIndex> indexes;  // likewise
   std::vector<int> index_layers;   // by pass: the layers its index tells apart (PartIndex)
   std::vector<OpCost> costs;       // the iteration's ops
-  std::vector<double> stage_gemm_us;
   Timeline timeline;
+  int critical = 0;  // the first of the stages that finish last
   double gemm_duty = 0;
 };
 
@@ -445,7 +445,7 @@ Result<RealRun> RunReal(const Plan& plan, const CostModel& model, const LoweredI
   }
   // The iteration's op costs: passes from their simulations, the rest from the cost model.
   run.costs.resize(n);
-  run.stage_gemm_us.assign(plan.pp, 0.0);
+  std::vector<double> stage_gemm_us(plan.pp, 0.0);
   for (size_t i = 0; i < n; ++i) {
     const Op& op = s.ops()[i];
     if (op.kind != OpKind::kPass) {
@@ -455,16 +455,17 @@ Result<RealRun> RunReal(const Plan& plan, const CostModel& model, const LoweredI
     const PassSim& sim = run.passes[op.pass];
     const PieceTimes r = Piece(run.indexes[op.pass].real[op.func == OpFunc::kBackwardPass], op);
     run.costs[i] = PassCost(r.duration_us, r.gemm_us, sms, sim.stall_share);
-    run.stage_gemm_us[op.stage] += r.gemm_us * sim.gemm_share;
+    stage_gemm_us[op.stage] += r.gemm_us * sim.gemm_share;
   }
   run.timeline = lowered.engine.Run(run.costs, model.device());
-  // The critical stage's GEMM time over the iteration (the first of the stages that finish last).
+  // The critical stage's GEMM time over the iteration.
   std::vector<double> finish(plan.pp, 0.0);
   for (size_t i = 0; i < n; ++i)
     finish[s.ops()[i].stage] = std::max(finish[s.ops()[i].stage], run.timeline.ops[i].end_us);
-  const size_t critical = std::max_element(finish.begin(), finish.end()) - finish.begin();
-  if (finish[critical] > 0 && std::isfinite(finish[critical]))
-    run.gemm_duty = std::min(1.0, run.stage_gemm_us[critical] / finish[critical]);
+  run.critical = static_cast<int>(std::max_element(finish.begin(), finish.end()) - finish.begin());
+  const double end = finish[run.critical];
+  if (end > 0 && std::isfinite(end))
+    run.gemm_duty = std::min(1.0, stage_gemm_us[run.critical] / end);
   return run;
 }
 
@@ -567,9 +568,7 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
     if (op.group == Group::kEmbedding && op.stage != 0) st[0].dp_comm += real[i].alone_us;
     if (op.kind == OpKind::kOptimizer) f.optimizer += real[i].alone_us;
   }
-  int critical = 0;
-  for (int stage = 0; stage < pp; ++stage)
-    if (st[stage].finish > st[critical].finish) critical = stage;
+  const int critical = run.critical;
   const double iteration_us = st[critical].finish;
   double ideal_us = 0, serial_us = 0;
   for (const StageFigures& f : st) {
@@ -632,7 +631,7 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
     tp_comm_us += passes[op.pass].tp_comm_us;
   }
   p.tp_comm_ms = tp_comm_us * kUsToMs;
-  p.gemm_duty = iteration_us > 0 ? std::min(1.0, run.stage_gemm_us[critical] / iteration_us) : 0;
+  p.gemm_duty = run.gemm_duty;
   p.tensor_clock = options.tensor_clock;
   p.dp_comm_ms = st[0].dp_comm * kUsToMs;
   p.serial_ms = serial_us * kUsToMs;
