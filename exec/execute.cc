@@ -162,10 +162,8 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
       Result<Whole> w = GatherWhole(*ref_schedule, ref, self, c.role);
       if (!w.ok()) return w.error();
       if (c.vocab_rows) CropRows(*w, plan.model.vocab);
-      // Labels are the tensors' names in the executed schedule (the input's gradient: its own).
-      std::string label = c.role.kind == TensorKind::kInput
-                              ? "input.grad"
-                              : s.tensors()[FindTensor(s.tensors(), c.role)].name;
+      // Labels name the tensors by role (the input's gradient: its own).
+      std::string label = c.role.kind == TensorKind::kInput ? "input.grad" : RoleName(c.role);
       result->checks.push_back(CompareTensors(label, got[next++], *w, options.tolerance));
     }
     for (const TensorCheck& c : result->checks) failed += c.ok ? 0.0f : 1.0f;
@@ -206,8 +204,8 @@ Result<WholeTensor> GatherWholeTensor(const Tensor& t, std::span<const float> mi
   const int tp = comm.size();
   const int64_t count = t.rows * t.cols;
   if (static_cast<int64_t>(mine.size()) != count)
-    return Error(
-        fmt::format("tensor {} holds {} values, not {} x {}", t.name, mine.size(), t.rows, t.cols));
+    return Error(fmt::format("tensor {} holds {} values, not {} x {}", RoleName(t.role),
+                             mine.size(), t.rows, t.cols));
   std::vector<float> all(comm.rank() == 0 ? static_cast<size_t>(count * tp) : 0);
   DOMINO_RETURN_IF_ERROR(comm.Gather(mine.data(), all.data(), count));
   WholeTensor whole;

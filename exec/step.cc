@@ -51,8 +51,7 @@ Status Describe(const Plan& plan, Chunk& c) {
     p.value = static_cast<int32_t>(i);
     p.grad = FindTensor(tensors, grad_role);
     if (p.grad < 0)
-      return Error(
-          fmt::format("chunk {}: weight {} has no gradient tensor", c.vs, tensors[i].name));
+      return Error(fmt::format("chunk {}: weight {} has no gradient tensor", c.vs, RoleName(role)));
     p.size = tensors[i].rows * tensors[i].cols;
     const int key = BucketKey(role);
     auto it = std::find_if(c.buckets.begin(), c.buckets.end(),

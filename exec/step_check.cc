@@ -119,7 +119,7 @@ Status CheckStep(const Plan& plan, const Iteration& it, StepRunner& run, const R
                   w->rows = plan.model.vocab;
                   w->values.resize(static_cast<size_t>(w->rows * w->cols));
                 }
-              std::string name = id == p.grad ? rt.name : rt.name + " (updated)";
+              std::string name = RoleName(rt.role) + (id == p.grad ? "" : " (updated)");
               if (role.slot == TensorSlot::kEmbedding && role.layer < 0 && !shape.shape.embedding)
                 name += fmt::format(" (stage {}'s copy)", s);
               (id == p.grad ? grads : values)

@@ -79,10 +79,13 @@ Lowering::Lowering(const Plan& plan, const LowerOptions& options)
 }
 
 Schedule Lowering::Run() {
-  s_.Reserve(static_cast<size_t>(layers_) * p_ * (24 + 8 * q_));
+  // A layer's ops per row slice: about 24, 8 more per column chunk, and the pieces of its
+  // decomposed collectives and GEMMs; about 40 tensors (SP's shards among them), a few more per
+  // row slice at the ends.
+  s_.Reserve(static_cast<size_t>(layers_) * p_ * (24 + 8 * q_ + 6 * (c_ + rc_ - 2)),
+             static_cast<size_t>(layers_) * 40 + 16 + 2 * p_);
   for (int l = 0; l < layers_; ++l) tensors_.push_back(MakeTensors(l));
-  out_grad_ =
-      ResidualTensor(fmt::format("l{}.out.grad", layers_ - 1), Grad(TensorSlot::kOut, layers_ - 1));
+  out_grad_ = ResidualTensor(Grad(TensorSlot::kOut, layers_ - 1));
   if (options_.embedding || (options_.head && plan_.model.tied_embeddings)) MakeEmbeddingTensors();
   if (options_.head) MakeHeadTensors();
   if (options_.forward) {

@@ -43,8 +43,7 @@ void Lowering::EmbeddingForward(int i) {
   const LayerTensors& t = tensors_[0];
   TensorRole role = Act(TensorSlot::kEmbedding, -1);
   role.slice = static_cast<int8_t>(i);
-  int32_t partial =
-      AddTensor(fmt::format("embed.s{}", i), slice_tokens_, h_, Shard::kPartialSum, 0, role);
+  int32_t partial = AddTensor(slice_tokens_, h_, Shard::kPartialSum, 0, role);
   TensorUse whole{partial, View{0, slice_tokens_, 0, h_}};
   int32_t lookup = Elementwise(OpFunc::kEmbed, tags, 2 * RowBytes(h_), {},
                                {SliceOf(tokens_in_, i), WholeOf(w_embed_)}, {whole});

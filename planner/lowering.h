@@ -44,14 +44,13 @@ class Lowering {
  private:
   using Deps = std::vector<int32_t>;
 
-  int32_t AddTensor(std::string name, int64_t rows, int64_t cols, Shard shard, int64_t part,
-                    const TensorRole& role) {
-    return s_.AddTensor(Tensor{std::move(name), rows, cols, shard, part, role});
+  int32_t AddTensor(int64_t rows, int64_t cols, Shard shard, int64_t part, const TensorRole& role) {
+    return s_.AddTensor(Tensor{rows, cols, shard, part, role});
   }
   // A residual-stream tensor: whole, or this rank's sequence shard.
-  int32_t ResidualTensor(std::string name, const TensorRole& role) {
-    if (!sp_) return AddTensor(std::move(name), tokens_, h_, Shard::kReplicated, 0, role);
-    return AddTensor(std::move(name), tokens_ / plan_.tp, h_, Shard::kSequence, p_, role);
+  int32_t ResidualTensor(const TensorRole& role) {
+    if (!sp_) return AddTensor(tokens_, h_, Shard::kReplicated, 0, role);
+    return AddTensor(tokens_ / plan_.tp, h_, Shard::kSequence, p_, role);
   }
   // Roles of layer l's tensors: an activation (or its gradient) of `slot`, a weight, a norm's gain.
   static TensorRole Role(TensorKind kind, TensorSlot slot, int l, bool gradient = false,

@@ -96,25 +96,14 @@ int32_t Schedule::Add(const Op& op, std::span<const int32_t> deps, std::span<con
   return id;
 }
 
-int32_t Schedule::AddTensor(std::string name, int64_t rows, int64_t cols, Shard shard,
-                            int64_t part_cols) {
-  tensors_.push_back(Tensor{std::move(name), rows, cols, shard, part_cols, TensorRole{}});
+int32_t Schedule::AddTensor(const Tensor& tensor) {
+  tensors_.push_back(tensor);
   return static_cast<int32_t>(tensors_.size() - 1);
 }
 
-int32_t Schedule::AddTensor(Tensor tensor) {
-  tensors_.push_back(std::move(tensor));
-  return static_cast<int32_t>(tensors_.size() - 1);
-}
-
-int32_t Schedule::FindTensor(std::string_view name) const {
-  for (size_t i = 0; i < tensors_.size(); ++i)
-    if (tensors_[i].name == name) return static_cast<int32_t>(i);
-  return -1;
-}
-
-void Schedule::Reserve(size_t ops) {
+void Schedule::Reserve(size_t ops, size_t tensors) {
   ops_.reserve(ops);
+  tensors_.reserve(tensors);
   deps_.reserve(ops * 2);
   uses_.reserve(ops * 3);
 }
@@ -203,7 +192,16 @@ std::string RoleName(const TensorRole& role) {
       "",    "x",   "ln1", "qkv", "ctx",   "proj",       "mid",    "ln2",
       "fc1", "act", "fc2", "out", "embed", "final_norm", "lm_head"};
   std::string name = role.layer >= 0 ? fmt::format("l{}.", role.layer) : "";
-  name += kSlots[static_cast<size_t>(role.slot)];
+  // The ends' data: the tokens the embedding looks up, the labels the loss reads, and the LM
+  // head's output.
+  if (role.kind == TensorKind::kInput && role.slot == TensorSlot::kEmbedding)
+    name += "tokens";
+  else if (role.kind == TensorKind::kInput && role.slot == TensorSlot::kLmHead)
+    name += "labels";
+  else if (role.kind == TensorKind::kActivation && role.slot == TensorSlot::kLmHead)
+    name += "logits";
+  else
+    name += kSlots[static_cast<size_t>(role.slot)];
   switch (role.kind) {
     case TensorKind::kWeight:
     case TensorKind::kNormWeight:

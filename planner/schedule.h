@@ -145,8 +145,8 @@ enum class Shard : uint8_t {
   kPartialSum,  // each rank holds a partial sum; the whole tensor is the sum over ranks
 };
 
-// What a tensor is in the model. Backends and checks find tensors by role, never by name: a
-// name is a label for traces and messages.
+// What a tensor is in the model. Backends and checks find tensors by role, and messages name
+// them by it (RoleName).
 enum class TensorKind : uint8_t {
   kInput,           // the stage's input activations: the first layer's x (no embedding before it)
   kWeight,          // a GEMM weight: slot kQkv, kProj, kFc1, kFc2, kEmbedding or kLmHead
@@ -193,10 +193,10 @@ struct TensorRole {
   bool operator==(const TensorRole&) const = default;
 };
 
-// A named 2D tensor of one rank: activations are tokens x features (rows = a micro-batch's
-// tokens, sequence-major), weights are in_features x out_features of this rank's shard.
+// A 2D tensor of one rank: activations are tokens x features (rows = a micro-batch's tokens,
+// sequence-major), weights are in_features x out_features of this rank's shard. Its role names it
+// (RoleName: "l3.fc1", "l3.fc1.w", "l3.fc1.w.grad"); a lowering gives each tensor its own role.
 struct Tensor {
-  std::string name;  // "l3.fc1", "l3.fc1.w", "l3.fc1.w.grad": a label only
   int64_t rows = 0;
   int64_t cols = 0;
   Shard shard = Shard::kReplicated;
@@ -209,7 +209,8 @@ struct Tensor {
 bool IsGiven(const TensorRole& role);
 // The index of the tensor with `role`, or -1.
 int32_t FindTensor(std::span<const Tensor> tensors, const TensorRole& role);
-// "l3.fc1.w.grad"-like text of a role, for messages.
+// A role's name, for messages and traces: "l3.fc1.w.grad", "l0.x.grad.full", "embed.s1",
+// "tokens", "logits", "labels", "loss". Distinct roles of a lowering have distinct names.
 std::string RoleName(const TensorRole& role);
 
 // The unsharded tensor's shape (rows, cols) for a TP group of `tp`.
@@ -277,11 +278,7 @@ class Schedule {
   // Appends an op with its dependencies (indices of earlier ops) and tensor uses; returns its id.
   int32_t Add(const Op& op, std::span<const int32_t> deps, std::span<const TensorUse> reads = {},
               std::span<const TensorUse> writes = {});
-  int32_t AddTensor(std::string name, int64_t rows, int64_t cols, Shard shard = Shard::kReplicated,
-                    int64_t part_cols = 0);
-  int32_t AddTensor(Tensor tensor);
-  // The tensor named `name`, or -1.
-  int32_t FindTensor(std::string_view name) const;
+  int32_t AddTensor(const Tensor& tensor);
 
   const std::vector<Op>& ops() const { return ops_; }
   const Op& op(int32_t id) const { return ops_[id]; }
@@ -300,7 +297,8 @@ class Schedule {
   // A readable label: "fc2.dgrad L3 mb0 s1 c0 bwd".
   std::string Label(int32_t id) const;
 
-  void Reserve(size_t ops);
+  // Room for `ops` ops (with their dependencies and tensor uses) and `tensors` tensors.
+  void Reserve(size_t ops, size_t tensors = 0);
 
  private:
   std::vector<Op> ops_;

@@ -295,7 +295,8 @@ TEST(CudaBackendFakeTest, EveryRunStartsTheGradientsFromZero) {
   const std::vector<float> once = counts(**eager);
   for (size_t i = 0; i < grads.size(); ++i) {
     ASSERT_GE(grads[i], 0);
-    EXPECT_EQ(once[i], plan.row_split) << s->tensors()[grads[i]].name;  // one per row slice
+    EXPECT_EQ(once[i], plan.row_split)
+        << RoleName(s->tensors()[grads[i]].role);  // one per row slice
   }
   ASSERT_TRUE((*eager)->Run(host, {}).ok());
   EXPECT_EQ(counts(**eager), once) << "a second iteration";

@@ -228,7 +228,7 @@ TEST(ExecuteTest, TheWholeModelsGradientsMatchFiniteDifferences) {
           (2.0 * step);
       const double analytic = base->data(g)[probe.element];
       EXPECT_NEAR(analytic, numeric, 2e-3 * std::max(1e-1, std::fabs(numeric)))
-          << s.tensors()[g].name << "[" << probe.element << "]";
+          << RoleName(s.tensors()[g].role) << "[" << probe.element << "]";
     }
   }
 }

@@ -12,7 +12,6 @@ namespace {
 // column-sharded weight takes its values from its place in the whole tensor.
 TEST(ReferenceTest, ParallelFillGivesEachElementItsOwnValue) {
   Tensor weight;
-  weight.name = "l0.fc1.w";
   weight.rows = 1024;
   weight.cols = 4097;  // not a multiple of the threads' bands
   weight.role = TensorRole{TensorKind::kWeight, TensorSlot::kFc1, false, TensorForm::kPrimary, 2};

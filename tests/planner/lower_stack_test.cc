@@ -255,7 +255,7 @@ TEST(LowerStackTest, TheCopiesAroundTheAttentionAreTheFrameworks) {
     std::vector<std::pair<std::string, double>> copies;
     for (const Op& op : s->ops()) {
       if (op.func != OpFunc::kAttnCopy && op.func != OpFunc::kAttnCopyGrad) continue;
-      const std::string& tensor = s->tensors()[s->reads(op)[0].tensor].name;
+      const std::string tensor = RoleName(s->tensors()[s->reads(op)[0].tensor].role);
       EXPECT_EQ(op.func == OpFunc::kAttnCopyGrad, tensor == "l0.qkv.grad");
       copies.emplace_back(tensor, op.bytes / pass);
     }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -438,10 +439,10 @@ TEST(LowerTest, EveryReadFollowsTheWriteItNeeds) {
         for (int64_t r = u.view.row_begin; r < u.view.row_end; ++r) {
           for (int64_t col = u.view.col_begin; col < u.view.col_end; ++col) {
             int32_t w = writer[u.tensor][r * t.cols + col];
-            ASSERT_GE(w, 0) << s.Label(i) << " reads " << t.name << "[" << r << "," << col
+            ASSERT_GE(w, 0) << s.Label(i) << " reads " << RoleName(t.role) << "[" << r << "," << col
                             << "] before anything writes it";
             ASSERT_TRUE(w == static_cast<int32_t>(i) || after[i][w])
-                << s.Label(i) << " reads " << t.name << " written by " << s.Label(w)
+                << s.Label(i) << " reads " << RoleName(t.role) << " written by " << s.Label(w)
                 << " without waiting for it";
           }
         }
@@ -477,11 +478,13 @@ TEST(LowerTest, EveryTensorHasARoleOfItsOwn) {
     ASSERT_TRUE(s.ok()) << s.message();
     const std::vector<Tensor>& tensors = s->tensors();
     int inputs = 0, weights = 0, norm_weights = 0;
+    std::set<std::string> names;  // each role has a name of its own
     for (size_t i = 0; i < tensors.size(); ++i) {
       const TensorRole& role = tensors[i].role;
-      EXPECT_NE(role.slot, TensorSlot::kNone) << tensors[i].name;
+      EXPECT_NE(role.slot, TensorSlot::kNone) << RoleName(role);
       EXPECT_EQ(FindTensor(tensors, role), static_cast<int32_t>(i))
-          << tensors[i].name << " shares its role with " << tensors[FindTensor(tensors, role)].name;
+          << RoleName(role) << " is held twice";
+      EXPECT_TRUE(names.insert(RoleName(role)).second) << RoleName(role) << " names two roles";
       if (role.gradient) continue;
       inputs += role.kind == TensorKind::kInput;
       weights += role.kind == TensorKind::kWeight;
@@ -490,13 +493,14 @@ TEST(LowerTest, EveryTensorHasARoleOfItsOwn) {
     // With the ends the embedding computes the first layer's input from the tokens, and the loss
     // reads the labels.
     EXPECT_EQ(inputs, c.ends ? 2 : 1);
+    for (const char* end : {"tokens", "labels", "logits", "logits.grad", "loss"})
+      EXPECT_EQ(names.count(end), c.ends ? 1u : 0u) << end;
     // qkv, proj, fc1, fc2; the embedding, which is also the LM head (tied embeddings).
     EXPECT_EQ(weights, 4 * 2 + (c.ends ? 1 : 0));
     EXPECT_EQ(norm_weights, 2 * 2 + (c.ends ? 1 : 0));  // ln1, ln2; the final norm
     const int32_t w = FindTensor(tensors, TensorRole{TensorKind::kWeight, TensorSlot::kFc2, false,
                                                      TensorForm::kPrimary, 1, -1});
     ASSERT_GE(w, 0);
-    EXPECT_EQ(tensors[w].name, "l1.fc2.w");
     EXPECT_EQ(RoleName(tensors[w].role), "l1.fc2.w");
   }
 }
@@ -504,7 +508,7 @@ TEST(LowerTest, EveryTensorHasARoleOfItsOwn) {
 TEST(LowerTest, Fp8GathersTheLayersLinearInputsInOneByte) {
   // gpt3-2.7b (hidden 2560), 4 x 256 tokens, tp 8 with SP: each all-gather feeding a layer's
   // linear GEMM moves 1024 x 2560 elements, 1 byte each under fp8 (2 under bf16); the gathers of
-  // the LM head's input ("final.ln") and of the embedding's gradient ("l0.x.grad.full") stay
+  // the LM head's input ("final_norm") and of the embedding's gradient ("l0.x.grad.full") stay
   // 16-bit.
   for (Dtype precision : {Dtype::kFp8, Dtype::kBf16}) {
     Plan plan = MakePlan(Knobs(1, 1, kNone, /*sp=*/true));
@@ -515,8 +519,8 @@ TEST(LowerTest, Fp8GathersTheLayersLinearInputsInOneByte) {
     int linear = 0, other = 0;
     for (const Op& op : s->ops()) {
       if (op.func != OpFunc::kTpAllGather) continue;
-      const std::string& into = s->tensors()[s->writes(op)[0].tensor].name;
-      if (into == "final.ln" || into == "l0.x.grad.full") {
+      const std::string into = RoleName(s->tensors()[s->writes(op)[0].tensor].role);
+      if (into == "final_norm" || into == "l0.x.grad.full") {
         EXPECT_DOUBLE_EQ(op.bytes, elements * 2) << into;
         ++other;
       } else {

@@ -43,14 +43,21 @@ TEST(ScheduleTest, AddKeepsCrossStreamDepsAndDropsSameStreamOnes) {
 
 TEST(ScheduleTest, ReadsAndWritesAreKeptPerOp) {
   Schedule s;
-  int32_t x = s.AddTensor("l0.x", 64, 32);
-  int32_t w = s.AddTensor("l0.qkv.w", 32, 96);
-  int32_t y = s.AddTensor("l0.qkv", 64, 96);
+  auto role = [](TensorKind kind, TensorSlot slot) {
+    return TensorRole{kind, slot, false, TensorForm::kPrimary, 0};
+  };
+  int32_t x =
+      s.AddTensor(Tensor{64, 32, Shard::kReplicated, 0, role(TensorKind::kInput, TensorSlot::kX)});
+  int32_t w = s.AddTensor(
+      Tensor{32, 96, Shard::kReplicated, 0, role(TensorKind::kWeight, TensorSlot::kQkv)});
+  int32_t y = s.AddTensor(
+      Tensor{64, 96, Shard::kReplicated, 0, role(TensorKind::kActivation, TensorSlot::kQkv)});
   EXPECT_EQ(x, 0);
   EXPECT_EQ(w, 1);
   EXPECT_EQ(y, 2);
   ASSERT_EQ(s.tensors().size(), 3u);
-  EXPECT_EQ(s.tensors()[w].name, "l0.qkv.w");
+  EXPECT_EQ(RoleName(s.tensors()[w].role), "l0.qkv.w");
+  EXPECT_EQ(RoleName(s.tensors()[y].role), "l0.qkv");
   EXPECT_EQ(s.tensors()[w].rows, 32);
   EXPECT_EQ(s.tensors()[w].cols, 96);
 
