@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
+#include <numeric>
+#include <thread>
 
 #include "planner/memory_model.h"
 
@@ -314,14 +317,27 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   std::vector<char> bounded(outers.size(), 0);  // whether bounds[i] holds (0: not computed)
   if (space.prune) {
     std::vector<size_t> order(outers.size());
+    std::iota(order.begin(), order.end(), size_t{0});
     // The bounds count against the timeout too (each simulates passes): those the timeout cut off
-    // go last, unbounded.
-    for (size_t i = 0; i < outers.size(); ++i) {
-      order[i] = i;
-      if (out_of_time() || stop_requested()) continue;
-      bounded[i] = 1;
-      if (!CheckPlanRules(outers[i])) bounds[i] = evaluator.LowerBoundMs(outers[i]);
-    }
+    // go last, unbounded. Each is its own configuration's, so space.threads workers take them in
+    // turn; what they compute does not depend on how many there are.
+    std::atomic<size_t> next{0};
+    std::atomic<bool> halted{false}, stop_seen{false};
+    auto bound_some = [&] {
+      for (size_t i = next++; i < outers.size() && !halted; i = next++) {
+        if (out_of_time()) halted = true;
+        if (!halted && space.stop && space.stop()) stop_seen = halted = true;
+        if (halted) return;
+        bounded[i] = 1;
+        if (!CheckPlanRules(outers[i])) bounds[i] = evaluator.LowerBoundMs(outers[i]);
+      }
+    };
+    const size_t workers = std::min<size_t>(std::max(space.threads, 1), outers.size());
+    std::vector<std::thread> pool;
+    for (size_t w = 1; w < workers; ++w) pool.emplace_back(bound_some);
+    bound_some();
+    for (std::thread& thread : pool) thread.join();
+    if (stop_seen) result.stopped = true;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       if (bounded[a] != bounded[b]) return bounded[a] > bounded[b];
       return bounds[a] < bounds[b];

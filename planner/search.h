@@ -21,7 +21,8 @@ class Evaluator {
   virtual ~Evaluator() = default;
   virtual Result<PlanFigures> Evaluate(const Plan& plan) = 0;
   // A lower bound of `ideal_ms` for the plan and every slicing of it, cheaper than Evaluate (0:
-  // none). The search skips a whole configuration whose bound already exceeds a plan found.
+  // none). The search skips a whole configuration whose bound already exceeds a plan found. With
+  // SearchSpace::threads above 1 it is called from several threads at once.
   virtual double LowerBoundMs(const Plan& plan) { return 0; }
   // A lower bound of `iteration_ms` for this plan alone (0: none): the search skips a plan whose
   // bound already exceeds a plan found, before evaluating it.
@@ -56,10 +57,14 @@ struct SearchSpace {
   // evaluated by then. The configurations' ordering bounds count against it; those it cuts off
   // are visited last, unbounded.
   double timeout_s = 0;
-  // Polled before each simulation (a configuration's bound or a plan's iteration): once it
-  // returns true the search stops as at the timeout (SearchResult::stopped) and polls it no more.
+  // Polled before each simulation (a configuration's bound or a plan's iteration; the bounds'
+  // threads poll it too): once it returns true the search stops as at the timeout
+  // (SearchResult::stopped) and polls it no more.
   // The command line stops on SIGINT and SIGTERM this way.
   std::function<bool()> stop;
+  // Threads that compute the configurations' lower bounds (Evaluator::LowerBoundMs, called on
+  // them at once when above 1); the search is the same with any count.
+  int threads = 1;
   // Keep at most this many ranked candidates (the best), so huge spaces stay in bounded memory.
   size_t max_ranked = 10000;
   // Bytes per GPU a plan must leave free beyond what the memory model counts (NCCL's buffers,

@@ -1,6 +1,7 @@
 // `domino plan`: search the plan space for the fastest plan and write it as YAML.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <csignal>
@@ -8,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -34,6 +36,7 @@ struct PlanCommandFlags {
   bool exhaustive = false;
   double timeout_s = 0;
   double memory_headroom_gib = 0;
+  int jobs = 0;  // 0: the machine's hardware threads
   OutputFormat format = OutputFormat::kTable;
 };
 
@@ -143,6 +146,9 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   DOMINO_RETURN_IF_ERROR(ApplyStrategy(flags.strategy, &space));
   space.prune = !flags.exhaustive;
   space.timeout_s = flags.timeout_s;
+  space.threads = flags.jobs > 0
+                      ? flags.jobs
+                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   space.memory_headroom_bytes = flags.memory_headroom_gib * (1 << 30);
   return space;
 }
@@ -471,6 +477,11 @@ void SetupPlan(CLI::App* sub) {
          "the best plan found so far "
          "(default: no limit)")
       ->check(PositiveFinite());
+  sub->add_option("--jobs,-j", flags->jobs,
+                  "threads that bound the configurations before the search simulates them (the "
+                  "plan found is the same with any count; default: the machine's hardware "
+                  "threads)")
+      ->check(DecimalInt(1, 1024));
   sub->add_option("--memory-headroom", flags->memory_headroom_gib,
                   "GiB per GPU a plan must leave free beyond what the memory model counts "
                   "(NCCL's buffers, the allocator's fragmentation; default: 0)")

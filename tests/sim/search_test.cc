@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 #include <set>
 #include <string>
@@ -97,6 +98,53 @@ TEST(SearchTest, PruningFindsTheBruteForceOptimum) {
       EXPECT_GE(brute->ranked[i - 1].figures.tokens_per_s, brute->ranked[i].figures.tokens_per_s);
   }
   EXPECT_GT(pruned_somewhere, 0) << "the bound never pruned: the test proves nothing";
+}
+
+// The configurations' bounds computed on several threads at once: the same search, plan for plan,
+// figure for figure, with the same counts.
+TEST(SearchTest, BoundThreadsChangeNothing) {
+  Plan base = Base("gpt3-6.7b", "dgx-a100:2", 32);
+  SearchSpace space;
+  BoundedSimulator one_eval;
+  Result<SearchResult> one = SearchPlans(base, space, one_eval);
+  ASSERT_TRUE(one.ok()) << one.message();
+  ASSERT_GT(one->pruned, 0) << "nothing pruned: the bounds decide nothing here";
+  for (int threads : {2, 3, 16}) {
+    SCOPED_TRACE(threads);
+    space.threads = threads;
+    BoundedSimulator eval;
+    Result<SearchResult> r = SearchPlans(base, space, eval);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(r->evaluated, one->evaluated);
+    EXPECT_EQ(r->pruned, one->pruned);
+    EXPECT_EQ(r->rejected, one->rejected);
+    EXPECT_EQ(r->rejections, one->rejections);
+    ASSERT_EQ(r->ranked.size(), one->ranked.size());
+    for (size_t i = 0; i < r->ranked.size(); ++i) {
+      EXPECT_EQ(PlanToYaml(r->ranked[i].plan), PlanToYaml(one->ranked[i].plan)) << i;
+      EXPECT_EQ(r->ranked[i].figures.iteration_ms, one->ranked[i].figures.iteration_ms) << i;
+    }
+  }
+}
+
+// Stopped before the bounds begin: no thread bounds anything, and the search says it stopped.
+TEST(SearchTest, AStopBeforeTheBoundsStopsEveryThread) {
+  Plan base = Base("gpt3-2.7b", "dgx-h100:1", 8);
+  SearchSpace space;
+  space.threads = 4;
+  std::atomic<int> polls{0};
+  space.stop = [&] {
+    ++polls;
+    return true;
+  };
+  BoundedSimulator eval;
+  Result<SearchResult> r = SearchPlans(base, space, eval);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_TRUE(r->stopped);
+  EXPECT_EQ(r->evaluated, 0);
+  EXPECT_TRUE(r->ranked.empty());
+  EXPECT_GE(polls.load(), 1);
+  EXPECT_LE(polls.load(), 4);  // once a thread at most: each stops at the first true
 }
 
 TEST(SearchTest, EveryCandidateRespectsTheRulesAndTheGpuCount) {

@@ -12,6 +12,12 @@ args=(--model gpt3-2.7b --cluster dgx-h100:1 --global-batch 8 --seq-len 1024)
 "$domino" plan "${args[@]}" --out "$tmp/b.yaml" >/dev/null || fail "plan failed twice"
 cmp -s "$tmp/a.yaml" "$tmp/b.yaml" || fail "two runs wrote different plans"
 grep -q "^search:" "$tmp/a.yaml" || fail "no search: block"
+# Bounding on more threads finds the same plan, runners-up and counts.
+"$domino" plan "${args[@]}" --jobs 1 --out "$tmp/j1.yaml" >/dev/null || fail "plan --jobs 1 failed"
+"$domino" plan "${args[@]}" --jobs 3 --out "$tmp/j3.yaml" >/dev/null || fail "plan --jobs 3 failed"
+cmp -s "$tmp/j1.yaml" "$tmp/j3.yaml" || fail "--jobs 1 and --jobs 3 wrote different plans"
+"$domino" plan "${args[@]}" --jobs 0 >/dev/null 2>"$tmp/err.txt"
+[[ $? == 2 ]] && grep -q -- "--jobs" "$tmp/err.txt" || fail "--jobs 0: $(cat "$tmp/err.txt")"
 grep -q "runners_up:" "$tmp/a.yaml" || fail "no runners-up"
 "$domino" simulate --plan "$tmp/a.yaml" --report "$tmp/r.yaml" >/dev/null || fail "plan does not load"
 planned=$(awk '/^predicted:/{p=1} p && /iteration_ms/{print $2; exit}' "$tmp/a.yaml")
