@@ -21,6 +21,28 @@ std::vector<int> Divisors(int64_t n, int64_t cap) {
   return out;
 }
 
+// Runs `work(i)` once for each i in [0, n) on `threads` threads (the calling one among them), in
+// turn, until `halt()` (asked before each index, from any thread) returns true.
+template <typename Work, typename Halt>
+void ParallelFor(size_t n, int threads, const Halt& halt, const Work& work) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> halted{false};
+  auto run = [&] {
+    for (size_t i = next++; i < n && !halted; i = next++) {
+      if (halt()) {
+        halted = true;
+        return;
+      }
+      work(i);
+    }
+  };
+  const size_t workers = std::min<size_t>(std::max(threads, 1), n);
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < workers; ++w) pool.emplace_back(run);
+  run();
+  for (std::thread& thread : pool) thread.join();
+}
+
 bool ParseInt(std::string_view text, int* out) {
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
   return ec == std::errc() && ptr == text.data() + text.size() && *out > 0;
@@ -313,6 +335,14 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     if (!result.stopped && space.stop && space.stop()) result.stopped = true;
     return result.stopped;
   };
+  // Bounds computed on several threads stop at the timeout or a stop request, as a simulation
+  // would; the request is kept for the search to see.
+  std::atomic<bool> stop_seen{false};
+  auto halt_bounds = [&] {
+    if (out_of_time() || stop_seen) return true;
+    if (space.stop && space.stop()) stop_seen = true;
+    return stop_seen.load();
+  };
   std::vector<double> bounds(outers.size(), 0);
   std::vector<char> bounded(outers.size(), 0);  // whether bounds[i] holds (0: not computed)
   if (space.prune) {
@@ -321,22 +351,10 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     // The bounds count against the timeout too (each simulates passes): those the timeout cut off
     // go last, unbounded. Each is its own configuration's, so space.threads workers take them in
     // turn; what they compute does not depend on how many there are.
-    std::atomic<size_t> next{0};
-    std::atomic<bool> halted{false}, stop_seen{false};
-    auto bound_some = [&] {
-      for (size_t i = next++; i < outers.size() && !halted; i = next++) {
-        if (out_of_time()) halted = true;
-        if (!halted && space.stop && space.stop()) stop_seen = halted = true;
-        if (halted) return;
-        bounded[i] = 1;
-        if (!CheckPlanRules(outers[i])) bounds[i] = evaluator.LowerBoundMs(outers[i]);
-      }
-    };
-    const size_t workers = std::min<size_t>(std::max(space.threads, 1), outers.size());
-    std::vector<std::thread> pool;
-    for (size_t w = 1; w < workers; ++w) pool.emplace_back(bound_some);
-    bound_some();
-    for (std::thread& thread : pool) thread.join();
+    ParallelFor(outers.size(), space.threads, halt_bounds, [&](size_t i) {
+      bounded[i] = 1;
+      if (!CheckPlanRules(outers[i])) bounds[i] = evaluator.LowerBoundMs(outers[i]);
+    });
     if (stop_seen) result.stopped = true;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       if (bounded[a] != bounded[b]) return bounded[a] > bounded[b];
@@ -420,6 +438,8 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
         if (!config.sequence_parallel || config.tp == 1) continue;
         for (int c : space.chunk_counts) decompositions.push_back({method, c});
       }
+      // The slicings in the order they are tried.
+      std::vector<Plan> variants;
       for (const Decomposition& decomposition : decompositions) {
         for (int p : space.row_splits) {
           for (int q : space.col_splits) {
@@ -435,32 +455,60 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
               plan.copy_engine =
                   plan.method != OverlapMethod::kDomino ? base.copy_engine : std::nullopt;
               plan.rs_chunks = plan.method != OverlapMethod::kDomino ? base.rs_chunks : 0;
-              if (auto failure = CheckPlanRules(plan)) {
-                reject(plan, failure->rule);
-                continue;
-              }
-              // A sliced pipeline's own bound (its passes are slower than the unsliced ones) can
-              // prune it before its iteration is simulated.
-              if (space.prune &&
-                  (beaten || (!first && bound_ms > best_ms) ||
-                   (!first && plan.pp > 1 && evaluator.LowerBoundMs(plan) > best_ms) ||
-                   (best_ms < 1e300 && evaluator.PlanLowerBoundMs(plan) > best_ms))) {
-                ++result.pruned;
-                continue;
-              }
-              if (stop_requested()) return;
-              Result<PlanFigures> figures = evaluator.Evaluate(plan);
-              ++result.evaluated;
-              if (!figures.ok()) {
-                reject(plan, figures.message());
-                continue;
-              }
-              if (first) bound_ms = figures->ideal_ms;
-              first = false;
-              best_ms = std::min(best_ms, figures->iteration_ms);
-              result.ranked.push_back(Candidate{std::move(plan), *figures});
+              variants.push_back(std::move(plan));
             }
           }
+        }
+      }
+      // Each variant's ideal bound and own bound (Evaluator::LowerBoundMs, PlanLowerBoundMs),
+      // computed when first needed (-1: not yet), or beforehand on several threads.
+      const size_t n = variants.size();
+      std::vector<double> ideal(n, -1), own(n, -1);
+      auto ideal_of = [&](size_t i) {
+        if (ideal[i] < 0) ideal[i] = evaluator.LowerBoundMs(variants[i]);
+        return ideal[i];
+      };
+      auto own_of = [&](size_t i) {
+        if (own[i] < 0) own[i] = evaluator.PlanLowerBoundMs(variants[i]);
+        return own[i];
+      };
+      for (size_t i = 0; i < n; ++i) {
+        Plan& plan = variants[i];
+        if (auto failure = CheckPlanRules(plan)) {
+          reject(plan, failure->rule);
+          continue;
+        }
+        // A sliced pipeline's own bound (its passes are slower than the unsliced ones) can
+        // prune it before its iteration is simulated.
+        if (space.prune && (beaten || (!first && bound_ms > best_ms) ||
+                            (!first && plan.pp > 1 && ideal_of(i) > best_ms) ||
+                            (best_ms < 1e300 && own_of(i) > best_ms))) {
+          ++result.pruned;
+          continue;
+        }
+        if (stop_requested()) return;
+        Result<PlanFigures> figures = evaluator.Evaluate(plan);
+        ++result.evaluated;
+        if (!figures.ok()) {
+          reject(plan, figures.message());
+          continue;
+        }
+        const bool was_first = first;
+        if (first) bound_ms = figures->ideal_ms;
+        first = false;
+        best_ms = std::min(best_ms, figures->iteration_ms);
+        result.ranked.push_back(Candidate{std::move(plan), *figures});
+        // The first plan simulated sets the ideal that bounds the rest: the bounds the loop will
+        // ask of them next, each its own plan's, computed at once on space.threads threads (some
+        // may go unused once a later plan lowers best_ms; none changes what the loop decides).
+        if (was_first && space.prune && space.threads > 1 && bound_ms <= best_ms) {
+          ParallelFor(n - i - 1, space.threads, halt_bounds, [&](size_t k) {
+            const size_t j = i + 1 + k;
+            if (CheckPlanRules(variants[j])) return;
+            if (variants[j].pp > 1 && ideal_of(j) > best_ms) return;
+            own_of(j);
+          });
+          if (stop_seen) result.stopped = true;
         }
       }
     };

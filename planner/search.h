@@ -25,7 +25,8 @@ class Evaluator {
   // SearchSpace::threads above 1 it is called from several threads at once.
   virtual double LowerBoundMs(const Plan& plan) { return 0; }
   // A lower bound of `iteration_ms` for this plan alone (0: none): the search skips a plan whose
-  // bound already exceeds a plan found, before evaluating it.
+  // bound already exceeds a plan found, before evaluating it. Like LowerBoundMs, it is called
+  // from several threads at once with SearchSpace::threads above 1.
   virtual double PlanLowerBoundMs(const Plan& plan) { return 0; }
 };
 
@@ -62,8 +63,10 @@ struct SearchSpace {
   // (SearchResult::stopped) and polls it no more.
   // The command line stops on SIGINT and SIGTERM this way.
   std::function<bool()> stop;
-  // Threads that compute the configurations' lower bounds (Evaluator::LowerBoundMs, called on
-  // them at once when above 1); the search is the same with any count.
+  // Threads that compute lower bounds: every configuration's before the search, and the
+  // bounds of a configuration's slicings once its first plan is simulated (the Evaluator's
+  // LowerBoundMs and PlanLowerBoundMs, called on them at once when above 1). The search is the
+  // same with any count.
   int threads = 1;
   // Keep at most this many ranked candidates (the best), so huge spaces stay in bounded memory.
   size_t max_ranked = 10000;

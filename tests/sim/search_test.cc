@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "sim/predict.h"
 
@@ -109,12 +110,28 @@ TEST(SearchTest, BoundThreadsChangeNothing) {
   Result<SearchResult> one = SearchPlans(base, space, one_eval);
   ASSERT_TRUE(one.ok()) << one.message();
   ASSERT_GT(one->pruned, 0) << "nothing pruned: the bounds decide nothing here";
+  // Notes whether each kind of bound ran off the calling thread.
+  class ThreadedSimulator : public BoundedSimulator {
+   public:
+    double LowerBoundMs(const Plan& plan) override {
+      if (std::this_thread::get_id() != caller) ideal_elsewhere = true;
+      return BoundedSimulator::LowerBoundMs(plan);
+    }
+    double PlanLowerBoundMs(const Plan& plan) override {
+      if (std::this_thread::get_id() != caller) own_elsewhere = true;
+      return BoundedSimulator::PlanLowerBoundMs(plan);
+    }
+    std::thread::id caller = std::this_thread::get_id();
+    std::atomic<bool> ideal_elsewhere{false}, own_elsewhere{false};
+  };
   for (int threads : {2, 3, 16}) {
     SCOPED_TRACE(threads);
     space.threads = threads;
-    BoundedSimulator eval;
+    ThreadedSimulator eval;
     Result<SearchResult> r = SearchPlans(base, space, eval);
     ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_TRUE(eval.ideal_elsewhere) << "no configuration was bounded on another thread";
+    EXPECT_TRUE(eval.own_elsewhere) << "no slicing was bounded on another thread";
     EXPECT_EQ(r->evaluated, one->evaluated);
     EXPECT_EQ(r->pruned, one->pruned);
     EXPECT_EQ(r->rejected, one->rejected);
