@@ -460,9 +460,14 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
           }
         }
       }
-      // Each variant's ideal bound and own bound (Evaluator::LowerBoundMs, PlanLowerBoundMs),
-      // computed when first needed (-1: not yet), or beforehand on several threads.
+      // Each variant's broken rule, if any, and its ideal and own bounds (Evaluator::LowerBoundMs,
+      // PlanLowerBoundMs), computed when first needed (-1: not yet) or beforehand on several
+      // threads. What is computed beforehand is what the loop below asks next, each bound its own
+      // plan's; some may go unused once a plan found lowers best_ms, and none changes what the
+      // loop decides.
       const size_t n = variants.size();
+      std::vector<std::optional<PlanRuleFailure>> failures(n);
+      for (size_t i = 0; i < n; ++i) failures[i] = CheckPlanRules(variants[i]);
       std::vector<double> ideal(n, -1), own(n, -1);
       auto ideal_of = [&](size_t i) {
         if (ideal[i] < 0) ideal[i] = evaluator.LowerBoundMs(variants[i]);
@@ -472,10 +477,24 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
         if (own[i] < 0) own[i] = evaluator.PlanLowerBoundMs(variants[i]);
         return own[i];
       };
+      // From variant `from` on: the ideal bounds too unless `own_only`, and the own bound of each
+      // that its ideal does not prune.
+      auto prefetch = [&](size_t from, bool own_only) {
+        if (!space.prune || space.threads <= 1 || beaten || best_ms >= 1e300) return;
+        ParallelFor(n - from, space.threads, halt_bounds, [&](size_t k) {
+          const size_t j = from + k;
+          if (failures[j]) return;
+          if (!own_only && variants[j].pp > 1 && ideal_of(j) > best_ms) return;
+          own_of(j);
+        });
+        if (stop_seen) result.stopped = true;
+      };
+      // Until a plan of this configuration is simulated, each one's own bound decides.
+      prefetch(0, /*own_only=*/true);
       for (size_t i = 0; i < n; ++i) {
         Plan& plan = variants[i];
-        if (auto failure = CheckPlanRules(plan)) {
-          reject(plan, failure->rule);
+        if (failures[i]) {
+          reject(plan, failures[i]->rule);
           continue;
         }
         // A sliced pipeline's own bound (its passes are slower than the unsliced ones) can
@@ -498,18 +517,9 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
         first = false;
         best_ms = std::min(best_ms, figures->iteration_ms);
         result.ranked.push_back(Candidate{std::move(plan), *figures});
-        // The first plan simulated sets the ideal that bounds the rest: the bounds the loop will
-        // ask of them next, each its own plan's, computed at once on space.threads threads (some
-        // may go unused once a later plan lowers best_ms; none changes what the loop decides).
-        if (was_first && space.prune && space.threads > 1 && bound_ms <= best_ms) {
-          ParallelFor(n - i - 1, space.threads, halt_bounds, [&](size_t k) {
-            const size_t j = i + 1 + k;
-            if (CheckPlanRules(variants[j])) return;
-            if (variants[j].pp > 1 && ideal_of(j) > best_ms) return;
-            own_of(j);
-          });
-          if (stop_seen) result.stopped = true;
-        }
+        // The first plan simulated sets the ideal that bounds the rest, and the ideal bounds
+        // count from here.
+        if (was_first && bound_ms <= best_ms) prefetch(i + 1, /*own_only=*/false);
       }
     };
     // An iteration costs far more to simulate than its passes: every slicing of a configuration is
