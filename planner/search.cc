@@ -7,8 +7,8 @@
 #include <charconv>
 #include <chrono>
 #include <numeric>
-#include <thread>
 
+#include "models/base/parallel_for.h"
 #include "planner/memory_model.h"
 
 namespace domino {
@@ -19,28 +19,6 @@ std::vector<int> Divisors(int64_t n, int64_t cap) {
   for (int64_t d = 1; d <= n && d <= cap; ++d)
     if (n % d == 0) out.push_back(static_cast<int>(d));
   return out;
-}
-
-// Runs `work(i)` once for each i in [0, n) on `threads` threads (the calling one among them), in
-// turn, until `halt()` (asked before each index, from any thread) returns true.
-template <typename Work, typename Halt>
-void ParallelFor(size_t n, int threads, const Halt& halt, const Work& work) {
-  std::atomic<size_t> next{0};
-  std::atomic<bool> halted{false};
-  auto run = [&] {
-    for (size_t i = next++; i < n && !halted; i = next++) {
-      if (halt()) {
-        halted = true;
-        return;
-      }
-      work(i);
-    }
-  };
-  const size_t workers = std::min<size_t>(std::max(threads, 1), n);
-  std::vector<std::thread> pool;
-  for (size_t w = 1; w < workers; ++w) pool.emplace_back(run);
-  run();
-  for (std::thread& thread : pool) thread.join();
 }
 
 bool ParseInt(std::string_view text, int* out) {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <tuple>
 
+#include "models/base/parallel_for.h"
 #include "sim/gemm_model.h"
 
 namespace domino::sim {
@@ -134,7 +135,8 @@ GemmFitGrid DefaultGemmFitGrid() {
   return grid;
 }
 
-Result<GemmFit> FitGemmModel(std::span<const ValidationRow> table_rows, const GemmFitGrid& grid) {
+Result<GemmFit> FitGemmModel(std::span<const ValidationRow> table_rows, const GemmFitGrid& grid,
+                             int threads) {
   GemmFit fit;
   std::vector<FitRow> rows;
   std::vector<std::vector<std::string>> source_ids;
@@ -201,22 +203,33 @@ Result<GemmFit> FitGemmModel(std::span<const ValidationRow> table_rows, const Ge
   fit.rows = static_cast<int>(rows.size());
   const int groups = static_cast<int>(fit.groups.size());
 
+  // The fit on every row (job 0) and each source's held-out fit (job s + 1), on `threads`
+  // threads: each sets constants into rows of its own.
+  const size_t sources = fit.sources.size();
+  auto mine = [&](size_t s) {
+    std::vector<bool> of_s(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) of_s[i] = rows[i].source == static_cast<int>(s);
+    return of_s;
+  };
+  std::vector<GemmConstants> fitted(sources + 1);
+  ParallelFor(sources + 1, threads, [&](size_t job) {
+    std::vector<FitRow> own = rows;
+    std::vector<bool> use(rows.size(), true);
+    if (job > 0) use = mine(job - 1), use.flip();
+    fitted[job] = Fit(own, use, groups, fit.catalog, grid);
+  });
   const std::vector<bool> all(rows.size(), true);
-  fit.fitted = Fit(rows, all, groups, fit.catalog, grid);
+  fit.fitted = fitted[0];
   fit.catalog_error = SumError(rows, all, fit.catalog) / fit.rows;
   fit.fitted_error = SumError(rows, all, fit.fitted) / fit.rows;
-  for (size_t s = 0; s < fit.sources.size(); ++s) {
+  for (size_t s = 0; s < sources; ++s) {
     GemmFitSource& source = fit.sources[s];
     source.label = CommonLabel(source_ids[s]);
-    std::vector<bool> mine(rows.size()), others(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      mine[i] = rows[i].source == static_cast<int>(s);
-      others[i] = !mine[i];
-    }
-    source.held_out = Fit(rows, others, groups, fit.catalog, grid);
-    source.catalog_error = SumError(rows, mine, fit.catalog) / source.rows;
-    source.fitted_error = SumError(rows, mine, fit.fitted) / source.rows;
-    source.held_out_error = SumError(rows, mine, source.held_out) / source.rows;
+    source.held_out = fitted[s + 1];
+    const std::vector<bool> mine_s = mine(s);
+    source.catalog_error = SumError(rows, mine_s, fit.catalog) / source.rows;
+    source.fitted_error = SumError(rows, mine_s, fit.fitted) / source.rows;
+    source.held_out_error = SumError(rows, mine_s, source.held_out) / source.rows;
     fit.held_out_error += source.held_out_error * source.rows / fit.rows;
   }
   return fit;

@@ -73,9 +73,10 @@ struct GemmFit {
 };
 
 // Fits on the gemm rows of `rows` (the others are ignored). An error when there are none, or
-// when the rows' GPUs disagree on a constant the fit shares among them.
+// when the rows' GPUs disagree on a constant the fit shares among them. The fit on every row and
+// each source's held-out fit run on `threads` threads; the result is the same with any count.
 Result<GemmFit> FitGemmModel(std::span<const ValidationRow> rows,
-                             const GemmFitGrid& grid = DefaultGemmFitGrid());
+                             const GemmFitGrid& grid = DefaultGemmFitGrid(), int threads = 1);
 
 }  // namespace domino::sim
 

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "models/base/file_io.h"
@@ -33,6 +34,7 @@ struct ValidateFlags {
   std::vector<std::string> rows;  // ids or id prefixes; empty: every row
   bool explain = false;
   bool fit = false;
+  int jobs = 0;  // --fit's threads; 0: the machine's hardware threads
 };
 
 std::string Figure(double value) {
@@ -255,7 +257,10 @@ void RunFit(const ValidateFlags& flags) {
          kExitUsage);
   Result<sim::ValidationTable> table = sim::LoadValidationTable(flags.table);
   if (!table.ok()) Fail("validate", table.message());
-  Result<sim::GemmFit> fit = sim::FitGemmModel(table->rows);
+  const int threads = flags.jobs > 0
+                          ? flags.jobs
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  Result<sim::GemmFit> fit = sim::FitGemmModel(table->rows, sim::DefaultGemmFitGrid(), threads);
   if (!fit.ok()) Fail("validate", fmt::format("{}: {}", table->file, fit.message()));
   const std::vector<std::string> names = ConstantNames(*fit);
   const std::vector<std::string> catalog = ConstantCells(fit->catalog),
@@ -541,6 +546,11 @@ void SetupValidate(CLI::App* sub) {
   sub->add_flag("--fit", flags->fit,
                 "instead: fit the GEMM model's constants on the gemm rows (a grid search) and "
                 "check them leave-one-source-out");
+  sub->add_option("--jobs,-j", flags->jobs,
+                  "with --fit: threads that run its fits (one on every row, one without each "
+                  "source; the figures are the same with any count; default: the machine's "
+                  "hardware threads)")
+      ->check(DecimalInt(1, 1024));
   sub->callback([flags] { Run(*flags); });
 }
 

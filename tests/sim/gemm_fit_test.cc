@@ -166,7 +166,8 @@ TEST(GemmFitTest, RefusesRowsItCannotFit) {
 }
 
 // The built-in table on a grid that holds the catalog's values (and a few others): every gemm
-// row in one source or another, the fit no worse than the catalog, and the same figures twice.
+// row in one source or another, the fit no worse than the catalog, and the same figures twice,
+// the second time with its fits on three threads.
 TEST(GemmFitTest, TheBuiltInTable) {
   Result<ValidationTable> table = LoadValidationTable("");
   ASSERT_TRUE(table.ok()) << table.message();
@@ -187,10 +188,17 @@ TEST(GemmFitTest, TheBuiltInTable) {
   EXPECT_EQ(rows_seen, gemm_rows);
   EXPECT_LE(fit->fitted_error, fit->catalog_error);
   EXPECT_GE(fit->held_out_error, fit->fitted_error);
-  Result<GemmFit> again = FitGemmModel(table->rows, grid);
+  Result<GemmFit> again = FitGemmModel(table->rows, grid, /*threads=*/3);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->fitted.efficiency, fit->fitted.efficiency);
+  EXPECT_EQ(again->fitted.tile_overhead_k, fit->fitted.tile_overhead_k);
   EXPECT_EQ(again->held_out_error, fit->held_out_error);
+  ASSERT_EQ(again->sources.size(), fit->sources.size());
+  for (size_t s = 0; s < fit->sources.size(); ++s) {
+    EXPECT_EQ(again->sources[s].held_out.efficiency, fit->sources[s].held_out.efficiency);
+    EXPECT_EQ(again->sources[s].held_out.fixed_us, fit->sources[s].held_out.fixed_us);
+    EXPECT_EQ(again->sources[s].held_out_error, fit->sources[s].held_out_error);
+  }
 }
 
 }  // namespace
