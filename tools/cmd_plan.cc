@@ -9,7 +9,6 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -146,9 +145,7 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   DOMINO_RETURN_IF_ERROR(ApplyStrategy(flags.strategy, &space));
   space.prune = !flags.exhaustive;
   space.timeout_s = flags.timeout_s;
-  space.threads = flags.jobs > 0
-                      ? flags.jobs
-                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  space.threads = JobsThreads(flags.jobs);
   space.memory_headroom_bytes = flags.memory_headroom_gib * (1 << 30);
   return space;
 }
@@ -477,11 +474,9 @@ void SetupPlan(CLI::App* sub) {
          "the best plan found so far "
          "(default: no limit)")
       ->check(PositiveFinite());
-  sub->add_option("--jobs,-j", flags->jobs,
-                  "threads that bound the configurations before the search simulates them (the "
-                  "plan found is the same with any count; default: the machine's hardware "
-                  "threads)")
-      ->check(DecimalInt(1, 1024));
+  AddJobsOption(sub, &flags->jobs,
+                "threads that compute the search's lower bounds: every configuration's, then "
+                "those of a configuration's slicings");
   sub->add_option("--memory-headroom", flags->memory_headroom_gib,
                   "GiB per GPU a plan must leave free beyond what the memory model counts "
                   "(NCCL's buffers, the allocator's fragmentation; default: 0)")

@@ -7,12 +7,13 @@
 #include <array>
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "models/base/file_io.h"
+#include "models/base/parallel_for.h"
 #include "sim/gemm_fit.h"
 #include "sim/predict.h"
 #include "sim/validate.h"
@@ -34,7 +35,7 @@ struct ValidateFlags {
   std::vector<std::string> rows;  // ids or id prefixes; empty: every row
   bool explain = false;
   bool fit = false;
-  int jobs = 0;  // --fit's threads; 0: the machine's hardware threads
+  int jobs = 0;  // 0: the machine's hardware threads
 };
 
 std::string Figure(double value) {
@@ -257,10 +258,8 @@ void RunFit(const ValidateFlags& flags) {
          kExitUsage);
   Result<sim::ValidationTable> table = sim::LoadValidationTable(flags.table);
   if (!table.ok()) Fail("validate", table.message());
-  const int threads = flags.jobs > 0
-                          ? flags.jobs
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  Result<sim::GemmFit> fit = sim::FitGemmModel(table->rows, sim::DefaultGemmFitGrid(), threads);
+  Result<sim::GemmFit> fit =
+      sim::FitGemmModel(table->rows, sim::DefaultGemmFitGrid(), JobsThreads(flags.jobs));
   if (!fit.ok()) Fail("validate", fmt::format("{}: {}", table->file, fit.message()));
   const std::vector<std::string> names = ConstantNames(*fit);
   const std::vector<std::string> catalog = ConstantCells(fit->catalog),
@@ -371,7 +370,7 @@ void Run(const ValidateFlags& flags) {
            fmt::format("--row {}: no row of {} has this id or begins with it and a dash "
                        "(domino validate lists the ids)",
                        wanted, table->file));
-  std::vector<sim::RowResult> results;
+  std::vector<const sim::ValidationRow*> chosen;
   for (const sim::ValidationRow& row : table->rows) {
     if (!flags.category.empty() && sim::ValidationCategoryName(row.category) != flags.category)
       continue;
@@ -379,8 +378,17 @@ void Run(const ValidateFlags& flags) {
         std::none_of(flags.rows.begin(), flags.rows.end(),
                      [&](const std::string& wanted) { return RowMatches(row.id, wanted); }))
       continue;
-    Result<sim::RowResult> r = sim::PredictRow(row);
-    if (!r.ok()) Fail("validate", fmt::format("{}:{}: {}", table->file, row.line, r.message()));
+    chosen.push_back(&row);
+  }
+  // Each row predicted on its own, on --jobs threads; the first failure in the table's order.
+  std::vector<std::optional<Result<sim::RowResult>>> predicted(chosen.size());
+  ParallelFor(chosen.size(), JobsThreads(flags.jobs),
+              [&](size_t i) { predicted[i].emplace(sim::PredictRow(*chosen[i])); });
+  std::vector<sim::RowResult> results;
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    const Result<sim::RowResult>& r = *predicted[i];
+    if (!r.ok())
+      Fail("validate", fmt::format("{}:{}: {}", table->file, chosen[i]->line, r.message()));
     results.push_back(*r);
   }
   if (results.empty())
@@ -546,11 +554,9 @@ void SetupValidate(CLI::App* sub) {
   sub->add_flag("--fit", flags->fit,
                 "instead: fit the GEMM model's constants on the gemm rows (a grid search) and "
                 "check them leave-one-source-out");
-  sub->add_option("--jobs,-j", flags->jobs,
-                  "with --fit: threads that run its fits (one on every row, one without each "
-                  "source; the figures are the same with any count; default: the machine's "
-                  "hardware threads)")
-      ->check(DecimalInt(1, 1024));
+  AddJobsOption(sub, &flags->jobs,
+                "threads that predict the rows, or run --fit's fits (one on every row, one "
+                "without each source)");
   sub->callback([flags] { Run(*flags); });
 }
 

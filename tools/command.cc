@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -80,6 +81,19 @@ CLI::Validator PositiveFinite() {
         return "";
       },
       "NUMBER > 0");
+}
+
+CLI::Option* AddJobsOption(CLI::App* sub, int* jobs, const std::string& what) {
+  return sub
+      ->add_option("--jobs,-j", *jobs,
+                   what +
+                       " (the results are the same with any count; default: the machine's "
+                       "hardware threads)")
+      ->check(DecimalInt(1, 1024));
+}
+
+int JobsThreads(int jobs) {
+  return jobs > 0 ? jobs : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 CLI::Validator DecimalInt(int64_t min, int64_t max) {

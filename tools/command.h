@@ -32,6 +32,11 @@ CLI::Validator DecimalInt(int64_t min, int64_t max);
 // A finite number from `min` to `max` (no NaN, no infinity).
 CLI::Validator FiniteIn(double min, double max);
 
+// A `--jobs` flag's thread count: the option's own description, its bounds, and the count it
+// stands for (0, not given: every hardware thread of the machine).
+CLI::Option* AddJobsOption(CLI::App* sub, int* jobs, const std::string& what);
+int JobsThreads(int jobs);
+
 // Bounds of the integer flags that name no quantity of a plan: a CUDA device, a rank, a seed,
 // how many rows a table lists.
 inline constexpr int64_t kMaxDevice = 1023;

@@ -35,7 +35,8 @@ void ParallelFor(size_t n, int threads, const Halt& halt, const Work& work) {
 
 template <typename Work>
 void ParallelFor(size_t n, int threads, const Work& work) {
-  ParallelFor(n, threads, [] { return false; }, work);
+  ParallelFor(
+      n, threads, [] { return false; }, work);
 }
 
 }  // namespace domino

@@ -210,6 +210,7 @@ CASES = [
     ("too much work", "--global-batch 10^7: 625,000 micro-batches; once 8 GB and rising", {},
      ["simulate", "--global-batch", "10000000"], r"training\.global_batch: 625000 micro-batch\(es\) .* layer passes", None),
     ("zero tp flag", "--tp 0", {}, ["simulate", "--tp", "0"], r"--tp: must be a positive integer, got 0", None),
+    ("zero threads", "--jobs 0", {}, ["plan", "--jobs", "0"], r"--jobs: must be a positive integer, got 0", None),
     ("octal-looking flag", "--tp 010 (once read as octal 8)", {},
      ["simulate", "--model", "gpt3-13b", "--cluster", "dgx-h100:4", "--tp", "010"], r"--tp: expected a decimal integer without leading zeros", None),
     ("empty --model", "--model '' (once the default model)", {}, ["simulate", "--model", ""], r"--model: must not be empty", None),
@@ -382,7 +383,7 @@ CASES = [
 # The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any
 # other bad input.
 USAGE_CASES = {"plan is a directory", "huge virtual stages", "huge virtual stages (2^31-1)",
-               "huge global batch", "zero tp flag", "octal-looking flag", "empty --model",
+               "huge global batch", "zero tp flag", "zero threads", "octal-looking flag", "empty --model",
                "NaN timeout", "NaN tolerance", "mistyped command", "switch given a value",
                "switch and its negation", "unknown --format", "a value on a switch's negation",
                "a huge value in a short-flag cluster", "--explain as JSON",

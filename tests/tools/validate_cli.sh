@@ -65,4 +65,10 @@ YAML
 grep -q "1 of 1 published runs do not fit in the memory model, though they ran (too-big)" \
   "$tmp/err" || fail "unclear refusal: $(cat "$tmp/err")"
 grep -q "^memory: 1 of 1 published runs do not fit" "$tmp/out" || fail "no memory line"
+# Rows predicted on one thread or three: the same table, row for row.
+"$domino" validate --jobs 1 --csv "$tmp/j1.csv" >/dev/null || fail "--jobs 1 failed"
+"$domino" validate --jobs 3 --csv "$tmp/j3.csv" >/dev/null || fail "--jobs 3 failed"
+cmp -s "$tmp/j1.csv" "$tmp/j3.csv" || fail "--jobs 1 and --jobs 3 predicted different rows"
+"$domino" validate --jobs 0 >/dev/null 2>"$tmp/err"
+[[ $? == 2 ]] && grep -q -- "--jobs" "$tmp/err" || fail "--jobs 0: $(cat "$tmp/err")"
 echo "validate cli ok"
