@@ -35,7 +35,7 @@ struct PlanCommandFlags {
   bool exhaustive = false;
   double timeout_s = 0;
   double memory_headroom_gib = 0;
-  int jobs = 0;  // 0: the machine's hardware threads
+  int jobs = 0;  // 0: JobsThreads' default
   OutputFormat format = OutputFormat::kTable;
 };
 

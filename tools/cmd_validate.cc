@@ -35,7 +35,7 @@ struct ValidateFlags {
   std::vector<std::string> rows;  // ids or id prefixes; empty: every row
   bool explain = false;
   bool fit = false;
-  int jobs = 0;  // 0: the machine's hardware threads
+  int jobs = 0;  // 0: JobsThreads' default
 };
 
 std::string Figure(double value) {

@@ -88,12 +88,16 @@ CLI::Option* AddJobsOption(CLI::App* sub, int* jobs, const std::string& what) {
       ->add_option("--jobs,-j", *jobs,
                    what +
                        " (the results are the same with any count; default: the machine's "
-                       "hardware threads)")
+                       "hardware threads, at most 16)")
       ->check(DecimalInt(1, 1024));
 }
 
 int JobsThreads(int jobs) {
-  return jobs > 0 ? jobs : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (jobs > 0) return jobs;
+  // Each thread holds what it lowers (a deep model's pass: tens of MB), so a many-core machine
+  // takes no more than this many unless asked.
+  constexpr int kMostByDefault = 16;
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kMostByDefault);
 }
 
 CLI::Validator DecimalInt(int64_t min, int64_t max) {

@@ -33,7 +33,7 @@ CLI::Validator DecimalInt(int64_t min, int64_t max);
 CLI::Validator FiniteIn(double min, double max);
 
 // A `--jobs` flag's thread count: the option's own description, its bounds, and the count it
-// stands for (0, not given: every hardware thread of the machine).
+// stands for (0, not given: the machine's hardware threads, at most 16).
 CLI::Option* AddJobsOption(CLI::App* sub, int* jobs, const std::string& what);
 int JobsThreads(int jobs);
 
