@@ -101,8 +101,8 @@ TEST(SearchTest, PruningFindsTheBruteForceOptimum) {
   EXPECT_GT(pruned_somewhere, 0) << "the bound never pruned: the test proves nothing";
 }
 
-// The configurations' bounds computed on several threads at once: the same search, plan for plan,
-// figure for figure, with the same counts.
+// The bounds computed on several threads at once (the configurations', then their slicings'):
+// the same search, plan for plan, figure for figure, with the same counts.
 TEST(SearchTest, BoundThreadsChangeNothing) {
   Plan base = Base("gpt3-6.7b", "dgx-a100:2", 32);
   SearchSpace space;
