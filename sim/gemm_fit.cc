@@ -206,16 +206,13 @@ Result<GemmFit> FitGemmModel(std::span<const ValidationRow> table_rows, const Ge
   // The fit on every row (job 0) and each source's held-out fit (job s + 1), on `threads`
   // threads: each sets constants into rows of its own.
   const size_t sources = fit.sources.size();
-  auto mine = [&](size_t s) {
-    std::vector<bool> of_s(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) of_s[i] = rows[i].source == static_cast<int>(s);
-    return of_s;
-  };
+  std::vector<std::vector<bool>> mine(sources, std::vector<bool>(rows.size()));
+  for (size_t i = 0; i < rows.size(); ++i) mine[rows[i].source][i] = true;
   std::vector<GemmConstants> fitted(sources + 1);
   ParallelFor(sources + 1, threads, [&](size_t job) {
     std::vector<FitRow> own = rows;
     std::vector<bool> use(rows.size(), true);
-    if (job > 0) use = mine(job - 1), use.flip();
+    if (job > 0) use = mine[job - 1], use.flip();
     fitted[job] = Fit(own, use, groups, fit.catalog, grid);
   });
   const std::vector<bool> all(rows.size(), true);
@@ -226,10 +223,9 @@ Result<GemmFit> FitGemmModel(std::span<const ValidationRow> table_rows, const Ge
     GemmFitSource& source = fit.sources[s];
     source.label = CommonLabel(source_ids[s]);
     source.held_out = fitted[s + 1];
-    const std::vector<bool> mine_s = mine(s);
-    source.catalog_error = SumError(rows, mine_s, fit.catalog) / source.rows;
-    source.fitted_error = SumError(rows, mine_s, fit.fitted) / source.rows;
-    source.held_out_error = SumError(rows, mine_s, source.held_out) / source.rows;
+    source.catalog_error = SumError(rows, mine[s], fit.catalog) / source.rows;
+    source.fitted_error = SumError(rows, mine[s], fit.fitted) / source.rows;
+    source.held_out_error = SumError(rows, mine[s], source.held_out) / source.rows;
     fit.held_out_error += source.held_out_error * source.rows / fit.rows;
   }
   return fit;
