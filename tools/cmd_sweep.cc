@@ -2,7 +2,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -10,11 +12,13 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "models/base/embedded_file.h"
 #include "models/base/file_io.h"
+#include "models/base/parallel_for.h"
 #include "models/base/yaml_reader.h"
 #include "planner/memory_model.h"
 #include "planner/search.h"
@@ -33,6 +37,7 @@ struct SweepFlags {
   std::string out_path;
   bool force = false;
   double timeout_s = 0;
+  int jobs = 0;  // 0: JobsThreads' default
 };
 
 // A positive decimal number ("12.5", "1e3"; not "0x10", "inf" or "nan").
@@ -135,15 +140,118 @@ std::string Csv(const std::string& text) {
   return out + "\"";
 }
 
-void Run(const SweepFlags& flags) {
+// A sweep's grid and what every point starts from.
+struct Grid {
   std::vector<Axis> axes;
   std::vector<std::pair<std::string, std::string>> fixed;
+  PlanFlags base;  // --vary's keys and `fixed` applied to these for each point
+  size_t points = 0;
+};
+
+// The CSV rows of one point: the baseline, DeepSpeed-Domino, the best slicing and the ideal for
+// its degrees, or an `infeasible` row when the plan rules exclude the point. An error is fatal to
+// the sweep. Depends on `point` alone, so the points may run on any threads in any order.
+Result<std::string> SweepPoint(const Grid& grid, const SweepFlags& flags, size_t point,
+                               int search_threads) {
+  const std::vector<Axis>& axes = grid.axes;
+  std::vector<std::string> values(axes.size());
+  size_t rest = point;
+  for (size_t i = axes.size(); i-- > 0;) {
+    values[i] = axes[i].values[rest % axes[i].values.size()];
+    rest /= axes[i].values.size();
+  }
+  PlanFlags f = grid.base;
+  std::string where;
+  // The node type before the node count, whatever the axis order.
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < axes.size(); ++i)
+      if ((axes[i].key == "node") == (pass == 0))
+        DOMINO_RETURN_IF_ERROR(ApplyToFlags(axes[i].key, values[i], &f));
+  for (size_t i = 0; i < axes.size(); ++i)
+    where += fmt::format("{}{}={}", i ? ", " : "", axes[i].key, values[i]);
+  // A micro-batch given to a plan file's sweep keeps one micro-batch per DP rank, as flags
+  // alone do (BuildPlan), rather than the file's global batch.
+  if (f.micro_batch > 0 && flags.plan.global_batch == 0 && !f.plan_path.empty())
+    if (Result<Plan> loose = BuildPlan(f, /*check_rules=*/false); loose.ok())
+      f.global_batch = DefaultGlobalBatch(f.micro_batch, loose->dp);
+  std::string csv;
+  Result<Plan> plan = BuildPlan(f);
+  if (!plan.ok()) {
+    // A point the rules exclude (tp not dividing the heads, say) is recorded, not fatal.
+    Result<Plan> loose = BuildPlan(f, /*check_rules=*/false);
+    if (!loose.ok()) return Error(where + ": " + plan.message());
+    for (const std::string& v : values) csv += Csv(v) + ",";
+    csv += fmt::format("infeasible,{},,,,,,,,,false\n", Csv(plan.message()));
+    return csv;
+  }
+  for (const auto& [key, value] : grid.fixed)
+    DOMINO_RETURN_IF_ERROR(ApplyToPlan(key, value, &*plan));
+  for (size_t i = 0; i < axes.size(); ++i)
+    DOMINO_RETURN_IF_ERROR(ApplyToPlan(axes[i].key, values[i], &*plan));
+  const double memory_gib = MemoryGib(*plan);
+  const double capacity_gib = plan->cluster.node.gpu.memory_gib();
+  const char* fits = memory_gib <= capacity_gib ? "true" : "false";
+  // Megatron's baseline, DeepSpeed-Domino (row split 2, inter-layer), and the best Domino
+  // slicing for the same degrees.
+  struct Row {
+    std::string strategy;
+    Plan plan;
+    PlanFigures figures;
+  };
+  std::vector<Row> rows;
+  Simulator simulator;
+  Plan baseline = *plan;
+  baseline.row_split = baseline.col_split = 1;
+  baseline.scope = OverlapScope::kNone;
+  Result<PlanFigures> b = simulator.Evaluate(baseline);
+  if (!b.ok()) return Error(where + ": " + b.message());
+  rows.push_back({"baseline", baseline, *b});
+  Plan domino = baseline;
+  domino.row_split = 2;
+  domino.scope = OverlapScope::kInterLayer;
+  if (!CheckPlanRules(domino)) {
+    Result<PlanFigures> d = simulator.Evaluate(domino);
+    if (!d.ok()) return Error(where + ": " + d.message());
+    rows.push_back({"deepspeed-domino", domino, *d});
+  }
+  SearchSpace space;
+  space.tp = plan->tp, space.cp = plan->cp, space.pp = plan->pp, space.dp = plan->dp;
+  space.virtual_stages = plan->virtual_stages, space.micro_batch = plan->micro_batch;
+  space.sequence_parallel = plan->sequence_parallel;
+  space.distributed_optimizer = plan->distributed_optimizer;
+  space.fsdp = plan->fsdp;
+  space.recompute = plan->recompute;
+  space.threads = search_threads;
+  Result<SearchResult> best = SearchPlans(*plan, space, simulator);
+  if (best.ok() && !best->ranked.empty())
+    rows.push_back({"best", best->ranked.front().plan, best->ranked.front().figures});
+  for (const Row& r : rows) {
+    const PlanFigures& x = r.figures;
+    for (const std::string& v : values) csv += Csv(v) + ",";
+    csv += fmt::format("{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.1f},{:.4f},{:.4f},{:.2f},{}\n",
+                       r.strategy, Csv(DescribeCandidate(r.plan)), x.iteration_ms, x.ideal_ms,
+                       x.exposed_comm_ms, x.exposed_comm_ms / x.iteration_ms, x.tokens_per_s, x.mfu,
+                       b->iteration_ms / x.iteration_ms, memory_gib, fits);
+  }
+  // The ideal: the baseline with TP communication free.
+  for (const std::string& v : values) csv += Csv(v) + ",";
+  csv += fmt::format("ideal,{},{:.4f},{:.4f},0,0,{:.1f},{:.4f},{:.4f},{:.2f},{}\n",
+                     Csv(DescribeCandidate(baseline)), b->ideal_ms, b->ideal_ms,
+                     b->tokens_per_s * b->iteration_ms / b->ideal_ms,
+                     b->mfu * b->iteration_ms / b->ideal_ms, b->iteration_ms / b->ideal_ms,
+                     memory_gib, fits);
+  return csv;
+}
+
+// The grid of --study or --vary, with the fixed keys applied to the base flags.
+Grid ReadGrid(const SweepFlags& flags) {
+  Grid grid;
   if (!flags.study_path.empty()) {
     if (!flags.vary.empty()) Fail("sweep", "give --study or --vary, not both");
     Result<Study> study = LoadStudy(flags.study_path);
     if (!study.ok()) Fail("sweep", study.message());
-    axes = study->axes;
-    fixed = study->fixed;
+    grid.axes = study->axes;
+    grid.fixed = study->fixed;
   } else {
     if (flags.vary.empty() || flags.vary.size() > 2)
       Fail("sweep",
@@ -152,136 +260,81 @@ void Run(const SweepFlags& flags) {
     for (const std::string& v : flags.vary) {
       Result<Axis> axis = ParseAxis(v);
       if (!axis.ok()) Fail("sweep", axis.message());
-      axes.push_back(*axis);
+      grid.axes.push_back(*axis);
     }
   }
+  const std::vector<Axis>& axes = grid.axes;
   for (size_t i = 0; i < axes.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (axes[i].key == axes[j].key) Fail("sweep", fmt::format("{} is varied twice", axes[i].key));
   CheckOk("sweep", CheckOutputPath(flags.out_path, flags.force));
   CheckOk("sweep",
           CheckNotAnInput(flags.out_path, std::array{flags.study_path, flags.plan.plan_path}));
-  PlanFlags base = flags.plan;
+  grid.base = flags.plan;
   // Node counts and types vary the plan file's cluster when no --cluster replaces it.
-  if (base.cluster.empty() && !base.plan_path.empty()) {
-    Result<Plan> from = LoadPlan(base.plan_path);
+  if (grid.base.cluster.empty() && !grid.base.plan_path.empty()) {
+    Result<Plan> from = LoadPlan(grid.base.plan_path);
     if (!from.ok()) Fail("sweep", from.message());
-    base.cluster = from->cluster_ref;
+    grid.base.cluster = from->cluster_ref;
   }
   // Otherwise the built-in plan's cluster (every other default is BuildPlan's, as for simulate).
-  if (base.cluster.empty()) base.cluster = Plan().cluster_ref;
+  if (grid.base.cluster.empty()) grid.base.cluster = Plan().cluster_ref;
 
   // The node type first: a node count applies to it.
-  std::stable_sort(fixed.begin(), fixed.end(), [](const auto& a, const auto& b) {
+  std::stable_sort(grid.fixed.begin(), grid.fixed.end(), [](const auto& a, const auto& b) {
     return a.first == "node" && b.first != "node";
   });
-  for (const auto& [key, value] : fixed) CheckOk("sweep", ApplyToFlags(key, value, &base));
+  for (const auto& [key, value] : grid.fixed)
+    CheckOk("sweep", ApplyToFlags(key, value, &grid.base));
+  Result<size_t> points = CountSweepPoints(axes);
+  if (!points.ok()) Fail("sweep", points.message());
+  grid.points = *points;
+  return grid;
+}
+
+void Run(const SweepFlags& flags) {
+  const Grid grid = ReadGrid(flags);
+  const size_t total = grid.points;
   std::string csv;
-  for (const Axis& a : axes) csv += a.key + ",";
+  for (const Axis& a : grid.axes) csv += a.key + ",";
   csv +=
       "strategy,plan,iteration_ms,ideal_ms,exposed_comm_ms,comm_share,tokens_per_s,mfu,"
       "speedup_vs_baseline,memory_gib,fits\n";
-  Result<size_t> points = CountSweepPoints(axes);
-  if (!points.ok()) Fail("sweep", points.message());
-  const size_t total = *points;
-  Simulator simulator;
+  // The points on --jobs threads; a sweep of fewer points than threads gives each point's search
+  // the rest. A point is skipped once a stop (signal, --timeout) came or an earlier point failed,
+  // so the finished points are a prefix of the grid, as one by one, and the failure reported is
+  // the first in the grid's order.
+  const int threads = JobsThreads(flags.jobs);
+  const int search_threads = std::max(1, threads / static_cast<int>(std::min<size_t>(total, 64)));
   const auto start = std::chrono::steady_clock::now();
-  size_t points_done = 0;
+  auto timed_out = [&] {
+    return flags.timeout_s > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+               flags.timeout_s;
+  };
+  std::vector<std::optional<Result<std::string>>> done(total);
+  std::atomic<size_t> first_failure{total};
+  std::atomic<int64_t> finished{0};
+  std::mutex progress_mutex;
   CatchStopSignals();
   std::optional<Progress> progress(std::in_place, "sweep", "points", static_cast<int64_t>(total));
-  for (size_t point = 0; point < total; ++point) {
-    progress->Update(static_cast<int64_t>(point));
-    if (StopSignal() != 0) break;
-    if (flags.timeout_s > 0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
-            flags.timeout_s)
-      break;
-    ++points_done;
-    std::vector<std::string> values(axes.size());
-    size_t rest = point;
-    for (size_t i = axes.size(); i-- > 0;) {
-      values[i] = axes[i].values[rest % axes[i].values.size()];
-      rest /= axes[i].values.size();
-    }
-    PlanFlags f = base;
-    std::string where;
-    // The node type before the node count, whatever the axis order.
-    for (int pass = 0; pass < 2; ++pass)
-      for (size_t i = 0; i < axes.size(); ++i)
-        if ((axes[i].key == "node") == (pass == 0))
-          CheckOk("sweep", ApplyToFlags(axes[i].key, values[i], &f));
-    for (size_t i = 0; i < axes.size(); ++i)
-      where += fmt::format("{}{}={}", i ? ", " : "", axes[i].key, values[i]);
-    // A micro-batch given to a plan file's sweep keeps one micro-batch per DP rank, as flags
-    // alone do (BuildPlan), rather than the file's global batch.
-    if (f.micro_batch > 0 && flags.plan.global_batch == 0 && !f.plan_path.empty())
-      if (Result<Plan> loose = BuildPlan(f, /*check_rules=*/false); loose.ok())
-        f.global_batch = DefaultGlobalBatch(f.micro_batch, loose->dp);
-    Result<Plan> plan = BuildPlan(f);
-    if (!plan.ok()) {
-      // A point the rules exclude (tp not dividing the heads, say) is recorded, not fatal.
-      Result<Plan> loose = BuildPlan(f, /*check_rules=*/false);
-      if (!loose.ok()) Fail("sweep", where + ": " + plan.message());
-      for (const std::string& v : values) csv += Csv(v) + ",";
-      csv += fmt::format("infeasible,{},,,,,,,,,false\n", Csv(plan.message()));
-      continue;
-    }
-    for (const auto& [key, value] : fixed) CheckOk("sweep", ApplyToPlan(key, value, &*plan));
-    for (size_t i = 0; i < axes.size(); ++i)
-      CheckOk("sweep", ApplyToPlan(axes[i].key, values[i], &*plan));
-    const double memory_gib = MemoryGib(*plan);
-    const double capacity_gib = plan->cluster.node.gpu.memory_gib();
-    const char* fits = memory_gib <= capacity_gib ? "true" : "false";
-    // Megatron's baseline, DeepSpeed-Domino (row split 2, inter-layer), and the best Domino
-    // slicing for the same degrees.
-    struct Row {
-      std::string strategy;
-      Plan plan;
-      PlanFigures figures;
-    };
-    std::vector<Row> rows;
-    Plan baseline = *plan;
-    baseline.row_split = baseline.col_split = 1;
-    baseline.scope = OverlapScope::kNone;
-    Result<PlanFigures> b = simulator.Evaluate(baseline);
-    if (!b.ok()) Fail("sweep", where + ": " + b.message());
-    rows.push_back({"baseline", baseline, *b});
-    Plan domino = baseline;
-    domino.row_split = 2;
-    domino.scope = OverlapScope::kInterLayer;
-    if (!CheckPlanRules(domino)) {
-      Result<PlanFigures> d = simulator.Evaluate(domino);
-      if (!d.ok()) Fail("sweep", where + ": " + d.message());
-      rows.push_back({"deepspeed-domino", domino, *d});
-    }
-    SearchSpace space;
-    space.tp = plan->tp, space.cp = plan->cp, space.pp = plan->pp, space.dp = plan->dp;
-    space.virtual_stages = plan->virtual_stages, space.micro_batch = plan->micro_batch;
-    space.sequence_parallel = plan->sequence_parallel;
-    space.distributed_optimizer = plan->distributed_optimizer;
-    space.fsdp = plan->fsdp;
-    space.recompute = plan->recompute;
-    Result<SearchResult> best = SearchPlans(*plan, space, simulator);
-    if (best.ok() && !best->ranked.empty())
-      rows.push_back({"best", best->ranked.front().plan, best->ranked.front().figures});
-    for (const Row& r : rows) {
-      const PlanFigures& x = r.figures;
-      for (const std::string& v : values) csv += Csv(v) + ",";
-      csv += fmt::format("{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.1f},{:.4f},{:.4f},{:.2f},{}\n",
-                         r.strategy, Csv(DescribeCandidate(r.plan)), x.iteration_ms, x.ideal_ms,
-                         x.exposed_comm_ms, x.exposed_comm_ms / x.iteration_ms, x.tokens_per_s,
-                         x.mfu, b->iteration_ms / x.iteration_ms, memory_gib, fits);
-    }
-    // The ideal: the baseline with TP communication free.
-    for (const std::string& v : values) csv += Csv(v) + ",";
-    csv += fmt::format("ideal,{},{:.4f},{:.4f},0,0,{:.1f},{:.4f},{:.4f},{:.2f},{}\n",
-                       Csv(DescribeCandidate(baseline)), b->ideal_ms, b->ideal_ms,
-                       b->tokens_per_s * b->iteration_ms / b->ideal_ms,
-                       b->mfu * b->iteration_ms / b->ideal_ms, b->iteration_ms / b->ideal_ms,
-                       memory_gib, fits);
-  }
+  ParallelFor(total, threads, [&](size_t point) {
+    if (StopSignal() != 0 || timed_out() || point > first_failure) return;
+    Result<std::string> rows = SweepPoint(grid, flags, point, search_threads);
+    if (!rows.ok())
+      for (size_t seen = first_failure; point < seen;)
+        if (first_failure.compare_exchange_weak(seen, point)) break;
+    done[point].emplace(std::move(rows));
+    const std::lock_guard<std::mutex> lock(progress_mutex);
+    progress->Update(++finished);
+  });
   progress.reset();
-  // A signal only sets a flag: the point under way finishes, and the CSV keeps every finished one.
+  size_t points_done = 0;
+  for (; points_done < total && done[points_done]; ++points_done) {
+    if (!done[points_done]->ok()) Fail("sweep", done[points_done]->message());
+    csv += **done[points_done];
+  }
+  // A signal only sets a flag: the points under way finish, and the CSV keeps every finished one.
   if (const int signal = StopSignal(); signal != 0) {
     CheckOk("sweep", WriteFileAtomically(flags.out_path, csv, flags.force));
     Fail("sweep",
@@ -316,6 +369,7 @@ void SetupSweep(CLI::App* sub) {
          "--timeout", flags->timeout_s,
          "stop after this many seconds and write the points done so far (default: no limit)")
       ->check(PositiveFinite());
+  AddJobsOption(sub, &flags->jobs, "threads that run the grid's points, each with its search");
   sub->callback([flags] { Run(*flags); });
 }
 

@@ -58,6 +58,18 @@ grep -q "stopped at --timeout" "$tmp/p.txt" || fail "sweep did not say it stoppe
 head -1 "$tmp/s.csv" | grep -q "^nodes,network_GBps,strategy,plan,iteration_ms" || fail "CSV header"
 rows=$(($(wc -l <"$tmp/s.csv") - 1))
 ((rows == 16)) || fail "expected 4 points x 4 strategies, got $rows rows"
+# On more threads the points give the same CSV, and of two bad points the first is reported.
+"$domino" sweep --model gpt3-2.7b --cluster dgx-h100:1 --seq-len 1024 --micro-batch 8 \
+  --vary nodes=1,2 --vary network_GBps=25,50 --jobs 3 --out "$tmp/s3.csv" >/dev/null ||
+  fail "sweep --jobs 3 failed"
+cmp -s "$tmp/s.csv" "$tmp/s3.csv" || fail "sweep --jobs 3 wrote another CSV"
+for jobs in 1 4; do
+  "$domino" sweep --vary model=gpt3-2.7b,nosuch1,nosuch2 --vary nodes=1,2 --jobs $jobs \
+    --out "$tmp/bad.csv" >/dev/null 2>"$tmp/err.txt" && fail "a sweep of unknown models passed"
+  grep -q "^domino sweep: model=nosuch1, nodes=1: unknown model 'nosuch1'" "$tmp/err.txt" ||
+    fail "--jobs $jobs: not the first bad point: $(cat "$tmp/err.txt")"
+  [[ ! -e "$tmp/bad.csv" ]] || fail "a failed sweep wrote its CSV"
+done
 "$domino" sweep --vary bandwidth=1 --out "$tmp/x.csv" >/dev/null 2>"$tmp/err.txt" && fail "bad key"
 grep -q "unknown key 'bandwidth'" "$tmp/err.txt" || fail "bad key not named"
 [[ ! -e "$tmp/x.csv" ]] || fail "a failed sweep wrote its CSV"
