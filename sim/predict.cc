@@ -175,6 +175,14 @@ OpCost PassCost(double duration_us, double gemm_us, int sms, double stall_share 
 
 bool IsDpSide(const Op& op) { return op.group == Group::kDp || op.group == Group::kEmbedding; }
 
+// Whether `op` of the iteration is a pass of stage 0 that stands for its whole pass schedule: a
+// pass cut in pieces counts once, at its layer 0; a combined pass once, at its forward.
+bool CountsPassOnce(const Op& op, const Iteration& it) {
+  if (op.kind != OpKind::kPass || op.stage != 0 || op.layer_begin > 0) return false;
+  const PassSpec& spec = it.passes[op.pass];
+  return !(spec.forward && spec.backward && op.func == OpFunc::kBackwardPass);
+}
+
 }  // namespace
 
 std::string_view OpClassName(OpClass op_class) {
@@ -473,7 +481,7 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
                                   const LoweredIteration& lowered, LoweredPasses& lowered_passes,
                                   const CostModel& model, RealRun run) {
   const Iteration& it = lowered.iteration;
-  const int pp = plan.pp, v = plan.virtual_stages, m = plan.micro_batches();
+  const int pp = plan.pp;
   const int sms = model.device().sms;
   const DeviceResources device = model.device();
 
@@ -591,6 +599,24 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   b.compute_ms = iteration_us * kUsToMs - b.exposed_tp_ms - b.bubble_ms - b.exposed_pp_ms -
                  b.optimizer_ms - b.exposed_dp_ms;
 
+  // Stage 0's busy time by op class: each of its passes' ops (contended within the pass), every
+  // chunk's own, as the passes ran. (Before the representative pass takes its schedule.)
+  if (breakdown) {
+    std::vector<std::array<double, kOpClassCount>> pass_busy(it.passes.size());
+    for (size_t k = 0; k < it.passes.size(); ++k) {
+      const Schedule& schedule = *lowered_passes.schedules[k];
+      for (size_t j = 0; j < schedule.size(); ++j) {
+        const OpTime& t = passes[k].real.ops[j];
+        pass_busy[k][static_cast<int>(ClassOf(schedule.ops()[j]))] += t.end_us - t.start_us;
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const Op& op = s.ops()[i];
+      if (!CountsPassOnce(op, it)) continue;
+      for (int c = 0; c < kOpClassCount; ++c) p.busy_ms[c] += pass_busy[op.pass][c] * kUsToMs;
+    }
+  }
+
   // The representative micro-batch: stage 0's first chunk, forward and backward together.
   if (breakdown) {
     const ChunkShape& chunk = it.virtual_stages[0];
@@ -613,22 +639,12 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
       p.ideal_timeline =
           Simulate(p.schedule, CostModel(plan, ideal_options).CostAll(p.schedule), device);
     }
-    const double per_iteration = static_cast<double>(m) * v;
-    for (size_t i = 0; i < p.schedule.size(); ++i) {
-      const OpTime& t = p.timeline.ops[i];
-      p.busy_ms[static_cast<int>(ClassOf(p.schedule.ops()[i]))] +=
-          (t.end_us - t.start_us) * kUsToMs * per_iteration;
-    }
   }
   // TP collectives of stage 0: each of its passes' (whole, uncontended), once per micro-batch.
   double tp_comm_us = 0;
   for (size_t i = 0; i < n; ++i) {
     const Op& op = s.ops()[i];
-    // A pass cut in pieces counts once, at its layer 0; a combined pass once, at its forward.
-    if (op.kind != OpKind::kPass || op.stage != 0 || op.layer_begin > 0) continue;
-    const PassSpec& spec = it.passes[op.pass];
-    if (spec.forward && spec.backward && op.func == OpFunc::kBackwardPass) continue;
-    tp_comm_us += passes[op.pass].tp_comm_us;
+    if (CountsPassOnce(op, it)) tp_comm_us += passes[op.pass].tp_comm_us;
   }
   p.tp_comm_ms = tp_comm_us * kUsToMs;
   p.gemm_duty = run.gemm_duty;

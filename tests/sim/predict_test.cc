@@ -366,6 +366,28 @@ TEST(PredictIterationTest, InterleavingShrinksTheBubble) {
   EXPECT_LT(inter.breakdown.bubble_ms, plain.breakdown.bubble_ms);
 }
 
+TEST(PredictIterationTest, BusyTimeCountsEveryChunkOfTheFirstStage) {
+  // 6 layers on pp 2: split evenly, stage 0 runs 3 layers behind the embedding in one chunk;
+  // split counting the ends in vp 2, chunks of 1 and 2 layers, the embedding in front of the
+  // first. The same GEMMs and attention at the same clock (the power limit off), so the same time.
+  Plan even = ThreeD(2, 1);
+  Plan ends = ThreeD(2, 1, 2);
+  ends.pipeline_split = PipelineSplit::kEnds;
+  for (Plan* plan : {&even, &ends}) {
+    plan->model.layers = 6;
+    plan->cluster.node.gpu.power_duty_knee = 1;
+    ASSERT_FALSE(CheckPlanRules(*plan).has_value());
+  }
+  const Prediction a = PredictOk(even);
+  const Prediction b = PredictOk(ends);
+  for (OpClass c : {OpClass::kGemm, OpClass::kAttention}) {
+    SCOPED_TRACE(OpClassName(c));
+    const double busy = a.busy_ms[static_cast<int>(c)];
+    EXPECT_GT(busy, 0);
+    EXPECT_NEAR(b.busy_ms[static_cast<int>(c)], busy, 1e-9 * busy);
+  }
+}
+
 TEST(PredictIterationTest, DataParallelReductionAndOptimizer) {
   Prediction alone = PredictOk(ThreeD(1, 1));
   Prediction dp = PredictOk(ThreeD(1, 4));
