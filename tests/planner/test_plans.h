@@ -61,6 +61,19 @@ inline Plan MakePlan(const PlanKnobs& k) {
   return plan;
 }
 
+// gpt3-2.7b (32 layers) on `stages` x `dp` GPUs of one node, tp 1, `m` micro-batches of 1.
+inline Plan PipelinePlan(int stages, int chunks, int m, int dp = 1) {
+  PlanKnobs k;
+  k.tp = 1;
+  k.pp = stages;
+  k.dp = dp;
+  k.virtual_stages = chunks;
+  k.cluster = "dgx-h100:1:" + std::to_string(stages * dp);
+  k.micro_batch = 1;
+  k.global_batch = m * dp;
+  return MakePlan(k);
+}
+
 // The schedule of MakePlan(knobs); fails the test (and returns an empty schedule) when lowering
 // does.
 inline Schedule LowerOk(const PlanKnobs& knobs) {
