@@ -98,6 +98,7 @@ Status ApplyToFlags(const std::string& key, const std::string& value, PlanFlags*
   };
   if (key == "model") f->model = value;
   if (key == "stack") f->stack = value;
+  if (key == "precision") f->precision = value;
   if (key == "seq_len") return positive_int(&f->seq_len);
   if (key == "micro_batch") return positive_int(&f->micro_batch);
   if (key == "nodes" || key == "node") {
@@ -256,7 +257,7 @@ Grid ReadGrid(const SweepFlags& flags) {
     if (flags.vary.empty() || flags.vary.size() > 2)
       Fail("sweep",
            "give one or two --vary KEY=V1,V2,... (keys: network_GBps, nvlink_GBps, "
-           "nodes, node, seq_len, micro_batch, model, stack), or --study S.yaml");
+           "nodes, node, seq_len, micro_batch, model, stack, precision), or --study S.yaml");
     for (const std::string& v : flags.vary) {
       Result<Axis> axis = ParseAxis(v);
       if (!axis.ok()) Fail("sweep", axis.message());
@@ -360,7 +361,7 @@ void SetupSweep(CLI::App* sub) {
   sub->add_option(
       "--vary", flags->vary,
       "KEY=V1,V2,... (once or twice): network_GBps, nvlink_GBps (per direction), nodes, "
-      "node (node type), seq_len, micro_batch, model, stack (software stack)");
+      "node (node type), seq_len, micro_batch, model, stack (software stack), precision");
   sub->add_option("--out", flags->out_path, "CSV to write (required)")
       ->required()
       ->check(NonEmpty());

@@ -8,10 +8,10 @@
 namespace domino::cli {
 namespace {
 
-constexpr const char* kKeys[] = {"network_GBps", "nvlink_GBps", "nodes", "node",
-                                 "seq_len",      "micro_batch", "model", "stack"};
+constexpr const char* kKeys[] = {"network_GBps", "nvlink_GBps", "nodes", "node",     "seq_len",
+                                 "micro_batch",  "model",       "stack", "precision"};
 constexpr const char* kKeyList =
-    "network_GBps, nvlink_GBps, nodes, node, seq_len, micro_batch, model, stack";
+    "network_GBps, nvlink_GBps, nodes, node, seq_len, micro_batch, model, stack, precision";
 
 }  // namespace
 

@@ -12,7 +12,8 @@
 namespace domino::cli {
 
 // What `domino sweep` varies: one key (network_GBps, nvlink_GBps, nodes, node, seq_len,
-// micro_batch, model, stack) and its values, as given (each checked when applied to a point).
+// micro_batch, model, stack, precision) and its values, as given (each checked when applied to a
+// point).
 struct Axis {
   std::string key;
   std::vector<std::string> values;

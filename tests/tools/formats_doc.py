@@ -183,8 +183,12 @@ def sweep_csv_keys():
     header = re.search(r'"(strategy,[^"]*)"\s*\n?\s*"([^"]*)\\n"', text)
     keys = set((header.group(1) + header.group(2)).split(","))
     keys |= set(table_names("tools/sweep_study.cc", "kKeys"))  # the axis columns
-    strategies = set(re.findall(r'rows\.push_back\(\{"([\w-]+)"', text))
-    strategies |= set(re.findall(r'csv \+= fmt::format\("(\w+),', text))
+    # A point's rows are SweepPoint's.
+    point = body("tools/cmd_sweep.cc", r"\nResult<std::string> SweepPoint\(")
+    strategies = set(re.findall(r'rows\.push_back\(\{"([\w-]+)"', point))
+    strategies |= set(re.findall(r'csv \+= fmt::format\("(\w+),', point))
+    if not strategies:
+        sys.exit("formats_doc: tools/cmd_sweep.cc: SweepPoint writes no strategy (update the test)")
     return keys, strategies
 
 

@@ -70,6 +70,19 @@ for jobs in 1 4; do
     fail "--jobs $jobs: not the first bad point: $(cat "$tmp/err.txt")"
   [[ ! -e "$tmp/bad.csv" ]] || fail "a failed sweep wrote its CSV"
 done
+# The precision is a key too: fp8's GEMMs shorten the ideal; an unknown type names the point.
+"$domino" sweep --model gpt3-2.7b --cluster dgx-h100:1 --seq-len 1024 --micro-batch 8 \
+  --vary precision=bf16,fp8 --out "$tmp/p.csv" >/dev/null || fail "sweep of precisions failed"
+python3 - "$tmp/p.csv" <<'PY' || fail "the fp8 point's ideal is not below bf16's"
+import csv, sys
+ideal = {r["precision"]: float(r["ideal_ms"]) for r in csv.DictReader(open(sys.argv[1]))
+         if r["strategy"] == "ideal"}
+assert sorted(ideal) == ["bf16", "fp8"] and ideal["fp8"] < ideal["bf16"], ideal
+PY
+"$domino" sweep --vary precision=bf16,fp4 --out "$tmp/x.csv" >/dev/null 2>"$tmp/err.txt" &&
+  fail "precision fp4 accepted"
+grep -q "precision=fp4: --precision: unknown value 'fp4'" "$tmp/err.txt" ||
+  fail "precision fp4 not named: $(cat "$tmp/err.txt")"
 "$domino" sweep --vary bandwidth=1 --out "$tmp/x.csv" >/dev/null 2>"$tmp/err.txt" && fail "bad key"
 grep -q "unknown key 'bandwidth'" "$tmp/err.txt" || fail "bad key not named"
 [[ ! -e "$tmp/x.csv" ]] || fail "a failed sweep wrote its CSV"
