@@ -539,10 +539,16 @@ std::vector<GemmGapGroup> GemmGapByGroup(std::span<const RowResult> results) {
       g = groups.end() - 1;
     }
     ++g->rows;
+    g->mean_error += r.error;  // sums until the groups are complete
+    g->mean_abs_error += std::abs(r.error);
     g->min_share = std::min(g->min_share, r.gemm_share);
     g->max_share = std::max(g->max_share, r.gemm_share);
     g->min_factor = std::min(g->min_factor, factor);
     g->max_factor = std::max(g->max_factor, factor);
+  }
+  for (GemmGapGroup& g : groups) {
+    g.mean_error /= g.rows;
+    g.mean_abs_error /= g.rows;
   }
   return groups;
 }

@@ -145,13 +145,14 @@ MemoryFit MemoryFitOf(std::span<const RowResult> results);
 double GemmFactorToClose(const RowResult& result);
 
 // End-to-end rows grouped by where they come from (the id's first word, "dgxc", "mlm21", ...)
-// and precision, with the range of GemmFactorToClose over each group.
+// and precision, with the range of GemmFactorToClose over each group and its rows' mean error.
 struct GemmGapGroup {
   std::string source;  // the ids' first word
   std::string precision;
   int rows = 0;
   double min_share = 0, max_share = 0;
   double min_factor = 0, max_factor = 0;
+  double mean_error = 0, mean_abs_error = 0;  // the rows' RowResult::error, signed and not
 };
 std::vector<GemmGapGroup> GemmGapByGroup(std::span<const RowResult> results);
 

@@ -203,6 +203,8 @@ Json ValidationJson(const sim::ValidationTable& table, const ValidateFlags& flag
     gap.push_back({{"source", g.source},
                    {"precision", g.precision},
                    {"rows", g.rows},
+                   {"mean_error", g.mean_error},
+                   {"mean_abs_error", g.mean_abs_error},
                    {"gemm_share", {g.min_share, g.max_share}},
                    {"gemm_factor_to_close", {g.min_factor, g.max_factor}}});
   document["gemm_gap"] = std::move(gap);
@@ -438,10 +440,12 @@ void Run(const ValidateFlags& flags) {
         << ".\n";
     const std::vector<sim::GemmGapGroup> gap = sim::GemmGapByGroup(results);
     if (!gap.empty()) {
-      out << "\n| rows (id's first word) | precision | rows | GEMM share of the iteration | "
-             "GEMM time factor that closes the gap |\n| --- | --- | ---: | --- | --- |\n";
+      out << "\n| rows (id's first word) | precision | rows | mean error | mean abs error | "
+             "GEMM share of the iteration | GEMM time factor that closes the gap |\n"
+             "| --- | --- | ---: | ---: | ---: | --- | --- |\n";
       for (const sim::GemmGapGroup& g : gap)
-        out << fmt::format("| {} | {} | {} | {} | {} |\n", g.source, g.precision, g.rows,
+        out << fmt::format("| {} | {} | {} | {:+.1f}% | {:.1f}% | {} | {} |\n", g.source,
+                           g.precision, g.rows, 100 * g.mean_error, 100 * g.mean_abs_error,
                            Range(100 * g.min_share, 100 * g.max_share, "{:.0f}", "%"),
                            Range(g.min_factor, g.max_factor, "{:.2f}", "x"));
     }
@@ -485,10 +489,12 @@ void Run(const ValidateFlags& flags) {
       // The end-to-end error as GEMM time: one factor across a source's rows points at compute
       // throughput, a scatter at something else.
       out << "\n";
-      Table groups({"end-to-end rows", "precision", "rows", "GEMM share",
-                    "GEMM time factor that closes the gap"});
+      Table groups({"end-to-end rows", "precision", "rows", "mean error", "mean |error|",
+                    "GEMM share", "GEMM time factor that closes the gap"});
       for (const sim::GemmGapGroup& g : gap)
         groups.AddRow({g.source, g.precision, std::to_string(g.rows),
+                       fmt::format("{:+.1f}%", 100 * g.mean_error),
+                       fmt::format("{:.1f}%", 100 * g.mean_abs_error),
                        Range(100 * g.min_share, 100 * g.max_share, "{:.0f}", "%"),
                        Range(g.min_factor, g.max_factor, "{:.2f}", "x")});
       groups.Print(out);

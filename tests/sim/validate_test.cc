@@ -139,8 +139,10 @@ TEST(ValidateTest, GroupsTheGapAsGemmTime) {
   c.plan->precision = Dtype::kFp8;
   gemm.id = "src-gemm", gemm.category = ValidationCategory::kGemm, gemm.measured = 500;
   // a: 8 s predicted, half GEMMs: 1 + 2 / 4 = 1.5x; b: 9 s, 0.9 GEMMs: 1 + 1 / 8.1; c: exact.
-  const std::vector<RowResult> results = {
-      {&a, 8, 0, "", 0.5}, {&b, 9, 0, "", 0.9}, {&c, 10, 0, "", 0.6}, {&gemm, 400, 0, "", 0}};
+  const std::vector<RowResult> results = {{&a, 8, -0.2, "", 0.5},
+                                          {&b, 9, -0.1, "", 0.9},
+                                          {&c, 10, 0, "", 0.6},
+                                          {&gemm, 400, -0.2, "", 0}};
   EXPECT_DOUBLE_EQ(GemmFactorToClose(results[0]), 1.5);
   // 30 s predicted for 10 measured, a third GEMMs: the other 20 s alone exceed it, and no factor
   // on the GEMMs closes the gap (1 - 20 / 10 would be negative): 0.
@@ -155,9 +157,12 @@ TEST(ValidateTest, GroupsTheGapAsGemmTime) {
   EXPECT_DOUBLE_EQ(groups[0].max_share, 0.9);
   EXPECT_DOUBLE_EQ(groups[0].min_factor, 1 + 1 / 8.1);
   EXPECT_DOUBLE_EQ(groups[0].max_factor, 1.5);
+  EXPECT_DOUBLE_EQ(groups[0].mean_error, -0.15);
+  EXPECT_DOUBLE_EQ(groups[0].mean_abs_error, 0.15);
   EXPECT_EQ(groups[1].source, "other");
   EXPECT_EQ(groups[1].precision, "fp8");
   EXPECT_DOUBLE_EQ(groups[1].min_factor, 1);
+  EXPECT_EQ(groups[1].mean_error, 0);
 }
 
 // A 16-bit row and its fp8 twin (same source, same plan but the precision) pair up; a row of

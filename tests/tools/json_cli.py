@@ -258,12 +258,18 @@ def test_validate():
           fit["fullest_gib"] == fullest["memory_gib"], f"memory_fit {fit}")
     grouped = 0
     for g in doc["gemm_gap"]:
-        typed(g, {"source": str, "precision": str, "rows": int, "gemm_share": list,
-                  "gemm_factor_to_close": list}, "gemm_gap")
-        factors = [r["gemm_factor_to_close"] for r in doc["rows"]
+        typed(g, {"source": str, "precision": str, "rows": int, "mean_error": NUMBER,
+                  "mean_abs_error": NUMBER, "gemm_share": list, "gemm_factor_to_close": list},
+              "gemm_gap")
+        members = [r for r in doc["rows"]
                    if r["category"] == "end-to-end" and r["id"].split("-")[0] == g["source"]
                    and f" {g['precision']} " in r["configuration"]]
+        factors = [r["gemm_factor_to_close"] for r in members]
         check(len(factors) == g["rows"], f"gemm_gap {g['source']} {g['precision']}: rows")
+        errors = [r["error"] for r in members]
+        check(abs(g["mean_error"] - sum(errors) / len(errors)) < 1e-12 and
+              abs(g["mean_abs_error"] - sum(map(abs, errors)) / len(errors)) < 1e-12,
+              f"gemm_gap {g['source']} {g['precision']}: mean errors")
         check(g["gemm_factor_to_close"] == [min(factors), max(factors)],
               f"gemm_gap {g['source']} {g['precision']}: range")
         grouped += g["rows"]
