@@ -347,8 +347,11 @@ void Run(const SweepFlags& flags) {
   if (points_done < total)
     std::cout << fmt::format("stopped at --timeout {:g} s after {} of {} points; ", flags.timeout_s,
                              points_done, total);
-  std::cout << fmt::format("wrote {} ({} points); plot it with tools/plot {}\n", flags.out_path,
-                           points_done, flags.out_path);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << fmt::format(
+      "wrote {} ({} points in {:.2f} s on {} thread{}); plot it with tools/plot {}\n",
+      flags.out_path, points_done, seconds, threads, threads > 1 ? "s" : "", flags.out_path);
 }
 
 }  // namespace

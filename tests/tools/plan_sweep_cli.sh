@@ -60,8 +60,10 @@ rows=$(($(wc -l <"$tmp/s.csv") - 1))
 ((rows == 16)) || fail "expected 4 points x 4 strategies, got $rows rows"
 # On more threads the points give the same CSV, and of two bad points the first is reported.
 "$domino" sweep --model gpt3-2.7b --cluster dgx-h100:1 --seq-len 1024 --micro-batch 8 \
-  --vary nodes=1,2 --vary network_GBps=25,50 --jobs 3 --out "$tmp/s3.csv" >/dev/null ||
+  --vary nodes=1,2 --vary network_GBps=25,50 --jobs 3 --out "$tmp/s3.csv" >"$tmp/s3.txt" ||
   fail "sweep --jobs 3 failed"
+grep -Eq "^wrote .*s3.csv \(4 points in [0-9]+\.[0-9]{2} s on 3 threads\)" "$tmp/s3.txt" ||
+  fail "sweep's summary: $(cat "$tmp/s3.txt")"
 cmp -s "$tmp/s.csv" "$tmp/s3.csv" || fail "sweep --jobs 3 wrote another CSV"
 for jobs in 1 4; do
   "$domino" sweep --vary model=gpt3-2.7b,nosuch1,nosuch2 --vary nodes=1,2 --jobs $jobs \
