@@ -152,8 +152,7 @@ struct Grid {
 // The CSV rows of one point: the baseline, DeepSpeed-Domino, the best slicing and the ideal for
 // its degrees, or an `infeasible` row when the plan rules exclude the point. An error is fatal to
 // the sweep. Depends on `point` alone, so the points may run on any threads in any order.
-Result<std::string> SweepPoint(const Grid& grid, const SweepFlags& flags, size_t point,
-                               int search_threads) {
+Result<std::string> SweepPoint(const Grid& grid, const SweepFlags& flags, size_t point) {
   const std::vector<Axis>& axes = grid.axes;
   std::vector<std::string> values(axes.size());
   size_t rest = point;
@@ -222,7 +221,6 @@ Result<std::string> SweepPoint(const Grid& grid, const SweepFlags& flags, size_t
   space.distributed_optimizer = plan->distributed_optimizer;
   space.fsdp = plan->fsdp;
   space.recompute = plan->recompute;
-  space.threads = search_threads;
   Result<SearchResult> best = SearchPlans(*plan, space, simulator);
   if (best.ok() && !best->ranked.empty())
     rows.push_back({"best", best->ranked.front().plan, best->ranked.front().figures});
@@ -301,12 +299,11 @@ void Run(const SweepFlags& flags) {
   csv +=
       "strategy,plan,iteration_ms,ideal_ms,exposed_comm_ms,comm_share,tokens_per_s,mfu,"
       "speedup_vs_baseline,memory_gib,fits\n";
-  // The points on --jobs threads; a sweep of fewer points than threads gives each point's search
-  // the rest. A point is skipped once a stop (signal, --timeout) came or an earlier point failed,
-  // so the finished points are a prefix of the grid, as one by one, and the failure reported is
-  // the first in the grid's order.
+  // The points on --jobs threads (a point's search, which prices every slicing without bounds,
+  // runs on its point's). A point is skipped once a stop (signal, --timeout) came or an earlier
+  // point failed, so the finished points are a prefix of the grid, as one by one, and the failure
+  // reported is the first in the grid's order.
   const int threads = JobsThreads(flags.jobs);
-  const int search_threads = std::max(1, threads / static_cast<int>(std::min<size_t>(total, 64)));
   const auto start = std::chrono::steady_clock::now();
   auto timed_out = [&] {
     return flags.timeout_s > 0 &&
@@ -321,7 +318,7 @@ void Run(const SweepFlags& flags) {
   std::optional<Progress> progress(std::in_place, "sweep", "points", static_cast<int64_t>(total));
   ParallelFor(total, threads, [&](size_t point) {
     if (StopSignal() != 0 || timed_out() || point > first_failure) return;
-    Result<std::string> rows = SweepPoint(grid, flags, point, search_threads);
+    Result<std::string> rows = SweepPoint(grid, flags, point);
     if (!rows.ok())
       for (size_t seen = first_failure; point < seen;)
         if (first_failure.compare_exchange_weak(seen, point)) break;
@@ -349,9 +346,10 @@ void Run(const SweepFlags& flags) {
                              points_done, total);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const size_t used = std::min<size_t>(threads, total);  // ParallelFor's workers
   std::cout << fmt::format(
       "wrote {} ({} points in {:.2f} s on {} thread{}); plot it with tools/plot {}\n",
-      flags.out_path, points_done, seconds, threads, threads > 1 ? "s" : "", flags.out_path);
+      flags.out_path, points_done, seconds, used, used > 1 ? "s" : "", flags.out_path);
 }
 
 }  // namespace
@@ -373,7 +371,7 @@ void SetupSweep(CLI::App* sub) {
          "--timeout", flags->timeout_s,
          "stop after this many seconds and write the points done so far (default: no limit)")
       ->check(PositiveFinite());
-  AddJobsOption(sub, &flags->jobs, "threads that run the grid's points, each with its search");
+  AddJobsOption(sub, &flags->jobs, "threads that run the grid's points");
   sub->callback([flags] { Run(*flags); });
 }
 
