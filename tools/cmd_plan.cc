@@ -14,10 +14,10 @@
 
 #include "models/base/file_io.h"
 #include "planner/search.h"
-#include "sim/predict.h"
 #include "tools/command.h"
 #include "tools/json_output.h"
 #include "tools/plan_flags.h"
+#include "tools/simulator_evaluator.h"
 #include "tools/table.h"
 
 namespace domino::cli {
@@ -37,36 +37,6 @@ struct PlanCommandFlags {
   double memory_headroom_gib = 0;
   int jobs = 0;  // 0: JobsThreads' default
   OutputFormat format = OutputFormat::kTable;
-};
-
-// Scores candidates with the simulator.
-// Passes per iteration (micro-batches x chunks x stages) from which a plan's own lower bound is
-// worth computing before its iteration is simulated (gpt3-13b's and gpt-530b's searches: below
-// it the bound cost about what it saved).
-constexpr int64_t kBoundMinPasses = 32;
-
-class SimulatorEvaluator : public Evaluator {
- public:
-  Result<PlanFigures> Evaluate(const Plan& plan) override {
-    sim::CostOptions options;
-    options.figures_only = true;  // the ranking needs nothing else
-    Result<sim::Prediction> p = sim::Predict(plan, options);
-    if (!p.ok()) return p.error();
-    return p->figures;
-  }
-  double LowerBoundMs(const Plan& plan) override {
-    Result<double> bound = sim::IdealLowerBoundMs(plan);
-    return bound.ok() ? *bound : 0;
-  }
-  double PlanLowerBoundMs(const Plan& plan) override {
-    // The bound simulates the plan's passes; an iteration of few passes costs little more, so it
-    // pays only for long iterations (kBoundMinPasses and up).
-    if (static_cast<int64_t>(plan.micro_batches()) * plan.virtual_stages * plan.pp <
-        kBoundMinPasses)
-      return 0;
-    Result<double> bound = sim::LowerBoundMs(plan);
-    return bound.ok() ? *bound : 0;
-  }
 };
 
 // The --fix keys, each with the plan flag that pins the same dimension.

@@ -22,9 +22,9 @@
 #include "models/base/yaml_reader.h"
 #include "planner/memory_model.h"
 #include "planner/search.h"
-#include "sim/predict.h"
 #include "tools/command.h"
 #include "tools/plan_flags.h"
+#include "tools/simulator_evaluator.h"
 #include "tools/sweep_study.h"
 
 namespace domino::cli {
@@ -125,15 +125,6 @@ Status ApplyToPlan(const std::string& key, const std::string& value, Plan* plan)
 
 double MemoryGib(const Plan& plan) { return EstimateMemory(plan).total_bytes() / (1 << 30); }
 
-class Simulator : public Evaluator {
- public:
-  Result<PlanFigures> Evaluate(const Plan& plan) override {
-    Result<sim::Prediction> p = sim::Predict(plan);
-    if (!p.ok()) return p.error();
-    return p->figures;
-  }
-};
-
 std::string Csv(const std::string& text) {
   if (text.find_first_of(",\"") == std::string::npos) return text;
   std::string out = "\"";
@@ -199,7 +190,7 @@ Result<std::string> SweepPoint(const Grid& grid, const SweepFlags& flags, size_t
     PlanFigures figures;
   };
   std::vector<Row> rows;
-  Simulator simulator;
+  SimulatorEvaluator simulator;
   Plan baseline = *plan;
   baseline.row_split = baseline.col_split = 1;
   baseline.scope = OverlapScope::kNone;
