@@ -290,10 +290,10 @@ void Run(const SweepFlags& flags) {
   csv +=
       "strategy,plan,iteration_ms,ideal_ms,exposed_comm_ms,comm_share,tokens_per_s,mfu,"
       "speedup_vs_baseline,memory_gib,fits\n";
-  // The points on --jobs threads (a point's search, which prices every slicing without bounds,
-  // runs on its point's). A point is skipped once a stop (signal, --timeout) came or an earlier
-  // point failed, so the finished points are a prefix of the grid, as one by one, and the failure
-  // reported is the first in the grid's order.
+  // The points on --jobs threads, each point's search on its point's (the points fill them). A
+  // point is skipped once a stop (signal, --timeout) came or an earlier point failed, so the
+  // finished points are a prefix of the grid, as one by one, and the failure reported is the
+  // first in the grid's order.
   const int threads = JobsThreads(flags.jobs);
   const auto start = std::chrono::steady_clock::now();
   auto timed_out = [&] {
