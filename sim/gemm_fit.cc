@@ -212,7 +212,10 @@ Result<GemmFit> FitGemmModel(std::span<const ValidationRow> table_rows, const Ge
   ParallelFor(sources + 1, threads, [&](size_t job) {
     std::vector<FitRow> own = rows;
     std::vector<bool> use(rows.size(), true);
-    if (job > 0) use = mine[job - 1], use.flip();
+    if (job > 0) {
+      use = mine[job - 1];
+      use.flip();  // every row but the source's
+    }
     fitted[job] = Fit(own, use, groups, fit.catalog, grid);
   });
   const std::vector<bool> all(rows.size(), true);
