@@ -372,29 +372,38 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
     // The lightest recompute that fits: heavier recompute only adds work.
     std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
     if (space.recompute) recomputes = {*space.recompute};
-    // Sets `plan`'s lightest recompute that fits; false if none does (each miss is a rejection).
-    auto lightest_fit = [&](Plan& plan) {
-      for (Recompute rc : recomputes) {
-        plan.recompute = rc;
+    // Sets `plan`'s lightest recompute, from `from` on, that passes the rules and fits in memory.
+    // Returns the rule the last one tried breaks, if none does (each earlier miss is a
+    // rejection, named as a configuration unless `sliced`).
+    auto fit_recompute = [&](Plan& plan, size_t from,
+                             bool sliced) -> std::optional<PlanRuleFailure> {
+      std::optional<PlanRuleFailure> failure;
+      for (size_t r = from; r < recomputes.size(); ++r) {
+        if (failure) reject(plan, failure->rule, sliced);
+        plan.recompute = recomputes[r];
         // A count of recomputed layers (the starting plan's) applies to full recompute only.
-        plan.recompute_layers = rc == Recompute::kFull ? base.recompute_layers : 0;
-        if (auto failure = CheckPlanRules(plan)) {
-          reject(plan, failure->rule, /*sliced=*/false);
-          return false;
-        }
+        plan.recompute_layers = recomputes[r] == Recompute::kFull ? base.recompute_layers : 0;
+        if ((failure = CheckPlanRules(plan))) return failure;
         const double need = EstimateMemory(plan).total_bytes();
-        if (need <= capacity) return true;
-        reject(
-            plan,
+        if (need <= capacity) return std::nullopt;
+        failure = PlanRuleFailure{
+            "memory",
             fmt::format("memory: needs {:.1f} GiB per GPU, the {} has {:.1f}{}", need / (1 << 30),
                         plan.cluster.node.gpu.name, plan.cluster.node.gpu.memory_gib(),
                         space.memory_headroom_bytes > 0
                             ? fmt::format(" less {:.1f} of headroom",
                                           space.memory_headroom_bytes / (1 << 30))
-                            : ""),
-            /*sliced=*/false);
+                            : "")};
       }
-      return false;
+      return failure;
+    };
+    // Sets `plan`'s lightest recompute that fits; false if none does (each miss is a rejection).
+    auto lightest_fit = [&](Plan& plan) {
+      if (auto failure = fit_recompute(plan, 0, /*sliced=*/false)) {
+        reject(plan, failure->rule, /*sliced=*/false);
+        return false;
+      }
+      return true;
     };
     // Every slicing of a configuration that fits; `beaten`: its bound exceeds a plan found.
     auto slicings = [&](const Plan& config, bool beaten) {
@@ -445,7 +454,17 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
       // loop decides.
       const size_t n = variants.size();
       std::vector<std::optional<PlanRuleFailure>> failures(n);
-      for (size_t i = 0; i < n; ++i) failures[i] = CheckPlanRules(variants[i]);
+      for (size_t i = 0; i < n; ++i) {
+        failures[i] = CheckPlanRules(variants[i]);
+        // Decomposed overlap's communication buffers (userbuffers) take memory the
+        // configuration's own fit left out: a variant that needs them may need heavier recompute.
+        Plan& variant = variants[i];
+        if (failures[i] || variant.method == OverlapMethod::kDomino ||
+            EstimateMemory(variant).total_bytes() <= capacity)
+          continue;
+        const auto now = std::find(recomputes.begin(), recomputes.end(), variant.recompute);
+        failures[i] = fit_recompute(variant, now - recomputes.begin(), /*sliced=*/true);
+      }
       std::vector<double> ideal(n, -1), own(n, -1);
       auto ideal_of = [&](size_t i) {
         if (ideal[i] < 0) ideal[i] = evaluator.LowerBoundMs(variants[i]);

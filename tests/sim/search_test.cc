@@ -11,6 +11,7 @@
 #include <string_view>
 #include <thread>
 
+#include "planner/memory_model.h"
 #include "sim/predict.h"
 
 namespace domino {
@@ -212,6 +213,39 @@ TEST(SearchTest, MemoryHeadroomLeavesThatMuchFree) {
     EXPECT_EQ(line.find(" p 1 q 1"), std::string::npos) << line;
   }
   EXPECT_TRUE(said) << "no rejection names the headroom";
+}
+
+TEST(SearchTest, DecomposedCandidatesFitWithTheirCommunicationBuffers) {
+  // Llama 3 70B at tp 8, pp 4 x 4 chunks, micro-batch 2 of 8,192 tokens fills an H100 to 78.6 of
+  // its 79.2 GiB unsliced; decomposed overlap's userbuffers (ten of a micro-batch's activations,
+  // 2.5 GiB) take it past it, and only full recompute makes room for them.
+  Plan base = Base("llama3-70b", "dgx-h100:8", 128, 8192);
+  SearchSpace space;
+  space.prune = false;
+  ASSERT_TRUE(ApplyFix("tp=8,pp=4,dp=2,v=4,mb=2,distopt=true", &space).ok());
+  ASSERT_TRUE(ApplyStrategy("all", &space).ok());
+  Simulator eval;
+  Result<SearchResult> r = SearchPlans(base, space, eval);
+  ASSERT_TRUE(r.ok()) << r.message();
+  const double capacity = base.cluster.node.gpu.memory_bytes();
+  bool unsliced_fits = false, decomposed_recomputes = false;
+  for (const Candidate& c : r->ranked) {
+    EXPECT_LE(EstimateMemory(c.plan).total_bytes(), capacity) << DescribeCandidate(c.plan);
+    if (c.plan.method == OverlapMethod::kDomino && c.plan.recompute == Recompute::kNone)
+      unsliced_fits = true;
+    if (c.plan.method != OverlapMethod::kDomino) {
+      EXPECT_EQ(c.plan.recompute, Recompute::kFull) << DescribeCandidate(c.plan);
+      decomposed_recomputes = true;
+    }
+  }
+  EXPECT_TRUE(unsliced_fits);
+  EXPECT_TRUE(decomposed_recomputes);
+  // The decomposed candidates that do not fit are named with their slicing and the memory rule.
+  bool said = false;
+  for (const std::string& line : r->rejections)
+    if (line.find(" none decomposed c 4: memory: needs 81.1 GiB per GPU") != std::string::npos)
+      said = true;
+  EXPECT_TRUE(said) << "no rejection names a decomposed candidate's memory";
 }
 
 TEST(SearchTest, DescribeConfigurationIsTheCandidateWithoutItsSlicing) {
