@@ -233,11 +233,16 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
           // loss counted as a layer each, as Megatron-Core's 405B recipe does (unless the
           // starting plan names its split: then that one, where it cuts).
           Plan split = base;
-          split.pp = pp, split.virtual_stages = v;
+          split.tp = tp, split.cp = cp, split.pp = pp, split.dp = dp, split.virtual_stages = v;
           if (base.pipeline_split == PipelineSplit::kLayers && v > 1 &&
               base.model.layers % (pp * v) != 0)
             split.pipeline_split = PipelineSplit::kEnds;
-          if (CheckPipelineSplit(split)) continue;
+          if (auto failure = CheckPipelineSplit(split)) {
+            // Said where the pipeline was pinned, not for every degree the search passes over.
+            if (space.pp > 0 || space.virtual_stages > 0)
+              reject(split, failure->rule, /*sliced=*/false);
+            continue;
+          }
           // A pinned micro-batch is searched whatever its size (the plan rules judge it); else
           // the divisors of the replica's batch up to max_micro_batch.
           std::vector<int> micro_batches =

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <utility>
 #include <vector>
 
@@ -26,7 +27,7 @@ namespace {
 struct PlanCommandFlags {
   PlanFlags plan;
   std::string out_path;
-  std::string strategy = "any";
+  std::string strategy;  // empty: --method's, else "any"
   std::string fix;
   std::string objective = "throughput";
   int top = 5;
@@ -112,7 +113,27 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   if (!f.scope.empty()) fix += ",scope=" + f.scope;
   DOMINO_RETURN_IF_ERROR(ApplyFix(fix, &space));
   DOMINO_RETURN_IF_ERROR(ApplyFix(flags.fix, &space));
-  DOMINO_RETURN_IF_ERROR(ApplyStrategy(flags.strategy, &space));
+  // --method alone searches that method as --strategy does; with --strategy, it must be one the
+  // strategy searches.
+  const std::string strategy = !flags.strategy.empty()                    ? flags.strategy
+                               : f.method.empty() || f.method == "domino" ? "any"
+                                                                          : f.method;
+  DOMINO_RETURN_IF_ERROR(ApplyStrategy(strategy, &space));
+  if (!f.method.empty()) {
+    std::erase_if(space.methods, [&](OverlapMethod m) { return MethodName(m) != f.method; });
+    if (space.methods.empty())
+      return Error(fmt::format("--method {} contradicts --strategy {}, which searches {}", f.method,
+                               strategy, strategy == "all" ? "every method" : "other methods"));
+  }
+  if (f.chunks > 0) {
+    if (std::ranges::none_of(space.methods,
+                             [](OverlapMethod m) { return m != OverlapMethod::kDomino; }))
+      return Error(fmt::format(
+          "--chunks {} cuts decomposed overlap's collectives: give --method decomposed or both, "
+          "or --strategy decomposed, both or all",
+          f.chunks));
+    space.chunk_counts = {f.chunks};
+  }
   space.prune = !flags.exhaustive;
   space.timeout_s = flags.timeout_s;
   space.threads = JobsThreads(flags.jobs);
@@ -191,9 +212,10 @@ std::string PlanYaml(const PlanCommandFlags& flags, const SearchResult& result,
       for (const DimensionGain& g : gains) yaml += fmt::format("    {}: {:.4f}\n", g.name, g.gain);
     }
   }
-  yaml += "  runners_up:\n";
-  for (int i = 1; i <= flags.top && i < static_cast<int>(result.ranked.size()); ++i)
-    yaml += "    - " + FiguresFlow(result.ranked[i]) + "\n";
+  // --top plans in all, the chosen one first: as many as the table and the JSON show.
+  const int runners_up = std::min(flags.top, static_cast<int>(result.ranked.size())) - 1;
+  yaml += runners_up > 0 ? "  runners_up:\n" : "  runners_up: []\n";
+  for (int i = 1; i <= runners_up; ++i) yaml += "    - " + FiguresFlow(result.ranked[i]) + "\n";
   return yaml;
 }
 
@@ -412,9 +434,25 @@ void Run(const PlanCommandFlags& flags) {
 
 }  // namespace
 
+// In `plan` a degree, split or switch given pins its dimension, and one left out is searched:
+// the defaults that `simulate` takes, which the shared help gives, do not apply.
+void SaySearched(CLI::App* sub) {
+  static const std::regex kDefault("default: [^)]*");
+  for (const char* name : {"--micro-batch", "--tp", "--cp", "--pp", "--dp", "--virtual-stages",
+                           "--sp", "--row-split", "--col-split", "--scope", "--method", "--chunks",
+                           "--recompute", "--distributed-optimizer", "--fsdp"}) {
+    CLI::Option* option = sub->get_option(name);
+    const std::string said =
+        std::regex_replace(option->get_description(), kDefault, "default: searched");
+    option->description(
+        said.find("default: searched") != std::string::npos ? said : said + " (default: searched)");
+  }
+}
+
 void SetupPlan(CLI::App* sub) {
   auto flags = std::make_shared<PlanCommandFlags>();
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/false);
+  SaySearched(sub);
   sub->add_option(
          "--out", flags->out_path,
          "write the chosen plan (YAML) here instead of after the table; - writes only the "
@@ -433,7 +471,9 @@ void SetupPlan(CLI::App* sub) {
                   "throughput (tokens/s, default) | time (iteration time; the same ranking for a "
                   "fixed global batch)")
       ->check(CLI::IsMember({"throughput", "time"}));
-  sub->add_option("--top", flags->top, "runners-up to show and write (default: 5)")
+  sub->add_option("--top", flags->top,
+                  "plans to show and write, the chosen one first and then its runners-up "
+                  "(default: 5)")
       ->check(DecimalInt(1, 1000));
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
   sub->add_flag("--explain", flags->explain, "list every rejected candidate and the rule it broke");

@@ -194,6 +194,10 @@ Result<std::string> SweepPoint(const Grid& grid, const SweepFlags& flags, size_t
   Plan baseline = *plan;
   baseline.row_split = baseline.col_split = 1;
   baseline.scope = OverlapScope::kNone;
+  // Megatron-LM's TP cuts no collective into pieces either.
+  baseline.method = OverlapMethod::kDomino;
+  baseline.chunks = baseline.rs_chunks = 0;
+  baseline.copy_engine.reset();
   Result<PlanFigures> b = simulator.Evaluate(baseline);
   if (!b.ok()) return Error(where + ": " + b.message());
   rows.push_back({"baseline", baseline, *b});
@@ -212,6 +216,8 @@ Result<std::string> SweepPoint(const Grid& grid, const SweepFlags& flags, size_t
   space.distributed_optimizer = plan->distributed_optimizer;
   space.fsdp = plan->fsdp;
   space.recompute = plan->recompute;
+  // A point that decomposes its collectives searches that overlap beside Domino's slicing.
+  if (plan->method != OverlapMethod::kDomino) DOMINO_RETURN_IF_ERROR(ApplyStrategy("all", &space));
   Result<SearchResult> best = SearchPlans(*plan, space, simulator);
   if (best.ok() && !best->ranked.empty())
     rows.push_back({"best", best->ranked.front().plan, best->ranked.front().figures});
@@ -339,8 +345,9 @@ void Run(const SweepFlags& flags) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const size_t used = std::min<size_t>(threads, total);  // ParallelFor's workers
   std::cout << fmt::format(
-      "wrote {} ({} points in {:.2f} s on {} thread{}); plot it with tools/plot {}\n",
-      flags.out_path, points_done, seconds, used, used > 1 ? "s" : "", flags.out_path);
+      "wrote {} ({} point{} in {:.2f} s on {} thread{}); plot it with tools/plot {}\n",
+      flags.out_path, points_done, points_done == 1 ? "" : "s", seconds, used, used > 1 ? "s" : "",
+      flags.out_path);
 }
 
 }  // namespace

@@ -30,6 +30,31 @@ grep -Eq "^  tp [0-9]+ pp .*: .*must" "$tmp/explain.txt" || fail "a rejection wi
 ! grep -Eq "^ +[0-9]+  tp [1-7] " "$tmp/explain.txt" || fail "--fix tp=8 not honoured"
 "$domino" plan "${args[@]}" --fix tp=eight >/dev/null 2>"$tmp/err.txt" && fail "bad --fix accepted"
 grep -q "tp=eight" "$tmp/err.txt" || fail "bad --fix not named: $(cat "$tmp/err.txt")"
+# --method and --chunks pin decomposed overlap; against --strategy they must agree.
+"$domino" plan --model llama3-8b --cluster dgx-h100:2 --seq-len 4096 --global-batch 32 --tp 8 \
+  --dp 2 --method decomposed --chunks 2 --top 3 --out "$tmp/m.yaml" >"$tmp/m.txt" ||
+  fail "plan --method decomposed --chunks 2 failed"
+grep -q "overlap: {.*method: decomposed, chunks: 2" "$tmp/m.yaml" || fail "--method/--chunks not pinned"
+! grep -Eq "^ +[0-9]+  tp .* q 1 (none|intra-layer|inter-layer) *[0-9]" "$tmp/m.txt" ||
+  fail "a plan without the pinned method ranked"
+"$domino" plan "${args[@]}" --method decomposed --strategy row >/dev/null 2>"$tmp/err.txt" &&
+  fail "--method decomposed --strategy row accepted"
+grep -q -- "--method decomposed contradicts --strategy row" "$tmp/err.txt" ||
+  fail "contradiction not said: $(cat "$tmp/err.txt")"
+"$domino" plan "${args[@]}" --chunks 4 >/dev/null 2>"$tmp/err.txt" && fail "--chunks alone accepted"
+grep -q -- "--chunks 4 cuts decomposed overlap" "$tmp/err.txt" || fail "--chunks alone: $(cat "$tmp/err.txt")"
+# --top 3: three plans in the table, the chosen one and two runners-up in the file.
+ranked=$(grep -Ec "^ +[0-9]+  tp " "$tmp/m.txt")
+runners=$(awk '/^  runners_up:/{r=1; next} r && /^    - /{n++} END{print n+0}' "$tmp/m.yaml")
+[[ $ranked == 3 && $runners == 2 ]] || fail "--top 3: $ranked ranked, $runners runners-up"
+"$domino" plan "${args[@]}" --top 1 --out "$tmp/top1.yaml" >/dev/null || fail "plan --top 1 failed"
+grep -q "^  runners_up: \[\]$" "$tmp/top1.yaml" || fail "--top 1 wrote runners-up"
+# A pinned pipeline its split cannot cut names the split's rule.
+"$domino" plan --model llama3-8b --cluster dgx-h100:2 --seq-len 8192 --micro-batch 1 \
+  --global-batch 32 --pp 4 --pipeline-split ends >/dev/null 2>"$tmp/err.txt" &&
+  fail "pp 4 cutting 34 units accepted"
+grep -q "no plan fits: .* rejected; first: tp .* pp 4 .*" "$tmp/err.txt" ||
+  fail "the split's rule not said: $(cat "$tmp/err.txt")"
 
 # --timeout keeps the best plan found so far, and says so.
 "$domino" plan --model gpt-530b --cluster dgx-a100:640 --global-batch 2520 --seq-len 2048 \
@@ -85,6 +110,20 @@ PY
   fail "precision fp4 accepted"
 grep -q "precision=fp4: --precision: unknown value 'fp4'" "$tmp/err.txt" ||
   fail "precision fp4 not named: $(cat "$tmp/err.txt")"
+# A point that decomposes its collectives: the baseline is Megatron's (nothing decomposed) and
+# the best search takes decomposed overlap in; method both sweeps too (it needs row split 2).
+"$domino" sweep --model gpt3-13b --cluster dgx-h100:1 --micro-batch 4 --sp --method both \
+  --row-split 2 --scope inter-layer --vary seq_len=1024 --out "$tmp/both.csv" >"$tmp/both.txt" ||
+  fail "sweep of a method-both plan failed"
+grep -q "(1 point in" "$tmp/both.txt" || fail "one point said as: $(cat "$tmp/both.txt")"
+python3 - "$tmp/both.csv" <<'PY' || fail "a decomposed point's baseline or best is wrong"
+import csv, sys
+rows = {r["strategy"]: r for r in csv.DictReader(open(sys.argv[1]))}
+assert rows["baseline"]["plan"] == "tp 8 pp 1 dp 1 mb 4 sp p 1 q 1 none", rows["baseline"]["plan"]
+assert rows["ideal"]["plan"] == rows["baseline"]["plan"]
+assert "decomposed" in rows["best"]["plan"], rows["best"]["plan"]
+assert float(rows["best"]["iteration_ms"]) < float(rows["baseline"]["iteration_ms"])
+PY
 "$domino" sweep --vary bandwidth=1 --out "$tmp/x.csv" >/dev/null 2>"$tmp/err.txt" && fail "bad key"
 grep -q "unknown key 'bandwidth'" "$tmp/err.txt" || fail "bad key not named"
 [[ ! -e "$tmp/x.csv" ]] || fail "a failed sweep wrote its CSV"
