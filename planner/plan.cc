@@ -238,6 +238,7 @@ Result<Plan> ParsePlanNode(const YAML::Node& doc, std::string_view file,
     ReadOverride(*training, "fp8_recipe", Fp8RecipeNames(), &plan.fp8_recipe);
     ReadOverride(*training, "dropout", &plan.dropout);
     ReadOverride(*training, "fused_bias_dropout_add", &plan.fused_bias_dropout_add);
+    ReadOverride(*training, "cuda_graphs", &plan.cuda_graphs);
     ReadOverride(*training, "softmax", SoftmaxKernelsNames(), &plan.softmax);
     ReadOverride(*training, "fp8_cast", Fp8CastNames(), &plan.fp8_cast);
     (void)training->Finish();
@@ -369,6 +370,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
   if (p.fp8_recipe) training.Add("fp8_recipe", Fp8RecipeName(*p.fp8_recipe));
   if (p.dropout) training.Add("dropout", *p.dropout);
   if (p.fused_bias_dropout_add) training.Add("fused_bias_dropout_add", *p.fused_bias_dropout_add);
+  if (p.cuda_graphs) training.Add("cuda_graphs", *p.cuda_graphs);
   if (p.softmax) training.Add("softmax", SoftmaxKernelsName(*p.softmax));
   if (p.fp8_cast) training.Add("fp8_cast", Fp8CastName(*p.fp8_cast));
   FlowMap parallel;

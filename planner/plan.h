@@ -151,6 +151,9 @@ struct Plan {
   // off, and a model built of Transformer Engine's Linear modules adds the bias in the GEMM and
   // runs PyTorch's dropout and add after it). Unset: the stack's.
   std::optional<bool> fused_bias_dropout_add;
+  // Kernels launched from CUDA graphs (`training.cuda_graphs`; `simulate --cuda-graphs`).
+  // Unset: the stack's (StackSpec::cuda_graphs).
+  std::optional<bool> cuda_graphs;
   // Unfused attention's kernels over the scores (`training.softmax`: Megatron-LM's
   // --no-masked-softmax-fusion is scale-mask-softmax; a layer that passes no mask,
   // scale-softmax). Unset: the stack's fused_softmax (fused, else scale-mask-softmax).
@@ -178,6 +181,7 @@ struct Plan {
   AttentionKernel attention_kernel() const { return attention.value_or(stack.attention); }
   Fp8Recipe fp8_scaling() const { return fp8_recipe.value_or(Fp8Recipe::kDelayed); }
   bool applies_dropout() const { return dropout.value_or(stack.dropout); }
+  bool launches_from_graphs() const { return cuda_graphs.value_or(stack.cuda_graphs); }
   bool fuses_bias_dropout_add() const {
     return fused_bias_dropout_add.value_or(stack.fused_bias_dropout_add);
   }

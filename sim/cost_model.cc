@@ -137,8 +137,8 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
   const double graph_launch_us = profile != nullptr && profile->graph_launch_us > 0
                                      ? profile->graph_launch_us
                                      : gpu_.graph_launch_us;
-  launch_us_ =
-      options.cuda_graphs.value_or(plan.stack.cuda_graphs) ? graph_launch_us : eager_launch_us_;
+  launch_us_ = options.cuda_graphs.value_or(plan.launches_from_graphs()) ? graph_launch_us
+                                                                         : eager_launch_us_;
   attention_ = plan.attention_kernel();
   fp8_recipe_ = plan.fp8_scaling();
   norm_rows_share_ = plan.sequence_parallel && plan.tp > 1 ? 1.0 / plan.tp : 1.0;

@@ -17,8 +17,8 @@ namespace domino::sim {
 using ::domino::AttentionKernel;
 
 // Options of a prediction. The software's choices come from the plan's stack (StackSpec) and the
-// plan's overrides of it (its attention kernel, loss, gradient type); cuda_graphs below replaces
-// the stack's launch mode for what-if studies.
+// plan's overrides of it (its attention kernel, loss, gradient type, launch mode); cuda_graphs
+// below replaces the plan's launch mode for what-if studies.
 struct CostOptions {
   // Launch overhead per kernel: graph_launch_us instead of kernel_launch_us. Default: the stack's.
   std::optional<bool> cuda_graphs;

@@ -192,7 +192,8 @@ void Run(SimulateFlags& flags) {
     profile = std::move(loaded).value();
     options.profile = &profile;
   }
-  if (flags.cuda_graphs) options.cuda_graphs = true;
+  // Recorded in the plan, so that a report written here predicts the same when read back.
+  if (flags.cuda_graphs) plan->cuda_graphs = true;
   if (flags.compare_strategies) {
     if (!flags.report_path.empty() || !flags.trace_path.empty() ||
         !flags.iteration_trace_path.empty() || !flags.iteration_report_path.empty())
@@ -287,7 +288,8 @@ void SetupSimulate(CLI::App* sub) {
   sub->add_flag("--compare-strategies", flags->compare_strategies,
                 "simulate baseline, SP, row, column and 2D splits side by side");
   sub->add_flag("--cuda-graphs", flags->cuda_graphs,
-                "launch kernels from CUDA graphs (default: as the plan's stack does)");
+                "launch kernels from CUDA graphs (default: the plan's training.cuda_graphs, else "
+                "as its stack does); a --report records it");
   sub->add_option("--hardware-profile", flags->profile_path,
                   "measured op times from `domino calibrate` (ops it lacks use the models)");
   sub->add_flag("--ignore-memory", flags->ignore_memory,

@@ -130,6 +130,29 @@ TEST(PlanToYamlTest, AttentionIsWrittenOnlyWhenSetAndReadsBack) {
   EXPECT_THAT(bad.message(), HasSubstr("flash2"));
 }
 
+TEST(PlanToYamlTest, CudaGraphsAreWrittenOnlyWhenSetAndReadBack) {
+  Result<Plan> set = ParsePlan(
+      Edit({{"  global_batch: 16\n", "  global_batch: 16\n  cuda_graphs: true\n"}}), "plan.yaml");
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->cuda_graphs, std::optional<bool>(true));
+  EXPECT_TRUE(set->launches_from_graphs());
+  const std::string yaml = PlanToYaml(*set);
+  EXPECT_THAT(yaml, HasSubstr("global_batch: 16, cuda_graphs: true}"));
+  Result<Plan> back = ParsePlan(yaml, "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->cuda_graphs, set->cuda_graphs);
+  Result<Plan> plain = ParsePlan(kExamplePlan, "plan.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  // Unset: the stack's, and not written.
+  EXPECT_EQ(plain->launches_from_graphs(), plain->stack.cuda_graphs);
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("cuda_graphs")));
+  Result<Plan> bad = ParsePlan(
+      Edit({{"  global_batch: 16\n", "  global_batch: 16\n  cuda_graphs: 2\n"}}), "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:8"));
+  EXPECT_THAT(bad.message(), HasSubstr("cuda_graphs"));
+}
+
 TEST(PlanToYamlTest, DropoutAndItsFusionAreWrittenOnlyWhenSetAndReadBack) {
   Result<Plan> set = ParsePlan(Edit({{"  global_batch: 16\n",
                                       "  global_batch: 16\n  dropout: true\n"

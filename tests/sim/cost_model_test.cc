@@ -282,6 +282,12 @@ TEST(CostModelTest, ElementwiseAndLaunchOverhead) {
   CostOptions graphs;
   graphs.cuda_graphs = true;
   EXPECT_NEAR(CostModel(plan, graphs).Cost(op).alone_us, 1 + 10, 1e-9);
+  // The plan's training.cuda_graphs does the same, and the options' choice overrides it.
+  plan.cuda_graphs = true;
+  EXPECT_NEAR(CostModel(plan, {}).Cost(op).alone_us, 1 + 10, 1e-9);
+  CostOptions eager_launches;
+  eager_launches.cuda_graphs = false;
+  EXPECT_NEAR(CostModel(plan, eager_launches).Cost(op).alone_us, 4 + 10, 1e-9);
 }
 
 TEST(CostModelTest, TpGroupFollowsMegatronPlacement) {

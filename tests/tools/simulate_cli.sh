@@ -119,4 +119,13 @@ b=$("$domino" simulate --plan "$tmp/p.yaml" --format json) || fail "simulate --p
 [[ "$a" == "$b" ]] || fail "simulate PLAN and simulate --plan PLAN differ"
 c=$("$domino" simulate "$tmp/p.yaml" --micro-batch 1 --format json) || fail "override failed"
 [[ "$a" != "$c" ]] || fail "--micro-batch did not override the plan file's value"
+# --cuda-graphs is recorded in the report, which reads back to the same prediction.
+"$domino" simulate --model gpt3-13b --cluster dgx-h100:1 --micro-batch 8 --row-split 4 \
+  --cuda-graphs --report "$tmp/cg.yaml" >"$tmp/cg.txt" || fail "simulate --cuda-graphs failed"
+grep -q "cuda_graphs: true" "$tmp/cg.yaml" || fail "--cuda-graphs not in the report"
+graphs=$(iter <"$tmp/cg.txt")
+back=$("$domino" simulate "$tmp/cg.yaml" | iter)
+eager=$("$domino" simulate --model gpt3-13b --cluster dgx-h100:1 --micro-batch 8 --row-split 4 | iter)
+[[ "$graphs" == "$back" && "$graphs" != "$eager" ]] ||
+  fail "cuda graphs $graphs ms, read back $back ms, eager $eager ms"
 echo "simulate cli ok"
