@@ -54,10 +54,20 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
       Title(plan,
             "DeepSpeed config and DeepSpeed-Domino arguments (DeepSpeedExamples/training/"
             "DeepSpeed-Domino)"));
+  // Its ranks are its tp ranks (no dp, pp or cp); DeepSpeed's launcher counts GPUs per node and
+  // reaches more than one node through a hostfile.
+  const int per_node = plan.cluster.gpus_per_node;
+  const std::string launcher =
+      plan.tp <= per_node
+          ? fmt::format("deepspeed --num_gpus {}", plan.tp)
+          : fmt::format("deepspeed --hostfile HOSTFILE --num_nodes {} --num_gpus {}",
+                        (plan.tp + per_node - 1) / per_node, per_node);
   out.comments.push_back(fmt::format(
-      "launch: deepspeed --num_gpus {} {} ARGUMENTS; DeepSpeed-Domino takes batch and precision "
-      "from its arguments, the DeepSpeed config states them for a DeepSpeed engine",
-      plan.tp, llama ? "pretrain_llama.py" : "pretrain_gpt.py"));
+      "launch: {} {} ARGUMENTS{}; DeepSpeed-Domino takes batch and precision from its arguments, "
+      "the DeepSpeed config states them for a DeepSpeed engine",
+      launcher, llama ? "pretrain_llama.py" : "pretrain_gpt.py",
+      plan.tp <= per_node ? ""
+                          : fmt::format(" (HOSTFILE: a line `HOST slots={}` per node)", per_node)));
   if (plan.scope != OverlapScope::kInterLayer) {
     out.differs.push_back(fmt::format(
         "overlap scope {}: DeepSpeed-Domino overlaps a μ-batch's all-reduce with the next "

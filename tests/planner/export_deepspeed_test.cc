@@ -83,6 +83,19 @@ TEST(ExportDeepSpeed, Llama8bRowSplit) {
 )txt");
 }
 
+TEST(ExportDeepSpeed, ARunOverTwoNodesLaunchesThroughAHostfile) {
+  // tp 16 over two DGX nodes: DeepSpeed's launcher counts GPUs per node.
+  std::string plan = kGpt27bRowSplit;
+  plan.replace(plan.find("dgx-h100:1"), 10, "dgx-h100:2");
+  plan.replace(plan.find("tp: 8"), 5, "tp: 16");
+  Result<std::string> text = Export(plan.c_str(), ExportTarget::kDeepSpeed);
+  ASSERT_TRUE(text.ok()) << text.message();
+  EXPECT_NE(text->find("# launch: deepspeed --hostfile HOSTFILE --num_nodes 2 --num_gpus 8 "
+                       "pretrain_gpt.py ARGUMENTS (HOSTFILE: a line `HOST slots=8` per node);"),
+            std::string::npos)
+      << *text;
+}
+
 TEST(ExportDeepSpeed, RefusesLlama8b3dFullRecompute) {
   Result<std::string> text = Export(kLlama8b3dFullRecompute, ExportTarget::kDeepSpeed);
   ASSERT_FALSE(text.ok());
