@@ -44,13 +44,14 @@ struct CalibrateFlags {
 
 // What a GPU profile says about the device: throughput, bandwidth, collectives as nccl-tests
 // reports them (bus bandwidth), and how much a collective slows the compute beside it.
-void PrintDevice(const Plan& plan, const Schedule& schedule, const HardwareProfile& p) {
+void PrintDevice(const Plan& plan, const Schedule& schedule, const HardwareProfile& p,
+                 std::ostream& out) {
   if (p.gemm_tflops > 0)
-    std::cout << fmt::format("dense GEMM {:.1f} TFLOP/s, HBM {:.0f} GB/s (device-to-device copy)\n",
-                             p.gemm_tflops, p.hbm_GBps);
+    out << fmt::format("dense GEMM {:.1f} TFLOP/s, HBM {:.0f} GB/s (device-to-device copy)\n",
+                       p.gemm_tflops, p.hbm_GBps);
   if (p.kernel_launch_us > 0) {
     const GpuSpec& gpu = plan.cluster.node.gpu;
-    std::cout << fmt::format(
+    out << fmt::format(
         "kernel launch {:.2f} us one by one, {:.2f} us from a CUDA graph (the model's {:g} and "
         "{:g} for {})\n",
         p.kernel_launch_us, p.graph_launch_us, gpu.kernel_launch_us, gpu.graph_launch_us, gpu.name);
@@ -68,7 +69,7 @@ void PrintDevice(const Plan& plan, const Schedule& schedule, const HardwareProfi
                     fmt::format("{:.1f}", c.us), fmt::format("{:.1f}", algbw),
                     fmt::format("{:.1f}", algbw * factor)});
     }
-    table.Print(std::cout);
+    table.Print(out);
   }
   if (!p.contention_samples.empty()) {
     // Beside the measured slowdown, the one the simulator's contention rule predicts for the
@@ -90,7 +91,7 @@ void PrintDevice(const Plan& plan, const Schedule& schedule, const HardwareProfi
                     fmt::format("{:.3f}x", c.alone_us > 0 ? c.beside_us / c.alone_us : 0),
                     predicted});
     }
-    table.Print(std::cout);
+    table.Print(out);
   }
 }
 
@@ -98,7 +99,11 @@ void Run(CalibrateFlags& flags) {
   Result<exec::LaunchEnv> env = exec::ReadLaunchEnv();
   if (!env.ok()) Fail("calibrate", env.message());
   const int rank = env->rank;
-  if (!flags.positional_plan.empty()) flags.plan.plan_path = flags.positional_plan;
+  if (!flags.positional_plan.empty()) {
+    if (!flags.plan.plan_path.empty() && flags.plan.plan_path != flags.positional_plan)
+      FailOnRank("calibrate", rank, "give the plan once: as PLAN or as --plan, not both");
+    flags.plan.plan_path = flags.positional_plan;
+  }
   if (flags.backend == "cpu" && !flags.dtype.empty() && flags.dtype != "fp32")
     FailOnRank("calibrate", rank,
                fmt::format("--dtype {}: the CPU backend computes in fp32", flags.dtype));
@@ -116,7 +121,10 @@ void Run(CalibrateFlags& flags) {
   // The output checked before the measurements, so that a bad path costs none.
   if (rank == 0) {
     CheckOk("calibrate", CheckOutputPath(flags.out_path, flags.force));
-    CheckOk("calibrate", CheckNotAnInput(flags.out_path, std::array{flags.plan.plan_path}));
+    // A profile replaces none of the files that describe what it measures.
+    CheckOk("calibrate",
+            CheckNotAnInput(flags.out_path, std::array{flags.plan.plan_path, flags.plan.model,
+                                                       flags.plan.stack, flags.plan.cluster}));
   }
   Result<std::unique_ptr<exec::Communicator>> comm = exec::MakeLaunchCommunicator(*env);
   if (!comm.ok()) FailOnRank("calibrate", rank, comm.message());
@@ -160,16 +168,18 @@ void Run(CalibrateFlags& flags) {
   if (!profile.ok()) FailOnRank("calibrate", rank, profile.message());
   if (rank != 0) return;
   CheckOk("calibrate", WriteFileAtomically(flags.out_path, ProfileToYaml(*profile), true));
-  std::cout << fmt::format(
+  // With the profile on stdout ("-"), what it says goes to stderr.
+  std::ostream& out = flags.out_path == "-" ? std::cerr : std::cout;
+  out << fmt::format(
       "wrote {}: {} compute ops and {} collectives measured on the {} "
       "backend ({}, {} rank(s), median of {} runs each)\n",
       flags.out_path, profile->compute_us.size(), profile->collectives.size(),
       cuda ? "CUDA" : "CPU", profile->device, env->size, flags.repeats);
-  PrintDevice(*plan, *schedule, *profile);
-  PrintSoak(*profile, options.cuda.dtype, std::cout);
+  PrintDevice(*plan, *schedule, *profile, out);
+  PrintSoak(*profile, options.cuda.dtype, out);
   if (!profile->gemm_fp8_error.empty())
-    std::cout << "fp8 GEMMs not measured: " << profile->gemm_fp8_error << "\n";
-  PrintGemmSamples(*plan, options.cuda.dtype, *profile, std::cout);
+    out << "fp8 GEMMs not measured: " << profile->gemm_fp8_error << "\n";
+  PrintGemmSamples(*plan, options.cuda.dtype, *profile, out);
 }
 
 }  // namespace
@@ -188,7 +198,9 @@ void SetupCalibrate(CLI::App* sub) {
   sub->add_option("--device", flags->device,
                   "CUDA device (default: the launcher's local rank, modulo the visible devices)")
       ->check(DecimalInt(0, kMaxDevice));
-  sub->add_option("--out", flags->out_path, "profile YAML to write (required)")
+  sub->add_option("--out", flags->out_path,
+                  "profile YAML to write (required); - writes it to stdout and the tables to "
+                  "stderr")
       ->required()
       ->check(NonEmpty());
   sub->add_option("--repeats", flags->repeats, "timed runs per op (the median is kept)")

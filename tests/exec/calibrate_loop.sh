@@ -45,6 +45,11 @@ for attempt in 1 2 3; do
   echo "pass $attempt: median per-op error $error% at a speed factor of $factor (unscaled $raw%) is not under 25%"
   if [[ $attempt == 3 ]]; then "$domino" compare "$tmp/p.yaml" "$tmp/m.yaml" | sed -n '/op class/,$p'; exit 1; fi
 done
+# --out - writes the profile alone to stdout (what it says goes to stderr), and it loads back.
+"$domino" calibrate "${flags[@]}" --out - 2>"$tmp/said.txt" >"$tmp/stdout.yaml"
+grep -q "^wrote -: " "$tmp/said.txt"
+if grep -q "^wrote" "$tmp/stdout.yaml"; then echo "calibrate --out - wrote its summary to stdout"; exit 1; fi
+"$domino" simulate "${flags[@]}" --hardware-profile "$tmp/stdout.yaml" >/dev/null
 # A profile that is not one is refused with its line.
 printf 'device: cpu\nbackend: cpu\ncompute:\n  - [qkv, -3]\n' >"$tmp/bad.yaml"
 if "$domino" simulate "${flags[@]}" --hardware-profile "$tmp/bad.yaml" 2>"$tmp/err.txt"; then
