@@ -49,16 +49,6 @@ bool FileExists(const std::filesystem::path& path) {
   return std::filesystem::is_regular_file(path, ec);
 }
 
-// A relative `ref` inside `from_file` is tried next to that file first, so a user's node file can
-// name "my-gpu.yaml" beside it whatever the working directory.
-std::string ResolveNear(std::string_view ref, std::string_view from_file) {
-  std::filesystem::path path(ref);
-  if (path.is_absolute() || from_file.empty()) return std::string(ref);
-  std::filesystem::path dir = std::filesystem::path(from_file).parent_path();
-  if (!dir.empty() && FileExists(dir / path)) return (dir / path).string();
-  return std::string(ref);
-}
-
 std::string CatalogNames(std::span<const EmbeddedFile> catalog) {
   std::string names;
   for (const EmbeddedFile& file : catalog)
@@ -74,7 +64,8 @@ Result<T> LoadFrom(std::span<const EmbeddedFile> catalog, std::string_view what,
                    Result<T> (*parse)(std::string_view, std::string_view)) {
   if (const EmbeddedFile* entry = FindEmbedded(catalog, name_or_path))
     return parse(entry->text, entry->path);
-  std::string path = ResolveNear(name_or_path, from_file);
+  // A user's node file names "my-gpu.yaml" beside it, whatever the working directory.
+  std::string path = PathNear(name_or_path, from_file);
   if (!LooksLikePath(name_or_path) && !FileExists(path)) {
     return Error(fmt::format("unknown {} '{}' (catalog: {}; or give a path to a YAML file)", what,
                              name_or_path, CatalogNames(catalog)));

@@ -202,6 +202,25 @@ Status ResolvePlan(Plan& plan, bool check_rules) {
   return Status::Ok();
 }
 
+namespace {
+
+// A model, stack or cluster file a plan file names by a relative path is looked for beside the
+// plan first (PathNear): the plan works from any folder. Catalog names are left alone.
+std::string NearPlan(const std::string& ref, std::string_view file) {
+  auto path_like = [](std::string_view s) {
+    return s.find('/') != std::string_view::npos || s.ends_with(".yaml") || s.ends_with(".yml") ||
+           s.ends_with(".json");
+  };
+  if (path_like(ref)) return PathNear(ref, file);
+  // A cluster's NODE:COUNT[:GPUS], the node a file.
+  const size_t colon = ref.find(':');
+  if (colon != std::string::npos && path_like(std::string_view(ref).substr(0, colon)))
+    return PathNear(ref.substr(0, colon), file) + ref.substr(colon);
+  return ref;
+}
+
+}  // namespace
+
 Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
   Result<YAML::Node> doc = ParseYaml(text, file);
   if (!doc.ok()) return doc.error();
@@ -283,6 +302,10 @@ Result<Plan> ParsePlanNode(const YAML::Node& doc, std::string_view file,
   (void)root.Raw("search");    // how `domino plan` chose the plan: for people
   DOMINO_RETURN_IF_ERROR(root.Finish());
 
+  // Named from here on as the working directory reaches them, as flags name them.
+  plan.model_ref = NearPlan(plan.model_ref, file);
+  plan.cluster_ref = NearPlan(plan.cluster_ref, file);
+  plan.stack_ref = NearPlan(plan.stack_ref, file);
   if (inline_model) {
     plan.model = std::move(*inline_model);
   } else {

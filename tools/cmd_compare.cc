@@ -77,6 +77,12 @@ std::vector<std::string> PlanDifferences(const Plan& a, const Plan& b) {
   check("model.kv_heads", a.model.kv_heads, b.model.kv_heads);
   check("model.ffn", a.model.ffn, b.model.ffn);
   check("model.vocab", a.model.vocab, b.model.vocab);
+  check("model.activation", ActivationName(a.model.activation), ActivationName(b.model.activation));
+  check("model.norm", NormName(a.model.norm), NormName(b.model.norm));
+  check("model.positions", a.model.learned_positions() ? "learned" : "rotary",
+        b.model.learned_positions() ? "learned" : "rotary");
+  check("model.bias", a.model.bias, b.model.bias);
+  check("model.tied_embeddings", a.model.tied_embeddings, b.model.tied_embeddings);
   check("seq_len", a.seq_len, b.seq_len);
   check("micro_batch", a.micro_batch, b.micro_batch);
   check("global_batch", a.global_batch, b.global_batch);
@@ -90,6 +96,16 @@ std::vector<std::string> PlanDifferences(const Plan& a, const Plan& b) {
   check("col_split", a.col_split, b.col_split);
   check("scope", ScopeName(a.scope), ScopeName(b.scope));
   check("method", MethodName(a.method), MethodName(b.method));
+  if (a.method != OverlapMethod::kDomino && a.method == b.method) {
+    check("chunks", a.decomposed_chunks(), b.decomposed_chunks());
+    check("rs_chunks", a.decomposed_rs_chunks(), b.decomposed_rs_chunks());
+  }
+  check("pipeline_split", PipelineSplitName(a.pipeline_split), PipelineSplitName(b.pipeline_split));
+  check("recompute", RecomputeName(a.recompute), RecomputeName(b.recompute));
+  if (a.recompute == Recompute::kFull && b.recompute == Recompute::kFull)
+    check("recompute_layers", a.recompute_layers, b.recompute_layers);
+  check("distributed_optimizer", a.distributed_optimizer, b.distributed_optimizer);
+  check("fsdp", a.fsdp, b.fsdp);
   return out;
 }
 

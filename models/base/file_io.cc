@@ -85,6 +85,17 @@ Status CheckOutputPaths(std::span<const std::string> paths, bool overwrite) {
   return Status::Ok();
 }
 
+std::string PathNear(std::string_view ref, std::string_view from_file) {
+  namespace fs = std::filesystem;
+  const fs::path path(ref);
+  if (ref.empty() || path.is_absolute() || from_file.empty() || from_file == "-")
+    return std::string(ref);
+  const fs::path dir = fs::path(from_file).parent_path();
+  std::error_code ec;
+  if (!dir.empty() && fs::exists(dir / path, ec)) return (dir / path).string();
+  return std::string(ref);
+}
+
 Status CheckNotAnInput(const std::string& output, std::span<const std::string> inputs) {
   namespace fs = std::filesystem;
   if (output.empty() || output == "-") return Status::Ok();

@@ -12,6 +12,11 @@ namespace domino {
 // Reads a whole file. The error names the path and the system's reason.
 Result<std::string> ReadTextFile(const std::string& path);
 
+// A relative path named inside the file `from_file` (a plan's model, a node's GPU): the one
+// beside `from_file` where it exists, else `ref` as given (from the working directory), so that
+// such files refer to each other whatever the working directory.
+std::string PathNear(std::string_view ref, std::string_view from_file);
+
 // One output of a command: where it goes ("-" is stdout) and what it holds.
 struct OutputFile {
   std::string path;

@@ -287,6 +287,13 @@ CASES = [
      {"a.yaml": REPORT.format(op="qkv"),
       "b.yaml": REPORT.replace("predicted", "measured").replace("parallel: {{tp: 8}}", "parallel: {{tp: 4, dp: 2}}").format(op="qkv")},
      ["compare", "{tmp}/a.yaml", "{tmp}/b.yaml"], r"reports of different plans \(global_batch 16 and 32; tp 8 and 4; dp 1 and 2\)", None),
+    ("reports of two models", "compare of reports whose models differ only in the MLP's activation, and whose recompute differs (once compared)",
+     {"m.yaml": GOOD_MODEL, "s.yaml": GOOD_MODEL.replace("activation: gelu", "activation: swiglu"),
+      "a.yaml": REPORT.replace("model: gpt3-2.7b", "model: m.yaml").format(op="qkv"),
+      "b.yaml": REPORT.replace("predicted", "measured").replace("model: gpt3-2.7b", "model: s.yaml")
+                      .replace("parallel: {{tp: 8}}", "parallel: {{tp: 8}}\nmemory: {{recompute: full}}").format(op="qkv")},
+     ["compare", "{tmp}/a.yaml", "{tmp}/b.yaml"],
+     r"reports of different plans \(model\.activation gelu and swiglu; recompute none and full\)", None),
     ("reports swapped", "compare given the measurement first",
      {"a.yaml": REPORT.format(op="qkv"), "b.yaml": REPORT.replace("predicted", "measured").format(op="qkv")},
      ["compare", "{tmp}/b.yaml", "{tmp}/a.yaml"], r"b\.yaml holds a measurement and .*a\.yaml a prediction: give the predicted report first", None),
