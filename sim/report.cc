@@ -11,9 +11,14 @@
 namespace domino::sim {
 
 std::string TimelineYaml(const Schedule& schedule, const Timeline& timeline) {
-  std::string out =
-      "timeline:  # one micro-batch on one rank, in issue order: [op, class, start_us, end_us]\n"
-      "  ops:\n";
+  // A whole iteration's timeline holds passes (forward and backward of each micro-batch).
+  bool passes = false;
+  for (size_t i = 0; i < schedule.size() && !passes; ++i)
+    passes = schedule.op(static_cast<int32_t>(i)).kind == OpKind::kPass;
+  std::string out = fmt::format(
+      "timeline:  # {} on one rank, in issue order: [op, class, start_us, end_us]\n"
+      "  ops:\n",
+      passes ? "a whole iteration" : "one micro-batch");
   for (size_t i = 0; i < schedule.size(); ++i) {
     const int32_t id = static_cast<int32_t>(i);
     out += fmt::format("    - [{}, {}, {:.3f}, {:.3f}]\n", schedule.Label(id),

@@ -114,8 +114,10 @@ struct StackFigures {
 };
 
 // Compute ops run on one stream, so their busy time is their sum; what the timeline takes beyond
-// it is exposed communication.
-StackFigures Stack(const std::vector<const sim::ReportOp*>& ops) {
+// it is exposed communication. With tp 1 a TP collective has no peer and moves nothing: the
+// prediction prices it at nothing, and what the executor's call took is not communication
+// either (as `execute`'s own figures count it).
+StackFigures Stack(const std::vector<const sim::ReportOp*>& ops, int tp) {
   StackFigures f;
   double begin = INFINITY, end = 0;
   for (const sim::ReportOp* each : ops) {
@@ -124,7 +126,7 @@ StackFigures Stack(const std::vector<const sim::ReportOp*>& ops) {
     end = std::max(end, op.end_us);
     const double ms = (op.end_us - op.start_us) * 1e-3;
     if (op.op_class == "tp-comm") {
-      f.comm_ms += ms;
+      if (tp > 1) f.comm_ms += ms;
     } else if (op.op_class != "other-comm") {
       f.compute_ms += ms;
     }
@@ -183,6 +185,8 @@ Json CompareJson(const CompareFlags& flags, const sim::Report& predicted,
       {"tokens_per_s", PairJson(p.tokens_per_s, m.tokens_per_s)}};
   // A measured step's TP collectives run inside its passes: not measured apart.
   if (iteration) {
+    document["figures"]["ideal_ms"]["measured"] = nullptr;
+    document["figures"]["ideal_ms"]["error"] = nullptr;
     document["figures"]["exposed_comm_ms"]["measured"] = nullptr;
     document["figures"]["exposed_comm_ms"]["error"] = nullptr;
     document["figures"]["hidden_comm_fraction"]["measured"] = nullptr;
@@ -200,7 +204,8 @@ Json CompareJson(const CompareFlags& flags, const sim::Report& predicted,
     predicted_ops.push_back(pair.p);
     measured_ops.push_back(pair.m);
   }
-  document["layer_stack"] = StackJson(Stack(predicted_ops), Stack(measured_ops));
+  document["layer_stack"] =
+      StackJson(Stack(predicted_ops, predicted.plan.tp), Stack(measured_ops, measured.plan.tp));
   Json by_class = Json::array();
   for (const auto& [name, t] : classes)
     by_class.push_back({{"op_class", name},
@@ -310,12 +315,32 @@ void Run(const CompareFlags& flags) {
                                 flags.predicted_path, flags.measured_path, predicted->ops.size()));
   // A whole iteration's reports (simulate --report-iteration, execute --extent step) hold passes,
   // and a measured pass holds its TP collectives: their exposed time is not measured apart.
-  const bool iteration = std::any_of(pairs.begin(), pairs.end(), [](const Pair& pair) {
-    return pair.p->label.starts_with("forward ") || pair.p->label.starts_with("backward ");
-  });
-  // Notes only for a measurement of domino's executor (its report has a measured: block).
-  const std::vector<std::string> notes =
-      measured->plan.measured ? PricingNotes(predicted->plan) : std::vector<std::string>{};
+  // So does a measured step alone (against a prediction without a timeline, say).
+  auto is_pass = [](const sim::ReportOp& op) {
+    return op.label.starts_with("forward ") || op.label.starts_with("backward ");
+  };
+  const bool iteration =
+      std::any_of(pairs.begin(), pairs.end(), [&](const Pair& pair) { return is_pass(*pair.p); }) ||
+      std::any_of(measured->ops.begin(), measured->ops.end(), is_pass);
+  // Notes only for a prediction against a measurement of domino's executor (its report has a
+  // measured: block); two runs of the executor compared have no pricing to note.
+  std::vector<std::string> notes = measured->plan.measured && predicted->plan.predicted
+                                       ? PricingNotes(predicted->plan)
+                                       : std::vector<std::string>{};
+  // A layer stack measured against a whole model (or the other way round): the figures, which
+  // are each report's own, cover different work; the matched ops still compare.
+  auto ends = [](const std::vector<sim::ReportOp>& ops) {
+    return std::any_of(ops.begin(), ops.end(), [](const sim::ReportOp& op) {
+      return op.label.starts_with("embed ") || op.label.starts_with("loss ");
+    });
+  };
+  if (!predicted->ops.empty() && !measured->ops.empty() && !iteration &&
+      ends(predicted->ops) != ends(measured->ops))
+    notes.push_back(fmt::format(
+        "the {} report holds the layer stack only (execute --extent layers), the {} the whole "
+        "model: their iteration, ideal and tokens/s cover different work; compare the matched ops",
+        ends(predicted->ops) ? "measured" : "predicted",
+        ends(predicted->ops) ? "predicted" : "measured"));
   if (flags.format == OutputFormat::kJson) {
     Json document =
         CompareJson(flags, *predicted, *measured, *p, *m, pairs, unmatched, classes, iteration);
@@ -337,11 +362,12 @@ void Run(const CompareFlags& flags) {
                     fmt::format(fmt::runtime(format), b), Error(a, b)});
   };
   row("iteration ms", p->iteration_ms, m->iteration_ms, "{:.3f}");
-  row("ideal ms", p->ideal_ms, m->ideal_ms, "{:.3f}");
   if (iteration) {
+    figures.AddRow({"ideal ms", fmt::format("{:.3f}", p->ideal_ms), "-", "-"});
     figures.AddRow({"exposed TP comm ms", fmt::format("{:.3f}", p->exposed_comm_ms), "-", "-"});
     figures.AddRow({"hidden fraction", fmt::format("{:.3f}", p->hidden_comm_fraction), "-", "-"});
   } else {
+    row("ideal ms", p->ideal_ms, m->ideal_ms, "{:.3f}");
     row("exposed TP comm ms", p->exposed_comm_ms, m->exposed_comm_ms, "{:.3f}");
     figures.AddRow({"hidden fraction", fmt::format("{:.3f}", p->hidden_comm_fraction),
                     fmt::format("{:.3f}", m->hidden_comm_fraction),
@@ -350,8 +376,8 @@ void Run(const CompareFlags& flags) {
   row("tokens/s", p->tokens_per_s, m->tokens_per_s, "{:.0f}");
   figures.Print(std::cout);
   if (iteration)
-    std::cout << "(-: a measured step's TP collectives run inside its passes, so their exposed "
-                 "time is not measured apart)\n";
+    std::cout << "(-: a measured step's TP collectives run inside its passes, so neither the "
+                 "step without them nor their exposed time is measured apart)\n";
 
   if (predicted->ops.empty() || measured->ops.empty()) {
     std::cout << "\n(no per-op comparison: "
@@ -372,7 +398,8 @@ void Run(const CompareFlags& flags) {
   Table stack({iteration ? "whole iteration, rank 0's stage (matched ops)"
                          : "layer stack, one micro-batch (matched ops)",
                "predicted", "measured", "error"});
-  const StackFigures a = Stack(predicted_ops), b = Stack(measured_ops);
+  const StackFigures a = Stack(predicted_ops, predicted->plan.tp),
+                     b = Stack(measured_ops, measured->plan.tp);
   stack.AddRow(
       {"length ms", fmt::format("{:.3f}", a.ms), fmt::format("{:.3f}", b.ms), Error(a.ms, b.ms)});
   stack.AddRow({"compute busy ms", fmt::format("{:.3f}", a.compute_ms),

@@ -42,4 +42,29 @@ for op in "forward v0 mb1 fwd" "backward v0 mb0 bwd" "pp.send v0 mb0 fwd" "pp.re
           "dp.allreduce v0 L0 bwd" "embedding.allreduce S1 optim" "optimizer optim"; do
   grep -q "^$op " <<<"$out" || fail "$op not compared: $out"
 done
+# The measured step against a plan without a timeline: the figures that need TP collectives timed
+# apart are not compared (they are the step's bubbles and other communication too).
+"$domino" simulate "${flags[@]}" --report "$dir/plan.yaml" >/dev/null || fail "simulate --report"
+sed -i '/^timeline:/,$d' "$dir/plan.yaml"
+bare=$("$domino" compare "$dir/plan.yaml" "$dir/measured.yaml" 2>&1) || fail "compare: $bare"
+grep -Eq "^ideal ms +[0-9.]+ +- +-$" <<<"$bare" || fail "a step's ideal compared: $bare"
+grep -Eq "^exposed TP comm ms +[0-9.]+ +- +-$" <<<"$bare" || fail "a step's exposed comm compared: $bare"
+grep -q "^timeline:  # a whole iteration on one rank" "$dir/measured.yaml" ||
+  fail "the step's timeline called something else: $(grep "^timeline:" "$dir/measured.yaml")"
+# At tp 1 the collectives move nothing: no TP comm time on either side of the layer stack. A layer
+# stack measured against a whole model's prediction is said to be one.
+tiny=(--model "$src/models/examples/tiny-llama.yaml" --cluster dgx-h100:1:1 --seq-len 16
+      --micro-batch 4 --stack domino)
+"$domino" simulate "${tiny[@]}" --report "$dir/p1.yaml" >/dev/null || fail "simulate tp 1"
+"$domino" execute "${tiny[@]}" --report "$dir/m1.yaml" >/dev/null || fail "execute tp 1"
+"$domino" execute "${tiny[@]}" --extent layers --report "$dir/ml.yaml" >/dev/null ||
+  fail "execute --extent layers"
+one=$("$domino" compare "$dir/p1.yaml" "$dir/m1.yaml" 2>&1) || fail "compare tp 1: $one"
+grep -Eq "^TP comm busy ms +0\.000 +0\.000 " <<<"$one" || fail "tp 1's collectives as TP comm: $one"
+layers=$("$domino" compare "$dir/p1.yaml" "$dir/ml.yaml" 2>&1) || fail "compare layers: $layers"
+grep -q "^# note: the measured report holds the layer stack only" <<<"$layers" ||
+  fail "a layer stack against a whole model not said: $layers"
+# Two runs of the executor compared: nothing a prediction priced to note.
+twice=$("$domino" compare "$dir/m1.yaml" "$dir/m1.yaml" 2>&1) || fail "compare of two runs: $twice"
+! grep -q "^# note" <<<"$twice" || fail "a pricing note on two measurements: $twice"
 echo "step compare ok"
