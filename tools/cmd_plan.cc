@@ -118,7 +118,13 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   const std::string strategy = !flags.strategy.empty()                    ? flags.strategy
                                : f.method.empty() || f.method == "domino" ? "any"
                                                                           : f.method;
-  DOMINO_RETURN_IF_ERROR(ApplyStrategy(strategy, &space));
+  if (Status status = ApplyStrategy(strategy, &space); !status.ok()) {
+    // Said of the flag given.
+    std::string message = status.message();
+    if (flags.strategy.empty() && message.starts_with("--strategy "))
+      message.replace(0, 10, "--method");
+    return Error(message);
+  }
   if (!f.method.empty()) {
     std::erase_if(space.methods, [&](OverlapMethod m) { return MethodName(m) != f.method; });
     if (space.methods.empty())

@@ -41,6 +41,10 @@ grep -q "overlap: {.*method: decomposed, chunks: 2" "$tmp/m.yaml" || fail "--met
   fail "--method decomposed --strategy row accepted"
 grep -q -- "--method decomposed contradicts --strategy row" "$tmp/err.txt" ||
   fail "contradiction not said: $(cat "$tmp/err.txt")"
+"$domino" plan "${args[@]}" --method decomposed --no-sp >/dev/null 2>"$tmp/err.txt" &&
+  fail "--method decomposed --no-sp accepted"
+grep -q -- "--method decomposed decomposes sequence parallelism's collectives" "$tmp/err.txt" ||
+  fail "--method decomposed --no-sp: $(cat "$tmp/err.txt")"
 "$domino" plan "${args[@]}" --chunks 4 >/dev/null 2>"$tmp/err.txt" && fail "--chunks alone accepted"
 grep -q -- "--chunks 4 cuts decomposed overlap" "$tmp/err.txt" || fail "--chunks alone: $(cat "$tmp/err.txt")"
 # --top 3: three plans in the table, the chosen one and two runners-up in the file.
