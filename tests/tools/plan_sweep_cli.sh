@@ -133,4 +133,24 @@ grep -q "unknown key 'bandwidth'" "$tmp/err.txt" || fail "bad key not named"
 [[ ! -e "$tmp/x.csv" ]] || fail "a failed sweep wrote its CSV"
 "$src/tools/plot" "$tmp/s.csv" --out "$tmp/s.png" >/dev/null || fail "plot failed"
 [[ $(head -c 4 "$tmp/s.png" | od -An -c | tr -d ' ') == "211PNG" ]] || fail "not a PNG"
+# A study of three keys is drawn a slice at a time; what is not a sweep CSV gets one line.
+printf 'name: three\ngrid:\n  nodes: [1, 2]\n  seq_len: [512, 1024]\n  precision: [bf16, fp8]\nfixed: {model: gpt3-2.7b, micro_batch: 8}\n' \
+  >"$tmp/three.yaml"
+"$domino" sweep --study "$tmp/three.yaml" --out "$tmp/three.csv" >/dev/null ||
+  fail "sweep of three keys failed"
+"$src/tools/plot" "$tmp/three.csv" --out "$tmp/three.png" >/dev/null 2>"$tmp/err.txt" &&
+  fail "plot drew three keys on two axes"
+grep -q "varies 3 keys (nodes, seq_len, precision)" "$tmp/err.txt" || fail "plot: $(cat "$tmp/err.txt")"
+"$src/tools/plot" "$tmp/three.csv" --where precision=fp8 --out "$tmp/three.png" >/dev/null ||
+  fail "plot --where failed"
+printf 'a,b\n1,2\n' >"$tmp/n.csv"
+head -2 "$tmp/s.csv" | sed 's/,[0-9.]*,[0-9.]*,[0-9.]*,/,,,,/' >"$tmp/e.csv"
+for bad in "$tmp/n.csv" "$tmp/e.csv"; do
+  "$src/tools/plot" "$bad" --out "$tmp/x.png" >/dev/null 2>"$tmp/err.txt" && fail "plot took $bad"
+  [[ $(wc -l <"$tmp/err.txt") == 1 ]] && ! grep -q Traceback "$tmp/err.txt" ||
+    fail "plot of $bad: $(cat "$tmp/err.txt")"
+done
+"$src/tools/plot" "$tmp/s.csv" --out "$tmp/no/s.png" >/dev/null 2>"$tmp/err.txt" &&
+  fail "plot wrote into a missing folder"
+grep -q "folder .*no does not exist" "$tmp/err.txt" || fail "plot: $(cat "$tmp/err.txt")"
 echo "plan and sweep cli ok"
