@@ -182,12 +182,11 @@ void CheckActivation(ConfigReader& config, Family family) {
 std::string NameFromPath(std::string_view file) {
   std::filesystem::path path(file);
   if (path.filename() == "config.json") {
-    std::filesystem::path folder = path.parent_path().filename();
-    if (folder.empty()) {
-      std::error_code ec;
-      folder = std::filesystem::absolute(path, ec).parent_path().filename();
-    }
-    if (!folder.empty()) return folder.string();
+    // The folder's own name, also where the path names it "." or ".." ("./config.json").
+    std::error_code ec;
+    const std::filesystem::path folder =
+        std::filesystem::absolute(path, ec).lexically_normal().parent_path().filename();
+    if (!ec && !folder.empty()) return folder.string();
   }
   return path.stem().string();
 }

@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,22 @@ TEST(HfConfig, ArchitecturesNameTheFamilyWithoutModelType) {
   EXPECT_EQ(model->name, "mini");
   EXPECT_EQ(model->kv_heads, 2);
   EXPECT_EQ(model->activation, Activation::kSwiglu);
+}
+
+TEST(HfConfig, AConfigInTheWorkingFolderIsNamedAfterIt) {
+  const std::string text =
+      R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+          "max_position_embeddings": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
+          "vocab_size": 100})";
+  const std::string here = std::filesystem::current_path().filename().string();
+  for (const char* file : {"./config.json", "config.json"}) {
+    Result<ModelSpec> model = ParseHfConfig(text, file);
+    ASSERT_TRUE(model.ok()) << model.message();
+    EXPECT_EQ(model->name, here) << file;
+  }
+  Result<ModelSpec> nested = ParseHfConfig(text, "/models/tiny/./config.json");
+  ASSERT_TRUE(nested.ok()) << nested.message();
+  EXPECT_EQ(nested->name, "tiny");
 }
 
 // A Llama config, one key per line, with `replace` substituted for line `line` (1-based; line 1
