@@ -263,6 +263,27 @@ Grid ReadGrid(const SweepFlags& flags) {
   for (size_t i = 0; i < axes.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (axes[i].key == axes[j].key) Fail("sweep", fmt::format("{} is varied twice", axes[i].key));
+  // A flag that sets what the grid or the study's fixed: sets would be lost: said, not dropped.
+  const PlanFlags& f = flags.plan;
+  auto given = [&](const std::string& key) -> std::string {
+    if (key == "model" && !f.model.empty()) return "--model " + f.model;
+    if (key == "stack" && !f.stack.empty()) return "--stack " + f.stack;
+    if (key == "precision" && !f.precision.empty()) return "--precision " + f.precision;
+    if (key == "seq_len" && f.seq_len > 0) return fmt::format("--seq-len {}", f.seq_len);
+    if (key == "micro_batch" && f.micro_batch > 0)
+      return fmt::format("--micro-batch {}", f.micro_batch);
+    return "";
+  };
+  for (const Axis& a : axes)
+    if (std::string flag = given(a.key); !flag.empty())
+      Fail("sweep", fmt::format("{} and {} set the same thing: give one", flag,
+                                flags.study_path.empty()
+                                    ? fmt::format("--vary {}=...", a.key)
+                                    : fmt::format("{}'s grid.{}", flags.study_path, a.key)));
+  for (const auto& [key, value] : grid.fixed)
+    if (std::string flag = given(key); !flag.empty())
+      Fail("sweep", fmt::format("{} and {}'s fixed.{} ({}) set the same thing: give one", flag,
+                                flags.study_path, key, value));
   CheckOk("sweep", CheckOutputPath(flags.out_path, flags.force));
   CheckOk("sweep",
           CheckNotAnInput(flags.out_path, std::array{flags.study_path, flags.plan.plan_path}));

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
 
@@ -12,6 +16,27 @@ constexpr const char* kKeys[] = {"network_GBps", "nvlink_GBps", "nodes", "node",
                                  "micro_batch",  "model",       "stack", "precision"};
 constexpr const char* kKeyList =
     "network_GBps, nvlink_GBps, nodes, node, seq_len, micro_batch, model, stack, precision";
+
+// What a value of `key` must be, where a look at it tells (a model, stack or node is looked up
+// when the point is built); empty if it is fine.
+std::string ValueRule(const std::string& key, const std::string& value) {
+  int number = 0;
+  if ((key == "nodes" || key == "seq_len" || key == "micro_batch") &&
+      !PositiveDecimalInt(value, &number))
+    return fmt::format("expected a positive decimal integer, got '{}'", value);
+  if (key == "precision" && value != "bf16" && value != "fp16" && value != "fp8")
+    return fmt::format("expected bf16, fp16 or fp8, got '{}'", value);
+  if (key == "network_GBps" || key == "nvlink_GBps") {
+    // The bounds of a link's GBps_per_direction in a node file (hardware/hardware_spec.cc).
+    double GBps = 0;
+    const char* end = value.c_str() + value.size();
+    auto [at, ec] = std::from_chars(value.c_str(), end, GBps);
+    if (value.empty() || ec != std::errc() || at != end || !std::isfinite(GBps) || GBps < 1e-3 ||
+        GBps > 1e6)
+      return fmt::format("expected a bandwidth from 0.001 to 1000000 GB/s, got '{}'", value);
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -35,7 +60,12 @@ Result<Axis> ParseAxis(const std::string& text) {
     size_t end = rest.find(',', start);
     if (end == std::string::npos) end = rest.size();
     if (end == start) return Error(fmt::format("--vary {}: an empty value", text));
-    axis.values.push_back(rest.substr(start, end - start));
+    const std::string value = rest.substr(start, end - start);
+    if (std::string rule = ValueRule(axis.key, value); !rule.empty())
+      return Error(fmt::format("--vary {}: {}", text, rule));
+    if (std::find(axis.values.begin(), axis.values.end(), value) != axis.values.end())
+      return Error(fmt::format("--vary {}: '{}' is given twice", text, value));
+    axis.values.push_back(value);
     start = end + 1;
   }
   if (axis.values.empty()) return Error(fmt::format("--vary {}: no values", text));
@@ -75,14 +105,13 @@ Result<Study> ParseStudy(std::string_view text, std::string_view file) {
       return where(entry.second, "grid." + key, "expected a non-empty list of values");
     Axis axis;
     axis.key = key;
-    const bool integer = key == "nodes" || key == "seq_len" || key == "micro_batch";
     for (const auto& v : entry.second) {
       if (!v.IsScalar()) return where(v, "grid." + key, "expected a scalar value");
       const std::string& value = v.Scalar();
-      int number = 0;
-      if (integer && !PositiveDecimalInt(value, &number))
-        return where(v, "grid." + key,
-                     fmt::format("expected a positive decimal integer, got '{}'", value));
+      if (std::string rule = ValueRule(key, value); !rule.empty())
+        return where(v, "grid." + key, rule);
+      if (std::find(axis.values.begin(), axis.values.end(), value) != axis.values.end())
+        return where(v, "grid." + key, fmt::format("'{}' is given twice", value));
       axis.values.push_back(value);
     }
     study.axes.push_back(std::move(axis));
@@ -93,6 +122,8 @@ Result<Study> ParseStudy(std::string_view text, std::string_view file) {
       const std::string key = entry.first.Scalar();
       if (!KnownSweepKey(key)) return where(entry.first, "fixed." + key, "unknown key");
       if (!entry.second.IsScalar()) return where(entry.second, "fixed." + key, "expected a value");
+      if (std::string rule = ValueRule(key, entry.second.Scalar()); !rule.empty())
+        return where(entry.second, "fixed." + key, rule);
       if (grid[key])
         return where(entry.first, "fixed." + key,
                      "the grid varies it too: give it in grid or in fixed, not in both");

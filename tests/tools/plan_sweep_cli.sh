@@ -112,7 +112,7 @@ assert sorted(ideal) == ["bf16", "fp8"] and ideal["fp8"] < ideal["bf16"], ideal
 PY
 "$domino" sweep --vary precision=bf16,fp4 --out "$tmp/x.csv" >/dev/null 2>"$tmp/err.txt" &&
   fail "precision fp4 accepted"
-grep -q "precision=fp4: --precision: unknown value 'fp4'" "$tmp/err.txt" ||
+grep -q "vary precision=bf16,fp4: expected bf16, fp16 or fp8, got 'fp4'" "$tmp/err.txt" ||
   fail "precision fp4 not named: $(cat "$tmp/err.txt")"
 # A point that decomposes its collectives: the baseline is Megatron's (nothing decomposed) and
 # the best search takes decomposed overlap in; method both sweeps too (it needs row split 2).
