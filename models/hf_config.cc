@@ -7,6 +7,7 @@
 #include <array>
 #include <charconv>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -108,7 +109,8 @@ class ConfigReader {
   std::optional<std::string> String(std::string_view key) {
     auto [found, value] = Find({key});
     if (!value.IsDefined()) return std::nullopt;
-    if (!value.IsScalar()) {
+    // JSON's strings are quoted: a number or true is not one (yaml-cpp tags a quoted scalar "!").
+    if (!value.IsScalar() || value.Tag() != "!") {
       FailAt(value.Mark(), key, "expected a string");
       return std::nullopt;
     }
@@ -194,6 +196,27 @@ std::string NameFromPath(std::string_view file) {
 }  // namespace
 
 Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
+  // JSON's own grammar first, as Transformers' json.load reads it: YAML, which then reads the keys
+  // and marks errors, would also take a trailing comma, a comment or an unquoted word.
+  if (!nlohmann::json::accept(text)) {
+    try {
+      (void)nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      size_t line = 1, column = 1;
+      for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+        if (text[i] == '\n') {
+          ++line;
+          column = 1;
+        } else {
+          ++column;
+        }
+      }
+      std::string reason = e.what();
+      if (size_t at = reason.find(": syntax error"); at != std::string::npos)
+        reason = reason.substr(at + 2);
+      return Error(fmt::format("{}:{}:{}: invalid JSON: {}", file, line, column, reason));
+    }
+  }
   Result<YAML::Node> root = ParseYaml(text, file);  // JSON is YAML: one parser, marks for errors
   if (!root.ok()) {
     std::string message = root.message();

@@ -194,7 +194,17 @@ TEST(HfConfig, RefusesWhatItCannotRead) {
               "domino models attention as wide as the hidden state");
   ExpectError("[1, 2]", "bad/config.json:1:1: expected a JSON object (a config.json)");
   ExpectError("{\"model_type\": \"llama\"",
-              "bad/config.json:1:1: invalid JSON: end of map flow not found");
+              "bad/config.json:1:23: invalid JSON: syntax error while parsing object - unexpected "
+              "end of input; expected '}'");
+  // What YAML takes and JSON readers (Transformers' json.load) refuse.
+  ExpectError(LlamaWith(9, R"(  "vocab_size": 100,)"),
+              "bad/config.json:10:1: invalid JSON: syntax error while parsing object key - "
+              "unexpected '}'; expected string literal");
+  ExpectError(LlamaWith(3, "  # the width"),
+              "bad/config.json:3:3: invalid JSON: syntax error while parsing object key - invalid "
+              "literal; last read: '\"llama\",<U+000A>  #'; expected string literal");
+  ExpectError(LlamaWith(2, R"(  "model_type": 5,)"),
+              "bad/config.json:2:17: model_type: expected a string");
 }
 
 TEST(HfConfig, ReadsTabIndentedAndOneLineJson) {
