@@ -538,12 +538,24 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
     std::vector<OpCost> no_dp = real, no_dp_pp = real;
     for (size_t i = 0; i < n; ++i) {
       const Op& op = s.ops()[i];
-      if (IsDpSide(op)) no_dp[i] = no_dp_pp[i] = serial[i] = OpCost{};
+      if (IsDpSide(op)) no_dp[i] = no_dp_pp[i] = OpCost{};
       if (op.group == Group::kPp) no_dp_pp[i] = OpCost{};
     }
     t_no_dp = engine.Run(no_dp, device);
     t_no_dp_pp = engine.Run(no_dp_pp, device);
-    t_serial = engine.Run(serial, device);
+    // Nothing overlapped: each stage's passes, sends and DP-side collectives one at a time in
+    // issue order on its compute stream, each at its time alone (a pass at the sum of its ops'),
+    // so that a stage waits for its own communication as for its compute; a receive still only
+    // waits for its send (queued behind the compute, it could wait for itself).
+    Schedule one_stream;
+    one_stream.Reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      Op op = s.ops()[i];
+      if (op.stream != Stream::kPpRecv) op.stream = Stream::kCompute;
+      one_stream.Add(op, s.deps(s.ops()[i]));
+      if (IsDpSide(op)) serial[i] = real[i];
+    }
+    t_serial = Engine(one_stream).Run(serial, device);
   }
   const Timeline& r_no_dp = breakdown ? t_no_dp : t_real;
   const Timeline& r_no_dp_pp = breakdown ? t_no_dp_pp : t_real;
@@ -581,7 +593,7 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   double ideal_us = 0, serial_us = 0;
   for (const StageFigures& f : st) {
     ideal_us = std::max(ideal_us, f.ideal_finish);
-    serial_us = std::max(serial_us, f.serial_end + f.dp_comm);
+    serial_us = std::max(serial_us, breakdown ? f.serial_end : f.serial_end + f.dp_comm);
   }
 
   Prediction p;
