@@ -438,8 +438,6 @@ void Run(const PlanCommandFlags& flags) {
          128 + signal);
 }
 
-}  // namespace
-
 // In `plan` a degree, split or switch given pins its dimension, and one left out is searched:
 // the defaults that `simulate` takes, which the shared help gives, do not apply.
 void SaySearched(CLI::App* sub) {
@@ -454,6 +452,8 @@ void SaySearched(CLI::App* sub) {
         said.find("default: searched") != std::string::npos ? said : said + " (default: searched)");
   }
 }
+
+}  // namespace
 
 void SetupPlan(CLI::App* sub) {
   auto flags = std::make_shared<PlanCommandFlags>();
