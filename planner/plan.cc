@@ -211,12 +211,11 @@ std::string NearPlan(const std::string& ref, std::string_view file) {
     return s.find('/') != std::string_view::npos || s.ends_with(".yaml") || s.ends_with(".yml") ||
            s.ends_with(".json");
   };
-  if (path_like(ref)) return PathNear(ref, file);
   // A cluster's NODE:COUNT[:GPUS], the node a file.
   const size_t colon = ref.find(':');
   if (colon != std::string::npos && path_like(std::string_view(ref).substr(0, colon)))
     return PathNear(ref.substr(0, colon), file) + ref.substr(colon);
-  return ref;
+  return path_like(ref) ? PathNear(ref, file) : ref;
 }
 
 }  // namespace

@@ -129,10 +129,10 @@ eager=$("$domino" simulate --model gpt3-13b --cluster dgx-h100:1 --micro-batch 8
 [[ "$graphs" == "$back" && "$graphs" != "$eager" ]] ||
   fail "cuda graphs $graphs ms, read back $back ms, eager $eager ms"
 # A plan file names its model, stack and node files beside it: it loads from any folder.
-mkdir -p "$tmp/sub"
+mkdir -p "$tmp/sub/nodes"
 cp "$(dirname "$0")/../../models/examples/tiny-llama.yaml" "$tmp/sub/m.yaml"
-cp "$(dirname "$0")/../../hardware/catalog/nodes/dgx-h100.yaml" "$tmp/sub/n.yaml"
-printf 'model: m.yaml\ncluster: n.yaml:1:1\ntraining: {seq_len: 16, micro_batch: 2}\n' >"$tmp/sub/p.yaml"
+cp "$(dirname "$0")/../../hardware/catalog/nodes/dgx-h100.yaml" "$tmp/sub/nodes/n.yaml"
+printf 'model: m.yaml\ncluster: nodes/n.yaml:1:1\ntraining: {seq_len: 16, micro_batch: 2}\n' >"$tmp/sub/p.yaml"
 (cd / && "$domino" simulate "$tmp/sub/p.yaml" >/dev/null) || fail "a plan's neighbouring files not found"
 (cd "$tmp/sub" && "$domino" simulate p.yaml >/dev/null) || fail "a plan's files not found beside it"
 echo "simulate cli ok"
