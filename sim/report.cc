@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "models/base/file_io.h"
@@ -12,9 +13,8 @@ namespace domino::sim {
 
 std::string TimelineYaml(const Schedule& schedule, const Timeline& timeline) {
   // A whole iteration's timeline holds passes (forward and backward of each micro-batch).
-  bool passes = false;
-  for (size_t i = 0; i < schedule.size() && !passes; ++i)
-    passes = schedule.op(static_cast<int32_t>(i)).kind == OpKind::kPass;
+  const bool passes =
+      std::ranges::any_of(schedule.ops(), [](const Op& op) { return op.kind == OpKind::kPass; });
   std::string out = fmt::format(
       "timeline:  # {} on one rank, in issue order: [op, class, start_us, end_us]\n"
       "  ops:\n",

@@ -334,13 +334,13 @@ void Run(const CompareFlags& flags) {
       return op.label.starts_with("embed ") || op.label.starts_with("loss ");
     });
   };
+  const bool predicted_ends = ends(predicted->ops);
   if (!predicted->ops.empty() && !measured->ops.empty() && !iteration &&
-      ends(predicted->ops) != ends(measured->ops))
+      predicted_ends != ends(measured->ops))
     notes.push_back(fmt::format(
         "the {} report holds the layer stack only (execute --extent layers), the {} the whole "
         "model: their iteration, ideal and tokens/s cover different work; compare the matched ops",
-        ends(predicted->ops) ? "measured" : "predicted",
-        ends(predicted->ops) ? "predicted" : "measured"));
+        predicted_ends ? "measured" : "predicted", predicted_ends ? "predicted" : "measured"));
   if (flags.format == OutputFormat::kJson) {
     Json document =
         CompareJson(flags, *predicted, *measured, *p, *m, pairs, unmatched, classes, iteration);

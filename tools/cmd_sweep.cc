@@ -40,14 +40,6 @@ struct SweepFlags {
   int jobs = 0;  // 0: JobsThreads' default
 };
 
-// A positive decimal number ("12.5", "1e3"; not "0x10", "inf" or "nan").
-bool PositiveNumber(const std::string& text, double* out) {
-  if (text.empty() || text.find_first_not_of("0123456789.eE+-") != std::string::npos) return false;
-  char* end = nullptr;
-  *out = std::strtod(text.c_str(), &end);
-  return end != text.c_str() && *end == '\0' && *out > 0;
-}
-
 // A cluster as its node (catalog name or file), node count and GPUs used per node (0: all), so
 // that `nodes` and `node` replace one part and keep the others.
 struct ClusterParts {
@@ -112,14 +104,13 @@ Status ApplyToFlags(const std::string& key, const std::string& value, PlanFlags*
 }
 
 Status ApplyToPlan(const std::string& key, const std::string& value, Plan* plan) {
-  double GBps = 0;
   if (key != "network_GBps" && key != "nvlink_GBps") return Status::Ok();
-  // The bounds of a link's GBps_per_direction in a node file (hardware/hardware_spec.cc).
-  if (!PositiveNumber(value, &GBps) || !std::isfinite(GBps) || GBps < 1e-3 || GBps > 1e6)
+  const std::optional<double> GBps = SweepBandwidth(value);
+  if (!GBps)
     return Error(
         fmt::format("--vary {}={}: expected a bandwidth from 0.001 to 1000000 GB/s", key, value));
   (key == "network_GBps" ? plan->cluster.node.network : plan->cluster.node.nvlink)
-      .GBps_per_direction = GBps;
+      .GBps_per_direction = *GBps;
   return Status::Ok();
 }
 

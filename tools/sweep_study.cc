@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
+#include <cstdlib>
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
@@ -26,19 +26,22 @@ std::string ValueRule(const std::string& key, const std::string& value) {
     return fmt::format("expected a positive decimal integer, got '{}'", value);
   if (key == "precision" && value != "bf16" && value != "fp16" && value != "fp8")
     return fmt::format("expected bf16, fp16 or fp8, got '{}'", value);
-  if (key == "network_GBps" || key == "nvlink_GBps") {
-    // The bounds of a link's GBps_per_direction in a node file (hardware/hardware_spec.cc).
-    double GBps = 0;
-    const char* end = value.c_str() + value.size();
-    auto [at, ec] = std::from_chars(value.c_str(), end, GBps);
-    if (value.empty() || ec != std::errc() || at != end || !std::isfinite(GBps) || GBps < 1e-3 ||
-        GBps > 1e6)
-      return fmt::format("expected a bandwidth from 0.001 to 1000000 GB/s, got '{}'", value);
-  }
+  if ((key == "network_GBps" || key == "nvlink_GBps") && !SweepBandwidth(value))
+    return fmt::format("expected a bandwidth from 0.001 to 1000000 GB/s, got '{}'", value);
   return "";
 }
 
 }  // namespace
+
+std::optional<double> SweepBandwidth(const std::string& text) {
+  if (text.empty() || text.find_first_not_of("0123456789.eE+-") != std::string::npos)
+    return std::nullopt;
+  char* end = nullptr;
+  const double GBps = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !std::isfinite(GBps) || GBps < 1e-3 || GBps > 1e6)
+    return std::nullopt;
+  return GBps;
+}
 
 bool KnownSweepKey(std::string_view key) {
   for (const char* k : kKeys)

@@ -2,6 +2,7 @@
 #define DOMINO_TOOLS_SWEEP_STUDY_H_
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,6 +37,11 @@ bool KnownSweepKey(std::string_view key);
 // A positive decimal integer as the integer keys (nodes, seq_len, micro_batch) take them: digits
 // only, no leading zero, at most 9 of them ("12"; not "12.0", "1e3", "0x10" or "012").
 bool PositiveDecimalInt(std::string_view text, int* out);
+
+// A link bandwidth as network_GBps and nvlink_GBps take it: a positive decimal number ("12.5",
+// "1e3"; not "0x10", "inf" or "nan") within a node file's bounds of GBps_per_direction
+// (hardware/hardware_spec.cc), 0.001 to 1000000; nullopt otherwise.
+std::optional<double> SweepBandwidth(const std::string& text);
 
 // Parses "--vary KEY=V1,V2,...". Errors quote the flag: "--vary nodes=1,,2: an empty value".
 Result<Axis> ParseAxis(const std::string& text);
