@@ -159,7 +159,7 @@ Result<GpuSpec> ParseGpu(std::string_view text, std::string_view file) {
   if (!root.ok()) return root.error();
   YamlMap map(*root, std::string(file));
   GpuSpec gpu;
-  map.String("name", &gpu.name, Need::kRequired);
+  map.Name("name", &gpu.name, Need::kRequired);
   map.Int("sms", &gpu.sms, Need::kRequired, {.min = 1, .max = 100000});
   map.Real("memory_GB", &gpu.memory_GB, Need::kRequired, kPositive);
   // Rates from 0.001 (GB/s, TFLOP/s) up: below, times of hundreds of digits.
@@ -226,7 +226,7 @@ Result<NodeSpec> ParseNode(std::string_view text, std::string_view file) {
   if (!root.ok()) return root.error();
   YamlMap map(*root, std::string(file));
   NodeSpec node;
-  map.String("name", &node.name, Need::kRequired);
+  map.Name("name", &node.name, Need::kRequired);
   std::string gpu_ref;
   map.String("gpu", &gpu_ref, Need::kRequired);
   if (!map.failed()) {
@@ -334,7 +334,7 @@ Result<ClusterSpec> ParseCluster(std::string_view text, std::string_view file) {
   YamlMap map(*root, std::string(file));
   ClusterSpec cluster;
   cluster.name = std::string(file);
-  map.String("name", &cluster.name, Need::kOptional);
+  map.Name("name", &cluster.name, Need::kOptional);
   std::string node_ref;
   map.String("node", &node_ref, Need::kRequired);
   if (!map.failed()) {

@@ -200,10 +200,22 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   // and marks errors, would also take a trailing comma, a comment or an unquoted word.
   if (!nlohmann::json::accept(text)) {
     try {
-      (void)nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+      [[maybe_unused]] const nlohmann::json parsed = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      // A syntax error knows its byte; a number out of range (1e400) names its text.
+      size_t byte = text.size();
+      if (const auto* syntax = dynamic_cast<const nlohmann::json::parse_error*>(&e)) {
+        byte = syntax->byte;
+      } else if (std::string_view what = e.what(); what.find('\'') != std::string_view::npos) {
+        const size_t open = what.find('\'');
+        const size_t close = what.find('\'', open + 1);
+        const size_t at = close == std::string_view::npos
+                              ? std::string_view::npos
+                              : text.find(what.substr(open + 1, close - open - 1));
+        if (at != std::string_view::npos) byte = at + 1;
+      }
       size_t line = 1, column = 1;
-      for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      for (size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
         if (text[i] == '\n') {
           ++line;
           column = 1;
@@ -214,6 +226,8 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
       std::string reason = e.what();
       if (size_t at = reason.find(": syntax error"); at != std::string::npos)
         reason = reason.substr(at + 2);
+      else if (reason.starts_with("[json.exception.") && reason.find("] ") != std::string::npos)
+        reason = reason.substr(reason.find("] ") + 2);
       return Error(fmt::format("{}:{}:{}: invalid JSON: {}", file, line, column, reason));
     }
   }
@@ -246,6 +260,10 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
 
   ModelSpec model;
   model.name = NameFromPath(file);
+  // Printed in tables and headers one line each: a control character in a folder's name is not.
+  std::replace_if(
+      model.name.begin(), model.name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; },
+      '_');
   model.layers = static_cast<int>(
       config.Int(gpt2 ? std::initializer_list<std::string_view>{"n_layer", "num_hidden_layers"}
                       : std::initializer_list<std::string_view>{"num_hidden_layers", "n_layer"},

@@ -51,11 +51,7 @@ std::string_view NormName(Norm norm) {
 
 ModelSpec ReadModel(YamlMap& map) {
   ModelSpec model;
-  map.String("name", &model.name, Need::kRequired);
-  // The name goes into tables, comments of exported configs and file headers, one line each.
-  if (std::any_of(model.name.begin(), model.name.end(),
-                  [](unsigned char c) { return c < 0x20 || c == 0x7f; }))
-    map.Fail("name", "must not hold control characters (a newline, a tab)");
+  map.Name("name", &model.name, Need::kRequired);
   map.Int("layers", &model.layers, Need::kRequired, kLayersRange);
   map.Int("hidden", &model.hidden, Need::kRequired, kHiddenRange);
   map.Int("heads", &model.heads, Need::kRequired, kHeadsRange);

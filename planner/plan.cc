@@ -235,6 +235,7 @@ Result<Plan> ParsePlanNode(const YAML::Node& doc, std::string_view file,
   if (root.Has("model") && doc["model"].IsMap()) {
     if (std::optional<YamlMap> model = root.Map("model", Need::kRequired)) {
       inline_model = ReadModel(*model);
+      (void)model->Finish();  // unknown and duplicate keys; root.Finish() returns the error
       plan.model_ref.clear();
     }
   } else {

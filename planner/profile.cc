@@ -58,6 +58,38 @@ double HardwareProfile::Lookup(const Op& op, int ranks) const {
   return last.us * bytes / last.bytes;
 }
 
+namespace {
+
+// Why `signature` is not one OpSignature writes ("" when it is): a known function, then m, n, k,
+// seqs, seq, heads, kv, dim and bytes as integers >= 0, in that order.
+std::string SignatureRule(std::string_view signature) {
+  static constexpr std::array<std::string_view, 9> kFields = {"m",     "n",  "k",   "seqs", "seq",
+                                                              "heads", "kv", "dim", "bytes"};
+  const std::string rule =
+      "an op signature is FUNCTION|m=M|n=N|k=K|seqs=S|seq=L|heads=H|kv=KV|dim=D|bytes=B, as "
+      "`domino calibrate` writes it";
+  size_t bar = signature.find('|');
+  const std::string_view func = signature.substr(0, bar);
+  bool known = false;
+  for (int f = 0; f < static_cast<int>(OpFunc::kCount); ++f)
+    known = known || OpFuncName(static_cast<OpFunc>(f)) == func;
+  if (!known) return fmt::format("unknown op function '{}': {}", func, rule);
+  for (const std::string_view field : kFields) {
+    if (bar == std::string_view::npos) return rule;
+    const size_t next = signature.find('|', bar + 1);
+    const std::string_view entry = signature.substr(bar + 1, next - bar - 1);
+    const std::string_view digits = entry.substr(std::min(entry.size(), field.size() + 1));
+    if (!entry.starts_with(field) || entry.size() <= field.size() || entry[field.size()] != '=' ||
+        digits.empty() || digits.size() > 20 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return rule;
+    bar = next;
+  }
+  return bar == std::string_view::npos ? "" : rule;
+}
+
+}  // namespace
+
 Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view file) {
   Result<YAML::Node> root = ParseYaml(text, file);
   if (!root.ok()) return root.error();
@@ -88,23 +120,36 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
     return Error(
         fmt::format("{}:{}:{}: {}: {}", file, n.Mark().line + 1, n.Mark().column + 1, key, rule));
   };
-  auto time = [&](const YAML::Node& n, std::string_view key, double* out) -> Status {
+  // Times, sizes and rates up to bounds no machine reaches (1e11 us is a day), as a plan's are.
+  auto number = [&](const YAML::Node& n, std::string_view key, double max, double* out) -> Status {
     try {
       *out = n.as<double>();
     } catch (const YAML::Exception&) {
       return fail(n, key, "expected a number");
     }
-    if (!(*out >= 0) || !std::isfinite(*out)) return fail(n, key, "must be a finite number >= 0");
+    if (!(*out >= 0) || !std::isfinite(*out) || *out > max)
+      return fail(n, key, fmt::format("must be a number from 0 to {:g}", max));
     return Status::Ok();
   };
+  auto time = [&](const YAML::Node& n, std::string_view key, double* out) {
+    return number(n, key, 1e11, out);
+  };
+  if (profile.graph_launch_us > 0 && profile.graph_launch_us > profile.kernel_launch_us &&
+      profile.kernel_launch_us > 0)
+    return fail((*root)["graph_launch_us"], "graph_launch_us",
+                fmt::format("must be at most kernel_launch_us ({:g}), got {:g}",
+                            profile.kernel_launch_us, profile.graph_launch_us));
   if (compute) {
     if (!compute.IsSequence()) return fail(compute, "compute", "expected a list of [op, us]");
     for (const YAML::Node& e : compute) {
       if (!e.IsSequence() || e.size() != 2 || !e[0].IsScalar())
         return fail(e, "compute", "each entry is [op signature, microseconds]");
+      if (std::string rule = SignatureRule(e[0].Scalar()); !rule.empty())
+        return fail(e[0], "compute", rule);
       double us = 0;
       DOMINO_RETURN_IF_ERROR(time(e[1], "compute", &us));
-      profile.compute_us[e[0].Scalar()] = us;
+      if (!profile.compute_us.emplace(e[0].Scalar(), us).second)
+        return fail(e[0], "compute", fmt::format("'{}' is given twice", e[0].Scalar()));
     }
   }
   if (collectives) {
@@ -122,8 +167,13 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
       if (ranks < 1 || ranks != std::floor(ranks) || ranks > 1e6)
         return fail(e[1], "collectives", "ranks must be a positive integer");
       s.ranks = static_cast<int>(ranks);
-      DOMINO_RETURN_IF_ERROR(time(e[2], "collectives", &s.bytes));
+      DOMINO_RETURN_IF_ERROR(number(e[2], "collectives", 1e15, &s.bytes));
       DOMINO_RETURN_IF_ERROR(time(e[3], "collectives", &s.us));
+      for (const HardwareProfile::CollectiveSample& other : profile.collectives)
+        if (other.kind == s.kind && other.ranks == s.ranks && other.bytes == s.bytes)
+          return fail(e, "collectives",
+                      fmt::format("{} over {} ranks of {:g} bytes is given twice", s.kind, s.ranks,
+                                  s.bytes));
       profile.collectives.push_back(std::move(s));
     }
   }
@@ -135,12 +185,14 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
         return fail(e, "contention_samples", shape);
       HardwareProfile::ContentionSample c;
       c.op = e[0].Scalar();
+      if (std::string rule = SignatureRule(c.op); !rule.empty())
+        return fail(e[0], "contention_samples", rule);
       double ctas = 0;
       DOMINO_RETURN_IF_ERROR(time(e[1], "contention_samples", &ctas));
       if (ctas != std::floor(ctas) || ctas > 1e6)
         return fail(e[1], "contention_samples", "ctas must be an integer >= 0");
       c.ctas = static_cast<int>(ctas);
-      DOMINO_RETURN_IF_ERROR(time(e[2], "contention_samples", &c.hbm_GBps));
+      DOMINO_RETURN_IF_ERROR(number(e[2], "contention_samples", 1e9, &c.hbm_GBps));
       DOMINO_RETURN_IF_ERROR(time(e[3], "contention_samples", &c.alone_us));
       DOMINO_RETURN_IF_ERROR(time(e[4], "contention_samples", &c.beside_us));
       profile.contention_samples.push_back(std::move(c));
@@ -153,7 +205,7 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
     if (!node.IsSequence()) return fail(node, key, "expected a list of TFLOP/s");
     for (const YAML::Node& e : node) {
       double tflops = 0;
-      DOMINO_RETURN_IF_ERROR(time(e, key, &tflops));
+      DOMINO_RETURN_IF_ERROR(number(e, key, 1e6, &tflops));
       into->push_back(tflops);
     }
   }
@@ -174,7 +226,7 @@ Result<HardwareProfile> ParseProfile(std::string_view text, std::string_view fil
           return fail(e[i], "gemm_samples", "m, n and k must be positive integers below 2^31");
         *dims[i] = static_cast<int64_t>(v);
       }
-      DOMINO_RETURN_IF_ERROR(time(e[3], "gemm_samples", &g.tflops));
+      DOMINO_RETURN_IF_ERROR(number(e[3], "gemm_samples", 1e6, &g.tflops));
       g.fp8 = e.size() == 5;
       profile.gemm_samples.push_back(g);
     }

@@ -113,7 +113,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   if (!root.ok()) return root.error();
   StackSpec stack;
   YamlMap map(*root, std::string(file));
-  map.String("name", &stack.name, Need::kRequired);
+  map.Name("name", &stack.name, Need::kRequired);
   map.Enum("attention", &stack.attention, Need::kRequired, kAttentionKernels);
   map.Bool("fused_softmax", &stack.fused_softmax, Need::kRequired);
   map.Bool("fp32_scores", &stack.fp32_scores, Need::kOptional);

@@ -1,9 +1,12 @@
 #include "sim/report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
+#include <vector>
 
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
@@ -43,9 +46,20 @@ Result<Report> LoadReport(const std::string& path) {
     return Error(fmt::format("{}:{}:{}: timeline.ops: {}", path, node.Mark().line + 1,
                              node.Mark().column + 1, rule));
   };
-  YAML::Node ops = timeline.IsMap() ? timeline["ops"] : YAML::Node();
+  YAML::Node ops;
+  if (timeline.IsMap()) {
+    YamlMap map(timeline, path, "timeline");
+    ops = map.Raw("ops");
+    DOMINO_RETURN_IF_ERROR(map.Finish());  // its only key
+  }
   if (!ops || !ops.IsSequence())
     return fail(timeline, "expected a list of [op, class, start_us, end_us]");
+  std::vector<std::string_view> classes;
+  for (int c = 0; c < kOpClassCount; ++c) classes.push_back(OpClassName(static_cast<OpClass>(c)));
+  // A time written as a string ("92.3") is text, as in every domino file.
+  auto quoted = [](const YAML::Node& n) {
+    return n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str";
+  };
   for (const YAML::Node& entry : ops) {
     if (!entry.IsSequence() || entry.size() != 4)
       return fail(entry, "each entry is [op, class, start_us, end_us]");
@@ -58,6 +72,11 @@ Result<Report> LoadReport(const std::string& path) {
     } catch (const YAML::Exception&) {
       return fail(entry, "each entry is [op, class, start_us, end_us] with numbers for the times");
     }
+    if (quoted(entry[2]) || quoted(entry[3]))
+      return fail(entry, "each entry is [op, class, start_us, end_us] with numbers for the times");
+    if (std::ranges::find(classes, op.op_class) == classes.end())
+      return fail(entry[1], fmt::format("unknown op class '{}' (expected {})", op.op_class,
+                                        fmt::join(classes, " | ")));
     // Microseconds from the timeline's start: finite, not negative, within a day and more.
     constexpr double kMaxUs = 1e11;
     if (!std::isfinite(op.start_us) || !std::isfinite(op.end_us) || op.start_us < 0 ||

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -57,7 +58,8 @@ int RunDomino(int argc, const char* const* argv,
   const std::string exit_codes =
       "Exit codes: 0 success; 1 bad input or a failed run; 2 usage error (unknown command or "
       "flag,\na flag value out of its range); 3 no plan fits (plan); 128 + N stopped by signal N "
-      "(130 SIGINT,\n143 SIGTERM; sweep and plan keep what they finished, marked partial).";
+      "(130 SIGINT,\n143 SIGTERM): sweep keeps the points it finished and says how many, plan "
+      "the best plan\nfound, marked partial in its YAML.";
   app.footer(exit_codes);
   app.fallthrough(false);
   for (const Command& command : Commands()) {
@@ -71,7 +73,11 @@ int RunDomino(int argc, const char* const* argv,
   }
   // Usage errors in one line, like every other error: "domino SUB: MESSAGE (see --help)".
   app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    // The root reports its subcommands' errors too (app.exit below): name the one given.
     std::string name = failed->get_parent() ? " " + failed->get_name() : "";
+    if (const std::vector<CLI::App*> given = failed->get_subcommands();
+        name.empty() && !given.empty())
+      name = " " + given.front()->get_name();
     return "domino" + name + ": " + e.what() + " (see --help)\n";
   });
   // A mistyped command gets its name and the nearest command, not "a subcommand is required".
@@ -108,6 +114,10 @@ int RunDomino(int argc, const char* const* argv,
                  "domino: the command line cannot be read: a flag's value is out of range "
                  "(see --help)\n");
     return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    // A run that asked for more memory than the machine (or its ulimit) gives.
+    std::fprintf(stderr, "domino: out of memory\n");
+    return kExitBadInput;
   } catch (const std::exception& e) {
     // Anything else the command-line parser throws is a usage error too.
     std::fprintf(stderr, "domino: the command line cannot be read: %s (see --help)\n", e.what());

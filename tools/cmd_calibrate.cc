@@ -122,9 +122,7 @@ void Run(CalibrateFlags& flags) {
   if (rank == 0) {
     CheckOk("calibrate", CheckOutputPath(flags.out_path, flags.force));
     // A profile replaces none of the files that describe what it measures.
-    CheckOk("calibrate",
-            CheckNotAnInput(flags.out_path, std::array{flags.plan.plan_path, flags.plan.model,
-                                                       flags.plan.stack, flags.plan.cluster}));
+    CheckOk("calibrate", CheckNotAnInput(flags.out_path, PlanInputFiles(flags.plan, *plan)));
   }
   Result<std::unique_ptr<exec::Communicator>> comm = exec::MakeLaunchCommunicator(*env);
   if (!comm.ok()) FailOnRank("calibrate", rank, comm.message());
@@ -186,7 +184,8 @@ void Run(CalibrateFlags& flags) {
 
 void SetupCalibrate(CLI::App* sub) {
   auto flags = std::make_shared<CalibrateFlags>();
-  sub->add_option("plan_file", flags->positional_plan, "plan YAML whose op shapes to measure");
+  sub->add_option("plan_file", flags->positional_plan, "plan YAML whose op shapes to measure")
+      ->check(NonEmpty());
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
   sub->add_option("--backend", flags->backend,
                   "cpu | cuda (CUDA events; collectives on NCCL under mpirun with the plan's tp "

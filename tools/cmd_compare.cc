@@ -446,9 +446,11 @@ void Run(const CompareFlags& flags) {
 void SetupCompare(CLI::App* sub) {
   auto flags = std::make_shared<CompareFlags>();
   sub->add_option("predicted", flags->predicted_path, "report from `domino simulate --report`")
-      ->required();
+      ->required()
+      ->check(NonEmpty());
   sub->add_option("measured", flags->measured_path, "report from `domino execute --report`")
-      ->required();
+      ->required()
+      ->check(NonEmpty());
   sub->add_option("--top", flags->top,
                   "ops listed, largest duration gaps first (the JSON lists every matched op)")
       ->check(DecimalInt(1, kMaxListed));

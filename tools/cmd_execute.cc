@@ -335,10 +335,11 @@ void Run(ExecuteFlags& flags) {
     CheckOk("execute", CheckOutputPaths(output_paths, flags.force));
     // A report is a plan file with its measurement, so it may replace the plan it ran (--force),
     // not its model or stack file; a trace replaces none of them.
-    const std::array inputs{flags.plan.model, flags.plan.stack, flags.plan.plan_path};
-    if (!flags.report_path.empty())
-      CheckOk("execute", CheckNotAnInput(flags.report_path, std::span(inputs).first(2)));
-    if (!flags.trace_path.empty()) CheckOk("execute", CheckNotAnInput(flags.trace_path, inputs));
+    const std::vector<std::string> inputs = PlanInputFiles(flags.plan, *plan);
+    std::vector<std::string> not_the_plan = inputs;
+    std::erase(not_the_plan, flags.plan.plan_path);
+    CheckOk("execute", CheckNotAnInput(flags.report_path, not_the_plan));
+    CheckOk("execute", CheckNotAnInput(flags.trace_path, inputs));
   }
 
   // 16-bit runs are for timing; the check's default element type is fp32.
@@ -482,7 +483,8 @@ void Run(ExecuteFlags& flags) {
 
 void SetupExecute(CLI::App* sub) {
   auto flags = std::make_shared<ExecuteFlags>();
-  sub->add_option("plan_file", flags->positional_plan, "plan YAML (from `domino plan --out`)");
+  sub->add_option("plan_file", flags->positional_plan, "plan YAML (from `domino plan --out`)")
+      ->check(NonEmpty());
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
   sub->add_option("--backend", flags->backend, "cpu (Eigen, fp32) | cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));

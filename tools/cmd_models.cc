@@ -127,7 +127,8 @@ void ShowModel(const std::string& name) {
 void SetupModels(CLI::App* sub) {
   auto name = std::make_shared<std::string>();
   auto format = std::make_shared<OutputFormat>();
-  sub->add_option("model", *name, "catalog name (e.g. gpt3-13b) or path to a model YAML file");
+  sub->add_option("model", *name, "catalog name (e.g. gpt3-13b) or path to a model YAML file")
+      ->check(NonEmpty());
   AddFormatOption(sub, format.get());
   sub->callback([name, format] {
     const bool json = *format == OutputFormat::kJson;

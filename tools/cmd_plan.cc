@@ -300,12 +300,7 @@ void Run(const PlanCommandFlags& flags) {
   if (!flags.out_path.empty()) {
     CheckOk("plan", CheckOutputPath(flags.out_path, flags.force));
     // The plan names its model, node and stack files: writing it over one of them loses it.
-    const std::string& cluster = base->cluster_ref;
-    const std::string node = cluster.ends_with(".yaml") || cluster.ends_with(".yml")
-                                 ? cluster
-                                 : cluster.substr(0, cluster.find(':'));
-    CheckOk("plan",
-            CheckNotAnInput(flags.out_path, std::array{base->model_ref, node, base->stack_ref}));
+    CheckOk("plan", CheckNotAnInput(flags.out_path, PlanInputFiles(flags.plan, *base)));
   }
   // A pinned degree must divide the GPUs, else nothing is left to search: say which.
   const int gpus = base->cluster.total_gpus();

@@ -184,6 +184,18 @@ void Run(SimulateFlags& flags) {
   for (const std::string* path : {&flags.report_path, &flags.trace_path,
                                   &flags.iteration_trace_path, &flags.iteration_report_path})
     if (!path->empty()) CheckOk("simulate", CheckOutputPath(*path, flags.force));
+  // A report is a plan file with its prediction, so it may replace the plan it predicts
+  // (--force), not its model, node or stack file nor the hardware profile; a trace replaces none.
+  {
+    std::vector<std::string> inputs = PlanInputFiles(flags.plan, *plan);
+    if (!flags.profile_path.empty()) inputs.push_back(flags.profile_path);
+    std::vector<std::string> not_the_plan = inputs;
+    std::erase(not_the_plan, flags.plan.plan_path);
+    for (const std::string* path : {&flags.report_path, &flags.iteration_report_path})
+      CheckOk("simulate", CheckNotAnInput(*path, not_the_plan));
+    for (const std::string* path : {&flags.trace_path, &flags.iteration_trace_path})
+      CheckOk("simulate", CheckNotAnInput(*path, inputs));
+  }
   sim::CostOptions options;
   HardwareProfile profile;
   if (!flags.profile_path.empty()) {
@@ -264,7 +276,8 @@ void Run(SimulateFlags& flags) {
 void SetupSimulate(CLI::App* sub) {
   auto flags = std::make_shared<SimulateFlags>();
   sub->add_option("plan_file", flags->positional_plan,
-                  "plan or report YAML to start from (as --plan; flags override its values)");
+                  "plan or report YAML to start from (as --plan; flags override its values)")
+      ->check(NonEmpty());
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
   sub->add_option("--report", flags->report_path,
                   "write the plan with its predicted: block (YAML; - for stdout, the table then "
@@ -291,7 +304,8 @@ void SetupSimulate(CLI::App* sub) {
                 "launch kernels from CUDA graphs (default: the plan's training.cuda_graphs, else "
                 "as its stack does); a --report records it");
   sub->add_option("--hardware-profile", flags->profile_path,
-                  "measured op times from `domino calibrate` (ops it lacks use the models)");
+                  "measured op times from `domino calibrate` (ops it lacks use the models)")
+      ->check(NonEmpty());
   sub->add_flag("--ignore-memory", flags->ignore_memory,
                 "predict even a plan that does not fit in GPU memory");
   AddFormatOption(sub, &flags->format);

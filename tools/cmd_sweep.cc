@@ -277,7 +277,9 @@ Grid ReadGrid(const SweepFlags& flags) {
                                 flags.study_path, key, value));
   CheckOk("sweep", CheckOutputPath(flags.out_path, flags.force));
   CheckOk("sweep",
-          CheckNotAnInput(flags.out_path, std::array{flags.study_path, flags.plan.plan_path}));
+          CheckNotAnInput(flags.out_path,
+                          std::array{flags.study_path, flags.plan.plan_path, flags.plan.model,
+                                     NodeFileOf(flags.plan.cluster), flags.plan.stack}));
   grid.base = flags.plan;
   // Node counts and types vary the plan file's cluster when no --cluster replaces it.
   if (grid.base.cluster.empty() && !grid.base.plan_path.empty()) {
@@ -368,7 +370,8 @@ void SetupSweep(CLI::App* sub) {
   auto flags = std::make_shared<SweepFlags>();
   AddPlanFlags(sub, &flags->plan, /*with_plan_file=*/true);
   sub->add_option("--study", flags->study_path,
-                  "study YAML: name, grid (key: [values]) and fixed (key: value)");
+                  "study YAML: name, grid (key: [values]) and fixed (key: value)")
+      ->check(NonEmpty());
   sub->add_option(
       "--vary", flags->vary,
       "KEY=V1,V2,... (once or twice): network_GBps, nvlink_GBps (per direction), nodes, "

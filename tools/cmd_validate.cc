@@ -537,7 +537,7 @@ void SetupValidate(CLI::App* sub) {
   auto flags = std::make_shared<ValidateFlags>();
   sub->add_option("--table", flags->table,
                   "validation table YAML (default: the built-in docs/validation/measurements.yaml)")
-      ->check(CLI::ExistingFile);
+      ->check(NonEmpty());
   sub->add_option("--category", flags->category, "only rows of one category")
       ->check(CLI::IsMember({"end-to-end", "gemm", "collective", "contention", "layer"}));
   AddFormatOption(sub, &flags->format,

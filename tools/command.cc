@@ -55,7 +55,7 @@ std::span<const Command> Commands() {
 CLI::Validator NonEmpty() {
   return CLI::Validator(
       [](std::string& text) { return text.empty() ? std::string("must not be empty") : ""; },
-      "TEXT");
+      "");  // no word of its own in --help: the option's type already reads TEXT
 }
 
 namespace {
@@ -179,8 +179,23 @@ void CatchStopSignals() {
 int StopSignal() { return stop_signal; }
 
 void Fail(std::string_view command, const std::string& message, int exit_code) {
+  // One line, whatever a quoted value holds: a newline or another control character in a name
+  // read from a file is written as an escape (\n, \t, \xNN).
+  std::string text;
+  for (const char c : message) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      text += "\\n";
+    } else if (c == '\t') {
+      text += "\\t";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      text += fmt::format("\\x{:02x}", byte);
+    } else {
+      text += c;
+    }
+  }
   // One write, so that a launcher forwarding stderr (mpirun) cannot split the line.
-  const std::string line = "domino " + std::string(command) + ": " + message + "\n";
+  const std::string line = "domino " + std::string(command) + ": " + text + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
   throw CLI::RuntimeError(exit_code);

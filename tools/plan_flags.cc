@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -47,6 +48,23 @@ Status ApplyOverride(const std::string& flag, const std::string& text,
 
 }  // namespace
 
+std::string NodeFileOf(const std::string& cluster) {
+  // NODE:COUNT names its node before the colon; a cluster file has no count.
+  return cluster.ends_with(".yaml") || cluster.ends_with(".yml")
+             ? cluster
+             : cluster.substr(0, cluster.find(':'));
+}
+
+std::vector<std::string> PlanInputFiles(const PlanFlags& flags, const Plan& plan) {
+  std::vector<std::string> files;
+  for (const std::string& path :
+       {flags.plan_path, plan.model_ref, NodeFileOf(plan.cluster_ref), plan.stack_ref}) {
+    std::error_code ec;
+    if (!path.empty() && std::filesystem::is_regular_file(path, ec)) files.push_back(path);
+  }
+  return files;
+}
+
 int DefaultGlobalBatch(int micro_batch, int dp) {
   return static_cast<int>(
       std::min<int64_t>(static_cast<int64_t>(micro_batch) * dp, kGlobalBatchBound.max + 1));
@@ -82,8 +100,7 @@ void AddSwitch(CLI::App* app, const std::string& name, std::string* text, const 
 
 void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   if (with_plan_file)
-    app->add_option("--plan", f->plan_path, "plan or report YAML to start from")
-        ->check(CLI::ExistingFile);
+    app->add_option("--plan", f->plan_path, "plan or report YAML to start from")->check(NonEmpty());
   app->add_option("--model", f->model,
                   "catalog model (domino models) or model YAML (default: gpt3-13b)")
       ->check(NonEmpty());

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "models/base/result.h"
 #include "planner/plan.h"
@@ -46,6 +47,15 @@ void AddPlanFlags(CLI::App* app, PlanFlags* flags, bool with_plan_file);
 // the GPUs left by cp, pp and dp, and an unset global batch is one micro-batch per DP rank
 // (DefaultGlobalBatch). Without `check_rules` the plan is only resolved (see ResolvePlan).
 Result<Plan> BuildPlan(const PlanFlags& flags, bool check_rules = true);
+
+// The files a plan was read from: the plan file (flags.plan_path), its model, node (or cluster)
+// and stack files. A command's output checks it is none of them (CheckNotAnInput). Catalog names
+// are in the list too, harmlessly: an output named like one is no file of theirs.
+std::vector<std::string> PlanInputFiles(const PlanFlags& flags, const Plan& plan);
+
+// The node file or catalog name of a cluster reference: NODE of NODE:COUNT (and NODE:COUNT:GPUS),
+// or the cluster file itself.
+std::string NodeFileOf(const std::string& cluster);
 
 // The default global batch: one micro-batch per DP rank (above the bound when the product is, so
 // that the bound's message says so).

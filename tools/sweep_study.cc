@@ -6,8 +6,11 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "hardware/hardware_spec.h"
 #include "models/base/file_io.h"
 #include "models/base/yaml_reader.h"
+#include "models/model_spec.h"
+#include "planner/stack.h"
 
 namespace domino::cli {
 namespace {
@@ -17,9 +20,15 @@ constexpr const char* kKeys[] = {"network_GBps", "nvlink_GBps", "nodes", "node",
 constexpr const char* kKeyList =
     "network_GBps, nvlink_GBps, nodes, node, seq_len, micro_batch, model, stack, precision";
 
-// What a value of `key` must be, where a look at it tells (a model, stack or node is looked up
-// when the point is built); empty if it is fine.
+// What a value of `key` must be, where a look at it tells (a model, stack or node is looked up as
+// the points will); empty if it is fine.
 std::string ValueRule(const std::string& key, const std::string& value) {
+  if (key == "model")
+    if (Result<ModelSpec> model = LoadModel(value); !model.ok()) return model.message();
+  if (key == "stack")
+    if (Result<StackSpec> stack = LoadStack(value); !stack.ok()) return stack.message();
+  if (key == "node")
+    if (Result<NodeSpec> node = LoadNode(value); !node.ok()) return node.message();
   int number = 0;
   if ((key == "nodes" || key == "seq_len" || key == "micro_batch") &&
       !PositiveDecimalInt(value, &number))
@@ -90,7 +99,7 @@ Result<Study> ParseStudy(std::string_view text, std::string_view file) {
   if (!root.ok()) return root.error();
   YamlMap map(*root, path);
   Study study;
-  map.String("name", &study.name, Need::kRequired);
+  map.Name("name", &study.name, Need::kRequired);
   YAML::Node grid = map.Raw("grid");
   YAML::Node fixed = map.Raw("fixed");
   DOMINO_RETURN_IF_ERROR(map.Finish());
@@ -100,10 +109,17 @@ Result<Study> ParseStudy(std::string_view text, std::string_view file) {
   };
   if (!grid || !grid.IsMap() || grid.size() == 0)
     return where(*root, "grid", "expected a mapping of keys to lists of values");
+  // A key given twice: YAML readers keep one of the two, a study takes neither.
+  auto given_twice = [](const YAML::Node& block, const YAML::Node& key) {
+    int seen = 0;
+    for (const auto& entry : block) seen += entry.first.Scalar() == key.Scalar();
+    return seen > 1;
+  };
   for (const auto& entry : grid) {
     const std::string key = entry.first.Scalar();
     if (!KnownSweepKey(key))
       return where(entry.first, "grid." + key, fmt::format("unknown key ({})", kKeyList));
+    if (given_twice(grid, entry.first)) return where(entry.first, "grid." + key, "given twice");
     if (!entry.second.IsSequence() || entry.second.size() == 0)
       return where(entry.second, "grid." + key, "expected a non-empty list of values");
     Axis axis;
@@ -124,6 +140,7 @@ Result<Study> ParseStudy(std::string_view text, std::string_view file) {
     for (const auto& entry : fixed) {
       const std::string key = entry.first.Scalar();
       if (!KnownSweepKey(key)) return where(entry.first, "fixed." + key, "unknown key");
+      if (given_twice(fixed, entry.first)) return where(entry.first, "fixed." + key, "given twice");
       if (!entry.second.IsScalar()) return where(entry.second, "fixed." + key, "expected a value");
       if (std::string rule = ValueRule(key, entry.second.Scalar()); !rule.empty())
         return where(entry.second, "fixed." + key, rule);

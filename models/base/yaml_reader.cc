@@ -79,6 +79,23 @@ class SecondDocumentFinder : public YAML::EventHandler {
 }  // namespace
 
 Result<YAML::Node> ParseYaml(std::string_view text, std::string_view file) {
+  // YAML allows no control character but tab, line feed and carriage return (YAML 1.2, 5.1), and
+  // yaml-cpp misreads one (a NUL ends its view of the line): say where the first one is.
+  size_t line = 1, column = 1;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && c != '\t' && c != '\n' && c != '\r') || byte == 0x7f)
+      return Error(
+          fmt::format("{}:{}:{}: invalid YAML: control character \\x{:02x} (a YAML "
+                      "file is text: tabs and line breaks are its only ones)",
+                      file, line, column, byte));
+    if (c == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
   try {
     YAML::Node root = YAML::Load(std::string(text));
     // A second document would be silently ignored: say so rather than read half the file. An
@@ -266,6 +283,16 @@ void YamlMap::String(std::string_view key, std::string* out, Need need) {
   if (!value.IsScalar() || value.Scalar().empty())
     return FailAt(value.Mark(), key, "expected a non-empty string");
   *out = value.Scalar();
+}
+
+void YamlMap::Name(std::string_view key, std::string* out, Need need) {
+  std::string text;
+  String(key, &text, need);
+  if (text.empty()) return;
+  // A name goes into tables, comments of exported configs and file headers, one line each.
+  if (std::any_of(text.begin(), text.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }))
+    return Fail(key, "must not hold control characters (a newline, a tab)");
+  *out = std::move(text);
 }
 
 bool YamlMap::ReadEnumText(std::string_view key, Need need, size_t count,

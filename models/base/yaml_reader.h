@@ -52,6 +52,9 @@ class YamlMap {
   void Real(std::string_view key, double* out, Need need, RealRange range = {});
   void Bool(std::string_view key, bool* out, Need need);
   void String(std::string_view key, std::string* out, Need need);
+  // A String that names something (a model, a GPU, a study): no control characters, as it is
+  // printed in tables and headers one line each.
+  void Name(std::string_view key, std::string* out, Need need);
 
   // Reads a string that must be one of `names`; stores the matching value.
   // `names` is any range of std::pair<std::string_view, T> (an array or a span).

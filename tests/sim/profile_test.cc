@@ -202,30 +202,57 @@ TEST(ProfileTest, AwkwardTextRoundTrips) {
   HardwareProfile p;
   p.device = "cpu \"quoted\" \\ back";
   p.backend = "cpu";
-  p.compute_us["qkv|m=92\"|n=\\|tab\there"] = 1.5;
+  p.compute_us["qkv|m=92|n=96|k=64|seqs=1|seq=16|heads=4|kv=4|dim=16|bytes=0"] = 1.5;
   Result<HardwareProfile> back = ParseProfile(ProfileToYaml(p), "p.yaml");
   ASSERT_TRUE(back.ok()) << back.message() << "\n" << ProfileToYaml(p);
   EXPECT_EQ(back->device, p.device);
   EXPECT_EQ(back->compute_us, p.compute_us);
 }
 
+// An op signature as OpSignature writes it.
+const std::string kQkv = "\"qkv|m=92|n=96|k=64|seqs=1|seq=16|heads=4|kv=4|dim=16|bytes=0\"";
+
 TEST(ProfileTest, BadProfilesNameLineAndKey) {
-  for (const char* text : {"device: cpu\nbackend: cpu\ncompute:\n  - [qkv]\n",
-                           "device: cpu\nbackend: cpu\ncollectives:\n  - [broadcast, 2, 10, 1]\n",
-                           "device: cpu\nbackend: cpu\ncollectives:\n  - [allreduce, 0, 10, 1]\n",
-                           "device: cpu\nbackend: cpu\ncompute:\n  - [qkv, .nan]\n",
-                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 0, 8, 1]\n",
-                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 1.5, 8, 1]\n",
-                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 8, 1]\n",
-                           "device: cpu\nbackend: cpu\ngemm_soak_tflops:\n  - -3\n",
-                           "device: cpu\nbackend: cpu\ngemm_soak_fp8_tflops:\n  - x\n",
-                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [16, 8, 16, 1, fp16]\n",
-                           "device: cpu\nbackend: cpu\ngemm_samples:\n  - [16, 8, 16, 1, fp8, 2]\n",
-                           "device: cpu\nbackend: cpu\ncontention: true\nkernel_launch_us: -1\n",
-                           "device: cpu\nbackend: cpu\ncontention: true\ngraph_launch_us: x\n"}) {
+  for (const char* text :
+       {"device: cpu\nbackend: cpu\ncompute:\n  - [qkv]\n",
+        "device: cpu\nbackend: cpu\ncollectives:\n  - [broadcast, 2, 10, 1]\n",
+        "device: cpu\nbackend: cpu\ncollectives:\n  - [allreduce, 0, 10, 1]\n",
+        "device: cpu\nbackend: cpu\ncompute:\n"
+        "  - [\"qkv|m=92|n=96|k=64|seqs=1|seq=16|heads=4|kv=4|dim=16|bytes=0\", .nan]\n",
+        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 0, 8, 1]\n",
+        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 1.5, 8, 1]\n",
+        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [1024, 8, 1]\n",
+        "device: cpu\nbackend: cpu\ngemm_soak_tflops:\n  - -3\n",
+        "device: cpu\nbackend: cpu\ngemm_soak_fp8_tflops:\n  - x\n",
+        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [16, 8, 16, 1, fp16]\n",
+        "device: cpu\nbackend: cpu\ngemm_samples:\n  - [16, 8, 16, 1, fp8, 2]\n",
+        "device: cpu\nbackend: cpu\ncontention: true\nkernel_launch_us: -1\n",
+        "device: cpu\nbackend: cpu\ncontention: true\ngraph_launch_us: x\n"}) {
     Result<HardwareProfile> p = ParseProfile(text, "p.yaml");
     ASSERT_FALSE(p.ok()) << text;
     EXPECT_NE(p.message().find("p.yaml:4:"), std::string::npos) << p.message();
+  }
+  // What no calibrate run writes: a signature of no op, one twice, a day's time and more, and a
+  // graph launch dearer than a launch.
+  const std::string head = "device: cpu\nbackend: cpu\ncompute:\n";
+  for (const auto& [text, rule] : std::initializer_list<std::pair<std::string, const char*>>{
+           {head + "  - [\"zzz|m=1|n=1|k=1|seqs=0|seq=0|heads=0|kv=0|dim=0|bytes=0\", 1]\n",
+            "p.yaml:4:6: compute: unknown op function 'zzz'"},
+           {head + "  - [\"qkv|m=-16|n=1|k=1|seqs=0|seq=0|heads=0|kv=0|dim=0|bytes=0\", 1]\n",
+            "p.yaml:4:6: compute: an op signature is"},
+           {head + "  - [\"qkv|m=1|n=1|k=1\", 1]\n", "p.yaml:4:6: compute: an op signature is"},
+           {head + "  - [" + kQkv + ", 1]\n  - [" + kQkv + ", 2]\n",
+            "p.yaml:5:6: compute: 'qkv|m=92|n=96|k=64|seqs=1|seq=16|heads=4|kv=4|dim=16|bytes=0' "
+            "is given twice"},
+           {head + "  - [" + kQkv + ", 1e300]\n", "p.yaml:4:"},
+           {"device: cpu\nbackend: cpu\ncollectives:\n  - [allreduce, 2, 10, 1]\n"
+            "  - [allreduce, 2, 10, 3]\n",
+            "p.yaml:5:5: collectives: allreduce over 2 ranks of 10 bytes is given twice"},
+           {"device: cpu\nbackend: cpu\nkernel_launch_us: 1\ngraph_launch_us: 5\n",
+            "p.yaml:4:18: graph_launch_us: must be at most kernel_launch_us (1), got 5"}}) {
+    Result<HardwareProfile> p = ParseProfile(text, "p.yaml");
+    ASSERT_FALSE(p.ok()) << text;
+    EXPECT_NE(p.message().find(rule), std::string::npos) << p.message();
   }
   Result<HardwareProfile> typo =
       ParseProfile("device: cpu\nbackend: cpu\ncontension: true\n", "p.yaml");

@@ -25,7 +25,7 @@ ROOT = sys.argv[1] if len(sys.argv) > 1 else "."
 DOC = "docs/formats.md"
 # map.Int("key", ...), map->Enum<T>("key", ...): the key every getter names.
 GETTER = re.compile(
-    r'(?:->|\.)\s*(?:Int|Real|Bool|String|Enum|Map|Raw)\s*(?:<\w+>)?\s*\(\s*"([^"]+)"')
+    r'(?:->|\.)\s*(?:Int|Real|Bool|String|Name|Enum|Map|Raw)\s*(?:<\w+>)?\s*\(\s*"([^"]+)"')
 # map.Enum("key", &out, Need::kRequired, kNames);: the table of its values.
 ENUM_TABLE = re.compile(
     r'(?:->|\.)\s*Enum\s*(?:<\w+>)?\s*\(\s*"[^"]+"[^;]*?,\s*(k\w+)\s*\)\s*;', re.S)

@@ -94,13 +94,19 @@ rows=$(($(wc -l <"$tmp/s.csv") - 1))
 grep -Eq "^wrote .*s3.csv \(4 points in [0-9]+\.[0-9]{2} s on 3 threads\)" "$tmp/s3.txt" ||
   fail "sweep's summary: $(cat "$tmp/s3.txt")"
 cmp -s "$tmp/s.csv" "$tmp/s3.csv" || fail "sweep --jobs 3 wrote another CSV"
+# (Node counts past the cluster's bound fail as their points are built; an unknown model is
+# refused before any point.)
 for jobs in 1 4; do
-  "$domino" sweep --vary model=gpt3-2.7b,nosuch1,nosuch2 --vary nodes=1,2 --jobs $jobs \
-    --out "$tmp/bad.csv" >/dev/null 2>"$tmp/err.txt" && fail "a sweep of unknown models passed"
-  grep -q "^domino sweep: model=nosuch1, nodes=1: unknown model 'nosuch1'" "$tmp/err.txt" ||
+  "$domino" sweep --vary nodes=1,300000,400000 --vary seq_len=512,1024 --jobs $jobs \
+    --out "$tmp/bad.csv" >/dev/null 2>"$tmp/err.txt" && fail "a sweep of too many nodes passed"
+  grep -q "^domino sweep: nodes=300000, seq_len=512: cluster 'dgx-h100:300000'" "$tmp/err.txt" ||
     fail "--jobs $jobs: not the first bad point: $(cat "$tmp/err.txt")"
   [[ ! -e "$tmp/bad.csv" ]] || fail "a failed sweep wrote its CSV"
 done
+"$domino" sweep --vary model=gpt3-2.7b,nosuch1 --out "$tmp/bad.csv" >/dev/null 2>"$tmp/err.txt" &&
+  fail "a sweep of an unknown model passed"
+grep -q "^domino sweep: --vary model=gpt3-2.7b,nosuch1: unknown model 'nosuch1'" "$tmp/err.txt" ||
+  fail "an unknown model is not refused before the points: $(cat "$tmp/err.txt")"
 # The precision is a key too: fp8's GEMMs shorten the ideal; an unknown type names the point.
 "$domino" sweep --model gpt3-2.7b --cluster dgx-h100:1 --seq-len 1024 --micro-batch 8 \
   --vary precision=bf16,fp8 --out "$tmp/p.csv" >/dev/null || fail "sweep of precisions failed"
