@@ -335,6 +335,26 @@ double PowerClock(const GpuSpec& gpu, double gemm_duty) {
   return std::max(0.0, 1.0 - gpu.power_duty_slope * std::max(0.0, gemm_duty - gpu.power_duty_knee));
 }
 
+void HoldIdealClock(const GpuSpec& gpu, double base_clock, Prediction* p) {
+  // The ideal at the iteration's clock c, its critical stage's GEMMs taking g of its t. At the
+  // base clock they take g c / base; their share there sets the ideal's own clock, at which
+  // they take g c / clock. (Only the GEMMs scale: the power model's rule, PowerClock.)
+  const double c = p->tensor_clock, g = p->ideal_gemm_ms, t = p->figures.ideal_ms;
+  if (!(g > 0) || !(t > g) || !(c > 0) || !(base_clock > 0)) return;
+  const double g_base = g * c / base_clock;
+  const double t_base = t - g + g_base;
+  const double clock = std::min(c, base_clock * PowerClock(gpu, g_base / t_base));
+  if (clock >= c || !(clock > 0)) return;
+  PlanFigures& f = p->figures;
+  // Never past the iteration, which runs the same GEMMs with the TP collectives on top.
+  f.ideal_ms = std::min(f.iteration_ms, t - g + g * c / clock);
+  p->ideal_gemm_ms = g * c / clock;
+  p->ideal_clock = clock;
+  f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;
+  f.hidden_comm_fraction =
+      p->tp_comm_ms > 0 ? std::clamp(1.0 - f.exposed_comm_ms / p->tp_comm_ms, 0.0, 1.0) : 1.0;
+}
+
 Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   if (auto failure = CheckPlanRules(plan))
     return Error(fmt::format("{}: {}", failure->key, failure->rule));
@@ -358,8 +378,12 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   if (!first.ok()) return first.error();
   const double duty = first->gemm_duty;
   const double clock = PowerClock(plan.cluster.node.gpu, duty);
-  if (clock >= 1)
-    return PredictAtClock(plan, options, *lowered, *passes, model, std::move(first).value());
+  if (clock >= 1) {
+    Result<Prediction> p =
+        PredictAtClock(plan, options, *lowered, *passes, model, std::move(first).value());
+    if (p.ok()) HoldIdealClock(plan.cluster.node.gpu, options.tensor_clock, &*p);
+    return p;
+  }
   CostOptions held = options;
   held.tensor_clock = options.tensor_clock * clock;
   const CostModel held_model(plan, held);
@@ -367,7 +391,10 @@ Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
   if (!second.ok()) return second.error();
   Result<Prediction> p =
       PredictAtClock(plan, held, *lowered, *passes, held_model, std::move(second).value());
-  if (p.ok()) p->gemm_duty_unheld = duty;
+  if (p.ok()) {
+    p->gemm_duty_unheld = duty;
+    HoldIdealClock(plan.cluster.node.gpu, options.tensor_clock, &*p);
+  }
   return p;
 }
 
@@ -566,7 +593,7 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   // Per stage: finish, end of its last pass, busy time, DP-side time, optimizer.
   struct StageFigures {
     double finish = 0, pass_end_real = 0, pass_end_no_dp = 0, pass_end_free = 0, serial_end = 0;
-    double busy = 0, ideal_busy = 0, dp_comm = 0, optimizer = 0, ideal_finish = 0;
+    double busy = 0, ideal_busy = 0, dp_comm = 0, optimizer = 0, ideal_finish = 0, ideal_gemm = 0;
   };
   std::vector<StageFigures> st(pp);
   for (size_t i = 0; i < n; ++i) {
@@ -581,6 +608,8 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
       f.pass_end_free = std::max(f.pass_end_free, r_no_dp_pp.ops[i].end_us);
       f.busy += real[i].alone_us;
       f.ideal_busy += ideal[i].alone_us;
+      f.ideal_gemm += Piece(indexes[op.pass].ideal[op.func == OpFunc::kBackwardPass], op).gemm_us *
+                      passes[op.pass].gemm_share;
     }
     if (IsDpSide(op)) f.dp_comm += real[i].alone_us;
     // The tied embedding's sync sits on the last stage, and the first stage's optimizer waits
@@ -590,8 +619,9 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   }
   const int critical = run.critical;
   const double iteration_us = st[critical].finish;
-  double ideal_us = 0, serial_us = 0;
+  double ideal_us = 0, serial_us = 0, ideal_gemm_us = 0;
   for (const StageFigures& f : st) {
+    if (f.ideal_finish > ideal_us) ideal_gemm_us = f.ideal_gemm;
     ideal_us = std::max(ideal_us, f.ideal_finish);
     serial_us = std::max(serial_us, breakdown ? f.serial_end : f.serial_end + f.dp_comm);
   }
@@ -661,6 +691,8 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   p.tp_comm_ms = tp_comm_us * kUsToMs;
   p.gemm_duty = run.gemm_duty;
   p.tensor_clock = options.tensor_clock;
+  p.ideal_gemm_ms = ideal_gemm_us * kUsToMs;
+  p.ideal_clock = options.tensor_clock;
   p.dp_comm_ms = st[0].dp_comm * kUsToMs;
   p.serial_ms = serial_us * kUsToMs;
   if (breakdown) {

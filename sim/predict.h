@@ -57,12 +57,25 @@ struct Prediction {
   double gemm_duty = 0;
   double tensor_clock = 1;
   double gemm_duty_unheld = 0;
+  // The ideal (figures.ideal_ms) holds a clock of its own: with its TP collectives free, its GEMMs
+  // fill more of its time, so the power limit lowers the clock further (HoldIdealClock). Its
+  // critical stage's GEMM time at that clock, and the clock (tensor_clock when no lower).
+  double ideal_gemm_ms = 0;
+  double ideal_clock = 0;
 };
 
 // The tensor cores' clock, as a fraction of the full one, of a GPU whose GEMMs fill gemm_duty of
 // an iteration: 1 - power_duty_slope * max(0, gemm_duty - power_duty_knee), the GPU lowering its
 // clock to hold its power limit (GpuSpec::power_duty_knee).
 double PowerClock(const GpuSpec& gpu, double gemm_duty);
+
+// Moves a prediction's ideal to the clock its own GEMM share holds under the power limit: the
+// ideal's GEMM share at `base_clock` (the run's clock before the power limit, CostOptions'
+// tensor_clock) gives PowerClock, and the ideal's GEMM time stretches from tensor_clock to it.
+// The ideal stays at most the iteration; exposed TP comm and the hidden fraction follow it.
+// Without it, a slow link would lower the ideal: its exposed comm idles the GPU, whose clock the
+// ideal took.
+void HoldIdealClock(const GpuSpec& gpu, double base_clock, Prediction* p);
 
 // Lowers, costs and simulates a resolved plan. Where its GEMMs fill more of the iteration than
 // the GPU's power_duty_knee, it is simulated again with every GEMM and attention main loop at

@@ -542,7 +542,15 @@ TEST(PowerClockTest, AGemmBoundPlanRunsAtTheClockItsFullClockShareSets) {
   const Prediction same = PredictOk(unlimited, at_clock);
   EXPECT_DOUBLE_EQ(same.figures.iteration_ms, held.figures.iteration_ms);
   // (Predict prices the held run's GEMMs and attention again and keeps its other ops' costs.)
-  EXPECT_DOUBLE_EQ(same.figures.ideal_ms, held.figures.ideal_ms);
+  // The ideal, its TP collectives free, holds a clock of its own: its GEMMs, a larger share of
+  // it, stretch from the iteration's clock to that one (HoldIdealClock).
+  EXPECT_DOUBLE_EQ(same.ideal_clock, held.tensor_clock);
+  EXPECT_LT(held.ideal_clock, held.tensor_clock);
+  const double g = same.ideal_gemm_ms;
+  EXPECT_DOUBLE_EQ(held.figures.ideal_ms,
+                   std::min(held.figures.iteration_ms,
+                            same.figures.ideal_ms - g + g * held.tensor_clock / held.ideal_clock));
+  EXPECT_DOUBLE_EQ(held.figures.exposed_comm_ms, held.figures.iteration_ms - held.figures.ideal_ms);
   EXPECT_DOUBLE_EQ(same.tp_comm_ms, held.tp_comm_ms);
   EXPECT_DOUBLE_EQ(same.serial_ms, held.serial_ms);
   EXPECT_DOUBLE_EQ(same.gemm_duty, held.gemm_duty);
@@ -555,6 +563,50 @@ TEST(PowerClockTest, AGemmBoundPlanRunsAtTheClockItsFullClockShareSets) {
   EXPECT_GT(held.gemm_duty, free.gemm_duty);
   EXPECT_LE(held.figures.ideal_ms, held.figures.iteration_ms);
   EXPECT_LE(held.figures.iteration_ms, held.serial_ms);
+}
+
+// By hand: an ideal of 100 ms whose critical stage's GEMMs take 80 at the full clock holds
+// 1 - 0.375 (0.8 - 0.5) = 0.8875 of it, where they take 80 / 0.8875 ms.
+TEST(PowerClockTest, TheIdealHoldsTheClockItsOwnGemmShareSets) {
+  GpuSpec gpu;
+  gpu.power_duty_knee = 0.5;
+  gpu.power_duty_slope = 0.375;
+  Prediction p;
+  p.tensor_clock = 1;
+  p.ideal_gemm_ms = 80;
+  p.tp_comm_ms = 60;
+  p.figures.ideal_ms = 100;
+  p.figures.iteration_ms = 150;
+  HoldIdealClock(gpu, 1.0, &p);
+  EXPECT_DOUBLE_EQ(p.ideal_clock, 0.8875);
+  EXPECT_DOUBLE_EQ(p.figures.ideal_ms, 20 + 80 / 0.8875);
+  EXPECT_DOUBLE_EQ(p.figures.exposed_comm_ms, 150 - (20 + 80 / 0.8875));
+  EXPECT_DOUBLE_EQ(p.figures.hidden_comm_fraction, 1 - (150 - (20 + 80 / 0.8875)) / 60);
+  // The same ideal seen at the iteration's clock 0.95: its GEMMs took 80 / 0.95 there.
+  Prediction q;
+  q.tensor_clock = 0.95;
+  q.ideal_gemm_ms = 80 / 0.95;
+  q.figures.ideal_ms = 20 + 80 / 0.95;
+  q.figures.iteration_ms = 150;
+  HoldIdealClock(gpu, 1.0, &q);
+  EXPECT_DOUBLE_EQ(q.ideal_clock, 0.8875);
+  EXPECT_NEAR(q.figures.ideal_ms, 20 + 80 / 0.8875, 1e-9);
+  // Never past the iteration; below the knee, nothing moves.
+  Prediction r = p;
+  r.figures = {};
+  r.ideal_clock = 0;
+  r.figures.ideal_ms = 100;
+  r.figures.iteration_ms = 101;
+  HoldIdealClock(gpu, 1.0, &r);
+  EXPECT_DOUBLE_EQ(r.figures.ideal_ms, 101);
+  EXPECT_DOUBLE_EQ(r.figures.exposed_comm_ms, 0);
+  Prediction light = p;
+  light.ideal_gemm_ms = 40;
+  light.figures.ideal_ms = 100;
+  light.ideal_clock = 1;
+  HoldIdealClock(gpu, 1.0, &light);
+  EXPECT_DOUBLE_EQ(light.figures.ideal_ms, 100);
+  EXPECT_DOUBLE_EQ(light.ideal_clock, 1);
 }
 
 TEST(PowerClockTest, APlanBelowTheKneeKeepsTheFullClock) {
