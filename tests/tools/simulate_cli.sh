@@ -11,7 +11,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 out=$("$domino" simulate --model gpt3-175b --cluster dgx-a100:8 --tp 8 --pp 8 --micro-batch 1 \
   --global-batch 64 --seq-len 2048 --recompute full --virtual-stages 3) || fail "175B plan failed"
-for part in "compute (TP comm free)" "exposed TP comm" "pipeline bubble" "exposed PP transfers" \
+for part in "compute (TP comm free)" "TP comm exposed in its passes" "pipeline bubble" "exposed PP transfers" \
             "exposed DP comm" "optimizer step"; do
   grep -q "^$part " <<<"$out" || fail "no '$part' line"
 done
