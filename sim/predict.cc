@@ -183,6 +183,13 @@ bool CountsPassOnce(const Op& op, const Iteration& it) {
   return !(spec.forward && spec.backward && op.func == OpFunc::kBackwardPass);
 }
 
+// The share of the TP collectives' time that the iteration hides. With pipeline stages, TP time
+// lengthens the fill and drain too, so the exposure can exceed one stage's TP time: nothing is
+// hidden then.
+double HiddenFraction(double exposed_ms, double tp_comm_ms) {
+  return tp_comm_ms > 0 ? std::clamp(1.0 - exposed_ms / tp_comm_ms, 0.0, 1.0) : 1.0;
+}
+
 }  // namespace
 
 std::string_view OpClassName(OpClass op_class) {
@@ -351,8 +358,7 @@ void HoldIdealClock(const GpuSpec& gpu, double base_clock, Prediction* p) {
   p->ideal_gemm_ms = g * c / clock;
   p->ideal_clock = clock;
   f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;
-  f.hidden_comm_fraction =
-      p->tp_comm_ms > 0 ? std::clamp(1.0 - f.exposed_comm_ms / p->tp_comm_ms, 0.0, 1.0) : 1.0;
+  f.hidden_comm_fraction = HiddenFraction(f.exposed_comm_ms, p->tp_comm_ms);
 }
 
 Result<Prediction> Predict(const Plan& plan, const CostOptions& options) {
@@ -706,10 +712,7 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   f.iteration_ms = iteration_us * kUsToMs;
   f.ideal_ms = ideal_us * kUsToMs;
   f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;
-  // With pipeline stages, TP time lengthens the fill and drain too, so the exposure can exceed
-  // one stage's TP time: nothing is hidden then.
-  f.hidden_comm_fraction =
-      p.tp_comm_ms > 0 ? std::clamp(1.0 - f.exposed_comm_ms / p.tp_comm_ms, 0.0, 1.0) : 1.0;
+  f.hidden_comm_fraction = HiddenFraction(f.exposed_comm_ms, p.tp_comm_ms);
   const double seconds = f.iteration_ms * 1e-3;
   const double tokens = static_cast<double>(plan.global_batch) * plan.seq_len;
   f.tokens_per_s = tokens / seconds;
