@@ -335,11 +335,9 @@ void Run(ExecuteFlags& flags) {
     CheckOk("execute", CheckOutputPaths(output_paths, flags.force));
     // A report is a plan file with its measurement, so it may replace the plan it ran (--force),
     // not its model or stack file; a trace replaces none of them.
-    const std::vector<std::string> inputs = PlanInputFiles(flags.plan, *plan);
-    std::vector<std::string> not_the_plan = inputs;
-    std::erase(not_the_plan, flags.plan.plan_path);
-    CheckOk("execute", CheckNotAnInput(flags.report_path, not_the_plan));
-    CheckOk("execute", CheckNotAnInput(flags.trace_path, inputs));
+    CheckOk("execute",
+            CheckNotAnInput(flags.report_path, PlanInputFiles(flags.plan, *plan, false)));
+    CheckOk("execute", CheckNotAnInput(flags.trace_path, PlanInputFiles(flags.plan, *plan)));
   }
 
   // 16-bit runs are for timing; the check's default element type is fp32.

@@ -188,9 +188,9 @@ void Run(SimulateFlags& flags) {
   // (--force), not its model, node or stack file nor the hardware profile; a trace replaces none.
   {
     std::vector<std::string> inputs = PlanInputFiles(flags.plan, *plan);
-    if (!flags.profile_path.empty()) inputs.push_back(flags.profile_path);
-    std::vector<std::string> not_the_plan = inputs;
-    std::erase(not_the_plan, flags.plan.plan_path);
+    std::vector<std::string> not_the_plan = PlanInputFiles(flags.plan, *plan, false);
+    for (auto* files : {&inputs, &not_the_plan})
+      if (!flags.profile_path.empty()) files->push_back(flags.profile_path);
     for (const std::string* path : {&flags.report_path, &flags.iteration_report_path})
       CheckOk("simulate", CheckNotAnInput(*path, not_the_plan));
     for (const std::string* path : {&flags.trace_path, &flags.iteration_trace_path})

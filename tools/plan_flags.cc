@@ -55,10 +55,11 @@ std::string NodeFileOf(const std::string& cluster) {
              : cluster.substr(0, cluster.find(':'));
 }
 
-std::vector<std::string> PlanInputFiles(const PlanFlags& flags, const Plan& plan) {
+std::vector<std::string> PlanInputFiles(const PlanFlags& flags, const Plan& plan,
+                                        bool with_plan_file) {
   std::vector<std::string> files;
-  for (const std::string& path :
-       {flags.plan_path, plan.model_ref, NodeFileOf(plan.cluster_ref), plan.stack_ref}) {
+  for (const std::string& path : {with_plan_file ? flags.plan_path : std::string(), plan.model_ref,
+                                  NodeFileOf(plan.cluster_ref), plan.stack_ref}) {
     std::error_code ec;
     if (!path.empty() && std::filesystem::is_regular_file(path, ec)) files.push_back(path);
   }

@@ -48,10 +48,12 @@ void AddPlanFlags(CLI::App* app, PlanFlags* flags, bool with_plan_file);
 // (DefaultGlobalBatch). Without `check_rules` the plan is only resolved (see ResolvePlan).
 Result<Plan> BuildPlan(const PlanFlags& flags, bool check_rules = true);
 
-// The files a plan was read from: the plan file (flags.plan_path), its model, node (or cluster)
-// and stack files. A command's output checks it is none of them (CheckNotAnInput). Catalog names
-// are in the list too, harmlessly: an output named like one is no file of theirs.
-std::vector<std::string> PlanInputFiles(const PlanFlags& flags, const Plan& plan);
+// The files a plan was read from, those that are files (not catalog names): the plan file
+// (flags.plan_path) unless `with_plan_file` is false, its model, node (or cluster) and stack
+// files. A command's output checks it is none of them (CheckNotAnInput); a report, a plan file
+// itself, may replace the plan it was made from.
+std::vector<std::string> PlanInputFiles(const PlanFlags& flags, const Plan& plan,
+                                        bool with_plan_file = true);
 
 // The node file or catalog name of a cluster reference: NODE of NODE:COUNT (and NODE:COUNT:GPUS),
 // or the cluster file itself.
