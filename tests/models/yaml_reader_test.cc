@@ -31,6 +31,32 @@ TEST(ParseYaml, SyntaxErrorNamesFileLineAndColumn) {
   EXPECT_THAT(node.message(), HasSubstr("invalid YAML"));
 }
 
+// YAML's only control characters are tab, line feed and carriage return: any other is named
+// where it is, not misread (yaml-cpp took a NUL for the end of its line).
+TEST(ParseYaml, AControlCharacterIsNamedWhereItIs) {
+  Result<YAML::Node> nul = ParseYaml(std::string("name: a\nkey: b\0c\n", 17), "c.yaml");
+  ASSERT_FALSE(nul.ok());
+  EXPECT_THAT(nul.message(), HasSubstr("c.yaml:2:7: invalid YAML: control character \\x00"));
+  Result<YAML::Node> del = ParseYaml("a: \x7f\n", "c.yaml");
+  ASSERT_FALSE(del.ok());
+  EXPECT_THAT(del.message(), HasSubstr("c.yaml:1:4: invalid YAML: control character \\x7f"));
+  EXPECT_TRUE(ParseYaml("a:\t1\r\nb: 2\n", "c.yaml").ok());
+}
+
+// A name is one line of a table or a header: no control character, though YAML's quotes allow it.
+TEST(YamlMap, ANameHoldsNoControlCharacter) {
+  std::string name = "kept";
+  YamlMap tab = MapOf("name: \"a\\tb\"\n");
+  tab.Name("name", &name, Need::kRequired);
+  EXPECT_EQ(tab.Finish().message(),
+            "t.yaml:1:7: name: must not hold control characters (a newline, a tab)");
+  EXPECT_EQ(name, "kept");
+  YamlMap plain = MapOf("name: a b\n");
+  plain.Name("name", &name, Need::kRequired);
+  EXPECT_TRUE(plain.Finish().ok());
+  EXPECT_EQ(name, "a b");
+}
+
 // A number or a switch written as a string ("4", '4', !!str 4) is text in YAML: refused, not
 // converted, whichever way it is quoted.
 TEST(YamlMap, QuotedNumbersAndSwitchesAreStrings) {
