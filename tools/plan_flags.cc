@@ -46,6 +46,95 @@ Status ApplyOverride(const std::string& flag, const std::string& text,
   return Status::Ok();
 }
 
+// Applies a flag whose value names one of a few choices (--precision bf16, --scope none, ...) to
+// `plan`: an unknown name is an error, an empty one leaves the plan as it is.
+Status ApplyNamedFlag(std::string_view flag, const std::string& text, Plan* plan) {
+  if (flag == "precision")
+    return ApplyEnum("precision", text,
+                     {{"bf16", Dtype::kBf16}, {"fp16", Dtype::kFp16}, {"fp8", Dtype::kFp8}},
+                     &plan->precision);
+  if (flag == "scope")
+    return ApplyEnum("scope", text,
+                     {{"none", OverlapScope::kNone},
+                      {"intra-layer", OverlapScope::kIntraLayer},
+                      {"inter-layer", OverlapScope::kInterLayer}},
+                     &plan->scope);
+  if (flag == "method")
+    return ApplyEnum("method", text,
+                     {{"domino", OverlapMethod::kDomino},
+                      {"decomposed", OverlapMethod::kDecomposed},
+                      {"both", OverlapMethod::kBoth}},
+                     &plan->method);
+  if (flag == "optimizer-dtype")
+    return ApplyEnum("optimizer-dtype", text, {{"fp32", Dtype::kFp32}, {"bf16", Dtype::kBf16}},
+                     &plan->optimizer_dtype);
+  if (flag == "recompute")
+    return ApplyEnum("recompute", text,
+                     {{"none", Recompute::kNone},
+                      {"selective", Recompute::kSelective},
+                      {"full", Recompute::kFull}},
+                     &plan->recompute);
+  if (flag == "placement")
+    return ApplyEnum("placement", text,
+                     {{"tp-dp-pp", Placement::kTpDpPp}, {"tp-pp-dp", Placement::kTpPpDp}},
+                     &plan->placement);
+  if (flag == "pipeline-split")
+    return ApplyEnum("pipeline-split", text,
+                     {{"layers", PipelineSplit::kLayers},
+                      {"embedding", PipelineSplit::kEmbedding},
+                      {"loss", PipelineSplit::kLoss},
+                      {"ends", PipelineSplit::kEnds}},
+                     &plan->pipeline_split);
+  if (flag == "cross-entropy")
+    return ApplyOverride("cross-entropy", text, CrossEntropyNames(), &plan->cross_entropy);
+  if (flag == "attention")
+    return ApplyOverride("attention", text, AttentionKernelNames(), &plan->attention);
+  if (flag == "fp8-recipe")
+    return ApplyOverride("fp8-recipe", text, Fp8RecipeNames(), &plan->fp8_recipe);
+  if (flag == "fp8-cast") return ApplyOverride("fp8-cast", text, Fp8CastNames(), &plan->fp8_cast);
+  if (flag == "softmax")
+    return ApplyOverride("softmax", text, SoftmaxKernelsNames(), &plan->softmax);
+  if (flag == "grad-reduce")
+    return ApplyOverride("grad-reduce", text, GradReduceNames(), &plan->grad_reduce);
+  if (flag == "grad-sync")
+    return ApplyOverride("grad-sync", text, GradSyncNames(), &plan->grad_sync);
+  return Status::Ok();
+}
+
+// The flags ApplyNamedFlag reads, and where PlanFlags keeps their text.
+constexpr std::pair<std::string_view, std::string PlanFlags::*> kNamedFlags[] = {
+    {"precision", &PlanFlags::precision},
+    {"scope", &PlanFlags::scope},
+    {"method", &PlanFlags::method},
+    {"optimizer-dtype", &PlanFlags::optimizer_dtype},
+    {"recompute", &PlanFlags::recompute},
+    {"placement", &PlanFlags::placement},
+    {"pipeline-split", &PlanFlags::pipeline_split},
+    {"cross-entropy", &PlanFlags::cross_entropy},
+    {"attention", &PlanFlags::attention},
+    {"fp8-recipe", &PlanFlags::fp8_recipe},
+    {"fp8-cast", &PlanFlags::fp8_cast},
+    {"softmax", &PlanFlags::softmax},
+    {"grad-reduce", &PlanFlags::grad_reduce},
+    {"grad-sync", &PlanFlags::grad_sync},
+};
+
+// A flag of ApplyNamedFlag's checked as it is parsed, so that an unknown name is a usage error
+// like any flag value out of its range: "--precision: unknown value 'fp4' (expected ...)".
+CLI::Validator NamedValue(std::string_view flag) {
+  return CLI::Validator(
+      [flag](std::string& text) -> std::string {
+        if (text.empty()) return "must not be empty";
+        Plan scratch;
+        const Status status = ApplyNamedFlag(flag, text, &scratch);
+        if (status.ok()) return "";
+        const std::string prefix = fmt::format("--{}: ", flag);
+        const std::string& message = status.message();
+        return message.starts_with(prefix) ? message.substr(prefix.size()) : message;
+      },
+      "");
+}
+
 }  // namespace
 
 std::string NodeFileOf(const std::string& cluster) {
@@ -120,7 +209,7 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
                       kDefaultStack))
       ->check(NonEmpty());
   app->add_option("--precision", f->precision, "bf16 | fp16 | fp8 (default: bf16)")
-      ->check(NonEmpty());
+      ->check(NamedValue("precision"));
   // The same bounds as the plan file's keys (planner/plan.h), checked before any size is derived.
   app->add_option("--seq-len", f->seq_len, "sequence length (default: 1024)")
       ->check(Bounded(kSeqLenBound));
@@ -145,7 +234,7 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
                   "what the pipeline split counts: layers | embedding | loss | ends (the "
                   "embedding and the loss as one layer each, Megatron-Core's "
                   "account_for_*_in_pipeline_split; default: layers)")
-      ->check(NonEmpty());
+      ->check(NamedValue("pipeline-split"));
   AddSwitch(app, "sp", &f->sequence_parallel, "sequence parallelism (default: off)");
   app->add_option("--row-split", f->row_split,
                   "row split p (Domino's micro-batch slices), 1-16 (default: 1)")
@@ -157,11 +246,11 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
          "--scope", f->scope,
          "overlap scope: none | intra-layer | inter-layer (default: none, or the widest the "
          "splits allow when --row-split or --col-split is above 1)")
-      ->check(NonEmpty());
+      ->check(NamedValue("scope"));
   app->add_option("--method", f->method,
                   "overlap method: domino (slicing) | decomposed (TE/async-TP collective matmul, "
                   "needs --sp) | both")
-      ->check(NonEmpty());
+      ->check(NamedValue("method"));
   app->add_option("--chunks", f->chunks,
                   "pieces of each decomposed all-gather, 1-16 (default: tp, as TE's ring exchange)")
       ->check(Bounded(kChunksBound));
@@ -174,14 +263,14 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
             "default: the stack's, on for megatron-core)");
   app->add_option("--recompute", f->recompute,
                   "activation recompute: none | selective | full (default: none)")
-      ->check(NonEmpty());
+      ->check(NamedValue("recompute"));
   app->add_option("--recompute-layers", f->recompute_layers,
                   "with --recompute full: the layers of each model chunk it redoes, its first "
                   "ones (Megatron's --recompute-method block; default 0: every layer)")
       ->check(CLI::Range(0, 1 << 20));
   app->add_option("--placement", f->placement,
                   "rank layout, innermost first: tp-dp-pp (Megatron's, default) | tp-pp-dp")
-      ->check(NonEmpty());
+      ->check(NamedValue("placement"));
   AddSwitch(app, "distributed-optimizer", &f->distributed_optimizer,
             "shard the optimizer state over the DP ranks (default: off)");
   AddSwitch(app, "fsdp", &f->fsdp,
@@ -190,41 +279,41 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   app->add_option("--cross-entropy", f->cross_entropy,
                   "the loss's kernels: vocab-parallel | megatron-fused | te | fused (default: the "
                   "stack's)")
-      ->check(NonEmpty());
+      ->check(NamedValue("cross-entropy"));
   app->add_option("--attention", f->attention,
                   "the attention kernel: flash (the GPU's fused one, cuDNN's on Hopper) | flash2 "
                   "(FlashAttention-2's, as NVTE_FUSED_ATTN=0 runs) | unfused (default: the "
                   "stack's)")
-      ->check(NonEmpty());
+      ->check(NamedValue("attention"));
   app->add_option("--fp8-recipe", f->fp8_recipe,
                   "with --precision fp8, how tensors are scaled: delayed (from earlier steps' "
                   "amax; default) | current (each tensor's own, Megatron-LM's tensorwise)")
-      ->check(NonEmpty());
+      ->check(NamedValue("fp8-recipe"));
   app->add_option("--fp8-cast", f->fp8_cast,
                   "with --precision fp8, which kernels write the QKV, fc1 and fc2 inputs in fp8: "
                   "norm-and-activation (TE's LayerNormLinear and LayerNormMLP) | norm "
                   "(Megatron-Core's layers) | linear (each te.Linear casts its own; default: the "
                   "stack's)")
-      ->check(NonEmpty());
+      ->check(NamedValue("fp8-cast"));
   app->add_option("--softmax", f->softmax,
                   "with unfused attention, its kernels over the scores: fused (scale, mask and "
                   "softmax in one) | scale-mask-softmax (three) | scale-softmax (no mask; default: "
                   "the stack's)")
-      ->check(NonEmpty());
+      ->check(NamedValue("softmax"));
   app->add_option("--grad-reduce", f->grad_reduce,
                   "type DP gradients are reduced in: fp32 | param (the 16-bit parameters') | "
                   "fp16-param (the parameters' when fp16, else fp32; default: the stack's)")
-      ->check(NonEmpty());
+      ->check(NamedValue("grad-reduce"));
   app->add_option("--grad-sync", f->grad_sync,
                   "when the last micro-batch's DP gradient buckets are reduced: layer (each as "
                   "its layer's backward ends) | megatron (Megatron-Core DDP's hooks, NeMo 2.0) | "
                   "megatron-aligned (launched with grad_sync_func, Megatron-LM; default: the "
                   "stack's)")
-      ->check(NonEmpty());
+      ->check(NamedValue("grad-sync"));
   app->add_option("--optimizer-dtype", f->optimizer_dtype,
                   "type of the Adam state (master weights, m and v): fp32 | bf16 (Apex's "
                   "DistributedFusedAdam with dtype bf16, NeMo's optim.dtype; default: fp32)")
-      ->check(NonEmpty());
+      ->check(NamedValue("optimizer-dtype"));
 }
 
 Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
@@ -240,50 +329,11 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   if (!f.model.empty()) plan.model_ref = f.model;
   if (!f.cluster.empty()) plan.cluster_ref = f.cluster;
   if (!f.stack.empty()) plan.stack_ref = f.stack;
-  DOMINO_RETURN_IF_ERROR(ApplyEnum(
-      "precision", f.precision,
-      {{"bf16", Dtype::kBf16}, {"fp16", Dtype::kFp16}, {"fp8", Dtype::kFp8}}, &plan.precision));
-  DOMINO_RETURN_IF_ERROR(ApplyEnum("scope", f.scope,
-                                   {{"none", OverlapScope::kNone},
-                                    {"intra-layer", OverlapScope::kIntraLayer},
-                                    {"inter-layer", OverlapScope::kInterLayer}},
-                                   &plan.scope));
-  DOMINO_RETURN_IF_ERROR(ApplyEnum("method", f.method,
-                                   {{"domino", OverlapMethod::kDomino},
-                                    {"decomposed", OverlapMethod::kDecomposed},
-                                    {"both", OverlapMethod::kBoth}},
-                                   &plan.method));
-  DOMINO_RETURN_IF_ERROR(ApplyEnum("optimizer-dtype", f.optimizer_dtype,
-                                   {{"fp32", Dtype::kFp32}, {"bf16", Dtype::kBf16}},
-                                   &plan.optimizer_dtype));
-  DOMINO_RETURN_IF_ERROR(ApplyEnum("recompute", f.recompute,
-                                   {{"none", Recompute::kNone},
-                                    {"selective", Recompute::kSelective},
-                                    {"full", Recompute::kFull}},
-                                   &plan.recompute));
-  DOMINO_RETURN_IF_ERROR(ApplyEnum(
-      "placement", f.placement,
-      {{"tp-dp-pp", Placement::kTpDpPp}, {"tp-pp-dp", Placement::kTpPpDp}}, &plan.placement));
-  DOMINO_RETURN_IF_ERROR(ApplyEnum("pipeline-split", f.pipeline_split,
-                                   {{"layers", PipelineSplit::kLayers},
-                                    {"embedding", PipelineSplit::kEmbedding},
-                                    {"loss", PipelineSplit::kLoss},
-                                    {"ends", PipelineSplit::kEnds}},
-                                   &plan.pipeline_split));
+  for (const auto& [flag, field] : kNamedFlags)
+    DOMINO_RETURN_IF_ERROR(ApplyNamedFlag(flag, f.*field, &plan));
   if (f.recompute_layers >= 0) plan.recompute_layers = f.recompute_layers;
   if (!ParseBoolFlag(f.fsdp, &plan.fsdp))
     return Error(fmt::format("--fsdp: expected true or false, got '{}'", f.fsdp));
-  DOMINO_RETURN_IF_ERROR(
-      ApplyOverride("cross-entropy", f.cross_entropy, CrossEntropyNames(), &plan.cross_entropy));
-  DOMINO_RETURN_IF_ERROR(
-      ApplyOverride("attention", f.attention, AttentionKernelNames(), &plan.attention));
-  DOMINO_RETURN_IF_ERROR(
-      ApplyOverride("fp8-recipe", f.fp8_recipe, Fp8RecipeNames(), &plan.fp8_recipe));
-  DOMINO_RETURN_IF_ERROR(ApplyOverride("fp8-cast", f.fp8_cast, Fp8CastNames(), &plan.fp8_cast));
-  DOMINO_RETURN_IF_ERROR(ApplyOverride("softmax", f.softmax, SoftmaxKernelsNames(), &plan.softmax));
-  DOMINO_RETURN_IF_ERROR(
-      ApplyOverride("grad-reduce", f.grad_reduce, GradReduceNames(), &plan.grad_reduce));
-  DOMINO_RETURN_IF_ERROR(ApplyOverride("grad-sync", f.grad_sync, GradSyncNames(), &plan.grad_sync));
   if (!ParseBoolFlag(f.sequence_parallel, &plan.sequence_parallel))
     return Error(fmt::format("--sp: expected true or false, got '{}'", f.sequence_parallel));
   bool copy_engine = false;

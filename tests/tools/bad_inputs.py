@@ -435,6 +435,9 @@ CASES = [
     ("a newline in a value", "an activation holding a newline (once a message of two lines)",
      {"m.yaml": GOOD_MODEL.replace("activation: gelu", 'activation: "gelu\\nfoo"')},
      ["models", "{tmp}/m.yaml"], r"m\.yaml:8:\d+: activation: unknown value 'gelu\\nfoo'", None),
+    ("an unknown precision", "--precision fp4 (once exit 1, where a flag value out of its range is a usage error)", {},
+     ["simulate", "--precision", "fp4", "--report", "{tmp}/r.yaml"],
+     r"--precision: unknown value 'fp4' \(expected bf16 \| fp16 \| fp8\)", "r.yaml"),
     ("a config key twice", "a Hugging Face config.json with num_hidden_layers twice (once the first kept)",
      {"config.json": '{"model_type": "llama", "num_hidden_layers": 2, "num_hidden_layers": 3, "hidden_size": 64, '
                      '"num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16}\n'},
@@ -443,7 +446,7 @@ CASES = [
 
 # The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any
 # other bad input.
-USAGE_CASES = {"an empty plan path", "huge virtual stages", "huge virtual stages (2^31-1)",
+USAGE_CASES = {"an empty plan path", "an unknown precision", "huge virtual stages", "huge virtual stages (2^31-1)",
                "huge global batch", "zero tp flag", "zero threads", "octal-looking flag", "empty --model",
                "NaN timeout", "NaN tolerance", "mistyped command", "switch given a value",
                "switch and its negation", "unknown --format", "a value on a switch's negation",
