@@ -446,6 +446,16 @@ void SaySearched(CLI::App* sub) {
     option->description(
         said.find("default: searched") != std::string::npos ? said : said + " (default: searched)");
   }
+  // What the search leaves as it is, said as it is: the global batch is fixed, and interleaving
+  // is searched up to SearchSpace::max_virtual_stages.
+  sub->get_option("--virtual-stages")
+      ->description(fmt::format("interleaved pipeline stages per GPU (default: searched, 1 to {}; "
+                                "give more to pin them)",
+                                SearchSpace().max_virtual_stages));
+  sub->get_option("--global-batch")
+      ->description(
+          "sequences per iteration, never searched (default: micro-batch x dp where dp is "
+          "pinned, else one micro-batch; micro-batch 16 unless given)");
 }
 
 }  // namespace
@@ -473,8 +483,9 @@ void SetupPlan(CLI::App* sub) {
                   "fixed global batch)")
       ->check(CLI::IsMember({"throughput", "time"}));
   sub->add_option("--top", flags->top,
-                  "plans to show and write, the chosen one first and then its runners-up "
-                  "(default: 5)")
+                  "plans to show and write, the chosen one first and then its runners-up, the "
+                  "next best of the plans simulated (a plan pruned by a bound is none of them; "
+                  "--exhaustive ranks every feasible plan; default: 5)")
       ->check(DecimalInt(1, 1000));
   sub->add_flag("--force", flags->force, "overwrite an existing --out file");
   sub->add_flag("--explain", flags->explain, "list every rejected candidate and the rule it broke");
