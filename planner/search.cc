@@ -225,8 +225,16 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
         const int dp = static_cast<int>(gpus / cp / tp / pp);
         if (space.dp > 0 && dp != space.dp) continue;
         if (fsdp && dp * cp == 1) continue;  // FSDP pinned on: nothing to shard over
-        // A pinned count is tried even above the enumerated range.
-        const int max_v = pp == 1 ? 1 : std::max(space.max_virtual_stages, space.virtual_stages);
+        // Every count whose model chunks cut the layers (or the layers and the ends) hold at
+        // least a layer each, up to max_virtual_stages where set; a pinned count is tried even
+        // above that. CheckPipelineSplit below keeps the counts that cut evenly.
+        const int64_t most_v = (base.model.layers + 2) / pp;
+        const int max_v =
+            pp == 1 ? 1
+                    : std::max<int>(space.max_virtual_stages > 0
+                                        ? std::min<int64_t>(space.max_virtual_stages, most_v)
+                                        : most_v,
+                                    space.virtual_stages);
         for (int v = 1; v <= max_v; ++v) {
           if (space.virtual_stages > 0 && v != space.virtual_stages) continue;
           // Layers only when they cut evenly; otherwise, interleaved, the embedding and the

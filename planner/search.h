@@ -31,8 +31,9 @@ class Evaluator {
 };
 
 // What the search varies. A pinned value (> 0, or set) is fixed; the rest are enumerated:
-// tp * cp * pp * dp = the cluster's GPUs (cp as SearchCpDegrees says), virtual
-// stages 1..max_virtual_stages (and a pinned count above it), micro-batches that divide the global
+// tp * cp * pp * dp = the cluster's GPUs (cp as SearchCpDegrees says), the virtual stages
+// that cut the layers evenly (up to max_virtual_stages where set, and a pinned count above
+// it), micro-batches that divide the global
 // batch per DP rank (up to max_micro_batch), sequence parallelism, the distributed optimizer (dp >
 // 1), recompute (the lightest that fits in memory: heavier recompute only adds work), and the
 // Domino dimensions. FSDP, pinned on (`fsdp`), is tried for every candidate (with the distributed
@@ -51,7 +52,8 @@ struct SearchSpace {
   // both; those need sequence parallelism). Domino's slicing alone unless a strategy adds them.
   std::vector<OverlapMethod> methods = {OverlapMethod::kDomino};
   std::vector<int> chunk_counts = {2, 4, 8, 16};
-  int max_virtual_stages = 4;
+  // The most virtual stages enumerated (0: as many as cut the layers into model chunks).
+  int max_virtual_stages = 0;
   int max_micro_batch = 32;
   bool prune = true;  // false: evaluate every feasible candidate (brute force)
   // Stop after this many seconds (0: no limit), once a plan has been evaluated, and rank what was

@@ -447,11 +447,11 @@ void SaySearched(CLI::App* sub) {
         said.find("default: searched") != std::string::npos ? said : said + " (default: searched)");
   }
   // What the search leaves as it is, said as it is: the global batch is fixed, and interleaving
-  // is searched up to SearchSpace::max_virtual_stages.
+  // is searched over the counts that cut the layers evenly.
   sub->get_option("--virtual-stages")
-      ->description(fmt::format("interleaved pipeline stages per GPU (default: searched, 1 to {}; "
-                                "give more to pin them)",
-                                SearchSpace().max_virtual_stages));
+      ->description(
+          "interleaved pipeline stages per GPU (default: searched, every count whose model "
+          "chunks cut the layers evenly, or the layers and the embedding and loss)");
   sub->get_option("--global-batch")
       ->description(
           "sequences per iteration, never searched (default: micro-batch x dp where dp is "

@@ -337,7 +337,9 @@ TEST(SearchTest, FsdpIsSearchedWhenPinnedOnOrToSpareRecompute) {
 }
 
 TEST(SearchTest, InterleavingThatLayersCannotCutCountsTheEnds) {
-  // 38 layers: pp 2 x v 2 or v 4 cut 38 + 2 = 40 units (10 or 5 per chunk), not 38 layers.
+  // 38 layers over pp 2: v 19 cuts the layers (one each); v 2, 4, 5 and 10 cut 38 + 2 = 40
+  // units (10, 5, 4 or 2 per chunk), not 38 layers; v 20 would leave the first chunk nothing
+  // but the embedding.
   Plan base = Base("gpt3-13b", "dgx-h100:2", 16);
   base.model.layers = 38;
   SearchSpace space;
@@ -349,22 +351,30 @@ TEST(SearchTest, InterleavingThatLayersCannotCutCountsTheEnds) {
   std::set<int> interleaved;
   for (const Candidate& c : r->ranked) {
     EXPECT_FALSE(CheckPlanRules(c.plan).has_value()) << DescribeCandidate(c.plan);
-    if (c.plan.virtual_stages == 1) {
-      EXPECT_EQ(c.plan.pipeline_split, PipelineSplit::kLayers);
-      continue;
-    }
-    interleaved.insert(c.plan.virtual_stages);
-    EXPECT_EQ(c.plan.pipeline_split, PipelineSplit::kEnds);
     const std::vector<int> layers = ChunkLayers(c.plan);
     EXPECT_EQ(std::accumulate(layers.begin(), layers.end(), 0), 38);
-    EXPECT_EQ(layers.front(), 40 / (2 * c.plan.virtual_stages) - 1);
+    if (c.plan.virtual_stages == 1 || c.plan.virtual_stages == 19) {
+      EXPECT_EQ(c.plan.pipeline_split, PipelineSplit::kLayers);
+      EXPECT_EQ(layers.front(), 38 / (2 * c.plan.virtual_stages));
+    } else {
+      EXPECT_EQ(c.plan.pipeline_split, PipelineSplit::kEnds);
+      EXPECT_EQ(layers.front(), 40 / (2 * c.plan.virtual_stages) - 1);
+    }
+    interleaved.insert(c.plan.virtual_stages);
   }
-  EXPECT_EQ(interleaved, (std::set<int>{2, 4}));  // v 3 cuts neither 38 nor 40 into 6 chunks
-  // A pinned count above the enumerated range is searched too: pp 2 x v 5 = 10 chunks of 4.
-  SearchSpace five;
-  five.prune = false;
-  ASSERT_TRUE(ApplyFix("tp=8,pp=2,v=5", &five).ok());
-  Result<SearchResult> pinned = SearchPlans(base, five, eval);
+  EXPECT_EQ(interleaved, (std::set<int>{1, 2, 4, 5, 10, 19}));
+  // max_virtual_stages caps the counts enumerated; a pinned count above it is searched too.
+  SearchSpace capped;
+  capped.prune = false;
+  capped.max_virtual_stages = 4;
+  ASSERT_TRUE(ApplyFix("tp=8,pp=2", &capped).ok());
+  Result<SearchResult> few = SearchPlans(base, capped, eval);
+  ASSERT_TRUE(few.ok()) << few.message();
+  std::set<int> enumerated;
+  for (const Candidate& c : few->ranked) enumerated.insert(c.plan.virtual_stages);
+  EXPECT_EQ(enumerated, (std::set<int>{1, 2, 4}));
+  ASSERT_TRUE(ApplyFix("v=5", &capped).ok());
+  Result<SearchResult> pinned = SearchPlans(base, capped, eval);
   ASSERT_TRUE(pinned.ok()) << pinned.message();
   ASSERT_FALSE(pinned->ranked.empty());
   EXPECT_THAT(DescribeCandidate(pinned->ranked[0].plan), HasSubstr(" v 5 split-ends mb "));
