@@ -278,11 +278,12 @@ inline constexpr int64_t kMaxLayerPasses = int64_t{1} << 21;
 // layer left in every chunk; with virtual stages the micro-batches are a multiple of pp;
 // micro_batch*dp divides global_batch; splits between 1 and 16; inter-layer scope needs row_split
 // >= 2; sequence parallelism needs tp dividing seq_len / cp. Decomposed overlap (method decomposed
-// or both) needs sequence parallelism; decomposed alone runs without Domino's splits, both with
-// row_split >= 2 and col_split 1; its chunks (tp by default) between 1 and 16 and dividing a row
-// slice's tokens (of the local sequence); copy_engine only with it. First of all, every integer
-// setting within its PlanIntBound, the GPU able to run the precision (a peak above 0) and the work
-// within kMaxLayerPasses. `key_of` maps each failure to the YAML key it concerns ("parallel.tp").
+// or both) needs tp >= 2 and sequence parallelism; decomposed alone runs without Domino's splits,
+// both with row_split >= 2 and col_split 1; its chunks (tp by default) between 1 and 16 and
+// dividing a row slice's tokens (of the local sequence); copy_engine only with it. First of all,
+// every integer setting within its PlanIntBound, the GPU able to run the precision (a peak above 0)
+// and the work within kMaxLayerPasses. `key_of` maps each failure to the YAML key it concerns
+// ("parallel.tp").
 struct PlanRuleFailure {
   std::string key;   // "parallel.tp"
   std::string rule;  // "tp*pp*dp (16) must equal the cluster's 32 GPUs"

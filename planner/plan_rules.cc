@@ -196,6 +196,11 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                 "both");
   if (p.method != OverlapMethod::kDomino) {
     const std::string_view method = MethodName(p.method);
+    if (p.tp < 2)
+      return fail("overlap.method",
+                  fmt::format("{} overlap decomposes TP collectives, and with tp 1 there are "
+                              "none: it needs parallel.tp >= 2",
+                              method));
     if (!p.sequence_parallel)
       return fail("overlap.method",
                   fmt::format("{} overlap decomposes sequence parallelism's all-gathers and "
