@@ -187,10 +187,11 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   if (p.method == OverlapMethod::kDomino && p.copy_engine.value_or(false))
     return fail("overlap.copy_engine",
                 "copy engines move decomposed parts: it needs overlap.method decomposed or both");
-  if (p.method == OverlapMethod::kDomino && p.chunks != 0)
+  // Under Domino's method nothing is decomposed: one piece, as `--format json` writes it.
+  if (p.method == OverlapMethod::kDomino && p.chunks != 0 && p.chunks != 1)
     return fail("overlap.chunks",
                 "chunks cut decomposed collectives: it needs overlap.method decomposed or both");
-  if (p.method == OverlapMethod::kDomino && p.rs_chunks != 0)
+  if (p.method == OverlapMethod::kDomino && p.rs_chunks != 0 && p.rs_chunks != 1)
     return fail("overlap.rs_chunks",
                 "rs_chunks cut decomposed reduce-scatters: it needs overlap.method decomposed or "
                 "both");

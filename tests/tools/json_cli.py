@@ -80,6 +80,20 @@ def check_plan_keys(plan, where):
           where)
 
 
+def check_loads_back(plan, predicted, where):
+    """A plan object of a document, written to a file as it is, is a plan `simulate` takes, and
+    predicts what the document says."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "plan.json")
+        with open(path, "w") as f:
+            json.dump(plan, f)
+        back = document("simulate", path, schema="domino.simulate/1")
+    check(back["plan"] == plan, f"{where}: simulate reads the plan back as {back['plan']}")
+    check(back["predicted"]["iteration_ms"] == predicted["iteration_ms"],
+          f"{where}: simulate predicts {back['predicted']['iteration_ms']} ms, the document "
+          f"{predicted['iteration_ms']}")
+
+
 def figure(pattern, out):
     """A number from the text output."""
     match = re.search(pattern, out, re.M)
@@ -136,6 +150,19 @@ def test_plan():
               f"--out - with json: exit {code}, stdout {out[:40]!r}")
     doc = document(*args, "--explain", schema="domino.plan/1")
     check(all(isinstance(r, str) for r in doc["rejections"]), "rejections")
+    # Every plan object loads back: Domino's slicing, decomposed overlap on copy engines, fp8,
+    # an interleaved pipeline.
+    for extra in ([], ["--strategy", "all", "--fix", "tp=8,sp=true", "--copy-engine"],
+                  ["--precision", "fp8", "--fix", "pp=2,v=8"]):
+        doc = document(*args, *extra, schema="domino.plan/1")
+        where = " ".join(["plan", *extra])
+        for t in doc["top"]:
+            check_loads_back(t["plan"], t["predicted"], f"{where}: top[{t['rank']}]")
+        if doc["baseline"] is not None:
+            check_loads_back(doc["baseline"]["plan"], doc["baseline"]["predicted"],
+                             f"{where}: baseline")
+        for g in doc["gains"]:
+            check_loads_back(g["best"]["plan"], g["best"]["predicted"], f"{where}: {g['dimension']}")
 
 
 def test_simulate():
