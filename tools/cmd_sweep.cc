@@ -109,8 +109,15 @@ Status ApplyToPlan(const std::string& key, const std::string& value, Plan* plan)
   if (!GBps)
     return Error(
         fmt::format("--vary {}={}: expected a bandwidth from 0.001 to 1000000 GB/s", key, value));
-  (key == "network_GBps" ? plan->cluster.node.network : plan->cluster.node.nvlink)
-      .GBps_per_direction = *GBps;
+  NodeSpec& node = plan->cluster.node;
+  if (key == "network_GBps") {
+    node.network.GBps_per_direction = *GBps;
+    return Status::Ok();
+  }
+  // NVLink SHARP reduces in the switches over the same links: its measured busbw scales with them.
+  if (node.nvls && node.nvlink.GBps_per_direction > 0)
+    node.nvls_busbw_GBps *= *GBps / node.nvlink.GBps_per_direction;
+  node.nvlink.GBps_per_direction = *GBps;
   return Status::Ok();
 }
 
@@ -374,7 +381,8 @@ void SetupSweep(CLI::App* sub) {
       ->check(NonEmpty());
   sub->add_option(
       "--vary", flags->vary,
-      "KEY=V1,V2,... (once or twice): network_GBps, nvlink_GBps (per direction), nodes, "
+      "KEY=V1,V2,... (once or twice): network_GBps, nvlink_GBps (per direction; NVLS busbw scales "
+      "with it), nodes, "
       "node (node type), seq_len, micro_batch, model, stack (software stack), precision");
   sub->add_option("--out", flags->out_path, "CSV to write (required)")
       ->required()

@@ -107,6 +107,18 @@ done
   fail "a sweep of an unknown model passed"
 grep -q "^domino sweep: --vary model=gpt3-2.7b,nosuch1: unknown model 'nosuch1'" "$tmp/err.txt" ||
   fail "an unknown model is not refused before the points: $(cat "$tmp/err.txt")"
+# NVLink's bandwidth moves every collective inside a node, NVLink SHARP's all-reduce too (it
+# reduces in the switches over the same links): on one DGX-H100 at tp 8 the baseline's exposed
+# TP comm shrinks at each step from 225 to 450 to 900 GB/s.
+"$domino" sweep --model gpt3-13b --cluster dgx-h100:1 --tp 8 --vary nvlink_GBps=225,450,900 \
+  --out "$tmp/nv.csv" >/dev/null || fail "sweep of NVLink bandwidths failed"
+python3 - "$tmp/nv.csv" <<'PY' || fail "NVLink's bandwidth does not move the TP all-reduces"
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["strategy"] == "baseline"]
+exposed = [float(r["exposed_comm_ms"]) for r in rows]
+assert [r["nvlink_GBps"] for r in rows] == ["225", "450", "900"], rows
+assert exposed[0] > exposed[1] > exposed[2], exposed
+PY
 # The precision is a key too: fp8's GEMMs shorten the ideal; an unknown type names the point.
 "$domino" sweep --model gpt3-2.7b --cluster dgx-h100:1 --seq-len 1024 --micro-batch 8 \
   --vary precision=bf16,fp8 --out "$tmp/p.csv" >/dev/null || fail "sweep of precisions failed"
