@@ -327,6 +327,18 @@ void Run(const CompareFlags& flags) {
   std::vector<std::string> notes = measured->plan.measured && predicted->plan.predicted
                                        ? PricingNotes(predicted->plan)
                                        : std::vector<std::string>{};
+  // Two predictions (what-ifs of the same plan) or two measurements (two runs) compare too; the
+  // columns keep their names, and a note says what each one holds.
+  if (!measured->plan.measured)
+    notes.push_back(
+        fmt::format("{} holds a prediction, not a measurement: the measured column is "
+                    "its predicted figures",
+                    flags.measured_path));
+  if (!predicted->plan.predicted)
+    notes.push_back(
+        fmt::format("{} holds a measurement, not a prediction: the predicted column "
+                    "is its measured figures",
+                    flags.predicted_path));
   // A layer stack measured against a whole model (or the other way round): the figures, which
   // are each report's own, cover different work; the matched ops still compare.
   auto ends = [](const std::vector<sim::ReportOp>& ops) {

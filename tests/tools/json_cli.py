@@ -412,10 +412,20 @@ def test_compare():
         hidden = stack["hidden_fraction"]
         check(abs(hidden["predicted"] - 1) < 1e-12 and abs(hidden["measured"]) < 1e-12 and
               abs(hidden["difference"] - 1) < 1e-12, f"layer stack hidden {hidden}")
+        check(not any("holds a" in n for n in doc["notes"]),
+              f"notes of a prediction against a measurement: {doc['notes']}")
         # Without a timeline, the figures only.
         doc = document("compare", p, bare, schema="domino.compare/1")
         check(doc["timelines"] is False and "ops" not in doc and doc["matched_ops"] == 0,
               "a report without a timeline")
+        # Two predictions, or two measurements, compare too, and a note says what each holds.
+        doc = document("compare", p, p, schema="domino.compare/1")
+        check(doc["notes"] == [f"{p} holds a prediction, not a measurement: the measured column "
+                               "is its predicted figures"], f"two predictions: {doc['notes']}")
+        doc = document("compare", m, m, schema="domino.compare/1")
+        check(doc["notes"] == [f"{m} holds a measurement, not a prediction: the predicted column "
+                               "is its measured figures"], f"two measurements: {doc['notes']}")
+        check(f"# note: {p} holds a prediction" in text("compare", p, p), "the table's note")
 
 
 def test_models():
