@@ -44,17 +44,23 @@ size_t EditDistance(std::string_view a, std::string_view b) {
 
 // Finds where a second, non-empty document starts. Parses events only, at most a few documents:
 // YAML::LoadAll can loop without end on some malformed input.
-class SecondDocumentFinder : public YAML::EventHandler {
+// Walks a stream's events for what yaml-cpp accepts and a domino file must not hold: a second
+// document, which YAML::Load would silently drop, and a quoted string never closed, which yaml-cpp
+// reads to the end of the file (its keys and values then missing, or merged into one string).
+class StreamChecker : public YAML::EventHandler {
  public:
+  explicit StreamChecker(std::string_view text) : text_(text) {}
+
   void OnDocumentStart(const YAML::Mark& mark) override { start_ = mark, empty_ = true; }
   void OnDocumentEnd() override {
     if (!empty_ && ++documents_ == 2) second_ = start_;
   }
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark&, YAML::anchor_t) override { empty_ = false; }
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
                 const std::string&) override {
     empty_ = false;
+    if (!unclosed_ && !Closed(mark)) unclosed_ = mark;
   }
   void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
                        YAML::EmitterStyle::value) override {
@@ -68,12 +74,34 @@ class SecondDocumentFinder : public YAML::EventHandler {
   void OnMapEnd() override {}
 
   const std::optional<YAML::Mark>& second() const { return second_; }
+  const std::optional<YAML::Mark>& unclosed() const { return unclosed_; }
 
  private:
+  // Whether a scalar that starts with a quote at `mark` has its closing quote: a double-quoted
+  // one skips backslash escapes, a single-quoted one its doubled quotes ('').
+  bool Closed(const YAML::Mark& mark) const {
+    if (mark.pos < 0 || static_cast<size_t>(mark.pos) >= text_.size()) return true;
+    const char quote = text_[mark.pos];
+    if (quote != '"' && quote != '\'') return true;
+    for (size_t i = mark.pos + 1; i < text_.size(); ++i) {
+      if (quote == '"' && text_[i] == '\\') {
+        ++i;
+      } else if (text_[i] == quote) {
+        if (quote == '\'' && i + 1 < text_.size() && text_[i + 1] == '\'') {
+          ++i;
+          continue;
+        }
+        return true;
+      }
+    }
+    return false;
+  }
+
+  std::string_view text_;
   YAML::Mark start_;
   bool empty_ = true;
   int documents_ = 0;
-  std::optional<YAML::Mark> second_;
+  std::optional<YAML::Mark> second_, unclosed_;
 };
 
 }  // namespace
@@ -102,10 +130,16 @@ Result<YAML::Node> ParseYaml(std::string_view text, std::string_view file) {
     // empty one (a trailing '---') holds nothing to lose.
     std::istringstream in{std::string(text)};
     YAML::Parser parser(in);
-    SecondDocumentFinder finder;
-    for (int i = 0; i < 64 && !finder.second() && parser.HandleNextDocument(finder); ++i) {
+    StreamChecker checker(text);
+    for (int i = 0; i < 64 && !checker.second() && parser.HandleNextDocument(checker); ++i) {
     }
-    if (const std::optional<YAML::Mark>& mark = finder.second()) {
+    if (const std::optional<YAML::Mark>& mark = checker.unclosed()) {
+      return Error(
+          fmt::format("{}:{}:{}: invalid YAML: a quoted string that is never closed (it "
+                      "runs to the end of the file)",
+                      file, mark->line + 1, mark->column + 1));
+    }
+    if (const std::optional<YAML::Mark>& mark = checker.second()) {
       return Error(
           fmt::format("{}:{}:{}: invalid YAML: a second document ('---'); a domino file "
                       "holds one",

@@ -92,6 +92,26 @@ TEST(YamlMap, QuotedNumbersAndSwitchesAreStrings) {
   EXPECT_FALSE(b);
 }
 
+TEST(ParseYaml, AQuoteNeverClosedIsAnErrorWhereItOpens) {
+  // yaml-cpp reads the string to the end of the file, the keys after it swallowed.
+  for (const char* text : {"a: 1\nname: \"abc\nlayers: 4\n", "a: 1\nname: 'abc\nlayers: 4\n",
+                           "a: 1\nname: \"ab\\\"c\nlayers: 4\n", "a: 1\nname: 'it''s\n"}) {
+    Result<YAML::Node> node = ParseYaml(text, "q.yaml");
+    ASSERT_FALSE(node.ok()) << text;
+    EXPECT_EQ(node.message(),
+              "q.yaml:2:7: invalid YAML: a quoted string that is never closed (it runs to the "
+              "end of the file)");
+  }
+  // Closed ones, escapes and doubled single quotes among them, and quoted keys, read as before.
+  Result<YAML::Node> closed = ParseYaml(
+      "name: \"a\\\"b\"\nb: 'it''s'\n\"k\": \"multi\n  line\"\nc: [\"x\", 'y']\n", "q.yaml");
+  ASSERT_TRUE(closed.ok()) << closed.message();
+  EXPECT_EQ((*closed)["name"].as<std::string>(), "a\"b");
+  EXPECT_EQ((*closed)["b"].as<std::string>(), "it's");
+  EXPECT_EQ((*closed)["k"].as<std::string>(), "multi line");
+  EXPECT_EQ((*closed)["c"][1].as<std::string>(), "y");
+}
+
 TEST(ParseYaml, ASecondDocumentIsAnErrorNotIgnored) {
   Result<YAML::Node> node = ParseYaml("a: 1\n---\nb: 2\n", "two.yaml");
   ASSERT_FALSE(node.ok());

@@ -237,6 +237,8 @@ CASES = [
      ["sweep", "--vary", "network_GBps=1e-300", "--out", "{tmp}/s.csv"], r"network_GBps=1e-300: expected a bandwidth from 0\.001", "s.csv"),
     ("second YAML document", "a model file with a second document after ---", {"m.yaml": GOOD_MODEL + "---\nname: other\n"},
      ["models", "{tmp}/m.yaml"], r"m\.yaml:10:1: invalid YAML: a second document", None),
+    ("unclosed quote", "a model file whose name's quote is never closed", {"m.yaml": GOOD_MODEL.replace("name: ", 'name: "', 1)},
+     ["models", "{tmp}/m.yaml"], r"m\.yaml:1:7: invalid YAML: a quoted string that is never closed", None),
     ("SMs below comm CTAs", "sms: 1 with the default comm_ctas (16)",
      {"g.yaml": GPU.replace("sms: 132", "sms: 1"), "n.yaml": NODE_OF_G},
      ["hardware", "{tmp}/n.yaml"], r"n\.yaml:2:\d+: gpu: the GPU's 1 SMs cannot hold a collective's 16 CTAs", None),
