@@ -450,8 +450,14 @@ void SaySearched(CLI::App* sub) {
   // is searched over the counts that cut the layers evenly.
   sub->get_option("--virtual-stages")
       ->description(
-          "interleaved pipeline stages per GPU (default: searched, every count whose model "
-          "chunks cut the layers evenly, or the layers and the embedding and loss)");
+          "interleaved pipeline stages per GPU (default: searched: every count v whose pp x v "
+          "model chunks cut what --pipeline-split counts evenly, or where the layers alone do not "
+          "cut, the layers with the embedding and the loss as one each; every chunk keeps a "
+          "layer, and the micro-batches are a multiple of pp)");
+  CLI::Option* split = sub->get_option("--pipeline-split");
+  split->description(std::regex_replace(
+      split->get_description(), std::regex("default: layers\\)$"),
+      "default: layers, and ends for an interleaved candidate whose layers do not cut)"));
   sub->get_option("--global-batch")
       ->description(
           "sequences per iteration, never searched (default: micro-batch x dp where dp is "

@@ -107,6 +107,14 @@ done
   fail "a sweep of an unknown model passed"
 grep -q "^domino sweep: --vary model=gpt3-2.7b,nosuch1: unknown model 'nosuch1'" "$tmp/err.txt" ||
   fail "an unknown model is not refused before the points: $(cat "$tmp/err.txt")"
+# plan --help says what the search does where simulate's defaults would apply.
+help=$("$domino" plan --help) || fail "plan --help"
+for said in "--tp INT.*default: searched" "--virtual-stages .*default: searched: every count v" \
+  "--pipeline-split .*default: layers, and ends for an interleaved candidate" \
+  "--global-batch .*never searched"; do
+  grep -Eq -- "$said" <<<"$(tr -s ' \n' ' ' <<<"$help" | sed 's/  --/\n  --/g')" ||
+    fail "plan --help lacks /$said/"
+done
 # NVLink's bandwidth moves every collective inside a node, NVLink SHARP's all-reduce too (it
 # reduces in the switches over the same links): on one DGX-H100 at tp 8 the baseline's exposed
 # TP comm shrinks at each step from 225 to 450 to 900 GB/s.
