@@ -49,7 +49,9 @@ size_t EditDistance(std::string_view a, std::string_view b) {
 // reads to the end of the file (its keys and values then missing, or merged into one string).
 class StreamChecker : public YAML::EventHandler {
  public:
-  explicit StreamChecker(std::string_view text) : text_(text) {}
+  // yaml-cpp's marks count bytes from after a UTF-8 byte order mark.
+  explicit StreamChecker(std::string_view text)
+      : text_(text.starts_with("\xEF\xBB\xBF") ? text.substr(3) : text) {}
 
   void OnDocumentStart(const YAML::Mark& mark) override { start_ = mark, empty_ = true; }
   void OnDocumentEnd() override {

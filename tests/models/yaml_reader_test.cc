@@ -110,6 +110,14 @@ TEST(ParseYaml, AQuoteNeverClosedIsAnErrorWhereItOpens) {
   EXPECT_EQ((*closed)["b"].as<std::string>(), "it's");
   EXPECT_EQ((*closed)["k"].as<std::string>(), "multi line");
   EXPECT_EQ((*closed)["c"][1].as<std::string>(), "y");
+  // After a UTF-8 byte order mark, with Windows line ends, quotes in comments and non-ASCII text.
+  Result<YAML::Node> marked =
+      ParseYaml("\xEF\xBB\xBF# a \"quote\r\nname: \"m\xC3\xA9\" # it's\r\nlayers: 4\r\n", "q.yaml");
+  ASSERT_TRUE(marked.ok()) << marked.message();
+  EXPECT_EQ((*marked)["layers"].as<int>(), 4);
+  Result<YAML::Node> open = ParseYaml("\xEF\xBB\xBFa: 1\r\nname: \"abc\r\nb: 2\r\n", "q.yaml");
+  ASSERT_FALSE(open.ok());
+  EXPECT_THAT(open.message(), HasSubstr("q.yaml:2:7: invalid YAML: a quoted string that is never"));
 }
 
 TEST(ParseYaml, ASecondDocumentIsAnErrorNotIgnored) {
