@@ -225,9 +225,9 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
         const int dp = static_cast<int>(gpus / cp / tp / pp);
         if (space.dp > 0 && dp != space.dp) continue;
         if (fsdp && dp * cp == 1) continue;  // FSDP pinned on: nothing to shard over
-        // Every count whose model chunks cut the layers (or the layers and the ends) hold at
-        // least a layer each, up to max_virtual_stages where set; a pinned count is tried even
-        // above that. CheckPipelineSplit below keeps the counts that cut evenly.
+        // Counts up to (layers + 2) / pp, past which a chunk could not keep a layer (and up to
+        // max_virtual_stages where set); CheckPipelineSplit below keeps those whose chunks cut
+        // evenly. A pinned count is tried even above that.
         const int64_t most_v = (base.model.layers + 2) / pp;
         const int max_v =
             pp == 1 ? 1

@@ -31,15 +31,15 @@ class Evaluator {
 };
 
 // What the search varies. A pinned value (> 0, or set) is fixed; the rest are enumerated:
-// tp * cp * pp * dp = the cluster's GPUs (cp as SearchCpDegrees says), the virtual stages
-// that cut the layers evenly (up to max_virtual_stages where set, and a pinned count above
-// it), micro-batches that divide the global
-// batch per DP rank (up to max_micro_batch), sequence parallelism, the distributed optimizer (dp >
-// 1), recompute (the lightest that fits in memory: heavier recompute only adds work), and the
-// Domino dimensions. FSDP, pinned on (`fsdp`), is tried for every candidate (with the distributed
-// optimizer, over dp x cp > 1); pinned off, never; unpinned, for a configuration with the
-// distributed optimizer that needs recompute to fit, or does not fit at all, when sharding spares
-// recompute (sharding parameters and gradients only adds DP traffic to the same layout).
+// tp * cp * pp * dp = the cluster's GPUs (cp as SearchCpDegrees says), the virtual stages whose
+// model chunks cut the layers evenly (up to max_virtual_stages where set, and a pinned count above
+// it), micro-batches that divide the global batch per DP rank (up to max_micro_batch), sequence
+// parallelism, the distributed optimizer (dp > 1), recompute (the lightest that fits in memory:
+// heavier recompute only adds work), and the Domino dimensions. FSDP, pinned on (`fsdp`), is tried
+// for every candidate (with the distributed optimizer, over dp x cp > 1); pinned off, never;
+// unpinned, for a configuration with the distributed optimizer that needs recompute to fit, or does
+// not fit at all, when sharding spares recompute (sharding parameters and gradients only adds DP
+// traffic to the same layout).
 struct SearchSpace {
   int tp = 0, cp = 0, pp = 0, dp = 0, virtual_stages = 0, micro_batch = 0;
   std::optional<bool> sequence_parallel, distributed_optimizer, fsdp;

@@ -42,11 +42,11 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-// Finds where a second, non-empty document starts. Parses events only, at most a few documents:
-// YAML::LoadAll can loop without end on some malformed input.
-// Walks a stream's events for what yaml-cpp accepts and a domino file must not hold: a second
-// document, which YAML::Load would silently drop, and a quoted string never closed, which yaml-cpp
-// reads to the end of the file (its keys and values then missing, or merged into one string).
+// Walks a stream's events for what yaml-cpp accepts and a domino file must not hold: a second,
+// non-empty document, which YAML::Load would silently drop, and a quoted string never closed,
+// which yaml-cpp reads to the end of the file (the keys after it swallowed into one string).
+// Events only, at most a few documents: YAML::LoadAll can loop without end on some malformed
+// input.
 class StreamChecker : public YAML::EventHandler {
  public:
   // yaml-cpp's marks count bytes from after a UTF-8 byte order mark.
