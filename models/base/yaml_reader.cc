@@ -4,6 +4,7 @@
 #include <yaml-cpp/eventhandler.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <set>
@@ -77,15 +78,30 @@ class StreamChecker : public YAML::EventHandler {
 
   const std::optional<YAML::Mark>& second() const { return second_; }
   const std::optional<YAML::Mark>& unclosed() const { return unclosed_; }
+  const YAML::Mark& document_start() const { return start_; }
 
  private:
   // Whether a scalar that starts with a quote at `mark` has its closing quote: a double-quoted
   // one skips backslash escapes, a single-quoted one its doubled quotes ('').
+  // The mark of a scalar with a tag or an anchor is the first of these, which may stand on the
+  // lines before it: they are skipped, with the blanks and comments after them.
   bool Closed(const YAML::Mark& mark) const {
-    if (mark.pos < 0 || static_cast<size_t>(mark.pos) >= text_.size()) return true;
-    const char quote = text_[mark.pos];
+    if (mark.pos < 0) return true;
+    size_t at = mark.pos;
+    while (at < text_.size() && (text_[at] == '!' || text_[at] == '&')) {
+      while (at < text_.size() && !std::isspace(static_cast<unsigned char>(text_[at]))) ++at;
+      while (at < text_.size() &&
+             (std::isspace(static_cast<unsigned char>(text_[at])) || text_[at] == '#')) {
+        if (text_[at] == '#')
+          while (at < text_.size() && text_[at] != '\n') ++at;
+        else
+          ++at;
+      }
+    }
+    if (at >= text_.size()) return true;
+    const char quote = text_[at];
     if (quote != '"' && quote != '\'') return true;
-    for (size_t i = mark.pos + 1; i < text_.size(); ++i) {
+    for (size_t i = at + 1; i < text_.size(); ++i) {
       if (quote == '"' && text_[i] == '\\') {
         ++i;
       } else if (text_[i] == quote) {
@@ -133,7 +149,15 @@ Result<YAML::Node> ParseYaml(std::string_view text, std::string_view file) {
     std::istringstream in{std::string(text)};
     YAML::Parser parser(in);
     StreamChecker checker(text);
-    for (int i = 0; i < 64 && !checker.second() && parser.HandleNextDocument(checker); ++i) {
+    constexpr int kMostDocuments = 64;
+    int documents = 0;
+    while (!checker.second() && parser.HandleNextDocument(checker)) {
+      if (++documents == kMostDocuments)
+        return Error(
+            fmt::format("{}:{}:{}: invalid YAML: document {} ('---'); a domino file "
+                        "holds one",
+                        file, checker.document_start().line + 1,
+                        checker.document_start().column + 1, kMostDocuments));
     }
     if (const std::optional<YAML::Mark>& mark = checker.unclosed()) {
       return Error(

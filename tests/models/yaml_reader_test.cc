@@ -95,7 +95,10 @@ TEST(YamlMap, QuotedNumbersAndSwitchesAreStrings) {
 TEST(ParseYaml, AQuoteNeverClosedIsAnErrorWhereItOpens) {
   // yaml-cpp reads the string to the end of the file, the keys after it swallowed.
   for (const char* text : {"a: 1\nname: \"abc\nlayers: 4\n", "a: 1\nname: 'abc\nlayers: 4\n",
-                           "a: 1\nname: \"ab\\\"c\nlayers: 4\n", "a: 1\nname: 'it''s\n"}) {
+                           "a: 1\nname: \"ab\\\"c\nlayers: 4\n", "a: 1\nname: 'it''s\n",
+                           // After a tag or an anchor, which may stand on the line before.
+                           "a: 1\nname: !!str \"abc\nlayers: 4\n", "a: 1\nname: &x 'abc\n",
+                           "a: 1\nname: !!str # c\n  &x\n  \"abc\n"}) {
     Result<YAML::Node> node = ParseYaml(text, "q.yaml");
     ASSERT_FALSE(node.ok()) << text;
     EXPECT_EQ(node.message(),
@@ -118,6 +121,17 @@ TEST(ParseYaml, AQuoteNeverClosedIsAnErrorWhereItOpens) {
   Result<YAML::Node> open = ParseYaml("\xEF\xBB\xBFa: 1\r\nname: \"abc\r\nb: 2\r\n", "q.yaml");
   ASSERT_FALSE(open.ok());
   EXPECT_THAT(open.message(), HasSubstr("q.yaml:2:7: invalid YAML: a quoted string that is never"));
+}
+
+TEST(ParseYaml, TooManyEmptyDocumentsAreAnError) {
+  // The documents are walked up to 63: the 64th is refused, and what follows it not left unread.
+  std::string text = "a: 1\n";
+  for (int i = 0; i < 62; ++i) text += "---\n";
+  EXPECT_TRUE(ParseYaml(text, "d.yaml").ok());
+  Result<YAML::Node> past = ParseYaml(text + "---\nb: 2\n", "d.yaml");
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.message(),
+            "d.yaml:64:1: invalid YAML: document 64 ('---'); a domino file holds one");
 }
 
 TEST(ParseYaml, ASecondDocumentIsAnErrorNotIgnored) {
