@@ -109,7 +109,10 @@ Json PlanJson(const Plan& p) {
                       {"micro_batch", p.micro_batch},
                       {"global_batch", p.global_batch},
                       {"cross_entropy", CrossEntropyName(p.loss_kernels())},
-                      {"attention", AttentionKernelName(p.attention_kernel())}};
+                      {"attention", AttentionKernelName(p.attention_kernel())},
+                      {"dropout", p.applies_dropout()},
+                      {"fused_bias_dropout_add", p.fuses_bias_dropout_add()},
+                      {"cuda_graphs", p.launches_from_graphs()}};
   if (p.precision == Dtype::kFp8) {
     plan["training"]["fp8_recipe"] = Fp8RecipeName(p.fp8_scaling());
     plan["training"]["fp8_cast"] = Fp8CastName(p.fp8_casts());

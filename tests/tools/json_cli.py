@@ -163,6 +163,11 @@ def test_plan():
                              f"{where}: baseline")
         for g in doc["gains"]:
             check_loads_back(g["best"]["plan"], g["best"]["predicted"], f"{where}: {g['dimension']}")
+    # And simulate's, with the settings a plan may leave to its stack set otherwise.
+    for extra in (["--cuda-graphs"], ["--stack", "megatron-2021", "--precision", "fp16"]):
+        doc = document("simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--dp", "8",
+                       "--micro-batch", "2", *extra, schema="domino.simulate/1")
+        check_loads_back(doc["plan"], doc["predicted"], " ".join(["simulate", *extra]))
 
 
 def test_simulate():
