@@ -112,7 +112,9 @@ help=$("$domino" plan --help) || fail "plan --help"
 for said in "--tp INT.*default: searched" "--virtual-stages .*default: searched: every count v" \
   "--pipeline-split .*default: layers, and ends for an interleaved candidate" \
   "--global-batch .*never searched"; do
-  grep -Eq -- "$said" <<<"$(tr -s ' \n' ' ' <<<"$help" | sed 's/  --/\n  --/g')" ||
+  # One line per option: CLI11 wraps a long description onto lines of its own.
+  grep -Eq -- "^ +$said" <<<"$(awk '/^  -/ { if (o) print o; o = $0; next } { o = o " " $0 }
+                                    END { print o }' <<<"$help")" ||
     fail "plan --help lacks /$said/"
 done
 # NVLink's bandwidth moves every collective inside a node, NVLink SHARP's all-reduce too (it
