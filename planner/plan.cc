@@ -174,6 +174,18 @@ std::string_view RecomputeName(Recompute recompute) {
   return "none";
 }
 
+std::span<const std::pair<std::string_view, Dtype>> PrecisionNames() { return kPrecisions; }
+std::span<const std::pair<std::string_view, Dtype>> OptimizerDtypeNames() {
+  return kOptimizerDtypes;
+}
+std::span<const std::pair<std::string_view, OverlapScope>> ScopeNames() { return kScopes; }
+std::span<const std::pair<std::string_view, OverlapMethod>> MethodNames() { return kMethods; }
+std::span<const std::pair<std::string_view, Recompute>> RecomputeNames() { return kRecomputes; }
+std::span<const std::pair<std::string_view, Placement>> PlacementNames() { return kPlacements; }
+std::span<const std::pair<std::string_view, PipelineSplit>> PipelineSplitNames() {
+  return kPipelineSplits;
+}
+
 Status ResolvePlan(Plan& plan, bool check_rules) {
   if (!plan.model_ref.empty()) {
     Result<ModelSpec> model = LoadModel(plan.model_ref);

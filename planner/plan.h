@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,15 @@ std::string_view MethodName(OverlapMethod method);    // "domino", "decomposed",
 std::string_view PlacementName(Placement placement);  // "tp-dp-pp", "tp-pp-dp"
 // "layers", "embedding", "loss", "ends"
 std::string_view PipelineSplitName(PipelineSplit split);
+
+// The names a plan file (and the matching command-line flag) gives each choice.
+std::span<const std::pair<std::string_view, Dtype>> PrecisionNames();       // bf16, fp16, fp8
+std::span<const std::pair<std::string_view, Dtype>> OptimizerDtypeNames();  // fp32, bf16
+std::span<const std::pair<std::string_view, OverlapScope>> ScopeNames();
+std::span<const std::pair<std::string_view, OverlapMethod>> MethodNames();
+std::span<const std::pair<std::string_view, Recompute>> RecomputeNames();
+std::span<const std::pair<std::string_view, Placement>> PlacementNames();
+std::span<const std::pair<std::string_view, PipelineSplit>> PipelineSplitNames();
 
 // Predicted (or measured) figures of a plan: the `predicted:` and `measured:` blocks of a report.
 // Times in milliseconds per training iteration on the critical rank.

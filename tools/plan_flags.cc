@@ -29,12 +29,6 @@ Status ApplyNamed(const std::string& flag, const std::string& text, const Names&
   return Error(fmt::format("--{}: unknown value '{}' (expected {})", flag, text, allowed));
 }
 
-template <typename T>
-Status ApplyEnum(const std::string& flag, const std::string& text,
-                 std::initializer_list<std::pair<const char*, T>> names, T* out) {
-  return ApplyNamed(flag, text, names, out);
-}
-
 // A flag that overrides what the plan's stack says: set only when given.
 template <typename T>
 Status ApplyOverride(const std::string& flag, const std::string& text,
@@ -49,42 +43,15 @@ Status ApplyOverride(const std::string& flag, const std::string& text,
 // Applies a flag whose value names one of a few choices (--precision bf16, --scope none, ...) to
 // `plan`: an unknown name is an error, an empty one leaves the plan as it is.
 Status ApplyNamedFlag(std::string_view flag, const std::string& text, Plan* plan) {
-  if (flag == "precision")
-    return ApplyEnum("precision", text,
-                     {{"bf16", Dtype::kBf16}, {"fp16", Dtype::kFp16}, {"fp8", Dtype::kFp8}},
-                     &plan->precision);
-  if (flag == "scope")
-    return ApplyEnum("scope", text,
-                     {{"none", OverlapScope::kNone},
-                      {"intra-layer", OverlapScope::kIntraLayer},
-                      {"inter-layer", OverlapScope::kInterLayer}},
-                     &plan->scope);
-  if (flag == "method")
-    return ApplyEnum("method", text,
-                     {{"domino", OverlapMethod::kDomino},
-                      {"decomposed", OverlapMethod::kDecomposed},
-                      {"both", OverlapMethod::kBoth}},
-                     &plan->method);
+  if (flag == "precision") return ApplyNamed("precision", text, PrecisionNames(), &plan->precision);
+  if (flag == "scope") return ApplyNamed("scope", text, ScopeNames(), &plan->scope);
+  if (flag == "method") return ApplyNamed("method", text, MethodNames(), &plan->method);
   if (flag == "optimizer-dtype")
-    return ApplyEnum("optimizer-dtype", text, {{"fp32", Dtype::kFp32}, {"bf16", Dtype::kBf16}},
-                     &plan->optimizer_dtype);
-  if (flag == "recompute")
-    return ApplyEnum("recompute", text,
-                     {{"none", Recompute::kNone},
-                      {"selective", Recompute::kSelective},
-                      {"full", Recompute::kFull}},
-                     &plan->recompute);
-  if (flag == "placement")
-    return ApplyEnum("placement", text,
-                     {{"tp-dp-pp", Placement::kTpDpPp}, {"tp-pp-dp", Placement::kTpPpDp}},
-                     &plan->placement);
+    return ApplyNamed("optimizer-dtype", text, OptimizerDtypeNames(), &plan->optimizer_dtype);
+  if (flag == "recompute") return ApplyNamed("recompute", text, RecomputeNames(), &plan->recompute);
+  if (flag == "placement") return ApplyNamed("placement", text, PlacementNames(), &plan->placement);
   if (flag == "pipeline-split")
-    return ApplyEnum("pipeline-split", text,
-                     {{"layers", PipelineSplit::kLayers},
-                      {"embedding", PipelineSplit::kEmbedding},
-                      {"loss", PipelineSplit::kLoss},
-                      {"ends", PipelineSplit::kEnds}},
-                     &plan->pipeline_split);
+    return ApplyNamed("pipeline-split", text, PipelineSplitNames(), &plan->pipeline_split);
   if (flag == "cross-entropy")
     return ApplyOverride("cross-entropy", text, CrossEntropyNames(), &plan->cross_entropy);
   if (flag == "attention")
