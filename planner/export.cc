@@ -99,20 +99,33 @@ int LayersPerVirtualStage(const Plan& plan) {
   return static_cast<int>(plan.split_units() / (plan.pp * plan.virtual_stages));
 }
 
-std::vector<std::string> MegatronUnevenStages(const Plan& plan) {
+std::optional<UnevenStages> MegatronUnevenStages(const Plan& plan) {
   if (plan.pp < 2 || plan.virtual_stages > 1 || plan.pipeline_split != PipelineSplit::kLayers ||
       plan.model.layers % plan.pp == 0)
-    return {};
+    return std::nullopt;
   const std::vector<int> stages = ChunkLayers(plan);
+  UnevenStages out;
   if (std::adjacent_find(stages.begin() + 1, stages.end() - 1, std::not_equal_to<>()) ==
-      stages.end() - 1)
-    return {fmt::format("--decoder-first-pipeline-num-layers {}", stages.front()),
-            fmt::format("--decoder-last-pipeline-num-layers {}", stages.back())};
-  std::string layout;
+      stages.end() - 1) {
+    out.first = stages.front(), out.last = stages.back();
+    return out;
+  }
   for (size_t s = 0; s < stages.size(); ++s)
-    layout += fmt::format("{}{}t*{}{}", s == 0 ? "" : "|", s == 0 ? "E" : "", stages[s],
-                          s + 1 == stages.size() ? "L" : "");
-  return {fmt::format("--pipeline-model-parallel-layout \"{}\"", layout)};
+    out.layout += fmt::format("{}{}t*{}{}", s == 0 ? "" : "|", s == 0 ? "E" : "", stages[s],
+                              s + 1 == stages.size() ? "L" : "");
+  return out;
+}
+
+std::string_view AttentionBackendName(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::kFlash2:
+      return "flash";
+    case AttentionKernel::kUnfused:
+      return "unfused";
+    case AttentionKernel::kFlash:
+      break;
+  }
+  return "auto";
 }
 
 int MaxPositions(const Plan& plan) { return std::max(plan.model.seq_len, plan.seq_len); }
@@ -123,13 +136,13 @@ std::string Arguments(const std::vector<std::string>& args) {
   return text;
 }
 
-void AddModelArguments(const ModelSpec& m, const Plan& plan, bool gqa,
+void AddModelArguments(const ModelSpec& m, const Plan& plan, bool layer_options,
                        std::vector<std::string>& args) {
   args.push_back(fmt::format("--num-layers {}", m.layers));
   args.push_back(fmt::format("--hidden-size {}", m.hidden));
   args.push_back(fmt::format("--ffn-hidden-size {}", m.ffn));
   args.push_back(fmt::format("--num-attention-heads {}", m.heads));
-  if (gqa && m.kv_heads != m.heads) {
+  if (layer_options && m.kv_heads != m.heads) {
     args.push_back("--group-query-attention");
     args.push_back(fmt::format("--num-query-groups {}", m.kv_heads));
   }
@@ -137,9 +150,9 @@ void AddModelArguments(const ModelSpec& m, const Plan& plan, bool gqa,
   args.push_back(fmt::format("--max-position-embeddings {}", MaxPositions(plan)));
   args.push_back(fmt::format("--position-embedding-type {}",
                              m.learned_positions() ? "learned_absolute" : "rope"));
-  if (m.activation == Activation::kSwiglu) args.push_back("--swiglu");
-  if (m.activation == Activation::kSquaredRelu) args.push_back("--squared-relu");
-  if (m.norm == Norm::kRmsNorm) args.push_back("--normalization RMSNorm");
+  if (layer_options && m.activation == Activation::kSwiglu) args.push_back("--swiglu");
+  if (layer_options && m.activation == Activation::kSquaredRelu) args.push_back("--squared-relu");
+  if (layer_options && m.norm == Norm::kRmsNorm) args.push_back("--normalization RMSNorm");
   // Megatron-LM's hidden and attention dropout are 0.1 unless set (DeepSpeed-Domino's too).
   if (!plan.applies_dropout()) {
     args.push_back("--hidden-dropout 0");

@@ -1,5 +1,7 @@
 // A DeepSpeed config and DeepSpeed-Domino's pretrain arguments for a plan, or the settings its
-// public code cannot run: ExportPlan's kDeepSpeed.
+// public code cannot run: ExportPlan's kDeepSpeed. DeepSpeed-Domino is DeepSpeedExamples'
+// training/DeepSpeed-Domino (45b4b715: pretrain_gpt.py over its Megatron-LM submodule, 375395c1)
+// with DeepSpeed's DominoTransformer (deepspeed/runtime/domino/transformer.py).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -48,7 +50,6 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
     return Error(fmt::format("DeepSpeed-Domino cannot run this plan: {}", list));
   }
   const ModelSpec& m = plan.model;
-  const bool llama = m.norm == Norm::kRmsNorm;
   Output out;
   out.comments.push_back(
       Title(plan,
@@ -63,9 +64,9 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
           : fmt::format("deepspeed --hostfile HOSTFILE --num_nodes {} --num_gpus {}",
                         (plan.tp + per_node - 1) / per_node, per_node);
   out.comments.push_back(fmt::format(
-      "launch: {} {} ARGUMENTS{}; DeepSpeed-Domino takes batch and precision from its arguments, "
-      "the DeepSpeed config states them for a DeepSpeed engine",
-      launcher, llama ? "pretrain_llama.py" : "pretrain_gpt.py",
+      "launch: {} pretrain_gpt.py ARGUMENTS{}; DeepSpeed-Domino takes batch and precision from "
+      "its arguments, the DeepSpeed config states them for a DeepSpeed engine",
+      launcher,
       plan.tp <= per_node ? ""
                           : fmt::format(" (HOSTFILE: a line `HOST slots={}` per node)", per_node)));
   if (plan.scope != OverlapScope::kInterLayer) {
@@ -74,30 +75,21 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
         "layer's work too (inter-layer)",
         ScopeName(plan.scope)));
   }
-  if (m.activation == Activation::kSquaredRelu)
+  // Its layers (DeepSpeed's deepspeed/runtime/domino/transformer.py, DominoTransformerLayer) run
+  // torch.nn.LayerNorm, F.gelu and as many key/value heads as query heads; the biases, rotary
+  // positions and untied embeddings follow the arguments.
+  if (m.norm == Norm::kRmsNorm)
+    out.differs.push_back("RMSNorm: DeepSpeed-Domino's layers run LayerNorm");
+  if (m.activation != Activation::kGelu)
     out.differs.push_back(
-        fmt::format("squared-ReLU MLP: DeepSpeed-Domino's models run GeLU (GPT) or SwiGLU (Llama); "
-                    "this export runs {}",
-                    llama ? "SwiGLU" : "GeLU"));
+        fmt::format("{} MLP: DeepSpeed-Domino's layers run GeLU (over ffn {})",
+                    m.activation == Activation::kSwiglu ? "SwiGLU" : "squared-ReLU", m.ffn));
   if (m.kv_heads != m.heads) {
     out.differs.push_back(fmt::format(
         "{} key/value heads: DeepSpeed-Domino has no grouped-query attention and runs {} "
         "(multi-head)",
         m.kv_heads, m.heads));
   }
-  if (m.activation == Activation::kSwiglu) {
-    const int derived = (4 * m.hidden * 2 / 3) / 64 * 64;
-    if (derived != m.ffn)
-      out.differs.push_back(fmt::format(
-          "ffn {}: with --swiglu DeepSpeed-Domino sets the MLP width to int(8h/3/64)*64 = {}, "
-          "whatever --ffn-hidden-size says",
-          m.ffn, derived));
-  }
-  if (!m.bias)
-    out.differs.push_back("no biases: DeepSpeed-Domino puts a bias on every linear layer");
-  if (!m.tied_embeddings)
-    out.differs.push_back(
-        "untied embeddings: DeepSpeed-Domino ties the LM head to the token embedding");
   if (std::optional<std::string> d = OptimizerDtypeDifference(
           plan, "DeepSpeed's mixed-precision optimizers keep fp32 master weights, m and v"))
     out.differs.push_back(*d);
@@ -124,7 +116,9 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
   body += "  \"zero_optimization\": {\"stage\": 0}\n";
   body += "}\n";
   std::vector<std::string> args;
-  AddModelArguments(m, plan, /*gqa=*/false, args);
+  AddModelArguments(m, plan, /*layer_options=*/false, args);
+  if (!m.bias) args.push_back("--disable-bias-linear");
+  if (!m.tied_embeddings) args.push_back("--untie-embeddings-and-output-weights");
   args.push_back(fmt::format("--tensor-model-parallel-size {}", plan.tp));
   args.push_back(fmt::format("--micro-batch-size {}", plan.micro_batch));
   args.push_back(fmt::format("--global-batch-size {}", plan.global_batch));

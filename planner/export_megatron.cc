@@ -46,6 +46,24 @@ void AddMegatronPrecision(Dtype precision, Output& out, std::vector<std::string>
 
 std::string YamlBool(bool value) { return value ? "true" : "false"; }
 
+// Interleaving with the pipeline's transfers not overlapped, over 2 stages: Megatron-LM refuses it
+// (arguments.py: more than 2 stages, or batched sends and receives between the same two ranks).
+std::string P2pOverTwoStagesDifference() {
+  return "overlap_p2p false over 2 stages: Megatron-LM runs the interleaved schedule without "
+         "overlapping its transfers only over more than 2 stages; these arguments overlap them "
+         "(its default)";
+}
+
+// The stack overlaps the parameter gather but not the gradient reduction, which the framework
+// allows only together.
+std::string ParamGatherAloneDifference(std::string_view framework, std::string_view gather,
+                                       std::string_view reduce) {
+  return fmt::format(
+      "the parameter gather overlapped without the gradient reduction: {} takes {} only with {}; "
+      "these settings gather after the optimizer step",
+      framework, gather, reduce);
+}
+
 }  // namespace
 
 std::string ExportMegatron(const Plan& plan) {
@@ -82,8 +100,11 @@ std::string ExportMegatron(const Plan& plan) {
           "parameter, not 6)"))
     out.differs.push_back(*d);
   std::vector<std::string> args;
-  AddModelArguments(m, plan, /*gqa=*/true, args);
+  AddModelArguments(m, plan, /*layer_options=*/true, args);
   if (!m.bias) args.push_back("--disable-bias-linear");
+  // Megatron-Core fuses the bias only into GeLU and SwiGLU (transformer_config.py refuses the
+  // fusion for other activations); without biases Megatron-LM turns it off itself.
+  if (m.bias && m.activation == Activation::kSquaredRelu) args.push_back("--no-bias-gelu-fusion");
   if (!m.tied_embeddings) args.push_back("--untie-embeddings-and-output-weights");
   args.push_back(fmt::format("--tensor-model-parallel-size {}", plan.tp));
   args.push_back(fmt::format("--pipeline-model-parallel-size {}", plan.pp));
@@ -95,12 +116,21 @@ std::string ExportMegatron(const Plan& plan) {
   if (plan.virtual_stages > 1) {
     args.push_back(
         fmt::format("--num-layers-per-virtual-pipeline-stage {}", LayersPerVirtualStage(plan)));
-    // Megatron-LM overlaps the interleaved schedule's transfers unless told not to.
-    if (!plan.p2p_overlapped()) args.push_back("--no-overlap-p2p-communication");
+    // Megatron-LM overlaps the interleaved schedule's transfers unless told not to, and runs them
+    // unoverlapped only over more than 2 stages (arguments.py).
+    if (!plan.p2p_overlapped() && plan.pp > 2) args.push_back("--no-overlap-p2p-communication");
+    if (!plan.p2p_overlapped() && plan.pp <= 2) out.differs.push_back(P2pOverTwoStagesDifference());
   }
   if (plan.split_counts_embedding()) args.push_back("--account-for-embedding-in-pipeline-split");
   if (plan.split_counts_loss()) args.push_back("--account-for-loss-in-pipeline-split");
-  for (std::string& uneven : MegatronUnevenStages(plan)) args.push_back(std::move(uneven));
+  if (std::optional<UnevenStages> uneven = MegatronUnevenStages(plan)) {
+    if (uneven->layout.empty()) {
+      args.push_back(fmt::format("--decoder-first-pipeline-num-layers {}", uneven->first));
+      args.push_back(fmt::format("--decoder-last-pipeline-num-layers {}", uneven->last));
+    } else {
+      args.push_back(fmt::format("--pipeline-model-parallel-layout \"{}\"", uneven->layout));
+    }
+  }
   if (plan.placement == Placement::kTpPpDp) args.push_back("--use-tp-pp-dp-mapping");
   if (plan.sequence_parallel) args.push_back("--sequence-parallel");
   if (plan.method != OverlapMethod::kDomino) args.push_back("--tp-comm-overlap");
@@ -126,19 +156,23 @@ std::string ExportMegatron(const Plan& plan) {
     if (plan.gradient_sync() == GradSync::kMegatron) args.push_back("--no-align-grad-reduce");
     if (plan.gradient_sync() == GradSync::kLayer) out.differs.push_back(GradSyncLayerDifference());
   }
-  if (dp && plan.stack.overlap_param_gather && plan.distributed_optimizer)
-    args.push_back("--overlap-param-gather");
+  if (dp && plan.stack.overlap_param_gather && plan.distributed_optimizer) {
+    if (plan.stack.overlap_grad_reduce)
+      args.push_back("--overlap-param-gather");
+    else
+      out.differs.push_back(ParamGatherAloneDifference("Megatron-LM", "--overlap-param-gather",
+                                                       "--overlap-grad-reduce"));
+  }
   if (plan.fsdp) {
+    // Megatron-FSDP saves only in its own checkpoint format (arguments.py asserts it).
     args.push_back("--use-megatron-fsdp");
     args.push_back("--data-parallel-sharding-strategy optim_grads_params");
+    args.push_back("--ckpt-format fsdp_dtensor");
   }
   // An attention kernel the plan chooses: Megatron-Core's --attention-backend (flash: Transformer
   // Engine's FlashAttention; fused: cuDNN's; auto, the default, lets TE choose: cuDNN's on Hopper).
   if (plan.attention)
-    args.push_back(fmt::format("--attention-backend {}",
-                               *plan.attention == AttentionKernel::kFlash2    ? "flash"
-                               : *plan.attention == AttentionKernel::kUnfused ? "unfused"
-                                                                              : "auto"));
+    args.push_back(fmt::format("--attention-backend {}", AttentionBackendName(*plan.attention)));
   // Megatron-LM fuses bias, dropout and residual add, and unfused attention's scale, mask and
   // softmax, unless told otherwise.
   if (!plan.fuses_bias_dropout_add()) args.push_back("--no-bias-dropout-fusion");
@@ -181,15 +215,6 @@ std::string ExportNemo(const Plan& plan) {
   const ModelSpec& m = plan.model;
   Output out;
   out.comments.push_back(Title(plan, "NeMo overrides of megatron_gpt_config.yaml"));
-  // NeMo chooses Transformer Engine's attention kernel by its environment, as its launcher does.
-  if (plan.attention == AttentionKernel::kFlash2)
-    out.comments.push_back(
-        "attention flash2: launch with NVTE_FUSED_ATTN=0 (Transformer Engine then runs "
-        "FlashAttention-2 instead of cuDNN's fused attention)");
-  else if (plan.attention == AttentionKernel::kUnfused)
-    out.comments.push_back(
-        "attention unfused: launch with NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0 (Transformer Engine's "
-        "unfused attention)");
   if (std::optional<std::string> slicing = DominoSlicing(plan)) {
     out.differs.push_back(*slicing +
                           ": NeMo has no such key; Megatron-Core runs each micro-batch whole "
@@ -205,18 +230,26 @@ std::string ExportNemo(const Plan& plan) {
         "fsdp: not set here; NeMo 1's model.fsdp (PyTorch FSDP, fsdp_sharding_strategy: full) "
         "replaces the distributed optimizer, and NeMo 2 takes Megatron-FSDP "
         "(use_megatron_fsdp, data_parallel_sharding_strategy: optim_grads_params)");
-  if (!MegatronUnevenStages(plan).empty())
+  // NeMo passes Megatron-Core's own keys for uneven stages on (megatron_base_model.py), but
+  // checks first that the layers left by the first and last stages divide evenly over the others
+  // unless the split counts both ends (megatron_gpt_model.py build_transformer_config), and with
+  // interleaving that pp cuts the layers in whole chunks per stage (megatron_base_model.py).
+  const std::optional<UnevenStages> uneven = MegatronUnevenStages(plan);
+  if (uneven && !uneven->layout.empty())
     out.differs.push_back(fmt::format(
-        "uneven stages ({} layers on pp {}): megatron_gpt_config.yaml has no key for them "
-        "(Megatron-Core takes num_layers_in_first_pipeline_stage and "
-        "num_layers_in_last_pipeline_stage, or pipeline_model_parallel_layout)",
-        plan.model.layers, plan.pp));
-  if (plan.pipeline_split != PipelineSplit::kLayers && plan.pp > 1)
+        "uneven stages (\"{}\"): NeMo checks that the layers left by the first and last stages "
+        "divide evenly over the others, so it cannot run these; Megatron-LM can "
+        "(--pipeline-model-parallel-layout)",
+        uneven->layout));
+  const bool both_ends = plan.split_counts_embedding() && plan.split_counts_loss();
+  if (plan.pipeline_split != PipelineSplit::kLayers && !both_ends && plan.pp > 1 &&
+      (plan.model.layers % plan.pp != 0 ||
+       (plan.virtual_stages > 1 && plan.model.layers / plan.pp % plan.virtual_stages != 0)))
     out.differs.push_back(fmt::format(
-        "pipeline_split {}: megatron_gpt_config.yaml has no key for it (NeMo 2's MegatronStrategy "
-        "and Megatron-Bridge take account_for_embedding_in_pipeline_split and "
-        "account_for_loss_in_pipeline_split)",
-        PipelineSplitName(plan.pipeline_split)));
+        "pipeline_split {}: NeMo counts the ends in the split only when it counts both, or when "
+        "the {} layers alone cut evenly over pp {}{}; it refuses this one",
+        PipelineSplitName(plan.pipeline_split), plan.model.layers, plan.pp,
+        plan.virtual_stages > 1 ? fmt::format(" x {} chunks", plan.virtual_stages) : ""));
   std::string precision = "bf16-mixed";
   if (plan.precision == Dtype::kFp16) precision = "16-mixed";
   if (plan.precision == Dtype::kFp32 || plan.precision == Dtype::kTf32) precision = "32";
@@ -229,6 +262,9 @@ std::string ExportNemo(const Plan& plan) {
   body += fmt::format("  num_nodes: {}\n", plan.cluster.nodes);
   body += fmt::format("  precision: {}\n", precision);
   body += "model:\n";
+  // megatron_gpt_config.yaml builds Megatron-Core's own layers unless told to take Transformer
+  // Engine's, which the stacks' kernels are (and comm overlap and context parallelism need).
+  body += "  transformer_engine: true\n";
   body += fmt::format("  micro_batch_size: {}\n", plan.micro_batch);
   body += fmt::format("  global_batch_size: {}\n", plan.global_batch);
   body += fmt::format("  tensor_model_parallel_size: {}\n", plan.tp);
@@ -239,6 +275,13 @@ std::string ExportNemo(const Plan& plan) {
   if (plan.virtual_stages > 1)
     body += fmt::format("  overlap_p2p_comm: {}\n  batch_p2p_comm: {}\n",
                         YamlBool(plan.p2p_overlapped()), YamlBool(!plan.p2p_overlapped()));
+  if (plan.split_counts_embedding()) body += "  account_for_embedding_in_pipeline_split: true\n";
+  if (plan.split_counts_loss()) body += "  account_for_loss_in_pipeline_split: true\n";
+  // (Over 2 stages the first's count alone: NeMo's check divides by the stages left.)
+  if (uneven && uneven->layout.empty()) {
+    body += fmt::format("  num_layers_in_first_pipeline_stage: {}\n", uneven->first);
+    if (plan.pp > 2) body += fmt::format("  num_layers_in_last_pipeline_stage: {}\n", uneven->last);
+  }
   if (plan.placement == Placement::kTpPpDp) body += "  use_tp_pp_dp_mapping: true\n";
   body += fmt::format("  sequence_parallel: {}\n", YamlBool(plan.sequence_parallel));
   if (plan.method != OverlapMethod::kDomino) body += "  ub_tp_comm_overlap: true\n";
@@ -256,6 +299,10 @@ std::string ExportNemo(const Plan& plan) {
                                                                                    : "gelu");
   body += fmt::format("  normalization: {}\n", m.norm == Norm::kRmsNorm ? "rmsnorm" : "layernorm");
   body += fmt::format("  bias: {}\n", YamlBool(m.bias));
+  // Megatron-Core fuses the bias only into GeLU with biases and SwiGLU (transformer_config.py);
+  // megatron_gpt_config.yaml asks for the fusion.
+  if (m.activation == Activation::kSquaredRelu || (m.activation == Activation::kGelu && !m.bias))
+    body += "  bias_activation_fusion: false\n";
   body += fmt::format("  position_embedding_type: {}\n",
                       m.learned_positions() ? "learned_absolute" : "rope");
   body += fmt::format("  share_embeddings_and_output_weights: {}\n", YamlBool(m.tied_embeddings));
@@ -281,6 +328,8 @@ std::string ExportNemo(const Plan& plan) {
   // NeMo's key fuses the loss as Megatron-Core's --cross-entropy-loss-fusion does.
   const CrossEntropy loss = plan.loss_kernels();
   if (loss == CrossEntropy::kMegatronFused) body += "  cross_entropy_loss_fusion: true\n";
+  if (plan.attention)
+    body += fmt::format("  attention_backend: {}\n", AttentionBackendName(*plan.attention));
   if (loss == CrossEntropy::kTe || loss == CrossEntropy::kFused)
     out.differs.push_back(fmt::format(
         "cross_entropy {}: megatron_gpt_config.yaml fuses the loss only as Megatron-Core does "
@@ -292,7 +341,6 @@ std::string ExportNemo(const Plan& plan) {
         "history); NeMo 2 and Megatron-Bridge take current scaling "
         "(bf16_with_fp8_current_scaling_mixed)");
   if (plan.precision == Dtype::kFp8) {
-    body += "  transformer_engine: true\n";
     body += "  fp8: true\n";
     body += "  fp8_hybrid: true\n";
   }
@@ -314,8 +362,17 @@ std::string ExportNemo(const Plan& plan) {
       if (plan.gradient_sync() == GradSync::kLayer)
         out.differs.push_back(GradSyncLayerDifference());
     }
-    if (plan.stack.overlap_param_gather) body += "    overlap_param_sync: true\n";
+    if (plan.stack.overlap_param_gather && plan.stack.overlap_grad_reduce)
+      body += "    overlap_param_sync: true\n";
+    else if (plan.stack.overlap_param_gather)
+      out.differs.push_back(
+          ParamGatherAloneDifference("NeMo", "overlap_param_sync", "overlap_grad_sync"));
   }
+  // fused_adam reduces into its fp32 main-gradient buffers (optimizer_with_main_params.py).
+  if (!plan.distributed_optimizer && !plan.fsdp && plan.dp_cp() > 1 && GradBytes(plan) == 2)
+    out.differs.push_back(
+        "gradients reduced in 16 bits: NeMo's fused_adam reduces them in its fp32 main-gradient "
+        "buffers (distributed_fused_adam takes grad_sync_dtype)");
   if (plan.distributed_optimizer && plan.optimizer_dtype != Dtype::kFp32)
     body += fmt::format("    dtype: {}\n", DtypeName(plan.optimizer_dtype));
   else if (std::optional<std::string> d = OptimizerDtypeDifference(

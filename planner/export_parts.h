@@ -73,9 +73,18 @@ int LayersPerVirtualStage(const Plan& plan);
 
 // Megatron-Core splits layers evenly over the stages unless told otherwise: domino's uneven stages
 // (layers only, no interleaving; the middle stages take the remainder first) as its first- and
-// last-stage layer counts when the middle stages are equal, else as an explicit layout (E the
-// embedding, t a layer, L the loss, | between stages).
-std::vector<std::string> MegatronUnevenStages(const Plan& plan);
+// last-stage layer counts when the middle stages are equal (`layout` empty), else as an explicit
+// layout (E the embedding, t a layer, L the loss, | between stages: `first` and `last` 0).
+struct UnevenStages {
+  int first = 0, last = 0;
+  std::string layout;
+};
+// Nothing when the stages are even.
+std::optional<UnevenStages> MegatronUnevenStages(const Plan& plan);
+
+// The Megatron-Core layer spec names of an attention kernel the plan chooses (AttnBackend:
+// flash, Transformer Engine's FlashAttention; unfused; auto lets TE choose: cuDNN's on Hopper).
+std::string_view AttentionBackendName(AttentionKernel kernel);
 
 // Megatron needs max_position_embeddings >= seq_length for learned positions.
 int MaxPositions(const Plan& plan);
@@ -84,7 +93,10 @@ int MaxPositions(const Plan& plan);
 std::string Arguments(const std::vector<std::string>& args);
 
 // The model's shape as Megatron-LM's (and DeepSpeed-Domino's, which forks it) arguments.
-void AddModelArguments(const ModelSpec& m, const Plan& plan, bool gqa,
+// `layer_options`: the framework's layers take grouped-query attention, the MLP's activation and
+// the norm from its arguments (Megatron-LM's do; DeepSpeed-Domino's run multi-head attention, GeLU
+// and LayerNorm whatever they say).
+void AddModelArguments(const ModelSpec& m, const Plan& plan, bool layer_options,
                        std::vector<std::string>& args);
 
 // The exporters, as ExportPlan (planner/export.h) describes them.

@@ -1,4 +1,6 @@
-// A torchtitan job config (TOML) for a plan: ExportPlan's kTorchtitan.
+// A torchtitan job config (TOML) for a plan: ExportPlan's kTorchtitan. The keys are those of
+// torchtitan's releases that read TOML job configs, v0.2.0 to v0.2.2 (73a0e697):
+// torchtitan/config/job_config.py.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -93,15 +95,24 @@ std::string ExportTorchtitan(const Plan& plan) {
         "no sequence parallelism: torchtitan's tensor parallelism always shards norms along the "
         "sequence (sequence parallel)");
   }
-  if (plan.distributed_optimizer && !plan.fsdp && plan.dp > 1) {
-    out.differs.push_back(
-        "distributed optimizer: torchtitan shards with FSDP, which shards parameters and "
-        "gradients as well as optimizer state");
+  // Data parallelism: DDP (data_parallel_replicate_degree) only where it is the one parallelism
+  // (torchtitan's parallelize.py refuses "DDP has not supported > 1D parallelism"), else FSDP
+  // (data_parallel_shard_degree), which context parallelism always turns on over dp_shard x cp
+  // (parallel_dims.py fsdp_enabled).
+  const bool other_parallelism = plan.tp > 1 || plan.pp > 1 || plan.cp > 1;
+  const bool sharded =
+      plan.fsdp || plan.distributed_optimizer || plan.cp > 1 || (plan.dp > 1 && other_parallelism);
+  if (sharded && !plan.fsdp && plan.dp_cp() > 1) {
+    const char* why = plan.distributed_optimizer ? "the distributed optimizer"
+                      : plan.cp > 1
+                          ? "context parallelism (torchtitan shards over dp x cp whenever cp > 1)"
+                          : "data parallelism beside tensor or pipeline parallelism (its DDP "
+                            "runs only alone)";
+    out.differs.push_back(fmt::format(
+        "{}: torchtitan runs FSDP, which shards parameters and gradients as well as optimizer "
+        "state, over the dp x cp ranks",
+        why));
   }
-  if (plan.fsdp && plan.dp == 1)
-    out.differs.push_back(
-        "fsdp over context parallelism only: torchtitan shards over data_parallel_shard_degree, "
-        "here 1");
   if (plan.placement == Placement::kTpPpDp && plan.dp > 1 && plan.pp > 1) {
     out.differs.push_back(
         "placement tp-pp-dp: torchtitan's device mesh puts pipeline stages outermost (tp-dp-pp)");
@@ -113,6 +124,11 @@ std::string ExportTorchtitan(const Plan& plan) {
         "domino to the middle ones",
         plan.model.layers % plan.pp, plan.pp));
   }
+  // torchtitan reduces gradients in float32: its mixed_precision_reduce takes nothing else.
+  if (plan.dp_cp() > 1 && GradBytes(plan) == 2)
+    out.differs.push_back(
+        "gradients reduced in 16 bits: torchtitan reduces them in float32 "
+        "(mixed_precision_reduce takes only \"float32\")");
   std::string param_dtype = "bfloat16";
   if (plan.precision == Dtype::kFp32 || plan.precision == Dtype::kTf32) param_dtype = "float32";
   if (plan.precision == Dtype::kFp16)
@@ -132,7 +148,7 @@ std::string ExportTorchtitan(const Plan& plan) {
   body += "[model]\n";
   body += "name = \"llama3\"\n";
   body += fmt::format("flavor = {}\n", TomlString(flavor));
-  if (plan.precision == Dtype::kFp8) body += "converters = [\"float8\"]\n";
+  if (plan.precision == Dtype::kFp8) body += "converters = [\"quantize.linear.float8\"]\n";
   body += "\n[training]\n";
   // Without a pipeline, torchtitan accumulates gradients over local batches of one micro-batch;
   // with one, its local batch is the DP rank's share, cut into pipeline micro-batches.
@@ -141,16 +157,13 @@ std::string ExportTorchtitan(const Plan& plan) {
   body += fmt::format("global_batch_size = {}\n", plan.global_batch);
   body += fmt::format("seq_len = {}\n", plan.seq_len);
   body += fmt::format("mixed_precision_param = {}\n", TomlString(param_dtype));
-  // torchtitan reduces in float32 unless told otherwise.
-  if (plan.dp_cp() > 1 && GradBytes(plan) == 2) body += "mixed_precision_reduce = \"bfloat16\"\n";
   body += "\n[parallelism]\n";
-  const int shard = plan.distributed_optimizer ? plan.dp : 1;
+  const int shard = sharded ? plan.dp : 1;
   body += fmt::format("data_parallel_replicate_degree = {}\n", plan.dp / shard);
   body += fmt::format("data_parallel_shard_degree = {}\n", shard);
   body += fmt::format("tensor_parallel_degree = {}\n", plan.tp);
   body += fmt::format("pipeline_parallel_degree = {}\n", plan.pp);
-  if (plan.method != OverlapMethod::kDomino)
-    body += "enable_async_tensor_parallel = true  # needs [compile] enable = true\n";
+  if (plan.method != OverlapMethod::kDomino) body += "enable_async_tensor_parallel = true\n";
   if (plan.pp > 1) {
     body += fmt::format("pipeline_parallel_schedule = {}\n",
                         plan.virtual_stages > 1 ? "\"Interleaved1F1B\"" : "\"1F1B\"");
@@ -171,6 +184,9 @@ std::string ExportTorchtitan(const Plan& plan) {
     out.differs.push_back(fmt::format(
         "recompute_layers {}: torchtitan's full activation checkpointing wraps every layer",
         plan.recompute_layers));
+  // Async TP is torch.compile's pass: torchtitan refuses it without the model compiled.
+  if (plan.method != OverlapMethod::kDomino)
+    body += "\n[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n";
   out.body = body;
   return out.Text();
 }

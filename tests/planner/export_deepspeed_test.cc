@@ -51,11 +51,10 @@ TEST(ExportDeepSpeed, Llama8bRowSplit) {
   ExpectExport(
       kLlama8bRowSplit, ExportTarget::kDeepSpeed,
       R"txt(# DeepSpeed config and DeepSpeed-Domino arguments (DeepSpeedExamples/training/DeepSpeed-Domino) for llama3-8b on dgx-h100:1 (1 node x 8 GPUs): 8 GPUs = tp 8 x pp 1 x dp 1
-# launch: deepspeed --num_gpus 8 pretrain_llama.py ARGUMENTS; DeepSpeed-Domino takes batch and precision from its arguments, the DeepSpeed config states them for a DeepSpeed engine
+# launch: deepspeed --num_gpus 8 pretrain_gpt.py ARGUMENTS; DeepSpeed-Domino takes batch and precision from its arguments, the DeepSpeed config states them for a DeepSpeed engine
+# differs: RMSNorm: DeepSpeed-Domino's layers run LayerNorm
+# differs: SwiGLU MLP: DeepSpeed-Domino's layers run GeLU (over ffn 14336)
 # differs: 8 key/value heads: DeepSpeed-Domino has no grouped-query attention and runs 32 (multi-head)
-# differs: ffn 14336: with --swiglu DeepSpeed-Domino sets the MLP width to int(8h/3/64)*64 = 10880, whatever --ffn-hidden-size says
-# differs: no biases: DeepSpeed-Domino puts a bias on every linear layer
-# differs: untied embeddings: DeepSpeed-Domino ties the LM head to the token embedding
 # --- ds_config.json
 {
   "train_batch_size": 2,
@@ -72,10 +71,10 @@ TEST(ExportDeepSpeed, Llama8bRowSplit) {
 --seq-length 2048 \
 --max-position-embeddings 8192 \
 --position-embedding-type rope \
---swiglu \
---normalization RMSNorm \
 --hidden-dropout 0 \
 --attention-dropout 0 \
+--disable-bias-linear \
+--untie-embeddings-and-output-weights \
 --tensor-model-parallel-size 8 \
 --micro-batch-size 2 \
 --global-batch-size 2 \

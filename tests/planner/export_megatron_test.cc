@@ -119,6 +119,7 @@ trainer:
   num_nodes: 1
   precision: bf16-mixed
 model:
+  transformer_engine: true
   micro_batch_size: 4
   global_batch_size: 4
   tensor_model_parallel_size: 8
@@ -156,6 +157,7 @@ trainer:
   num_nodes: 2
   precision: bf16-mixed
 model:
+  transformer_engine: true
   micro_batch_size: 1
   global_batch_size: 16
   tensor_model_parallel_size: 4
@@ -200,6 +202,7 @@ trainer:
   num_nodes: 1
   precision: bf16-mixed
 model:
+  transformer_engine: true
   micro_batch_size: 2
   global_batch_size: 2
   tensor_model_parallel_size: 8
@@ -223,7 +226,6 @@ model:
   activations_checkpoint_num_layers: null
   hidden_dropout: 0.0
   attention_dropout: 0.0
-  transformer_engine: true
   fp8: true
   fp8_hybrid: true
   optim:

@@ -63,7 +63,10 @@ TEST(Export, DecomposedOverlapMapsToEachFrameworksCommOverlap) {
   EXPECT_THAT(*nemo, HasSubstr("  ub_tp_comm_overlap: true\n"));
   Result<std::string> titan = Export(kLlama8bDecomposed, ExportTarget::kTorchtitan);
   ASSERT_TRUE(titan.ok()) << titan.message();
-  EXPECT_THAT(*titan, HasSubstr("enable_async_tensor_parallel = true"));
+  EXPECT_THAT(*titan, HasSubstr("enable_async_tensor_parallel = true\n"));
+  // torchtitan refuses async TP without the model compiled.
+  EXPECT_THAT(*titan,
+              HasSubstr("\n[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n"));
   // Async TP cuts its reduce-scatter into tp (8) pieces, not the stack's 4.
   EXPECT_THAT(*titan, HasSubstr("# differs: decomposed reduce-scatter in 4 pieces: torchtitan's "
                                 "async TP cuts it into 8"));
@@ -107,8 +110,26 @@ TEST(Export, APipelineSplitThatCountsTheEndsMapsToEachFramework) {
                                 "pipeline_parallel_last_stage_less_layers = 1\n"));
   Result<std::string> nemo = Export(kLlama405bEnds, ExportTarget::kNemo);
   ASSERT_TRUE(nemo.ok()) << nemo.message();
-  EXPECT_THAT(*nemo, HasSubstr("# differs: pipeline_split ends: megatron_gpt_config.yaml has no "
-                               "key for it"));
+  EXPECT_THAT(*nemo, HasSubstr("  account_for_embedding_in_pipeline_split: true\n"
+                               "  account_for_loss_in_pipeline_split: true\n"));
+  EXPECT_THAT(*nemo, Not(HasSubstr("# differs: pipeline_split")));
+  // One end counted: NeMo takes it only where the layers alone cut evenly over the stages and
+  // chunks, and says it refuses this one (31 layers and the loss over pp 2 x 2 chunks).
+  Result<Plan> one_end = ParsePlan(kLlama8b3dFullRecompute, "plan.yaml");
+  ASSERT_TRUE(one_end.ok()) << one_end.message();
+  one_end->model.layers = 31;
+  one_end->pipeline_split = PipelineSplit::kLoss;
+  ASSERT_FALSE(CheckPlanRules(*one_end).has_value()) << CheckPlanRules(*one_end)->rule;
+  Result<std::string> nemo_loss = ExportPlan(*one_end, ExportTarget::kNemo);
+  ASSERT_TRUE(nemo_loss.ok()) << nemo_loss.message();
+  EXPECT_THAT(*nemo_loss, HasSubstr("  account_for_loss_in_pipeline_split: true\n"));
+  EXPECT_THAT(*nemo_loss, HasSubstr("# differs: pipeline_split loss: NeMo counts the ends in the "
+                                    "split only when it counts both, or when the 31 layers alone "
+                                    "cut evenly over pp 2 x 2 chunks; it refuses this one\n"));
+  one_end->model.layers = 32, one_end->pipeline_split = PipelineSplit::kLayers;
+  Result<std::string> nemo_layers = ExportPlan(*one_end, ExportTarget::kNemo);
+  ASSERT_TRUE(nemo_layers.ok()) << nemo_layers.message();
+  EXPECT_THAT(*nemo_layers, Not(HasSubstr("pipeline_split")));
   // Counting layers only, uneven stages: torchtitan puts the remainder elsewhere, and says so.
   const std::string uneven = Llama405bUneven();
   Result<std::string> titan_uneven = Export(uneven.c_str(), ExportTarget::kTorchtitan);
@@ -133,7 +154,17 @@ TEST(Export, TheGradientTypeIsSaidWhereTheFrameworkWouldPickAnother) {
   EXPECT_THAT(*nemo, HasSubstr("    grad_sync_dtype: bf16\n"));
   Result<std::string> titan = Export(bf16.c_str(), ExportTarget::kTorchtitan);
   ASSERT_TRUE(titan.ok()) << titan.message();
-  EXPECT_THAT(*titan, HasSubstr("mixed_precision_reduce = \"bfloat16\"\n"));
+  EXPECT_THAT(*titan, HasSubstr("# differs: gradients reduced in 16 bits: torchtitan reduces them "
+                                "in float32 (mixed_precision_reduce takes only \"float32\")\n"));
+  EXPECT_THAT(*titan, Not(HasSubstr("mixed_precision_reduce =")));
+  // Without the distributed optimizer NeMo's fused_adam reduces in fp32, and says so.
+  std::string replicated = bf16;
+  replicated.replace(replicated.find("distributed_optimizer: true"), 27,
+                     "distributed_optimizer: false");
+  Result<std::string> fused_adam = Export(replicated.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(fused_adam.ok()) << fused_adam.message();
+  EXPECT_THAT(*fused_adam, HasSubstr("# differs: gradients reduced in 16 bits: NeMo's fused_adam "
+                                     "reduces them in its fp32 main-gradient buffers"));
   Result<std::string> plain = Export(kLlama8b3dFullRecompute, ExportTarget::kMegatron);
   ASSERT_TRUE(plain.ok()) << plain.message();
   EXPECT_THAT(*plain, Not(HasSubstr("--grad-reduce-in-bf16")));
@@ -230,7 +261,8 @@ TEST(Export, FsdpMapsToEachFrameworksFullSharding) {
   Result<std::string> megatron = Export(fsdp.c_str(), ExportTarget::kMegatron);
   ASSERT_TRUE(megatron.ok()) << megatron.message();
   EXPECT_THAT(*megatron, HasSubstr("--use-distributed-optimizer \\\n--use-megatron-fsdp \\\n"
-                                   "--data-parallel-sharding-strategy optim_grads_params"));
+                                   "--data-parallel-sharding-strategy optim_grads_params \\\n"
+                                   "--ckpt-format fsdp_dtensor"));
   Result<std::string> nemo = Export(fsdp.c_str(), ExportTarget::kNemo);
   ASSERT_TRUE(nemo.ok()) << nemo.message();
   EXPECT_THAT(*nemo, HasSubstr("# differs: fsdp: not set here"));
@@ -238,11 +270,87 @@ TEST(Export, FsdpMapsToEachFrameworksFullSharding) {
   Result<std::string> titan = Export(fsdp.c_str(), ExportTarget::kTorchtitan);
   ASSERT_TRUE(titan.ok()) << titan.message();
   EXPECT_THAT(*titan, HasSubstr("data_parallel_shard_degree = 2\n"));
-  EXPECT_THAT(*titan, Not(HasSubstr("distributed optimizer:")));
+  EXPECT_THAT(*titan, Not(HasSubstr("torchtitan runs FSDP")));
   Result<std::string> plain = Export(kLlama8b3dFullRecompute, ExportTarget::kTorchtitan);
   ASSERT_TRUE(plain.ok()) << plain.message();
-  EXPECT_THAT(*plain, HasSubstr("distributed optimizer:"));
+  EXPECT_THAT(*plain, HasSubstr("# differs: the distributed optimizer: torchtitan runs FSDP"));
   EXPECT_THAT(*plain, Not(HasSubstr("fsdp")));
+}
+
+TEST(Export, TorchtitansDataParallelismIsDdpOnlyAlone) {
+  // Replicated data parallelism beside tp or pp: torchtitan's DDP refuses more than one
+  // dimension, so the ranks shard with FSDP, and the export says so.
+  Result<Plan> plan = ParsePlan(kLlama8b3dFullRecompute, "plan.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  Plan p = *plan;
+  p.distributed_optimizer = false;
+  Result<std::string> beside = ExportPlan(p, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(beside.ok()) << beside.message();
+  EXPECT_THAT(*beside, HasSubstr("data_parallel_replicate_degree = 1\n"
+                                 "data_parallel_shard_degree = 2\n"));
+  EXPECT_THAT(*beside, HasSubstr("# differs: data parallelism beside tensor or pipeline "
+                                 "parallelism (its DDP runs only alone): torchtitan runs FSDP"));
+  // Alone it is DDP, as the plan runs it.
+  p.tp = 1, p.pp = 1, p.virtual_stages = 1, p.dp = 16, p.sequence_parallel = false;
+  p.placement = Placement::kTpDpPp, p.global_batch = 16;
+  ASSERT_FALSE(CheckPlanRules(p).has_value()) << CheckPlanRules(p)->rule;
+  Result<std::string> alone = ExportPlan(p, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(alone.ok()) << alone.message();
+  EXPECT_THAT(*alone, HasSubstr("data_parallel_replicate_degree = 16\n"
+                                "data_parallel_shard_degree = 1\n"));
+  EXPECT_THAT(*alone, Not(HasSubstr("torchtitan runs FSDP")));
+  // Context parallelism always shards over dp x cp, even with dp 1.
+  p.dp = 8, p.cp = 2, p.global_batch = 8;
+  ASSERT_FALSE(CheckPlanRules(p).has_value()) << CheckPlanRules(p)->rule;
+  Result<std::string> cp = ExportPlan(p, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(cp.ok()) << cp.message();
+  EXPECT_THAT(*cp, HasSubstr("data_parallel_shard_degree = 8\n"));
+  EXPECT_THAT(*cp, HasSubstr("# differs: context parallelism (torchtitan shards over dp x cp "
+                             "whenever cp > 1): torchtitan runs FSDP"));
+  // FSDP over the cp ranks alone is what the plan asks for.
+  p.dp = 1, p.tp = 8, p.global_batch = 1, p.distributed_optimizer = true, p.fsdp = true;
+  ASSERT_FALSE(CheckPlanRules(p).has_value()) << CheckPlanRules(p)->rule;
+  Result<std::string> cp_only = ExportPlan(p, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(cp_only.ok()) << cp_only.message();
+  EXPECT_THAT(*cp_only, Not(HasSubstr("FSDP")));
+  EXPECT_THAT(*cp_only, Not(HasSubstr("fsdp")));
+}
+
+TEST(Export, SettingsTheFrameworkRefusesTogetherAreDifferences) {
+  Result<Plan> plan = ParsePlan(kLlama8b3dFullRecompute, "plan.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  // Interleaving over 2 stages without overlapping the transfers: Megatron-LM needs pp > 2.
+  Plan p = *plan;
+  p.overlap_p2p = false;
+  Result<std::string> two = ExportPlan(p, ExportTarget::kMegatron);
+  ASSERT_TRUE(two.ok()) << two.message();
+  EXPECT_THAT(*two, Not(HasSubstr("--no-overlap-p2p-communication")));
+  EXPECT_THAT(*two, HasSubstr("# differs: overlap_p2p false over 2 stages: Megatron-LM runs the "
+                              "interleaved schedule without overlapping its transfers only over "
+                              "more than 2 stages"));
+  p.pp = 4, p.dp = 1, p.virtual_stages = 2;
+  ASSERT_FALSE(CheckPlanRules(p).has_value()) << CheckPlanRules(p)->rule;
+  Result<std::string> four = ExportPlan(p, ExportTarget::kMegatron);
+  ASSERT_TRUE(four.ok()) << four.message();
+  EXPECT_THAT(*four, HasSubstr("--no-overlap-p2p-communication"));
+  EXPECT_THAT(*four, Not(HasSubstr("overlap_p2p false")));
+  // A stack that overlaps the parameter gather but not the gradient reduction: both frameworks
+  // take the one only with the other.
+  Plan q = *plan;
+  q.stack.overlap_grad_reduce = false;
+  ASSERT_TRUE(q.stack.overlap_param_gather);
+  Result<std::string> megatron = ExportPlan(q, ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron, Not(HasSubstr("\n--overlap-param-gather")));
+  EXPECT_THAT(*megatron, HasSubstr("# differs: the parameter gather overlapped without the "
+                                   "gradient reduction: Megatron-LM takes --overlap-param-gather "
+                                   "only with --overlap-grad-reduce"));
+  Result<std::string> nemo = ExportPlan(q, ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, Not(HasSubstr("overlap_param_sync: true")));
+  EXPECT_THAT(*nemo, HasSubstr("# differs: the parameter gather overlapped without the gradient "
+                               "reduction: NeMo takes overlap_param_sync only with "
+                               "overlap_grad_sync"));
 }
 
 TEST(Export, RecomputingSomeLayersIsMegatronsBlockMethod) {
@@ -291,7 +399,7 @@ TEST(Export, AnAttentionKernelThePlanChoosesIsWrittenOrNamedAsADifference) {
   EXPECT_THAT(*m, HasSubstr("--attention-backend flash \\\n"));
   Result<std::string> n = Export(yaml.c_str(), ExportTarget::kNemo);
   ASSERT_TRUE(n.ok()) << n.message();
-  EXPECT_THAT(*n, HasSubstr("# attention flash2: launch with NVTE_FUSED_ATTN=0"));
+  EXPECT_THAT(*n, HasSubstr("  attention_backend: flash\n"));
   Result<std::string> t = Export(yaml.c_str(), ExportTarget::kTorchtitan);
   ASSERT_TRUE(t.ok()) << t.message();
   EXPECT_THAT(*t, HasSubstr("# differs: attention flash2: torchtitan's attention is PyTorch's"));
@@ -301,7 +409,7 @@ TEST(Export, AnAttentionKernelThePlanChoosesIsWrittenOrNamedAsADifference) {
     Result<std::string> plain = Export(kLlama8b3dFullRecompute, target);
     ASSERT_TRUE(plain.ok()) << plain.message();
     EXPECT_THAT(*plain, Not(HasSubstr("attention-backend")));
-    EXPECT_THAT(*plain, Not(HasSubstr("NVTE_")));
+    EXPECT_THAT(*plain, Not(HasSubstr("attention_backend")));
     EXPECT_THAT(*plain, Not(HasSubstr("attention flash")));
   }
 }
@@ -411,7 +519,9 @@ TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {
                                    "--decoder-last-pipeline-num-layers 7 \\\n"));
   Result<std::string> nemo = Export(uneven.c_str(), ExportTarget::kNemo);
   ASSERT_TRUE(nemo.ok()) << nemo.message();
-  EXPECT_THAT(*nemo, HasSubstr("# differs: uneven stages (126 layers on pp 16)"));
+  EXPECT_THAT(*nemo, HasSubstr("  num_layers_in_first_pipeline_stage: 7\n"
+                               "  num_layers_in_last_pipeline_stage: 7\n"));
+  EXPECT_THAT(*nemo, Not(HasSubstr("# differs: uneven")));
   // 29 layers on pp 4: 7, 8, 7, 7, whose middle stages differ: a layout.
   Result<Plan> plan = ParsePlan(kLlama8b3dFullRecompute, "plan.yaml");
   ASSERT_TRUE(plan.ok()) << plan.message();
@@ -424,6 +534,21 @@ TEST(Export, UnevenStagesTellMegatronHowTheyAreCut) {
   ASSERT_TRUE(layout.ok()) << layout.message();
   EXPECT_THAT(*layout, HasSubstr("--pipeline-model-parallel-layout \"Et*7|t*8|t*7|t*7L\""));
   EXPECT_THAT(*layout, Not(HasSubstr("--decoder-first-pipeline-num-layers")));
+  // NeMo checks that the middle stages are equal: it cannot run these, and says so.
+  Result<std::string> nemo_layout = ExportPlan(p, ExportTarget::kNemo);
+  ASSERT_TRUE(nemo_layout.ok()) << nemo_layout.message();
+  EXPECT_THAT(*nemo_layout, HasSubstr("# differs: uneven stages (\"Et*7|t*8|t*7|t*7L\"): NeMo "
+                                      "checks"));
+  EXPECT_THAT(*nemo_layout, Not(HasSubstr("num_layers_in_first_pipeline_stage")));
+  // Over 2 stages NeMo takes the first stage's count alone (its check divides by the stages
+  // left): 9 layers on pp 2 are 4 and 5.
+  p.pp = 2, p.dp = 2, p.model.layers = 9;
+  ASSERT_FALSE(CheckPlanRules(p).has_value()) << CheckPlanRules(p)->rule;
+  Result<std::string> two = ExportPlan(p, ExportTarget::kNemo);
+  ASSERT_TRUE(two.ok()) << two.message();
+  EXPECT_THAT(*two, HasSubstr(fmt::format("  num_layers_in_first_pipeline_stage: {}\n",
+                                          ChunkLayers(p).front())));
+  EXPECT_THAT(*two, Not(HasSubstr("num_layers_in_last_pipeline_stage")));
   // Even stages need neither.
   p.model.layers = 32;
   Result<std::string> even = ExportPlan(p, ExportTarget::kMegatron);
@@ -447,13 +572,27 @@ overlap: {row_split: 2, col_split: 1, scope: inter-layer}
   ASSERT_TRUE(megatron.ok()) << megatron.message();
   EXPECT_THAT(*megatron, HasSubstr("--squared-relu"));
   EXPECT_THAT(*megatron, Not(HasSubstr("--swiglu")));
+  // Without biases Megatron-LM turns the bias-activation fusion off itself; with them it must be
+  // told (Megatron-Core fuses only GeLU and SwiGLU).
+  EXPECT_THAT(*megatron, Not(HasSubstr("--no-bias-gelu-fusion")));
+  std::string biased(kSquared);
+  biased.replace(biased.find("bias: false"), 11, "bias: true");
+  Result<std::string> megatron_biased = Export(biased.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron_biased.ok()) << megatron_biased.message();
+  EXPECT_THAT(*megatron_biased, HasSubstr("--squared-relu"));
+  EXPECT_THAT(*megatron_biased, HasSubstr("--no-bias-gelu-fusion"));
   Result<std::string> nemo = Export(kSquared, ExportTarget::kNemo);
   ASSERT_TRUE(nemo.ok()) << nemo.message();
   EXPECT_THAT(*nemo, HasSubstr("  activation: squared-relu\n"));
+  EXPECT_THAT(*nemo, HasSubstr("  bias_activation_fusion: false\n"));
   Result<std::string> deepspeed = Export(kSquared, ExportTarget::kDeepSpeed);
   ASSERT_TRUE(deepspeed.ok()) << deepspeed.message();
-  EXPECT_THAT(*deepspeed, HasSubstr("squared-ReLU MLP: DeepSpeed-Domino's models run GeLU (GPT) or "
-                                    "SwiGLU (Llama); this export runs GeLU"));
+  EXPECT_THAT(*deepspeed,
+              HasSubstr("# differs: squared-ReLU MLP: DeepSpeed-Domino's layers run GeLU (over "
+                        "ffn 1024)\n"));
+  EXPECT_THAT(*deepspeed, Not(HasSubstr("--squared-relu")));
+  EXPECT_THAT(*deepspeed, HasSubstr("--disable-bias-linear"));
+  EXPECT_THAT(*deepspeed, HasSubstr("--untie-embeddings-and-output-weights"));
   Result<std::string> titan = Export(kSquared, ExportTarget::kTorchtitan);
   ASSERT_TRUE(titan.ok()) << titan.message();
   EXPECT_THAT(*titan, HasSubstr("a squared-ReLU MLP"));

@@ -51,7 +51,7 @@ TEST(ExportTorchtitan, Llama8b3dFullRecompute) {
       kLlama8b3dFullRecompute, ExportTarget::kTorchtitan,
       R"txt(# torchtitan job config (TOML) for llama3-8b on dgx-h100:2 (2 nodes x 8 GPUs): 16 GPUs = tp 4 x pp 2 x dp 2
 # launch: torchrun --nnodes 2 --nproc_per_node 8 -m torchtitan.train --job.config_file THIS.toml
-# differs: distributed optimizer: torchtitan shards with FSDP, which shards parameters and gradients as well as optimizer state
+# differs: the distributed optimizer: torchtitan runs FSDP, which shards parameters and gradients as well as optimizer state, over the dp x cp ranks
 # differs: placement tp-pp-dp: torchtitan's device mesh puts pipeline stages outermost (tp-dp-pp)
 [model]
 name = "llama3"
@@ -92,7 +92,7 @@ TEST(ExportTorchtitan, Llama8bFp8Selective) {
 [model]
 name = "llama3"
 flavor = "8B"
-converters = ["float8"]
+converters = ["quantize.linear.float8"]
 
 [training]
 local_batch_size = 2
