@@ -3,7 +3,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <new>
@@ -48,8 +50,11 @@ std::string MisreadArgument(int argc, const char* const* argv) {
   return {};
 }
 
-int RunDomino(int argc, const char* const* argv,
-              const std::function<bool(std::string_view)>& runs) {
+namespace {
+
+// The command line parsed and its command run: RunDomino but for its check of stdout.
+int ParseAndRun(int argc, const char* const* argv,
+                const std::function<bool(std::string_view)>& runs) {
   CLI::App app{
       "domino plans, predicts and runs tensor-parallel transformer training with communication\n"
       "hidden behind computation (row, column and 2D slicing, as in DeepSpeed-Domino)."};
@@ -124,6 +129,33 @@ int RunDomino(int argc, const char* const* argv,
     return kExitUsage;
   }
   return 0;
+}
+
+// What a command printed that never reached stdout (a full disk, a closed descriptor) fails the
+// run, which `rc` would otherwise call a success: one line naming the error. The stream is then
+// cleared for the next command line run in the same process.
+int CheckStdout(int rc, std::string_view command) {
+  std::cout.flush();
+  errno = 0;
+  const bool flush_failed = std::fflush(stdout) != 0;
+  const int error = errno;
+  if (!flush_failed && !std::ferror(stdout) && std::cout.good()) return rc;
+  std::fprintf(stderr, "domino%s%s: stdout: %s\n", command.empty() ? "" : " ",
+               std::string(command).c_str(),
+               flush_failed && error != 0 ? std::strerror(error)
+                                          : "a write failed (a full disk or a closed output?): "
+                                            "what was printed is incomplete");
+  std::clearerr(stdout);
+  std::cout.clear();
+  return rc == 0 ? kExitBadInput : rc;
+}
+
+}  // namespace
+
+int RunDomino(int argc, const char* const* argv,
+              const std::function<bool(std::string_view)>& runs) {
+  const int rc = ParseAndRun(argc, argv, runs);
+  return CheckStdout(rc, argc > 1 && argv[1][0] != '-' ? argv[1] : "");
 }
 
 }  // namespace domino::cli

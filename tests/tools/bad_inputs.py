@@ -618,6 +618,25 @@ def check_plan_sigterm(domino):
     return None
 
 
+def check_stdout_full(domino):
+    """Output that never reaches stdout (here a full disk) fails the run in one line, exit 1."""
+    if not os.path.exists("/dev/full"):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        make_files(tmp, {"p.yaml": PLAN})
+        for argv in (["models"], ["export", os.path.join(tmp, "p.yaml"), "--to", "nemo"],
+                     ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1",
+                      "--format", "json"]):
+            with open("/dev/full", "w") as full:
+                r = subprocess.run([domino] + argv, stdout=full, stderr=subprocess.PIPE, text=True,
+                                   timeout=60)
+            lines = [l for l in r.stderr.splitlines() if l.strip()]
+            if r.returncode != 1 or len(lines) != 1 or not re.search(
+                    rf"^domino {argv[0]}: stdout: ", r.stderr):
+                return f"stdout on a full disk ({argv[0]}): exit {r.returncode}, stderr: {r.stderr.strip()}"
+    return None
+
+
 def run_case(domino, case):
     name, _, files, argv, pattern, output = case
     with tempfile.TemporaryDirectory() as tmp:
@@ -666,7 +685,7 @@ def main():
         failure = run_good_case(domino, case)
         if failure:
             failures.append(failure)
-    for check in (check_sigint, check_plan_sigterm):
+    for check in (check_sigint, check_plan_sigterm, check_stdout_full):
         failure = check(domino)
         if failure:
             failures.append(failure)
@@ -691,7 +710,9 @@ def main():
             "(partial)` and exits 130 (128 + the signal). Likewise a search of Megatron-Turing NLG 530B "
             "on 5,120 A100s (`--exhaustive`) stopped by SIGTERM after 1.5 s writes the best plan found "
             "so far with `stopped_by: SIGTERM  # partial` in its `search:` block, says `stopped by "
-            "SIGTERM after N plans simulated: FILE holds the best of those (partial)` and exits 143.", "",
+            "SIGTERM after N plans simulated: FILE holds the best of those (partial)` and exits 143. "
+            "A command whose stdout is a full disk (`/dev/full`: `models`, `export`, `simulate "
+            "--format json`) says `domino COMMAND: stdout: ...` and exits 1.", "",
 
             "| case | input | commands |", "| --- | --- | --- |"]
     for name, what, _, steps, _ in GOOD_CASES:
