@@ -72,7 +72,9 @@ Result<T> LoadFrom(std::span<const EmbeddedFile> catalog, std::string_view what,
   }
   Result<std::string> text = ReadTextFile(path);
   if (!text.ok()) return text.error();
-  return parse(*text, path);
+  Result<T> spec = parse(*text, path);
+  if (spec.ok()) spec->file = path;
+  return spec;
 }
 
 void ReadLink(YamlMap& map, LinkSpec* link) {

@@ -24,6 +24,9 @@ std::span<const std::pair<std::string_view, Dtype>> DtypeNames();
 // efficiencies the compute cost model uses. Peak 0 means the GPU lacks that dtype (A100: fp8).
 struct GpuSpec {
   std::string name;
+  // The YAML file it was read from; empty for a catalog entry. (A command's outputs must not
+  // replace the files it reads.)
+  std::string file;
   int sms = 0;
   // Device memory as CUDA reports it to a process (cudaMemGetInfo's total, PyTorch's "total
   // capacity"), in 10^9 bytes: what a plan's weights, gradients, optimizer state and activations
@@ -160,6 +163,7 @@ struct TreeSpec {
 // collective running beside compute on those GPUs.
 struct NodeSpec {
   std::string name;
+  std::string file;  // as GpuSpec::file
   GpuSpec gpu;
   int gpus_per_node = 8;
   LinkSpec nvlink;              // per GPU, per direction

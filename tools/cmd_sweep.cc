@@ -283,10 +283,26 @@ Grid ReadGrid(const SweepFlags& flags) {
       Fail("sweep", fmt::format("{} and {}'s fixed.{} ({}) set the same thing: give one", flag,
                                 flags.study_path, key, value));
   CheckOk("sweep", CheckOutputPath(flags.out_path, flags.force));
-  CheckOk("sweep",
-          CheckNotAnInput(flags.out_path,
-                          std::array{flags.study_path, flags.plan.plan_path, flags.plan.model,
-                                     NodeFileOf(flags.plan.cluster), flags.plan.stack}));
+  {
+    // The files the sweep reads: the study and plan, the flags' model, node and stack, and every
+    // value of the grid that names a file (a varied model or node; a study's near it too).
+    std::vector<std::string> inputs = {flags.study_path, flags.plan.plan_path, flags.plan.model,
+                                       NodeFileOf(flags.plan.cluster), flags.plan.stack};
+    auto add_value = [&](const std::string& value) {
+      for (const std::string& path :
+           {value, NodeFileOf(value), PathNear(value, flags.study_path)}) {
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(path, ec)) continue;
+        inputs.push_back(path);
+        // A varied node's GPU file.
+        if (Result<NodeSpec> node = LoadNode(path); node.ok()) inputs.push_back(node->gpu.file);
+      }
+    };
+    for (const Axis& a : axes)
+      for (const std::string& value : a.values) add_value(value);
+    for (const auto& [key, value] : grid.fixed) add_value(value);
+    CheckOk("sweep", CheckNotAnInput(flags.out_path, inputs));
+  }
   grid.base = flags.plan;
   // Node counts and types vary the plan file's cluster when no --cluster replaces it.
   if (grid.base.cluster.empty() && !grid.base.plan_path.empty()) {

@@ -115,7 +115,8 @@ std::vector<std::string> PlanInputFiles(const PlanFlags& flags, const Plan& plan
                                         bool with_plan_file) {
   std::vector<std::string> files;
   for (const std::string& path : {with_plan_file ? flags.plan_path : std::string(), plan.model_ref,
-                                  NodeFileOf(plan.cluster_ref), plan.stack_ref}) {
+                                  NodeFileOf(plan.cluster_ref), plan.cluster.node.file,
+                                  plan.cluster.node.gpu.file, plan.stack_ref}) {
     std::error_code ec;
     if (!path.empty() && std::filesystem::is_regular_file(path, ec)) files.push_back(path);
   }

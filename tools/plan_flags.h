@@ -49,7 +49,7 @@ void AddPlanFlags(CLI::App* app, PlanFlags* flags, bool with_plan_file);
 Result<Plan> BuildPlan(const PlanFlags& flags, bool check_rules = true);
 
 // The files a plan was read from, those that are files (not catalog names): the plan file
-// (flags.plan_path) unless `with_plan_file` is false, its model, node (or cluster) and stack
+// (flags.plan_path) unless `with_plan_file` is false, its model, cluster, node, GPU and stack
 // files. A command's output checks it is none of them (CheckNotAnInput); a report, a plan file
 // itself, may replace the plan it was made from.
 std::vector<std::string> PlanInputFiles(const PlanFlags& flags, const Plan& plan,

@@ -68,15 +68,31 @@ Status CheckOutputPath(const std::string& path, bool overwrite) {
   return Status::Ok();
 }
 
-Status CheckOutputPaths(std::span<const std::string> paths, bool overwrite) {
+namespace {
+
+// Whether two paths name one file: the same path once absolute, with links and dot segments
+// resolved (libstdc++'s weakly_canonical leaves a relative path whose first part does not exist
+// as given: "z" and "./z" would differ), or, where both exist, the same file (a hard link).
+bool SameFile(const std::string& a, const std::string& b) {
   namespace fs = std::filesystem;
+  if (a == b) return true;
   std::error_code ec;
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ec), ec);
+  if (ec) return false;
+  const fs::path cb = fs::weakly_canonical(fs::absolute(b, ec), ec);
+  if (ec) return false;
+  if (ca == cb) return true;
+  return fs::exists(ca, ec) && fs::exists(cb, ec) && fs::equivalent(ca, cb, ec) && !ec;
+}
+
+}  // namespace
+
+Status CheckOutputPaths(std::span<const std::string> paths, bool overwrite) {
   for (size_t i = 0; i < paths.size(); ++i) {
     DOMINO_RETURN_IF_ERROR(CheckOutputPath(paths[i], overwrite));
     for (size_t j = 0; j < i; ++j) {
       const bool same = paths[i] == paths[j] ||
-                        (paths[i] != "-" && paths[j] != "-" &&
-                         fs::weakly_canonical(paths[i], ec) == fs::weakly_canonical(paths[j], ec));
+                        (paths[i] != "-" && paths[j] != "-" && SameFile(paths[i], paths[j]));
       if (same)
         return Error(
             fmt::format("{}: given for two outputs; each output needs its own file", paths[i]));
@@ -97,14 +113,10 @@ std::string PathNear(std::string_view ref, std::string_view from_file) {
 }
 
 Status CheckNotAnInput(const std::string& output, std::span<const std::string> inputs) {
-  namespace fs = std::filesystem;
   if (output.empty() || output == "-") return Status::Ok();
-  std::error_code ec;
-  const fs::path target = fs::weakly_canonical(output, ec);
   for (const std::string& input : inputs) {
     if (input.empty()) continue;
-    std::error_code input_ec;
-    if (input == output || (!ec && fs::weakly_canonical(input, input_ec) == target && !input_ec))
+    if (SameFile(input, output))
       return Error(
           fmt::format("{}: is also an input of this command; write the output to "
                       "another file",

@@ -82,6 +82,26 @@ TEST_F(WriteFilesTest, WritesEveryOutputOrNone) {
   files[1].path = (dir_ / "." / "x").string();
   EXPECT_THAT(WriteFilesAtomically(files, true).message(), HasSubstr("given for two outputs"));
   EXPECT_TRUE(Names().empty());
+  // Relative names of one file that does not exist yet ("z" and "./z"), and an output that is an
+  // input by another name or a hard link.
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir_);
+  files = {{"z", "report"}, {"./z", "trace"}};
+  const Status relative = WriteFilesAtomically(files, true);
+  const std::vector<std::string> inputs = {"in.yaml"};
+  const Status dotted = CheckNotAnInput("./in.yaml", inputs);
+  std::ofstream("in.yaml") << "model\n";
+  std::filesystem::create_hard_link("in.yaml", "hard.yaml");
+  const Status linked = CheckNotAnInput("hard.yaml", inputs);
+  const Status other = CheckNotAnInput("out.yaml", inputs);
+  std::filesystem::remove("hard.yaml");
+  std::filesystem::remove("in.yaml");
+  std::filesystem::current_path(cwd);
+  EXPECT_THAT(relative.message(), HasSubstr("z: given for two outputs"));
+  EXPECT_THAT(dotted.message(), HasSubstr("is also an input"));
+  EXPECT_THAT(linked.message(), HasSubstr("is also an input"));
+  EXPECT_TRUE(other.ok()) << other.message();
+  EXPECT_TRUE(Names().empty());
   files = {{Path("r.yaml"), "report"}, {Path("t.json"), "trace"}};
   ASSERT_TRUE(WriteFilesAtomically(files, false).ok());
   EXPECT_EQ(Read("r.yaml"), "report");
