@@ -8,7 +8,9 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "exec/mpi_communicator.h"
 
@@ -25,6 +27,59 @@ Result<std::unique_ptr<Communicator>> MakeLaunchCommunicator(const LaunchEnv& en
     return Error(fmt::format("MPI reports rank {} of {}, the launcher rank {} of {} ({})", c.rank(),
                              c.size(), env.rank, env.size, env.source));
   return mpi;
+}
+
+namespace {
+
+// Line `index` of `text` (without its newline); empty past the end.
+std::string_view LineOf(std::string_view text, size_t index) {
+  for (size_t i = 0; i < index; ++i) {
+    const size_t end = text.find('\n');
+    if (end == std::string_view::npos) return {};
+    text.remove_prefix(end + 1);
+  }
+  return text.substr(0, text.find('\n'));
+}
+
+}  // namespace
+
+Status CheckSameOnEveryRank(Communicator& comm, std::string_view text) {
+  const int n = comm.size();
+  if (n == 1) return Status::Ok();
+  if (text.size() > kMaxAgreedChars)
+    return Error(fmt::format("the settings to agree on take {} characters, over {}", text.size(),
+                             kMaxAgreedChars));
+  // Lengths first, then every rank's text padded to the longest, a character per float (exact:
+  // floats hold integers up to 2^24).
+  const float length = static_cast<float>(text.size());
+  std::vector<float> lengths(n);
+  DOMINO_RETURN_IF_ERROR(comm.AllGather(&length, lengths.data(), 1));
+  const auto longest = static_cast<int64_t>(*std::max_element(lengths.begin(), lengths.end()));
+  if (longest == 0) return Status::Ok();
+  std::vector<float> mine(longest, -1.0f), all(static_cast<size_t>(longest) * n);
+  for (size_t i = 0; i < text.size(); ++i) mine[i] = static_cast<unsigned char>(text[i]);
+  DOMINO_RETURN_IF_ERROR(comm.AllGather(mine.data(), all.data(), longest));
+  auto text_of = [&](int r) {
+    std::string out(static_cast<size_t>(lengths[r]), '\0');
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = static_cast<char>(static_cast<int>(all[r * longest + i]));
+    return out;
+  };
+  const std::string first = text_of(0);
+  for (int r = 1; r < n; ++r) {
+    const std::string other = text_of(r);
+    if (other == first) continue;
+    // (Texts that differ only in their newlines end the search at the longer one's last line.)
+    const auto lines = static_cast<size_t>(std::max(std::count(first.begin(), first.end(), '\n'),
+                                                    std::count(other.begin(), other.end(), '\n')));
+    size_t line = 0;
+    while (line < lines && LineOf(first, line) == LineOf(other, line)) ++line;
+    return Error(fmt::format(
+        "rank {} was given another plan or other options than rank 0 (rank 0: '{}', rank {}: "
+        "'{}'); every rank must run the same: launch them with one command line",
+        r, LineOf(first, line), r, LineOf(other, line)));
+  }
+  return Status::Ok();
 }
 
 Status Communicator::Send(const float*, int64_t, int) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "models/base/result.h"
@@ -42,6 +43,14 @@ class Communicator {
   // Ends every rank of the group now (a peer is dead or stuck); never returns.
   [[noreturn]] virtual void Abort(int exit_code);
 };
+
+// Checks, called by every rank of `comm` before its first collective, that every rank was given
+// the same `text` (its plan and options, a setting a line): ranks launched with different plans
+// would call collectives of different sizes, and corrupt each other's buffers. Every rank gets the
+// same error, naming the first rank whose text differs from rank 0's and the first line that
+// differs. `text` is at most kMaxAgreedChars characters.
+inline constexpr size_t kMaxAgreedChars = 1 << 20;
+Status CheckSameOnEveryRank(Communicator& comm, std::string_view text);
 
 // The group of one: every collective is a copy.
 class SelfCommunicator final : public Communicator {

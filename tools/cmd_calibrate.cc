@@ -157,6 +157,16 @@ void Run(CalibrateFlags& flags) {
   PeerWatch watch("calibrate", "measurements", rank, flags.timeout_s, comm->get(),
                   flags.soak_seconds);
   options.measured = [&watch](size_t done) { watch.Step(done); };
+  // Every rank measures the same plan with the same options (as execute checks).
+  const std::string settings =
+      PlanToYaml(*plan) +
+      fmt::format(
+          "calibrate: {{backend: {}, dtype: {}, repeats: {}, soak: {}, gemm_shapes: '{}', "
+          "fp8_gemms: {}}}\n",
+          flags.backend, flags.dtype, flags.repeats, flags.soak_seconds, flags.gemm_shapes,
+          flags.fp8_gemms);
+  if (Status same = exec::CheckSameOnEveryRank(**comm, settings); !same.ok())
+    FailOnRank("calibrate", rank, same.message());
   if (rank == 0 && isatty(STDERR_FILENO))
     std::cerr << fmt::format(
         "calibrating on the {} backend ({} rank(s), {} timed runs per op)...\n", flags.backend,

@@ -421,6 +421,17 @@ void Run(ExecuteFlags& flags) {
   // A peer that dies or hangs leaves this rank blocked in a collective: the watch says so and
   // ends every rank instead of waiting forever.
   PeerWatch watch("execute", "ops", rank, flags.timeout_s, comm.get());
+  // Every rank runs the same plan and options, or none runs: ranks given different ones would
+  // call collectives of different sizes and corrupt each other's buffers.
+  const std::string settings =
+      PlanToYaml(*plan) +
+      fmt::format(
+          "execute: {{backend: {}, extent: {}, comm: {}, dtype: {}, cuda_graph: {}, "
+          "check: {}, seed: {}, iterations: {}, steps: {}, min_ctas: {}, max_ctas: {}}}\n",
+          flags.backend, exec::ExtentName(extent), flags.comm, dtype, flags.cuda_graph, flags.check,
+          flags.seed, flags.iterations, flags.steps, min_ctas, max_ctas);
+  if (Status same = exec::CheckSameOnEveryRank(*comm, settings); !same.ok())
+    FailOnRank("execute", rank, same.message());
   options.progress = [&, tty](size_t done, size_t total) {
     watch.Step(done);
     if (tty && (done % 64 == 0 || done == total))

@@ -51,4 +51,14 @@ expect "a catalog model is too big for the CPU" "GiB per rank" \
   "$domino" execute --model gpt3-13b --cluster dgx-h100:1:1 --tp 1
 expect "torchrun variables disagree with the plan" "torchrun" \
   env WORLD_SIZE=3 RANK=0 "$domino" execute "${flags[@]}"
+# Ranks given different plans or options (once collectives of different sizes: a corrupted heap,
+# then a hang until --timeout).
+two=(--model "$tiny" --cluster dgx-h100:1:2 --tp 2 --seq-len 16 --micro-batch 2)
+expect "ranks given different plans" \
+  "rank 1 was given another plan or other options than rank 0 (rank 0: 'overlap: {row_split: 1" \
+  "$mpiexec" --oversubscribe -np 1 "$domino" execute "${two[@]}" : \
+  -np 1 "$domino" execute "${two[@]}" --row-split 2
+expect "ranks given different iterations" "iterations: 3.*iterations: 5" \
+  "$mpiexec" --oversubscribe -np 1 "$domino" execute "${two[@]}" --iterations 3 : \
+  -np 1 "$domino" execute "${two[@]}" --iterations 5
 exit $((failures > 0))

@@ -103,6 +103,35 @@ TEST(LocalGroupTest, SplitMakesGroupsOrderedByKey) {
   });
 }
 
+TEST(CheckSameOnEveryRankTest, NamesTheFirstRankAndLineThatDiffer) {
+  // The same settings on every rank: fine, and again (the collectives leave nothing behind).
+  OnRanks(3, [](int, Communicator& c) {
+    EXPECT_TRUE(CheckSameOnEveryRank(c, "model: m\ntp: 2\n").ok());
+    EXPECT_TRUE(CheckSameOnEveryRank(c, "").ok());
+  });
+  // Rank 2 differs on its second line, rank 1 not at all: every rank gets the same error.
+  std::vector<std::string> messages(3);
+  OnRanks(3, [&](int r, Communicator& c) {
+    const std::string text =
+        r == 2 ? "model: m\nrow_split: 2\nseed: 1\n" : "model: m\nrow_split: 1\nseed: 1\n";
+    Status status = CheckSameOnEveryRank(c, text);
+    messages[r] = status.ok() ? "ok" : status.message();
+  });
+  EXPECT_EQ(messages[0],
+            "rank 2 was given another plan or other options than rank 0 (rank 0: 'row_split: 1', "
+            "rank 2: 'row_split: 2'); every rank must run the same: launch them with one command "
+            "line");
+  EXPECT_EQ(messages[1], messages[0]);
+  EXPECT_EQ(messages[2], messages[0]);
+  // Texts of other lengths, or differing only by a last newline, end the search.
+  OnRanks(2, [](int r, Communicator& c) {
+    EXPECT_FALSE(CheckSameOnEveryRank(c, r == 0 ? "a\n" : "a").ok());
+    Status longer = CheckSameOnEveryRank(c, r == 0 ? "a\nb\n" : "a\n");
+    EXPECT_NE(longer.message().find("(rank 0: 'b', rank 1: '')"), std::string::npos)
+        << longer.message();
+  });
+}
+
 TEST(SelfCommunicatorTest, SendsToItself) {
   SelfCommunicator c;
   std::vector<float> v = {1, 2}, got(2);
