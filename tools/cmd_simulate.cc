@@ -1,9 +1,13 @@
 // `domino simulate`: predict one plan (or compare strategies) and write its report and trace.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "models/base/file_io.h"
@@ -39,7 +43,50 @@ Json ResolvedJson(const Plan& p) {
               {"stack", p.stack.name},          {"micro_batches", p.micro_batches()}};
 }
 
-Json PredictionJson(const Plan& plan, const sim::Prediction& p) {
+// What a hardware profile priced in a prediction: the compute ops of one micro-batch (stage 0's
+// first chunk) and how many of them it measured; the models price the rest.
+struct ProfileUse {
+  std::string path, device, backend;
+  int ops = 0, measured = 0;
+};
+
+ProfileUse UseOf(const std::string& path, const HardwareProfile& profile, const Plan& plan,
+                 const Schedule& schedule) {
+  ProfileUse use{path, profile.device, profile.backend};
+  for (const Op& op : schedule.ops()) {
+    if (op.kind != OpKind::kGemm && op.kind != OpKind::kAttention &&
+        op.kind != OpKind::kElementwise)
+      continue;
+    ++use.ops;
+    if (profile.Lookup(op, plan.tp) >= 0) ++use.measured;
+  }
+  return use;
+}
+
+// A profile that prices nothing of the plan, or was measured on another GPU than the plan's,
+// gives a prediction the user did not ask for: one warning line each.
+void WarnAboutProfile(const ProfileUse& use, const Plan& plan) {
+  if (use.ops > 0 && use.measured == 0)
+    std::cerr << fmt::format(
+        "domino simulate: warning: {} measured none of this plan's {} compute ops (a profile of "
+        "another model or plan?): the models price them all\n",
+        use.path, use.ops);
+  // The catalog's GPU names its family first ("h100-sxm"); CUDA's device name holds it ("NVIDIA
+  // H100 80GB HBM3").
+  std::string family = plan.cluster.node.gpu.name.substr(0, plan.cluster.node.gpu.name.find('-'));
+  std::string device = use.device;
+  for (std::string* text : {&family, &device})
+    std::transform(text->begin(), text->end(), text->begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+  if (use.backend == "cuda" && !family.empty() && device.find(family) == std::string::npos)
+    std::cerr << fmt::format(
+        "domino simulate: warning: {} was measured on {}, and the plan's GPU is {}: its op "
+        "times price a GPU they were not measured on\n",
+        use.path, use.device, plan.cluster.node.gpu.name);
+}
+
+Json PredictionJson(const Plan& plan, const sim::Prediction& p,
+                    const std::optional<ProfileUse>& profile) {
   Json document = JsonDocument("simulate");
   document["mode"] = "predict";
   document["plan"] = PlanJson(plan);
@@ -61,6 +108,12 @@ Json PredictionJson(const Plan& plan, const sim::Prediction& p) {
                            {"exposed_tp_ms", b.exposed_tp_ms},   {"bubble_ms", b.bubble_ms},
                            {"exposed_pp_ms", b.exposed_pp_ms},   {"exposed_dp_ms", b.exposed_dp_ms},
                            {"optimizer_ms", b.optimizer_ms}};
+  if (profile)
+    document["hardware_profile"] = {{"path", profile->path},
+                                    {"device", profile->device},
+                                    {"backend", profile->backend},
+                                    {"ops", profile->ops},
+                                    {"ops_measured", profile->measured}};
   return document;
 }
 
@@ -217,6 +270,11 @@ void Run(SimulateFlags& flags) {
   }
   Result<sim::Prediction> prediction = sim::Predict(*plan, options);
   if (!prediction.ok()) Fail("simulate", prediction.message());
+  std::optional<ProfileUse> profile_use;
+  if (options.profile != nullptr) {
+    profile_use = UseOf(flags.profile_path, profile, *plan, prediction->schedule);
+    WarnAboutProfile(*profile_use, *plan);
+  }
   if (!flags.ignore_memory) {
     const MemoryEstimate mem = EstimateMemory(*plan);
     const double capacity_gib = plan->cluster.node.gpu.memory_gib();
@@ -262,13 +320,20 @@ void Run(SimulateFlags& flags) {
                        sim::TraceJson(prediction->iteration, prediction->iteration_timeline)});
   CheckOk("simulate", WriteFilesAtomically(outputs, flags.force));
   if (flags.format == OutputFormat::kJson) {
-    PrintJson(PredictionJson(*plan, *prediction), std::cout);
+    PrintJson(PredictionJson(*plan, *prediction, profile_use), std::cout);
     return;
   }
   const bool document_on_stdout = flags.report_path == "-" || flags.trace_path == "-" ||
                                   flags.iteration_trace_path == "-" ||
                                   flags.iteration_report_path == "-";
-  PrintPrediction(*plan, *prediction, document_on_stdout ? std::cerr : std::cout);
+  std::ostream& out = document_on_stdout ? std::cerr : std::cout;
+  if (profile_use)
+    out << fmt::format(
+        "# op times from {} (measured on {}, {} backend): {} of the {} compute ops of a "
+        "micro-batch; the models price the rest\n",
+        profile_use->path, profile_use->device, profile_use->backend, profile_use->measured,
+        profile_use->ops);
+  PrintPrediction(*plan, *prediction, out);
 }
 
 }  // namespace

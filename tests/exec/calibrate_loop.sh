@@ -49,7 +49,14 @@ done
 "$domino" calibrate "${flags[@]}" --out - 2>"$tmp/said.txt" >"$tmp/stdout.yaml"
 grep -q "^wrote -: " "$tmp/said.txt"
 if grep -q "^wrote" "$tmp/stdout.yaml"; then echo "calibrate --out - wrote its summary to stdout"; exit 1; fi
-"$domino" simulate "${flags[@]}" --hardware-profile "$tmp/stdout.yaml" >/dev/null
+"$domino" simulate "${flags[@]}" --hardware-profile "$tmp/stdout.yaml" >"$tmp/table.txt"
+# The table says what the profile priced: the compute ops of this plan's micro-batch that the
+# executor runs (not the copies around attention that the stack's kernels add).
+grep -q "^# op times from $tmp/stdout.yaml (measured on cpu, cpu backend): 114 of the 122 compute ops" "$tmp/table.txt"
+# A profile of another model prices none of a plan's ops, and says so on stderr.
+"$domino" simulate --model gpt3-2.7b --cluster dgx-h100:1 --hardware-profile "$tmp/stdout.yaml" \
+  2>"$tmp/err.txt" >/dev/null
+grep -q "warning: $tmp/stdout.yaml measured none of this plan's [0-9]* compute ops" "$tmp/err.txt"
 # A profile that is not one is refused with its line.
 printf 'device: cpu\nbackend: cpu\ncompute:\n  - [qkv, -3]\n' >"$tmp/bad.yaml"
 if "$domino" simulate "${flags[@]}" --hardware-profile "$tmp/bad.yaml" 2>"$tmp/err.txt"; then
