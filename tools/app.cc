@@ -42,6 +42,10 @@ std::string MisreadArgument(int argc, const char* const* argv) {
     const std::string_view arg = argv[i];
     if (arg == "--") break;
     const size_t eq = arg.find('=');
+    // "--NAME=" gives an empty value, which CLI11 would read as a switch's default (on).
+    if (arg.starts_with("--") && eq != std::string_view::npos && eq + 1 == arg.size())
+      return std::string(arg) +
+             " gives an empty value: give a value after '=', or leave the flag out";
     if (arg.starts_with("--no-") && eq != std::string_view::npos) {
       const std::string name(arg.substr(5, eq - 5));
       return "--no-" + name + " takes no value: give --no-" + name + ", or --" + name + "=false";

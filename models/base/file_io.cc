@@ -61,7 +61,9 @@ Status CheckOutputPath(const std::string& path, bool overwrite) {
   fs::path target(path);
   fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
   if (!fs::is_directory(folder, ec))
-    return Error(fmt::format("{}: folder {} does not exist", path, folder.string()));
+    return Error(fs::exists(folder, ec)
+                     ? fmt::format("{}: {} is not a folder", path, folder.string())
+                     : fmt::format("{}: folder {} does not exist", path, folder.string()));
   if (access(folder.c_str(), W_OK) != 0)
     return Error(
         fmt::format("{}: cannot write in {}: {}", path, folder.string(), std::strerror(errno)));

@@ -262,6 +262,11 @@ CASES = [
     ("a value on a switch's negation", "--no-sp=99999999999999999999999 (CLI11 read it as a number and threw)", {},
      ["simulate", "--no-sp=99999999999999999999999"],
      r"--no-sp takes no value: give --no-sp, or --sp=false", None),
+    ("an empty value after '='", "--sp= (once read as --sp, on)", {},
+     ["simulate", "--sp="], r"--sp= gives an empty value: give a value after '=', or leave the flag out", None),
+    ("an output under a file", "--report FILE/x (once 'folder FILE does not exist')", {"m.yaml": GOOD_MODEL},
+     ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--report", "{tmp}/m.yaml/x"],
+     r"m\.yaml/x: .*m\.yaml is not a folder", None),
     ("a huge value in a short-flag cluster", "-hh-no-sp=99999999999999999999999 (CLI11 converts the value with stoll)", {},
      ["simulate", "-hh-no-sp=99999999999999999999999"],
      r"the command line cannot be read: a flag's value is out of range", None),
@@ -456,7 +461,7 @@ CASES = [
 
 # The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any
 # other bad input.
-USAGE_CASES = {"an empty plan path", "an unknown precision", "huge virtual stages", "huge virtual stages (2^31-1)",
+USAGE_CASES = {"an empty plan path", "an empty value after '='", "an unknown precision", "huge virtual stages", "huge virtual stages (2^31-1)",
                "huge global batch", "zero tp flag", "zero threads", "octal-looking flag", "empty --model",
                "NaN timeout", "NaN tolerance", "mistyped command", "switch given a value",
                "switch and its negation", "unknown --format", "a value on a switch's negation",
