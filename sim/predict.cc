@@ -710,7 +710,9 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   const double model_flops_per_token =
       TrainingFlopsPerToken(plan.model, plan.seq_len, AttentionCount::kCausal);
   f.iteration_ms = iteration_us * kUsToMs;
-  f.ideal_ms = ideal_us * kUsToMs;
+  // Never past the iteration (the same ops with the TP collectives on top): summed in another
+  // order, the two can differ in their last bit.
+  f.ideal_ms = std::min(ideal_us, iteration_us) * kUsToMs;
   f.exposed_comm_ms = f.iteration_ms - f.ideal_ms;
   f.hidden_comm_fraction = HiddenFraction(f.exposed_comm_ms, p.tp_comm_ms);
   const double seconds = f.iteration_ms * 1e-3;

@@ -334,8 +334,10 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   if (plan.tp == 0) {
     const int64_t per_tp = static_cast<int64_t>(plan.cp) * plan.pp * plan.dp;
     if (cluster->total_gpus() % per_tp != 0)
-      return Error(fmt::format("{} = {} does not divide the cluster's {} GPUs",
-                               plan.cp > 1 ? "cp*pp*dp" : "pp*dp", per_tp, cluster->total_gpus()));
+      return Error(fmt::format(
+          "--tp is not given, and cp*pp*dp = {}*{}*{} = {} (--cp, --pp, --dp) does not divide "
+          "the cluster's {} GPUs: give --tp, or degrees whose product divides them",
+          plan.cp, plan.pp, plan.dp, per_tp, cluster->total_gpus()));
     plan.tp = static_cast<int>(cluster->total_gpus() / per_tp);
   }
   if (plan.global_batch == 0) plan.global_batch = DefaultGlobalBatch(plan.micro_batch, plan.dp);
