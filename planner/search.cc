@@ -66,12 +66,17 @@ std::string DescribeCandidate(const Plan& p) {
 
 Status ApplyFix(std::string_view fix, SearchSpace* space) {
   size_t start = 0;
-  while (start < fix.size()) {
+  while (start <= fix.size()) {
     size_t end = fix.find(',', start);
     if (end == std::string_view::npos) end = fix.size();
     std::string_view item = fix.substr(start, end - start);
     start = end + 1;
-    if (item.empty()) continue;
+    // As --vary refuses an empty value: a stray comma is a mistake, not nothing.
+    if (item.empty())
+      return Error(
+          fmt::format("--fix: '{}' has an empty item (a comma at an end, or two in a "
+                      "row): give KEY=VALUE,KEY=VALUE",
+                      fix));
     size_t eq = item.find('=');
     if (eq == std::string_view::npos)
       return Error(fmt::format("--fix: '{}' is not KEY=VALUE", item));

@@ -111,8 +111,8 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   if (!f.fsdp.empty()) fix += ",fsdp=" + f.fsdp;
   if (!f.recompute.empty()) fix += ",recompute=" + f.recompute;
   if (!f.scope.empty()) fix += ",scope=" + f.scope;
-  DOMINO_RETURN_IF_ERROR(ApplyFix(fix, &space));
-  DOMINO_RETURN_IF_ERROR(ApplyFix(flags.fix, &space));
+  if (!fix.empty()) DOMINO_RETURN_IF_ERROR(ApplyFix(fix.substr(1), &space));
+  if (!flags.fix.empty()) DOMINO_RETURN_IF_ERROR(ApplyFix(flags.fix, &space));
   // --method alone searches that method as --strategy does; with --strategy, it must be one the
   // strategy searches.
   const std::string strategy = !flags.strategy.empty()                    ? flags.strategy

@@ -299,6 +299,9 @@ TEST(SearchTest, FsdpIsSearchedWhenPinnedOnOrToSpareRecompute) {
     EXPECT_THAT(DescribeCandidate(c.plan), HasSubstr(" fsdp"));
   }
   EXPECT_FALSE(ApplyFix("fsdp=some", &space).ok());
+  // A stray comma anywhere is a mistake, as in --vary.
+  for (const char* stray : {"tp=8,", ",tp=8", "tp=8,,pp=1", ""})
+    EXPECT_FALSE(ApplyFix(stray, &space).ok()) << stray;
 
   // Llama 3 8B, tp 1 on one DGX H100, seq 8192: the distributed optimizer needs recompute to fit
   // (90 GiB per GPU without), FSDP does not (53 GiB): unpinned, the search tries the sharded
