@@ -181,6 +181,54 @@ void CheckActivation(ConfigReader& config, Family family) {
   }
 }
 
+// A number the config gives at `key` (a float or an integer), else nullopt.
+std::optional<double> Number(const ConfigReader& config, std::string_view key) {
+  auto [found, value] = config.Find({key});
+  if (!value.IsScalar()) return std::nullopt;
+  const std::string text = value.Scalar();
+  double number = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return number;
+}
+
+// What the family's modeling code runs that a ModelSpec leaves out (ModelSpec::approximations).
+void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
+  std::vector<std::string>& out = model->approximations;
+  if (family == Family::kQwen2)
+    out.push_back("biases on Q, K and V only (Qwen2): priced and exported without them");
+  if (family == Family::kGemma)
+    out.push_back(
+        "a GeLU-gated MLP (Gemma's GeGLU): priced with SwiGLU's three matrices and exported as "
+        "SwiGLU (a SiLU gate)");
+  if (family == Family::kGptNeox) {
+    // GPTNeoXConfig's defaults: rotary_pct 0.25, use_parallel_residual true.
+    const double rotary = Number(config, "rotary_pct").value_or(0.25);
+    if (rotary < 1)
+      out.push_back(fmt::format(
+          "rotary positions on {:g}% of each head (rotary_pct {:g}): exported as rotating all "
+          "of it",
+          100 * rotary, rotary));
+    if (!config.Bool("attention_bias", true))
+      out.push_back(
+          "no biases on the attention's linears (attention_bias false), its MLP's kept: priced "
+          "and exported with biases on every linear");
+    if (config.Bool("use_parallel_residual", true))
+      out.push_back(
+          "attention and MLP side by side on one input (use_parallel_residual): priced and "
+          "exported one after the other");
+  }
+  // Mistral's window (null: none); Qwen2's only with use_sliding_window.
+  const bool windowed = family == Family::kMistral ||
+                        (family == Family::kQwen2 && config.Bool("use_sliding_window", false));
+  if (const std::optional<double> window = Number(config, "sliding_window");
+      windowed && window && *window > 0 && *window < model->seq_len)
+    out.push_back(fmt::format(
+        "a sliding attention window of {:g} tokens (sliding_window): priced and exported as full "
+        "causal attention, the same up to {:g} tokens",
+        *window, *window));
+}
+
 std::string NameFromPath(std::string_view file) {
   std::filesystem::path path(file);
   if (path.filename() == "config.json") {
@@ -286,6 +334,19 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
       gpt2 ? std::initializer_list<std::string_view>{"n_positions", "max_position_embeddings"}
            : std::initializer_list<std::string_view>{"max_position_embeddings", "n_positions"},
       kSeqLenRange));
+  // A context extended after pretraining (Llama 3.1's rope_scaling: 8,192 tokens stretched to
+  // 131,072) trains at the length it was pretrained at: the default sequence is that one.
+  if (auto [key, scaling] = config.Find({"rope_scaling"}); scaling.IsMap()) {
+    const YAML::Node original = scaling["original_max_position_embeddings"];
+    int64_t length = 0;
+    if (original.IsScalar()) {
+      const std::string text = original.Scalar();
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), length);
+      if (ec == std::errc() && end == text.data() + text.size() && length > 0 &&
+          length < model.seq_len)
+        model.seq_len = static_cast<int>(length);
+    }
+  }
   CheckActivation(config, *family);
   model.activation = IsGated(*family) ? Activation::kSwiglu : Activation::kGelu;
   model.norm = IsGated(*family) ? Norm::kRmsNorm : Norm::kLayerNorm;
@@ -294,7 +355,7 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   if (*family == Family::kGptNeox) model.positions = Positions::kRotary;
   switch (*family) {
     case Family::kGpt2:
-    case Family::kGptNeox:
+    case Family::kGptNeox:  // attention_bias false takes the attention's only: see approximations
       model.bias = true;
       break;
     case Family::kLlama:
@@ -309,6 +370,7 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   const bool tied_by_default = *family == Family::kGpt2 || *family == Family::kGemma;
   model.tied_embeddings = config.Bool("tie_word_embeddings", tied_by_default);
   if (config.error()) return *config.error();
+  AddApproximations(config, *family, &model);
 
   if (model.hidden % model.heads != 0) {
     config.Fail(

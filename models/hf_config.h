@@ -21,13 +21,19 @@ namespace domino {
 //
 // The gated MLPs of the Llama family (SiLU in Llama, Mistral and Qwen2; GeLU in Gemma) have
 // SwiGLU's three matrices, and domino's `swiglu` stands for all of them. ModelSpec.seq_len is the
-// maximum position count. tie_word_embeddings takes the family's transformers default when absent
-// (tied for GPT-2 and Gemma, untied otherwise). ModelSpec.name is the folder holding config.json,
-// or the file's stem for another name. Approximations, each under 1% of the parameters:
-// - Qwen2 has biases on Q, K and V only: read as bias-free (the QKV biases are ~0.002%).
-// - Llama's `attention_bias` / `mlp_bias` set ModelSpec.bias, which puts biases on every linear.
-// - GPT-NeoX has rotary positions, yet its LayerNorm makes domino count learned positions
-//   (max_position_embeddings * hidden_size, ~0.3% of Pythia-1.4B).
+// length the model was pretrained at: rope_scaling's original_max_position_embeddings where the
+// config extends its context (Llama 3.1: 8,192 of 131,072), else the maximum position count.
+// tie_word_embeddings takes the family's transformers default when absent (tied for GPT-2 and
+// Gemma, untied otherwise). ModelSpec.name is the folder holding config.json, or the file's stem
+// for another name. GPT-NeoX rotates Q and K (positions: rotary). What a ModelSpec cannot say is
+// listed in ModelSpec::approximations, each changing the parameters by under 1%:
+// - Qwen2's biases on Q, K and V only (read as none; ~0.002% of the parameters);
+// - Gemma's GeLU gate (counted as SwiGLU's, the same matrices);
+// - GPT-NeoX's partial rotary (rotary_pct), parallel residual, and attention_bias false (its
+//   MLP keeps its biases: read as biases on every linear);
+// - a sliding attention window (Mistral's sliding_window; Qwen2's with use_sliding_window),
+//   priced as full causal attention.
+// Llama's `attention_bias` / `mlp_bias` set ModelSpec.bias, which puts biases on every linear.
 //
 // Errors read "FILE:LINE:COLUMN: KEY: RULE": a config without `model_type` or `architectures`, an
 // architecture outside the families above, a missing size, a non-integer or out-of-range value, an

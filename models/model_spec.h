@@ -46,6 +46,10 @@ struct ModelSpec {
   Positions positions = Positions::kByNorm;
   bool bias = true;  // biases on every linear layer
   bool tied_embeddings = true;
+  // What the file it was read from describes and this spec leaves out (a Hugging Face config's
+  // Q/K/V-only biases or sliding attention window), each a phrase saying how domino prices it:
+  // `models` prints them and `export` names each as a difference. Not written by ModelToFlowYaml.
+  std::vector<std::string> approximations;
 
   int head_dim() const { return hidden / heads; }
   int kv_hidden() const { return kv_heads * head_dim(); }  // width of K (and of V)

@@ -35,6 +35,13 @@ std::string Title(const Plan& plan, std::string_view what) {
                      plan.cluster.gpus_per_node, Degrees(plan));
 }
 
+std::vector<std::string> ModelApproximations(const Plan& plan) {
+  std::vector<std::string> out;
+  for (const std::string& a : plan.model.approximations)
+    out.push_back(fmt::format("model {}: {}", plan.model.name, a));
+  return out;
+}
+
 std::optional<std::string> DominoSlicing(const Plan& plan) {
   if (plan.row_split == 1 && plan.col_split == 1 && plan.scope == OverlapScope::kNone)
     return std::nullopt;

@@ -82,6 +82,7 @@ std::string ExportMegatron(const Plan& plan) {
       "vocabulary {}: from the tokenizer (--tokenizer-type, --tokenizer-model), padded by "
       "--make-vocab-size-divisible-by",
       m.vocab));
+  for (const std::string& d : ModelApproximations(plan)) out.differs.push_back(d);
   if (std::optional<std::string> slicing = DominoSlicing(plan)) {
     out.differs.push_back(
         *slicing +
@@ -215,6 +216,7 @@ std::string ExportNemo(const Plan& plan) {
   const ModelSpec& m = plan.model;
   Output out;
   out.comments.push_back(Title(plan, "NeMo overrides of megatron_gpt_config.yaml"));
+  for (const std::string& d : ModelApproximations(plan)) out.differs.push_back(d);
   if (std::optional<std::string> slicing = DominoSlicing(plan)) {
     out.differs.push_back(*slicing +
                           ": NeMo has no such key; Megatron-Core runs each micro-batch whole "

@@ -30,6 +30,10 @@ std::string Degrees(const Plan& plan);
 // The first comment line: `what`, for which model on which cluster, and Degrees.
 std::string Title(const Plan& plan, std::string_view what);
 
+// What the plan's model file describes and its spec leaves out (ModelSpec::approximations), as
+// differences: "model NAME: ...".
+std::vector<std::string> ModelApproximations(const Plan& plan);
+
 // Domino's slicing in words, for the frameworks that have no option for it; nullopt for the
 // baseline.
 std::optional<std::string> DominoSlicing(const Plan& plan);

@@ -63,6 +63,7 @@ std::string ExportTorchtitan(const Plan& plan) {
         "untied LM head; {} has {}",
         m.name, list));
   }
+  for (const std::string& d : ModelApproximations(plan)) out.differs.push_back(d);
   std::string flavor = m.name;
   for (const Flavor& f : kLlama3Flavors) {
     if (f.layers == m.layers && f.hidden == m.hidden && f.heads == m.heads &&

@@ -40,6 +40,7 @@ void ShowModelJson(const std::string& name) {
   if (!model.ok()) Fail("models", model.message());
   const ModelSpec& m = *model;
   Json entry = ModelJson(m);
+  entry["approximations"] = m.approximations;
   LayerShape shape{.sequences = 1, .seq_len = m.seq_len, .tp = 1, .bytes_per_element = 2};
   Json ops = Json::array();
   auto dim = [](int64_t v) { return v ? Json(v) : Json(nullptr); };  // GEMMs only
@@ -91,10 +92,13 @@ void ShowModel(const std::string& name) {
   std::cout << fmt::format(
       "# {}\nlayers {}  hidden {}  heads {}  kv_heads {}  head_dim {}  ffn {}  vocab {}  seq_len "
       "{}\n"
-      "mlp {}  norm {}  bias {}  tied_embeddings {}  positions {}\n\n",
+      "mlp {}  norm {}  bias {}  tied_embeddings {}  positions {}\n",
       m.name, m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim(), m.ffn, m.vocab, m.seq_len,
       ActivationName(m.activation), NormName(m.norm), m.bias, m.tied_embeddings,
       m.learned_positions() ? "learned" : "rotary");
+  // What the file describes that the spec leaves out, and how it is priced.
+  for (const std::string& a : m.approximations) std::cout << "approximated: " << a << "\n";
+  std::cout << "\n";
   Table params({"parameters", "count"});
   params.AddRow({"per layer", fmt::format("{}", counts.per_layer)});
   params.AddRow({"all layers", fmt::format("{}", counts.layers)});
@@ -127,7 +131,10 @@ void ShowModel(const std::string& name) {
 void SetupModels(CLI::App* sub) {
   auto name = std::make_shared<std::string>();
   auto format = std::make_shared<OutputFormat>();
-  sub->add_option("model", *name, "catalog name (e.g. gpt3-13b) or path to a model YAML file")
+  sub->add_option(
+         "model", *name,
+         "catalog name (e.g. gpt3-13b), a model YAML file, or a Hugging Face config.json or its "
+         "folder")
       ->check(NonEmpty());
   AddFormatOption(sub, format.get());
   sub->callback([name, format] {

@@ -282,13 +282,14 @@ void Run(SimulateFlags& flags) {
     if (mem.total_bytes() * gib > capacity_gib)
       Fail("simulate",
            fmt::format(
-               "{}: does not fit: {:.1f} GiB per GPU on the most loaded stage (weights, gradients "
+               "{}: does not fit at seq {} and micro-batch {}: {:.1f} GiB per GPU on the most "
+               "loaded stage (weights, gradients "
                "and optimizer {:.1f} GiB + activations {:.1f} GiB{}{} + CUDA context {:.1f} GiB) "
                "exceeds the {}'s {:.1f} "
                "GiB; use recompute, sequence parallelism, a larger tp or pp, the distributed "
                "optimizer or a smaller micro-batch (or --ignore-memory)",
-               flags.plan.plan_path.empty() ? "the plan" : flags.plan.plan_path,
-               mem.total_bytes() * gib, mem.weights_and_optimizer_bytes * gib,
+               flags.plan.plan_path.empty() ? "the plan" : flags.plan.plan_path, plan->seq_len,
+               plan->micro_batch, mem.total_bytes() * gib, mem.weights_and_optimizer_bytes * gib,
                mem.activation_bytes * gib,
                mem.output_bytes > 0
                    ? fmt::format(" + LM head input and logits {:.1f} GiB", mem.output_bytes * gib)

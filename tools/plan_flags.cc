@@ -159,8 +159,10 @@ void AddSwitch(CLI::App* app, const std::string& name, std::string* text, const 
 void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   if (with_plan_file)
     app->add_option("--plan", f->plan_path, "plan or report YAML to start from")->check(NonEmpty());
-  app->add_option("--model", f->model,
-                  "catalog model (domino models) or model YAML (default: gpt3-13b)")
+  app->add_option(
+         "--model", f->model,
+         "catalog model (domino models), model YAML, or a Hugging Face config.json or its folder "
+         "(default: gpt3-13b)")
       ->check(NonEmpty());
   app->add_option("--cluster", f->cluster,
                   "NODE:COUNT, NODE:COUNT:GPUS or cluster YAML (default: dgx-h100:4)")

@@ -109,6 +109,39 @@ TEST(HfConfig, FamiliesMapToDominoShapes) {
   EXPECT_FALSE(pythia->tied_embeddings);
 }
 
+TEST(HfConfig, WhatASpecCannotSayIsListedAsAnApproximation) {
+  // Llama 3 and GPT-2 are what their specs say.
+  for (const char* exact : {"Meta-Llama-3-8B", "gpt2"}) {
+    Result<ModelSpec> m = LoadModel(HfDir(exact));
+    ASSERT_TRUE(m.ok()) << m.message();
+    EXPECT_TRUE(m->approximations.empty()) << exact;
+  }
+  auto approximations = [](const char* folder) {
+    Result<ModelSpec> m = LoadModel(HfDir(folder));
+    EXPECT_TRUE(m.ok()) << m.message();
+    return m.ok() ? m->approximations : std::vector<std::string>{};
+  };
+  EXPECT_THAT(approximations("Qwen2-7B"),
+              ::testing::ElementsAre(HasSubstr("biases on Q, K and V only (Qwen2)")));
+  EXPECT_THAT(approximations("gemma-2b"),
+              ::testing::ElementsAre(HasSubstr("a GeLU-gated MLP (Gemma's GeGLU)")));
+  EXPECT_THAT(approximations("Mistral-7B-v0.1"),
+              ::testing::ElementsAre(HasSubstr("a sliding attention window of 4096 tokens")));
+  EXPECT_THAT(approximations("pythia-1.4b"),
+              ::testing::ElementsAre(HasSubstr("rotary positions on 25% of each head"),
+                                     HasSubstr("attention and MLP side by side")));
+  // A context stretched after pretraining: the default sequence is the pretraining length.
+  Result<ModelSpec> extended = ParseHfConfig(
+      R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+          "num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100,
+          "max_position_embeddings": 131072,
+          "rope_scaling": {"factor": 8.0, "original_max_position_embeddings": 8192,
+                           "rope_type": "llama3"}})",
+      "config.json");
+  ASSERT_TRUE(extended.ok()) << extended.message();
+  EXPECT_EQ(extended->seq_len, 8192);
+}
+
 TEST(HfConfig, ArchitecturesNameTheFamilyWithoutModelType) {
   Result<ModelSpec> model = ParseHfConfig(
       R"({"architectures": ["MistralForCausalLM"], "hidden_size": 64, "intermediate_size": 128,

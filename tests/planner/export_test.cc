@@ -316,6 +316,21 @@ TEST(Export, TorchtitansDataParallelismIsDdpOnlyAlone) {
   EXPECT_THAT(*cp_only, Not(HasSubstr("fsdp")));
 }
 
+TEST(Export, WhatTheModelsFileSaysAndItsSpecLeavesOutIsADifferenceEverywhere) {
+  // An imported Qwen2's Q/K/V-only biases (ModelSpec::approximations): every target names it.
+  Result<Plan> plan = ParsePlan(kGpt27bRowSplit, "plan.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  plan->model.approximations = {
+      "biases on Q, K and V only (Qwen2): priced and exported without them"};
+  for (ExportTarget target : {ExportTarget::kMegatron, ExportTarget::kNemo,
+                              ExportTarget::kDeepSpeed, ExportTarget::kTorchtitan}) {
+    Result<std::string> text = ExportPlan(*plan, target);
+    ASSERT_TRUE(text.ok()) << text.message();
+    EXPECT_THAT(*text, HasSubstr("# differs: model gpt3-2.7b: biases on Q, K and V only (Qwen2): "
+                                 "priced and exported without them\n"));
+  }
+}
+
 TEST(Export, SettingsTheFrameworkRefusesTogetherAreDifferences) {
   Result<Plan> plan = ParsePlan(kLlama8b3dFullRecompute, "plan.yaml");
   ASSERT_TRUE(plan.ok()) << plan.message();

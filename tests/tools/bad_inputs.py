@@ -124,7 +124,7 @@ CASES = [
     ("unknown model", "a model that is neither in the catalog nor a file", {}, ["simulate", "--model", "gpt3-14b", "--cluster", "dgx-h100:1"],
      r"gpt3-14b", None),
     ("does not fit", "a plan over the GPU's memory", {}, ["simulate", "--model", "gpt3-175b", "--cluster", "dgx-h100:1", "--report", "{tmp}/r.yaml"],
-     r"does not fit: .* GiB", "r.yaml"),
+     r"does not fit at seq \d+ and micro-batch \d+: .* GiB", "r.yaml"),
     ("unwritable output", "a report under a missing directory", {}, ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--report", "{tmp}/no/such/dir/r.yaml"],
      r"no/such/dir/r\.yaml", "no/such/dir/r.yaml"),
     ("existing output", "an existing file without --force", {"r.yaml": "keep me\n"},

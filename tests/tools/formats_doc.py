@@ -123,7 +123,8 @@ def hf_keys():
     keys = set()
     for signature in (r"\nResult<ModelSpec> ParseHfConfig\(",
                       r"\nstd::optional<Family> ReadFamily\(",
-                      r"\nvoid CheckActivation\("):
+                      r"\nvoid CheckActivation\(",
+                      r"\nvoid AddApproximations\("):
         text = body("models/hf_config.cc", signature)
         for call in re.finditer(r"config\.(?:Int|Bool|String|Find)\(", text):
             # The call's arguments up to its closing parenthesis; keys are its string literals.
@@ -134,6 +135,9 @@ def hf_keys():
             keys |= set(re.findall(r'"(\w+)"', text[call.end():i]))
         for line in re.findall(r"string_view key = [^;]*;", text):
             keys |= set(re.findall(r'"(\w+)"', line))
+        # Numbers read by Number(config, "key") and keys of a nested mapping, node["key"].
+        keys |= set(re.findall(r'Number\(config,\s*"(\w+)"', text))
+        keys |= set(re.findall(r'\["(\w+)"\]', text))
     values = set()
     for entry in re.findall(r'\{"(\w+)", "(\w+)", Family', read("models/hf_config.cc")):
         values |= set(entry)

@@ -31,7 +31,7 @@ big=(--model llama3-405b --cluster dgx-h100:2048 --tp 8 --pp 16 --dp 128 --seq-l
 if "$domino" simulate "${big[@]}" --report "$tmp/r.yaml" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
   fail "a plan that does not fit was predicted"
 fi
-grep -q "does not fit: .* GiB per GPU .* exceeds the h100-sxm's 79.2 GiB" "$tmp/err.txt" ||
+grep -q "does not fit at seq 8192 and micro-batch 1: .* GiB per GPU .* exceeds the h100-sxm's 79.2 GiB" "$tmp/err.txt" ||
   fail "unclear refusal: $(cat "$tmp/err.txt")"
 [[ ! -e "$tmp/r.yaml" ]] || fail "a report was written for a refused plan"
 "$domino" simulate "${big[@]}" --ignore-memory >/dev/null || fail "--ignore-memory did not predict"
