@@ -279,7 +279,21 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
       return Error(fmt::format("{}:{}:{}: invalid JSON: {}", file, line, column, reason));
     }
   }
-  Result<YAML::Node> root = ParseYaml(text, file);  // JSON is YAML: one parser, marks for errors
+  // yaml-cpp refuses a UTF-16 surrogate escape (json.dumps writes characters past U+FFFF as a
+  // pair of them, as in an emoji label); the keys domino reads hold none, so each becomes '?'
+  // (the escape of U+003F, as long: the marks stay where they were).
+  std::string json(text);
+  for (size_t i = 0; i + 1 < json.size(); ++i) {
+    if (json[i] != '\\') continue;
+    if (json[i + 1] == 'u' && i + 5 < json.size()) {
+      unsigned value = 0;
+      auto [end, ec] = std::from_chars(json.data() + i + 2, json.data() + i + 6, value, 16);
+      if (ec == std::errc() && end == json.data() + i + 6 && value >= 0xD800 && value <= 0xDFFF)
+        json.replace(i + 2, 4, "003F");
+    }
+    ++i;  // the escaped character (a backslash escaping another is not an escape's start)
+  }
+  Result<YAML::Node> root = ParseYaml(json, file);  // JSON is YAML: one parser, marks for errors
   if (!root.ok()) {
     std::string message = root.message();
     if (size_t at = message.find(": invalid YAML: "); at != std::string::npos)

@@ -142,6 +142,21 @@ TEST(HfConfig, WhatASpecCannotSayIsListedAsAnApproximation) {
   EXPECT_EQ(extended->seq_len, 8192);
 }
 
+TEST(HfConfig, ReadsCharactersPastTheBasicPlaneAsJsonDumpsWritesThem) {
+  // json.dumps escapes an emoji as a UTF-16 surrogate pair; a backslash escaping a backslash
+  // before "ud83d" is no escape of one.
+  Result<ModelSpec> m = ParseHfConfig(
+      R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 8, "vocab_size": 100,
+          "n_positions": 16, "id2label": {"0": "\ud83d\ude00", "1": "\\ud83d"}})",
+      "config.json");
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(m->layers, 2);
+  // A malformed file still gets its position.
+  Result<ModelSpec> bad = ParseHfConfig("{\"model_type\": \"gpt2\",\n \"n_layer\": }", "c.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("c.json:2:"));
+}
+
 TEST(HfConfig, ArchitecturesNameTheFamilyWithoutModelType) {
   Result<ModelSpec> model = ParseHfConfig(
       R"({"architectures": ["MistralForCausalLM"], "hidden_size": 64, "intermediate_size": 128,

@@ -118,7 +118,10 @@ TEST(ParseYaml, AQuoteNeverClosedIsAnErrorWhereItOpens) {
       ParseYaml("\xEF\xBB\xBF# a \"quote\r\nname: \"m\xC3\xA9\" # it's\r\nlayers: 4\r\n", "q.yaml");
   ASSERT_TRUE(marked.ok()) << marked.message();
   EXPECT_EQ((*marked)["layers"].as<int>(), 4);
-  Result<YAML::Node> open = ParseYaml("\xEF\xBB\xBFa: 1\r\nname: \"abc\r\nb: 2\r\n", "q.yaml");
+  Result<YAML::Node> open = ParseYaml(
+      "\xEF\xBB\xBF"
+      "a: 1\r\nname: \"abc\r\nb: 2\r\n",
+      "q.yaml");
   ASSERT_FALSE(open.ok());
   EXPECT_THAT(open.message(), HasSubstr("q.yaml:2:7: invalid YAML: a quoted string that is never"));
 }
