@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -181,15 +182,17 @@ void CheckActivation(ConfigReader& config, Family family) {
   }
 }
 
-// A number the config gives at `key` (a float or an integer), else nullopt.
-std::optional<double> Number(const ConfigReader& config, std::string_view key) {
-  auto [found, value] = config.Find({key});
+// A number a JSON value holds (a float or an integer), else nullopt; Number: the config's at `key`.
+std::optional<double> NumberOf(const YAML::Node& value) {
   if (!value.IsScalar()) return std::nullopt;
   const std::string text = value.Scalar();
   double number = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
   if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return number;
+}
+std::optional<double> Number(const ConfigReader& config, std::string_view key) {
+  return NumberOf(config.Find({key}).second);
 }
 
 // What the family's modeling code runs that a ModelSpec leaves out (ModelSpec::approximations).
@@ -351,15 +354,10 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   // A context extended after pretraining (Llama 3.1's rope_scaling: 8,192 tokens stretched to
   // 131,072) trains at the length it was pretrained at: the default sequence is that one.
   if (auto [key, scaling] = config.Find({"rope_scaling"}); scaling.IsMap()) {
-    const YAML::Node original = scaling["original_max_position_embeddings"];
-    int64_t length = 0;
-    if (original.IsScalar()) {
-      const std::string text = original.Scalar();
-      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), length);
-      if (ec == std::errc() && end == text.data() + text.size() && length > 0 &&
-          length < model.seq_len)
-        model.seq_len = static_cast<int>(length);
-    }
+    const std::optional<double> original = NumberOf(scaling["original_max_position_embeddings"]);
+    if (original && *original >= 1 && *original < model.seq_len &&
+        *original == std::floor(*original))
+      model.seq_len = static_cast<int>(*original);
   }
   CheckActivation(config, *family);
   model.activation = IsGated(*family) ? Activation::kSwiglu : Activation::kGelu;

@@ -1,4 +1,5 @@
 // torchtitan job configs for the shared plans, byte for byte (planner/export.h).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -14,6 +15,8 @@ using export_test::ExpectExport;
 using export_test::kGpt27bRowSplit;
 using export_test::kLlama8b3dFullRecompute;
 using export_test::kLlama8bFp8Selective;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ExportTorchtitan, Gpt27bRowSplit) {
   ExpectExport(
@@ -111,6 +114,45 @@ context_parallel_degree = 1
 mode = "selective"
 selective_ac_option = "op"
 )txt");
+}
+
+TEST(ExportTorchtitan, DataParallelismIsDdpOnlyAlone) {
+  // Replicated data parallelism beside tp or pp: torchtitan's DDP refuses more than one
+  // dimension, so the ranks shard with FSDP, and the export says so.
+  Result<Plan> plan = ParsePlan(kLlama8b3dFullRecompute, "plan.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  Plan p = *plan;
+  p.distributed_optimizer = false;
+  Result<std::string> beside = ExportPlan(p, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(beside.ok()) << beside.message();
+  EXPECT_THAT(*beside, HasSubstr("data_parallel_replicate_degree = 1\n"
+                                 "data_parallel_shard_degree = 2\n"));
+  EXPECT_THAT(*beside, HasSubstr("# differs: data parallelism beside tensor or pipeline "
+                                 "parallelism (its DDP runs only alone): torchtitan runs FSDP"));
+  // Alone it is DDP, as the plan runs it.
+  p.tp = 1, p.pp = 1, p.virtual_stages = 1, p.dp = 16, p.sequence_parallel = false;
+  p.placement = Placement::kTpDpPp, p.global_batch = 16;
+  ASSERT_FALSE(CheckPlanRules(p).has_value()) << CheckPlanRules(p)->rule;
+  Result<std::string> alone = ExportPlan(p, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(alone.ok()) << alone.message();
+  EXPECT_THAT(*alone, HasSubstr("data_parallel_replicate_degree = 16\n"
+                                "data_parallel_shard_degree = 1\n"));
+  EXPECT_THAT(*alone, Not(HasSubstr("torchtitan runs FSDP")));
+  // Context parallelism always shards over dp x cp, even with dp 1.
+  p.dp = 8, p.cp = 2, p.global_batch = 8;
+  ASSERT_FALSE(CheckPlanRules(p).has_value()) << CheckPlanRules(p)->rule;
+  Result<std::string> cp = ExportPlan(p, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(cp.ok()) << cp.message();
+  EXPECT_THAT(*cp, HasSubstr("data_parallel_shard_degree = 8\n"));
+  EXPECT_THAT(*cp, HasSubstr("# differs: context parallelism (torchtitan shards over dp x cp "
+                             "whenever cp > 1): torchtitan runs FSDP"));
+  // FSDP over the cp ranks alone is what the plan asks for.
+  p.dp = 1, p.tp = 8, p.global_batch = 1, p.distributed_optimizer = true, p.fsdp = true;
+  ASSERT_FALSE(CheckPlanRules(p).has_value()) << CheckPlanRules(p)->rule;
+  Result<std::string> cp_only = ExportPlan(p, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(cp_only.ok()) << cp_only.message();
+  EXPECT_THAT(*cp_only, Not(HasSubstr("FSDP")));
+  EXPECT_THAT(*cp_only, Not(HasSubstr("fsdp")));
 }
 
 }  // namespace
