@@ -18,7 +18,7 @@ Status RingAttention::Run(const Schedule& s, int32_t id, Backend& backend) {
   if (reads.empty() || step < 0 || step >= cp)
     return Error(fmt::format("op {} ({}): not a step of a ring of {}", id, s.Label(id), cp));
   RingShape shape{plan_.model.heads / plan_.tp, plan_.model.kv_heads / plan_.tp,
-                  plan_.model.head_dim(), plan_.local_seq_len(),
+                  plan_.model.head_width(), plan_.local_seq_len(),
                   reads[0].view.row_end - reads[0].view.row_begin};
   const int64_t kv = shape.kv_cols(), width = backward ? 4 * kv : 2 * kv;
   const RingKey key{&backend, op.tags.layer, op.tags.row_slice, static_cast<int>(op.tags.phase)};

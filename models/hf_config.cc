@@ -20,17 +20,18 @@
 namespace domino {
 namespace {
 
-enum class Family { kLlama, kMistral, kQwen2, kGemma, kGpt2, kGptNeox };
+enum class Family { kLlama, kMistral, kQwen2, kQwen3, kGemma, kGpt2, kGptNeox };
 
 struct FamilyName {
   std::string_view model_type;
   std::string_view architecture;  // the class in `architectures`
   Family family;
 };
-constexpr std::array<FamilyName, 6> kFamilies{{
+constexpr std::array<FamilyName, 7> kFamilies{{
     {"llama", "LlamaForCausalLM", Family::kLlama},
     {"mistral", "MistralForCausalLM", Family::kMistral},
     {"qwen2", "Qwen2ForCausalLM", Family::kQwen2},
+    {"qwen3", "Qwen3ForCausalLM", Family::kQwen3},
     {"gemma", "GemmaForCausalLM", Family::kGemma},
     {"gpt2", "GPT2LMHeadModel", Family::kGpt2},
     {"gpt_neox", "GPTNeoXForCausalLM", Family::kGptNeox},
@@ -200,6 +201,10 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
   std::vector<std::string>& out = model->approximations;
   if (family == Family::kQwen2)
     out.push_back("biases on Q, K and V only (Qwen2): priced and exported without them");
+  if (family == Family::kQwen3)
+    out.push_back(
+        "an RMSNorm on each head of Q and of K (Qwen3's q_norm and k_norm): priced and exported "
+        "without them");
   if (family == Family::kGemma)
     out.push_back(
         "a GeLU-gated MLP (Gemma's GeGLU): priced with SwiGLU's three matrices and exported as "
@@ -221,9 +226,10 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
           "attention and MLP side by side on one input (use_parallel_residual): priced and "
           "exported one after the other");
   }
-  // Mistral's window (null: none); Qwen2's only with use_sliding_window.
-  const bool windowed = family == Family::kMistral ||
-                        (family == Family::kQwen2 && config.Bool("use_sliding_window", false));
+  // Mistral's window (null: none); Qwen2's and Qwen3's only with use_sliding_window.
+  const bool windowed =
+      family == Family::kMistral || ((family == Family::kQwen2 || family == Family::kQwen3) &&
+                                     config.Bool("use_sliding_window", false));
   if (const std::optional<double> window = Number(config, "sliding_window");
       windowed && window && *window > 0 && *window < model->seq_len)
     out.push_back(fmt::format(
@@ -371,6 +377,7 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
       model.bias = true;
       break;
     case Family::kLlama:
+    case Family::kQwen3:
     case Family::kGemma:
       model.bias = config.Bool("attention_bias", false) || config.Bool("mlp_bias", false);
       break;
@@ -384,7 +391,14 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   if (config.error()) return *config.error();
   AddApproximations(config, *family, &model);
 
-  if (model.hidden % model.heads != 0) {
+  // Heads as wide as head_dim, which need not be hidden / heads (Gemma-7B: 16 x 256 over 3072;
+  // Qwen3-32B: 64 x 128 over 5120). Absent, transformers' config classes default it to 256
+  // (GemmaConfig), 128 (Qwen3Config) or hidden / heads (the others).
+  const int64_t family_head_dim = *family == Family::kGemma   ? 256
+                                  : *family == Family::kQwen3 ? 128
+                                                              : 0;
+  model.head_dim = static_cast<int>(config.Int({"head_dim"}, kHiddenRange, family_head_dim));
+  if (model.head_dim == 0 && model.hidden % model.heads != 0) {
     config.Fail(
         gpt2 ? "n_embd" : "hidden_size",
         fmt::format("{} must be divisible by the {} attention heads", model.hidden, model.heads));
@@ -392,13 +406,8 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
     config.Fail("num_key_value_heads",
                 fmt::format("the {} attention heads must be divisible by the {} key/value heads",
                             model.heads, model.kv_heads));
-  } else if (int64_t head_dim = config.Int({"head_dim"}, kHiddenRange, model.head_dim());
-             head_dim != model.head_dim()) {
-    config.Fail("head_dim",
-                fmt::format("head_dim {} x {} heads must equal hidden_size {}: domino models "
-                            "attention as wide as the hidden state",
-                            head_dim, model.heads, model.hidden));
   }
+  if (int64_t{model.heads} * model.head_dim == model.hidden) model.head_dim = 0;
   if (config.error()) return *config.error();
   return model;
 }

@@ -12,33 +12,35 @@ namespace domino {
 // Reads a Hugging Face transformers `config.json` into a ModelSpec, so that a user can hand domino
 // the config of the model they train. Families read (by `model_type`, else by `architectures`):
 //
-//   - llama, mistral, qwen2, gemma: num_hidden_layers, hidden_size, num_attention_heads,
-//     num_key_value_heads, intermediate_size, vocab_size, max_position_embeddings; MLP swiglu,
-//     norm rmsnorm;
+//   - llama, mistral, qwen2, qwen3, gemma: num_hidden_layers, hidden_size, num_attention_heads,
+//     num_key_value_heads, head_dim, intermediate_size, vocab_size, max_position_embeddings; MLP
+//     swiglu, norm rmsnorm;
 //   - gpt_neox: the same keys (no kv heads); MLP gelu, norm layernorm;
 //   - gpt2: n_layer, n_embd, n_head, n_inner (null: 4 * n_embd), vocab_size, n_positions; MLP
 //     gelu, norm layernorm.
 //
-// The gated MLPs of the Llama family (SiLU in Llama, Mistral and Qwen2; GeLU in Gemma) have
+// The gated MLPs of the Llama family (SiLU in Llama, Mistral and Qwen; GeLU in Gemma) have
 // SwiGLU's three matrices, and domino's `swiglu` stands for all of them. ModelSpec.seq_len is the
 // length the model was pretrained at: rope_scaling's original_max_position_embeddings where the
 // config extends its context (Llama 3.1: 8,192 of 131,072), else the maximum position count.
 // tie_word_embeddings takes the family's transformers default when absent (tied for GPT-2 and
 // Gemma, untied otherwise). ModelSpec.name is the folder holding config.json, or the file's stem
-// for another name. GPT-NeoX rotates Q and K (positions: rotary). What a ModelSpec cannot say is
+// for another name. GPT-NeoX rotates Q and K (positions: rotary). head_dim, where absent, is
+// transformers' default: 256 for Gemma, 128 for Qwen3, hidden / heads for the others; heads need
+// not be hidden / heads wide (ModelSpec::head_dim). What a ModelSpec cannot say is
 // listed in ModelSpec::approximations, each changing the parameters by under 1%:
 // - Qwen2's biases on Q, K and V only (read as none; ~0.002% of the parameters);
+// - Qwen3's RMSNorm on each head of Q and K (q_norm, k_norm: 2 x head_dim weights a layer);
 // - Gemma's GeLU gate (counted as SwiGLU's, the same matrices);
 // - GPT-NeoX's partial rotary (rotary_pct), parallel residual, and attention_bias false (its
 //   MLP keeps its biases: read as biases on every linear);
-// - a sliding attention window (Mistral's sliding_window; Qwen2's with use_sliding_window),
+// - a sliding attention window (Mistral's sliding_window; Qwen's with use_sliding_window),
 //   priced as full causal attention.
 // Llama's `attention_bias` / `mlp_bias` set ModelSpec.bias, which puts biases on every linear.
 //
 // Errors read "FILE:LINE:COLUMN: KEY: RULE": a config without `model_type` or `architectures`, an
-// architecture outside the families above, a missing size, a non-integer or out-of-range value, an
-// activation other than the family's (ReLU), and head_dim * heads != hidden (Gemma-7B), which a
-// ModelSpec cannot express.
+// architecture outside the families above, a missing size, a non-integer or out-of-range value,
+// and an activation other than the family's (ReLU).
 Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file);
 
 // True when `path` names a Hugging Face config: a directory (holding config.json) or a file whose

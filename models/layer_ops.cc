@@ -50,7 +50,7 @@ std::vector<LayerOp> LayerOps(const ModelSpec& model, const LayerShape& shape) {
   const double e = shape.bytes_per_element;
   const int64_t tokens = shape.tokens();
   const int64_t h = model.hidden;
-  const int64_t d = model.head_dim();
+  const int64_t d = model.head_width();
   const int64_t a = model.heads / shape.tp;
   const int64_t g = model.kv_heads / shape.tp;
   const int64_t f = model.ffn / shape.tp;

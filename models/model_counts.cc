@@ -9,13 +9,15 @@ int64_t NormParameters(const ModelSpec& model) {
   return model.norm == Norm::kLayerNorm ? 2 * h : h;
 }
 
-// Weight matrices of one layer: QKV (Q is hidden wide, K and V kv_hidden each), the output
-// projection, and the MLP (two matrices for GeLU, three for SwiGLU's gate, up and down).
+// Weight matrices of one layer: QKV (Q q_hidden wide, K and V kv_hidden each), the output
+// projection (q_hidden to hidden), and the MLP (two matrices for GeLU, three for SwiGLU's gate, up
+// and down).
 int64_t LayerMatmulParameters(const ModelSpec& model) {
   const int64_t h = model.hidden;
+  const int64_t q = model.q_hidden();
   const int64_t kv = model.kv_hidden();
   const int64_t f = model.ffn;
-  const int64_t attention = h * (h + 2 * kv) + h * h;
+  const int64_t attention = h * (q + 2 * kv) + q * h;
   const int64_t mlp = (model.activation == Activation::kSwiglu ? 3 : 2) * h * f;
   return attention + mlp;
 }
@@ -25,7 +27,7 @@ int64_t LayerBiasParameters(const ModelSpec& model) {
   const int64_t h = model.hidden;
   const int64_t kv = model.kv_hidden();
   const int64_t f = model.ffn;
-  const int64_t attention = (h + 2 * kv) + h;
+  const int64_t attention = (model.q_hidden() + 2 * kv) + h;
   const int64_t mlp = (model.activation == Activation::kSwiglu ? 2 * f : f) + h;
   return attention + mlp;
 }
@@ -50,7 +52,7 @@ ParameterCounts CountParameters(const ModelSpec& model) {
 
 double TrainingFlopsPerToken(const ModelSpec& model, int seq_len, AttentionCount count) {
   const double matmul = static_cast<double>(CountParameters(model).matmul);
-  const double attention_width = static_cast<double>(model.heads) * model.head_dim();
+  const double attention_width = static_cast<double>(model.q_hidden());
   const double attention = 12.0 * model.layers * static_cast<double>(seq_len) * attention_width;
   return 6.0 * matmul + (count == AttentionCount::kCausal ? attention / 2 : attention);
 }

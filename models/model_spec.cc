@@ -57,6 +57,7 @@ ModelSpec ReadModel(YamlMap& map) {
   map.Int("heads", &model.heads, Need::kRequired, kHeadsRange);
   model.kv_heads = model.heads;
   map.Int("kv_heads", &model.kv_heads, Need::kOptional, kHeadsRange);
+  map.Int("head_dim", &model.head_dim, Need::kOptional, kHiddenRange);
   map.Int("ffn", &model.ffn, Need::kRequired, kFfnRange);
   map.Int("vocab", &model.vocab, Need::kRequired, kVocabRange);
   map.Int("seq_len", &model.seq_len, Need::kRequired, kSeqLenRange);
@@ -68,13 +69,15 @@ ModelSpec ReadModel(YamlMap& map) {
 
   // Cross-field rules need every size read successfully (and so nonzero) first.
   if (!map.failed()) {
-    if (model.hidden % model.heads != 0) {
-      map.Fail("hidden", fmt::format("hidden ({}) must be divisible by heads ({})", model.hidden,
-                                     model.heads));
+    if (model.head_dim == 0 && model.hidden % model.heads != 0) {
+      map.Fail("hidden", fmt::format("hidden ({}) must be divisible by heads ({}), or head_dim "
+                                     "given",
+                                     model.hidden, model.heads));
     } else if (model.heads % model.kv_heads != 0) {
       map.Fail("kv_heads", fmt::format("heads ({}) must be divisible by kv_heads ({})", model.heads,
                                        model.kv_heads));
     }
+    if (int64_t{model.heads} * model.head_dim == model.hidden) model.head_dim = 0;
   }
   return model;
 }
@@ -99,9 +102,10 @@ std::string ModelToFlowYaml(const ModelSpec& m) {
     name += c;
   }
   return fmt::format(
-      "{{name: \"{}\", layers: {}, hidden: {}, heads: {}, kv_heads: {}, ffn: {}, vocab: {}, "
+      "{{name: \"{}\", layers: {}, hidden: {}, heads: {}, kv_heads: {}, {}ffn: {}, vocab: {}, "
       "seq_len: {}, activation: {}, norm: {}, {}bias: {}, tied_embeddings: {}}}",
-      name, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn, m.vocab, m.seq_len,
+      name, m.layers, m.hidden, m.heads, m.kv_heads,
+      m.head_dim > 0 ? fmt::format("head_dim: {}, ", m.head_dim) : "", m.ffn, m.vocab, m.seq_len,
       ActivationName(m.activation), NormName(m.norm),
       m.positions == Positions::kByNorm
           ? ""

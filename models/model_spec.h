@@ -38,7 +38,12 @@ struct ModelSpec {
   int hidden = 0;
   int heads = 0;
   int kv_heads = 0;  // = heads without grouped-query attention
-  int ffn = 0;       // MLP inner size
+  // Width of one attention head; 0 (the default) is hidden / heads. Models whose heads are wider
+  // or narrower than that (Gemma-7B: 16 x 256 over a hidden of 3072; Qwen3-32B: 64 x 128 over
+  // 5120) project Q to heads * head_dim and back. ReadModel keeps 0 where heads * head_dim equals
+  // hidden, so one model has one spec.
+  int head_dim = 0;
+  int ffn = 0;  // MLP inner size
   int64_t vocab = 0;
   int seq_len = 0;  // default sequence length, used when a plan gives none
   Activation activation = Activation::kGelu;
@@ -51,8 +56,9 @@ struct ModelSpec {
   // `models` prints them and `export` names each as a difference. Not written by ModelToFlowYaml.
   std::vector<std::string> approximations;
 
-  int head_dim() const { return hidden / heads; }
-  int kv_hidden() const { return kv_heads * head_dim(); }  // width of K (and of V)
+  int head_width() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  int q_hidden() const { return heads * head_width(); }  // width of Q and of the attention's output
+  int kv_hidden() const { return kv_heads * head_width(); }  // width of K (and of V)
   bool learned_positions() const {
     return positions == Positions::kLearned ||
            (positions == Positions::kByNorm && norm == Norm::kLayerNorm);
@@ -61,8 +67,9 @@ struct ModelSpec {
 
 // Parses and validates model YAML. `file` names the source in messages
 // ("FILE:LINE:COLUMN: KEY: RULE"). Rules: every key known and present (kv_heads defaults to
-// heads, bias to true, tied_embeddings to true, positions by the norm); sizes positive; hidden
-// divisible by heads; heads divisible by kv_heads; activation gelu|swiglu|squared-relu; norm
+// heads, head_dim to hidden / heads, bias to true, tied_embeddings to true, positions by the
+// norm); sizes positive; hidden divisible by heads unless head_dim is given; heads divisible by
+// kv_heads; activation gelu|swiglu|squared-relu; norm
 // layernorm|rmsnorm; positions learned|rotary.
 Result<ModelSpec> ParseModel(std::string_view text, std::string_view file);
 

@@ -149,6 +149,9 @@ void AddModelArguments(const ModelSpec& m, const Plan& plan, bool layer_options,
   args.push_back(fmt::format("--hidden-size {}", m.hidden));
   args.push_back(fmt::format("--ffn-hidden-size {}", m.ffn));
   args.push_back(fmt::format("--num-attention-heads {}", m.heads));
+  // Heads not hidden / heads wide: Megatron-LM's and DeepSpeed-Domino's attention projects to
+  // kv_channels x heads (its default hidden / heads).
+  if (m.head_dim > 0) args.push_back(fmt::format("--kv-channels {}", m.head_dim));
   if (layer_options && m.kv_heads != m.heads) {
     args.push_back("--group-query-attention");
     args.push_back(fmt::format("--num-query-groups {}", m.kv_heads));

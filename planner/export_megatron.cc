@@ -295,6 +295,7 @@ std::string ExportNemo(const Plan& plan) {
   body += fmt::format("  num_attention_heads: {}\n", m.heads);
   body += fmt::format("  num_query_groups: {}\n",
                       m.kv_heads != m.heads ? std::to_string(m.kv_heads) : "null");
+  if (m.head_dim > 0) body += fmt::format("  kv_channels: {}\n", m.head_dim);
   body +=
       fmt::format("  activation: {}\n", m.activation == Activation::kSwiglu        ? "swiglu"
                                         : m.activation == Activation::kSquaredRelu ? "squared-relu"

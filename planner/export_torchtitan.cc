@@ -63,10 +63,17 @@ std::string ExportTorchtitan(const Plan& plan) {
         "untied LM head; {} has {}",
         m.name, list));
   }
+  if (m.head_dim > 0) {
+    out.differs.push_back(fmt::format(
+        "torchtitan's llama3 model makes each head dim / n_heads = {} wide; {}'s are {} (Q {} "
+        "wide over a hidden of {}): torchtitan's qwen3 model (torchtitan/models/qwen3) takes a "
+        "head_dim",
+        m.hidden / m.heads, m.name, m.head_dim, m.q_hidden(), m.hidden));
+  }
   for (const std::string& d : ModelApproximations(plan)) out.differs.push_back(d);
   std::string flavor = m.name;
   for (const Flavor& f : kLlama3Flavors) {
-    if (f.layers == m.layers && f.hidden == m.hidden && f.heads == m.heads &&
+    if (m.head_dim == 0 && f.layers == m.layers && f.hidden == m.hidden && f.heads == m.heads &&
         f.kv_heads == m.kv_heads && f.ffn == m.ffn && f.vocab == m.vocab)
       flavor = f.name;
   }

@@ -64,7 +64,7 @@ Lowering::Lowering(const Plan& plan, const LowerOptions& options)
   const ModelSpec& m = plan.model;
   int t = plan.tp;
   h_ = m.hidden;
-  d_ = m.head_dim();
+  d_ = m.head_width();
   a_ = m.heads / t;
   g_ = m.kv_heads / t;
   f_ = m.ffn / t;

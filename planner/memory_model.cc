@@ -22,11 +22,12 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   // A layer that full recompute redoes keeps only its input; the others keep what they store, in
   // bytes per s*b*h: the part TP leaves whole without SP (the norms' inputs 4, the attention's
   // and the MLP's inputs 2 + 2, the two dropout masks 2) and the part it splits (Q and the
-  // attention's output 2 + 2, K and V 2 each times kv_heads/heads, the MLP's first output and
-  // its activation's, 4*ffn/h, or 6*ffn/h when gated), plus the unfused attention's scores.
-  const double kv = static_cast<double>(m.kv_heads) / m.heads;
+  // attention's output 2 + 2 times q_hidden/h, K and V 2 each times kv_hidden/h, the MLP's first
+  // output and its activation's, 4*ffn/h, or 6*ffn/h when gated), plus the unfused attention's
+  // scores.
+  const double q = m.q_hidden() / h, kv = m.kv_hidden() / h;
   const double mlp = (m.activation == Activation::kSwiglu ? 6.0 : 4.0) * m.ffn / h;
-  const double whole = 10, split = 4 + 4 * kv + mlp;
+  const double whole = 10, split = 4 * q + 4 * kv + mlp;
   const double scores = drop_scores ? 0 : 5 * a * s / h;
   const double recomputed = 2 * s * b * h / (plan.sequence_parallel ? t : 1);
   const double kept = plan.sequence_parallel ? s * b * h / t * (whole + split + scores)

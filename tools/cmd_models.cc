@@ -93,7 +93,7 @@ void ShowModel(const std::string& name) {
       "# {}\nlayers {}  hidden {}  heads {}  kv_heads {}  head_dim {}  ffn {}  vocab {}  seq_len "
       "{}\n"
       "mlp {}  norm {}  bias {}  tied_embeddings {}  positions {}\n",
-      m.name, m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim(), m.ffn, m.vocab, m.seq_len,
+      m.name, m.layers, m.hidden, m.heads, m.kv_heads, m.head_width(), m.ffn, m.vocab, m.seq_len,
       ActivationName(m.activation), NormName(m.norm), m.bias, m.tied_embeddings,
       m.learned_positions() ? "learned" : "rotary");
   // What the file describes that the spec leaves out, and how it is priced.

@@ -159,7 +159,7 @@ Json FiguresJson(const PlanFigures& f) {
 Json ModelJson(const ModelSpec& m) {
   Json model = ModelKeysJson(m);
   const ParameterCounts counts = CountParameters(m);
-  model["head_dim"] = m.head_dim();
+  model["head_dim"] = m.head_width();
   model["positions"] = m.learned_positions() ? "learned" : "rotary";
   model["parameters"] = {
       {"per_layer", counts.per_layer},   {"layers", counts.layers},

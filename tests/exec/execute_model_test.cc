@@ -42,7 +42,7 @@ size_t ModelChecks(const Plan& plan) {
 }
 
 TEST(ExecuteTest, TheWholeModelMatchesTheReference) {
-  for (const char* model : {"tiny-gpt", "tiny-llama"}) {
+  for (const char* model : {"tiny-gpt", "tiny-llama", "tiny-qwen3"}) {
     for (int tp : {1, 2, 4}) {
       // Baseline, row split 2, 2D, SP, SP with row split.
       for (int s : {0, 3, 10, 1, 12}) {
@@ -180,7 +180,9 @@ TEST(ExecuteTest, TheWholeModelRunsWithOnePipelineStageAndReplicaOnTheCpu) {
 // the LM head (tied: the embedding's gradient also carries the head's part) against central
 // differences.
 TEST(ExecuteTest, TheWholeModelsGradientsMatchFiniteDifferences) {
-  for (const char* model : {"tiny-gpt", "tiny-llama"}) {
+  // tiny-qwen3's heads are wider than hidden / heads: QKV writes 8 x 16 + 2 x 4 x 16 columns and
+  // proj reads 128.
+  for (const char* model : {"tiny-gpt", "tiny-llama", "tiny-qwen3"}) {
     SCOPED_TRACE(model);
     Plan plan = OneRankPlan(model);
     Schedule s = LowerModel(plan);
@@ -217,6 +219,8 @@ TEST(ExecuteTest, TheWholeModelsGradientsMatchFiniteDifferences) {
                                  {weight, kEmbedding, -1, 5 * h + 2},  // the head's part only
                                  {norm, kFinalNorm, -1, 7},
                                  {weight, kFc2, 1, 11},
+                                 {weight, kQkv, 0, 5},
+                                 {weight, kProj, 1, plan.model.q_hidden() * h - 3},
                                  {norm, kLn1, 0, 3}};
     if (!plan.model.tied_embeddings) probes.push_back({weight, kLmHead, -1, 9 * h + 4});
     for (const Probe& probe : probes) {

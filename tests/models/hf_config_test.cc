@@ -28,7 +28,9 @@ struct Published {
 
 // Published totals: Llama 3 model card (8.03B), Qwen2 technical report (7.62B), Mistral 7B
 // (7.24B), GPT-2 small (124M as counted by transformers), Pythia paper Table 1 (1.41B), Gemma
-// report Table 2 (2.51B with embeddings).
+// report Table 2 (2.51B and 8.54B with embeddings), Qwen3-32B model card (32.8B).
+// Gemma-7B's and Qwen3-32B's heads are wider than hidden / heads (16 x 256 over 3072, 64 x 128
+// over 5120).
 class PublishedCount : public ::testing::TestWithParam<Published> {};
 
 TEST_P(PublishedCount, WithinOnePercent) {
@@ -40,19 +42,19 @@ TEST_P(PublishedCount, WithinOnePercent) {
       << GetParam().folder << ": domino counts " << total << ", published " << published;
 }
 
-INSTANTIATE_TEST_SUITE_P(HfConfig, PublishedCount,
-                         ::testing::Values(Published{"Meta-Llama-3-8B", 8'030'261'248},
-                                           Published{"Qwen2-7B", 7'615'616'512},
-                                           Published{"Mistral-7B-v0.1", 7'241'732'096},
-                                           Published{"gpt2", 124'439'808},
-                                           Published{"pythia-1.4b", 1'414'647'808},
-                                           Published{"gemma-2b", 2'506'172'416}),
-                         [](const auto& info) {
-                           std::string name = info.param.folder;
-                           for (char& c : name)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    HfConfig, PublishedCount,
+    ::testing::Values(Published{"Meta-Llama-3-8B", 8'030'261'248},
+                      Published{"Qwen2-7B", 7'615'616'512},
+                      Published{"Mistral-7B-v0.1", 7'241'732'096}, Published{"gpt2", 124'439'808},
+                      Published{"pythia-1.4b", 1'414'647'808}, Published{"gemma-2b", 2'506'172'416},
+                      Published{"gemma-7b", 8'537'680'896}, Published{"Qwen3-32B", 32'800'000'000}),
+    [](const auto& info) {
+      std::string name = info.param.folder;
+      for (char& c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      return name;
+    });
 
 TEST(HfConfig, Llama3EightBIsTheCatalogModel) {
   Result<ModelSpec> hf = LoadModel(HfDir("Meta-Llama-3-8B"));  // a directory holding config.json
@@ -97,7 +99,8 @@ TEST(HfConfig, FamiliesMapToDominoShapes) {
   Result<ModelSpec> gemma = LoadModel(HfDir("gemma-2b"));
   ASSERT_TRUE(gemma.ok()) << gemma.message();
   EXPECT_EQ(gemma->kv_heads, 1);
-  EXPECT_EQ(gemma->head_dim(), 256);
+  EXPECT_EQ(gemma->head_width(), 256);  // 8 x 256 = 2048: hidden / heads
+  EXPECT_EQ(gemma->head_dim, 0);
   EXPECT_EQ(gemma->activation, Activation::kSwiglu);  // GeGLU: three matrices too
   EXPECT_TRUE(gemma->tied_embeddings);
 
@@ -216,14 +219,14 @@ TEST(HfConfig, RefusesWhatItCannotRead) {
   ASSERT_TRUE(ParseHfConfig(LlamaWith(0, ""), "bad/config.json").ok());
   ExpectError(LlamaWith(2, R"(  "model_type": "bert",)"),
               "bad/config.json:2:17: model_type: unsupported architecture 'bert'; domino reads "
-              "llama, mistral, qwen2, gemma, gpt2, gpt_neox");
+              "llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox");
   ExpectError(LlamaWith(2, R"(  "torch_dtype": "bfloat16",)"),
               "bad/config.json:1:1: model_type: missing required key (nor an `architectures` "
               "list): a Hugging Face config names its architecture, one of llama, mistral, "
-              "qwen2, gemma, gpt2, gpt_neox");
+              "qwen2, qwen3, gemma, gpt2, gpt_neox");
   ExpectError(LlamaWith(2, R"(  "architectures": ["BertForMaskedLM"],)"),
               "bad/config.json:2:21: architectures: unsupported architecture 'BertForMaskedLM'; "
-              "domino reads llama, mistral, qwen2, gemma, gpt2, gpt_neox");
+              "domino reads llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox");
   ExpectError(LlamaWith(3, R"(  "hidden_sizes": 64,)"),
               "bad/config.json:1:1: hidden_size: missing required key");
   ExpectError(LlamaWith(3, R"(  "hidden_size": "64",)"),
@@ -236,10 +239,8 @@ TEST(HfConfig, RefusesWhatItCannotRead) {
   ExpectError(LlamaWith(7, R"(  "hidden_act": "relu",)"),
               "bad/config.json:7:17: hidden_act: unsupported activation 'relu': domino models "
               "gated SiLU or GeLU (SwiGLU-shaped) MLPs");
-  // Gemma-7B's attention is wider than its hidden state (16 x 256 = 4096 over 3072).
-  ExpectError(LlamaWith(7, R"(  "head_dim": 32,)"),
-              "bad/config.json:7:15: head_dim: head_dim 32 x 4 heads must equal hidden_size 64: "
-              "domino models attention as wide as the hidden state");
+  ExpectError(LlamaWith(7, R"(  "head_dim": 0,)"),
+              "bad/config.json:7:15: head_dim: must be between 1 and 1000000, got 0");
   ExpectError("[1, 2]", "bad/config.json:1:1: expected a JSON object (a config.json)");
   ExpectError("{\"model_type\": \"llama\"",
               "bad/config.json:1:23: invalid JSON: syntax error while parsing object - unexpected "
@@ -253,6 +254,48 @@ TEST(HfConfig, RefusesWhatItCannotRead) {
               "literal; last read: '\"llama\",<U+000A>  #'; expected string literal");
   ExpectError(LlamaWith(2, R"(  "model_type": 5,)"),
               "bad/config.json:2:17: model_type: expected a string");
+}
+
+// Heads wider than hidden / heads: Q and the attention's output are heads x head_dim wide, K and
+// V kv_heads x head_dim; the family's default head_dim where the key is absent.
+TEST(HfConfig, HeadsNeedNotBeHiddenOverHeadsWide) {
+  Result<ModelSpec> gemma = LoadModel(HfDir("gemma-7b"));
+  ASSERT_TRUE(gemma.ok()) << gemma.message();
+  EXPECT_EQ(gemma->head_dim, 256);
+  EXPECT_EQ(gemma->q_hidden(), 4096);
+  EXPECT_EQ(gemma->kv_hidden(), 4096);
+  // The Gemma report's Table 2: 7,751,248,896 non-embedding parameters.
+  const ParameterCounts counts = CountParameters(*gemma);
+  EXPECT_EQ(counts.total - counts.embedding, 7'751'248'896);
+
+  Result<ModelSpec> qwen = LoadModel(HfDir("Qwen3-32B"));
+  ASSERT_TRUE(qwen.ok()) << qwen.message();
+  EXPECT_EQ(qwen->heads, 64);
+  EXPECT_EQ(qwen->kv_heads, 8);
+  EXPECT_EQ(qwen->head_dim, 128);
+  EXPECT_EQ(qwen->q_hidden(), 8192);
+  EXPECT_EQ(qwen->kv_hidden(), 1024);
+  EXPECT_EQ(qwen->seq_len, 40960);
+  EXPECT_FALSE(qwen->bias);
+  EXPECT_FALSE(qwen->tied_embeddings);
+  EXPECT_EQ(qwen->activation, Activation::kSwiglu);
+  EXPECT_THAT(qwen->approximations,
+              ::testing::ElementsAre(HasSubstr("an RMSNorm on each head of Q and of K (Qwen3's")));
+
+  // Absent: 256 in Gemma, 128 in Qwen3, hidden / heads (16 here) elsewhere; given as hidden /
+  // heads, the spec is the one without it.
+  auto head_dim = [](const std::string& type, const std::string& line) {
+    std::string text = LlamaWith(2, "  \"model_type\": \"" + type + "\",");
+    if (!line.empty()) text.replace(text.find("{\n") + 2, 0, line + "\n");
+    Result<ModelSpec> m = ParseHfConfig(text, "c/config.json");
+    EXPECT_TRUE(m.ok()) << m.message();
+    return m.ok() ? std::pair{m->head_dim, m->head_width()} : std::pair{-1, -1};
+  };
+  EXPECT_EQ(head_dim("gemma", ""), std::pair(256, 256));
+  EXPECT_EQ(head_dim("qwen3", ""), std::pair(128, 128));
+  EXPECT_EQ(head_dim("llama", ""), std::pair(0, 16));
+  EXPECT_EQ(head_dim("mistral", R"(  "head_dim": 16,)"), std::pair(0, 16));
+  EXPECT_EQ(head_dim("mistral", R"(  "head_dim": 24,)"), std::pair(24, 24));
 }
 
 TEST(HfConfig, ReadsTabIndentedAndOneLineJson) {

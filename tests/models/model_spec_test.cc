@@ -14,6 +14,7 @@ namespace domino {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A valid model, one key per line, so a test can replace line N and expect "bad.yaml:N:".
 const std::vector<std::string> kGoodLines = {
@@ -66,7 +67,9 @@ TEST(ParseModel, ReadsEveryKeyAndDefaults) {
   EXPECT_EQ(model->norm, Norm::kLayerNorm);
   EXPECT_TRUE(model->bias);
   EXPECT_TRUE(model->tied_embeddings);
-  EXPECT_EQ(model->head_dim(), 4);
+  EXPECT_EQ(model->head_dim, 0);  // hidden / heads
+  EXPECT_EQ(model->head_width(), 4);
+  EXPECT_EQ(model->q_hidden(), 8);
   EXPECT_EQ(model->positions, Positions::kByNorm);
   EXPECT_TRUE(model->learned_positions());  // LayerNorm
 }
@@ -112,6 +115,28 @@ TEST(ParseModel, ReadsOptionalKeys) {
   EXPECT_FALSE(model->learned_positions());
 }
 
+// head_dim: heads wider or narrower than hidden / heads (Gemma-7B, Qwen3-32B); then hidden
+// need not divide by heads. The flow YAML writes it only where it differs from hidden / heads.
+TEST(ParseModel, HeadDimSetsTheAttentionsWidth) {
+  Result<ModelSpec> wide = ParseModel(WithLine(3, "hidden: 9") + "head_dim: 6\n", "good.yaml");
+  ASSERT_TRUE(wide.ok()) << wide.message();
+  EXPECT_EQ(wide->head_dim, 6);
+  EXPECT_EQ(wide->q_hidden(), 12);
+  EXPECT_EQ(wide->kv_hidden(), 12);
+  const std::string flow = ModelToFlowYaml(*wide);
+  EXPECT_THAT(flow, HasSubstr("kv_heads: 2, head_dim: 6, ffn: 32"));
+  Result<ModelSpec> again = ParseModel(flow, "flow.yaml");
+  ASSERT_TRUE(again.ok()) << again.message();
+  EXPECT_EQ(again->head_dim, 6);
+  EXPECT_EQ(again->hidden, 9);
+
+  Result<ModelSpec> same = ParseModel(Join(kGoodLines) + "head_dim: 4\n", "good.yaml");
+  ASSERT_TRUE(same.ok()) << same.message();
+  EXPECT_EQ(same->head_dim, 0);
+  EXPECT_THAT(ModelToFlowYaml(*same), Not(HasSubstr("head_dim")));
+  ExpectError(Join(kGoodLines) + "head_dim: 0\n", 10, "head_dim", "positive");
+}
+
 TEST(ParseModel, EnumNames) {
   EXPECT_EQ(ActivationName(Activation::kGelu), "gelu");
   EXPECT_EQ(ActivationName(Activation::kSwiglu), "swiglu");
@@ -148,7 +173,8 @@ TEST(ParseModelErrors, ZeroAndNegativeSizes) {
 }
 
 TEST(ParseModelErrors, HiddenNotDivisibleByHeads) {
-  ExpectError(WithLine(3, "hidden: 9"), 3, "hidden", "hidden (9) must be divisible by heads (2)");
+  ExpectError(WithLine(3, "hidden: 9"), 3, "hidden",
+              "hidden (9) must be divisible by heads (2), or head_dim given");
 }
 
 TEST(ParseModelErrors, HeadsNotDivisibleByKvHeads) {

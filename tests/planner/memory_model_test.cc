@@ -137,6 +137,22 @@ TEST(MemoryModelTest, GroupedQueriesShrinkAndAGatedMlpGrowsALayer) {
   EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 31 * 2);
 }
 
+TEST(MemoryModelTest, HeadsWiderThanHiddenOverHeadsWidenQAndTheAttentionsOutput) {
+  Plan plan = TinyPlan();
+  // 4 heads of 32 over h 64: Q and the attention's output 2 + 2 times 128/64, K and V 2 each
+  // times 128/64: the split part is 8 + 8 + 16 = 32 instead of 24: sbh (10 + 32/2) = 8192 * 26
+  // per layer with flash attention, against 22 with heads of 16.
+  plan.model.head_dim = 32;
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 8192.0 * 26 * 2);
+  // And a layer's QKV 64 x 192 wider (3 x 64 x 64 weights, 3 x 64 biases), proj 64 rows longer.
+  plan.model.head_dim = 0;
+  const double narrow = EstimateMemory(plan, true).weights_and_optimizer_bytes;
+  plan.model.head_dim = 32;
+  const double per_param = 18;  // 16-bit weights, fp32 gradients, fp32 master, m and v
+  EXPECT_EQ(EstimateMemory(plan, true).weights_and_optimizer_bytes - narrow,
+            2 * (3 * 64 * 64 + 64 * 64 + 3 * 64) * per_param / plan.tp);
+}
+
 TEST(MemoryModelTest, TheLastStageHoldsTheLmHeadInputAndTheLogits) {
   Plan plan = TinyPlan();
   // 4 bytes per token of the hidden state and of the vocabulary, over tp:
