@@ -20,19 +20,23 @@
 namespace domino {
 namespace {
 
-enum class Family { kLlama, kMistral, kQwen2, kQwen3, kGemma, kGpt2, kGptNeox };
+enum class Family { kLlama, kMistral, kPhi3, kQwen2, kQwen3, kGemma, kGemma2, kGpt2, kGptNeox };
+
+bool IsGemma(Family family) { return family == Family::kGemma || family == Family::kGemma2; }
 
 struct FamilyName {
   std::string_view model_type;
   std::string_view architecture;  // the class in `architectures`
   Family family;
 };
-constexpr std::array<FamilyName, 7> kFamilies{{
+constexpr std::array<FamilyName, 9> kFamilies{{
     {"llama", "LlamaForCausalLM", Family::kLlama},
     {"mistral", "MistralForCausalLM", Family::kMistral},
+    {"phi3", "Phi3ForCausalLM", Family::kPhi3},
     {"qwen2", "Qwen2ForCausalLM", Family::kQwen2},
     {"qwen3", "Qwen3ForCausalLM", Family::kQwen3},
     {"gemma", "GemmaForCausalLM", Family::kGemma},
+    {"gemma2", "Gemma2ForCausalLM", Family::kGemma2},
     {"gpt2", "GPT2LMHeadModel", Family::kGpt2},
     {"gpt_neox", "GPTNeoXForCausalLM", Family::kGptNeox},
 }};
@@ -172,7 +176,7 @@ void CheckActivation(ConfigReader& config, Family family) {
   const std::string_view key = family == Family::kGpt2 ? "activation_function" : "hidden_act";
   // Gemma's newer configs name the approximate GeLU it runs in `hidden_activation`.
   auto [found, value] =
-      family == Family::kGemma ? config.Find({"hidden_activation", key}) : config.Find({key});
+      IsGemma(family) ? config.Find({"hidden_activation", key}) : config.Find({key});
   if (!value.IsDefined()) return;
   const std::string name = value.IsScalar() ? value.Scalar() : "";
   const bool ok = Contains(kGeluNames, name) || (IsGated(family) && Contains(kSiluNames, name));
@@ -205,10 +209,33 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
     out.push_back(
         "an RMSNorm on each head of Q and of K (Qwen3's q_norm and k_norm): priced and exported "
         "without them");
-  if (family == Family::kGemma)
+  if (IsGemma(family))
     out.push_back(
         "a GeLU-gated MLP (Gemma's GeGLU): priced with SwiGLU's three matrices and exported as "
         "SwiGLU (a SiLU gate)");
+  if (family == Family::kGemma2) {
+    out.push_back(
+        "an RMSNorm after the attention and after the MLP besides the ones before them (Gemma 2's "
+        "post-norms): priced and exported with the norms before only");
+    if (const std::optional<double> cap = Number(config, "attn_logit_softcapping"); cap && *cap > 0)
+      out.push_back(fmt::format(
+          "attention scores soft-capped at {:g} (attn_logit_softcapping): priced and exported "
+          "without the cap",
+          *cap));
+    if (const std::optional<double> cap = Number(config, "final_logit_softcapping");
+        cap && *cap > 0)
+      out.push_back(fmt::format(
+          "logits soft-capped at {:g} (final_logit_softcapping): priced and exported without the "
+          "cap",
+          *cap));
+  }
+  if (family == Family::kPhi3) {
+    if (const double rotary = Number(config, "partial_rotary_factor").value_or(1); rotary < 1)
+      out.push_back(fmt::format(
+          "rotary positions on {:g}% of each head (partial_rotary_factor {:g}): exported as "
+          "rotating all of it",
+          100 * rotary, rotary));
+  }
   if (family == Family::kGptNeox) {
     // GPTNeoXConfig's defaults: rotary_pct 0.25, use_parallel_residual true.
     const double rotary = Number(config, "rotary_pct").value_or(0.25);
@@ -226,16 +253,18 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
           "attention and MLP side by side on one input (use_parallel_residual): priced and "
           "exported one after the other");
   }
-  // Mistral's window (null: none); Qwen2's and Qwen3's only with use_sliding_window.
-  const bool windowed =
-      family == Family::kMistral || ((family == Family::kQwen2 || family == Family::kQwen3) &&
-                                     config.Bool("use_sliding_window", false));
+  // Mistral's and Phi-3's window (null: none), Gemma 2's on every other layer; Qwen2's and
+  // Qwen3's only with use_sliding_window.
+  const bool windowed = family == Family::kMistral || family == Family::kPhi3 ||
+                        family == Family::kGemma2 ||
+                        ((family == Family::kQwen2 || family == Family::kQwen3) &&
+                         config.Bool("use_sliding_window", false));
   if (const std::optional<double> window = Number(config, "sliding_window");
       windowed && window && *window > 0 && *window < model->seq_len)
     out.push_back(fmt::format(
-        "a sliding attention window of {:g} tokens (sliding_window): priced and exported as full "
-        "causal attention, the same up to {:g} tokens",
-        *window, *window));
+        "a sliding attention window of {:g} tokens{} (sliding_window): priced and exported as "
+        "full causal attention, the same up to {:g} tokens",
+        *window, family == Family::kGemma2 ? " on every other layer" : "", *window));
 }
 
 std::string NameFromPath(std::string_view file) {
@@ -358,9 +387,12 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
            : std::initializer_list<std::string_view>{"max_position_embeddings", "n_positions"},
       kSeqLenRange));
   // A context extended after pretraining (Llama 3.1's rope_scaling: 8,192 tokens stretched to
-  // 131,072) trains at the length it was pretrained at: the default sequence is that one.
-  if (auto [key, scaling] = config.Find({"rope_scaling"}); scaling.IsMap()) {
-    const std::optional<double> original = NumberOf(scaling["original_max_position_embeddings"]);
+  // 131,072; Phi-3's top-level key: 4,096 to 131,072) trains at the length it was pretrained at:
+  // the default sequence is that one.
+  auto [scaling_key, scaling] = config.Find({"rope_scaling"});
+  for (const std::optional<double> original :
+       {scaling.IsMap() ? NumberOf(scaling["original_max_position_embeddings"]) : std::nullopt,
+        Number(config, "original_max_position_embeddings")}) {
     if (original && *original >= 1 && *original < model.seq_len &&
         *original == std::floor(*original))
       model.seq_len = static_cast<int>(*original);
@@ -379,14 +411,16 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
     case Family::kLlama:
     case Family::kQwen3:
     case Family::kGemma:
+    case Family::kGemma2:
       model.bias = config.Bool("attention_bias", false) || config.Bool("mlp_bias", false);
       break;
     case Family::kMistral:
+    case Family::kPhi3:
     case Family::kQwen2:  // Qwen2's Q, K and V biases only: see the header
       model.bias = false;
       break;
   }
-  const bool tied_by_default = *family == Family::kGpt2 || *family == Family::kGemma;
+  const bool tied_by_default = *family == Family::kGpt2 || IsGemma(*family);
   model.tied_embeddings = config.Bool("tie_word_embeddings", tied_by_default);
   if (config.error()) return *config.error();
   AddApproximations(config, *family, &model);
@@ -394,9 +428,7 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   // Heads as wide as head_dim, which need not be hidden / heads (Gemma-7B: 16 x 256 over 3072;
   // Qwen3-32B: 64 x 128 over 5120). Absent, transformers' config classes default it to 256
   // (GemmaConfig), 128 (Qwen3Config) or hidden / heads (the others).
-  const int64_t family_head_dim = *family == Family::kGemma   ? 256
-                                  : *family == Family::kQwen3 ? 128
-                                                              : 0;
+  const int64_t family_head_dim = IsGemma(*family) ? 256 : *family == Family::kQwen3 ? 128 : 0;
   model.head_dim = static_cast<int>(config.Int({"head_dim"}, kHiddenRange, family_head_dim));
   if (model.head_dim == 0 && model.hidden % model.heads != 0) {
     config.Fail(

@@ -12,29 +12,34 @@ namespace domino {
 // Reads a Hugging Face transformers `config.json` into a ModelSpec, so that a user can hand domino
 // the config of the model they train. Families read (by `model_type`, else by `architectures`):
 //
-//   - llama, mistral, qwen2, qwen3, gemma: num_hidden_layers, hidden_size, num_attention_heads,
-//     num_key_value_heads, head_dim, intermediate_size, vocab_size, max_position_embeddings; MLP
-//     swiglu, norm rmsnorm;
+//   - llama, mistral, phi3, qwen2, qwen3, gemma, gemma2: num_hidden_layers, hidden_size,
+//     num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size,
+//     max_position_embeddings; MLP swiglu, norm rmsnorm;
 //   - gpt_neox: the same keys (no kv heads); MLP gelu, norm layernorm;
 //   - gpt2: n_layer, n_embd, n_head, n_inner (null: 4 * n_embd), vocab_size, n_positions; MLP
 //     gelu, norm layernorm.
 //
-// The gated MLPs of the Llama family (SiLU in Llama, Mistral and Qwen; GeLU in Gemma) have
+// The gated MLPs of the Llama family (SiLU in Llama, Mistral, Phi-3 and Qwen; GeLU in Gemma) have
 // SwiGLU's three matrices, and domino's `swiglu` stands for all of them. ModelSpec.seq_len is the
-// length the model was pretrained at: rope_scaling's original_max_position_embeddings where the
-// config extends its context (Llama 3.1: 8,192 of 131,072), else the maximum position count.
-// tie_word_embeddings takes the family's transformers default when absent (tied for GPT-2 and
-// Gemma, untied otherwise). ModelSpec.name is the folder holding config.json, or the file's stem
-// for another name. GPT-NeoX rotates Q and K (positions: rotary). head_dim, where absent, is
-// transformers' default: 256 for Gemma, 128 for Qwen3, hidden / heads for the others; heads need
-// not be hidden / heads wide (ModelSpec::head_dim). What a ModelSpec cannot say is
-// listed in ModelSpec::approximations, each changing the parameters by under 1%:
+// length the model was pretrained at: original_max_position_embeddings (in rope_scaling, or at
+// the top level as Phi-3 writes it) where the config extends its context (Llama 3.1: 8,192 of
+// 131,072), else the maximum position count. tie_word_embeddings takes the family's transformers
+// default when absent (tied for GPT-2 and Gemma, untied otherwise). ModelSpec.name is the folder
+// holding config.json, or the file's stem for another name. GPT-NeoX rotates Q and K (positions:
+// rotary). head_dim, where absent, is transformers' default: 256 for Gemma (1 and 2), 128 for
+// Qwen3, hidden / heads for the others; heads need not be hidden / heads wide
+// (ModelSpec::head_dim). What a ModelSpec cannot say is listed in ModelSpec::approximations, each
+// changing the parameters by under 1%:
 // - Qwen2's biases on Q, K and V only (read as none; ~0.002% of the parameters);
 // - Qwen3's RMSNorm on each head of Q and K (q_norm, k_norm: 2 x head_dim weights a layer);
 // - Gemma's GeLU gate (counted as SwiGLU's, the same matrices);
+// - Gemma 2's norms after the attention and the MLP (2 x hidden weights a layer) and its
+//   soft-capped attention scores and logits;
+// - Phi-3's partial rotary (partial_rotary_factor);
 // - GPT-NeoX's partial rotary (rotary_pct), parallel residual, and attention_bias false (its
 //   MLP keeps its biases: read as biases on every linear);
-// - a sliding attention window (Mistral's sliding_window; Qwen's with use_sliding_window),
+// - a sliding attention window (Mistral's and Phi-3's sliding_window, Gemma 2's on every other
+//   layer; Qwen's with use_sliding_window),
 //   priced as full causal attention.
 // Llama's `attention_bias` / `mlp_bias` set ModelSpec.bias, which puts biases on every linear.
 //

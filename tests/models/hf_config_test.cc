@@ -28,7 +28,8 @@ struct Published {
 
 // Published totals: Llama 3 model card (8.03B), Qwen2 technical report (7.62B), Mistral 7B
 // (7.24B), GPT-2 small (124M as counted by transformers), Pythia paper Table 1 (1.41B), Gemma
-// report Table 2 (2.51B and 8.54B with embeddings), Qwen3-32B model card (32.8B).
+// report Table 2 (2.51B and 8.54B with embeddings), Gemma 2 report Table 1 (9.24B), Qwen3-32B
+// model card (32.8B), Phi-3 report (3.8B).
 // Gemma-7B's and Qwen3-32B's heads are wider than hidden / heads (16 x 256 over 3072, 64 x 128
 // over 5120).
 class PublishedCount : public ::testing::TestWithParam<Published> {};
@@ -48,7 +49,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Published{"Qwen2-7B", 7'615'616'512},
                       Published{"Mistral-7B-v0.1", 7'241'732'096}, Published{"gpt2", 124'439'808},
                       Published{"pythia-1.4b", 1'414'647'808}, Published{"gemma-2b", 2'506'172'416},
-                      Published{"gemma-7b", 8'537'680'896}, Published{"Qwen3-32B", 32'800'000'000}),
+                      Published{"gemma-7b", 8'537'680'896}, Published{"Qwen3-32B", 32'800'000'000},
+                      Published{"gemma-2-9b", 9'241'705'984},
+                      Published{"Phi-3-mini-4k-instruct", 3'800'000'000}),
     [](const auto& info) {
       std::string name = info.param.folder;
       for (char& c : name)
@@ -128,6 +131,15 @@ TEST(HfConfig, WhatASpecCannotSayIsListedAsAnApproximation) {
               ::testing::ElementsAre(HasSubstr("biases on Q, K and V only (Qwen2)")));
   EXPECT_THAT(approximations("gemma-2b"),
               ::testing::ElementsAre(HasSubstr("a GeLU-gated MLP (Gemma's GeGLU)")));
+  EXPECT_THAT(approximations("gemma-2-9b"),
+              ::testing::ElementsAre(
+                  HasSubstr("a GeLU-gated MLP (Gemma's GeGLU)"),
+                  HasSubstr("(Gemma 2's post-norms): priced and exported with the norms before"),
+                  HasSubstr("attention scores soft-capped at 50 (attn_logit_softcapping)"),
+                  HasSubstr("logits soft-capped at 30 (final_logit_softcapping)"),
+                  HasSubstr("a sliding attention window of 4096 tokens on every other layer")));
+  EXPECT_THAT(approximations("Phi-3-mini-4k-instruct"),
+              ::testing::ElementsAre(HasSubstr("a sliding attention window of 2047 tokens")));
   EXPECT_THAT(approximations("Mistral-7B-v0.1"),
               ::testing::ElementsAre(HasSubstr("a sliding attention window of 4096 tokens")));
   EXPECT_THAT(approximations("pythia-1.4b"),
@@ -143,6 +155,17 @@ TEST(HfConfig, WhatASpecCannotSayIsListedAsAnApproximation) {
       "config.json");
   ASSERT_TRUE(extended.ok()) << extended.message();
   EXPECT_EQ(extended->seq_len, 8192);
+  // Phi-3's 128k configs say it at the top level.
+  Result<ModelSpec> phi = ParseHfConfig(
+      R"({"model_type": "phi3", "num_hidden_layers": 2, "hidden_size": 64,
+          "num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100,
+          "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+          "partial_rotary_factor": 0.75})",
+      "config.json");
+  ASSERT_TRUE(phi.ok()) << phi.message();
+  EXPECT_EQ(phi->seq_len, 4096);
+  EXPECT_THAT(phi->approximations,
+              ::testing::ElementsAre(HasSubstr("rotary positions on 75% of each head")));
 }
 
 TEST(HfConfig, ReadsCharactersPastTheBasicPlaneAsJsonDumpsWritesThem) {
@@ -219,14 +242,14 @@ TEST(HfConfig, RefusesWhatItCannotRead) {
   ASSERT_TRUE(ParseHfConfig(LlamaWith(0, ""), "bad/config.json").ok());
   ExpectError(LlamaWith(2, R"(  "model_type": "bert",)"),
               "bad/config.json:2:17: model_type: unsupported architecture 'bert'; domino reads "
-              "llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox");
+              "llama, mistral, phi3, qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox");
   ExpectError(LlamaWith(2, R"(  "torch_dtype": "bfloat16",)"),
               "bad/config.json:1:1: model_type: missing required key (nor an `architectures` "
-              "list): a Hugging Face config names its architecture, one of llama, mistral, "
-              "qwen2, qwen3, gemma, gpt2, gpt_neox");
+              "list): a Hugging Face config names its architecture, one of llama, mistral, phi3, "
+              "qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox");
   ExpectError(LlamaWith(2, R"(  "architectures": ["BertForMaskedLM"],)"),
               "bad/config.json:2:21: architectures: unsupported architecture 'BertForMaskedLM'; "
-              "domino reads llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox");
+              "domino reads llama, mistral, phi3, qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox");
   ExpectError(LlamaWith(3, R"(  "hidden_sizes": 64,)"),
               "bad/config.json:1:1: hidden_size: missing required key");
   ExpectError(LlamaWith(3, R"(  "hidden_size": "64",)"),
