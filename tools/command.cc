@@ -30,10 +30,12 @@ void SetupExport(CLI::App* sub);
 std::span<const Command> Commands() {
   static const std::array kCommands = {
       Command{"plan",
-              "Search tp/dp, sequence parallelism and Domino row/column splits for the "
-              "fastest plan",
+              "Search tp/cp/pp/dp, micro-batch, recompute, optimizer sharding and the overlap "
+              "(Domino slicing, decomposed collectives) for the fastest plan",
               SetupPlan},
-      Command{"models", "List the model catalog, or show one model (name or YAML file)",
+      Command{"models",
+              "List the model catalog, or show one model (name, YAML file or Hugging Face "
+              "config.json)",
               SetupModels},
       Command{"hardware", "List GPUs and node types, or show one (name, NODE:COUNT or YAML file)",
               SetupHardware},
