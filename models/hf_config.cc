@@ -144,6 +144,35 @@ class ConfigReader {
   std::optional<Error> error_;
 };
 
+// A number a JSON value holds (a float or an integer), else nullopt; Number: the config's at `key`.
+std::optional<double> NumberOf(const YAML::Node& value) {
+  if (!value.IsScalar()) return std::nullopt;
+  const std::string text = value.Scalar();
+  double number = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return number;
+}
+std::optional<double> Number(const ConfigReader& config, std::string_view key) {
+  return NumberOf(config.Find({key}).second);
+}
+
+// Why an architecture outside the families is not read, where the config says: experts (Mixtral's
+// num_local_experts, Qwen's num_experts, DeepSeek's n_routed_experts) or a language model nested
+// in text_config (Gemma 3, Llava, Mistral 3).
+std::string WhyUnsupported(const ConfigReader& config) {
+  for (std::string_view key : {"num_local_experts", "num_experts", "n_routed_experts"}) {
+    if (std::optional<double> experts = NumberOf(config.Find({key}).second);
+        experts && *experts > 1)
+      return fmt::format(": a mixture of experts ({} {:g}), which domino does not model", key,
+                         *experts);
+  }
+  if (config.Find({"text_config"}).second.IsMap())
+    return ": its language model is in text_config, which domino does not read (give its sizes "
+           "in a model YAML)";
+  return "";
+}
+
 // The family from `model_type`, else from the first class in `architectures`.
 std::optional<Family> ReadFamily(ConfigReader& config) {
   std::string known;
@@ -152,17 +181,17 @@ std::optional<Family> ReadFamily(ConfigReader& config) {
   if (std::optional<std::string> type = config.String("model_type")) {
     for (const FamilyName& f : kFamilies)
       if (f.model_type == *type) return f.family;
-    config.Fail("model_type",
-                fmt::format("unsupported architecture '{}'; domino reads {}", *type, known));
+    config.Fail("model_type", fmt::format("unsupported architecture '{}'{}; domino reads {}", *type,
+                                          WhyUnsupported(config), known));
     return std::nullopt;
   }
   auto [key, list] = config.Find({"architectures"});
   if (list.IsSequence() && list.size() > 0 && list[0].IsScalar()) {
     for (const FamilyName& f : kFamilies)
       if (f.architecture == list[0].Scalar()) return f.family;
-    config.FailAt(
-        list[0].Mark(), "architectures",
-        fmt::format("unsupported architecture '{}'; domino reads {}", list[0].Scalar(), known));
+    config.FailAt(list[0].Mark(), "architectures",
+                  fmt::format("unsupported architecture '{}'{}; domino reads {}", list[0].Scalar(),
+                              WhyUnsupported(config), known));
     return std::nullopt;
   }
   config.Fail("model_type",
@@ -185,19 +214,6 @@ void CheckActivation(ConfigReader& config, Family family) {
                   fmt::format("unsupported activation '{}': domino models {} MLPs", name,
                               IsGated(family) ? "gated SiLU or GeLU (SwiGLU-shaped)" : "GeLU"));
   }
-}
-
-// A number a JSON value holds (a float or an integer), else nullopt; Number: the config's at `key`.
-std::optional<double> NumberOf(const YAML::Node& value) {
-  if (!value.IsScalar()) return std::nullopt;
-  const std::string text = value.Scalar();
-  double number = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
-  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return number;
-}
-std::optional<double> Number(const ConfigReader& config, std::string_view key) {
-  return NumberOf(config.Find({key}).second);
 }
 
 // What the family's modeling code runs that a ModelSpec leaves out (ModelSpec::approximations).

@@ -44,8 +44,9 @@ namespace domino {
 // Llama's `attention_bias` / `mlp_bias` set ModelSpec.bias, which puts biases on every linear.
 //
 // Errors read "FILE:LINE:COLUMN: KEY: RULE": a config without `model_type` or `architectures`, an
-// architecture outside the families above, a missing size, a non-integer or out-of-range value,
-// and an activation other than the family's (ReLU).
+// architecture outside the families above (saying why where the config shows it: a mixture of
+// experts, or a language model nested in text_config), a missing size, a non-integer or
+// out-of-range value, and an activation other than the family's (ReLU).
 Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file);
 
 // True when `path` names a Hugging Face config: a directory (holding config.json) or a file whose

@@ -243,6 +243,17 @@ TEST(HfConfig, RefusesWhatItCannotRead) {
   ExpectError(LlamaWith(2, R"(  "model_type": "bert",)"),
               "bad/config.json:2:17: model_type: unsupported architecture 'bert'; domino reads "
               "llama, mistral, phi3, qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox");
+  // Why, where the config says: experts, or a language model nested in text_config.
+  ExpectError(LlamaWith(2, R"(  "model_type": "mixtral", "num_local_experts": 8,)"),
+              "bad/config.json:2:17: model_type: unsupported architecture 'mixtral': a mixture "
+              "of experts (num_local_experts 8), which domino does not model; domino reads llama, "
+              "mistral, phi3, qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox");
+  ExpectError(LlamaWith(2, R"(  "architectures": ["Gemma3ForConditionalGeneration"],
+  "text_config": {"hidden_size": 2560},)"),
+              "bad/config.json:2:21: architectures: unsupported architecture "
+              "'Gemma3ForConditionalGeneration': its language model is in text_config, which "
+              "domino does not read (give its sizes in a model YAML); domino reads llama, "
+              "mistral, phi3, qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox");
   ExpectError(LlamaWith(2, R"(  "torch_dtype": "bfloat16",)"),
               "bad/config.json:1:1: model_type: missing required key (nor an `architectures` "
               "list): a Hugging Face config names its architecture, one of llama, mistral, phi3, "
