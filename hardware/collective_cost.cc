@@ -32,12 +32,14 @@ int RingSteps(Collective kind, int n) {
 // issue threads): ~370 at 2-4 GPUs, 420/440/460 at 5/6/7, 480 at 8.
 constexpr std::array<double, 9> kNvlsBusbwAt8{0, 370, 370, 370, 370, 420, 440, 460, 480};
 
+// The curve is in GPUs, not in the node's share: an all-reduce's busbw rises with the group as
+// 2 (n - 1) / n of what each GPU moves, flat from 8 GPUs (GB200 NVL72's 32-GPU NVLS bar of the GTC
+// 2025 slide, 850 GB/s, is DGX B200's 8-GPU one). A node's nvls_busbw_GBps is its figure at all
+// its GPUs, or at 8 of a larger node.
 double NvlsFraction(int n, int gpus_per_node) {
   if (n >= gpus_per_node) return 1.0;
-  // Nodes of another size map onto the 8-GPU curve by the share of the node in use.
-  int at8 = static_cast<int>(std::lround(8.0 * n / gpus_per_node));
-  at8 = std::clamp(at8, 2, 8);
-  return kNvlsBusbwAt8[at8] / kNvlsBusbwAt8[8];
+  const int at = std::clamp(n, 2, 8), full = std::clamp(gpus_per_node, 2, 8);
+  return kNvlsBusbwAt8[at] / kNvlsBusbwAt8[full];
 }
 
 // NVLS-tree's pipeline fill: each of a GPU's NVLS channels streams its share of the `bytes`

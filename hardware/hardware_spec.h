@@ -168,7 +168,7 @@ struct NodeSpec {
   int gpus_per_node = 8;
   LinkSpec nvlink;              // per GPU, per direction
   bool nvls = false;            // NVLink SHARP (NVSwitch in-network all-reduce)
-  double nvls_busbw_GBps = 0;   // achieved NVLS all-reduce busbw at gpus_per_node GPUs
+  double nvls_busbw_GBps = 0;   // achieved NVLS all-reduce busbw at gpus_per_node GPUs (8 of more)
   double nvls_latency_us = 25;  // per NVLS all-reduce
   // InfiniBand SHARP: the network switches reduce (NCCL's CollNet, with the SHARP plugin), so an
   // all-reduce across nodes takes NVLS inside each node and one trip through the switches.

@@ -63,8 +63,9 @@ TEST(LoadClusterTest, BadStrings) {
 TEST(LoadClusterTest, UnknownNodeListsTheCatalog) {
   Result<ClusterSpec> cluster = LoadCluster("dgx-h900:4");
   ASSERT_FALSE(cluster.ok());
-  EXPECT_THAT(cluster.message(), AllOf(StartsWith("cluster 'dgx-h900:4': unknown node 'dgx-h900'"),
-                                       HasSubstr("dgx-a100, dgx-b200, dgx-h100, hgx-h200")));
+  EXPECT_THAT(cluster.message(),
+              AllOf(StartsWith("cluster 'dgx-h900:4': unknown node 'dgx-h900'"),
+                    HasSubstr("dgx-a100, dgx-b200, dgx-h100, gb200-nvl72, hgx-h200")));
 }
 
 TEST(LoadClusterTest, ExampleFile) {

@@ -147,6 +147,21 @@ TEST(CollectiveCostTest, NvlsAllReduceWhenFaster) {
   EXPECT_EQ(rs.algorithm, "ring");
 }
 
+TEST(CollectiveCostTest, NvlsBusbwFollowsTheGroupNotTheNodesShare) {
+  // A 72-GPU NVLink domain (GB200 NVL72): from 8 GPUs up NVLS gives the node's figure; below, the
+  // DGX H100 curve in GPUs (370 of 480 at 4).
+  NodeSpec node = WithNvls(TestNode());
+  node.gpus_per_node = 72;
+  node.nics = 72;
+  for (int n : {8, 32, 72}) {
+    CollectiveEstimate e = EstimateCollective(node, Collective::kAllReduce, kGiB, {n, 1, n});
+    EXPECT_EQ(e.algorithm, "nvls") << n;
+    ExpectRelNear(e.time_us, 25 + 2.0 * (n - 1) / n * kGiB / 480e9 * 1e6);
+  }
+  CollectiveEstimate four = EstimateCollective(node, Collective::kAllReduce, kGiB, {4, 1, 4});
+  ExpectRelNear(four.time_us, 25 + 1.5 * kGiB / 370e9 * 1e6);
+}
+
 TEST(CollectiveCostTest, TensorParallelAcrossNodes) {
   // TP 32 on four nodes: NVLink (364.5 GB/s) is narrower than a node's 8 NICs (372 GB/s).
   CollectiveEstimate e = EstimateCollective(TestNode(), Collective::kAllReduce, kGiB, {32, 4, 8});

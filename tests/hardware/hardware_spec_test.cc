@@ -31,8 +31,8 @@ TEST(DtypeTest, NamesAndBytes) {
 }
 
 TEST(CatalogTest, EveryEntryLoadsUnderItsOwnName) {
-  EXPECT_EQ(GpuCatalog().size(), 5u);
-  EXPECT_EQ(NodeCatalog().size(), 4u);
+  EXPECT_EQ(GpuCatalog().size(), 6u);
+  EXPECT_EQ(NodeCatalog().size(), 5u);
   for (const EmbeddedFile& file : GpuCatalog()) {
     Result<GpuSpec> gpu = LoadGpu(file.name);
     ASSERT_TRUE(gpu.ok()) << gpu.message();
@@ -43,8 +43,9 @@ TEST(CatalogTest, EveryEntryLoadsUnderItsOwnName) {
     Result<NodeSpec> node = LoadNode(file.name);
     ASSERT_TRUE(node.ok()) << node.message();
     EXPECT_EQ(node->name, file.name);
-    EXPECT_EQ(node->gpus_per_node, 8);
-    EXPECT_EQ(node->nics, 8);
+    // A NIC a GPU: 8-GPU DGX/HGX boards and GB200 NVL72's 72-GPU racks.
+    EXPECT_EQ(node->gpus_per_node, file.name == "gb200-nvl72" ? 72 : 8);
+    EXPECT_EQ(node->nics, node->gpus_per_node);
     EXPECT_EQ(node->comm_ctas, 16);
     EXPECT_DOUBLE_EQ(node->comm_hbm_factor, 2.5);
     EXPECT_DOUBLE_EQ(node->nvlink.base_latency_us, 8.4);
@@ -151,6 +152,18 @@ TEST(CatalogTest, NodeFiguresMatchFacts) {
   EXPECT_DOUBLE_EQ(b200->nvlink.GBps_per_direction, 900);
   EXPECT_TRUE(b200->nvls);
   EXPECT_GT(b200->nvls_busbw_GBps, h100->nvls_busbw_GBps);
+
+  // GB200 NVL72: a rack of 72 GB200 GPUs (the B200 die at 1,200 W) on one NVLink domain, a NIC
+  // each.
+  Result<NodeSpec> nvl72 = LoadNode("gb200-nvl72");
+  ASSERT_TRUE(nvl72.ok()) << nvl72.message();
+  EXPECT_EQ(nvl72->gpu.name, "gb200");
+  EXPECT_EQ(nvl72->gpus_per_node, 72);
+  EXPECT_EQ(nvl72->nics, 72);
+  EXPECT_DOUBLE_EQ(nvl72->nvlink.GBps_per_direction, 900);
+  EXPECT_DOUBLE_EQ(nvl72->gpu.peak(Dtype::kBf16), 2500);
+  EXPECT_DOUBLE_EQ(nvl72->gpu.peak(Dtype::kFp8), 5000);
+  EXPECT_EQ(nvl72->gpu.sms, b200->gpu.sms);
 }
 
 TEST(CatalogTest, UnknownNamesListTheCatalog) {
