@@ -128,7 +128,10 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
         return fail("rotary embeddings read and write the same qkv view");
       const cpu::RopeShape shape{op.heads, op.kv_heads, op.head_dim};
       cpu::Mat qkv = out(0);
-      if (op.seq_len <= 0 || qkv.rows % op.seq_len != 0 || op.head_dim % 2 != 0 ||
+      if (op.head_dim % 2 != 0)
+        return fail(
+            fmt::format("rotary positions rotate pairs: the head width {} is odd", op.head_dim));
+      if (op.seq_len <= 0 || qkv.rows % op.seq_len != 0 ||
           qkv.cols != (shape.heads + 2 * shape.kv_heads) * shape.head_dim)
         return fail("rotary shape does not match its qkv view");
       std::vector<int64_t> positions(static_cast<size_t>(qkv.rows));

@@ -444,16 +444,27 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   // Heads as wide as head_dim, which need not be hidden / heads (Gemma-7B: 16 x 256 over 3072;
   // Qwen3-32B: 64 x 128 over 5120). Absent, transformers' config classes default it to 256
   // (GemmaConfig), 128 (Qwen3Config) or hidden / heads (the others).
+  // GPT-2's and GPT-NeoX's heads are always hidden / heads wide (transformers reads no head_dim).
   const int64_t family_head_dim = IsGemma(*family) ? 256 : *family == Family::kQwen3 ? 128 : 0;
-  model.head_dim = static_cast<int>(config.Int({"head_dim"}, kHiddenRange, family_head_dim));
+  if (IsGated(*family))
+    model.head_dim = static_cast<int>(config.Int({"head_dim"}, kHiddenRange, family_head_dim));
   if (model.head_dim == 0 && model.hidden % model.heads != 0) {
-    config.Fail(
-        gpt2 ? "n_embd" : "hidden_size",
-        fmt::format("{} must be divisible by the {} attention heads", model.hidden, model.heads));
+    config.Fail(gpt2 ? "n_embd" : "hidden_size",
+                fmt::format("{} must be divisible by the {} attention heads{}", model.hidden,
+                            model.heads, IsGated(*family) ? ", or head_dim given" : ""));
   } else if (model.heads % model.kv_heads != 0) {
     config.Fail("num_key_value_heads",
                 fmt::format("the {} attention heads must be divisible by the {} key/value heads",
                             model.heads, model.kv_heads));
+  } else if (int64_t width = int64_t{model.heads} * model.head_width();
+             width > kAttentionWidthRange.max) {
+    config.Fail("head_dim",
+                fmt::format("num_attention_heads x head_dim = {} x {} = {} must be at most {}",
+                            model.heads, model.head_dim, width, kAttentionWidthRange.max));
+  } else if (!model.learned_positions() && model.head_width() % 2 != 0) {
+    config.Fail(
+        model.head_dim > 0 ? "head_dim" : "num_attention_heads",
+        fmt::format("rotary positions need an even head width; {} is odd", model.head_width()));
   }
   if (int64_t{model.heads} * model.head_dim == model.hidden) model.head_dim = 0;
   if (config.error()) return *config.error();

@@ -77,6 +77,22 @@ ModelSpec ReadModel(YamlMap& map) {
       map.Fail("kv_heads", fmt::format("heads ({}) must be divisible by kv_heads ({})", model.heads,
                                        model.kv_heads));
     }
+    const int64_t width =
+        int64_t{model.heads} * (model.head_dim > 0 ? model.head_dim : model.hidden / model.heads);
+    if (!map.failed() && width > kAttentionWidthRange.max) {
+      map.Fail("head_dim",
+               fmt::format("heads x head_dim = {} x {} = {} must be at most {}", model.heads,
+                           model.head_dim, width, kAttentionWidthRange.max));
+    } else if (!map.failed() && !model.learned_positions() && model.head_width() % 2 != 0) {
+      // Rotary embeddings turn pairs of a head's features (Megatron, Transformer Engine and
+      // transformers alike).
+      map.Fail(
+          model.head_dim > 0 ? "head_dim" : "heads",
+          fmt::format("rotary positions need an even head width; {} is odd{}", model.head_width(),
+                      model.head_dim > 0
+                          ? ""
+                          : fmt::format(" (hidden {} / heads {})", model.hidden, model.heads)));
+    }
     if (int64_t{model.heads} * model.head_dim == model.hidden) model.head_dim = 0;
   }
   return model;

@@ -75,6 +75,7 @@ std::vector<std::string> PlanDifferences(const Plan& a, const Plan& b) {
   check("model.hidden", a.model.hidden, b.model.hidden);
   check("model.heads", a.model.heads, b.model.heads);
   check("model.kv_heads", a.model.kv_heads, b.model.kv_heads);
+  check("model.head_dim", a.model.head_width(), b.model.head_width());
   check("model.ffn", a.model.ffn, b.model.ffn);
   check("model.vocab", a.model.vocab, b.model.vocab);
   check("model.activation", ActivationName(a.model.activation), ActivationName(b.model.activation));

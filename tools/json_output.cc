@@ -38,20 +38,24 @@ std::string ClusterRef(std::string_view ref) {
   return AbsolutePath(node) + std::string(ref.substr(colon));
 }
 
-// The keys of a model file, as ModelToFlowYaml writes them.
+// The keys of a model file, as ModelToFlowYaml writes them: head_dim where it is not hidden /
+// heads, positions where the model says them.
 Json ModelKeysJson(const ModelSpec& m) {
-  return Json{{"name", m.name},
-              {"layers", m.layers},
-              {"hidden", m.hidden},
-              {"heads", m.heads},
-              {"kv_heads", m.kv_heads},
-              {"ffn", m.ffn},
-              {"vocab", m.vocab},
-              {"seq_len", m.seq_len},
-              {"activation", ActivationName(m.activation)},
-              {"norm", NormName(m.norm)},
-              {"bias", m.bias},
-              {"tied_embeddings", m.tied_embeddings}};
+  Json keys{{"name", m.name},
+            {"layers", m.layers},
+            {"hidden", m.hidden},
+            {"heads", m.heads},
+            {"kv_heads", m.kv_heads},
+            {"ffn", m.ffn},
+            {"vocab", m.vocab},
+            {"seq_len", m.seq_len},
+            {"activation", ActivationName(m.activation)},
+            {"norm", NormName(m.norm)},
+            {"bias", m.bias},
+            {"tied_embeddings", m.tied_embeddings}};
+  if (m.head_dim > 0) keys["head_dim"] = m.head_dim;
+  if (m.positions != Positions::kByNorm) keys["positions"] = PositionsName(m.positions);
+  return keys;
 }
 
 Json LinkJson(const LinkSpec& link) {

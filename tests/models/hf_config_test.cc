@@ -275,6 +275,12 @@ TEST(HfConfig, RefusesWhatItCannotRead) {
               "gated SiLU or GeLU (SwiGLU-shaped) MLPs");
   ExpectError(LlamaWith(7, R"(  "head_dim": 0,)"),
               "bad/config.json:7:15: head_dim: must be between 1 and 1000000, got 0");
+  ExpectError(LlamaWith(7, R"(  "head_dim": 7,)"),
+              "bad/config.json:7:15: head_dim: rotary positions need an even head width; 7 is "
+              "odd");
+  ExpectError(LlamaWith(3, R"(  "hidden_size": 66,)"),
+              "bad/config.json:3:18: hidden_size: 66 must be divisible by the 4 attention heads, "
+              "or head_dim given");
   ExpectError("[1, 2]", "bad/config.json:1:1: expected a JSON object (a config.json)");
   ExpectError("{\"model_type\": \"llama\"",
               "bad/config.json:1:23: invalid JSON: syntax error while parsing object - unexpected "
@@ -330,6 +336,15 @@ TEST(HfConfig, HeadsNeedNotBeHiddenOverHeadsWide) {
   EXPECT_EQ(head_dim("llama", ""), std::pair(0, 16));
   EXPECT_EQ(head_dim("mistral", R"(  "head_dim": 16,)"), std::pair(0, 16));
   EXPECT_EQ(head_dim("mistral", R"(  "head_dim": 24,)"), std::pair(24, 24));
+  // GPT-2 and GPT-NeoX read none: transformers makes their heads n_embd / n_head wide.
+  Result<ModelSpec> neox = ParseHfConfig(
+      R"({"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64, "head_dim": 32,
+          "num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100,
+          "max_position_embeddings": 64})",
+      "config.json");
+  ASSERT_TRUE(neox.ok()) << neox.message();
+  EXPECT_EQ(neox->head_dim, 0);
+  EXPECT_EQ(neox->head_width(), 8);
 }
 
 TEST(HfConfig, ReadsTabIndentedAndOneLineJson) {

@@ -135,6 +135,14 @@ TEST(ParseModel, HeadDimSetsTheAttentionsWidth) {
   EXPECT_EQ(same->head_dim, 0);
   EXPECT_THAT(ModelToFlowYaml(*same), Not(HasSubstr("head_dim")));
   ExpectError(Join(kGoodLines) + "head_dim: 0\n", 10, "head_dim", "positive");
+  // heads x head_dim is bounded (it is an int in every count), and rotary positions turn pairs.
+  ExpectError(WithLine(4, "heads: 4096") + "kv_heads: 4096\nhead_dim: 1000000\n", 11, "head_dim",
+              "heads x head_dim = 4096 x 1000000 = 4096000000 must be at most 10000000");
+  ExpectError(Join(kGoodLines) + "positions: rotary\nhead_dim: 7\n", 11, "head_dim",
+              "rotary positions need an even head width; 7 is odd");
+  ExpectError(WithLine(3, "hidden: 14") + "positions: rotary\n", 4, "heads",
+              "rotary positions need an even head width; 7 is odd (hidden 14 / heads 2)");
+  EXPECT_TRUE(ParseModel(Join(kGoodLines) + "head_dim: 7\n", "learned.yaml").ok());
 }
 
 TEST(ParseModel, EnumNames) {

@@ -163,6 +163,19 @@ def test_plan():
                              f"{where}: baseline")
         for g in doc["gains"]:
             check_loads_back(g["best"]["plan"], g["best"]["predicted"], f"{where}: {g['dimension']}")
+    # An inline model keeps the keys a model file may add: head_dim, positions.
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "inline.yaml")
+        with open(path, "w") as f:
+            f.write("model: {name: inl, layers: 4, hidden: 1024, heads: 8, kv_heads: 2, "
+                    "head_dim: 256, ffn: 4096, vocab: 32000, seq_len: 2048, activation: swiglu, "
+                    "norm: layernorm, positions: rotary, bias: false, tied_embeddings: false}\n"
+                    "cluster: dgx-h100:1:2\ntraining: {seq_len: 2048, micro_batch: 2, "
+                    "global_batch: 2}\nparallel: {tp: 2}\n")
+        doc = document("simulate", path, schema="domino.simulate/1")
+        check(doc["plan"]["model"]["head_dim"] == 256 and
+              doc["plan"]["model"]["positions"] == "rotary", "inline model keys")
+        check_loads_back(doc["plan"], doc["predicted"], "simulate of an inline model")
     # And simulate's, with the settings a plan may leave to its stack set otherwise.
     for extra in (["--cuda-graphs"], ["--stack", "megatron-2021", "--precision", "fp16"]):
         doc = document("simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--dp", "8",
