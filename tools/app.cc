@@ -46,6 +46,10 @@ std::string MisreadArgument(int argc, const char* const* argv) {
     if (arg.starts_with("--") && eq != std::string_view::npos && eq + 1 == arg.size())
       return std::string(arg) +
              " gives an empty value: give a value after '=', or leave the flag out";
+    // CLI11's own switches print and exit whatever value follows them.
+    for (const std::string_view own : {"--help", "--version"})
+      if (eq == own.size() && arg.starts_with(own))
+        return std::string(own) + " takes no value: give " + std::string(own) + " alone";
     if (arg.starts_with("--no-") && eq != std::string_view::npos) {
       const std::string name(arg.substr(5, eq - 5));
       return "--no-" + name + " takes no value: give --no-" + name + ", or --" + name + "=false";

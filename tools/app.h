@@ -17,8 +17,9 @@ int RunDomino(int argc, const char* const* argv,
               const std::function<bool(std::string_view)>& runs = {});
 
 // The usage error of an argument CLI11 would misread, before it parses: a switch's negation given
-// a value (`--no-sp=VALUE`: CLI11 reads it as a number and throws on a huge one). Empty when every
-// argument is fine.
+// a value (`--no-sp=VALUE`: CLI11 reads it as a number and throws on a huge one), --help or
+// --version given one (`--help=2`: CLI11 prints the help). Empty when every argument is fine.
+// (A switch's own `--NAME=VALUE` is checked by its option: SwitchValue in tools/command.h.)
 std::string MisreadArgument(int argc, const char* const* argv);
 
 }  // namespace domino::cli

@@ -223,15 +223,15 @@ void SetupCalibrate(CLI::App* sub) {
                   "cuda: GEMM shapes to time as GEMM benchmarks do (mamf-finder: warm-up runs, "
                   "the mean of up to 100), beside the GEMM model: 'table' (the shapes of "
                   "`domino validate`'s GEMM rows) or MxNxK[,MxNxK...]");
-  sub->add_flag("--fp8-gemms", flags->fp8_gemms,
-                "cuda: the soak and the GEMM shapes again in fp8 (E4M3 operands, bf16 output, "
-                "cuBLASLt; shapes whose m or k is not a multiple of 16 stay 16-bit only), to see "
-                "how the two types hold up under the power limit");
+  AddBoolFlag(sub, "--fp8-gemms", &flags->fp8_gemms,
+              "cuda: the soak and the GEMM shapes again in fp8 (E4M3 operands, bf16 output, "
+              "cuBLASLt; shapes whose m or k is not a multiple of 16 stay 16-bit only), to see "
+              "how the two types hold up under the power limit");
   sub->add_option("--timeout", flags->timeout_s,
                   "seconds without progress (a dead or stuck peer) before every rank is aborted, "
                   "beside --soak's (default: 300)")
       ->check(PositiveFinite());
-  sub->add_flag("--force", flags->force, "overwrite an existing --out file");
+  AddBoolFlag(sub, "--force", &flags->force, "overwrite an existing --out file");
   sub->parse_complete_callback([flags] {
     // The GPU-only flags first, so that their mistakes show on any machine.
     if (flags->backend != "cuda" &&

@@ -520,8 +520,8 @@ void SetupExecute(CLI::App* sub) {
                   "element type on the GPU: fp32 | bf16 | fp16 (default: fp32 with --check, else "
                   "the plan's precision; fp8 runs as bf16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  sub->add_flag("--cuda-graph", flags->cuda_graph,
-                "capture the schedule in a CUDA graph once and replay it (--comm nccl or emulate)");
+  AddBoolFlag(sub, "--cuda-graph", &flags->cuda_graph,
+              "capture the schedule in a CUDA graph once and replay it (--comm nccl or emulate)");
   sub->add_option("--emulate-rank", flags->emulate_rank,
                   "with --comm emulate: the TP rank this process plays")
       ->check(DecimalInt(0, kMaxRank));
@@ -536,9 +536,9 @@ void SetupExecute(CLI::App* sub) {
   sub->add_option("--device", flags->device,
                   "CUDA device (default: the launcher's local rank, modulo the visible devices)")
       ->check(DecimalInt(0, kMaxDevice));
-  sub->add_flag("--check", flags->check,
-                "compare the output, the loss and every gradient (the input's or the "
-                "embedding's, every weight's) with the unsharded single-rank reference");
+  AddBoolFlag(sub, "--check", &flags->check,
+              "compare the output, the loss and every gradient (the input's or the "
+              "embedding's, every weight's) with the unsharded single-rank reference");
   sub->add_option("--tolerance", flags->tolerance,
                   "largest error allowed by --check, relative to the reference's largest value "
                   "(default: 1e-4 in fp32, 3e-2 in bf16/fp16)")
@@ -565,7 +565,7 @@ void SetupExecute(CLI::App* sub) {
                   "write rank 0's measured timeline (Perfetto JSON; --extent step: its pipeline "
                   "stage's passes, sends, receives, DP buckets and optimizer step; - for stdout)")
       ->check(NonEmpty());
-  sub->add_flag("--force", flags->force, "overwrite existing output files");
+  AddBoolFlag(sub, "--force", &flags->force, "overwrite existing output files");
   // A CUDA run needs a GPU whatever else is missing: say so first, as the executor will; before
   // that, a CTA pair NCCL would refuse (its init fails only after every rank has started).
   sub->parse_complete_callback([flags, sub] {

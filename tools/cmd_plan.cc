@@ -493,9 +493,10 @@ void SetupPlan(CLI::App* sub) {
                   "next best of the plans simulated (a plan pruned by a bound is none of them; "
                   "--exhaustive ranks every feasible plan; default: 5)")
       ->check(DecimalInt(1, 1000));
-  sub->add_flag("--force", flags->force, "overwrite an existing --out file");
-  sub->add_flag("--explain", flags->explain, "list every rejected candidate and the rule it broke");
-  sub->add_flag("--exhaustive", flags->exhaustive, "simulate every feasible plan (no pruning)");
+  AddBoolFlag(sub, "--force", &flags->force, "overwrite an existing --out file");
+  AddBoolFlag(sub, "--explain", &flags->explain,
+              "list every rejected candidate and the rule it broke");
+  AddBoolFlag(sub, "--exhaustive", &flags->exhaustive, "simulate every feasible plan (no pruning)");
   sub->add_option(
          "--timeout", flags->timeout_s,
          "stop searching after this many seconds (once a plan has been evaluated) and keep "

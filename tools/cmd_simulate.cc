@@ -363,17 +363,17 @@ void SetupSimulate(CLI::App* sub) {
                   "(every stage's passes, pipeline transfers, DP buckets and optimizer step; YAML, "
                   "- for stdout), for `domino compare` with `execute --extent step --report`")
       ->check(NonEmpty());
-  sub->add_flag("--force", flags->force, "overwrite existing output files");
-  sub->add_flag("--compare-strategies", flags->compare_strategies,
-                "simulate baseline, SP, row, column and 2D splits side by side");
-  sub->add_flag("--cuda-graphs", flags->cuda_graphs,
-                "launch kernels from CUDA graphs (default: the plan's training.cuda_graphs, else "
-                "as its stack does); a --report records it");
+  AddBoolFlag(sub, "--force", &flags->force, "overwrite existing output files");
+  AddBoolFlag(sub, "--compare-strategies", &flags->compare_strategies,
+              "simulate baseline, SP, row, column and 2D splits side by side");
+  AddBoolFlag(sub, "--cuda-graphs", &flags->cuda_graphs,
+              "launch kernels from CUDA graphs (default: the plan's training.cuda_graphs, else "
+              "as its stack does); a --report records it");
   sub->add_option("--hardware-profile", flags->profile_path,
                   "measured op times from `domino calibrate` (ops it lacks use the models)")
       ->check(NonEmpty());
-  sub->add_flag("--ignore-memory", flags->ignore_memory,
-                "predict even a plan that does not fit in GPU memory");
+  AddBoolFlag(sub, "--ignore-memory", &flags->ignore_memory,
+              "predict even a plan that does not fit in GPU memory");
   AddFormatOption(sub, &flags->format);
   sub->callback([flags] { Run(*flags); });
 }

@@ -403,7 +403,7 @@ void SetupSweep(CLI::App* sub) {
   sub->add_option("--out", flags->out_path, "CSV to write (required)")
       ->required()
       ->check(NonEmpty());
-  sub->add_flag("--force", flags->force, "overwrite an existing --out file");
+  AddBoolFlag(sub, "--force", &flags->force, "overwrite an existing --out file");
   sub->add_option(
          "--timeout", flags->timeout_s,
          "stop after this many seconds and write the points done so far (default: no limit)")

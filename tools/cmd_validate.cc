@@ -546,20 +546,20 @@ void SetupValidate(CLI::App* sub) {
                   "also write every row's prediction as CSV (- for stdout, the tables then go to "
                   "stderr)")
       ->check(NonEmpty());
-  sub->add_flag("--force", flags->force, "overwrite an existing --csv file");
-  sub->add_flag("--check", flags->check,
-                "exit non-zero when a category's mean or max |error| exceeds its guard, or when "
-                "a published run does not fit in the memory model");
+  AddBoolFlag(sub, "--force", &flags->force, "overwrite an existing --csv file");
+  AddBoolFlag(sub, "--check", &flags->check,
+              "exit non-zero when a category's mean or max |error| exceeds its guard, or when "
+              "a published run does not fit in the memory model");
   sub->add_option("--row", flags->rows,
                   "only this row, or the rows whose id begins with it and a dash (a series: "
                   "mcore08, dgxc-llama31-8b); repeatable");
-  sub->add_flag(
-      "--explain", flags->explain,
+  AddBoolFlag(
+      sub, "--explain", &flags->explain,
       "after the table, each row's source, quote and assumptions; for an end-to-end row the "
       "prediction as `simulate` prints it and the row's plan YAML (table format)");
-  sub->add_flag("--fit", flags->fit,
-                "instead: fit the GEMM model's constants on the gemm rows (a grid search) and "
-                "check them leave-one-source-out");
+  AddBoolFlag(sub, "--fit", &flags->fit,
+              "instead: fit the GEMM model's constants on the gemm rows (a grid search) and "
+              "check them leave-one-source-out");
   AddJobsOption(sub, &flags->jobs,
                 "threads that predict the rows, or run --fit's fits (one on every row, one "
                 "without each source)");

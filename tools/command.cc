@@ -133,6 +133,28 @@ CLI::Validator FiniteIn(double min, double max) {
       fmt::format("NUMBER {}..{}", min, max));
 }
 
+bool ParseBoolFlag(const std::string& text, bool* out) {
+  if (text == "true" || text == "1" || text == "yes") return *out = true, true;
+  if (text == "false" || text == "0" || text == "no") return *out = false, true;
+  return text.empty();
+}
+
+CLI::Validator SwitchValue() {
+  return CLI::Validator(
+      [](std::string& value) {
+        bool unused = false;
+        return value.empty() || !ParseBoolFlag(value, &unused)
+                   ? fmt::format("expected true or false, got '{}'", value)
+                   : std::string();
+      },
+      "");  // no word of its own in --help: a switch takes no value there
+}
+
+CLI::Option* AddBoolFlag(CLI::App* sub, const std::string& name, bool* on,
+                         const std::string& help) {
+  return sub->add_flag(name, *on, help)->check(SwitchValue());
+}
+
 namespace {
 
 double NowSeconds() {

@@ -32,6 +32,17 @@ CLI::Validator DecimalInt(int64_t min, int64_t max);
 // A finite number from `min` to `max` (no NaN, no infinity).
 CLI::Validator FiniteIn(double min, double max);
 
+// Applies a switch's value (`--NAME=VALUE`) to `out`: true or false (1/0 and yes/no read the
+// same); false on anything else. "" (not given) leaves `out` as it is.
+bool ParseBoolFlag(const std::string& text, bool* out);
+// A switch's value after '=', as ParseBoolFlag reads it: any other ("--force=2", which CLI11
+// would read as on) is a usage error naming the flag and the values it takes.
+CLI::Validator SwitchValue();
+// A switch of a command: `--NAME` (or `--NAME=true`) sets `*on`, `--NAME=false` leaves it off;
+// checked by SwitchValue. Every command declares its switches through this, or through the plan
+// flags' AddSwitch (tools/plan_flags.cc), which adds a --no-NAME.
+CLI::Option* AddBoolFlag(CLI::App* sub, const std::string& name, bool* on, const std::string& help);
+
 // A `--jobs` flag's thread count: the option's own description, its bounds, and the count it
 // stands for (0, not given: the machine's hardware threads, at most 16).
 CLI::Option* AddJobsOption(CLI::App* sub, int* jobs, const std::string& what);

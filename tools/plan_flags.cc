@@ -128,12 +128,6 @@ int DefaultGlobalBatch(int micro_batch, int dp) {
       std::min<int64_t>(static_cast<int64_t>(micro_batch) * dp, kGlobalBatchBound.max + 1));
 }
 
-bool ParseBoolFlag(const std::string& text, bool* out) {
-  if (text == "true" || text == "1" || text == "yes") return *out = true, true;
-  if (text == "false" || text == "0" || text == "no") return *out = false, true;
-  return text.empty();
-}
-
 namespace {
 
 CLI::Validator Bounded(const PlanIntBound& bound) { return DecimalInt(bound.min, bound.max); }
@@ -144,14 +138,7 @@ void AddSwitch(CLI::App* app, const std::string& name, std::string* text, const 
   app->add_flag(fmt::format("--{}{{true}},--no-{}{{false}}", name, name), *text,
                 help + "; --no-" + name + " or --" + name + "=false turns it off")
       ->multi_option_policy(CLI::MultiOptionPolicy::Throw)
-      ->check(CLI::Validator(
-          [](std::string& value) {
-            bool unused = false;
-            return value.empty() || !ParseBoolFlag(value, &unused)
-                       ? fmt::format("expected true or false, got '{}'", value)
-                       : std::string();
-          },
-          ""));
+      ->check(SwitchValue());
 }
 
 }  // namespace

@@ -63,9 +63,6 @@ std::string NodeFileOf(const std::string& cluster);
 // that the bound's message says so).
 int DefaultGlobalBatch(int micro_batch, int dp);
 
-// Applies `text` ("true"/"false"/"") to `out`; false on anything else.
-bool ParseBoolFlag(const std::string& text, bool* out);
-
 }  // namespace domino::cli
 
 #endif  // DOMINO_TOOLS_PLAN_FLAGS_H_

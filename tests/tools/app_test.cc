@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,51 @@ TEST(AppTest, CommandsLeftOutAreParsedOnly) {
   EXPECT_EQ(RunDomino(3, unknown.data(), parse_only), 0);
   std::vector<const char*> bad_flag = {"domino", "simulate", "--tp", "0"};
   EXPECT_EQ(RunDomino(4, bad_flag.data(), parse_only), kExitUsage);
+}
+
+// Every switch of every command takes true or false after '=' and nothing else: `--force=2` and
+// `--ignore-memory=on` (once read as on) are usage errors naming the flag; --help and --version
+// take no value at all.
+TEST(AppTest, SwitchesTakeTrueOrFalseOnly) {
+  auto parse_only = [](std::string_view) { return false; };
+  auto run = [&](const std::vector<std::string>& args, std::string* err) {
+    std::vector<const char*> argv = {"domino"};
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    testing::internal::CaptureStderr();
+    const int rc = RunDomino(static_cast<int>(argv.size()), argv.data(), parse_only);
+    *err = testing::internal::GetCapturedStderr();
+    return rc;
+  };
+  int switches = 0;
+  for (const Command& command : Commands()) {
+    CLI::App app;
+    CLI::App* sub = app.add_subcommand(std::string(command.name));
+    command.setup(sub);
+    for (const CLI::Option* option : sub->get_options()) {
+      if (option->get_expected_max() != 0) continue;  // takes a value: not a switch
+      for (const std::string& name : option->get_lnames()) {
+        if (name.starts_with("no-")) continue;  // a negation takes no value (MisreadArgument)
+        const std::string flag = "--" + name;
+        const bool own = name == "help";
+        for (const char* value : {"2", "on", "maybe"}) {
+          std::string err;
+          const std::vector<std::string> args = {std::string(command.name), flag + "=" + value};
+          EXPECT_EQ(run(args, &err), kExitUsage) << command.name << " " << args[1];
+          const std::string said = own ? flag + " takes no value"
+                                       : flag + ": expected true or false, got '" + value + "'";
+          EXPECT_NE(err.find(said), std::string::npos)
+              << command.name << " " << args[1] << ": " << err;
+        }
+        ++switches;
+      }
+    }
+  }
+  EXPECT_GE(switches, 30);  // the commands' own switches, the plan flags' and each --help
+  std::string err;
+  for (const char* fine : {"--force", "--force=true", "--force=false", "--force=1", "--force=no"})
+    EXPECT_EQ(run({"simulate", fine}, &err), 0) << fine << ": " << err;
+  EXPECT_EQ(run({"--version=1"}, &err), kExitUsage);
+  EXPECT_NE(err.find("--version takes no value"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -267,6 +267,9 @@ CASES = [
      r"--no-sp takes no value: give --no-sp, or --sp=false", None),
     ("an empty value after '='", "--sp= (once read as --sp, on)", {},
      ["simulate", "--sp="], r"--sp= gives an empty value: give a value after '=', or leave the flag out", None),
+    ("a switch given 2", "--ignore-memory=2 (once read as on; every switch takes true or false)", {},
+     ["simulate", "--model", "gpt3-175b", "--cluster", "dgx-h100:1", "--ignore-memory=2", "--report", "{tmp}/r.yaml"],
+     r"--ignore-memory: expected true or false, got '2'", "r.yaml"),
     ("an output under a file", "--report FILE/x (once 'folder FILE does not exist')", {"m.yaml": GOOD_MODEL},
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--report", "{tmp}/m.yaml/x"],
      r"m\.yaml/x: .*m\.yaml is not a folder", None),
@@ -464,7 +467,7 @@ CASES = [
 
 # The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any
 # other bad input.
-USAGE_CASES = {"an empty plan path", "an empty value after '='", "an unknown precision", "huge virtual stages", "huge virtual stages (2^31-1)",
+USAGE_CASES = {"an empty plan path", "an empty value after '='", "a switch given 2", "an unknown precision", "huge virtual stages", "huge virtual stages (2^31-1)",
                "huge global batch", "zero tp flag", "zero threads", "octal-looking flag", "empty --model",
                "NaN timeout", "NaN tolerance", "mistyped command", "switch given a value",
                "switch and its negation", "unknown --format", "a value on a switch's negation",
