@@ -44,43 +44,76 @@ size_t EditDistance(std::string_view a, std::string_view b) {
 }
 
 // Walks a stream's events for what yaml-cpp accepts and a domino file must not hold: a second,
-// non-empty document, which YAML::Load would silently drop, and a quoted string never closed,
-// which yaml-cpp reads to the end of the file (the keys after it swallowed into one string).
-// Events only, at most a few documents: YAML::LoadAll can loop without end on some malformed
-// input.
+// non-empty document, which YAML::Load would silently drop; a quoted string never closed,
+// which yaml-cpp reads to the end of the file (the keys after it swallowed into one string); and
+// a merge key (`<<: *anchor`), which yaml-cpp keeps as a key named "<<" instead of merging, so
+// that the keys it stands for read as missing. Events only, at most a few documents:
+// YAML::LoadAll can loop without end on some malformed input, and a walk of the loaded tree
+// would expand every alias (a few lines can stand for billions of nodes).
 class StreamChecker : public YAML::EventHandler {
  public:
   // yaml-cpp's marks count bytes from after a UTF-8 byte order mark.
   explicit StreamChecker(std::string_view text)
       : text_(text.starts_with("\xEF\xBB\xBF") ? text.substr(3) : text) {}
 
-  void OnDocumentStart(const YAML::Mark& mark) override { start_ = mark, empty_ = true; }
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    start_ = mark, empty_ = true;
+    open_.clear();
+  }
   void OnDocumentEnd() override {
     if (!empty_ && ++documents_ == 2) second_ = start_;
   }
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { empty_ = false; }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                const std::string&) override {
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override { (void)AtKey(); }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {
+    empty_ = false;
+    (void)AtKey();
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t,
+                const std::string& value) override {
     empty_ = false;
     if (!unclosed_ && !Closed(mark)) unclosed_ = mark;
+    // A plain `<<` is the merge key; a quoted "<<" (or !!str <<) is an ordinary string.
+    const bool plain = tag != "!" && tag != "tag:yaml.org,2002:str";
+    if (AtKey() && plain && value == "<<" && !merge_) merge_ = mark;
   }
   void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
                        YAML::EmitterStyle::value) override {
     empty_ = false;
+    (void)AtKey();
+    open_.push_back({.map = false});
   }
-  void OnSequenceEnd() override {}
+  void OnSequenceEnd() override { Close(); }
   void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
                   YAML::EmitterStyle::value) override {
     empty_ = false;
+    (void)AtKey();
+    open_.push_back({.map = true});
   }
-  void OnMapEnd() override {}
+  void OnMapEnd() override { Close(); }
 
   const std::optional<YAML::Mark>& second() const { return second_; }
   const std::optional<YAML::Mark>& unclosed() const { return unclosed_; }
+  const std::optional<YAML::Mark>& merge() const { return merge_; }
   const YAML::Mark& document_start() const { return start_; }
 
  private:
+  // A mapping or sequence being read; in a mapping, keys and values alternate.
+  struct Open {
+    bool map = false;
+    bool key_next = true;
+  };
+
+  // Called as each node starts: whether it is a mapping's key.
+  bool AtKey() {
+    if (open_.empty() || !open_.back().map) return false;
+    const bool key = open_.back().key_next;
+    open_.back().key_next = !key;
+    return key;
+  }
+  void Close() {
+    if (!open_.empty()) open_.pop_back();
+  }
+
   // Whether a scalar that starts with a quote at `mark` has its closing quote: a double-quoted
   // one skips backslash escapes, a single-quoted one its doubled quotes ('').
   // The mark of a scalar with a tag or an anchor is the first of these, which may stand on the
@@ -119,7 +152,8 @@ class StreamChecker : public YAML::EventHandler {
   YAML::Mark start_;
   bool empty_ = true;
   int documents_ = 0;
-  std::optional<YAML::Mark> second_, unclosed_;
+  std::vector<Open> open_;
+  std::optional<YAML::Mark> second_, unclosed_, merge_;
 };
 
 }  // namespace
@@ -170,6 +204,11 @@ Result<YAML::Node> ParseYaml(std::string_view text, std::string_view file) {
           fmt::format("{}:{}:{}: invalid YAML: a second document ('---'); a domino file "
                       "holds one",
                       file, mark->line + 1, mark->column + 1));
+    }
+    if (const std::optional<YAML::Mark>& mark = checker.merge()) {
+      return Error(
+          fmt::format("{}:{}:{}: <<: YAML merge keys are not supported; write the keys out", file,
+                      mark->line + 1, mark->column + 1));
     }
     return root;
   } catch (const YAML::Exception& e) {

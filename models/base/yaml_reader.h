@@ -20,6 +20,8 @@ namespace domino {
 
 // Parses YAML text. `file` is only used in messages: a syntax error becomes
 // "FILE:LINE:COLUMN: invalid YAML: WHAT". A file holds one document: a second one is an error.
+// A merge key (`<<: *anchor`) is an error too, "FILE:LINE:COLUMN: <<: ...": yaml-cpp does not
+// merge, so the keys it stands for would read as missing. Anchors and aliases are read.
 Result<YAML::Node> ParseYaml(std::string_view text, std::string_view file);
 
 // Bounds for an integer or real value; both ends inclusive.

@@ -150,6 +150,28 @@ TEST(ParseYaml, ASecondDocumentIsAnErrorNotIgnored) {
   EXPECT_TRUE(empty->IsNull());
 }
 
+// yaml-cpp keeps a merge key as a key named "<<" (the keys it stands for then read as missing):
+// one is refused where it stands, in a block or a flow mapping, at any depth. A quoted "<<" is a
+// plain string, "<<" as a value is no key, and anchors and aliases without a merge still read.
+TEST(ParseYaml, AMergeKeyIsAnErrorWhereItStands) {
+  Result<YAML::Node> block =
+      ParseYaml("base: &b {tp: 8}\nparallel:\n  dp: 1\n  <<: *b\n", "m.yaml");
+  ASSERT_FALSE(block.ok());
+  EXPECT_EQ(block.message(),
+            "m.yaml:4:3: <<: YAML merge keys are not supported; write the keys out");
+  Result<YAML::Node> flow = ParseYaml("a:\n  - [1, {x: 1, <<: {y: 2}}]\n", "f.yaml");
+  ASSERT_FALSE(flow.ok());
+  EXPECT_THAT(flow.message(), HasSubstr("f.yaml:2:16: <<: YAML merge keys"));
+  Result<YAML::Node> top = ParseYaml("<<: {a: 1}\n", "t.yaml");
+  ASSERT_FALSE(top.ok());
+  EXPECT_THAT(top.message(), HasSubstr("t.yaml:1:1: <<:"));
+  for (const char* fine : {"\"<<\": 1\n", "'<<': 1\n", "!!str <<: 1\n", "a: <<\n", "a: [<<, <<]\n",
+                           "? a\n: <<\nb: {c: <<}\n", "a: &x {b: 1}\nc: *x\nd: [*x, ~, {}]\n"}) {
+    Result<YAML::Node> node = ParseYaml(fine, "ok.yaml");
+    EXPECT_TRUE(node.ok()) << fine << ": " << node.message();
+  }
+}
+
 TEST(YamlMap, ReadsEveryType) {
   YamlMap map = MapOf("n: 7\nx: 2.5\nflag: false\ns: hello\ncolor: green\n");
   int n = 0;
