@@ -70,9 +70,10 @@ int ParseAndRun(int argc, const char* const* argv,
   app.require_subcommand(1);
   const std::string exit_codes =
       "Exit codes: 0 success; 1 bad input or a failed run; 2 usage error (unknown command or "
-      "flag,\na flag value out of its range); 3 no plan fits (plan); 128 + N stopped by signal N "
-      "(130 SIGINT,\n143 SIGTERM): sweep keeps the points it finished and says how many, plan "
-      "the best plan\nfound, marked partial in its YAML.";
+      "flag,\na flag value out of its range, outputs in conflict: two on one file, or one on an "
+      "input);\n3 no plan fits (plan); 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM): "
+      "sweep keeps\nthe points it finished and says how many, plan the best plan found, marked "
+      "partial in its YAML.";
   app.footer(exit_codes);
   app.fallthrough(false);
   for (const Command& command : Commands()) {

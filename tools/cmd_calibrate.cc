@@ -122,7 +122,7 @@ void Run(CalibrateFlags& flags) {
   if (rank == 0) {
     CheckOk("calibrate", CheckOutputPath(flags.out_path, flags.force));
     // A profile replaces none of the files that describe what it measures.
-    CheckOk("calibrate", CheckNotAnInput(flags.out_path, PlanInputFiles(flags.plan, *plan)));
+    CheckUsage("calibrate", CheckNotAnInput(flags.out_path, PlanInputFiles(flags.plan, *plan)));
   }
   Result<std::unique_ptr<exec::Communicator>> comm = exec::MakeLaunchCommunicator(*env);
   if (!comm.ok()) FailOnRank("calibrate", rank, comm.message());

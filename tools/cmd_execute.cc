@@ -332,12 +332,13 @@ void Run(ExecuteFlags& flags) {
   for (const std::string& path : {flags.report_path, flags.trace_path})
     if (!path.empty()) output_paths.push_back(path);
   if (rank == 0) {
+    CheckUsage("execute", CheckDistinctOutputs(output_paths));
     CheckOk("execute", CheckOutputPaths(output_paths, flags.force));
     // A report is a plan file with its measurement, so it may replace the plan it ran (--force),
     // not its model or stack file; a trace replaces none of them.
-    CheckOk("execute",
-            CheckNotAnInput(flags.report_path, PlanInputFiles(flags.plan, *plan, false)));
-    CheckOk("execute", CheckNotAnInput(flags.trace_path, PlanInputFiles(flags.plan, *plan)));
+    CheckUsage("execute",
+               CheckNotAnInput(flags.report_path, PlanInputFiles(flags.plan, *plan, false)));
+    CheckUsage("execute", CheckNotAnInput(flags.trace_path, PlanInputFiles(flags.plan, *plan)));
   }
 
   // 16-bit runs are for timing; the check's default element type is fp32.

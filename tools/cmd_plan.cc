@@ -277,7 +277,8 @@ Json PlanDocument(const PlanCommandFlags& flags, const Plan& base, const SearchR
 
 void Run(const PlanCommandFlags& flags) {
   if (flags.format == OutputFormat::kJson && flags.out_path == "-")
-    Fail("plan", "--format json prints its document on stdout: give --out a file, not -");
+    Fail("plan", "--format json prints its document on stdout: give --out a file, not -",
+         kExitUsage);
   Result<SearchSpace> space = SpaceFor(flags);
   if (!space.ok()) Fail("plan", space.message());
   // Flags describe the base plan; the defaults of the built-in plan must not pin anything.
@@ -300,7 +301,7 @@ void Run(const PlanCommandFlags& flags) {
   if (!flags.out_path.empty()) {
     CheckOk("plan", CheckOutputPath(flags.out_path, flags.force));
     // The plan names its model, node and stack files: writing it over one of them loses it.
-    CheckOk("plan", CheckNotAnInput(flags.out_path, PlanInputFiles(flags.plan, *base)));
+    CheckUsage("plan", CheckNotAnInput(flags.out_path, PlanInputFiles(flags.plan, *base)));
   }
   // A pinned degree must divide the GPUs, else nothing is left to search: say which.
   const int gpus = base->cluster.total_gpus();

@@ -225,12 +225,16 @@ void Run(SimulateFlags& flags) {
            kExitUsage);
     flags.plan.plan_path = path;
   }
-  if (flags.format == OutputFormat::kJson)
-    for (const std::string* path : {&flags.report_path, &flags.trace_path,
-                                    &flags.iteration_trace_path, &flags.iteration_report_path})
-      if (*path == "-")
-        Fail("simulate",
-             "--format json prints its document on stdout: write the report or trace to a file");
+  std::vector<std::string> output_paths;
+  for (const std::string* path : {&flags.report_path, &flags.trace_path,
+                                  &flags.iteration_trace_path, &flags.iteration_report_path})
+    if (!path->empty()) output_paths.push_back(*path);
+  CheckUsage("simulate", CheckDistinctOutputs(output_paths));
+  if (flags.format == OutputFormat::kJson &&
+      std::find(output_paths.begin(), output_paths.end(), "-") != output_paths.end())
+    Fail("simulate",
+         "--format json prints its document on stdout: write the report or trace to a file",
+         kExitUsage);
   Result<Plan> plan = BuildPlan(flags.plan);
   if (!plan.ok()) Fail("simulate", plan.message());
   // Fail fast on an output that cannot be written; they are written together at the end.
@@ -245,9 +249,9 @@ void Run(SimulateFlags& flags) {
     for (auto* files : {&inputs, &not_the_plan})
       if (!flags.profile_path.empty()) files->push_back(flags.profile_path);
     for (const std::string* path : {&flags.report_path, &flags.iteration_report_path})
-      CheckOk("simulate", CheckNotAnInput(*path, not_the_plan));
+      CheckUsage("simulate", CheckNotAnInput(*path, not_the_plan));
     for (const std::string* path : {&flags.trace_path, &flags.iteration_trace_path})
-      CheckOk("simulate", CheckNotAnInput(*path, inputs));
+      CheckUsage("simulate", CheckNotAnInput(*path, inputs));
   }
   sim::CostOptions options;
   HardwareProfile profile;

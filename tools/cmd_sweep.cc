@@ -301,7 +301,7 @@ Grid ReadGrid(const SweepFlags& flags) {
     for (const Axis& a : axes)
       for (const std::string& value : a.values) add_value(value);
     for (const auto& [key, value] : grid.fixed) add_value(value);
-    CheckOk("sweep", CheckNotAnInput(flags.out_path, inputs));
+    CheckUsage("sweep", CheckNotAnInput(flags.out_path, inputs));
   }
   grid.base = flags.plan;
   // Node counts and types vary the plan file's cluster when no --cluster replaces it.

@@ -356,7 +356,7 @@ void Run(const ValidateFlags& flags) {
   if (flags.explain && flags.format != OutputFormat::kTable)
     Fail("validate", "--explain prints text after the table: use it with --format table",
          kExitUsage);
-  CheckOk("validate", CheckNotAnInput(flags.csv_path, std::array{flags.table}));
+  CheckUsage("validate", CheckNotAnInput(flags.csv_path, std::array{flags.table}));
   if (flags.csv_path == "-" && flags.format == OutputFormat::kJson)
     Fail("validate", "--csv - and --format json would both write stdout: give --csv a file",
          kExitUsage);

@@ -79,9 +79,10 @@ void CatchStopSignals();
 int StopSignal();
 
 // Exit codes, the same for every command (README, `domino --help`): 0 success; 1 bad input or a
-// failed run; 2 a usage error (unknown command or flag, a flag value out of its range); 3 no plan
-// fits (`domino plan` searched the whole space and every candidate broke a rule or memory);
-// 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM), keeping what was finished.
+// failed run; 2 a usage error (unknown command or flag, a flag value out of its range, outputs in
+// conflict: CheckUsage); 3 no plan fits (`domino plan` searched the whole space and every candidate
+// broke a rule or memory); 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM), keeping what was
+// finished.
 inline constexpr int kExitBadInput = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitNoPlanFits = 3;
@@ -99,6 +100,14 @@ inline constexpr int kExitNoPlanFits = 3;
 // Prints the error of a failed Status/Result and ends the callback with exit code 1.
 inline void CheckOk(std::string_view command, const Status& status) {
   if (!status.ok()) Fail(command, status.message());
+}
+
+// CheckOk for a check of the command line itself, which ends with exit code 2 (a usage error):
+// outputs in conflict, two of them naming one file or stdout (CheckDistinctOutputs), or one
+// naming an input of the command (CheckNotAnInput). Whether an output's path can be written
+// (a missing folder, an existing file without --force) is the machine's state: CheckOk.
+inline void CheckUsage(std::string_view command, const Status& status) {
+  if (!status.ok()) Fail(command, status.message(), kExitUsage);
 }
 
 }  // namespace domino::cli

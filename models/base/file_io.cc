@@ -90,8 +90,12 @@ bool SameFile(const std::string& a, const std::string& b) {
 }  // namespace
 
 Status CheckOutputPaths(std::span<const std::string> paths, bool overwrite) {
+  for (const std::string& path : paths) DOMINO_RETURN_IF_ERROR(CheckOutputPath(path, overwrite));
+  return CheckDistinctOutputs(paths);
+}
+
+Status CheckDistinctOutputs(std::span<const std::string> paths) {
   for (size_t i = 0; i < paths.size(); ++i) {
-    DOMINO_RETURN_IF_ERROR(CheckOutputPath(paths[i], overwrite));
     for (size_t j = 0; j < i; ++j) {
       const bool same = paths[i] == paths[j] ||
                         (paths[i] != "-" && paths[j] != "-" && SameFile(paths[i], paths[j]));

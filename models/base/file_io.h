@@ -29,8 +29,12 @@ struct OutputFile {
 // sockets and directories are refused.
 Status CheckOutputPath(const std::string& path, bool overwrite);
 
-// CheckOutputPath for every path, and no path twice ("-" at most once): a command checks its
-// outputs before long work, so that a bad path costs nothing.
+// No path twice (the same file by another name too) and "-" at most once: each output of a
+// command needs its own file.
+Status CheckDistinctOutputs(std::span<const std::string> paths);
+
+// CheckOutputPath for every path, and CheckDistinctOutputs: a command checks its outputs before
+// long work, so that a bad path costs nothing.
 Status CheckOutputPaths(std::span<const std::string> paths, bool overwrite);
 
 // An error when `output` is one of `inputs` (the same file by another name too): a command

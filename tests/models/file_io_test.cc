@@ -98,6 +98,13 @@ TEST_F(WriteFilesTest, WritesEveryOutputOrNone) {
   std::filesystem::remove("in.yaml");
   std::filesystem::current_path(cwd);
   EXPECT_THAT(relative.message(), HasSubstr("z: given for two outputs"));
+  // Checked alone, before a path's folder or file is looked at (a command's usage error).
+  const std::vector<std::string> twice = {Path("no/dir/a"), Path("no/dir/./a")};
+  const std::vector<std::string> stdout_twice = {"-", Path("r.yaml"), "-"};
+  const std::vector<std::string> distinct = {"-", Path("r.yaml"), Path("no/dir/r.yaml")};
+  EXPECT_THAT(CheckDistinctOutputs(twice).message(), HasSubstr("a: given for two outputs"));
+  EXPECT_THAT(CheckDistinctOutputs(stdout_twice).message(), HasSubstr("-: given for two outputs"));
+  EXPECT_TRUE(CheckDistinctOutputs(distinct).ok());
   EXPECT_THAT(dotted.message(), HasSubstr("is also an input"));
   EXPECT_THAT(linked.message(), HasSubstr("is also an input"));
   EXPECT_TRUE(other.ok()) << other.message();

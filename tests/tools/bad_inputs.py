@@ -263,6 +263,12 @@ CASES = [
     ("one file, two outputs", "--report and --trace the same file", {},
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--report", "{tmp}/x", "--trace", "{tmp}/x"],
      r"x: given for two outputs", "x"),
+    ("one file by two names", "simulate --report z --trace-iteration ./z (once found after the simulation, exit 1)", {},
+     ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--report", "{tmp}/z", "--trace-iteration", "{tmp}/./z"],
+     r"z: given for two outputs; each output needs its own file", "z"),
+    ("plan and JSON on stdout", "plan --out - --format json (once exit 1, where validate's --csv - said 2)", {},
+     ["plan", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--out", "-", "--format", "json"],
+     r"--format json prints its document on stdout: give --out a file, not -", None),
     ("emulate on the CPU", "emulated collectives without the CUDA backend", {}, ["execute", "--comm", "emulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1"],
      r"--comm emulate needs --backend cuda", None),
     ("a value on a switch's negation", "--no-sp=99999999999999999999999 (CLI11 read it as a number and threw)", {},
@@ -478,7 +484,12 @@ USAGE_CASES = {"an empty plan path", "an empty value after '='", "a switch given
                "--check of some rows", "--fit of some rows", "--fit of another category",
                "empty output path", "octal-looking seed", "NaN soak", "calibrate without --out",
                "a CUDA flag on the CPU", "CSV and JSON on stdout", "sweep without --out",
-               "NCCL's CTAs without NCCL"}
+               "NCCL's CTAs without NCCL",
+               # Outputs in conflict: two naming one file (or stdout), or one naming an input.
+               "one file, two outputs", "one file by two names", "execute's two outputs in one file",
+               "plan and JSON on stdout", "profile over its model", "CSV over the table",
+               "plan over its model", "execute trace over its model", "report over its model",
+               "sweep over a varied model", "trace over a node's GPU"}
 NO_PLAN_CASES = {"no plan fits"}
 
 
@@ -718,7 +729,9 @@ def main():
            "with exactly one line on stderr naming the file, line, key and rule where there is one, a",
            "non-zero exit code, and no output file. `TMP` stands for the test's temporary directory.",
            "The exit code is checked too: 1 bad input, 2 a usage error (unknown command or flag, a flag",
-           "value out of its range), 3 no plan fits; 128 + N for a run stopped by signal N (below).",
+           "value out of its range, a switch given a value other than true or false, outputs in",
+           "conflict: two naming one file or stdout, or one naming an input of the command), 3 no plan",
+           "fits; 128 + N for a run stopped by signal N (below).",
            "Regenerate with `tests/tools/bad_inputs.py build/tools/domino --doc docs/bad-inputs.md`.\n",
            f"{len(CASES)} cases.\n",
            "| case | input | command | exit | message |", "| --- | --- | --- | ---: | --- |"]

@@ -146,7 +146,7 @@ def test_plan():
         check(open(path).read().startswith("# domino plan"), "--out FILE not written")
         check(err.strip() == f"wrote {path}", f"stderr with --out: {err.strip()}")
         code, out, err = run(*args, "--format", "json", "--out", "-")
-        check(code == 1 and out == "" and len(err.strip().splitlines()) == 1,
+        check(code == 2 and out == "" and len(err.strip().splitlines()) == 1,
               f"--out - with json: exit {code}, stdout {out[:40]!r}")
     doc = document(*args, "--explain", schema="domino.plan/1")
     check(all(isinstance(r, str) for r in doc["rejections"]), "rejections")
@@ -236,7 +236,7 @@ def test_simulate():
         document("simulate", "--report", path, schema="domino.simulate/1")
         check(open(path).read().startswith("# domino simulate report"), "--report not written")
         code, out, err = run("simulate", "--report", "-", "--format", "json")
-        check(code == 1 and out == "", f"--report - with json: exit {code}")
+        check(code == 2 and out == "", f"--report - with json: exit {code}")
 
 
 def test_validate():
