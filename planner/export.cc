@@ -35,6 +35,17 @@ std::string Title(const Plan& plan, std::string_view what) {
                      plan.cluster.gpus_per_node, Degrees(plan));
 }
 
+Output Opening(const Plan& plan, std::string_view what) {
+  Output out;
+  out.comments.push_back(Title(plan, what));
+  if (!plan.search_stopped.empty())
+    out.comments.push_back(
+        fmt::format("partial: the best plan of a `domino plan` search stopped {}, before it "
+                    "covered its space; a whole search may find a faster one",
+                    plan.search_stopped));
+  return out;
+}
+
 std::vector<std::string> ModelApproximations(const Plan& plan) {
   std::vector<std::string> out;
   for (const std::string& a : plan.model.approximations)

@@ -24,7 +24,8 @@ std::span<const std::pair<std::string_view, ExportTarget>> ExportTargetNames();
 //   kNemo       a YAML fragment of NeMo's megatron_gpt_config.yaml (trainer: and model: keys)
 //   kDeepSpeed  a DeepSpeed config (JSON) and the arguments of DeepSpeed-Domino's pretrain scripts
 //   kTorchtitan a torchtitan job config (TOML)
-// The text opens with `#` comment lines: what the settings are for, then one "# differs: ..." line
+// The text opens with `#` comment lines: what the settings are for (with a "# partial: ..." line
+// for a plan whose search stopped early, Plan::search_stopped), then one "# differs: ..." line
 // for each way the framework's run would differ from the plan (a setting it has no option for,
 // such as Domino's row and column splits in Megatron-LM). docs/export.md tables every mapping.
 // Deterministic: the same plan gives the same bytes.

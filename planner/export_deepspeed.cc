@@ -50,11 +50,10 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
     return Error(fmt::format("DeepSpeed-Domino cannot run this plan: {}", list));
   }
   const ModelSpec& m = plan.model;
-  Output out;
-  out.comments.push_back(
-      Title(plan,
-            "DeepSpeed config and DeepSpeed-Domino arguments (DeepSpeedExamples/training/"
-            "DeepSpeed-Domino)"));
+  Output out =
+      Opening(plan,
+              "DeepSpeed config and DeepSpeed-Domino arguments (DeepSpeedExamples/training/"
+              "DeepSpeed-Domino)");
   // Its ranks are its tp ranks (no dp, pp or cp); DeepSpeed's launcher counts GPUs per node and
   // reaches more than one node through a hostfile.
   const int per_node = plan.cluster.gpus_per_node;

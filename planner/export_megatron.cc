@@ -68,8 +68,7 @@ std::string ParamGatherAloneDifference(std::string_view framework, std::string_v
 
 std::string ExportMegatron(const Plan& plan) {
   const ModelSpec& m = plan.model;
-  Output out;
-  out.comments.push_back(Title(plan, "Megatron-LM / Megatron-Core arguments (pretrain_gpt.py)"));
+  Output out = Opening(plan, "Megatron-LM / Megatron-Core arguments (pretrain_gpt.py)");
   if (plan.cp > 1)
     out.comments.push_back(fmt::format(
         "data-parallel size {} follows from the world size: {} GPUs / (tp {} x cp {} x pp {})",
@@ -214,8 +213,7 @@ std::string ExportMegatron(const Plan& plan) {
 
 std::string ExportNemo(const Plan& plan) {
   const ModelSpec& m = plan.model;
-  Output out;
-  out.comments.push_back(Title(plan, "NeMo overrides of megatron_gpt_config.yaml"));
+  Output out = Opening(plan, "NeMo overrides of megatron_gpt_config.yaml");
   for (const std::string& d : ModelApproximations(plan)) out.differs.push_back(d);
   if (std::optional<std::string> slicing = DominoSlicing(plan)) {
     out.differs.push_back(*slicing +

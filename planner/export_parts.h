@@ -30,6 +30,10 @@ std::string Degrees(const Plan& plan);
 // The first comment line: `what`, for which model on which cluster, and Degrees.
 std::string Title(const Plan& plan, std::string_view what);
 
+// The text every export opens with: the Title, then, for a plan whose search stopped early
+// (Plan::search_stopped), a line saying that a whole search may find a faster plan.
+Output Opening(const Plan& plan, std::string_view what);
+
 // What the plan's model file describes and its spec leaves out (ModelSpec::approximations), as
 // differences: "model NAME: ...".
 std::vector<std::string> ModelApproximations(const Plan& plan);

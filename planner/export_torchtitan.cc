@@ -39,8 +39,7 @@ std::string TomlString(std::string_view s) {
 
 std::string ExportTorchtitan(const Plan& plan) {
   const ModelSpec& m = plan.model;
-  Output out;
-  out.comments.push_back(Title(plan, "torchtitan job config (TOML)"));
+  Output out = Opening(plan, "torchtitan job config (TOML)");
   out.comments.push_back(
       fmt::format("launch: torchrun --nnodes {} --nproc_per_node {} -m torchtitan.train "
                   "--job.config_file THIS.toml",

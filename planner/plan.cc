@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <span>
@@ -230,6 +231,25 @@ std::string NearPlan(const std::string& ref, std::string_view file) {
   return path_like(ref) ? PathNear(ref, file) : ref;
 }
 
+// Plan::search_stopped from a `search:` block as `domino plan` writes it (tools/cmd_plan.cc
+// PlanYaml). The block is for people and read leniently: a value it never writes says only that
+// the search stopped, as nothing of it reaches a message raw.
+std::string SearchStopped(const YAML::Node& search) {
+  if (!search.IsMap()) return "";
+  if (const YAML::Node by = search["stopped_by"]; by.IsDefined() && !by.IsNull()) {
+    const std::string signal = by.IsScalar() ? by.Scalar() : "";
+    return signal == "SIGINT" || signal == "SIGTERM" ? "by " + signal : "by a signal";
+  }
+  if (const YAML::Node timeout = search["stopped_at_timeout_s"]; timeout.IsDefined()) {
+    double seconds = 0;
+    if (timeout.IsScalar() && YAML::convert<double>::decode(timeout, seconds) &&
+        std::isfinite(seconds) && seconds > 0)
+      return fmt::format("at its {:g} s timeout", seconds);
+    return "at its timeout";
+  }
+  return "";
+}
+
 }  // namespace
 
 Result<Plan> ParsePlan(std::string_view text, std::string_view file) {
@@ -311,7 +331,8 @@ Result<Plan> ParsePlanNode(const YAML::Node& doc, std::string_view file,
   ReadFigures(root, "predicted", &plan.predicted);
   ReadFigures(root, "measured", &plan.measured);
   (void)root.Raw("timeline");  // a report's per-op timeline: read by `domino compare` only
-  (void)root.Raw("search");    // how `domino plan` chose the plan: for people
+  // How `domino plan` chose the plan: for people, but for a search stopped early.
+  plan.search_stopped = SearchStopped(root.Raw("search"));
   DOMINO_RETURN_IF_ERROR(root.Finish());
 
   // Named from here on as the working directory reaches them, as flags name them.

@@ -175,6 +175,11 @@ struct Plan {
 
   std::optional<PlanFigures> predicted;  // read back from a report; never trusted on input
   std::optional<PlanFigures> measured;
+  // How the `domino plan` search that chose this plan stopped before it covered its space, read
+  // from a plan file's `search:` block: "by SIGINT" or "by SIGTERM" (`stopped_by`, the plan
+  // marked partial), or "at its 60 s timeout" (`stopped_at_timeout_s`). Empty for a whole search
+  // or a plan not searched. For people (`domino export` says so); PlanToYaml does not write it.
+  std::string search_stopped;
 
   int micro_batches() const { return global_batch / (micro_batch * dp); }
   // How many layers of a model chunk of `chunk_layers` recompute their forward in the backward:

@@ -25,6 +25,13 @@ void Run(const ExportFlags& flags) {
   if (!plan.ok()) Fail("export", plan.message());
   Result<std::string> text = ExportPlan(*plan, flags.target);
   if (!text.ok()) Fail("export", fmt::format("{}: {}", flags.plan_path, text.message()));
+  // The settings hold up, but not the claim that they are the best: said where a script's
+  // output would not show it, as the text's "# partial:" line says it where it is kept.
+  if (!plan->search_stopped.empty())
+    std::cerr << fmt::format(
+        "domino export: warning: {}: the best plan of a `domino plan` search stopped {}, before "
+        "it covered its space; a whole search may find a faster one\n",
+        flags.plan_path, plan->search_stopped);
   std::cout << *text;
 }
 

@@ -30,6 +30,24 @@ TEST(Export, EveryTargetIsNamedAndDeterministic) {
   }
 }
 
+// A plan from a search stopped early (ParsePlanTest.ASearchStoppedEarlyIsRead) exports as any
+// other, its second line saying so.
+TEST(Export, APlanOfAStoppedSearchSaysItIsPartial) {
+  const std::string yaml = std::string(kGpt27bRowSplit) + "search: {stopped_by: SIGINT}\n";
+  for (const auto& [name, target] : ExportTargetNames()) {
+    Result<std::string> text = Export(yaml.c_str(), target);
+    ASSERT_TRUE(text.ok()) << name << ": " << text.message();
+    const std::string whole = *Export(kGpt27bRowSplit, target);
+    const size_t second = whole.find('\n') + 1;
+    EXPECT_EQ(*text, whole.substr(0, second) +
+                         "# partial: the best plan of a `domino plan` search stopped by SIGINT, "
+                         "before it covered its space; a whole search may find a faster one\n" +
+                         whole.substr(second))
+        << name;
+    EXPECT_THAT(whole, Not(HasSubstr("# partial"))) << name;
+  }
+}
+
 TEST(Export, BaselinePlanDiffersInNothingForMegatron) {
   std::string yaml = kGpt27bRowSplit;
   yaml.replace(yaml.find("row_split: 2"), 12, "row_split: 1");

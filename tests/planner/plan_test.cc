@@ -485,6 +485,25 @@ TEST(PlanToYamlTest, FilePathsAreAbsoluteAndQuotedSoThePlanLoadsAnywhere) {
   fs::remove_all(root);
 }
 
+// How `domino plan`'s search stopped, for people (Plan::search_stopped): by a signal (the plan
+// marked partial) or at its timeout. A value the writer never writes says only that the search
+// stopped (nothing of it reaches a message raw); a whole search says nothing.
+TEST(ParsePlanTest, ASearchStoppedEarlyIsRead) {
+  const std::string base = "model: gpt3-2.7b\ncluster: dgx-h100:1\n";
+  for (const auto& [search, stopped] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"search:\n  evaluated: 12\n  stopped_by: SIGINT  # partial\n", "by SIGINT"},
+           {"search: {evaluated: 3, stopped_by: SIGTERM}\n", "by SIGTERM"},
+           {"search: {stopped_at_timeout_s: 2.5, evaluated: 40}\n", "at its 2.5 s timeout"},
+           {"search: {stopped_by: \"x\\ny\"}\n", "by a signal"},
+           {"search: {stopped_at_timeout_s: [1]}\n", "at its timeout"},
+           {"search: {evaluated: 12, rejected: 0, pruned: 3}\n", ""},
+           {"", ""}}) {
+    Result<Plan> plan = ParsePlan(base + search, "plan.yaml");
+    ASSERT_TRUE(plan.ok()) << plan.message();
+    EXPECT_EQ(plan->search_stopped, stopped) << search;
+  }
+}
+
 TEST(LoadPlanTest, MissingFileIsAnError) {
   Result<Plan> plan = LoadPlan(::testing::TempDir() + "/no_such_plan.yaml");
   EXPECT_FALSE(plan.ok());

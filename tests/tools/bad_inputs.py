@@ -625,7 +625,8 @@ def check_sigint(domino):
 
 def check_plan_sigterm(domino):
     """A long search stopped by SIGTERM keeps the best plan found so far, marked partial, says so
-    in one line and exits 143, as a sweep does."""
+    in one line and exits 143, as a sweep does. Its export says it is partial: a warning line and
+    a comment line, exit 0."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "p.yaml")
         p = subprocess.Popen([domino, "plan", "--model", "gpt-530b", "--cluster", "dgx-a100:640",
@@ -648,6 +649,16 @@ def check_plan_sigterm(domino):
         leftovers = [n for n in os.listdir(tmp) if n.startswith(".domino")]
         if leftovers:
             return f"plan SIGTERM: left {', '.join(leftovers)}"
+        r = subprocess.run([domino, "export", out, "--to", "megatron"], capture_output=True,
+                           text=True, timeout=60)
+        said = r.stderr.strip().splitlines()
+        if r.returncode != 0 or len(said) != 1 or not re.search(
+                r"^domino export: warning: .*p\.yaml: the best plan of a `domino plan` search "
+                r"stopped by SIGTERM", said[0]):
+            return f"export of a partial plan: exit {r.returncode}, stderr: {r.stderr.strip()}"
+        if not re.match(r"# [^\n]*\n# partial: the best plan of a `domino plan` search stopped by "
+                        r"SIGTERM, before it covered its space", r.stdout):
+            return f"export of a partial plan: no '# partial:' second line: {r.stdout[:300]!r}"
     return None
 
 
