@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "models/base/file_io.h"
@@ -18,10 +19,13 @@ std::string TimelineYaml(const Schedule& schedule, const Timeline& timeline) {
   // A whole iteration's timeline holds passes (forward and backward of each micro-batch).
   const bool passes =
       std::ranges::any_of(schedule.ops(), [](const Op& op) { return op.kind == OpKind::kPass; });
+  // The count comes first, so that a copy cut short (at a line: the YAML still parses) lists
+  // fewer ops than it declares.
   std::string out = fmt::format(
       "timeline:  # {} on one rank, in issue order: [op, class, start_us, end_us]\n"
+      "  op_count: {}\n"
       "  ops:\n",
-      passes ? "a whole iteration" : "one micro-batch");
+      passes ? "a whole iteration" : "one micro-batch", schedule.size());
   for (size_t i = 0; i < schedule.size(); ++i) {
     const int32_t id = static_cast<int32_t>(i);
     out += fmt::format("    - [{}, {}, {:.3f}, {:.3f}]\n", schedule.Label(id),
@@ -46,14 +50,30 @@ Result<Report> LoadReport(const std::string& path) {
     return Error(fmt::format("{}:{}:{}: timeline.ops: {}", path, node.Mark().line + 1,
                              node.Mark().column + 1, rule));
   };
+  // A report written before op_count has none: its ops are taken as listed.
+  int64_t declared = -1;
+  auto miscounted = [&](size_t listed) {
+    const YAML::Mark at = std::as_const(timeline)["op_count"].Mark();
+    return Error(
+        fmt::format("{}:{}:{}: timeline.op_count: {} ops declared, {} listed in "
+                    "timeline.ops{}",
+                    path, at.line + 1, at.column + 1, declared, listed,
+                    std::cmp_less(listed, declared) ? ": the file was cut short" : ""));
+  };
   YAML::Node ops;
   if (timeline.IsMap()) {
     YamlMap map(timeline, path, "timeline");
+    map.Int("op_count", &declared, Need::kOptional, IntRange{.min = 0});
+    // Cut after op_count: no ops, or `ops:` with nothing under it.
+    if (const YAML::Node listed = std::as_const(timeline)["ops"];
+        declared > 0 && (!listed || listed.IsNull()))
+      return miscounted(0);
     ops = map.Raw("ops");
-    DOMINO_RETURN_IF_ERROR(map.Finish());  // its only key
+    DOMINO_RETURN_IF_ERROR(map.Finish());
   }
   if (!ops || !ops.IsSequence())
     return fail(timeline, "expected a list of [op, class, start_us, end_us]");
+  if (declared >= 0 && std::cmp_not_equal(ops.size(), declared)) return miscounted(ops.size());
   std::vector<std::string_view> classes;
   for (int c = 0; c < kOpClassCount; ++c) classes.push_back(OpClassName(static_cast<OpClass>(c)));
   // A time written as a string ("92.3") is text, as in every domino file.

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "models/base/file_io.h"
 #include "sim/predict.h"
@@ -76,6 +77,47 @@ TEST(ReportTest, MalformedTimelineNamesTheLine) {
   back = LoadReport(path);
   ASSERT_FALSE(back.ok());
   EXPECT_NE(back.message().find("timeline.ops"), std::string::npos) << back.message();
+  std::remove(path.c_str());
+}
+
+// A report's timeline declares its op count before its ops: a copy cut short at a line boundary
+// (whose YAML still parses) is refused, naming what it lacks, where it was read as a shorter
+// timeline; so is one whose ops were added to. A report written before op_count still reads.
+TEST(ReportTest, ATimelineCutShortIsAnError) {
+  Plan plan = testing_util::MakePlan({});
+  Result<Prediction> p = Predict(plan);
+  ASSERT_TRUE(p.ok()) << p.message();
+  plan.predicted = p->figures;
+  const std::string head = PlanToYaml(plan, "test");
+  const std::string timeline = TimelineYaml(p->schedule, p->timeline);
+  const std::string count = "  op_count: " + std::to_string(p->schedule.size()) + "\n";
+  ASSERT_NE(timeline.find("\n" + count + "  ops:\n"), std::string::npos) << timeline;
+  const int line = static_cast<int>(std::count(head.begin(), head.end(), '\n')) + 2;
+  const std::string where = ":" + std::to_string(line) + ":13: timeline.op_count: ";
+  const std::string path = TempPath("cut.yaml");
+  // Cut after the count, after `ops:` (0 ops listed), and after the first op.
+  for (const auto& [lines_kept, listed] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{2, 1}}) {
+    size_t end = timeline.find(count) + count.size();
+    for (int kept = 0; kept < lines_kept; ++kept) end = timeline.find('\n', end) + 1;
+    WriteText(path, head + timeline.substr(0, end));
+    Result<Report> back = LoadReport(path);
+    ASSERT_FALSE(back.ok()) << lines_kept << " lines kept";
+    EXPECT_EQ(back.message(), path + where + std::to_string(p->schedule.size()) +
+                                  " ops declared, " + std::to_string(listed) +
+                                  " listed in timeline.ops: the file was cut short");
+  }
+  WriteText(path, head + timeline + "    - [extra L0 mb0 fwd, gemm, 1, 2]\n");
+  Result<Report> added = LoadReport(path);
+  ASSERT_FALSE(added.ok());
+  EXPECT_EQ(added.message(), path + where + std::to_string(p->schedule.size()) + " ops declared, " +
+                                 std::to_string(p->schedule.size() + 1) +
+                                 " listed in timeline.ops");
+  std::string older = timeline;
+  older.erase(older.find(count), count.size());
+  WriteText(path, head + older);
+  Result<Report> back = LoadReport(path);
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->ops.size(), p->schedule.size());
   std::remove(path.c_str());
 }
 
