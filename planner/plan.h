@@ -191,9 +191,16 @@ struct Plan {
   // Whether layer `layer` of a model chunk is one of them (its first ones recompute).
   bool recomputes_layer(int layer) const { return layer < recomputed_layers(layer + 1); }
   // The loss's and attention's kernels and the gradients' type: the plan's word, else the
-  // stack's.
+  // stack's. A stack's fused attention takes heads up to kMaxFusedHeadDim wide; wider ones run
+  // unfused, as Transformer Engine's backend selection falls back to UnfusedDotProductAttention
+  // (FlashAttention 2 and cuDNN's kernels: head_dim_qk <= 256, TE
+  // pytorch/attention/dot_product_attention/utils.py get_attention_backend).
+  static constexpr int kMaxFusedHeadDim = 256;
   CrossEntropy loss_kernels() const { return cross_entropy.value_or(stack.cross_entropy); }
-  AttentionKernel attention_kernel() const { return attention.value_or(stack.attention); }
+  AttentionKernel attention_kernel() const {
+    if (attention) return *attention;
+    return model.head_width() > kMaxFusedHeadDim ? AttentionKernel::kUnfused : stack.attention;
+  }
   Fp8Recipe fp8_scaling() const { return fp8_recipe.value_or(Fp8Recipe::kDelayed); }
   bool applies_dropout() const { return dropout.value_or(stack.dropout); }
   bool launches_from_graphs() const { return cuda_graphs.value_or(stack.cuda_graphs); }

@@ -78,6 +78,14 @@ std::optional<PlanRuleFailure> CheckPlanWideRules(const Plan& p) {
                            fmt::format("says how fp8 inputs are cast and needs precision fp8 (the "
                                        "plan's is {})",
                                        DtypeName(p.precision))};
+  if (p.attention && *p.attention != AttentionKernel::kUnfused &&
+      p.model.head_width() > Plan::kMaxFusedHeadDim)
+    return PlanRuleFailure{
+        "training.attention",
+        fmt::format("{} kernels take heads up to {} wide (FlashAttention 2's and cuDNN's); the "
+                    "model's are {} (unfused attention runs them)",
+                    AttentionKernelName(*p.attention), Plan::kMaxFusedHeadDim,
+                    p.model.head_width())};
   // The softmax's kernels are unfused attention's: flash kernels keep the scores on chip and are
   // priced causal, and the executor's own attention (fp32_scores) runs its own kernels.
   if (p.softmax && p.attention_kernel() != AttentionKernel::kUnfused)

@@ -130,6 +130,32 @@ TEST(PlanToYamlTest, AttentionIsWrittenOnlyWhenSetAndReadsBack) {
   EXPECT_THAT(bad.message(), HasSubstr("flash2"));
 }
 
+// Heads wider than fused kernels take (FlashAttention 2's and cuDNN's 256) run the stack's
+// attention unfused; a plan that asks for a fused kernel there is refused at its key.
+TEST(PlanToYamlTest, HeadsWiderThanFusedKernelsTakeRunUnfused) {
+  constexpr std::string_view kWide =
+      "model: {name: w, layers: 2, hidden: 1024, heads: 32, kv_heads: 32, head_dim: 512, ffn: "
+      "4096, vocab: 1000, seq_len: 1024, activation: swiglu, norm: rmsnorm}";
+  Result<Plan> wide = ParsePlan(Edit({{"model: gpt3-13b", kWide}}), "plan.yaml");
+  ASSERT_TRUE(wide.ok()) << wide.message();
+  EXPECT_EQ(wide->stack.attention, AttentionKernel::kFlash);
+  EXPECT_EQ(wide->attention_kernel(), AttentionKernel::kUnfused);
+  EXPECT_THAT(PlanToYaml(*wide), Not(HasSubstr("attention")));
+  Result<Plan> flash =
+      ParsePlan(Edit({{"model: gpt3-13b", kWide},
+                      {"  global_batch: 16\n", "  global_batch: 16\n  attention: flash\n"}}),
+                "plan.yaml");
+  ASSERT_FALSE(flash.ok());
+  EXPECT_THAT(flash.message(),
+              HasSubstr("training.attention: flash kernels take heads up to 256 wide "
+                        "(FlashAttention 2's and cuDNN's); the model's are 512"));
+  std::string at256(kWide);
+  at256.replace(at256.find("head_dim: 512"), 13, "head_dim: 256");
+  Result<Plan> fits = ParsePlan(Edit({{"model: gpt3-13b", at256}}), "plan.yaml");
+  ASSERT_TRUE(fits.ok()) << fits.message();
+  EXPECT_EQ(fits->attention_kernel(), AttentionKernel::kFlash);
+}
+
 TEST(PlanToYamlTest, CudaGraphsAreWrittenOnlyWhenSetAndReadBack) {
   Result<Plan> set = ParsePlan(
       Edit({{"  global_batch: 16\n", "  global_batch: 16\n  cuda_graphs: true\n"}}), "plan.yaml");
