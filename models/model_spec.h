@@ -56,7 +56,7 @@ struct ModelSpec {
   // `models` prints them and `export` names each as a difference. Not written by ModelToFlowYaml.
   std::vector<std::string> approximations;
 
-  int head_width() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  int head_width() const { return head_dim > 0 ? head_dim : heads > 0 ? hidden / heads : 0; }
   int q_hidden() const { return heads * head_width(); }  // width of Q and of the attention's output
   int kv_hidden() const { return kv_heads * head_width(); }  // width of K (and of V)
   bool learned_positions() const {
