@@ -145,6 +145,18 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                 fmt::format("context parallelism cuts each sequence into 2*cp = {} chunks (two per "
                             "rank, for causal load balance): 2*cp must divide seq_len ({})",
                             2 * p.cp, p.seq_len));
+  // A framework's ring attention runs over its fused kernels: Transformer Engine disables
+  // UnfusedDotProductAttention under context parallelism and Megatron-Core's local attention
+  // asserts cp 1. This project's executor (fp32_scores) rings its own.
+  if (p.cp > 1 && p.attention_kernel() == AttentionKernel::kUnfused && !p.stack.fp32_scores)
+    return fail("parallel.cp",
+                fmt::format("context parallelism needs fused attention (Transformer Engine runs "
+                            "no unfused attention under it); the plan's attention is unfused{}",
+                            !p.attention && p.stack.attention != AttentionKernel::kUnfused
+                                ? fmt::format(" (its heads, {} wide, are too wide for the fused "
+                                              "kernels)",
+                                              m.head_width())
+                                : ""));
   if (m.heads % p.tp != 0)
     return fail("parallel.tp",
                 fmt::format("tp ({}) must divide the model's heads ({})", p.tp, m.heads));

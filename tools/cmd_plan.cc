@@ -106,9 +106,15 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   if (f.row_split > 0) space.row_splits = {f.row_split};
   if (f.col_split > 0) space.col_splits = {f.col_split};
   std::string fix;
-  if (!f.sequence_parallel.empty()) fix += ",sp=" + f.sequence_parallel;
-  if (!f.distributed_optimizer.empty()) fix += ",distopt=" + f.distributed_optimizer;
-  if (!f.fsdp.empty()) fix += ",fsdp=" + f.fsdp;
+  // A switch's value as --fix spells it (the switch took 1/0 and yes/no too).
+  auto pin = [&fix](std::string_view key, const std::string& text) {
+    bool on = false;
+    if (!text.empty() && ParseBoolFlag(text, &on))
+      fix += fmt::format(",{}={}", key, on ? "true" : "false");
+  };
+  pin("sp", f.sequence_parallel);
+  pin("distopt", f.distributed_optimizer);
+  pin("fsdp", f.fsdp);
   if (!f.recompute.empty()) fix += ",recompute=" + f.recompute;
   if (!f.scope.empty()) fix += ",scope=" + f.scope;
   if (!fix.empty()) DOMINO_RETURN_IF_ERROR(ApplyFix(fix.substr(1), &space));

@@ -144,7 +144,7 @@ CLI::Validator SwitchValue() {
       [](std::string& value) {
         bool unused = false;
         return value.empty() || !ParseBoolFlag(value, &unused)
-                   ? fmt::format("expected true or false, got '{}'", value)
+                   ? fmt::format("expected true or false (or 1/0, yes/no), got '{}'", value)
                    : std::string();
       },
       "");  // no word of its own in --help: a switch takes no value there

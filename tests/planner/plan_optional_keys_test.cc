@@ -154,6 +154,17 @@ TEST(PlanToYamlTest, HeadsWiderThanFusedKernelsTakeRunUnfused) {
   Result<Plan> fits = ParsePlan(Edit({{"model: gpt3-13b", at256}}), "plan.yaml");
   ASSERT_TRUE(fits.ok()) << fits.message();
   EXPECT_EQ(fits->attention_kernel(), AttentionKernel::kFlash);
+  // Context parallelism rings fused kernels only (Transformer Engine).
+  Result<Plan> ring = ParsePlan(
+      Edit({{"model: gpt3-13b", kWide}, {"  tp: 32\n", "  tp: 16\n  cp: 2\n"}}), "plan.yaml");
+  ASSERT_FALSE(ring.ok());
+  EXPECT_THAT(ring.message(),
+              HasSubstr("parallel.cp: context parallelism needs fused attention (Transformer "
+                        "Engine runs no unfused attention under it); the plan's attention is "
+                        "unfused (its heads, 512 wide, are too wide for the fused kernels)"));
+  EXPECT_TRUE(ParsePlan(Edit({{"model: gpt3-13b", at256}, {"  tp: 32\n", "  tp: 16\n  cp: 2\n"}}),
+                        "plan.yaml")
+                  .ok());
 }
 
 TEST(PlanToYamlTest, CudaGraphsAreWrittenOnlyWhenSetAndReadBack) {

@@ -69,8 +69,9 @@ TEST(AppTest, SwitchesTakeTrueOrFalseOnly) {
           std::string err;
           const std::vector<std::string> args = {std::string(command.name), flag + "=" + value};
           EXPECT_EQ(run(args, &err), kExitUsage) << command.name << " " << args[1];
-          const std::string said = own ? flag + " takes no value"
-                                       : flag + ": expected true or false, got '" + value + "'";
+          const std::string said =
+              own ? flag + " takes no value"
+                  : flag + ": expected true or false (or 1/0, yes/no), got '" + value + "'";
           EXPECT_NE(err.find(said), std::string::npos)
               << command.name << " " << args[1] << ": " << err;
         }

@@ -278,7 +278,7 @@ CASES = [
      ["simulate", "--sp="], r"--sp= gives an empty value: give a value after '=', or leave the flag out", None),
     ("a switch given 2", "--ignore-memory=2 (once read as on; every switch takes true or false)", {},
      ["simulate", "--model", "gpt3-175b", "--cluster", "dgx-h100:1", "--ignore-memory=2", "--report", "{tmp}/r.yaml"],
-     r"--ignore-memory: expected true or false, got '2'", "r.yaml"),
+     r"--ignore-memory: expected true or false \(or 1/0, yes/no\), got '2'", "r.yaml"),
     ("an output under a file", "--report FILE/x (once 'folder FILE does not exist')", {"m.yaml": GOOD_MODEL},
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--report", "{tmp}/m.yaml/x"],
      r"m\.yaml/x: .*m\.yaml is not a folder", None),

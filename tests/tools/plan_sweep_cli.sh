@@ -23,6 +23,10 @@ grep -q "runners_up:" "$tmp/a.yaml" || fail "no runners-up"
 planned=$(awk '/^predicted:/{p=1} p && /iteration_ms/{print $2; exit}' "$tmp/a.yaml")
 simulated=$(awk '/^predicted:/{p=1} p && /iteration_ms/{print $2; exit}' "$tmp/r.yaml")
 [[ -n $planned && $planned == "$simulated" ]] || fail "planned $planned ms, simulated $simulated ms"
+# A switch takes 1/0 and yes/no in plan as in every command: --sp=yes pins what --sp does.
+"$domino" plan "${args[@]}" --sp --out "$tmp/sp.yaml" >/dev/null || fail "plan --sp failed"
+"$domino" plan "${args[@]}" --sp=yes --out "$tmp/sp-yes.yaml" >/dev/null || fail "plan --sp=yes failed"
+cmp -s "$tmp/sp.yaml" "$tmp/sp-yes.yaml" || fail "--sp=yes and --sp wrote different plans"
 # --explain names the rule that rejected each candidate; --fix pins.
 "$domino" plan "${args[@]}" --explain --fix tp=8 >"$tmp/explain.txt" || fail "--explain failed"
 grep -q "^rejected:" "$tmp/explain.txt" || fail "no rejected list"
