@@ -37,7 +37,23 @@ CommGroup MakeGroup(int size, int per_node) {
 }  // namespace
 
 CommGroup TpGroup(const Plan& plan) {
-  return MakeGroup(plan.tp, std::min(plan.tp, plan.cluster.gpus_per_node));
+  // TP groups are tp consecutive ranks. Where they do not tile the nodes (tp 16 on 72-GPU racks:
+  // ranks 64-79 straddle two; tp 6 on 8-GPU nodes), every group runs at once and the iteration
+  // waits for the slowest: the one with the fewest ranks in a node it spans. The layout repeats
+  // every lcm(tp, node) ranks.
+  const int64_t tp = plan.tp, node = plan.cluster.gpus_per_node;
+  const int64_t total = plan.cluster.total_gpus();
+  int64_t fewest = std::min(tp, node);
+  if (tp % node != 0 && node % tp != 0) {
+    const int64_t period = std::lcm(tp, node);
+    for (int64_t first = 0; first < std::min(period, total); first += tp) {
+      const int64_t last = first + tp - 1;
+      for (int64_t n = first / node; n <= last / node; ++n)
+        fewest =
+            std::min(fewest, std::min(last, n * node + node - 1) - std::max(first, n * node) + 1);
+    }
+  }
+  return MakeGroup(plan.tp, static_cast<int>(fewest));
 }
 
 namespace {
@@ -77,8 +93,10 @@ CommGroup StageGroup(const Plan& plan) {
 
 CommGroup CpRing(const Plan& plan) {
   // The ring's ranks are tp apart; a step is as slow as its slowest hop, which crosses nodes
-  // once the ring does.
-  if (static_cast<int64_t>(plan.tp) * plan.cp <= plan.cluster.gpus_per_node) return {2, 1, 2};
+  // once a ring does: one longer than a node, or one of those that straddle two where the rings
+  // (tp * cp ranks each) do not tile the nodes.
+  const int64_t ring = static_cast<int64_t>(plan.tp) * plan.cp, node = plan.cluster.gpus_per_node;
+  if (ring <= node && (node % ring == 0 || plan.cluster.total_gpus() <= node)) return {2, 1, 2};
   return {2, 2, 1};
 }
 

@@ -36,7 +36,8 @@ struct CostOptions {
 };
 
 // Where a plan's TP group sits on the cluster (Megatron placement: TP ranks innermost, inside a
-// node while tp <= GPUs per node).
+// node while tp <= GPUs per node): the slowest of the groups, where they do not tile the nodes
+// (tp 16 on 72-GPU racks: ranks 64-79 are 8 in each of two).
 CommGroup TpGroup(const Plan& plan);
 // Ranks are laid out as Megatron's: TP innermost, then CP, then DP and PP in the plan's placement.
 // The DP group, over which gradients are reduced, is DP x CP: its CP ranks tp apart, its DP ranks
@@ -45,8 +46,8 @@ CommGroup DpGroup(const Plan& plan);
 // Every GPU of one pipeline stage, tp x cp x dp ranks (the group fp8 delayed scaling reduces its
 // amaxes over, Group::kStage): its TP ranks adjacent, then CP and DP as in DpGroup.
 CommGroup StageGroup(const Plan& plan);
-// Two neighbours of the CP ring (tp ranks apart): inside a node while the ring fits in one,
-// across nodes once it spans several.
+// Two neighbours of the CP ring (tp ranks apart): inside a node while the rings tile the nodes,
+// across nodes once one spans several.
 CommGroup CpRing(const Plan& plan);
 // Two pipeline neighbours (tp * cp * dp, or tp * cp, ranks apart).
 CommGroup PpPair(const Plan& plan);

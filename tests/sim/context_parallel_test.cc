@@ -54,6 +54,25 @@ TEST(ContextParallelSimTest, GroupsFollowMegatronsRankOrder) {
   ExpectGroup(PpPair(MakePlan(k)), 2, 2, 1);
 }
 
+TEST(ContextParallelSimTest, GroupsThatStraddleANodeAreThePricedOnes) {
+  // tp 16 on GB200 NVL72 racks of 72: groups 0-15 to 48-63 sit in rack 0, 64-79 is 8 + 8: the
+  // slowest group spans two racks, 8 GPUs in each.
+  PlanKnobs k;
+  k.model = "gpt3-175b";
+  k.cluster = "gb200-nvl72:2";
+  k.tp = 16, k.dp = 9, k.micro_batch = 1, k.global_batch = 9;
+  ExpectGroup(TpGroup(MakePlan(k)), 16, 2, 8);
+  k.cluster = "gb200-nvl72:1:64", k.dp = 4, k.global_batch = 4;
+  ExpectGroup(TpGroup(MakePlan(k)), 16, 1, 16);
+  // tp 6 on DGX nodes of 8: ranks 6-11 are 2 + 4; priced as 3 nodes of 2 (the gcd).
+  k.cluster = "dgx-h100:3";
+  k.tp = 6, k.dp = 4, k.global_batch = 4;
+  ExpectGroup(TpGroup(MakePlan(k)), 6, 3, 2);
+  // A CP ring of tp 2 x cp 3 = 6 ranks: rings straddle 8-GPU nodes, so a step crosses one.
+  k.tp = 2, k.cp = 3, k.dp = 4, k.global_batch = 4, k.seq_len = 384;
+  ExpectGroup(CpRing(MakePlan(k)), 2, 2, 1);
+}
+
 TEST(ContextParallelSimTest, TheStageGroupIsEveryGpuOfAPipelineStage) {
   // fp8 delayed scaling reduces amaxes over tp x cp x dp (Group::kStage). tp 2, cp 2, dp 4 on two
   // nodes: all 16 GPUs, eight in each.
