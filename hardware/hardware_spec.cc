@@ -241,6 +241,11 @@ Result<NodeSpec> ParseNode(std::string_view text, std::string_view file) {
   }
   map.Int("gpus_per_node", &node.gpus_per_node, Need::kRequired,
           {.min = 1, .max = kMaxGpusPerNode});
+  map.Int("gpus_per_host", &node.gpus_per_host, Need::kOptional,
+          {.min = 1, .max = kMaxGpusPerNode});
+  if (!map.failed() && node.gpus_per_host > 0 && node.gpus_per_node % node.gpus_per_host != 0)
+    map.Fail("gpus_per_host", fmt::format("{} must divide gpus_per_node ({})", node.gpus_per_host,
+                                          node.gpus_per_node));
   if (std::optional<YamlMap> nvlink = map.Map("nvlink", Need::kRequired)) {
     ReadLink(*nvlink, &node.nvlink);
     (void)nvlink->Finish();

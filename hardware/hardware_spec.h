@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cmath>
+#include <numeric>
 #include <span>
 #include <string>
 #include <string_view>
@@ -166,9 +167,12 @@ struct NodeSpec {
   std::string file;  // as GpuSpec::file
   GpuSpec gpu;
   int gpus_per_node = 8;
+  // GPUs of one host (one OS, one launcher process group): the node's, except where a node is a
+  // rack of hosts on one NVLink domain (GB200 NVL72: 18 trays of 4). 0: gpus_per_node.
+  int gpus_per_host = 0;
   LinkSpec nvlink;              // per GPU, per direction
   bool nvls = false;            // NVLink SHARP (NVSwitch in-network all-reduce)
-  double nvls_busbw_GBps = 0;   // achieved NVLS all-reduce busbw at gpus_per_node GPUs (8 of more)
+  double nvls_busbw_GBps = 0;   // achieved NVLS all-reduce busbw at gpus_per_node GPUs (or 8)
   double nvls_latency_us = 25;  // per NVLS all-reduce
   // InfiniBand SHARP: the network switches reduce (NCCL's CollNet, with the SHARP plugin), so an
   // all-reduce across nodes takes NVLS inside each node and one trip through the switches.
@@ -194,6 +198,12 @@ struct ClusterSpec {
   int nodes = 1;
   int gpus_per_node = 8;
   int total_gpus() const { return nodes * gpus_per_node; }
+  // What a launcher counts: GPUs of each host the plan uses (the node's gpus_per_host, or fewer
+  // where fewer of a node's GPUs are used: as many of each host as divide both) and those hosts.
+  int launch_gpus_per_host() const {
+    return std::gcd(node.gpus_per_host > 0 ? node.gpus_per_host : gpus_per_node, gpus_per_node);
+  }
+  int hosts() const { return total_gpus() / launch_gpus_per_host(); }
 };
 
 // Parsers of the YAML formats in docs/formats.md. `file` names the source in messages

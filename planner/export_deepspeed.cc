@@ -54,9 +54,9 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
       Opening(plan,
               "DeepSpeed config and DeepSpeed-Domino arguments (DeepSpeedExamples/training/"
               "DeepSpeed-Domino)");
-  // Its ranks are its tp ranks (no dp, pp or cp); DeepSpeed's launcher counts GPUs per node and
-  // reaches more than one node through a hostfile.
-  const int per_node = plan.cluster.gpus_per_node;
+  // Its ranks are its tp ranks (no dp, pp or cp); DeepSpeed's launcher counts GPUs per host and
+  // reaches more than one host through a hostfile.
+  const int per_node = plan.cluster.launch_gpus_per_host();
   const std::string launcher =
       plan.tp <= per_node
           ? fmt::format("deepspeed --num_gpus {}", plan.tp)
@@ -67,7 +67,7 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
       "its arguments, the DeepSpeed config states them for a DeepSpeed engine",
       launcher,
       plan.tp <= per_node ? ""
-                          : fmt::format(" (HOSTFILE: a line `HOST slots={}` per node)", per_node)));
+                          : fmt::format(" (HOSTFILE: a line `HOST slots={}` per host)", per_node)));
   for (const std::string& d : ModelApproximations(plan)) out.differs.push_back(d);
   if (plan.scope != OverlapScope::kInterLayer) {
     out.differs.push_back(fmt::format(

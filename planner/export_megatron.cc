@@ -258,8 +258,8 @@ std::string ExportNemo(const Plan& plan) {
 
   std::string body;
   body += "trainer:\n";
-  body += fmt::format("  devices: {}\n", plan.cluster.gpus_per_node);
-  body += fmt::format("  num_nodes: {}\n", plan.cluster.nodes);
+  body += fmt::format("  devices: {}\n", plan.cluster.launch_gpus_per_host());
+  body += fmt::format("  num_nodes: {}\n", plan.cluster.hosts());
   body += fmt::format("  precision: {}\n", precision);
   body += "model:\n";
   // megatron_gpt_config.yaml builds Megatron-Core's own layers unless told to take Transformer

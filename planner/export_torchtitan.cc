@@ -43,7 +43,7 @@ std::string ExportTorchtitan(const Plan& plan) {
   out.comments.push_back(
       fmt::format("launch: torchrun --nnodes {} --nproc_per_node {} -m torchtitan.train "
                   "--job.config_file THIS.toml",
-                  plan.cluster.nodes, plan.cluster.gpus_per_node));
+                  plan.cluster.hosts(), plan.cluster.launch_gpus_per_host()));
 
   // torchtitan's llama3 is the Llama architecture: say what else this model is.
   std::vector<std::string> architecture;

@@ -214,6 +214,7 @@ Json NodeJson(const NodeSpec& node) {
       {"name", node.name},
       {"gpu", GpuJson(node.gpu)},
       {"gpus_per_node", node.gpus_per_node},
+      {"gpus_per_host", node.gpus_per_host > 0 ? node.gpus_per_host : node.gpus_per_node},
       {"nvlink", LinkJson(node.nvlink)},
       {"nvls", node.nvls},
       {"nvls_busbw_GBps", node.nvls_busbw_GBps},

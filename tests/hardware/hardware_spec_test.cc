@@ -164,6 +164,20 @@ TEST(CatalogTest, NodeFiguresMatchFacts) {
   EXPECT_DOUBLE_EQ(nvl72->gpu.peak(Dtype::kBf16), 2500);
   EXPECT_DOUBLE_EQ(nvl72->gpu.peak(Dtype::kFp8), 5000);
   EXPECT_EQ(nvl72->gpu.sms, b200->gpu.sms);
+  // Its hosts are the rack's 18 trays of 4 GPUs: what launchers count.
+  EXPECT_EQ(nvl72->gpus_per_host, 4);
+  Result<ClusterSpec> racks = LoadCluster("gb200-nvl72:2");
+  ASSERT_TRUE(racks.ok()) << racks.message();
+  EXPECT_EQ(racks->launch_gpus_per_host(), 4);
+  EXPECT_EQ(racks->hosts(), 36);
+  Result<ClusterSpec> part = LoadCluster("gb200-nvl72:1:30");  // 2 GPUs of each of 15 trays
+  ASSERT_TRUE(part.ok()) << part.message();
+  EXPECT_EQ(part->launch_gpus_per_host(), 2);
+  EXPECT_EQ(part->hosts(), 15);
+  Result<ClusterSpec> dgx = LoadCluster("dgx-h100:4:2");  // without gpus_per_host: the node
+  ASSERT_TRUE(dgx.ok()) << dgx.message();
+  EXPECT_EQ(dgx->launch_gpus_per_host(), 2);
+  EXPECT_EQ(dgx->hosts(), 4);
 }
 
 TEST(CatalogTest, UnknownNamesListTheCatalog) {
@@ -347,6 +361,8 @@ TEST(ParseNodeTest, BadInputNamesFileLineAndKey) {
       {"nvls: true\nnvls_busbw_GBps: 480", "nvls: false\nib_sharp: true",
        "bad.yaml:10:", "ib_sharp", "needs nvls: true"},
       {"nics: 8", "nics: 0", "bad.yaml:11:", "nics", "positive"},
+      {"gpus_per_node: 8", "gpus_per_node: 8\ngpus_per_host: 3", "bad.yaml:4:", "gpus_per_host",
+       "3 must divide gpus_per_node (8)"},
       {"efficiency: 0.93", "efficiency: 0", "bad.yaml:14:", "network.efficiency", "at least 0.001"},
       {"comm_ctas: 16", "comm_ctas: 200", "bad.yaml:16:", "contention.comm_ctas",
        "between 1 and 132"},

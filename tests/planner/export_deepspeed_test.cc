@@ -90,7 +90,7 @@ TEST(ExportDeepSpeed, ARunOverTwoNodesLaunchesThroughAHostfile) {
   Result<std::string> text = Export(plan.c_str(), ExportTarget::kDeepSpeed);
   ASSERT_TRUE(text.ok()) << text.message();
   EXPECT_NE(text->find("# launch: deepspeed --hostfile HOSTFILE --num_nodes 2 --num_gpus 8 "
-                       "pretrain_gpt.py ARGUMENTS (HOSTFILE: a line `HOST slots=8` per node);"),
+                       "pretrain_gpt.py ARGUMENTS (HOSTFILE: a line `HOST slots=8` per host);"),
             std::string::npos)
       << *text;
 }

@@ -1,4 +1,5 @@
 // Megatron-LM arguments and NeMo YAML for the shared plans, byte for byte (planner/export.h).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -231,6 +232,24 @@ model:
   optim:
     name: fused_adam
 )txt");
+}
+
+// A GB200 NVL72 rack is one NVLink domain of 18 hosts of 4 GPUs: launchers count hosts.
+TEST(ExportMegatron, ARackIsHostsOfFourForTheLaunchers) {
+  constexpr const char* kRacks = R"yaml(model: llama3-70b
+cluster: gb200-nvl72:2
+precision: bf16
+training: {seq_len: 4096, micro_batch: 1, global_batch: 36}
+parallel: {tp: 4, dp: 36}
+)yaml";
+  Result<Plan> plan = ParsePlan(kRacks, "plan.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  Result<std::string> nemo = ExportPlan(*plan, ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, ::testing::HasSubstr("trainer:\n  devices: 4\n  num_nodes: 36\n"));
+  Result<std::string> titan = ExportPlan(*plan, ExportTarget::kTorchtitan);
+  ASSERT_TRUE(titan.ok()) << titan.message();
+  EXPECT_THAT(*titan, ::testing::HasSubstr("torchrun --nnodes 36 --nproc_per_node 4 "));
 }
 
 }  // namespace
