@@ -30,9 +30,14 @@ std::string Degrees(const Plan& plan) {
 }
 
 std::string Title(const Plan& plan, std::string_view what) {
-  return fmt::format("{} for {} on {} ({} node{} x {} GPUs): {}", what, plan.model.name,
-                     plan.cluster.name, plan.cluster.nodes, plan.cluster.nodes == 1 ? "" : "s",
-                     plan.cluster.gpus_per_node, Degrees(plan));
+  // Where a node is a rack of hosts (GB200 NVL72), the hosts the launch line counts too.
+  const ClusterSpec& c = plan.cluster;
+  const std::string hosts =
+      c.launch_gpus_per_host() == c.gpus_per_node
+          ? ""
+          : fmt::format(", {} hosts x {}", c.hosts(), c.launch_gpus_per_host());
+  return fmt::format("{} for {} on {} ({} node{} x {} GPUs{}): {}", what, plan.model.name, c.name,
+                     c.nodes, c.nodes == 1 ? "" : "s", c.gpus_per_node, hosts, Degrees(plan));
 }
 
 Output Opening(const Plan& plan, std::string_view what) {

@@ -246,6 +246,7 @@ parallel: {tp: 4, dp: 36}
   ASSERT_TRUE(plan.ok()) << plan.message();
   Result<std::string> nemo = ExportPlan(*plan, ExportTarget::kNemo);
   ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, ::testing::HasSubstr("on gb200-nvl72:2 (2 nodes x 72 GPUs, 36 hosts x 4): "));
   EXPECT_THAT(*nemo, ::testing::HasSubstr("trainer:\n  devices: 4\n  num_nodes: 36\n"));
   Result<std::string> titan = ExportPlan(*plan, ExportTarget::kTorchtitan);
   ASSERT_TRUE(titan.ok()) << titan.message();
