@@ -69,8 +69,8 @@ struct ModelSpec {
 // ("FILE:LINE:COLUMN: KEY: RULE"). Rules: every key known and present (kv_heads defaults to
 // heads, head_dim to hidden / heads, bias to true, tied_embeddings to true, positions by the
 // norm); sizes positive; hidden divisible by heads unless head_dim is given; heads divisible by
-// kv_heads; activation gelu|swiglu|squared-relu; norm
-// layernorm|rmsnorm; positions learned|rotary.
+// kv_heads; heads * head_dim at most 10,000,000 and, with rotary positions, an even head width;
+// activation gelu|swiglu|squared-relu; norm layernorm|rmsnorm; positions learned|rotary.
 Result<ModelSpec> ParseModel(std::string_view text, std::string_view file);
 
 // Reads a model from an open YAML mapping (a model file's root, or a plan's inline `model:`
