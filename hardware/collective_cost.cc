@@ -6,6 +6,7 @@
 #include <array>
 #include <cassert>
 #include <cmath>
+#include <cstdint>
 #include <optional>
 
 namespace domino {
@@ -115,14 +116,19 @@ Status CheckCommGroup(const NodeSpec& node, const CommGroup& group) {
                     "must be at least 1",
                     group.size, group.nodes_spanned, group.gpus_per_node_in_group));
   }
-  if (group.size != group.nodes_spanned * group.gpus_per_node_in_group) {
-    return Error(fmt::format("communication group of {} ranks: {} nodes x {} per node is {}",
-                             group.size, group.nodes_spanned, group.gpus_per_node_in_group,
-                             group.nodes_spanned * group.gpus_per_node_in_group));
-  }
   if (group.gpus_per_node_in_group > node.gpus_per_node) {
     return Error(fmt::format("communication group with {} ranks per node on {} ({} GPUs per node)",
                              group.gpus_per_node_in_group, node.name, node.gpus_per_node));
+  }
+  // The emptiest node holds gpus_per_node_in_group; every other at least as many, at most all.
+  const int64_t k = group.gpus_per_node_in_group;
+  const int64_t fewest = group.nodes_spanned * k;
+  const int64_t most = k + int64_t{group.nodes_spanned - 1} * node.gpus_per_node;
+  if (group.size < fewest || group.size > most) {
+    return Error(fmt::format(
+        "communication group of {} ranks over {} nodes of {} GPUs, {} in its emptiest: it "
+        "holds {} to {} ranks",
+        group.size, group.nodes_spanned, node.gpus_per_node, k, fewest, most));
   }
   return Status::Ok();
 }

@@ -25,7 +25,9 @@ double BusbwFactor(Collective kind, int n);
 // CommGroup is where the ranks of one collective sit: `size` ranks over `nodes_spanned` nodes,
 // `gpus_per_node_in_group` in each (size = nodes_spanned * gpus_per_node_in_group). TP 32 on
 // dgx-h100 is {32, 4, 8}; a DP group strided across nodes is {n, n, 1}; a pipeline send to the
-// next node is {2, 2, 1}.
+// next node is {2, 2, 1}. A group that does not tile its nodes evenly gives the count of its
+// emptiest node, whose NICs bound it: 9 ranks as 5 + 4 are {9, 2, 4}, so size may exceed
+// nodes_spanned * gpus_per_node_in_group (never nodes_spanned * the node's GPUs).
 struct CommGroup {
   int size = 1;
   int nodes_spanned = 1;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "planner/iteration.h"
 #include "sim/gemm_model.h"
@@ -25,98 +24,6 @@ Collective ToCollective(CollectiveOp op) {
 }
 
 }  // namespace
-
-namespace {
-// `size` ranks, `per_node` of them in each node they span. A group that does not tile its nodes
-// evenly (4 ranks on nodes of 3 GPUs: 3 + 1) is priced as if every node held gcd(size, per_node)
-// of them, no more than its emptiest node holds: the collective's busiest NICs bound it.
-CommGroup MakeGroup(int size, int per_node) {
-  per_node = std::gcd(size, std::clamp(per_node, 1, size));
-  return CommGroup{size, size / per_node, per_node};
-}
-}  // namespace
-
-CommGroup TpGroup(const Plan& plan) {
-  // TP groups are tp consecutive ranks. Where they do not tile the nodes (tp 16 on 72-GPU racks:
-  // ranks 64-79 straddle two; tp 6 on 8-GPU nodes), every group runs at once and the iteration
-  // waits for the slowest: the one with the fewest ranks in a node it spans. The layout repeats
-  // every lcm(tp, node) ranks.
-  const int64_t tp = plan.tp, node = plan.cluster.gpus_per_node;
-  const int64_t total = plan.cluster.total_gpus();
-  int64_t fewest = std::min(tp, node);
-  if (tp % node != 0 && node % tp != 0) {
-    const int64_t period = std::lcm(tp, node);
-    for (int64_t first = 0; first < std::min(period, total); first += tp) {
-      const int64_t last = first + tp - 1;
-      for (int64_t n = first / node; n <= last / node; ++n)
-        fewest =
-            std::min(fewest, std::min(last, n * node + node - 1) - std::max(first, n * node) + 1);
-    }
-  }
-  return MakeGroup(plan.tp, static_cast<int>(fewest));
-}
-
-namespace {
-// One dimension of a group: `count` ranks `stride` apart.
-struct GroupDim {
-  int64_t stride;
-  int count;
-};
-// Ranks of a group per node: whole inner dimensions while they fit in a node, then as many of the
-// next dimension's ranks as a node holds.
-int PerNode(const Plan& plan, std::initializer_list<GroupDim> dims) {
-  const int64_t node = plan.cluster.gpus_per_node;
-  int64_t per_node = 1;
-  for (const GroupDim& d : dims) {
-    if (d.stride >= node) break;
-    const int64_t fit = std::clamp<int64_t>(node / d.stride, 1, d.count);
-    per_node *= fit;
-    if (fit < d.count) break;
-  }
-  return static_cast<int>(per_node);
-}
-}  // namespace
-
-CommGroup DpGroup(const Plan& plan) {
-  // Megatron's rank order, innermost first: tp, cp, then dp and pp in the plan's placement.
-  const int64_t tp = plan.tp, cp = plan.cp;
-  const int64_t dp_stride = plan.placement == Placement::kTpDpPp ? tp * cp : tp * cp * plan.pp;
-  return MakeGroup(plan.dp_cp(), PerNode(plan, {{tp, plan.cp}, {dp_stride, plan.dp}}));
-}
-
-CommGroup StageGroup(const Plan& plan) {
-  const int64_t tp = plan.tp, cp = plan.cp;
-  const int64_t dp_stride = plan.placement == Placement::kTpDpPp ? tp * cp : tp * cp * plan.pp;
-  return MakeGroup(plan.tp * plan.dp_cp(),
-                   PerNode(plan, {{1, plan.tp}, {tp, plan.cp}, {dp_stride, plan.dp}}));
-}
-
-CommGroup CpRing(const Plan& plan) {
-  // The ring's ranks are tp apart; a step is as slow as its slowest hop, which crosses nodes
-  // once a ring does: one longer than a node, or one of those that straddle two where the rings
-  // (tp * cp ranks each) do not tile the nodes.
-  const int64_t ring = static_cast<int64_t>(plan.tp) * plan.cp, node = plan.cluster.gpus_per_node;
-  if (ring <= node && (node % ring == 0 || plan.cluster.total_gpus() <= node)) return {2, 1, 2};
-  return {2, 2, 1};
-}
-
-namespace {
-// Two ranks `stride` apart: inside one node when the stride is shorter than a node.
-CommGroup Pair(const Plan& plan, int64_t stride) {
-  if (stride < plan.cluster.gpus_per_node) return CommGroup{2, 1, 2};
-  return CommGroup{2, 2, 1};
-}
-int64_t PpStride(const Plan& plan) {
-  const int64_t tp_cp = static_cast<int64_t>(plan.tp) * plan.cp;
-  return plan.placement == Placement::kTpDpPp ? tp_cp * plan.dp : tp_cp;
-}
-}  // namespace
-
-CommGroup PpPair(const Plan& plan) { return Pair(plan, PpStride(plan)); }
-
-CommGroup EmbeddingPair(const Plan& plan) {
-  return Pair(plan, PpStride(plan) * std::max(1, plan.pp - 1));
-}
 
 CostModel::CostModel(const Plan& plan, const CostOptions& options)
     : gpu_(plan.cluster.node.gpu),

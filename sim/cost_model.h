@@ -10,6 +10,7 @@
 #include "planner/profile.h"
 #include "planner/schedule.h"
 #include "sim/gemm_model.h"
+#include "sim/groups.h"
 #include "sim/op_cost.h"
 
 namespace domino::sim {
@@ -34,25 +35,6 @@ struct CostOptions {
   // Predict's PowerClock): every GEMM and attention main loop runs this much slower. 1: none.
   double tensor_clock = 1.0;
 };
-
-// Where a plan's TP group sits on the cluster (Megatron placement: TP ranks innermost, inside a
-// node while tp <= GPUs per node): the slowest of the groups, where they do not tile the nodes
-// (tp 16 on 72-GPU racks: ranks 64-79 are 8 in each of two).
-CommGroup TpGroup(const Plan& plan);
-// Ranks are laid out as Megatron's: TP innermost, then CP, then DP and PP in the plan's placement.
-// The DP group, over which gradients are reduced, is DP x CP: its CP ranks tp apart, its DP ranks
-// tp * cp (or tp * cp * pp) apart.
-CommGroup DpGroup(const Plan& plan);
-// Every GPU of one pipeline stage, tp x cp x dp ranks (the group fp8 delayed scaling reduces its
-// amaxes over, Group::kStage): its TP ranks adjacent, then CP and DP as in DpGroup.
-CommGroup StageGroup(const Plan& plan);
-// Two neighbours of the CP ring (tp ranks apart): inside a node while the rings tile the nodes,
-// across nodes once one spans several.
-CommGroup CpRing(const Plan& plan);
-// Two pipeline neighbours (tp * cp * dp, or tp * cp, ranks apart).
-CommGroup PpPair(const Plan& plan);
-// The first and last pipeline stage (sharing the tied embedding).
-CommGroup EmbeddingPair(const Plan& plan);
 
 // CostModel turns each op of a Schedule into an OpCost for the engine.
 //

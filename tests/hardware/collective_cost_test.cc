@@ -347,9 +347,16 @@ TEST(CollectiveCostTest, CheckCommGroup) {
   NodeSpec node = TestNode();
   EXPECT_TRUE(CheckCommGroup(node, {32, 4, 8}).ok());
   EXPECT_TRUE(CheckCommGroup(node, {1, 1, 1}).ok());
-  Status mismatch = CheckCommGroup(node, {32, 4, 4});
+  // Uneven: 9 ranks as 5 + 4 give the emptiest node's 4; 5 + 5 + 5 + 8 cannot hold 32.
+  EXPECT_TRUE(CheckCommGroup(node, {9, 2, 4}).ok());
+  EXPECT_TRUE(CheckCommGroup(node, {12, 2, 4}).ok());
+  EXPECT_FALSE(CheckCommGroup(node, {13, 2, 4}).ok());
+  EXPECT_FALSE(CheckCommGroup(node, {7, 2, 4}).ok());
+  EXPECT_FALSE(CheckCommGroup(node, {3, 1, 2}).ok());
+  Status mismatch = CheckCommGroup(node, {32, 4, 5});
   ASSERT_FALSE(mismatch.ok());
-  EXPECT_THAT(mismatch.message(), HasSubstr("4 nodes x 4 per node is 16"));
+  EXPECT_THAT(mismatch.message(),
+              HasSubstr("32 ranks over 4 nodes of 8 GPUs, 5 in its emptiest: it holds 20 to 29"));
   Status too_many = CheckCommGroup(node, {16, 1, 16});
   ASSERT_FALSE(too_many.ok());
   EXPECT_THAT(too_many.message(), HasSubstr("16 ranks per node on test-node (8 GPUs per node)"));

@@ -64,10 +64,10 @@ TEST(ContextParallelSimTest, GroupsThatStraddleANodeAreThePricedOnes) {
   ExpectGroup(TpGroup(MakePlan(k)), 16, 2, 8);
   k.cluster = "gb200-nvl72:1:64", k.dp = 4, k.global_batch = 4;
   ExpectGroup(TpGroup(MakePlan(k)), 16, 1, 16);
-  // tp 6 on DGX nodes of 8: ranks 6-11 are 2 + 4; priced as 3 nodes of 2 (the gcd).
+  // tp 6 on DGX nodes of 8: ranks 6-11 are 2 + 4, priced by the node that holds 2 of them.
   k.cluster = "dgx-h100:3";
   k.tp = 6, k.dp = 4, k.global_batch = 4;
-  ExpectGroup(TpGroup(MakePlan(k)), 6, 3, 2);
+  ExpectGroup(TpGroup(MakePlan(k)), 6, 2, 2);
   // A CP ring of tp 2 x cp 3 = 6 ranks: rings straddle 8-GPU nodes, so a step crosses one.
   k.tp = 2, k.cp = 3, k.dp = 4, k.global_batch = 4, k.seq_len = 384;
   ExpectGroup(CpRing(MakePlan(k)), 2, 2, 1);
