@@ -21,14 +21,17 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const bool drop_scores = flash_attention || plan.recompute == Recompute::kSelective;
   // A layer that full recompute redoes keeps only its input; the others keep what they store, in
   // bytes per s*b*h: the part TP leaves whole without SP (the norms' inputs 4, the attention's
-  // and the MLP's inputs 2 + 2, the two dropout masks 2) and the part it splits (Q and the
-  // attention's output 2 + 2 times q_hidden/h, K and V 2 each times kv_hidden/h, the MLP's first
-  // output and its activation's, 4*ffn/h, or 6*ffn/h when gated), plus the unfused attention's
-  // scores.
+  // and the MLP's inputs 2 + 2, and with dropout its two masks 2) and the part it splits (Q and
+  // the attention's output 2 + 2 times q_hidden/h, K and V 2 each times kv_hidden/h, the MLP's
+  // first output and its activation's, 4*ffn/h, or 6*ffn/h when gated), plus the unfused
+  // attention's scores: the softmax's output 2*a*s/h, and with dropout its mask and output 3 more
+  // (Korthikanti et al. 2022's 34 + 5as/h). Without dropout PyTorch and Transformer Engine keep
+  // no mask (a dropout of p = 0 returns its input).
+  const bool dropout = plan.applies_dropout();
   const double q = m.q_hidden() / h, kv = m.kv_hidden() / h;
   const double mlp = (m.activation == Activation::kSwiglu ? 6.0 : 4.0) * m.ffn / h;
-  const double whole = 10, split = 4 * q + 4 * kv + mlp;
-  const double scores = drop_scores ? 0 : 5 * a * s / h;
+  const double whole = dropout ? 10 : 8, split = 4 * q + 4 * kv + mlp;
+  const double scores = drop_scores ? 0 : (dropout ? 5 : 2) * a * s / h;
   const double recomputed = 2 * s * b * h / (plan.sequence_parallel ? t : 1);
   const double kept = plan.sequence_parallel ? s * b * h / t * (whole + split + scores)
                                              : s * b * h * (whole + (split + scores) / t);

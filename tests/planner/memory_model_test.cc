@@ -34,6 +34,7 @@ Plan TinyPlan() {
   plan.tp = 2;
   plan.pp = 1;
   plan.dp = 1;
+  plan.dropout = true;  // Korthikanti et al.'s layer: hidden and attention dropout
   return plan;
 }
 
@@ -109,6 +110,25 @@ TEST(MemoryModelTest, TensorParallelActivations) {
   EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 8192.0 * (2 + 27));
   plan.recompute_layers = 2;  // both: as full
   EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 8192.0 * 2 * 2);
+}
+
+TEST(MemoryModelTest, WithoutDropoutNoMaskIsKept) {
+  Plan plan = TinyPlan();
+  plan.dropout = false;
+  // The two hidden masks go (10 -> 8) and of the scores only the softmax's output stays (5as/h ->
+  // 2as/h): sbh (8 + 24/t + 2as/(ht)) = 8192 * (8 + 12 + 2*4*32/128) = 8192 * 22 per layer.
+  EXPECT_EQ(EstimateMemory(plan, /*flash_attention=*/false).activation_bytes, 8192.0 * 22 * 2);
+  EXPECT_EQ(EstimateMemory(plan, /*flash_attention=*/true).activation_bytes, 8192.0 * 20 * 2);
+  // With SP: sbh/t (32 + 2as/h) = 4096 * (32 + 4) per layer.
+  plan.sequence_parallel = true;
+  EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 4096.0 * 36 * 2);
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 32 * 2);
+  // A stack without dropout (megatron-core's) keeps none unless the plan asks for it.
+  plan.dropout.reset();
+  plan.stack.dropout = false;
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 32 * 2);
+  plan.stack.dropout = true;
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 34 * 2);
 }
 
 TEST(MemoryModelTest, SequenceParallelActivations) {

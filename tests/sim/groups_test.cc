@@ -128,9 +128,9 @@ TEST(GroupsTest, TheSlowestGroupMatchesEveryGroupListedRankByRank) {
               plan.placement = dp_inside ? Placement::kTpDpPp : Placement::kTpPpDp;
               plan.cluster.gpus_per_node = node, plan.cluster.nodes = total / node;
               plan.cluster.node.gpus_per_node = node;
-              SCOPED_TRACE(testing::Message() << "node " << node << " tp " << tp << " cp " << cp
-                                              << " dp " << dp << " pp " << pp
-                                              << (dp_inside ? " tp-dp-pp" : " tp-pp-dp"));
+              SCOPED_TRACE(testing::Message()
+                           << "node " << node << " tp " << tp << " cp " << cp << " dp " << dp
+                           << " pp " << pp << (dp_inside ? " tp-dp-pp" : " tp-pp-dp"));
               const auto expect = [&](const CommGroup& g, const std::array<bool, 4>& spans) {
                 const Listed l = ListSlowest(tp, cp, dp, pp, dp_inside, node, spans);
                 ExpectPlaced(g, l.size, l.nodes, l.fewest);
@@ -140,8 +140,8 @@ TEST(GroupsTest, TheSlowestGroupMatchesEveryGroupListedRankByRank) {
               expect(DpGroup(plan), {false, true, true, false});
               expect(StageGroup(plan), {true, true, true, false});
               const bool ring_crosses =
-                  ListSlowest(tp, cp, dp, pp, dp_inside, node, {false, true, false, false})
-                      .nodes > 1;
+                  ListSlowest(tp, cp, dp, pp, dp_inside, node, {false, true, false, false}).nodes >
+                  1;
               EXPECT_EQ(CpRing(plan).nodes_spanned, ring_crosses ? 2 : 1);
               if (pp > 1) {
                 EXPECT_EQ(PpPair(plan).nodes_spanned,

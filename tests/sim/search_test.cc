@@ -216,10 +216,12 @@ TEST(SearchTest, MemoryHeadroomLeavesThatMuchFree) {
 }
 
 TEST(SearchTest, DecomposedCandidatesFitWithTheirCommunicationBuffers) {
-  // Llama 3 70B at tp 8, pp 4 x 4 chunks, micro-batch 2 of 8,192 tokens fills an H100 to 78.6 of
-  // its 79.2 GiB unsliced; decomposed overlap's userbuffers (ten of a micro-batch's activations,
-  // 2.5 GiB) take it past it, and only full recompute makes room for them.
+  // Llama 3 70B at tp 8, pp 4 x 4 chunks, micro-batch 2 of 8,192 tokens, with dropout (its masks
+  // kept), fills an H100 to 78.6 of its 79.2 GiB unsliced; decomposed overlap's userbuffers (ten
+  // of a micro-batch's activations, 2.5 GiB) take it past it, and only full recompute makes room
+  // for them.
   Plan base = Base("llama3-70b", "dgx-h100:8", 128, 8192);
+  base.dropout = true;
   SearchSpace space;
   space.prune = false;
   ASSERT_TRUE(ApplyFix("tp=8,pp=4,dp=2,v=4,mb=2,distopt=true", &space).ok());
