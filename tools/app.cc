@@ -20,6 +20,26 @@
 namespace domino::cli {
 namespace {
 
+// CLI11 says "--sp: At Most 1 required but received 2" for an option given twice, counting a
+// switch's negation with it (--sp --no-sp). Say that in words; other messages pass unchanged.
+std::string RepeatedOptionMessage(const CLI::App& command, const std::string& what) {
+  constexpr std::string_view kTwice = ": At Most 1 required but received ";
+  const size_t at = what.find(kTwice);
+  if (at == std::string::npos) return what;
+  const std::string flag = what.substr(0, at), count = what.substr(at + kTwice.size());
+  std::string forms;
+  if (const CLI::Option* option = command.get_option_no_throw(flag)) {
+    const std::vector<std::string>& names = option->get_lnames();
+    if (names.size() > 1) {
+      forms = " (as";
+      for (size_t i = 0; i < names.size(); ++i)
+        forms += (i == 0 ? " --" : i + 1 == names.size() ? " or --" : ", --") + names[i];
+      forms += ")";
+    }
+  }
+  return flag + ": given " + count + " times" + forms + "; give it once";
+}
+
 // Thrown once a command left out by RunDomino's `runs` is parsed and checked.
 struct ParsedOnly {};
 
@@ -88,11 +108,14 @@ int ParseAndRun(int argc, const char* const* argv,
   // Usage errors in one line, like every other error: "domino SUB: MESSAGE (see --help)".
   app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
     // The root reports its subcommands' errors too (app.exit below): name the one given.
+    const CLI::App* command = failed;
     std::string name = failed->get_parent() ? " " + failed->get_name() : "";
     if (const std::vector<CLI::App*> given = failed->get_subcommands();
-        name.empty() && !given.empty())
-      name = " " + given.front()->get_name();
-    return "domino" + name + ": " + e.what() + " (see --help)\n";
+        name.empty() && !given.empty()) {
+      command = given.front();
+      name = " " + command->get_name();
+    }
+    return "domino" + name + ": " + RepeatedOptionMessage(*command, e.what()) + " (see --help)\n";
   });
   // A mistyped command gets its name and the nearest command, not "a subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {
