@@ -47,9 +47,13 @@ std::string Configuration(const sim::ValidationRow& row) {
   if (row.plan) {
     const Plan& p = *row.plan;
     return fmt::format(
-        "{} {} {} {}x{} tp{}{} pp{}{}{} dp{} mb{} gb{} seq{}{}{}{}{}{}{}{}{}", p.model.name,
-        p.stack_ref, DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name, p.tp,
-        p.cp > 1 ? fmt::format(" cp{}", p.cp) : "", p.pp,
+        "{} {} {} {}x{}{} tp{}{} pp{}{}{} dp{} mb{} gb{} seq{}{}{}{}{}{}{}{}{}", p.model.name,
+        p.stack_ref, DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name,
+        // Part of a node (8 GPUs of a 72-GPU rack) says how many.
+        p.cluster.gpus_per_node != p.cluster.node.gpus_per_node
+            ? fmt::format(" ({} GPUs)", p.cluster.gpus_per_node)
+            : "",
+        p.tp, p.cp > 1 ? fmt::format(" cp{}", p.cp) : "", p.pp,
         p.virtual_stages > 1 ? fmt::format(" v{}", p.virtual_stages) : "",
         p.pipeline_split == PipelineSplit::kLayers
             ? ""
