@@ -27,10 +27,17 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   // attention's scores: the softmax's output 2*a*s/h, and with dropout its mask and output 3 more
   // (Korthikanti et al. 2022's 34 + 5as/h). Without dropout PyTorch and Transformer Engine keep
   // no mask (a dropout of p = 0 returns its input).
-  const bool dropout = plan.applies_dropout();
+  // In fp8 each of Transformer Engine's linears keeps the input its weight gradient needs
+  // quantized, 1 byte instead of 2 (module/linear.py: saved_inputmat is the quantized input): the
+  // QKV and fc1 inputs (the norms' outputs, whole part 2 -> 1 each) and fc2's (the activation's
+  // output, ffn/h 2 -> 1); the projection keeps an fp8 copy of the attention's output besides the
+  // 16-bit one attention keeps for its backward (+q).
+  const bool dropout = plan.applies_dropout(), fp8 = plan.precision == Dtype::kFp8;
   const double q = m.q_hidden() / h, kv = m.kv_hidden() / h;
-  const double mlp = (m.activation == Activation::kSwiglu ? 6.0 : 4.0) * m.ffn / h;
-  const double whole = dropout ? 10 : 8, split = 4 * q + 4 * kv + mlp;
+  const double gemm_input = fp8 ? 1 : 2;
+  const double mlp = ((m.activation == Activation::kSwiglu ? 4.0 : 2.0) + gemm_input) * m.ffn / h;
+  const double whole = (dropout ? 6 : 4) + 2 * gemm_input;
+  const double split = 4 * q + 4 * kv + mlp + (fp8 ? q : 0);
   const double scores = drop_scores ? 0 : (dropout ? 5 : 2) * a * s / h;
   const double recomputed = 2 * s * b * h / (plan.sequence_parallel ? t : 1);
   const double kept = plan.sequence_parallel ? s * b * h / t * (whole + split + scores)

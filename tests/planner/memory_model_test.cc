@@ -131,6 +131,20 @@ TEST(MemoryModelTest, WithoutDropoutNoMaskIsKept) {
   EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 34 * 2);
 }
 
+TEST(MemoryModelTest, Fp8LinearsKeepTheirInputsInFp8) {
+  Plan plan = TinyPlan();
+  plan.precision = Dtype::kFp8;
+  // The QKV and fc1 inputs 1 byte each (whole part 10 -> 8), fc2's input ffn/h 2 -> 1 (MLP 16 ->
+  // 12), the projection's fp8 copy of the attention's output +1: split 4 + 4 + 12 + 1 = 21.
+  // sbh (8 + 21/2) = 8192 * 18.5 per layer with flash attention, against 22 in 16 bits.
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 8192.0 * 18.5 * 2);
+  plan.sequence_parallel = true;  // sbh/t (8 + 21) = 4096 * 29
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 29 * 2);
+  // Full recompute keeps the 16-bit layer input only, as in bf16.
+  plan.recompute = Recompute::kFull;
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 2 * 2);
+}
+
 TEST(MemoryModelTest, SequenceParallelActivations) {
   Plan plan = TinyPlan();
   plan.sequence_parallel = true;
