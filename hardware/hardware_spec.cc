@@ -215,6 +215,7 @@ Result<GpuSpec> ParseGpu(std::string_view text, std::string_view file) {
            kKeys);
   map.Real("power_duty_knee", &gpu.power_duty_knee, Need::kOptional, kShare);
   map.Real("power_duty_slope", &gpu.power_duty_slope, Need::kOptional, kShare);
+  map.String("caveat", &gpu.caveat, Need::kOptional);
   if (!map.failed() && gpu.graph_launch_us > gpu.kernel_launch_us) {
     map.Fail("graph_launch_us", fmt::format("must be at most kernel_launch_us ({:g}), got {:g}",
                                             gpu.kernel_launch_us, gpu.graph_launch_us));

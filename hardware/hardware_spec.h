@@ -88,6 +88,10 @@ struct GpuSpec {
   // (sim/predict.h PowerClock). 0: no such limit.
   double power_duty_knee = 0;
   double power_duty_slope = 0;
+  // What the validation table shows this GPU's predictions miss and why, in a sentence that
+  // `simulate` and `plan` print beside them (the catalog's Blackwell GPUs: the end-to-end rows run
+  // about 30% slower than predicted). Empty: none known.
+  std::string caveat;
 
   double peak(Dtype dtype) const { return peak_tflops[static_cast<int>(dtype)]; }
   double memory_bytes() const { return memory_GB * 1e9; }

@@ -18,6 +18,7 @@
 #include "tools/command.h"
 #include "tools/json_output.h"
 #include "tools/plan_flags.h"
+#include "tools/prediction_text.h"
 #include "tools/simulator_evaluator.h"
 #include "tools/table.h"
 
@@ -388,6 +389,7 @@ void Run(const PlanCommandFlags& flags) {
                      flags.memory_headroom_gib > 0
                          ? fmt::format(", {:g} GiB per GPU left free", flags.memory_headroom_gib)
                          : "");
+  out << CaveatLine(base->cluster.node.gpu);
   out << fmt::format(
       "# {} plans simulated, {} rejected by a rule or memory, {} pruned by a bound, in {:.2f} s "
       "({:.0f} plans/s)\n\n",

@@ -206,7 +206,8 @@ Json GpuJson(const GpuSpec& gpu) {
               {"flash2_overhead_keys", gpu.flash2_overhead_keys},
               {"flash2_backward_overhead_keys", gpu.flash2_backward_overhead_keys},
               {"power_duty_knee", gpu.power_duty_knee},
-              {"power_duty_slope", gpu.power_duty_slope}};
+              {"power_duty_slope", gpu.power_duty_slope},
+              {"caveat", gpu.caveat}};
 }
 
 Json NodeJson(const NodeSpec& node) {

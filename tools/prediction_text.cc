@@ -32,9 +32,13 @@ std::string Describe(const Plan& p) {
           : fmt::format(", {} overlap in {} chunks", MethodName(p.method), p.decomposed_chunks()));
 }
 
+std::string CaveatLine(const GpuSpec& gpu) {
+  return gpu.caveat.empty() ? "" : fmt::format("# note: {}: {}\n", gpu.name, gpu.caveat);
+}
+
 void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& out) {
   const PlanFigures& f = p.figures;
-  out << Describe(plan) << "\n";
+  out << Describe(plan) << CaveatLine(plan.cluster.node.gpu) << "\n";
   Table summary({"figure", "value"});
   summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
   summary.AddRow({"ideal (TP comm free)", fmt::format("{:.2f} ms", f.ideal_ms)});

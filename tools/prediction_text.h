@@ -18,6 +18,10 @@ std::string Describe(const Plan& p);
 // iteration breakdown as tables.
 void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& out);
 
+// "# note: GPU: CAVEAT\n" where the GPU's catalog entry names what its predictions miss
+// (GpuSpec::caveat); "" otherwise.
+std::string CaveatLine(const GpuSpec& gpu);
+
 }  // namespace domino::cli
 
 #endif  // DOMINO_TOOLS_PREDICTION_TEXT_H_

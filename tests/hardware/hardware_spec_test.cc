@@ -113,6 +113,15 @@ TEST(CatalogTest, GpuFiguresMatchDatasheets) {
   EXPECT_DOUBLE_EQ(b200->hbm_GBps, 8000);
   EXPECT_DOUBLE_EQ(b200->peak(Dtype::kBf16), 2250);
   EXPECT_DOUBLE_EQ(b200->peak(Dtype::kFp8), 4500);
+  // Blackwell's fp8 main loop at the 16-bit one's share of its peak (the MAMF rows), and the gap
+  // its end-to-end rows show named beside every prediction; Hopper has none to name.
+  EXPECT_DOUBLE_EQ(b200->fp8_gemm_efficiency, b200->max_gemm_efficiency);
+  EXPECT_LT(h100->fp8_gemm_efficiency, h100->max_gemm_efficiency);
+  EXPECT_NE(b200->caveat.find("29-34% longer"), std::string::npos);
+  Result<GpuSpec> gb200 = LoadGpu("gb200");
+  ASSERT_TRUE(gb200.ok()) << gb200.message();
+  EXPECT_EQ(gb200->caveat, b200->caveat);
+  EXPECT_TRUE(h100->caveat.empty());
 }
 
 TEST(CatalogTest, NodeFiguresMatchFacts) {

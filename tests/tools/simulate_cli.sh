@@ -135,4 +135,15 @@ cp "$(dirname "$0")/../../hardware/catalog/nodes/dgx-h100.yaml" "$tmp/sub/nodes/
 printf 'model: m.yaml\ncluster: nodes/n.yaml:1:1\ntraining: {seq_len: 16, micro_batch: 2}\n' >"$tmp/sub/p.yaml"
 (cd / && "$domino" simulate "$tmp/sub/p.yaml" >/dev/null) || fail "a plan's neighbouring files not found"
 (cd "$tmp/sub" && "$domino" simulate p.yaml >/dev/null) || fail "a plan's files not found beside it"
+# A GPU whose catalog entry names a caveat prints it beside the prediction (and plan beside its
+# table); one without prints none.
+out=$("$domino" simulate --model gpt3-2.7b --cluster dgx-b200:1 --tp 8 --micro-batch 1 --global-batch 8 --seq-len 1024) \
+  || fail "b200 simulate failed"
+grep -q '^# note: b200: published Blackwell runs took 29-34% longer' <<<"$out" || fail "no b200 caveat"
+out=$("$domino" plan --model gpt3-2.7b --cluster gb200-nvl72:1:8 --global-batch 8 --seq-len 1024 \
+  --top 1) || fail "gb200 plan failed"
+grep -q '^# note: gb200: ' <<<"$out" || fail "no gb200 caveat in plan"
+out=$("$domino" simulate --model gpt3-2.7b --cluster dgx-h100:1 --tp 8 --micro-batch 1 --global-batch 8 --seq-len 1024) \
+  || fail "h100 simulate failed"
+grep -q '^# note:' <<<"$out" && fail "a caveat on h100"
 echo "simulate cli ok"
