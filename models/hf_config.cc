@@ -216,71 +216,107 @@ void CheckActivation(ConfigReader& config, Family family) {
   }
 }
 
-// What the family's modeling code runs that a ModelSpec leaves out (ModelSpec::approximations).
-void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
-  std::vector<std::string>& out = model->approximations;
-  if (family == Family::kQwen2)
-    out.push_back("biases on Q, K and V only (Qwen2): priced and exported without them");
-  if (family == Family::kQwen3)
-    out.push_back(
-        "an RMSNorm on each head of Q and of K (Qwen3's q_norm and k_norm): priced and exported "
-        "without them");
-  if (IsGemma(family))
-    out.push_back(
-        "a GeLU-gated MLP (Gemma's GeGLU): priced with SwiGLU's three matrices and exported as "
-        "SwiGLU (a SiLU gate)");
-  if (family == Family::kGemma2) {
-    out.push_back(
-        "an RMSNorm after the attention and after the MLP besides the ones before them (Gemma 2's "
-        "post-norms): priced and exported with the norms before only");
-    if (const std::optional<double> cap = Number(config, "attn_logit_softcapping"); cap && *cap > 0)
-      out.push_back(fmt::format(
-          "attention scores soft-capped at {:g} (attn_logit_softcapping): priced and exported "
-          "without the cap",
-          *cap));
-    if (const std::optional<double> cap = Number(config, "final_logit_softcapping");
-        cap && *cap > 0)
-      out.push_back(fmt::format(
-          "logits soft-capped at {:g} (final_logit_softcapping): priced and exported without the "
-          "cap",
-          *cap));
-  }
-  if (family == Family::kPhi3) {
-    if (const double rotary = Number(config, "partial_rotary_factor").value_or(1); rotary < 1)
-      out.push_back(fmt::format(
-          "rotary positions on {:g}% of each head (partial_rotary_factor {:g}): exported as "
-          "rotating all of it",
-          100 * rotary, rotary));
-  }
-  if (family == Family::kGptNeox) {
-    // GPTNeoXConfig's defaults: rotary_pct 0.25, use_parallel_residual true.
-    const double rotary = Number(config, "rotary_pct").value_or(0.25);
-    if (rotary < 1)
-      out.push_back(fmt::format(
-          "rotary positions on {:g}% of each head (rotary_pct {:g}): exported as rotating all "
-          "of it",
-          100 * rotary, rotary));
-    if (!config.Bool("attention_bias", true))
-      out.push_back(
-          "no biases on the attention's linears (attention_bias false), its MLP's kept: priced "
-          "and exported with biases on every linear");
-    if (config.Bool("use_parallel_residual", true))
-      out.push_back(
-          "attention and MLP side by side on one input (use_parallel_residual): priced and "
-          "exported one after the other");
-  }
-  // Mistral's and Phi-3's window (null: none), Gemma 2's on every other layer; Qwen2's and
-  // Qwen3's only with use_sliding_window.
+// Mistral's and Phi-3's window (null: none) on every layer, Gemma 2's on every other one from the
+// first (transformers' Gemma2Config: layers 0, 2, 4, ... slide); Qwen2's and Qwen3's only with
+// use_sliding_window, and there on the layers from max_window_layers on (Qwen2Config and
+// Qwen3Config: layer i slides when i >= max_window_layers, default 28; the first ones attend in
+// full, whatever the key's docstring says). A window as long as the model's sequence changes
+// nothing and is left out.
+void AddWindow(ConfigReader& config, Family family, ModelSpec* model) {
+  const bool qwen = family == Family::kQwen2 || family == Family::kQwen3;
   const bool windowed = family == Family::kMistral || family == Family::kPhi3 ||
                         family == Family::kGemma2 ||
-                        ((family == Family::kQwen2 || family == Family::kQwen3) &&
-                         config.Bool("use_sliding_window", false));
-  if (const std::optional<double> window = Number(config, "sliding_window");
-      windowed && window && *window > 0 && *window < model->seq_len)
-    out.push_back(fmt::format(
-        "a sliding attention window of {:g} tokens{} (sliding_window): priced and exported as "
-        "full causal attention, the same up to {:g} tokens",
-        *window, family == Family::kGemma2 ? " on every other layer" : "", *window));
+                        (qwen && config.Bool("use_sliding_window", false));
+  const std::optional<double> window = Number(config, "sliding_window");
+  if (!windowed || !window || *window <= 0 || *window >= model->seq_len) return;
+  AttentionWindow w{.tokens = static_cast<int>(*window)};
+  std::string layers;
+  if (family == Family::kGemma2) {
+    w.every = 2;
+    layers = " on every other layer";
+  }
+  if (qwen) {
+    w.first_layer = static_cast<int>(
+        config.Int({"max_window_layers"}, IntRange{0, kLayersRange.max}, int64_t{28}));
+    if (w.first_layer >= model->layers) return;  // every layer attends in full
+    layers = w.first_layer == 0
+                 ? " on every layer (max_window_layers 0)"
+                 : fmt::format(
+                       " on the last {} of {} layers (the first max_window_layers {} "
+                       "attend in full)",
+                       model->layers - w.first_layer, model->layers, w.first_layer);
+  }
+  model->window = w;
+  model->approximations.push_back(
+      {ModelFeature::kWindow,
+       fmt::format("a sliding attention window of {} tokens (sliding_window){}", w.tokens, layers),
+       fmt::format("as full causal attention, the same up to {} tokens", w.tokens)});
+}
+
+// What the family's modeling code runs that domino prices otherwise (ModelSpec::approximations),
+// with the fields that state what a framework can be told to build (ModelSpec::qkv_bias, qk_norm,
+// rotary_fraction, window).
+void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
+  std::vector<Approximation>& out = model->approximations;
+  if (family == Family::kQwen2) {
+    model->qkv_bias = true;
+    out.push_back({ModelFeature::kQkvBias, "biases on Q, K and V only (Qwen2)", "without them"});
+  }
+  if (family == Family::kQwen3) {
+    model->qk_norm = true;
+    out.push_back({ModelFeature::kQkNorm,
+                   "an RMSNorm on each head of Q and of K (Qwen3's q_norm and k_norm)",
+                   "without them"});
+  }
+  if (IsGemma(family))
+    out.push_back({ModelFeature::kNone, "a GeLU-gated MLP (Gemma's GeGLU)",
+                   "as SwiGLU (a SiLU gate), the same three matrices"});
+  if (family == Family::kGemma2) {
+    out.push_back({ModelFeature::kNone,
+                   "an RMSNorm after the attention and after the MLP besides the ones before them "
+                   "(Gemma 2's post-norms)",
+                   "with the norms before only"});
+    if (const std::optional<double> cap = Number(config, "attn_logit_softcapping"); cap && *cap > 0)
+      out.push_back(
+          {ModelFeature::kNone,
+           fmt::format("attention scores soft-capped at {:g} (attn_logit_softcapping)", *cap),
+           "without the cap"});
+    if (const std::optional<double> cap = Number(config, "final_logit_softcapping");
+        cap && *cap > 0)
+      out.push_back({ModelFeature::kNone,
+                     fmt::format("logits soft-capped at {:g} (final_logit_softcapping)", *cap),
+                     "without the cap"});
+  }
+  // Phi-3's partial_rotary_factor (1 unless given; Phi-4-mini's 0.75), GPT-NeoX's rotary_pct
+  // (GPTNeoXConfig's default 0.25). Megatron-Core rotates the first fraction of each head's
+  // features, as both families do.
+  const std::string_view key = family == Family::kPhi3      ? "partial_rotary_factor"
+                               : family == Family::kGptNeox ? "rotary_pct"
+                                                            : "";
+  if (!key.empty()) {
+    const double rotary = Number(config, key).value_or(family == Family::kGptNeox ? 0.25 : 1.0);
+    if (rotary <= 0 || rotary > 1) {
+      config.Fail(key, fmt::format("must be above 0 and at most 1, got {:g}", rotary));
+    } else if (rotary < 1) {
+      model->rotary_fraction = rotary;
+      out.push_back({ModelFeature::kPartialRotary,
+                     fmt::format("rotary positions on {:g}% of each head ({} {:g})", 100 * rotary,
+                                 key, rotary),
+                     "as rotating all of it"});
+    }
+  }
+  if (family == Family::kGptNeox) {
+    // GPTNeoXConfig's default: use_parallel_residual true.
+    if (!config.Bool("attention_bias", true))
+      out.push_back({ModelFeature::kNone,
+                     "no biases on the attention's linears (attention_bias false), its MLP's kept",
+                     "with biases on every linear"});
+    if (config.Bool("use_parallel_residual", true))
+      out.push_back({ModelFeature::kNone,
+                     "attention and MLP side by side on one input (use_parallel_residual)",
+                     "one after the other"});
+  }
+  AddWindow(config, family, model);
 }
 
 std::string NameFromPath(std::string_view file) {

@@ -28,19 +28,20 @@ namespace domino {
 // holding config.json, or the file's stem for another name. GPT-NeoX rotates Q and K (positions:
 // rotary). head_dim, where absent, is transformers' default: 256 for Gemma (1 and 2), 128 for
 // Qwen3, hidden / heads for the others; heads need not be hidden / heads wide
-// (ModelSpec::head_dim). What a ModelSpec cannot say is listed in ModelSpec::approximations, each
-// changing the parameters by under 1%:
-// - Qwen2's biases on Q, K and V only (read as none; ~0.002% of the parameters);
-// - Qwen3's RMSNorm on each head of Q and K (q_norm, k_norm: 2 x head_dim weights a layer);
+// (ModelSpec::head_dim). What domino prices otherwise is listed in ModelSpec::approximations, each
+// changing the parameters by under 1%; those marked * are also ModelSpec fields (qkv_bias,
+// qk_norm, rotary_fraction, window), which an export passes to a framework that can build them:
+// - Qwen2's biases on Q, K and V only (priced as none; ~0.002% of the parameters) *;
+// - Qwen3's RMSNorm on each head of Q and K (q_norm, k_norm: 2 x head_dim weights a layer) *;
 // - Gemma's GeLU gate (counted as SwiGLU's, the same matrices);
 // - Gemma 2's norms after the attention and the MLP (2 x hidden weights a layer) and its
 //   soft-capped attention scores and logits;
-// - Phi-3's partial rotary (partial_rotary_factor);
-// - GPT-NeoX's partial rotary (rotary_pct), parallel residual, and attention_bias false (its
+// - Phi-3's partial rotary (partial_rotary_factor) *;
+// - GPT-NeoX's partial rotary (rotary_pct) *, parallel residual, and attention_bias false (its
 //   MLP keeps its biases: read as biases on every linear);
-// - a sliding attention window (Mistral's and Phi-3's sliding_window, Gemma 2's on every other
-//   layer; Qwen's with use_sliding_window),
-//   priced as full causal attention.
+// - a sliding attention window * (Mistral's and Phi-3's sliding_window, Gemma 2's on layers 0,
+//   2, 4, ...; Qwen's with use_sliding_window, on the layers from max_window_layers on, as
+//   transformers' Qwen2Config and Qwen3Config place it), priced as full causal attention.
 // Llama's `attention_bias` / `mlp_bias` set ModelSpec.bias, which puts biases on every linear.
 //
 // Errors read "FILE:LINE:COLUMN: KEY: RULE": a config without `model_type` or `architectures`, an

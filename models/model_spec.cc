@@ -49,6 +49,11 @@ std::string_view NormName(Norm norm) {
   return "unknown";
 }
 
+std::string Approximation::Text() const {
+  return fmt::format("{}: priced {}{}", what, feature == ModelFeature::kNone ? "and exported " : "",
+                     as);
+}
+
 ModelSpec ReadModel(YamlMap& map) {
   ModelSpec model;
   map.Name("name", &model.name, Need::kRequired);

@@ -28,6 +28,37 @@ std::string_view ActivationName(Activation activation);
 std::string_view NormName(Norm norm);
 std::string_view PositionsName(Positions positions);  // "learned", "rotary"
 
+// What a model's attention runs that domino's pricing leaves out but a framework can be told to
+// build: each a field of ModelSpec below, so that an export launches the model its file describes.
+// kNone: what no field states (Gemma's GeLU gate, Gemma 2's post-norms).
+enum class ModelFeature { kNone, kQkvBias, kQkNorm, kPartialRotary, kWindow };
+
+// Something a model's file describes that domino prices otherwise (ModelSpec::approximations),
+// in words: `what` it is ("biases on Q, K and V only (Qwen2)") and `as` what domino prices it
+// ("without them"). ParseHfConfig writes them.
+struct Approximation {
+  ModelFeature feature = ModelFeature::kNone;
+  std::string what;
+  std::string as;
+
+  // "WHAT: priced AS" for a feature (an export says whether it launches it), else "WHAT: priced
+  // and exported AS": as `domino models` prints it.
+  std::string Text() const;
+};
+
+// A sliding attention window: on the layers it covers, each query attends to the `tokens` before
+// it (transformers' sliding_window; Megatron-Core's window_size (tokens, 0), as NeMo's Hugging
+// Face importers map it) instead of to every earlier token. Layers are counted from 0.
+struct AttentionWindow {
+  int tokens = 0;       // 0: no window
+  int first_layer = 0;  // the layers before attend in full (Qwen's max_window_layers)
+  int every = 1;        // from first_layer on, every `every`-th layer has it (Gemma 2: 2)
+
+  bool Covers(int layer) const {
+    return tokens > 0 && layer >= first_layer && (layer - first_layer) % every == 0;
+  }
+};
+
 // ModelSpec is the shape of a decoder-only transformer, as written in a model YAML file
 // (models/catalog/NAME.yaml; keys named after its fields). It holds no parallelism or batch: those
 // belong to a Plan. `positions` defaults by the norm: learned with `norm: layernorm` (the GPT
@@ -51,10 +82,19 @@ struct ModelSpec {
   Positions positions = Positions::kByNorm;
   bool bias = true;  // biases on every linear layer
   bool tied_embeddings = true;
-  // What the file it was read from describes and this spec leaves out (a Hugging Face config's
-  // Q/K/V-only biases or sliding attention window), each a phrase saying how domino prices it:
-  // `models` prints them and `export` names each as a difference. Not written by ModelToFlowYaml.
-  std::vector<std::string> approximations;
+  // What the attention runs besides, as a Hugging Face config says (ParseHfConfig sets each with
+  // its approximation below): domino prices the model without them, and an export passes them to
+  // a framework that has a setting for them (planner/export.h).
+  bool qkv_bias = false;       // with `bias` false: biases on Q, K and V only (Qwen2)
+  bool qk_norm = false;        // a `norm` on each head of Q and of K (Qwen3's q_norm and k_norm)
+  double rotary_fraction = 1;  // of each head's width that rotary positions turn (GPT-NeoX 0.25)
+  AttentionWindow window;      // a sliding window (Mistral; Gemma 2's every other layer)
+  // What the file it was read from describes and domino prices otherwise (a Hugging Face config's
+  // Q/K/V-only biases or sliding attention window): `models` prints them and `export` names each
+  // as a difference. Neither these nor the fields above are model YAML keys, nor written by
+  // ModelToFlowYaml: a model read from a config.json travels in a plan as its path
+  // (Plan::model_ref), read again with them.
+  std::vector<Approximation> approximations;
 
   int head_width() const { return head_dim > 0 ? head_dim : heads > 0 ? hidden / heads : 0; }
   int q_hidden() const { return heads * head_width(); }  // width of Q and of the attention's output

@@ -53,8 +53,9 @@ Output Opening(const Plan& plan, std::string_view what) {
 
 std::vector<std::string> ModelApproximations(const Plan& plan) {
   std::vector<std::string> out;
-  for (const std::string& a : plan.model.approximations)
-    out.push_back(fmt::format("model {}: {}", plan.model.name, a));
+  for (const Approximation& a : plan.model.approximations)
+    out.push_back(
+        fmt::format("model {}: {}: priced and exported {}", plan.model.name, a.what, a.as));
   return out;
 }
 

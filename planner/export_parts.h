@@ -34,8 +34,8 @@ std::string Title(const Plan& plan, std::string_view what);
 // (Plan::search_stopped), a line saying that a whole search may find a faster plan.
 Output Opening(const Plan& plan, std::string_view what);
 
-// What the plan's model file describes and its spec leaves out (ModelSpec::approximations), as
-// differences: "model NAME: ...".
+// What the plan's model file describes and domino prices otherwise (ModelSpec::approximations),
+// as differences: "model NAME: WHAT: priced and exported AS".
 std::vector<std::string> ModelApproximations(const Plan& plan);
 
 // Domino's slicing in words, for the frameworks that have no option for it; nullopt for the

@@ -40,7 +40,9 @@ void ShowModelJson(const std::string& name) {
   if (!model.ok()) Fail("models", model.message());
   const ModelSpec& m = *model;
   Json entry = ModelJson(m);
-  entry["approximations"] = m.approximations;
+  Json approximations = Json::array();
+  for (const Approximation& a : m.approximations) approximations.push_back(a.Text());
+  entry["approximations"] = std::move(approximations);
   LayerShape shape{.sequences = 1, .seq_len = m.seq_len, .tp = 1, .bytes_per_element = 2};
   Json ops = Json::array();
   auto dim = [](int64_t v) { return v ? Json(v) : Json(nullptr); };  // GEMMs only
@@ -96,8 +98,8 @@ void ShowModel(const std::string& name) {
       m.name, m.layers, m.hidden, m.heads, m.kv_heads, m.head_width(), m.ffn, m.vocab, m.seq_len,
       ActivationName(m.activation), NormName(m.norm), m.bias, m.tied_embeddings,
       m.learned_positions() ? "learned" : "rotary");
-  // What the file describes that the spec leaves out, and how it is priced.
-  for (const std::string& a : m.approximations) std::cout << "approximated: " << a << "\n";
+  // What the file describes that domino prices otherwise, and how.
+  for (const Approximation& a : m.approximations) std::cout << "approximated: " << a.Text() << "\n";
   std::cout << "\n";
   Table params({"parameters", "count"});
   params.AddRow({"per layer", fmt::format("{}", counts.per_layer)});

@@ -21,6 +21,13 @@ std::string HfDir(const std::string& model) {
   return std::string(DOMINO_SOURCE_DIR) + "/tests/models/data/hf/" + model;
 }
 
+// A model's approximations as `domino models` prints them.
+std::vector<std::string> Texts(const ModelSpec& model) {
+  std::vector<std::string> texts;
+  for (const Approximation& a : model.approximations) texts.push_back(a.Text());
+  return texts;
+}
+
 struct Published {
   const char* folder;
   int64_t parameters;  // as the model card or paper states it
@@ -125,7 +132,7 @@ TEST(HfConfig, WhatASpecCannotSayIsListedAsAnApproximation) {
   auto approximations = [](const char* folder) {
     Result<ModelSpec> m = LoadModel(HfDir(folder));
     EXPECT_TRUE(m.ok()) << m.message();
-    return m.ok() ? m->approximations : std::vector<std::string>{};
+    return m.ok() ? Texts(*m) : std::vector<std::string>{};
   };
   EXPECT_THAT(approximations("Qwen2-7B"),
               ::testing::ElementsAre(HasSubstr("biases on Q, K and V only (Qwen2)")));
@@ -137,7 +144,8 @@ TEST(HfConfig, WhatASpecCannotSayIsListedAsAnApproximation) {
                   HasSubstr("(Gemma 2's post-norms): priced and exported with the norms before"),
                   HasSubstr("attention scores soft-capped at 50 (attn_logit_softcapping)"),
                   HasSubstr("logits soft-capped at 30 (final_logit_softcapping)"),
-                  HasSubstr("a sliding attention window of 4096 tokens on every other layer")));
+                  HasSubstr("a sliding attention window of 4096 tokens (sliding_window) on "
+                            "every other layer")));
   EXPECT_THAT(approximations("Phi-3-mini-4k-instruct"),
               ::testing::ElementsAre(HasSubstr("a sliding attention window of 2047 tokens")));
   EXPECT_THAT(approximations("Mistral-7B-v0.1"),
@@ -164,7 +172,7 @@ TEST(HfConfig, WhatASpecCannotSayIsListedAsAnApproximation) {
       "config.json");
   ASSERT_TRUE(phi.ok()) << phi.message();
   EXPECT_EQ(phi->seq_len, 4096);
-  EXPECT_THAT(phi->approximations,
+  EXPECT_THAT(Texts(*phi),
               ::testing::ElementsAre(HasSubstr("rotary positions on 75% of each head")));
 }
 
@@ -319,7 +327,7 @@ TEST(HfConfig, HeadsNeedNotBeHiddenOverHeadsWide) {
   EXPECT_FALSE(qwen->bias);
   EXPECT_FALSE(qwen->tied_embeddings);
   EXPECT_EQ(qwen->activation, Activation::kSwiglu);
-  EXPECT_THAT(qwen->approximations,
+  EXPECT_THAT(Texts(*qwen),
               ::testing::ElementsAre(HasSubstr("an RMSNorm on each head of Q and of K (Qwen3's")));
 
   // Absent: 256 in Gemma, 128 in Qwen3, hidden / heads (16 here) elsewhere; given as hidden /
@@ -345,6 +353,102 @@ TEST(HfConfig, HeadsNeedNotBeHiddenOverHeadsWide) {
   ASSERT_TRUE(neox.ok()) << neox.message();
   EXPECT_EQ(neox->head_dim, 0);
   EXPECT_EQ(neox->head_width(), 8);
+}
+
+// What a framework can be told to build is a field besides its approximation, which says how
+// domino prices it; an export says whether it launches it (planner/export.h).
+TEST(HfConfig, FeaturesAFrameworkCanBuildAreFields) {
+  auto load = [](const char* folder) {
+    Result<ModelSpec> m = LoadModel(HfDir(folder));
+    EXPECT_TRUE(m.ok()) << m.message();
+    return m.ok() ? *m : ModelSpec{};
+  };
+  const ModelSpec qwen2 = load("Qwen2-7B");
+  EXPECT_TRUE(qwen2.qkv_bias);
+  EXPECT_FALSE(qwen2.bias);
+  EXPECT_EQ(qwen2.window.tokens, 0);  // use_sliding_window false
+  ASSERT_EQ(qwen2.approximations.size(), 1u);
+  EXPECT_EQ(qwen2.approximations[0].feature, ModelFeature::kQkvBias);
+  EXPECT_EQ(qwen2.approximations[0].Text(),
+            "biases on Q, K and V only (Qwen2): priced without them");
+
+  const ModelSpec qwen3 = load("Qwen3-32B");
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_FALSE(qwen3.qkv_bias);
+  EXPECT_THAT(Texts(qwen3), ::testing::ElementsAre("an RMSNorm on each head of Q and of K (Qwen3's "
+                                                   "q_norm and k_norm): priced without them"));
+
+  const ModelSpec pythia = load("pythia-1.4b");
+  EXPECT_EQ(pythia.rotary_fraction, 0.25);
+  EXPECT_THAT(Texts(pythia),
+              ::testing::ElementsAre(
+                  "rotary positions on 25% of each head (rotary_pct 0.25): priced as rotating all "
+                  "of it",
+                  "attention and MLP side by side on one input (use_parallel_residual): priced and "
+                  "exported one after the other"));
+
+  const ModelSpec mistral = load("Mistral-7B-v0.1");
+  EXPECT_EQ(mistral.window.tokens, 4096);
+  EXPECT_TRUE(mistral.window.Covers(0) && mistral.window.Covers(31));
+  EXPECT_THAT(Texts(mistral), ::testing::ElementsAre(
+                                  "a sliding attention window of 4096 tokens (sliding_window): "
+                                  "priced as full causal attention, the same up to 4096 tokens"));
+  EXPECT_EQ(load("Phi-3-mini-4k-instruct").window.tokens, 2047);
+  EXPECT_EQ(load("Phi-3-mini-4k-instruct").rotary_fraction, 1);
+
+  // Gemma 2 slides on layers 0, 2, 4, ... (transformers' Gemma2Config); its GeGLU is no field.
+  const ModelSpec gemma2 = load("gemma-2-9b");
+  EXPECT_EQ(gemma2.window.tokens, 4096);
+  EXPECT_TRUE(gemma2.window.Covers(0));
+  EXPECT_FALSE(gemma2.window.Covers(1));
+  EXPECT_TRUE(gemma2.window.Covers(40));
+  EXPECT_EQ(gemma2.approximations.front().feature, ModelFeature::kNone);
+  EXPECT_EQ(gemma2.approximations.front().Text(),
+            "a GeLU-gated MLP (Gemma's GeGLU): priced and exported as SwiGLU (a SiLU gate), the "
+            "same three matrices");
+  EXPECT_EQ(gemma2.approximations.back().Text(),
+            "a sliding attention window of 4096 tokens (sliding_window) on every other layer: "
+            "priced as full causal attention, the same up to 4096 tokens");
+}
+
+// Qwen2Config and Qwen3Config slide layer i when use_sliding_window and i >= max_window_layers
+// (default 28): the first max_window_layers attend in full.
+TEST(HfConfig, QwenSlidesFromMaxWindowLayersOn) {
+  auto qwen = [](const std::string& type, const std::string& keys) {
+    std::string text = LlamaWith(2, "  \"model_type\": \"" + type + "\", " + keys + ",");
+    Result<ModelSpec> m = ParseHfConfig(text, "qwen/config.json");
+    EXPECT_TRUE(m.ok()) << m.message();
+    return m.ok() ? *m : ModelSpec{};
+  };
+  // LlamaWith's: 2 layers, 256 positions.
+  const ModelSpec last = qwen("qwen2", R"("use_sliding_window": true, "sliding_window": 64, )"
+                                       R"("max_window_layers": 1)");
+  EXPECT_EQ(last.window.tokens, 64);
+  EXPECT_EQ(last.window.first_layer, 1);
+  EXPECT_FALSE(last.window.Covers(0));
+  EXPECT_TRUE(last.window.Covers(1));
+  EXPECT_THAT(Texts(last),
+              ::testing::ElementsAre(HasSubstr("Qwen2"),
+                                     "a sliding attention window of 64 tokens (sliding_window) on "
+                                     "the last 1 of 2 layers (the first max_window_layers 1 attend "
+                                     "in full): priced as full causal attention, the same up to "
+                                     "64 tokens"));
+  const ModelSpec all = qwen("qwen3", R"("use_sliding_window": true, "sliding_window": 64, )"
+                                      R"("max_window_layers": 0)");
+  EXPECT_TRUE(all.window.Covers(0) && all.window.Covers(1));
+  EXPECT_THAT(Texts(all).back(), HasSubstr("64 tokens (sliding_window) on every layer "
+                                           "(max_window_layers 0): priced as full"));
+  // The default 28 covers no layer of 2; nor does a window without use_sliding_window.
+  EXPECT_EQ(qwen("qwen2", R"("use_sliding_window": true, "sliding_window": 64)").window.tokens, 0);
+  EXPECT_EQ(qwen("qwen2", R"("sliding_window": 64, "max_window_layers": 0)").window.tokens, 0);
+  EXPECT_EQ(qwen("qwen2", R"("sliding_window": 64, "max_window_layers": 0)").approximations.size(),
+            1u);
+  ExpectError(LlamaWith(2, R"(  "model_type": "qwen2", "use_sliding_window": true,
+  "sliding_window": 64, "max_window_layers": -1,)"),
+              "bad/config.json:3:46: max_window_layers: must be between 0 and 32767, got -1");
+  ExpectError(LlamaWith(2, R"(  "model_type": "phi3", "partial_rotary_factor": 1.5,)"),
+              "bad/config.json:2:50: partial_rotary_factor: must be above 0 and at most 1, got "
+              "1.5");
 }
 
 TEST(HfConfig, ReadsTabIndentedAndOneLineJson) {

@@ -296,17 +296,18 @@ TEST(Export, FsdpMapsToEachFrameworksFullSharding) {
 }
 
 TEST(Export, WhatTheModelsFileSaysAndItsSpecLeavesOutIsADifferenceEverywhere) {
-  // An imported Qwen2's Q/K/V-only biases (ModelSpec::approximations): every target names it.
+  // An imported Gemma 2's post-norms (ModelSpec::approximations), which no field states and no
+  // target launches: every target names it.
   Result<Plan> plan = ParsePlan(kGpt27bRowSplit, "plan.yaml");
   ASSERT_TRUE(plan.ok()) << plan.message();
   plan->model.approximations = {
-      "biases on Q, K and V only (Qwen2): priced and exported without them"};
+      {ModelFeature::kNone, "post-norms (Gemma 2)", "with the norms before only"}};
   for (ExportTarget target : {ExportTarget::kMegatron, ExportTarget::kNemo,
                               ExportTarget::kDeepSpeed, ExportTarget::kTorchtitan}) {
     Result<std::string> text = ExportPlan(*plan, target);
     ASSERT_TRUE(text.ok()) << text.message();
-    EXPECT_THAT(*text, HasSubstr("# differs: model gpt3-2.7b: biases on Q, K and V only (Qwen2): "
-                                 "priced and exported without them\n"));
+    EXPECT_THAT(*text, HasSubstr("# differs: model gpt3-2.7b: post-norms (Gemma 2): priced and "
+                                 "exported with the norms before only\n"));
   }
 }
 

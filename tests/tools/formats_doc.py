@@ -124,7 +124,8 @@ def hf_keys():
     for signature in (r"\nResult<ModelSpec> ParseHfConfig\(",
                       r"\nstd::optional<Family> ReadFamily\(",
                       r"\nvoid CheckActivation\(",
-                      r"\nvoid AddApproximations\("):
+                      r"\nvoid AddApproximations\(",
+                      r"\nvoid AddWindow\("):
         text = body("models/hf_config.cc", signature)
         for call in re.finditer(r"config\.(?:Int|Bool|String|Find)\(", text):
             # The call's arguments up to its closing parenthesis; keys are its string literals.
