@@ -51,11 +51,25 @@ Output Opening(const Plan& plan, std::string_view what) {
   return out;
 }
 
-std::vector<std::string> ModelApproximations(const Plan& plan) {
+std::vector<std::string> ModelApproximations(const Plan& plan,
+                                             std::span<const LaunchedFeature> launched,
+                                             std::string_view joiner) {
   std::vector<std::string> out;
-  for (const Approximation& a : plan.model.approximations)
-    out.push_back(
-        fmt::format("model {}: {}: priced and exported {}", plan.model.name, a.what, a.as));
+  for (const Approximation& a : plan.model.approximations) {
+    const auto it = std::find_if(launched.begin(), launched.end(), [&](const LaunchedFeature& f) {
+      return a.feature != ModelFeature::kNone && f.feature == a.feature;
+    });
+    if (it == launched.end()) {
+      out.push_back(
+          fmt::format("model {}: {}: priced and exported {}", plan.model.name, a.what, a.as));
+      continue;
+    }
+    std::string settings;
+    for (const std::string& s : it->settings)
+      settings += fmt::format("{}{}", settings.empty() ? "" : joiner, s);
+    out.push_back(fmt::format("model {}: {}: launched ({}), priced {}", plan.model.name, a.what,
+                              settings, a.as));
+  }
   return out;
 }
 
@@ -160,6 +174,61 @@ std::string Arguments(const std::vector<std::string>& args) {
   return text;
 }
 
+std::optional<WindowLayers> MegatronWindowLayers(const ModelSpec& m) {
+  std::vector<int> pattern(m.layers);
+  for (int l = 0; l < m.layers; ++l) pattern[l] = m.window.Covers(l) ? 1 : 0;
+  if (std::find(pattern.begin(), pattern.end(), 0) == pattern.end()) return std::nullopt;
+  // Megatron-Core's integer N puts full attention on layer numbers (from 1) that N divides
+  // (megatron/core/transformer/utils.py, is_layer_window_attention): Gemma 2's is 2.
+  for (int n = 2; n <= m.layers; ++n) {
+    bool same = true;
+    for (int l = 0; l < m.layers && same; ++l) same = pattern[l] == ((l + 1) % n != 0 ? 1 : 0);
+    if (same) return WindowLayers{.every = n};
+  }
+  return WindowLayers{.pattern = std::move(pattern)};
+}
+
+// Megatron-LM's arguments for a model's features. --add-qkv-bias keeps Q, K and V's biases under
+// --disable-bias-linear (Qwen2); --qk-layernorm norms each head of Q and K with --normalization's
+// norm (RMSNorm: Qwen3's q_norm and k_norm). Both are arguments of megatron/training/arguments.py
+// up to core_v0.15, and from core_v0.16.0 generated from TransformerConfig's add_qkv_bias and
+// qk_layernorm (megatron/core/transformer/transformer_config.py) by ArgumentGroupFactory
+// (megatron/training/argument_utils.py: "--" and the field's name with dashes).
+// --rotary-percent rotates that fraction of each head (arguments.py; DeepSpeed-Domino's
+// domino/language_model.py reads it too). --window-size L,R (tuple_type) and
+// --window-attn-skip-freq (moe_freq_type: an integer or a Python list expression, 1 a windowed
+// layer) are arguments.py's from core_v0.15.0; NeMo's Hugging Face importers map sliding_window
+// W to window_size (W, 0) (nemo/collections/llm/gpt/model/mistral.py, gemma2.py).
+std::vector<LaunchedFeature> MegatronFeatures(const ModelSpec& m, bool layer_options) {
+  std::vector<LaunchedFeature> out;
+  if (layer_options && m.qkv_bias && !m.bias)
+    out.push_back({ModelFeature::kQkvBias, {"--add-qkv-bias"}});
+  if (layer_options && m.qk_norm) out.push_back({ModelFeature::kQkNorm, {"--qk-layernorm"}});
+  if (!m.learned_positions() && m.rotary_fraction < 1)
+    out.push_back(
+        {ModelFeature::kPartialRotary, {fmt::format("--rotary-percent {:g}", m.rotary_fraction)}});
+  if (layer_options && m.window.tokens > 0) {
+    LaunchedFeature window{ModelFeature::kWindow,
+                           {fmt::format("--window-size {},0", m.window.tokens)}};
+    if (std::optional<WindowLayers> layers = MegatronWindowLayers(m)) {
+      std::string freq = std::to_string(layers->every);
+      if (layers->every == 0) {  // runs of equal layers: "[0]*28+[1]*36"
+        freq.clear();
+        for (size_t l = 0; l < layers->pattern.size();) {
+          size_t end = l;
+          while (end < layers->pattern.size() && layers->pattern[end] == layers->pattern[l]) ++end;
+          freq += fmt::format("{}[{}]*{}", freq.empty() ? "" : "+", layers->pattern[l], end - l);
+          l = end;
+        }
+        freq = "\"" + freq + "\"";
+      }
+      window.settings.push_back("--window-attn-skip-freq " + freq);
+    }
+    out.push_back(std::move(window));
+  }
+  return out;
+}
+
 void AddModelArguments(const ModelSpec& m, const Plan& plan, bool layer_options,
                        std::vector<std::string>& args) {
   args.push_back(fmt::format("--num-layers {}", m.layers));
@@ -180,6 +249,8 @@ void AddModelArguments(const ModelSpec& m, const Plan& plan, bool layer_options,
   if (layer_options && m.activation == Activation::kSwiglu) args.push_back("--swiglu");
   if (layer_options && m.activation == Activation::kSquaredRelu) args.push_back("--squared-relu");
   if (layer_options && m.norm == Norm::kRmsNorm) args.push_back("--normalization RMSNorm");
+  for (const LaunchedFeature& f : MegatronFeatures(m, layer_options))
+    args.insert(args.end(), f.settings.begin(), f.settings.end());
   // Megatron-LM's hidden and attention dropout are 0.1 unless set (DeepSpeed-Domino's too).
   if (!plan.applies_dropout()) {
     args.push_back("--hidden-dropout 0");

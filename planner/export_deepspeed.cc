@@ -68,7 +68,8 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
       launcher,
       plan.tp <= per_node ? ""
                           : fmt::format(" (HOSTFILE: a line `HOST slots={}` per host)", per_node)));
-  for (const std::string& d : ModelApproximations(plan)) out.differs.push_back(d);
+  for (const std::string& d : ModelApproximations(plan, MegatronFeatures(m, false)))
+    out.differs.push_back(d);
   if (plan.scope != OverlapScope::kInterLayer) {
     out.differs.push_back(fmt::format(
         "overlap scope {}: DeepSpeed-Domino overlaps a μ-batch's all-reduce with the next "

@@ -64,6 +64,39 @@ std::string ParamGatherAloneDifference(std::string_view framework, std::string_v
       framework, gather, reduce);
 }
 
+// NeMo's keys for a model's features. build_transformer_config
+// (nemo/collections/nlp/models/language_modeling/megatron_base_model.py) reads qkv_bias as
+// Megatron-Core's add_qkv_bias and passes on the TransformerConfig fields the model config names
+// (qk_layernorm, window_size, window_attn_skip_freq); megatron_gpt_model.py reads
+// rotary_percentage. The layer spec megatron_gpt_config.yaml builds (te_gpt: get_specs in
+// megatron_gpt_model.py) has no norm on Q and K whatever qk_layernorm says; the spec named
+// decoder_block_gpt (Megatron-Core's get_gpt_decoder_block_spec) takes it from the config.
+std::vector<LaunchedFeature> NemoFeatures(const ModelSpec& m) {
+  std::vector<LaunchedFeature> out;
+  if (m.qkv_bias && !m.bias) out.push_back({ModelFeature::kQkvBias, {"qkv_bias: true"}});
+  if (m.qk_norm)
+    out.push_back({ModelFeature::kQkNorm, {"qk_layernorm: true", "name: decoder_block_gpt"}});
+  if (!m.learned_positions() && m.rotary_fraction < 1)
+    out.push_back({ModelFeature::kPartialRotary,
+                   {fmt::format("rotary_percentage: {:g}", m.rotary_fraction)}});
+  if (m.window.tokens > 0) {
+    LaunchedFeature window{ModelFeature::kWindow,
+                           {fmt::format("window_size: [{}, 0]", m.window.tokens)}};
+    if (std::optional<WindowLayers> layers = MegatronWindowLayers(m)) {
+      std::string freq = std::to_string(layers->every);
+      if (layers->every == 0) {
+        freq.clear();
+        for (int covered : layers->pattern)
+          freq += fmt::format("{}{}", freq.empty() ? "" : ", ", covered);
+        freq = "[" + freq + "]";
+      }
+      window.settings.push_back("window_attn_skip_freq: " + freq);
+    }
+    out.push_back(std::move(window));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string ExportMegatron(const Plan& plan) {
@@ -81,7 +114,8 @@ std::string ExportMegatron(const Plan& plan) {
       "vocabulary {}: from the tokenizer (--tokenizer-type, --tokenizer-model), padded by "
       "--make-vocab-size-divisible-by",
       m.vocab));
-  for (const std::string& d : ModelApproximations(plan)) out.differs.push_back(d);
+  for (const std::string& d : ModelApproximations(plan, MegatronFeatures(m, true)))
+    out.differs.push_back(d);
   if (std::optional<std::string> slicing = DominoSlicing(plan)) {
     out.differs.push_back(
         *slicing +
@@ -214,7 +248,8 @@ std::string ExportMegatron(const Plan& plan) {
 std::string ExportNemo(const Plan& plan) {
   const ModelSpec& m = plan.model;
   Output out = Opening(plan, "NeMo overrides of megatron_gpt_config.yaml");
-  for (const std::string& d : ModelApproximations(plan)) out.differs.push_back(d);
+  const std::vector<LaunchedFeature> features = NemoFeatures(m);
+  for (const std::string& d : ModelApproximations(plan, features, ", ")) out.differs.push_back(d);
   if (std::optional<std::string> slicing = DominoSlicing(plan)) {
     out.differs.push_back(*slicing +
                           ": NeMo has no such key; Megatron-Core runs each micro-batch whole "
@@ -306,6 +341,8 @@ std::string ExportNemo(const Plan& plan) {
     body += "  bias_activation_fusion: false\n";
   body += fmt::format("  position_embedding_type: {}\n",
                       m.learned_positions() ? "learned_absolute" : "rope");
+  for (const LaunchedFeature& f : features)
+    for (const std::string& setting : f.settings) body += "  " + setting + "\n";
   body += fmt::format("  share_embeddings_and_output_weights: {}\n", YamlBool(m.tied_embeddings));
   const char* granularity = plan.recompute == Recompute::kSelective ? "selective"
                             : plan.recompute == Recompute::kFull    ? "full"

@@ -6,6 +6,7 @@
 #define DOMINO_PLANNER_EXPORT_PARTS_H_
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,9 +35,20 @@ std::string Title(const Plan& plan, std::string_view what);
 // (Plan::search_stopped), a line saying that a whole search may find a faster plan.
 Output Opening(const Plan& plan, std::string_view what);
 
+// A feature of the model (ModelFeature) that a framework builds when told: its settings, in the
+// framework's syntax (arguments, or YAML lines).
+struct LaunchedFeature {
+  ModelFeature feature = ModelFeature::kNone;
+  std::vector<std::string> settings;
+};
+
 // What the plan's model file describes and domino prices otherwise (ModelSpec::approximations),
-// as differences: "model NAME: WHAT: priced and exported AS".
-std::vector<std::string> ModelApproximations(const Plan& plan);
+// as differences: "model NAME: WHAT: priced and exported AS", or, for a feature the export
+// launches, "model NAME: WHAT: launched (SETTINGS), priced AS", its settings joined by `joiner`:
+// the run has it, the prediction does not.
+std::vector<std::string> ModelApproximations(const Plan& plan,
+                                             std::span<const LaunchedFeature> launched = {},
+                                             std::string_view joiner = " ");
 
 // Domino's slicing in words, for the frameworks that have no option for it; nullopt for the
 // baseline.
@@ -100,10 +112,25 @@ int MaxPositions(const Plan& plan);
 // Command-line arguments one per line, continued with backslashes.
 std::string Arguments(const std::vector<std::string>& args);
 
+// The model's features as Megatron-LM's arguments (megatron/training/arguments.py, and from
+// core_v0.16.0 the TransformerConfig fields it generates them from): --rotary-percent, and with
+// `layer_options` --add-qkv-bias, --qk-layernorm, --window-size and --window-attn-skip-freq.
+// DeepSpeed-Domino's Megatron-LM (375395c1) has --rotary-percent only.
+std::vector<LaunchedFeature> MegatronFeatures(const ModelSpec& m, bool layer_options);
+
+// The layers a model's window covers as Megatron-Core's window_attn_skip_freq (layers counted from
+// 1, a window on those N does not divide), else one 0 or 1 a layer (1: windowed); nothing when it
+// covers every layer.
+struct WindowLayers {
+  int every = 0;
+  std::vector<int> pattern;
+};
+std::optional<WindowLayers> MegatronWindowLayers(const ModelSpec& m);
+
 // The model's shape as Megatron-LM's (and DeepSpeed-Domino's, which forks it) arguments.
 // `layer_options`: the framework's layers take grouped-query attention, the MLP's activation and
 // the norm from its arguments (Megatron-LM's do; DeepSpeed-Domino's run multi-head attention, GeLU
-// and LayerNorm whatever they say).
+// and LayerNorm whatever they say). The model's features follow, as MegatronFeatures.
 void AddModelArguments(const ModelSpec& m, const Plan& plan, bool layer_options,
                        std::vector<std::string>& args);
 

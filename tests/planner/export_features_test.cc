@@ -1,0 +1,188 @@
+// What a Hugging Face config describes that domino prices without (ModelSpec's qkv_bias, qk_norm,
+// rotary_fraction and window) reaches the frameworks that have a setting for it, and every export
+// says whether its run has it (planner/export.h).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "planner/export.h"
+#include "planner/plan.h"
+#include "tests/planner/export_test_plans.h"
+
+namespace domino {
+namespace {
+
+using export_test::Export;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string HfDir(const std::string& model) {
+  return std::string(DOMINO_SOURCE_DIR) + "/tests/models/data/hf/" + model;
+}
+
+// `model` (a path) on one DGX H100, tp 8 with Domino's row split 2: a plan every target takes,
+// DeepSpeed-Domino's included.
+std::string TpEight(const std::string& model) {
+  return "model: " + model + R"(
+cluster: dgx-h100:1
+precision: bf16
+training: {seq_len: 2048, micro_batch: 2, global_batch: 2}
+parallel: {tp: 8}
+overlap: {row_split: 2, col_split: 1, scope: inter-layer}
+)";
+}
+
+// The text of each target's export of `plan`, in ExportTarget's order.
+struct Exports {
+  std::string megatron, nemo, deepspeed, torchtitan;
+};
+Exports ExportAll(const std::string& plan) {
+  Exports out;
+  for (auto [target, text] : {std::pair{ExportTarget::kMegatron, &out.megatron},
+                              std::pair{ExportTarget::kNemo, &out.nemo},
+                              std::pair{ExportTarget::kDeepSpeed, &out.deepspeed},
+                              std::pair{ExportTarget::kTorchtitan, &out.torchtitan}}) {
+    Result<std::string> exported = Export(plan.c_str(), target);
+    EXPECT_TRUE(exported.ok()) << exported.message();
+    if (exported.ok()) *text = *exported;
+  }
+  return out;
+}
+
+TEST(ExportFeatures, Qwen2LaunchesItsQkvBiasesInMegatron) {
+  const std::string plan = "model: " + HfDir("Qwen2-7B") + R"(
+cluster: dgx-h100:1:4
+precision: bf16
+training: {seq_len: 4096, micro_batch: 1, global_batch: 8}
+parallel: {tp: 4}
+)";
+  Result<std::string> text = Export(plan.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(text.ok()) << text.message();
+  EXPECT_EQ(
+      *text,
+      R"txt(# Megatron-LM / Megatron-Core arguments (pretrain_gpt.py) for Qwen2-7B on dgx-h100:1:4 (1 node x 4 GPUs): 4 GPUs = tp 4 x pp 1 x dp 1
+# data-parallel size 1 follows from the world size: 4 GPUs / (tp 4 x pp 1)
+# vocabulary 152064: from the tokenizer (--tokenizer-type, --tokenizer-model), padded by --make-vocab-size-divisible-by
+# differs: model Qwen2-7B: biases on Q, K and V only (Qwen2): launched (--add-qkv-bias), priced without them
+--num-layers 28 \
+--hidden-size 3584 \
+--ffn-hidden-size 18944 \
+--num-attention-heads 28 \
+--group-query-attention \
+--num-query-groups 4 \
+--seq-length 4096 \
+--max-position-embeddings 131072 \
+--position-embedding-type rope \
+--swiglu \
+--normalization RMSNorm \
+--add-qkv-bias \
+--hidden-dropout 0 \
+--attention-dropout 0 \
+--disable-bias-linear \
+--untie-embeddings-and-output-weights \
+--tensor-model-parallel-size 4 \
+--pipeline-model-parallel-size 1 \
+--micro-batch-size 1 \
+--global-batch-size 8 \
+--bf16
+)txt");
+  Result<std::string> nemo = Export(plan.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("# differs: model Qwen2-7B: biases on Q, K and V only (Qwen2): "
+                               "launched (qkv_bias: true), priced without them\n"));
+  EXPECT_THAT(*nemo, HasSubstr("  bias: false\n"));
+  EXPECT_THAT(*nemo, HasSubstr("  position_embedding_type: rope\n  qkv_bias: true\n"));
+}
+
+TEST(ExportFeatures, Qwen3sQkNormIsLaunchedWhereTheFrameworkHasIt) {
+  const Exports e = ExportAll(TpEight(HfDir("Qwen3-32B")));
+  EXPECT_THAT(e.megatron, HasSubstr("--normalization RMSNorm \\\n--qk-layernorm \\\n"));
+  EXPECT_THAT(e.megatron,
+              HasSubstr("# differs: model Qwen3-32B: an RMSNorm on each head of Q and of K "
+                        "(Qwen3's q_norm and k_norm): launched (--qk-layernorm), priced without "
+                        "them\n"));
+  // NeMo's default layer spec builds no Q/K norm: the decoder-block spec takes the key.
+  EXPECT_THAT(e.nemo, HasSubstr("  position_embedding_type: rope\n  qk_layernorm: true\n  name: "
+                                "decoder_block_gpt\n"));
+  EXPECT_THAT(e.nemo, HasSubstr("(Qwen3's q_norm and k_norm): launched (qk_layernorm: true, name: "
+                                "decoder_block_gpt), priced without them\n"));
+  // DeepSpeed-Domino's layers and torchtitan's llama3 have no such setting.
+  for (const std::string* text : {&e.deepspeed, &e.torchtitan}) {
+    EXPECT_THAT(*text, HasSubstr("# differs: model Qwen3-32B: an RMSNorm on each head of Q and of "
+                                 "K (Qwen3's q_norm and k_norm): priced and exported without "
+                                 "them\n"));
+    EXPECT_THAT(*text, Not(HasSubstr("qk-layernorm")));
+  }
+}
+
+TEST(ExportFeatures, PartialRotaryIsARotaryPercent) {
+  const Exports e = ExportAll(TpEight(HfDir("pythia-1.4b")));
+  const std::string launched =
+      "# differs: model pythia-1.4b: rotary positions on 25% of each head (rotary_pct 0.25): "
+      "launched (--rotary-percent 0.25), priced as rotating all of it\n";
+  // DeepSpeed-Domino's language model reads Megatron-LM's --rotary-percent too.
+  for (const std::string* text : {&e.megatron, &e.deepspeed}) {
+    EXPECT_THAT(*text, HasSubstr("--position-embedding-type rope \\\n--rotary-percent 0.25 \\\n"));
+    EXPECT_THAT(*text, HasSubstr(launched));
+  }
+  EXPECT_THAT(e.nemo, HasSubstr("  position_embedding_type: rope\n  rotary_percentage: 0.25\n"));
+  EXPECT_THAT(e.nemo, HasSubstr("(rotary_pct 0.25): launched (rotary_percentage: 0.25), priced as "
+                                "rotating all of it\n"));
+  EXPECT_THAT(e.torchtitan, HasSubstr("(rotary_pct 0.25): priced and exported as rotating all of "
+                                      "it\n"));
+  // What no framework can be told stays "priced and exported".
+  EXPECT_THAT(e.megatron, HasSubstr("(use_parallel_residual): priced and exported one after the "
+                                    "other\n"));
+}
+
+TEST(ExportFeatures, ASlidingWindowIsAWindowSizeOnItsLayers) {
+  // Mistral's window on every layer.
+  const Exports mistral = ExportAll(TpEight(HfDir("Mistral-7B-v0.1")));
+  EXPECT_THAT(mistral.megatron, HasSubstr("--window-size 4096,0 \\\n--hidden-dropout"));
+  EXPECT_THAT(mistral.megatron,
+              HasSubstr("# differs: model Mistral-7B-v0.1: a sliding attention window of 4096 "
+                        "tokens (sliding_window): launched (--window-size 4096,0), priced as full "
+                        "causal attention, the same up to 4096 tokens\n"));
+  EXPECT_THAT(mistral.nemo, HasSubstr("  window_size: [4096, 0]\n  share_embeddings"));
+  for (const std::string* text : {&mistral.deepspeed, &mistral.torchtitan}) {
+    EXPECT_THAT(*text, HasSubstr("(sliding_window): priced and exported as full causal attention, "
+                                 "the same up to 4096 tokens\n"));
+    EXPECT_THAT(*text, Not(HasSubstr("window-size")));
+  }
+  // Gemma 2's on layers 0, 2, 4, ...: Megatron-Core's full attention on every second layer.
+  const Exports gemma = ExportAll(TpEight(HfDir("gemma-2-9b")));
+  EXPECT_THAT(gemma.megatron, HasSubstr("--window-size 4096,0 \\\n--window-attn-skip-freq 2 \\\n"));
+  EXPECT_THAT(gemma.megatron,
+              HasSubstr("(sliding_window) on every other layer: launched (--window-size 4096,0 "
+                        "--window-attn-skip-freq 2), priced as full causal attention"));
+  EXPECT_THAT(gemma.nemo, HasSubstr("  window_size: [4096, 0]\n  window_attn_skip_freq: 2\n"));
+  EXPECT_THAT(gemma.nemo, HasSubstr("launched (window_size: [4096, 0], window_attn_skip_freq: 2)"));
+}
+
+TEST(ExportFeatures, QwensWindowFromMaxWindowLayersIsALayerPattern) {
+  // A Qwen2 config with its window on: layers 2 to 5 of 6 (max_window_layers 2).
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "export_features_qwen2";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"model_type": "qwen2", "num_hidden_layers": 6,
+      "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 8,
+      "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 4096,
+      "use_sliding_window": true, "sliding_window": 1024, "max_window_layers": 2})";
+  const Exports e = ExportAll(TpEight(dir.string()));
+  EXPECT_THAT(e.megatron, HasSubstr("--add-qkv-bias \\\n--window-size 1024,0 \\\n"
+                                    "--window-attn-skip-freq \"[0]*2+[1]*4\" \\\n"));
+  EXPECT_THAT(e.megatron, HasSubstr("# differs: model export_features_qwen2: a sliding attention "
+                                    "window of 1024 tokens (sliding_window) on the last 4 of 6 "
+                                    "layers (the first max_window_layers 2 attend in full): "
+                                    "launched (--window-size 1024,0 --window-attn-skip-freq "
+                                    "\"[0]*2+[1]*4\"), priced as full causal attention, the same "
+                                    "up to 1024 tokens\n"));
+  EXPECT_THAT(e.nemo, HasSubstr("  qkv_bias: true\n  window_size: [1024, 0]\n"
+                                "  window_attn_skip_freq: [0, 0, 1, 1, 1, 1]\n"));
+}
+
+}  // namespace
+}  // namespace domino
