@@ -1,5 +1,6 @@
-// Context parallelism in the simulator: where the CP ring and the DP x CP gradient group sit, what
-// a ring step's transfer costs, and the planner's search choosing CP for a long sequence.
+// Context parallelism in the simulator: the gradient group over DP x CP, what a ring step's
+// transfer costs, and the planner's search choosing CP for a long sequence (where the CP ring and
+// the other groups sit: groups_test.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,89 +19,6 @@ namespace {
 
 using testing_util::MakePlan;
 using testing_util::PlanKnobs;
-
-void ExpectGroup(const CommGroup& g, int size, int nodes, int per_node) {
-  EXPECT_EQ(g.size, size);
-  EXPECT_EQ(g.nodes_spanned, nodes);
-  EXPECT_EQ(g.gpus_per_node_in_group, per_node);
-}
-
-TEST(ContextParallelSimTest, GroupsFollowMegatronsRankOrder) {
-  // 16 GPUs on two nodes, tp 2 innermost, then cp 2, then dp 4: ranks 0,2 form a CP ring inside
-  // node 0; gradients are reduced over DP x CP = ranks 0,2,4,...,14, four in each node.
-  PlanKnobs k;
-  k.tp = 2, k.cp = 2, k.dp = 4;
-  k.cluster = "dgx-h100:2";
-  k.global_batch = 16;
-  Plan plan = MakePlan(k);
-  ExpectGroup(CpRing(plan), 2, 1, 2);
-  ExpectGroup(DpGroup(plan), 8, 2, 4);
-  // tp 8 fills a node: every CP neighbour is in another node, as is every DP x CP rank.
-  k.tp = 8, k.cp = 2, k.dp = 1, k.global_batch = 4;
-  plan = MakePlan(k);
-  ExpectGroup(CpRing(plan), 2, 2, 1);
-  ExpectGroup(DpGroup(plan), 2, 2, 1);
-  // tp 2, cp 8: the ring crosses the node boundary once, and a step waits for that hop.
-  k.tp = 2, k.cp = 8, k.dp = 1;
-  plan = MakePlan(k);
-  ExpectGroup(CpRing(plan), 2, 2, 1);
-  ExpectGroup(DpGroup(plan), 8, 2, 4);
-  // Pipeline neighbours are tp * cp * dp ranks apart: 4 (the same node), then 8 (the next).
-  k.tp = 1, k.cp = 2, k.pp = 2, k.dp = 2, k.global_batch = 8;
-  k.cluster = "dgx-h100:1";
-  ExpectGroup(PpPair(MakePlan(k)), 2, 1, 2);
-  k.dp = 4, k.global_batch = 16;
-  k.cluster = "dgx-h100:2";
-  ExpectGroup(PpPair(MakePlan(k)), 2, 2, 1);
-}
-
-TEST(ContextParallelSimTest, GroupsThatStraddleANodeAreThePricedOnes) {
-  // tp 16 on GB200 NVL72 racks of 72: groups 0-15 to 48-63 sit in rack 0, 64-79 is 8 + 8: the
-  // slowest group spans two racks, 8 GPUs in each.
-  PlanKnobs k;
-  k.model = "gpt3-175b";
-  k.cluster = "gb200-nvl72:2";
-  k.tp = 16, k.dp = 9, k.micro_batch = 1, k.global_batch = 9;
-  ExpectGroup(TpGroup(MakePlan(k)), 16, 2, 8);
-  k.cluster = "gb200-nvl72:1:64", k.dp = 4, k.global_batch = 4;
-  ExpectGroup(TpGroup(MakePlan(k)), 16, 1, 16);
-  // tp 6 on DGX nodes of 8: ranks 6-11 are 2 + 4, priced by the node that holds 2 of them.
-  k.cluster = "dgx-h100:3";
-  k.tp = 6, k.dp = 4, k.global_batch = 4;
-  ExpectGroup(TpGroup(MakePlan(k)), 6, 2, 2);
-  // A CP ring of tp 2 x cp 3 = 6 ranks: rings straddle 8-GPU nodes, so a step crosses one.
-  k.tp = 2, k.cp = 3, k.dp = 4, k.global_batch = 4, k.seq_len = 384;
-  ExpectGroup(CpRing(MakePlan(k)), 2, 2, 1);
-}
-
-TEST(ContextParallelSimTest, TheStageGroupIsEveryGpuOfAPipelineStage) {
-  // fp8 delayed scaling reduces amaxes over tp x cp x dp (Group::kStage). tp 2, cp 2, dp 4 on two
-  // nodes: all 16 GPUs, eight in each.
-  PlanKnobs k;
-  k.tp = 2, k.cp = 2, k.dp = 4;
-  k.cluster = "dgx-h100:2";
-  k.global_batch = 16;
-  Plan plan = MakePlan(k);
-  ExpectGroup(StageGroup(plan), 16, 2, 8);
-  // tp 1, cp 2, pp 2, dp 4: Megatron's order puts a stage's 8 ranks in one node; with the
-  // pipeline inside DP (tp-pp-dp) its DP ranks are 4 apart, four of the stage's ranks a node.
-  k.tp = 1, k.cp = 2, k.pp = 2, k.dp = 4;
-  plan = MakePlan(k);
-  ExpectGroup(StageGroup(plan), 8, 1, 8);
-  plan.placement = Placement::kTpPpDp;
-  ExpectGroup(StageGroup(plan), 8, 2, 4);
-  // An amax all-reduce costs a collective of its bytes over that group.
-  Op op;
-  op.kind = OpKind::kCollective;
-  op.func = OpFunc::kAmaxAllReduce;
-  op.collective = CollectiveOp::kAllReduce;
-  op.group = Group::kStage;
-  op.bytes = 64;
-  const double expected =
-      EstimateCollective(plan.cluster.node, Collective::kAllReduce, 64, StageGroup(plan)).time_us;
-  EXPECT_GT(expected, 0);
-  EXPECT_DOUBLE_EQ(CostModel(plan, CostOptions{}).Cost(op).alone_us, expected);
-}
 
 TEST(ContextParallelSimTest, GradientsAreReducedOverDpTimesCp) {
   // cp 2 x dp 1 reduces and shards exactly as cp 1 x dp 2 does: the same buckets and optimizer
