@@ -51,7 +51,8 @@ std::string Configuration(const sim::ValidationRow& row) {
         p.stack_ref, DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name,
         // Part of a node (8 GPUs of a 72-GPU rack) says how many.
         p.cluster.gpus_per_node != p.cluster.node.gpus_per_node
-            ? fmt::format(" ({} GPUs)", p.cluster.gpus_per_node)
+            ? fmt::format(" ({} GPU{})", p.cluster.gpus_per_node,
+                          p.cluster.gpus_per_node == 1 ? "" : "s")
             : "",
         p.tp, p.cp > 1 ? fmt::format(" cp{}", p.cp) : "", p.pp,
         p.virtual_stages > 1 ? fmt::format(" v{}", p.virtual_stages) : "",
