@@ -117,7 +117,7 @@ TEST(CatalogTest, GpuFiguresMatchDatasheets) {
   // its end-to-end rows show named beside every prediction; Hopper has none to name.
   EXPECT_DOUBLE_EQ(b200->fp8_gemm_efficiency, b200->max_gemm_efficiency);
   EXPECT_LT(h100->fp8_gemm_efficiency, h100->max_gemm_efficiency);
-  EXPECT_NE(b200->caveat.find("29-34% longer"), std::string::npos);
+  EXPECT_NE(b200->caveat.find("25-33% longer"), std::string::npos);
   Result<GpuSpec> gb200 = LoadGpu("gb200");
   ASSERT_TRUE(gb200.ok()) << gb200.message();
   EXPECT_EQ(gb200->caveat, b200->caveat);
