@@ -20,16 +20,32 @@
 namespace domino {
 namespace {
 
-enum class Family { kLlama, kMistral, kPhi3, kQwen2, kQwen3, kGemma, kGemma2, kGpt2, kGptNeox };
+enum class Family {
+  kLlama,
+  kMistral,
+  kPhi3,
+  kQwen2,
+  kQwen3,
+  kGemma,
+  kGemma2,
+  kGemma3,
+  kGpt2,
+  kGptNeox
+};
 
-bool IsGemma(Family family) { return family == Family::kGemma || family == Family::kGemma2; }
+bool IsGemma(Family family) {
+  return family == Family::kGemma || family == Family::kGemma2 || family == Family::kGemma3;
+}
 
 struct FamilyName {
   std::string_view model_type;
   std::string_view architecture;  // the class in `architectures`
   Family family;
+  // The language model's keys are in `text_config`, beside a vision tower's in vision_config
+  // (transformers' Gemma3Config holds a Gemma3TextConfig and a SiglipVisionConfig).
+  bool in_text_config = false;
 };
-constexpr std::array<FamilyName, 9> kFamilies{{
+constexpr std::array<FamilyName, 11> kFamilies{{
     {"llama", "LlamaForCausalLM", Family::kLlama},
     {"mistral", "MistralForCausalLM", Family::kMistral},
     {"phi3", "Phi3ForCausalLM", Family::kPhi3},
@@ -37,6 +53,8 @@ constexpr std::array<FamilyName, 9> kFamilies{{
     {"qwen3", "Qwen3ForCausalLM", Family::kQwen3},
     {"gemma", "GemmaForCausalLM", Family::kGemma},
     {"gemma2", "Gemma2ForCausalLM", Family::kGemma2},
+    {"gemma3_text", "Gemma3ForCausalLM", Family::kGemma3},                // Gemma 3 1B
+    {"gemma3", "Gemma3ForConditionalGeneration", Family::kGemma3, true},  // 4B, 12B, 27B
     {"gpt2", "GPT2LMHeadModel", Family::kGpt2},
     {"gpt_neox", "GPTNeoXForCausalLM", Family::kGptNeox},
 }};
@@ -60,7 +78,9 @@ bool Contains(const std::array<std::string_view, N>& names, std::string_view nam
 // settings, dtypes). JSON null means "the transformers default", as transformers reads it.
 class ConfigReader {
  public:
-  ConfigReader(YAML::Node root, std::string file) : root_(std::move(root)), file_(std::move(file)) {
+  // `prefix` names where the keys are in messages ("text_config." for a nested language model).
+  ConfigReader(YAML::Node root, std::string file, std::string prefix = "")
+      : root_(std::move(root)), file_(std::move(file)), prefix_(std::move(prefix)) {
     if (!root_.IsMap()) FailAt(root_.Mark(), "", "expected a JSON object (a config.json)");
   }
 
@@ -132,8 +152,10 @@ class ConfigReader {
     if (error_) return;
     const int line = mark.is_null() ? 1 : mark.line + 1;
     const int column = mark.is_null() ? 1 : mark.column + 1;
-    error_ = key.empty() ? Error(fmt::format("{}:{}:{}: {}", file_, line, column, rule))
-                         : Error(fmt::format("{}:{}:{}: {}: {}", file_, line, column, key, rule));
+    error_ =
+        key.empty()
+            ? Error(fmt::format("{}:{}:{}: {}", file_, line, column, rule))
+            : Error(fmt::format("{}:{}:{}: {}{}: {}", file_, line, column, prefix_, key, rule));
   }
 
   const std::optional<Error>& error() const { return error_; }
@@ -141,6 +163,7 @@ class ConfigReader {
  private:
   YAML::Node root_;
   std::string file_;
+  std::string prefix_;
   std::optional<Error> error_;
 };
 
@@ -159,7 +182,7 @@ std::optional<double> Number(const ConfigReader& config, std::string_view key) {
 
 // Why an architecture outside the families is not read, where the config says: experts (Mixtral's
 // num_local_experts, Qwen's num_experts, DeepSeek's n_routed_experts) or a language model nested
-// in text_config (Gemma 3, Llava, Mistral 3).
+// in text_config (Llava, Mistral 3; Gemma 3's is read).
 std::string WhyUnsupported(const ConfigReader& config) {
   for (std::string_view key : {"num_local_experts", "num_experts", "n_routed_experts"}) {
     if (std::optional<double> experts = NumberOf(config.Find({key}).second);
@@ -174,31 +197,31 @@ std::string WhyUnsupported(const ConfigReader& config) {
 }
 
 // The family from `model_type`, else from the first class in `architectures`.
-std::optional<Family> ReadFamily(ConfigReader& config) {
+const FamilyName* ReadFamily(ConfigReader& config) {
   std::string known;
   for (const FamilyName& f : kFamilies)
     known += fmt::format("{}{}", known.empty() ? "" : ", ", f.model_type);
   if (std::optional<std::string> type = config.String("model_type")) {
     for (const FamilyName& f : kFamilies)
-      if (f.model_type == *type) return f.family;
+      if (f.model_type == *type) return &f;
     config.Fail("model_type", fmt::format("unsupported architecture '{}'{}; domino reads {}", *type,
                                           WhyUnsupported(config), known));
-    return std::nullopt;
+    return nullptr;
   }
   auto [key, list] = config.Find({"architectures"});
   if (list.IsSequence() && list.size() > 0 && list[0].IsScalar()) {
     for (const FamilyName& f : kFamilies)
-      if (f.architecture == list[0].Scalar()) return f.family;
+      if (f.architecture == list[0].Scalar()) return &f;
     config.FailAt(list[0].Mark(), "architectures",
                   fmt::format("unsupported architecture '{}'{}; domino reads {}", list[0].Scalar(),
                               WhyUnsupported(config), known));
-    return std::nullopt;
+    return nullptr;
   }
   config.Fail("model_type",
               fmt::format("missing required key (nor an `architectures` list): a Hugging Face "
                           "config names its architecture, one of {}",
                           known));
-  return std::nullopt;
+  return nullptr;
 }
 
 void CheckActivation(ConfigReader& config, Family family) {
@@ -216,24 +239,106 @@ void CheckActivation(ConfigReader& config, Family family) {
   }
 }
 
+// Layer numbers (from 0) in words: "layer 5", "layers 5, 11, 17".
+std::string LayerList(const std::vector<int>& layers) {
+  std::string text;
+  for (int l : layers) text += fmt::format("{}{}", text.empty() ? "" : ", ", l);
+  return (layers.size() == 1 ? "layer " : "layers ") + text;
+}
+
+// Gemma 3 slides on five layers of six: transformers' Gemma3TextConfig makes layer i full when
+// (i + 1) % sliding_window_pattern == 0 (default 6), sliding otherwise; from transformers 4.53
+// `layer_types` lists each layer ("sliding_attention" or "full_attention") and, given, decides.
+// AttentionWindow::full_every states such a pattern (and Megatron-Core's integer
+// window_attn_skip_freq launches it); a list that no window states exactly is priced and exported
+// as full attention on every layer, its sliding layers named.
+void AddGemma3Window(ConfigReader& config, AttentionWindow w, ModelSpec* model) {
+  std::vector<bool> sliding(model->layers);
+  std::string source;
+  if (auto [key, types] = config.Find({"layer_types"}); types.IsDefined()) {
+    bool ok = types.IsSequence() && static_cast<int>(types.size()) == model->layers;
+    for (size_t i = 0; ok && i < types.size(); ++i) {
+      ok = types[i].IsScalar() && types[i].Tag() == "!" &&
+           (types[i].Scalar() == "sliding_attention" || types[i].Scalar() == "full_attention");
+      if (ok) sliding[i] = types[i].Scalar() == "sliding_attention";
+    }
+    if (!ok) {
+      config.FailAt(types.Mark(), key,
+                    fmt::format("expected a list of num_hidden_layers ({}) \"sliding_attention\" "
+                                "or \"full_attention\"",
+                                model->layers));
+      return;
+    }
+    source = "layer_types";
+  } else {
+    const int64_t pattern =
+        config.Int({"sliding_window_pattern"}, IntRange{1, kLayersRange.max}, int64_t{6});
+    for (int i = 0; i < model->layers; ++i) sliding[i] = (i + 1) % pattern != 0;
+    source = fmt::format("sliding_window_pattern {}", pattern);
+  }
+  std::vector<int> slide, full;
+  for (int i = 0; i < model->layers; ++i) (sliding[i] ? slide : full).push_back(i);
+  const std::string attend_in_full =
+      fmt::format("{} attend{} in full", LayerList(full), full.size() == 1 ? "s" : "");
+  if (slide.empty()) return;  // every layer attends in full
+  // The smallest n with layer i full exactly when (i + 1) % n == 0; none needed when all slide.
+  for (int n = 2; !full.empty() && n <= model->layers; ++n) {
+    bool same = true;
+    for (int i = 0; i < model->layers && same; ++i) same = sliding[i] == ((i + 1) % n != 0);
+    if (same) {
+      w.full_every = n;
+      break;
+    }
+  }
+  const std::string what =
+      fmt::format("a sliding attention window of {} tokens (sliding_window)", w.tokens);
+  const std::string as =
+      fmt::format("as full causal attention, the same up to {} tokens", w.tokens);
+  if (full.empty()) {
+    model->window = w;
+    model->approximations.push_back(
+        {ModelFeature::kWindow, fmt::format("{} on every layer ({})", what, source), as});
+  } else if (w.full_every > 0) {
+    model->window = w;
+    model->approximations.push_back(
+        {ModelFeature::kWindow,
+         fmt::format("{} on {} of {} layers ({}: {})", what, slide.size(), model->layers, source,
+                     attend_in_full),
+         as});
+  } else {
+    model->approximations.push_back(
+        {ModelFeature::kNone,
+         fmt::format("{} on {} ({}), a layer pattern domino's window does not state", what,
+                     LayerList(slide), source),
+         as});
+  }
+}
+
 // Mistral's and Phi-3's window (null: none) on every layer, Gemma 2's on every other one from the
 // first (transformers' Gemma2Config: layers 0, 2, 4, ... slide); Qwen2's and Qwen3's only with
 // use_sliding_window, and there on the layers from max_window_layers on (Qwen2Config and
 // Qwen3Config: layer i slides when i >= max_window_layers, default 28; the first ones attend in
-// full, whatever the key's docstring says). A window as long as the model's sequence changes
-// nothing and is left out.
+// full, whatever the key's docstring says); Gemma 3's as AddGemma3Window says. A window as long
+// as the model's sequence changes nothing and is left out.
 void AddWindow(ConfigReader& config, Family family, ModelSpec* model) {
   const bool qwen = family == Family::kQwen2 || family == Family::kQwen3;
   const bool windowed = family == Family::kMistral || family == Family::kPhi3 ||
-                        family == Family::kGemma2 ||
+                        family == Family::kGemma2 || family == Family::kGemma3 ||
                         (qwen && config.Bool("use_sliding_window", false));
-  const std::optional<double> window = Number(config, "sliding_window");
+  // Gemma3TextConfig's default sliding_window is 4096 (the released configs say 512 or 1024).
+  const std::optional<double> window = family == Family::kGemma3
+                                           ? Number(config, "sliding_window").value_or(4096)
+                                           : Number(config, "sliding_window");
   if (!windowed || !window || *window <= 0 || *window >= model->seq_len) return;
   AttentionWindow w{.tokens = static_cast<int>(*window)};
   std::string layers;
   if (family == Family::kGemma2) {
     w.every = 2;
     layers = " on every other layer";
+  }
+  if (family == Family::kGemma3) {
+    AddGemma3Window(config, w, model);
+    return;
   }
   if (qwen) {
     w.first_layer = static_cast<int>(
@@ -262,19 +367,23 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
     model->qkv_bias = true;
     out.push_back({ModelFeature::kQkvBias, "biases on Q, K and V only (Qwen2)", "without them"});
   }
-  if (family == Family::kQwen3) {
+  if (family == Family::kQwen3 || family == Family::kGemma3) {
     model->qk_norm = true;
     out.push_back({ModelFeature::kQkNorm,
-                   "an RMSNorm on each head of Q and of K (Qwen3's q_norm and k_norm)",
+                   fmt::format("an RMSNorm on each head of Q and of K ({}'s q_norm and k_norm)",
+                               family == Family::kQwen3 ? "Qwen3" : "Gemma 3"),
                    "without them"});
   }
   if (IsGemma(family))
     out.push_back({ModelFeature::kNone, "a GeLU-gated MLP (Gemma's GeGLU)",
                    "as SwiGLU (a SiLU gate), the same three matrices"});
-  if (family == Family::kGemma2) {
+  // Gemma 3 keeps Gemma 2's post-norms; its soft-caps are null unless a config sets them
+  // (Gemma3TextConfig's defaults), and QK-norm takes their place.
+  if (family == Family::kGemma2 || family == Family::kGemma3) {
     out.push_back({ModelFeature::kNone,
-                   "an RMSNorm after the attention and after the MLP besides the ones before them "
-                   "(Gemma 2's post-norms)",
+                   fmt::format("an RMSNorm after the attention and after the MLP besides the ones "
+                               "before them ({}'s post-norms)",
+                               family == Family::kGemma2 ? "Gemma 2" : "Gemma 3"),
                    "with the norms before only"});
     if (const std::optional<double> cap = Number(config, "attn_logit_softcapping"); cap && *cap > 0)
       out.push_back(
@@ -404,11 +513,31 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
       keys.push_back(key);
     }
   }
-  ConfigReader config(*root, std::string(file));
-  if (config.error()) return *config.error();
-  const std::optional<Family> family = ReadFamily(config);
-  if (config.error()) return *config.error();
-  const bool gpt2 = *family == Family::kGpt2;
+  ConfigReader outer(*root, std::string(file));
+  if (outer.error()) return *outer.error();
+  const FamilyName* family_name = ReadFamily(outer);
+  if (outer.error()) return *outer.error();
+  // Gemma3ForConditionalGeneration's language model is a Gemma3TextConfig in text_config: its
+  // keys are read there, marked where they are in the file.
+  std::optional<ConfigReader> nested_config;
+  if (family_name->in_text_config) {
+    auto [key, nested] = outer.Find({"text_config"});
+    if (!nested.IsMap()) {
+      outer.Fail("text_config", nested.IsDefined()
+                                    ? "expected a JSON object (the language model's config)"
+                                    : "missing required key (the language model's config)");
+      return *outer.error();
+    }
+    nested_config.emplace(nested, std::string(file), "text_config.");
+    if (std::optional<std::string> type = nested_config->String("model_type");
+        type && *type != "gemma3_text")
+      nested_config->Fail("model_type", fmt::format("expected gemma3_text in a {} config, got '{}'",
+                                                    family_name->model_type, *type));
+    if (nested_config->error()) return *nested_config->error();
+  }
+  ConfigReader& config = nested_config ? *nested_config : outer;
+  const Family family = family_name->family;
+  const bool gpt2 = family == Family::kGpt2;
 
   ModelSpec model;
   model.name = NameFromPath(file);
@@ -416,28 +545,35 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   std::replace_if(
       model.name.begin(), model.name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; },
       '_');
+  // Gemma 3's sizes default as transformers' Gemma3TextConfig sets them: the released 4B, 12B and
+  // 27B configs leave out what equals them (the 4B's heads, vocabulary and positions). The other
+  // families' configs give every size, and domino asks for them.
+  const bool gemma3 = family == Family::kGemma3;
+  auto gemma3_default = [gemma3](int64_t value) {
+    return gemma3 ? std::optional<int64_t>(value) : std::nullopt;
+  };
   model.layers = static_cast<int>(
       config.Int(gpt2 ? std::initializer_list<std::string_view>{"n_layer", "num_hidden_layers"}
                       : std::initializer_list<std::string_view>{"num_hidden_layers", "n_layer"},
-                 kLayersRange));
+                 kLayersRange, gemma3_default(26)));
   model.hidden = static_cast<int>(
       config.Int(gpt2 ? std::initializer_list<std::string_view>{"n_embd", "hidden_size"}
                       : std::initializer_list<std::string_view>{"hidden_size", "n_embd"},
-                 kHiddenRange));
+                 kHiddenRange, gemma3_default(2304)));
   model.heads = static_cast<int>(
       config.Int(gpt2 ? std::initializer_list<std::string_view>{"n_head", "num_attention_heads"}
                       : std::initializer_list<std::string_view>{"num_attention_heads", "n_head"},
-                 kHeadsRange));
-  model.kv_heads =
-      static_cast<int>(config.Int({"num_key_value_heads"}, kHeadsRange, std::max(model.heads, 1)));
+                 kHeadsRange, gemma3_default(8)));
+  model.kv_heads = static_cast<int>(
+      config.Int({"num_key_value_heads"}, kHeadsRange, gemma3 ? 4 : std::max(model.heads, 1)));
   model.ffn = static_cast<int>(
       gpt2 ? config.Int({"n_inner", "intermediate_size"}, kFfnRange, int64_t{4} * model.hidden)
-           : config.Int({"intermediate_size", "n_inner"}, kFfnRange));
-  model.vocab = config.Int({"vocab_size"}, kVocabRange);
+           : config.Int({"intermediate_size", "n_inner"}, kFfnRange, gemma3_default(9216)));
+  model.vocab = config.Int({"vocab_size"}, kVocabRange, gemma3_default(262'208));
   model.seq_len = static_cast<int>(config.Int(
       gpt2 ? std::initializer_list<std::string_view>{"n_positions", "max_position_embeddings"}
            : std::initializer_list<std::string_view>{"max_position_embeddings", "n_positions"},
-      kSeqLenRange));
+      kSeqLenRange, gemma3_default(131'072)));
   // A context extended after pretraining (Llama 3.1's rope_scaling: 8,192 tokens stretched to
   // 131,072; Phi-3's top-level key: 4,096 to 131,072) trains at the length it was pretrained at:
   // the default sequence is that one.
@@ -449,13 +585,13 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
         *original == std::floor(*original))
       model.seq_len = static_cast<int>(*original);
   }
-  CheckActivation(config, *family);
-  model.activation = IsGated(*family) ? Activation::kSwiglu : Activation::kGelu;
-  model.norm = IsGated(*family) ? Norm::kRmsNorm : Norm::kLayerNorm;
+  CheckActivation(config, family);
+  model.activation = IsGated(family) ? Activation::kSwiglu : Activation::kGelu;
+  model.norm = IsGated(family) ? Norm::kRmsNorm : Norm::kLayerNorm;
   // GPT-2 learns absolute positions (wpe) and the Llama family rotates Q and K, as their norms
   // say by default; GPT-NeoX has LayerNorm and rotates part of each head (rotary_pct).
-  if (*family == Family::kGptNeox) model.positions = Positions::kRotary;
-  switch (*family) {
+  if (family == Family::kGptNeox) model.positions = Positions::kRotary;
+  switch (family) {
     case Family::kGpt2:
     case Family::kGptNeox:  // attention_bias false takes the attention's only: see approximations
       model.bias = true;
@@ -464,6 +600,7 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
     case Family::kQwen3:
     case Family::kGemma:
     case Family::kGemma2:
+    case Family::kGemma3:
       model.bias = config.Bool("attention_bias", false) || config.Bool("mlp_bias", false);
       break;
     case Family::kMistral:
@@ -472,22 +609,30 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
       model.bias = false;
       break;
   }
-  const bool tied_by_default = *family == Family::kGpt2 || IsGemma(*family);
+  const bool tied_by_default = family == Family::kGpt2 || IsGemma(family);
   model.tied_embeddings = config.Bool("tie_word_embeddings", tied_by_default);
   if (config.error()) return *config.error();
-  AddApproximations(config, *family, &model);
+  AddApproximations(config, family, &model);
+  // Gemma3Config builds a SigLIP vision tower whether or not vision_config is given.
+  if (family_name->in_text_config)
+    model.approximations.push_back(
+        {ModelFeature::kNone,
+         fmt::format("a vision tower (vision_config) and its projection into the language model "
+                     "({})",
+                     family_name->architecture),
+         "as the language model alone"});
 
   // Heads as wide as head_dim, which need not be hidden / heads (Gemma-7B: 16 x 256 over 3072;
   // Qwen3-32B: 64 x 128 over 5120). Absent, transformers' config classes default it to 256
   // (GemmaConfig), 128 (Qwen3Config) or hidden / heads (the others).
   // GPT-2's and GPT-NeoX's heads are always hidden / heads wide (transformers reads no head_dim).
-  const int64_t family_head_dim = IsGemma(*family) ? 256 : *family == Family::kQwen3 ? 128 : 0;
-  if (IsGated(*family))
+  const int64_t family_head_dim = IsGemma(family) ? 256 : family == Family::kQwen3 ? 128 : 0;
+  if (IsGated(family))
     model.head_dim = static_cast<int>(config.Int({"head_dim"}, kHiddenRange, family_head_dim));
   if (model.head_dim == 0 && model.hidden % model.heads != 0) {
     config.Fail(gpt2 ? "n_embd" : "hidden_size",
                 fmt::format("{} must be divisible by the {} attention heads{}", model.hidden,
-                            model.heads, IsGated(*family) ? ", or head_dim given" : ""));
+                            model.heads, IsGated(family) ? ", or head_dim given" : ""));
   } else if (model.heads % model.kv_heads != 0) {
     config.Fail("num_key_value_heads",
                 fmt::format("the {} attention heads must be divisible by the {} key/value heads",

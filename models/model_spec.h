@@ -53,9 +53,14 @@ struct AttentionWindow {
   int tokens = 0;       // 0: no window
   int first_layer = 0;  // the layers before attend in full (Qwen's max_window_layers)
   int every = 1;        // from first_layer on, every `every`-th layer has it (Gemma 2: 2)
+  // Besides, layer i attends in full when (i + 1) % full_every == 0 (0: none): Gemma 3's
+  // sliding_window_pattern 6, five sliding layers then a full one, as Megatron-Core's integer
+  // window_attn_skip_freq counts them (layer numbers from 1 that it divides).
+  int full_every = 0;
 
   bool Covers(int layer) const {
-    return tokens > 0 && layer >= first_layer && (layer - first_layer) % every == 0;
+    return tokens > 0 && layer >= first_layer && (layer - first_layer) % every == 0 &&
+           (full_every == 0 || (layer + 1) % full_every != 0);
   }
 };
 

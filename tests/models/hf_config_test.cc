@@ -36,7 +36,8 @@ struct Published {
 // Published totals: Llama 3 model card (8.03B), Qwen2 technical report (7.62B), Mistral 7B
 // (7.24B), GPT-2 small (124M as counted by transformers), Pythia paper Table 1 (1.41B), Gemma
 // report Table 2 (2.51B and 8.54B with embeddings), Gemma 2 report Table 1 (9.24B), Qwen3-32B
-// model card (32.8B), Phi-3 report (3.8B).
+// model card (32.8B), Phi-3 report (3.8B), Gemma 3 report Table 1 (1B: 302M embedding and 698M
+// non-embedding; 4B: 675M and 3,209M, its 417M vision encoder left out as domino leaves it out).
 // Gemma-7B's and Qwen3-32B's heads are wider than hidden / heads (16 x 256 over 3072, 64 x 128
 // over 5120).
 class PublishedCount : public ::testing::TestWithParam<Published> {};
@@ -52,13 +53,13 @@ TEST_P(PublishedCount, WithinOnePercent) {
 
 INSTANTIATE_TEST_SUITE_P(
     HfConfig, PublishedCount,
-    ::testing::Values(Published{"Meta-Llama-3-8B", 8'030'261'248},
-                      Published{"Qwen2-7B", 7'615'616'512},
-                      Published{"Mistral-7B-v0.1", 7'241'732'096}, Published{"gpt2", 124'439'808},
-                      Published{"pythia-1.4b", 1'414'647'808}, Published{"gemma-2b", 2'506'172'416},
-                      Published{"gemma-7b", 8'537'680'896}, Published{"Qwen3-32B", 32'800'000'000},
-                      Published{"gemma-2-9b", 9'241'705'984},
-                      Published{"Phi-3-mini-4k-instruct", 3'800'000'000}),
+    ::testing::Values(
+        Published{"Meta-Llama-3-8B", 8'030'261'248}, Published{"Qwen2-7B", 7'615'616'512},
+        Published{"Mistral-7B-v0.1", 7'241'732'096}, Published{"gpt2", 124'439'808},
+        Published{"pythia-1.4b", 1'414'647'808}, Published{"gemma-2b", 2'506'172'416},
+        Published{"gemma-7b", 8'537'680'896}, Published{"Qwen3-32B", 32'800'000'000},
+        Published{"gemma-2-9b", 9'241'705'984}, Published{"Phi-3-mini-4k-instruct", 3'800'000'000},
+        Published{"gemma-3-1b-pt", 1'000'000'000}, Published{"gemma-3-4b-pt", 3'884'000'000}),
     [](const auto& info) {
       std::string name = info.param.folder;
       for (char& c : name)
@@ -248,27 +249,31 @@ void ExpectError(const std::string& text, const std::string& expected) {
 
 TEST(HfConfig, RefusesWhatItCannotRead) {
   ASSERT_TRUE(ParseHfConfig(LlamaWith(0, ""), "bad/config.json").ok());
-  ExpectError(LlamaWith(2, R"(  "model_type": "bert",)"),
-              "bad/config.json:2:17: model_type: unsupported architecture 'bert'; domino reads "
-              "llama, mistral, phi3, qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox");
-  // Why, where the config says: experts, or a language model nested in text_config.
+  const std::string known =
+      "llama, mistral, phi3, qwen2, qwen3, gemma, gemma2, gemma3_text, gemma3, gpt2, gpt_neox";
+  ExpectError(
+      LlamaWith(2, R"(  "model_type": "bert",)"),
+      "bad/config.json:2:17: model_type: unsupported architecture 'bert'; domino reads " + known);
+  // Why, where the config says: experts, or a language model nested in text_config (other than
+  // Gemma 3's).
   ExpectError(LlamaWith(2, R"(  "model_type": "mixtral", "num_local_experts": 8,)"),
               "bad/config.json:2:17: model_type: unsupported architecture 'mixtral': a mixture "
-              "of experts (num_local_experts 8), which domino does not model; domino reads llama, "
-              "mistral, phi3, qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox");
-  ExpectError(LlamaWith(2, R"(  "architectures": ["Gemma3ForConditionalGeneration"],
+              "of experts (num_local_experts 8), which domino does not model; domino reads " +
+                  known);
+  ExpectError(LlamaWith(2, R"(  "architectures": ["LlavaForConditionalGeneration"],
   "text_config": {"hidden_size": 2560},)"),
               "bad/config.json:2:21: architectures: unsupported architecture "
-              "'Gemma3ForConditionalGeneration': its language model is in text_config, which "
-              "domino does not read (give its sizes in a model YAML); domino reads llama, "
-              "mistral, phi3, qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox");
+              "'LlavaForConditionalGeneration': its language model is in text_config, which "
+              "domino does not read (give its sizes in a model YAML); domino reads " +
+                  known);
   ExpectError(LlamaWith(2, R"(  "torch_dtype": "bfloat16",)"),
               "bad/config.json:1:1: model_type: missing required key (nor an `architectures` "
-              "list): a Hugging Face config names its architecture, one of llama, mistral, phi3, "
-              "qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox");
+              "list): a Hugging Face config names its architecture, one of " +
+                  known);
   ExpectError(LlamaWith(2, R"(  "architectures": ["BertForMaskedLM"],)"),
               "bad/config.json:2:21: architectures: unsupported architecture 'BertForMaskedLM'; "
-              "domino reads llama, mistral, phi3, qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox");
+              "domino reads " +
+                  known);
   ExpectError(LlamaWith(3, R"(  "hidden_sizes": 64,)"),
               "bad/config.json:1:1: hidden_size: missing required key");
   ExpectError(LlamaWith(3, R"(  "hidden_size": "64",)"),
@@ -409,6 +414,141 @@ TEST(HfConfig, FeaturesAFrameworkCanBuildAreFields) {
   EXPECT_EQ(gemma2.approximations.back().Text(),
             "a sliding attention window of 4096 tokens (sliding_window) on every other layer: "
             "priced as full causal attention, the same up to 4096 tokens");
+}
+
+// Gemma 3: 1B's Gemma3ForCausalLM (gemma3_text) and 4B's Gemma3ForConditionalGeneration, whose
+// language model is its text_config and whose vision tower domino leaves out. Five layers of six
+// slide (Gemma3TextConfig: layer i attends in full when (i + 1) % sliding_window_pattern == 0).
+TEST(HfConfig, Gemma3ReadsItsTextModel) {
+  Result<ModelSpec> one = LoadModel(HfDir("gemma-3-1b-pt"));
+  ASSERT_TRUE(one.ok()) << one.message();
+  EXPECT_EQ(one->name, "gemma-3-1b-pt");
+  EXPECT_EQ(one->layers, 26);
+  EXPECT_EQ(one->hidden, 1152);
+  EXPECT_EQ(one->heads, 4);
+  EXPECT_EQ(one->kv_heads, 1);
+  EXPECT_EQ(one->head_dim, 256);  // 4 x 256 over a hidden of 1152
+  EXPECT_EQ(one->ffn, 6912);
+  EXPECT_EQ(one->vocab, 262144);
+  EXPECT_EQ(one->seq_len, 32768);
+  EXPECT_EQ(one->activation, Activation::kSwiglu);  // GeGLU: three matrices too
+  EXPECT_EQ(one->norm, Norm::kRmsNorm);
+  EXPECT_FALSE(one->bias);
+  EXPECT_TRUE(one->tied_embeddings);
+  EXPECT_TRUE(one->qk_norm);
+  EXPECT_EQ(one->window.tokens, 512);
+  EXPECT_EQ(one->window.full_every, 6);
+  for (int layer = 0; layer < one->layers; ++layer)
+    EXPECT_EQ(one->window.Covers(layer), (layer + 1) % 6 != 0) << layer;
+  EXPECT_THAT(
+      Texts(*one),
+      ::testing::ElementsAre(
+          "an RMSNorm on each head of Q and of K (Gemma 3's q_norm and k_norm): priced without "
+          "them",
+          "a GeLU-gated MLP (Gemma's GeGLU): priced and exported as SwiGLU (a SiLU gate), the "
+          "same three matrices",
+          "an RMSNorm after the attention and after the MLP besides the ones before them (Gemma "
+          "3's post-norms): priced and exported with the norms before only",
+          "a sliding attention window of 512 tokens (sliding_window) on 22 of 26 layers "
+          "(sliding_window_pattern 6: layers 5, 11, 17, 23 attend in full): priced as full "
+          "causal attention, the same up to 512 tokens"));
+
+  // The 4B's text_config leaves out the heads, the vocabulary and the positions: Gemma3TextConfig's
+  // 8, 4 and 256 wide, 262,208 and 131,072.
+  Result<ModelSpec> four = LoadModel(HfDir("gemma-3-4b-pt"));
+  ASSERT_TRUE(four.ok()) << four.message();
+  EXPECT_EQ(four->layers, 34);
+  EXPECT_EQ(four->hidden, 2560);
+  EXPECT_EQ(four->heads, 8);
+  EXPECT_EQ(four->kv_heads, 4);
+  EXPECT_EQ(four->head_dim, 256);
+  EXPECT_EQ(four->ffn, 10240);
+  EXPECT_EQ(four->vocab, 262208);
+  EXPECT_EQ(four->seq_len, 131072);
+  EXPECT_TRUE(four->tied_embeddings);
+  EXPECT_TRUE(four->qk_norm);
+  EXPECT_EQ(four->window.tokens, 1024);
+  EXPECT_EQ(four->window.full_every, 6);
+  EXPECT_THAT(Texts(*four),
+              ::testing::ElementsAre(
+                  HasSubstr("(Gemma 3's q_norm and k_norm)"), HasSubstr("(Gemma's GeGLU)"),
+                  HasSubstr("(Gemma 3's post-norms)"),
+                  "a sliding attention window of 1024 tokens (sliding_window) on 29 of 34 layers "
+                  "(sliding_window_pattern 6: layers 5, 11, 17, 23, 29 attend in full): priced "
+                  "as full causal attention, the same up to 1024 tokens",
+                  "a vision tower (vision_config) and its projection into the language model "
+                  "(Gemma3ForConditionalGeneration): priced and exported as the language model "
+                  "alone"));
+
+  // The Gemma 3 report's Table 1: 1B 302M embedding and 698M non-embedding parameters, 4B 675M
+  // and 3,209M. domino counts two norms a layer of Gemma 3's four and no q_norm or k_norm
+  // (1B: 2 x 1,152 + 2 x 256 weights a layer left out, 0.01%); the 4B's 675M holds more than
+  // its 262,208 x 2,560 embedding (671M), which is 0.6% below.
+  const struct {
+    const ModelSpec& model;
+    double embedding, non_embedding;
+  } reports[] = {{*one, 302e6, 698e6}, {*four, 675e6, 3'209e6}};
+  for (const auto& r : reports) {
+    const ParameterCounts counts = CountParameters(r.model);
+    const double embedding = static_cast<double>(counts.embedding);
+    const double non_embedding = static_cast<double>(counts.total - counts.embedding);
+    EXPECT_LT(std::abs(embedding - r.embedding) / r.embedding, 0.01) << r.model.name;
+    EXPECT_LT(std::abs(non_embedding - r.non_embedding) / r.non_embedding, 0.01) << r.model.name;
+  }
+}
+
+TEST(HfConfig, Gemma3sLayerTypesSayWhichLayersSlide) {
+  auto gemma3 = [](const std::string& keys) {
+    std::string text =
+        LlamaWith(2, R"(  "model_type": "gemma3_text", "sliding_window": 64, )" + keys + ",");
+    Result<ModelSpec> m = ParseHfConfig(text, "gemma3/config.json");
+    EXPECT_TRUE(m.ok()) << m.message();
+    return m.ok() ? *m : ModelSpec{};
+  };
+  // LlamaWith's: 2 layers, 256 positions. A pattern of 2 is Gemma 2's.
+  const ModelSpec two = gemma3(R"("sliding_window_pattern": 2)");
+  EXPECT_TRUE(two.window.Covers(0));
+  EXPECT_FALSE(two.window.Covers(1));
+  EXPECT_THAT(Texts(two).back(),
+              HasSubstr("on 1 of 2 layers (sliding_window_pattern 2: layer 1 attends in full)"));
+  // Newer transformers write layer_types, which decides over the pattern.
+  const ModelSpec listed =
+      gemma3(R"("sliding_window_pattern": 6, "layer_types": ["sliding_attention", )"
+             R"("full_attention"])");
+  EXPECT_EQ(listed.window.full_every, 2);
+  EXPECT_THAT(Texts(listed).back(),
+              HasSubstr("on 1 of 2 layers (layer_types: layer 1 attends in full)"));
+  const ModelSpec all = gemma3(R"("layer_types": ["sliding_attention", "sliding_attention"])");
+  EXPECT_TRUE(all.window.Covers(0) && all.window.Covers(1));
+  EXPECT_THAT(Texts(all).back(), HasSubstr("64 tokens (sliding_window) on every layer "
+                                           "(layer_types): priced as full"));
+  // A pattern of 1: every layer attends in full, and no window is listed.
+  const ModelSpec none = gemma3(R"("sliding_window_pattern": 1)");
+  EXPECT_EQ(none.window.tokens, 0);
+  EXPECT_EQ(none.approximations.size(), 3u);
+  // A full layer first: no window states it, so none is set and the export says it differs.
+  const ModelSpec first = gemma3(R"("layer_types": ["full_attention", "sliding_attention"])");
+  EXPECT_EQ(first.window.tokens, 0);
+  ASSERT_EQ(first.approximations.size(), 4u);
+  EXPECT_EQ(first.approximations.back().feature, ModelFeature::kNone);
+  EXPECT_EQ(first.approximations.back().Text(),
+            "a sliding attention window of 64 tokens (sliding_window) on layer 1 (layer_types), a "
+            "layer pattern domino's window does not state: priced and exported as full causal "
+            "attention, the same up to 64 tokens");
+
+  ExpectError(LlamaWith(2, R"(  "model_type": "gemma3_text", "sliding_window": 64,
+  "layer_types": ["sliding_attention"],)"),
+              "bad/config.json:3:18: layer_types: expected a list of num_hidden_layers (2) "
+              "\"sliding_attention\" or \"full_attention\"");
+  // Gemma3ForConditionalGeneration's errors name the key in text_config.
+  ExpectError(R"({"model_type": "gemma3", "text_config": {"hidden_size": "64"}})",
+              "bad/config.json:1:57: text_config.hidden_size: expected an integer");
+  ExpectError(R"({"model_type": "gemma3", "vision_config": {}})",
+              "bad/config.json:1:1: text_config: missing required key (the language model's "
+              "config)");
+  ExpectError(R"({"model_type": "gemma3", "text_config": {"model_type": "llama"}})",
+              "bad/config.json:1:56: text_config.model_type: expected gemma3_text in a gemma3 "
+              "config, got 'llama'");
 }
 
 // Qwen2Config and Qwen3Config slide layer i when use_sliding_window and i >= max_window_layers

@@ -162,6 +162,43 @@ TEST(ExportFeatures, ASlidingWindowIsAWindowSizeOnItsLayers) {
   EXPECT_THAT(gemma.nemo, HasSubstr("launched (window_size: [4096, 0], window_attn_skip_freq: 2)"));
 }
 
+// Gemma 3 (4B): QK-norm, and a window on five layers of six, which Megatron-Core's integer skip
+// frequency states (layer numbers from 1 that 6 divides attend in full).
+TEST(ExportFeatures, Gemma3LaunchesItsQkNormAndItsFiveOfSixWindow) {
+  // TpEight's plan on 4 GPUs: the 4B has 4 key/value heads.
+  const std::string plan = "model: " + HfDir("gemma-3-4b-pt") + R"(
+cluster: dgx-h100:1:4
+precision: bf16
+training: {seq_len: 2048, micro_batch: 2, global_batch: 2}
+parallel: {tp: 4}
+overlap: {row_split: 2, col_split: 1, scope: inter-layer}
+)";
+  const Exports e = ExportAll(plan);
+  EXPECT_THAT(e.megatron, HasSubstr("--normalization RMSNorm \\\n--qk-layernorm \\\n"
+                                    "--window-size 1024,0 \\\n--window-attn-skip-freq 6 \\\n"));
+  EXPECT_THAT(e.megatron,
+              HasSubstr("# differs: model gemma-3-4b-pt: an RMSNorm on each head of Q and of K "
+                        "(Gemma 3's q_norm and k_norm): launched (--qk-layernorm), priced without "
+                        "them\n"));
+  EXPECT_THAT(e.megatron,
+              HasSubstr("# differs: model gemma-3-4b-pt: a sliding attention window of 1024 tokens "
+                        "(sliding_window) on 29 of 34 layers (sliding_window_pattern 6: layers 5, "
+                        "11, 17, 23, 29 attend in full): launched (--window-size 1024,0 "
+                        "--window-attn-skip-freq 6), priced as full causal attention, the same up "
+                        "to 1024 tokens\n"));
+  EXPECT_THAT(e.megatron,
+              HasSubstr("# differs: model gemma-3-4b-pt: a vision tower (vision_config) and its "
+                        "projection into the language model (Gemma3ForConditionalGeneration): "
+                        "priced and exported as the language model alone\n"));
+  EXPECT_THAT(e.nemo, HasSubstr("  qk_layernorm: true\n  name: decoder_block_gpt\n"
+                                "  window_size: [1024, 0]\n  window_attn_skip_freq: 6\n"));
+  for (const std::string* text : {&e.deepspeed, &e.torchtitan}) {
+    EXPECT_THAT(*text, HasSubstr("attend in full): priced and exported as full causal attention, "
+                                 "the same up to 1024 tokens\n"));
+    EXPECT_THAT(*text, Not(HasSubstr("window-attn-skip-freq")));
+  }
+}
+
 TEST(ExportFeatures, QwensWindowFromMaxWindowLayersIsALayerPattern) {
   // A Qwen2 config with its window on: layers 2 to 5 of 6 (max_window_layers 2).
   const std::filesystem::path dir =
