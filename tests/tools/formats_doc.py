@@ -122,12 +122,13 @@ def model_keys():
 def hf_keys():
     keys = set()
     for signature in (r"\nResult<ModelSpec> ParseHfConfig\(",
-                      r"\nstd::optional<Family> ReadFamily\(",
+                      r"\nconst FamilyName\* ReadFamily\(",
                       r"\nvoid CheckActivation\(",
                       r"\nvoid AddApproximations\(",
+                      r"\nvoid AddGemma3Window\(",
                       r"\nvoid AddWindow\("):
         text = body("models/hf_config.cc", signature)
-        for call in re.finditer(r"config\.(?:Int|Bool|String|Find)\(", text):
+        for call in re.finditer(r"(?:config|outer)(?:\.|->)(?:Int|Bool|String|Find)\(", text):
             # The call's arguments up to its closing parenthesis; keys are its string literals.
             depth, i = 1, call.end()
             while depth:
