@@ -247,8 +247,9 @@ std::string LayerList(const std::vector<int>& layers) {
 }
 
 // Gemma 3 slides on five layers of six: transformers' Gemma3TextConfig makes layer i full when
-// (i + 1) % sliding_window_pattern == 0 (default 6), sliding otherwise; from transformers 4.53
-// `layer_types` lists each layer ("sliding_attention" or "full_attention") and, given, decides.
+// (i + 1) % sliding_window_pattern == 0 (default 6), sliding otherwise; newer transformers (4.53
+// on, as we read it) write `layer_types`, one "sliding_attention" or "full_attention" a layer,
+// which decides where given.
 // AttentionWindow::full_every states such a pattern (and Megatron-Core's integer
 // window_attn_skip_freq launches it); a list that no window states exactly is priced and exported
 // as full attention on every layer, its sliding layers named.
