@@ -282,15 +282,7 @@ void AddGemma3Window(ConfigReader& config, AttentionWindow w, ModelSpec* model) 
   const std::string attend_in_full =
       fmt::format("{} attend{} in full", LayerList(full), full.size() == 1 ? "s" : "");
   if (slide.empty()) return;  // every layer attends in full
-  // The smallest n with layer i full exactly when (i + 1) % n == 0; none needed when all slide.
-  for (int n = 2; !full.empty() && n <= model->layers; ++n) {
-    bool same = true;
-    for (int i = 0; i < model->layers && same; ++i) same = sliding[i] == ((i + 1) % n != 0);
-    if (same) {
-      w.full_every = n;
-      break;
-    }
-  }
+  w.full_every = FullEvery(sliding);
   const std::string what =
       fmt::format("a sliding attention window of {} tokens (sliding_window)", w.tokens);
   const std::string as =

@@ -13,6 +13,17 @@
 #include "models/model_limits.h"
 
 namespace domino {
+
+int FullEvery(const std::vector<bool>& windowed) {
+  const int layers = static_cast<int>(windowed.size());
+  if (std::find(windowed.begin(), windowed.end(), false) == windowed.end()) return 0;
+  for (int n = 2; n <= layers; ++n) {
+    bool same = true;
+    for (int i = 0; i < layers && same; ++i) same = windowed[i] == ((i + 1) % n != 0);
+    if (same) return n;
+  }
+  return 0;
+}
 namespace {
 
 constexpr std::array<std::pair<std::string_view, Activation>, 3> kActivations{{

@@ -64,6 +64,11 @@ struct AttentionWindow {
   }
 };
 
+// The smallest n >= 2 for which layer i (from 0) is windowed exactly when (i + 1) % n != 0: the
+// pattern AttentionWindow::full_every and Megatron-Core's integer window_attn_skip_freq state
+// (Gemma 3's 6, Gemma 2's 2 from the first layer); 0 when none does or every layer is windowed.
+int FullEvery(const std::vector<bool>& windowed);
+
 // ModelSpec is the shape of a decoder-only transformer, as written in a model YAML file
 // (models/catalog/NAME.yaml; keys named after its fields). It holds no parallelism or batch: those
 // belong to a Plan. `positions` defaults by the norm: learned with `norm: layernorm` (the GPT

@@ -175,17 +175,13 @@ std::string Arguments(const std::vector<std::string>& args) {
 }
 
 std::optional<WindowLayers> MegatronWindowLayers(const ModelSpec& m) {
-  std::vector<int> pattern(m.layers);
-  for (int l = 0; l < m.layers; ++l) pattern[l] = m.window.Covers(l) ? 1 : 0;
-  if (std::find(pattern.begin(), pattern.end(), 0) == pattern.end()) return std::nullopt;
+  std::vector<bool> windowed(m.layers);
+  for (int l = 0; l < m.layers; ++l) windowed[l] = m.window.Covers(l);
+  if (std::find(windowed.begin(), windowed.end(), false) == windowed.end()) return std::nullopt;
   // Megatron-Core's integer N puts full attention on layer numbers (from 1) that N divides
   // (megatron/core/transformer/utils.py, is_layer_window_attention): Gemma 2's is 2.
-  for (int n = 2; n <= m.layers; ++n) {
-    bool same = true;
-    for (int l = 0; l < m.layers && same; ++l) same = pattern[l] == ((l + 1) % n != 0 ? 1 : 0);
-    if (same) return WindowLayers{.every = n};
-  }
-  return WindowLayers{.pattern = std::move(pattern)};
+  if (const int n = FullEvery(windowed); n > 0) return WindowLayers{.every = n};
+  return WindowLayers{.pattern = std::vector<int>(windowed.begin(), windowed.end())};
 }
 
 // Megatron-LM's arguments for a model's features. --add-qkv-bias keeps Q, K and V's biases under
