@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "models/base/file_io.h"
@@ -65,6 +66,82 @@ std::string Approximation::Text() const {
                      as);
 }
 
+namespace {
+
+// `window:` as a number of tokens (every layer) or a mapping of AttentionWindow's fields.
+void ReadWindow(YamlMap& map, ModelSpec* model) {
+  const YAML::Node node = map.Raw("window");
+  if (!node.IsDefined()) return;
+  AttentionWindow w;
+  if (!node.IsScalar() && !node.IsMap()) {
+    return map.Fail("window",
+                    "expected a number of tokens or a mapping (tokens, first_layer, "
+                    "every, full_every)");
+  } else if (node.IsScalar()) {
+    map.Int("window", &w.tokens, Need::kOptional, kSeqLenRange);
+  } else if (std::optional<YamlMap> sub = map.Map("window", Need::kOptional)) {
+    sub->Int("tokens", &w.tokens, Need::kRequired, kSeqLenRange);
+    sub->Int("first_layer", &w.first_layer, Need::kOptional, IntRange{0, kLayersRange.max});
+    sub->Int("every", &w.every, Need::kOptional, kLayersRange);
+    sub->Int("full_every", &w.full_every, Need::kOptional, IntRange{0, kLayersRange.max});
+    if (!sub->failed() && w.full_every == 1)
+      sub->Fail("full_every",
+                "must be 0 (no full layers) or at least 2: 1 would make every layer "
+                "attend in full");
+    if (!sub->failed() && w.first_layer >= model->layers)
+      sub->Fail("first_layer",
+                fmt::format("must be below layers ({}): layers count from 0", model->layers));
+    (void)sub->Finish();
+  }
+  if (map.failed()) return;
+  int covered = 0;
+  for (int l = 0; l < model->layers; ++l) covered += w.Covers(l) ? 1 : 0;
+  if (covered == 0) return map.Fail("window", "covers no layer: every layer would attend in full");
+  model->window = w;
+  model->approximations.push_back(
+      {ModelFeature::kWindow,
+       fmt::format("a sliding attention window of {} tokens (window) {}", w.tokens,
+                   covered == model->layers
+                       ? std::string("on every layer")
+                       : fmt::format("on {} of {} layers", covered, model->layers)),
+       fmt::format("as full causal attention, the same up to {} tokens", w.tokens)});
+}
+
+// The attention's features (ModelSpec::qkv_bias, qk_norm, rotary_fraction, window), which
+// ParseHfConfig sets from a config.json: each one given is an approximation too, since domino
+// prices the model without it and an export launches it.
+void ReadFeatures(YamlMap& map, ModelSpec* model) {
+  map.Bool("qkv_bias", &model->qkv_bias, Need::kOptional);
+  map.Bool("qk_norm", &model->qk_norm, Need::kOptional);
+  map.Real("rotary_fraction", &model->rotary_fraction, Need::kOptional, RealRange{0, 1});
+  if (map.failed()) return;
+  std::vector<Approximation>& out = model->approximations;
+  if (model->qkv_bias && model->bias)
+    return map.Fail("qkv_bias",
+                    "biases on Q, K and V only need bias: false (with bias true, "
+                    "every linear has its biases)");
+  if (model->qkv_bias)
+    out.push_back({ModelFeature::kQkvBias, "biases on Q, K and V only (qkv_bias)", "without them"});
+  if (model->qk_norm)
+    out.push_back({ModelFeature::kQkNorm,
+                   fmt::format("a {} on each head of Q and of K (qk_norm)",
+                               model->norm == Norm::kRmsNorm ? "RMSNorm" : "LayerNorm"),
+                   "without them"});
+  if (model->rotary_fraction < 1) {
+    if (model->learned_positions())
+      return map.Fail("rotary_fraction",
+                      "needs rotary positions; this model's are learned "
+                      "(positions: rotary, or norm: rmsnorm)");
+    out.push_back({ModelFeature::kPartialRotary,
+                   fmt::format("rotary positions on {:g}% of each head (rotary_fraction {:g})",
+                               100 * model->rotary_fraction, model->rotary_fraction),
+                   "as rotating all of it"});
+  }
+  ReadWindow(map, model);
+}
+
+}  // namespace
+
 ModelSpec ReadModel(YamlMap& map) {
   ModelSpec model;
   map.Name("name", &model.name, Need::kRequired);
@@ -111,6 +188,7 @@ ModelSpec ReadModel(YamlMap& map) {
     }
     if (int64_t{model.heads} * model.head_dim == model.hidden) model.head_dim = 0;
   }
+  if (!map.failed()) ReadFeatures(map, &model);
   return model;
 }
 
@@ -133,16 +211,29 @@ std::string ModelToFlowYaml(const ModelSpec& m) {
     if (c == '"' || c == '\\') name += '\\';
     name += c;
   }
+  // The attention's features, each where it is set.
+  std::string features;
+  if (m.qkv_bias) features += ", qkv_bias: true";
+  if (m.qk_norm) features += ", qk_norm: true";
+  if (m.rotary_fraction < 1) features += fmt::format(", rotary_fraction: {}", m.rotary_fraction);
+  if (m.window.tokens > 0) {
+    const AttentionWindow& w = m.window;
+    features += fmt::format(", window: {{tokens: {}", w.tokens);
+    if (w.first_layer > 0) features += fmt::format(", first_layer: {}", w.first_layer);
+    if (w.every > 1) features += fmt::format(", every: {}", w.every);
+    if (w.full_every > 0) features += fmt::format(", full_every: {}", w.full_every);
+    features += "}";
+  }
   return fmt::format(
       "{{name: \"{}\", layers: {}, hidden: {}, heads: {}, kv_heads: {}, {}ffn: {}, vocab: {}, "
-      "seq_len: {}, activation: {}, norm: {}, {}bias: {}, tied_embeddings: {}}}",
+      "seq_len: {}, activation: {}, norm: {}, {}bias: {}, tied_embeddings: {}{}}}",
       name, m.layers, m.hidden, m.heads, m.kv_heads,
       m.head_dim > 0 ? fmt::format("head_dim: {}, ", m.head_dim) : "", m.ffn, m.vocab, m.seq_len,
       ActivationName(m.activation), NormName(m.norm),
       m.positions == Positions::kByNorm
           ? ""
           : fmt::format("positions: {}, ", PositionsName(m.positions)),
-      m.bias, m.tied_embeddings);
+      m.bias, m.tied_embeddings, features);
 }
 
 Result<ModelSpec> LoadModel(std::string_view name_or_path) {

@@ -92,18 +92,19 @@ struct ModelSpec {
   Positions positions = Positions::kByNorm;
   bool bias = true;  // biases on every linear layer
   bool tied_embeddings = true;
-  // What the attention runs besides, as a Hugging Face config says (ParseHfConfig sets each with
-  // its approximation below): domino prices the model without them, and an export passes them to
-  // a framework that has a setting for them (planner/export.h).
+  // What the attention runs besides, as a model YAML's keys of these names or a Hugging Face
+  // config says (ReadModel and ParseHfConfig set each with its approximation below): domino prices
+  // the model without them, and an export passes them to a framework that has a setting for them
+  // (planner/export.h).
   bool qkv_bias = false;       // with `bias` false: biases on Q, K and V only (Qwen2)
   bool qk_norm = false;        // a `norm` on each head of Q and of K (Qwen3's q_norm and k_norm)
   double rotary_fraction = 1;  // of each head's width that rotary positions turn (GPT-NeoX 0.25)
   AttentionWindow window;      // a sliding window (Mistral; Gemma 2's every other layer)
-  // What the file it was read from describes and domino prices otherwise (a Hugging Face config's
-  // Q/K/V-only biases or sliding attention window): `models` prints them and `export` names each
-  // as a difference. Neither these nor the fields above are model YAML keys, nor written by
-  // ModelToFlowYaml: a model read from a config.json travels in a plan as its path
-  // (Plan::model_ref), read again with them.
+  // What the file it was read from describes and domino prices otherwise (a feature above, or what
+  // no field states: a Hugging Face config's post-norms or soft caps): `models` prints them and
+  // `export` names each as a difference. They are no model YAML key: ReadModel writes one for each
+  // feature key, and a model read from a config.json travels in a plan as its path
+  // (Plan::model_ref), read again with all of them.
   std::vector<Approximation> approximations;
 
   int head_width() const { return head_dim > 0 ? head_dim : heads > 0 ? hidden / heads : 0; }
@@ -120,7 +121,10 @@ struct ModelSpec {
 // heads, head_dim to hidden / heads, bias to true, tied_embeddings to true, positions by the
 // norm); sizes positive; hidden divisible by heads unless head_dim is given; heads divisible by
 // kv_heads; heads * head_dim at most 10,000,000 and, with rotary positions, an even head width;
-// activation gelu|swiglu|squared-relu; norm layernorm|rmsnorm; positions learned|rotary.
+// activation gelu|swiglu|squared-relu; norm layernorm|rmsnorm; positions learned|rotary. The
+// attention's features are optional: qkv_bias (with bias false), qk_norm, rotary_fraction (above 0,
+// at most 1; below 1 with rotary positions only) and window (tokens, or a mapping of
+// AttentionWindow's fields that covers at least one layer).
 Result<ModelSpec> ParseModel(std::string_view text, std::string_view file);
 
 // Reads a model from an open YAML mapping (a model file's root, or a plan's inline `model:`

@@ -39,7 +39,7 @@ std::string ClusterRef(std::string_view ref) {
 }
 
 // The keys of a model file, as ModelToFlowYaml writes them: head_dim where it is not hidden /
-// heads, positions where the model says them.
+// heads, positions where the model says them, the attention's features where they are set.
 Json ModelKeysJson(const ModelSpec& m) {
   Json keys{{"name", m.name},
             {"layers", m.layers},
@@ -55,6 +55,16 @@ Json ModelKeysJson(const ModelSpec& m) {
             {"tied_embeddings", m.tied_embeddings}};
   if (m.head_dim > 0) keys["head_dim"] = m.head_dim;
   if (m.positions != Positions::kByNorm) keys["positions"] = PositionsName(m.positions);
+  if (m.qkv_bias) keys["qkv_bias"] = true;
+  if (m.qk_norm) keys["qk_norm"] = true;
+  if (m.rotary_fraction < 1) keys["rotary_fraction"] = m.rotary_fraction;
+  if (m.window.tokens > 0) {
+    Json window{{"tokens", m.window.tokens}};
+    if (m.window.first_layer > 0) window["first_layer"] = m.window.first_layer;
+    if (m.window.every > 1) window["every"] = m.window.every;
+    if (m.window.full_every > 0) window["full_every"] = m.window.full_every;
+    keys["window"] = std::move(window);
+  }
   return keys;
 }
 

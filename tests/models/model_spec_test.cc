@@ -115,6 +115,78 @@ TEST(ParseModel, ReadsOptionalKeys) {
   EXPECT_FALSE(model->learned_positions());
 }
 
+// The attention's features a model YAML states, as a Hugging Face config does: each one an
+// approximation (domino prices the model without it), written back by ModelToFlowYaml.
+TEST(ParseModel, ReadsTheAttentionsFeatures) {
+  std::vector<std::string> lines = kGoodLines;
+  lines[1] = "layers: 12";
+  lines[8] = "norm: rmsnorm";
+  lines.push_back("bias: false");                                                   // 10
+  lines.push_back("qkv_bias: true");                                                // 11
+  lines.push_back("qk_norm: true");                                                 // 12
+  lines.push_back("rotary_fraction: 0.25");                                         // 13
+  lines.push_back("window: {tokens: 8, first_layer: 2, every: 2, full_every: 6}");  // 14
+  Result<ModelSpec> model = ParseModel(Join(lines), "good.yaml");
+  ASSERT_TRUE(model.ok()) << model.message();
+  EXPECT_TRUE(model->qkv_bias);
+  EXPECT_TRUE(model->qk_norm);
+  EXPECT_EQ(model->rotary_fraction, 0.25);
+  EXPECT_EQ(model->window.tokens, 8);
+  EXPECT_EQ(model->window.first_layer, 2);
+  EXPECT_EQ(model->window.every, 2);
+  EXPECT_EQ(model->window.full_every, 6);
+  // Layers 2, 4, 6, 8 and 10, less 5 and 11 (which are not even among them): five of twelve.
+  std::vector<std::string> texts;
+  for (const Approximation& a : model->approximations) texts.push_back(a.Text());
+  EXPECT_THAT(texts, ::testing::ElementsAre(
+                         "biases on Q, K and V only (qkv_bias): priced without them",
+                         "a RMSNorm on each head of Q and of K (qk_norm): priced without them",
+                         "rotary positions on 25% of each head (rotary_fraction 0.25): priced as "
+                         "rotating all of it",
+                         "a sliding attention window of 8 tokens (window) on 5 of 12 layers: "
+                         "priced as full causal attention, the same up to 8 tokens"));
+  const std::string flow = ModelToFlowYaml(*model);
+  EXPECT_THAT(flow, HasSubstr("tied_embeddings: true, qkv_bias: true, qk_norm: true, "
+                              "rotary_fraction: 0.25, window: {tokens: 8, first_layer: 2, every: "
+                              "2, full_every: 6}}"));
+  Result<ModelSpec> back = ParseModel(flow, "flow.yaml");
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(ModelToFlowYaml(*back), flow);
+  EXPECT_EQ(back->approximations.size(), 4u);
+
+  // A window of tokens alone covers every layer; a model without features writes none.
+  Result<ModelSpec> every = ParseModel(Join(kGoodLines) + "window: 4\n", "good.yaml");
+  ASSERT_TRUE(every.ok()) << every.message();
+  EXPECT_EQ(every->window.tokens, 4);
+  ASSERT_EQ(every->approximations.size(), 1u);
+  EXPECT_THAT(every->approximations[0].what, HasSubstr("on every layer"));
+  EXPECT_THAT(ModelToFlowYaml(*every), HasSubstr("tied_embeddings: true, window: {tokens: 4}}"));
+  Result<ModelSpec> plain = ParseModel(Join(kGoodLines), "good.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->approximations.empty());
+  EXPECT_THAT(ModelToFlowYaml(*plain), HasSubstr("tied_embeddings: true}"));
+}
+
+TEST(ParseModel, RefusesFeaturesItCannotState) {
+  const std::string good = Join(kGoodLines);
+  ExpectError(good + "qkv_bias: true\n", 10, "qkv_bias", "need bias: false");
+  ExpectError(good + "rotary_fraction: 0.5\n", 10, "rotary_fraction",
+              "needs rotary positions; this model's are learned");
+  ExpectError(good + "positions: rotary\nrotary_fraction: 0\n", 11, "rotary_fraction", "");
+  ExpectError(good + "positions: rotary\nrotary_fraction: 1.5\n", 11, "rotary_fraction", "");
+  ExpectError(good + "window: 0\n", 10, "window", "");
+  ExpectError(good + "window: {every: 2}\n", 10, "window.tokens", "missing required key");
+  ExpectError(good + "window: {tokens: 4, full_every: 1}\n", 10, "window.full_every",
+              "1 would make every layer attend in full");
+  ExpectError(good + "window: {tokens: 4, first_layer: 2}\n", 10, "window.first_layer",
+              "must be below layers (2)");
+  ExpectError(good + "window: {tokens: 4, first_layer: 1, full_every: 2}\n", 10, "window",
+              "covers no layer");
+  ExpectError(good + "window: {tokens: 4, evry: 2}\n", 10, "window.evry", "every");
+  ExpectError(good + "window: [4]\n", 10, "window", "expected a number of tokens or a mapping");
+  ExpectError(good + "window: 4k\n", 10, "window", "expected an integer");
+}
+
 // head_dim: heads wider or narrower than hidden / heads (Gemma-7B, Qwen3-32B); then hidden
 // need not divide by heads. The flow YAML writes it only where it differs from hidden / heads.
 TEST(ParseModel, HeadDimSetsTheAttentionsWidth) {

@@ -479,6 +479,9 @@ CASES = [
      {"config.json": '{"model_type": "llama", "num_hidden_layers": 2, "num_hidden_layers": 3, "hidden_size": 64, '
                      '"num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16}\n'},
      ["models", "{tmp}/config.json"], r"config\.json:1:\d+: num_hidden_layers: given twice", None),
+    ("a window over no layer", "a model whose sliding window starts at its last layer, which attends in full",
+     {"m.yaml": GOOD_MODEL + "window: {tokens: 64, first_layer: 3, full_every: 2}\n"},
+     ["models", "{tmp}/m.yaml"], r"m\.yaml:10:\d+: window: covers no layer: every layer would attend in full", None),
 ]
 
 # The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any

@@ -116,7 +116,8 @@ def report_keys():
 
 
 def model_keys():
-    return getters("models/model_spec.cc", r"\nModelSpec ReadModel\(")
+    return getters("models/model_spec.cc", r"\nModelSpec ReadModel\(", r"\nvoid ReadFeatures\(",
+                   r"\nvoid ReadWindow\(")
 
 
 def hf_keys():

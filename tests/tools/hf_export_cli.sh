@@ -49,4 +49,23 @@ else
     fail "wrong refusal: $(cat "$tmp/err.txt")"
 fi
 "$domino" export "$tmp/llama.yaml" --to caffe >/dev/null 2>&1 && fail "unknown framework accepted"
+
+# A model YAML states the same features as a config.json (here inline in a plan): each is an
+# approximation, and the Megatron export launches them.
+cat >"$tmp/inline.yaml" <<'PLAN'
+model: {name: "windowed", layers: 4, hidden: 512, heads: 8, kv_heads: 2, ffn: 1024, vocab: 1000, seq_len: 2048, activation: swiglu, norm: rmsnorm, bias: false, qk_norm: true, window: {tokens: 256, full_every: 2}}
+cluster: dgx-h100:1
+training: {seq_len: 2048, micro_batch: 1, global_batch: 8}
+parallel: {tp: 1, pp: 1, dp: 8}
+PLAN
+"$domino" export "$tmp/inline.yaml" --to megatron >"$tmp/inline.txt" || fail "inline features: export failed"
+grep -q -- "--qk-layernorm" "$tmp/inline.txt" || fail "qk_norm not launched: $(cat "$tmp/inline.txt")"
+grep -q -- "--window-size 256,0" "$tmp/inline.txt" || fail "window not launched"
+grep -q -- "--window-attn-skip-freq 2" "$tmp/inline.txt" || fail "window's full layers not launched"
+grep -q "^# differs: model windowed: a sliding attention window of 256 tokens (window) on 2 of 4 layers: launched" \
+  "$tmp/inline.txt" || fail "no differs line for the window: $(grep differs "$tmp/inline.txt")"
+sed -i 's/qk_norm: true/qkv_bias: true, bias: true/; s/bias: false, //' "$tmp/inline.yaml"
+"$domino" simulate --plan "$tmp/inline.yaml" >/dev/null 2>"$tmp/err.txt" && fail "qkv_bias with bias accepted"
+grep -q "inline.yaml:1:.*model.qkv_bias: biases on Q, K and V only need bias: false" "$tmp/err.txt" ||
+  fail "wrong message: $(cat "$tmp/err.txt")"
 echo "hf config and export cli ok"
