@@ -330,7 +330,9 @@ Result<Plan> ParsePlanNode(const YAML::Node& doc, std::string_view file,
   }
   ReadFigures(root, "predicted", &plan.predicted);
   ReadFigures(root, "measured", &plan.measured);
-  (void)root.Raw("timeline");  // a report's per-op timeline: read by `domino compare` only
+  // A report's writer and per-op timeline: read by `domino compare` only (sim/report.h).
+  (void)root.Raw("report");
+  (void)root.Raw("timeline");
   // How `domino plan` chose the plan: for people, but for a search stopped early.
   plan.search_stopped = SearchStopped(root.Raw("search"));
   DOMINO_RETURN_IF_ERROR(root.Finish());

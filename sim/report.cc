@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string_view>
 #include <utility>
@@ -35,6 +36,25 @@ std::string TimelineYaml(const Schedule& schedule, const Timeline& timeline) {
   return out;
 }
 
+namespace {
+
+constexpr std::array<std::pair<std::string_view, ReportKind>, 3> kReportKinds{{
+    {"simulate", ReportKind::kSimulate},
+    {"simulate-iteration", ReportKind::kSimulateIteration},
+    {"execute", ReportKind::kExecute},
+}};
+
+}  // namespace
+
+std::string ReportYaml(const Plan& plan, ReportKind kind, std::string_view comment,
+                       const Schedule& schedule, const Timeline& timeline) {
+  std::string_view name;
+  for (const auto& [each_name, each] : kReportKinds)
+    if (each == kind) name = each_name;
+  return fmt::format("# {}\nreport: {}\n", comment, name) + PlanToYaml(plan) +
+         TimelineYaml(schedule, timeline);
+}
+
 Result<Report> LoadReport(const std::string& path) {
   Result<Plan> plan = LoadPlan(path);
   if (!plan.ok()) return plan.error();
@@ -45,6 +65,17 @@ Result<Report> LoadReport(const std::string& path) {
   Result<YAML::Node> root = ParseYaml(*text, path);
   if (!root.ok()) return root.error();
   YAML::Node timeline = (*root)["timeline"];
+  if (const YAML::Node kind = std::as_const(*root)["report"]) {
+    YamlMap map(*root, path);
+    ReportKind read = ReportKind::kSimulate;
+    map.Enum("report", &read, Need::kOptional, kReportKinds);
+    if (map.failed()) return map.Finish().error();
+    if (!timeline)
+      return Error(
+          fmt::format("{}:{}:{}: report: {}, but no timeline: block follows: the file "
+                      "was cut short",
+                      path, kind.Mark().line + 1, kind.Mark().column + 1, kind.Scalar()));
+  }
   if (!timeline) return report;
   auto fail = [&](const YAML::Node& node, const std::string& rule) {
     return Error(fmt::format("{}:{}:{}: timeline.ops: {}", path, node.Mark().line + 1,

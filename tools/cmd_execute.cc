@@ -457,9 +457,9 @@ void Run(ExecuteFlags& flags) {
   // Both outputs or neither; one on stdout ("-") sends the tables to stderr.
   std::vector<OutputFile> outputs;
   if (!flags.report_path.empty())
-    outputs.push_back(
-        {flags.report_path, PlanToYaml(report, "domino execute report (rank 0)") +
-                                sim::TimelineYaml(result->schedule, result->timeline)});
+    outputs.push_back({flags.report_path, sim::ReportYaml(report, sim::ReportKind::kExecute,
+                                                          "domino execute report (rank 0)",
+                                                          result->schedule, result->timeline)});
   if (!flags.trace_path.empty())
     outputs.push_back(
         {flags.trace_path, sim::TraceJson(result->schedule, result->timeline, 0,

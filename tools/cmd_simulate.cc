@@ -309,17 +309,17 @@ void Run(SimulateFlags& flags) {
   report.predicted = prediction->figures;
   std::vector<OutputFile> outputs;
   if (!flags.report_path.empty())
-    outputs.push_back(
-        {flags.report_path, PlanToYaml(report, "domino simulate report") +
-                                sim::TimelineYaml(prediction->schedule, prediction->timeline)});
+    outputs.push_back({flags.report_path,
+                       sim::ReportYaml(report, sim::ReportKind::kSimulate, "domino simulate report",
+                                       prediction->schedule, prediction->timeline)});
   if (!flags.trace_path.empty())
     outputs.push_back(
         {flags.trace_path, sim::TraceJson(prediction->schedule, prediction->timeline)});
   if (!flags.iteration_report_path.empty())
-    outputs.push_back(
-        {flags.iteration_report_path,
-         PlanToYaml(report, "domino simulate report (whole iteration)") +
-             sim::TimelineYaml(prediction->iteration, prediction->iteration_timeline)});
+    outputs.push_back({flags.iteration_report_path,
+                       sim::ReportYaml(report, sim::ReportKind::kSimulateIteration,
+                                       "domino simulate report (whole iteration)",
+                                       prediction->iteration, prediction->iteration_timeline)});
   if (!flags.iteration_trace_path.empty())
     outputs.push_back({flags.iteration_trace_path,
                        sim::TraceJson(prediction->iteration, prediction->iteration_timeline)});

@@ -44,8 +44,13 @@ for op in "forward v0 mb1 fwd" "backward v0 mb0 bwd" "pp.send v0 mb0 fwd" "pp.re
 done
 # The measured step against a plan without a timeline: the figures that need TP collectives timed
 # apart are not compared (they are the step's bubbles and other communication too).
+# A report cut before its timeline is refused; the plan in it, without its report: line, is not.
 "$domino" simulate "${flags[@]}" --report "$dir/plan.yaml" >/dev/null || fail "simulate --report"
 sed -i '/^timeline:/,$d' "$dir/plan.yaml"
+cut=$("$domino" compare "$dir/plan.yaml" "$dir/measured.yaml" 2>&1) && fail "a cut report compared: $cut"
+grep -q "plan.yaml:2:9: report: simulate, but no timeline: block follows: the file was cut short" \
+  <<<"$cut" || fail "wrong refusal of a cut report: $cut"
+sed -i '/^report:/d' "$dir/plan.yaml"
 bare=$("$domino" compare "$dir/plan.yaml" "$dir/measured.yaml" 2>&1) || fail "compare: $bare"
 grep -Eq "^ideal ms +[0-9.]+ +- +-$" <<<"$bare" || fail "a step's ideal compared: $bare"
 grep -Eq "^exposed TP comm ms +[0-9.]+ +- +-$" <<<"$bare" || fail "a step's exposed comm compared: $bare"

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "models/base/file_io.h"
@@ -118,6 +119,49 @@ TEST(ReportTest, ATimelineCutShortIsAnError) {
   Result<Report> back = LoadReport(path);
   ASSERT_TRUE(back.ok()) << back.message();
   EXPECT_EQ(back->ops.size(), p->schedule.size());
+  std::remove(path.c_str());
+}
+
+// A report names its writer before its plan: cut anywhere before its timeline, it is refused,
+// where a plan (or a report written before the key) without a timeline is read without ops.
+TEST(ReportTest, AReportCutBeforeItsTimelineIsAnError) {
+  Plan plan = testing_util::MakePlan({});
+  Result<Prediction> p = Predict(plan);
+  ASSERT_TRUE(p.ok()) << p.message();
+  plan.predicted = p->figures;
+  const std::string whole =
+      ReportYaml(plan, ReportKind::kExecute, "test", p->schedule, p->timeline);
+  ASSERT_EQ(whole.rfind("# test\nreport: execute\nmodel: ", 0), 0u) << whole;
+  const std::string path = TempPath("cut_before.yaml");
+  WriteText(path, whole);
+  Result<Report> back = LoadReport(path);
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->ops.size(), p->schedule.size());
+  // Cut at the end of each line from the plan's last one to the one before `timeline:`.
+  const size_t timeline = whole.find("\ntimeline:") + 1;
+  for (const std::string_view cut : {std::string_view(whole).substr(0, timeline),
+                                     std::string_view(whole).substr(0, whole.find("predicted:"))}) {
+    WriteText(path, std::string(cut));
+    Result<Report> short_one = LoadReport(path);
+    ASSERT_FALSE(short_one.ok()) << cut;
+    EXPECT_EQ(short_one.message(), path +
+                                       ":2:9: report: execute, but no timeline: block "
+                                       "follows: the file was cut short");
+  }
+  // Another writer's name is refused; without the key, the same file is a plan.
+  std::string other = whole;
+  other.replace(other.find("execute"), 7, "train");
+  WriteText(path, other);
+  Result<Report> wrong = LoadReport(path);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.message(),
+            path +
+                ":2:9: report: unknown value 'train' (expected simulate | simulate-iteration "
+                "| execute)");
+  WriteText(path, whole.substr(0, timeline).erase(whole.find("report:"), 16));
+  Result<Report> as_plan = LoadReport(path);
+  ASSERT_TRUE(as_plan.ok()) << as_plan.message();
+  EXPECT_TRUE(as_plan->ops.empty());
   std::remove(path.c_str());
 }
 

@@ -479,6 +479,11 @@ CASES = [
      {"config.json": '{"model_type": "llama", "num_hidden_layers": 2, "num_hidden_layers": 3, "hidden_size": 64, '
                      '"num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16}\n'},
      ["models", "{tmp}/config.json"], r"config\.json:1:\d+: num_hidden_layers: given twice", None),
+    ("a report cut before its timeline", "compare of a measured report whose copy ended at its figures (once compared as a plan)",
+     {"a.yaml": REPORT.format(op="qkv"),
+      "b.yaml": "# domino execute report (rank 0)\nreport: execute\n" + REPORT.replace("predicted", "measured").format(op="qkv").split("timeline:")[0]},
+     ["compare", "{tmp}/a.yaml", "{tmp}/b.yaml"],
+     r"b\.yaml:2:9: report: execute, but no timeline: block follows: the file was cut short", None),
     ("a window over no layer", "a model whose sliding window starts at its last layer, which attends in full",
      {"m.yaml": GOOD_MODEL + "window: {tokens: 64, first_layer: 3, full_every: 2}\n"},
      ["models", "{tmp}/m.yaml"], r"m\.yaml:10:\d+: window: covers no layer: every layer would attend in full", None),
