@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "planner/export_parts.h"
@@ -97,6 +99,43 @@ std::vector<LaunchedFeature> NemoFeatures(const ModelSpec& m) {
   return out;
 }
 
+// Transformer Engine's context parallelism refuses a sliding window over its p2p ring, the comm
+// type domino prices: attn_forward_func_with_cp asserts cp_comm_type "a2a" or "all_gather" for a
+// windowed layer (TransformerEngine v2.0 pytorch/attention.py to v2.18
+// pytorch/attention/dot_product_attention/context_parallel.py). Megatron-Core hands cp_comm_type
+// to TE as it is (core_r0.10.0 to core_v0.19.0 megatron/core/extensions/transformer_engine.py,
+// TEDotProductAttention), so the one these exports give every layer is one of those, in TE's
+// spelling, when any layer is windowed. a2a (Ulysses-style) scatters each tensor-parallel rank's
+// heads over the CP group and asserts that cp divides its query heads and its key/value heads
+// (AttnFuncWithCPAndQKVOA2A); all_gather gathers K and V whole and has no rule on heads
+// (AttnFuncWithCPAndKVAllGather). NeMo's Hugging Face importer picks a2a for any config with a
+// window (NeMo 8cfedd72 nemo/collections/llm/gpt/model/mistral.py). Nothing without cp or with
+// no windowed layer: those launch the p2p ring.
+std::optional<std::string_view> WindowedCpCommType(const Plan& plan) {
+  const ModelSpec& m = plan.model;
+  bool windowed = false;
+  for (int l = 0; l < m.layers && !windowed; ++l) windowed = m.window.Covers(l);
+  if (plan.cp == 1 || !windowed) return std::nullopt;
+  const int heads = m.heads / plan.tp, kv_heads = m.kv_heads / plan.tp;
+  if (heads % plan.cp == 0 && kv_heads % plan.cp == 0) return "a2a";
+  return "all_gather";
+}
+
+// What launching WindowedCpCommType's `comm_type` (as `key` and it) differs by: domino priced the
+// p2p ring.
+std::string WindowedCpDifference(const Plan& plan, std::string_view key,
+                                 std::string_view comm_type) {
+  std::string text = fmt::format(
+      "context parallelism over a sliding window: launched ({}{}), priced as the p2p ring, which "
+      "Transformer Engine refuses with a window",
+      key, comm_type);
+  if (comm_type != "a2a")
+    text += fmt::format(
+        " (a2a needs cp {} to divide the {} heads and {} key/value heads per tensor-parallel rank)",
+        plan.cp, plan.model.heads / plan.tp, plan.model.kv_heads / plan.tp);
+  return text;
+}
+
 }  // namespace
 
 std::string ExportMegatron(const Plan& plan) {
@@ -116,6 +155,9 @@ std::string ExportMegatron(const Plan& plan) {
       m.vocab));
   for (const std::string& d : ModelApproximations(plan, MegatronFeatures(m, true)))
     out.differs.push_back(d);
+  const std::optional<std::string_view> cp_comm_type = WindowedCpCommType(plan);
+  if (cp_comm_type)
+    out.differs.push_back(WindowedCpDifference(plan, "--cp-comm-type ", *cp_comm_type));
   if (std::optional<std::string> slicing = DominoSlicing(plan)) {
     out.differs.push_back(
         *slicing +
@@ -143,9 +185,10 @@ std::string ExportMegatron(const Plan& plan) {
   args.push_back(fmt::format("--tensor-model-parallel-size {}", plan.tp));
   args.push_back(fmt::format("--pipeline-model-parallel-size {}", plan.pp));
   if (plan.cp > 1) {
-    // Ring attention (TE's "p2p"), the comm type domino models.
+    // Ring attention (TE's "p2p"), the comm type domino models, unless a window rules it out
+    // (WindowedCpCommType).
     args.push_back(fmt::format("--context-parallel-size {}", plan.cp));
-    args.push_back("--cp-comm-type p2p");
+    args.push_back(fmt::format("--cp-comm-type {}", cp_comm_type.value_or("p2p")));
   }
   if (plan.virtual_stages > 1) {
     args.push_back(
@@ -250,6 +293,11 @@ std::string ExportNemo(const Plan& plan) {
   Output out = Opening(plan, "NeMo overrides of megatron_gpt_config.yaml");
   const std::vector<LaunchedFeature> features = NemoFeatures(m);
   for (const std::string& d : ModelApproximations(plan, features, ", ")) out.differs.push_back(d);
+  // NeMo 1 passes cp_comm_type on as it does the window's keys: build_transformer_config copies
+  // every model key named after a TransformerConfig field (Megatron-Core's from core_r0.10.0).
+  const std::optional<std::string_view> cp_comm_type = WindowedCpCommType(plan);
+  if (cp_comm_type)
+    out.differs.push_back(WindowedCpDifference(plan, "cp_comm_type: ", *cp_comm_type));
   if (std::optional<std::string> slicing = DominoSlicing(plan)) {
     out.differs.push_back(*slicing +
                           ": NeMo has no such key; Megatron-Core runs each micro-batch whole "
@@ -305,6 +353,7 @@ std::string ExportNemo(const Plan& plan) {
   body += fmt::format("  tensor_model_parallel_size: {}\n", plan.tp);
   body += fmt::format("  pipeline_model_parallel_size: {}\n", plan.pp);
   if (plan.cp > 1) body += fmt::format("  context_parallel_size: {}\n", plan.cp);
+  if (cp_comm_type) body += fmt::format("  cp_comm_type: {}\n", *cp_comm_type);
   body += fmt::format("  virtual_pipeline_model_parallel_size: {}\n",
                       plan.virtual_stages > 1 ? std::to_string(plan.virtual_stages) : "null");
   if (plan.virtual_stages > 1)

@@ -16,6 +16,7 @@ namespace domino {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing_util::LowerOk;
 using testing_util::MakePlan;
 using testing_util::PlanKnobs;
@@ -194,6 +195,8 @@ TEST(ContextParallelTest, ExportNamesEachFrameworksCpSetting) {
   Result<std::string> nemo = ExportPlan(*plan, ExportTarget::kNemo);
   ASSERT_TRUE(nemo.ok());
   EXPECT_THAT(*nemo, HasSubstr("  context_parallel_size: 4\n"));
+  // Without a sliding window NeMo keeps Megatron-Core's default, the p2p ring.
+  EXPECT_THAT(*nemo, Not(HasSubstr("cp_comm_type")));
   Result<std::string> titan = ExportPlan(*plan, ExportTarget::kTorchtitan);
   ASSERT_TRUE(titan.ok());
   EXPECT_THAT(*titan, HasSubstr("context_parallel_degree = 4\n"));

@@ -1,6 +1,7 @@
 // What a Hugging Face config describes that domino prices without (ModelSpec's qkv_bias, qk_norm,
 // rotary_fraction and window) reaches the frameworks that have a setting for it, and every export
 // says whether its run has it (planner/export.h).
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@ namespace domino {
 namespace {
 
 using export_test::Export;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -35,21 +37,20 @@ overlap: {row_split: 2, col_split: 1, scope: inter-layer}
 )";
 }
 
+// The text of one target's export of `plan`; empty, and a failure, where it has none.
+std::string ExportText(const std::string& plan, ExportTarget target) {
+  Result<std::string> exported = Export(plan.c_str(), target);
+  EXPECT_TRUE(exported.ok()) << exported.message();
+  return exported.ok() ? *exported : "";
+}
+
 // The text of each target's export of `plan`, in ExportTarget's order.
 struct Exports {
   std::string megatron, nemo, deepspeed, torchtitan;
 };
 Exports ExportAll(const std::string& plan) {
-  Exports out;
-  for (auto [target, text] : {std::pair{ExportTarget::kMegatron, &out.megatron},
-                              std::pair{ExportTarget::kNemo, &out.nemo},
-                              std::pair{ExportTarget::kDeepSpeed, &out.deepspeed},
-                              std::pair{ExportTarget::kTorchtitan, &out.torchtitan}}) {
-    Result<std::string> exported = Export(plan.c_str(), target);
-    EXPECT_TRUE(exported.ok()) << exported.message();
-    if (exported.ok()) *text = *exported;
-  }
-  return out;
+  return {ExportText(plan, ExportTarget::kMegatron), ExportText(plan, ExportTarget::kNemo),
+          ExportText(plan, ExportTarget::kDeepSpeed), ExportText(plan, ExportTarget::kTorchtitan)};
 }
 
 TEST(ExportFeatures, Qwen2LaunchesItsQkvBiasesInMegatron) {
@@ -219,6 +220,112 @@ TEST(ExportFeatures, QwensWindowFromMaxWindowLayersIsALayerPattern) {
                                     "up to 1024 tokens\n"));
   EXPECT_THAT(e.nemo, HasSubstr("  qkv_bias: true\n  window_size: [1024, 0]\n"
                                 "  window_attn_skip_freq: [0, 0, 1, 1, 1, 1]\n"));
+}
+
+// `model` (a path) over `cluster`'s GPUs in tp x cp, one sequence of 8,192 tokens a step.
+std::string TpCp(const std::string& model, const std::string& cluster, int tp, int cp) {
+  return fmt::format(R"(model: {}
+cluster: {}
+precision: bf16
+training: {{seq_len: 8192, micro_batch: 1, global_batch: 1}}
+parallel: {{tp: {}, cp: {}}}
+)",
+                     model, cluster, tp, cp);
+}
+
+// Transformer Engine runs no window over its p2p ring, the context parallelism domino prices: a
+// windowed model launches a2a where cp divides each tensor-parallel rank's heads and key/value
+// heads.
+TEST(ExportFeatures, ContextParallelismOverAWindowIsA2aWhereTheHeadsSplit) {
+  // Mistral's 32 heads and 8 key/value heads over tp 2: 16 and 4 a rank, which cp 2 divides.
+  const std::string plan = TpCp(HfDir("Mistral-7B-v0.1"), "dgx-h100:1:4", 2, 2);
+  Result<std::string> megatron = Export(plan.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_EQ(
+      *megatron,
+      R"txt(# Megatron-LM / Megatron-Core arguments (pretrain_gpt.py) for Mistral-7B-v0.1 on dgx-h100:1:4 (1 node x 4 GPUs): 4 GPUs = tp 2 x cp 2 x pp 1 x dp 1
+# data-parallel size 1 follows from the world size: 4 GPUs / (tp 2 x cp 2 x pp 1)
+# vocabulary 32000: from the tokenizer (--tokenizer-type, --tokenizer-model), padded by --make-vocab-size-divisible-by
+# differs: model Mistral-7B-v0.1: a sliding attention window of 4096 tokens (sliding_window): launched (--window-size 4096,0), priced as full causal attention, the same up to 4096 tokens
+# differs: context parallelism over a sliding window: launched (--cp-comm-type a2a), priced as the p2p ring, which Transformer Engine refuses with a window
+--num-layers 32 \
+--hidden-size 4096 \
+--ffn-hidden-size 14336 \
+--num-attention-heads 32 \
+--group-query-attention \
+--num-query-groups 8 \
+--seq-length 8192 \
+--max-position-embeddings 32768 \
+--position-embedding-type rope \
+--swiglu \
+--normalization RMSNorm \
+--window-size 4096,0 \
+--hidden-dropout 0 \
+--attention-dropout 0 \
+--disable-bias-linear \
+--untie-embeddings-and-output-weights \
+--tensor-model-parallel-size 2 \
+--pipeline-model-parallel-size 1 \
+--context-parallel-size 2 \
+--cp-comm-type a2a \
+--micro-batch-size 1 \
+--global-batch-size 1 \
+--overlap-grad-reduce \
+--bf16
+)txt");
+  Result<std::string> nemo = Export(plan.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("\n# differs: context parallelism over a sliding window: launched "
+                               "(cp_comm_type: a2a), priced as the p2p ring, which Transformer "
+                               "Engine refuses with a window\ntrainer:\n"));
+  EXPECT_THAT(*nemo, HasSubstr("\n  context_parallel_size: 2\n  cp_comm_type: a2a\n"
+                               "  virtual_pipeline_model_parallel_size: null\n"));
+  // Gemma 2's window on every other layer: one comm type for all of them.
+  const std::string gemma = TpCp(HfDir("gemma-2-9b"), "dgx-h100:1:4", 2, 2);
+  EXPECT_THAT(ExportText(gemma, ExportTarget::kMegatron),
+              HasSubstr("\n--context-parallel-size 2 \\\n--cp-comm-type a2a \\\n"));
+  EXPECT_THAT(ExportText(gemma, ExportTarget::kNemo),
+              HasSubstr("\n  context_parallel_size: 2\n  cp_comm_type: a2a\n"));
+  // torchtitan launches no window (full causal attention, priced so): its ring runs.
+  EXPECT_THAT(ExportText(gemma, ExportTarget::kTorchtitan),
+              AllOf(HasSubstr("context_parallel_degree = 2\n"),
+                    Not(HasSubstr("context parallelism over a sliding window"))));
+}
+
+// Where cp does not divide a rank's heads, all_gather, which has no rule on heads.
+TEST(ExportFeatures, ContextParallelismOverAWindowIsAllGatherWhereTheHeadsDoNotSplit) {
+  // tp 4 leaves 8 heads and 2 key/value heads a rank: cp 4 divides the first only.
+  const std::string plan = TpCp(HfDir("Mistral-7B-v0.1"), "dgx-h100:2", 4, 4);
+  Result<std::string> megatron = Export(plan.c_str(), ExportTarget::kMegatron);
+  ASSERT_TRUE(megatron.ok()) << megatron.message();
+  EXPECT_THAT(*megatron,
+              HasSubstr("\n# differs: context parallelism over a sliding window: launched "
+                        "(--cp-comm-type all_gather), priced as the p2p ring, which Transformer "
+                        "Engine refuses with a window (a2a needs cp 4 to divide the 8 heads and 2 "
+                        "key/value heads per tensor-parallel rank)\n"));
+  EXPECT_THAT(*megatron,
+              HasSubstr("\n--context-parallel-size 4 \\\n--cp-comm-type all_gather \\\n"));
+  Result<std::string> nemo = Export(plan.c_str(), ExportTarget::kNemo);
+  ASSERT_TRUE(nemo.ok()) << nemo.message();
+  EXPECT_THAT(*nemo, HasSubstr("\n# differs: context parallelism over a sliding window: launched "
+                               "(cp_comm_type: all_gather), priced as the p2p ring, which "
+                               "Transformer Engine refuses with a window (a2a needs cp 4 to divide "
+                               "the 8 heads and 2 key/value heads per tensor-parallel rank)\n"));
+  EXPECT_THAT(*nemo, HasSubstr("\n  context_parallel_size: 4\n  cp_comm_type: all_gather\n"));
+}
+
+// Without context parallelism a window changes no comm type.
+TEST(ExportFeatures, AWindowWithoutContextParallelismSetsNoCommType) {
+  const Exports e = ExportAll(TpEight(HfDir("Mistral-7B-v0.1")));
+  EXPECT_THAT(e.megatron, HasSubstr("\n--tensor-model-parallel-size 8 \\\n"
+                                    "--pipeline-model-parallel-size 1 \\\n--micro-batch-size 2"));
+  EXPECT_THAT(e.nemo, HasSubstr("\n  pipeline_model_parallel_size: 1\n"
+                                "  virtual_pipeline_model_parallel_size: null\n"));
+  for (const std::string* text : {&e.megatron, &e.nemo}) {
+    EXPECT_THAT(*text, Not(HasSubstr("cp-comm-type")));
+    EXPECT_THAT(*text, Not(HasSubstr("cp_comm_type")));
+    EXPECT_THAT(*text, Not(HasSubstr("context parallelism over a sliding window")));
+  }
 }
 
 }  // namespace
