@@ -122,13 +122,13 @@ def model_keys():
 
 def hf_keys():
     keys = set()
-    for signature in (r"\nResult<ModelSpec> ParseHfConfig\(",
-                      r"\nconst FamilyName\* ReadFamily\(",
-                      r"\nvoid CheckActivation\(",
-                      r"\nvoid AddApproximations\(",
-                      r"\nvoid AddGemma3Window\(",
-                      r"\nvoid AddWindow\("):
-        text = body("models/hf_config.cc", signature)
+    for path, signature in (("models/hf_config.cc", r"\nResult<ModelSpec> ParseHfConfig\("),
+                            ("models/hf_config.cc", r"\nconst FamilyName\* ReadFamily\("),
+                            ("models/hf_config.cc", r"\nvoid CheckActivation\("),
+                            ("models/hf_approximations.cc", r"\nvoid AddApproximations\("),
+                            ("models/hf_approximations.cc", r"\nvoid AddGemma3Window\("),
+                            ("models/hf_approximations.cc", r"\nvoid AddWindow\(")):
+        text = body(path, signature)
         for call in re.finditer(r"(?:config|outer)(?:\.|->)(?:Int|Bool|String|Find)\(", text):
             # The call's arguments up to its closing parenthesis; keys are its string literals.
             depth, i = 1, call.end()

@@ -1,0 +1,199 @@
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/hf_config_reader.h"
+#include "models/model_limits.h"
+
+// What a Hugging Face config's family runs that domino prices otherwise: its approximations, and
+// the model fields an export launches (Q/K/V-only biases, per-head Q and K norms, partial rotary,
+// sliding windows).
+namespace domino::hf {
+namespace {
+
+// Layer numbers (from 0) in words: "layer 5", "layers 5, 11, 17".
+std::string LayerList(const std::vector<int>& layers) {
+  std::string text;
+  for (int l : layers) text += fmt::format("{}{}", text.empty() ? "" : ", ", l);
+  return (layers.size() == 1 ? "layer " : "layers ") + text;
+}
+
+// Gemma 3 slides on five layers of six: transformers' Gemma3TextConfig makes layer i full when
+// (i + 1) % sliding_window_pattern == 0 (default 6), sliding otherwise; newer transformers (4.53
+// on, as we read it) write `layer_types`, one "sliding_attention" or "full_attention" a layer,
+// which decides where given.
+// AttentionWindow::full_every states such a pattern (and Megatron-Core's integer
+// window_attn_skip_freq launches it); a list that no window states exactly is priced and exported
+// as full attention on every layer, its sliding layers named.
+void AddGemma3Window(ConfigReader& config, AttentionWindow w, ModelSpec* model) {
+  std::vector<bool> sliding(model->layers);
+  std::string source;
+  if (auto [key, types] = config.Find({"layer_types"}); types.IsDefined()) {
+    bool ok = types.IsSequence() && static_cast<int>(types.size()) == model->layers;
+    for (size_t i = 0; ok && i < types.size(); ++i) {
+      ok = types[i].IsScalar() && types[i].Tag() == "!" &&
+           (types[i].Scalar() == "sliding_attention" || types[i].Scalar() == "full_attention");
+      if (ok) sliding[i] = types[i].Scalar() == "sliding_attention";
+    }
+    if (!ok) {
+      config.FailAt(types.Mark(), key,
+                    fmt::format("expected a list of num_hidden_layers ({}) \"sliding_attention\" "
+                                "or \"full_attention\"",
+                                model->layers));
+      return;
+    }
+    source = "layer_types";
+  } else {
+    const int64_t pattern =
+        config.Int({"sliding_window_pattern"}, IntRange{1, kLayersRange.max}, int64_t{6});
+    for (int i = 0; i < model->layers; ++i) sliding[i] = (i + 1) % pattern != 0;
+    source = fmt::format("sliding_window_pattern {}", pattern);
+  }
+  std::vector<int> slide, full;
+  for (int i = 0; i < model->layers; ++i) (sliding[i] ? slide : full).push_back(i);
+  const std::string attend_in_full =
+      fmt::format("{} attend{} in full", LayerList(full), full.size() == 1 ? "s" : "");
+  if (slide.empty()) return;  // every layer attends in full
+  w.full_every = FullEvery(sliding);
+  const std::string what =
+      fmt::format("a sliding attention window of {} tokens (sliding_window)", w.tokens);
+  const std::string as =
+      fmt::format("as full causal attention, the same up to {} tokens", w.tokens);
+  if (full.empty()) {
+    model->window = w;
+    model->approximations.push_back(
+        {ModelFeature::kWindow, fmt::format("{} on every layer ({})", what, source), as});
+  } else if (w.full_every > 0) {
+    model->window = w;
+    model->approximations.push_back(
+        {ModelFeature::kWindow,
+         fmt::format("{} on {} of {} layers ({}: {})", what, slide.size(), model->layers, source,
+                     attend_in_full),
+         as});
+  } else {
+    model->approximations.push_back(
+        {ModelFeature::kNone,
+         fmt::format("{} on {} ({}), a layer pattern domino's window does not state", what,
+                     LayerList(slide), source),
+         as});
+  }
+}
+
+// Mistral's and Phi-3's window (null: none) on every layer, Gemma 2's on every other one from the
+// first (transformers' Gemma2Config: layers 0, 2, 4, ... slide); Qwen2's and Qwen3's only with
+// use_sliding_window, and there on the layers from max_window_layers on (Qwen2Config and
+// Qwen3Config: layer i slides when i >= max_window_layers, default 28; the first ones attend in
+// full, whatever the key's docstring says); Gemma 3's as AddGemma3Window says. A window as long
+// as the model's sequence changes nothing and is left out.
+void AddWindow(ConfigReader& config, Family family, ModelSpec* model) {
+  const bool qwen = family == Family::kQwen2 || family == Family::kQwen3;
+  const bool windowed = family == Family::kMistral || family == Family::kPhi3 ||
+                        family == Family::kGemma2 || family == Family::kGemma3 ||
+                        (qwen && config.Bool("use_sliding_window", false));
+  // Gemma3TextConfig's default sliding_window is 4096 (the released configs say 512 or 1024).
+  const std::optional<double> window = family == Family::kGemma3
+                                           ? Number(config, "sliding_window").value_or(4096)
+                                           : Number(config, "sliding_window");
+  if (!windowed || !window || *window <= 0 || *window >= model->seq_len) return;
+  AttentionWindow w{.tokens = static_cast<int>(*window)};
+  std::string layers;
+  if (family == Family::kGemma2) {
+    w.every = 2;
+    layers = " on every other layer";
+  }
+  if (family == Family::kGemma3) {
+    AddGemma3Window(config, w, model);
+    return;
+  }
+  if (qwen) {
+    w.first_layer = static_cast<int>(
+        config.Int({"max_window_layers"}, IntRange{0, kLayersRange.max}, int64_t{28}));
+    if (w.first_layer >= model->layers) return;  // every layer attends in full
+    layers = w.first_layer == 0
+                 ? " on every layer (max_window_layers 0)"
+                 : fmt::format(
+                       " on the last {} of {} layers (the first max_window_layers {} "
+                       "attend in full)",
+                       model->layers - w.first_layer, model->layers, w.first_layer);
+  }
+  model->window = w;
+  model->approximations.push_back(
+      {ModelFeature::kWindow,
+       fmt::format("a sliding attention window of {} tokens (sliding_window){}", w.tokens, layers),
+       fmt::format("as full causal attention, the same up to {} tokens", w.tokens)});
+}
+
+}  // namespace
+
+void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
+  std::vector<Approximation>& out = model->approximations;
+  if (family == Family::kQwen2) {
+    model->qkv_bias = true;
+    out.push_back({ModelFeature::kQkvBias, "biases on Q, K and V only (Qwen2)", "without them"});
+  }
+  if (family == Family::kQwen3 || family == Family::kGemma3) {
+    model->qk_norm = true;
+    out.push_back({ModelFeature::kQkNorm,
+                   fmt::format("an RMSNorm on each head of Q and of K ({}'s q_norm and k_norm)",
+                               family == Family::kQwen3 ? "Qwen3" : "Gemma 3"),
+                   "without them"});
+  }
+  if (IsGemma(family))
+    out.push_back({ModelFeature::kNone, "a GeLU-gated MLP (Gemma's GeGLU)",
+                   "as SwiGLU (a SiLU gate), the same three matrices"});
+  // Gemma 3 keeps Gemma 2's post-norms; its soft-caps are null unless a config sets them
+  // (Gemma3TextConfig's defaults), and QK-norm takes their place.
+  if (family == Family::kGemma2 || family == Family::kGemma3) {
+    out.push_back({ModelFeature::kNone,
+                   fmt::format("an RMSNorm after the attention and after the MLP besides the ones "
+                               "before them ({}'s post-norms)",
+                               family == Family::kGemma2 ? "Gemma 2" : "Gemma 3"),
+                   "with the norms before only"});
+    if (const std::optional<double> cap = Number(config, "attn_logit_softcapping"); cap && *cap > 0)
+      out.push_back(
+          {ModelFeature::kNone,
+           fmt::format("attention scores soft-capped at {:g} (attn_logit_softcapping)", *cap),
+           "without the cap"});
+    if (const std::optional<double> cap = Number(config, "final_logit_softcapping");
+        cap && *cap > 0)
+      out.push_back({ModelFeature::kNone,
+                     fmt::format("logits soft-capped at {:g} (final_logit_softcapping)", *cap),
+                     "without the cap"});
+  }
+  // Phi-3's partial_rotary_factor (1 unless given; Phi-4-mini's 0.75), GPT-NeoX's rotary_pct
+  // (GPTNeoXConfig's default 0.25). Megatron-Core rotates the first fraction of each head's
+  // features, as both families do.
+  const std::string_view key = family == Family::kPhi3      ? "partial_rotary_factor"
+                               : family == Family::kGptNeox ? "rotary_pct"
+                                                            : "";
+  if (!key.empty()) {
+    const double rotary = Number(config, key).value_or(family == Family::kGptNeox ? 0.25 : 1.0);
+    if (rotary <= 0 || rotary > 1) {
+      config.Fail(key, fmt::format("must be above 0 and at most 1, got {:g}", rotary));
+    } else if (rotary < 1) {
+      model->rotary_fraction = rotary;
+      out.push_back({ModelFeature::kPartialRotary,
+                     fmt::format("rotary positions on {:g}% of each head ({} {:g})", 100 * rotary,
+                                 key, rotary),
+                     "as rotating all of it"});
+    }
+  }
+  if (family == Family::kGptNeox) {
+    // GPTNeoXConfig's default: use_parallel_residual true.
+    if (!config.Bool("attention_bias", true))
+      out.push_back({ModelFeature::kNone,
+                     "no biases on the attention's linears (attention_bias false), its MLP's kept",
+                     "with biases on every linear"});
+    if (config.Bool("use_parallel_residual", true))
+      out.push_back({ModelFeature::kNone,
+                     "attention and MLP side by side on one input (use_parallel_residual)",
+                     "one after the other"});
+  }
+  AddWindow(config, family, model);
+}
+
+}  // namespace domino::hf
