@@ -65,15 +65,16 @@ void AddGemma3Window(ConfigReader& config, AttentionWindow w, ModelSpec* model) 
       fmt::format("as full causal attention, the same up to {} tokens", w.tokens);
   if (full.empty()) {
     model->window = w;
-    model->approximations.push_back(
-        {ModelFeature::kWindow, fmt::format("{} on every layer ({})", what, source), as});
+    model->approximations.push_back({ModelFeature::kWindow,
+                                     fmt::format("{} on every layer ({})", what, source),
+                                     WindowPricing(w.tokens)});
   } else if (w.full_every > 0) {
     model->window = w;
     model->approximations.push_back(
         {ModelFeature::kWindow,
          fmt::format("{} on {} of {} layers ({}: {})", what, slide.size(), model->layers, source,
                      attend_in_full),
-         as});
+         WindowPricing(w.tokens)});
   } else {
     model->approximations.push_back(
         {ModelFeature::kNone,
@@ -124,7 +125,7 @@ void AddWindow(ConfigReader& config, Family family, ModelSpec* model) {
   model->approximations.push_back(
       {ModelFeature::kWindow,
        fmt::format("a sliding attention window of {} tokens (sliding_window){}", w.tokens, layers),
-       fmt::format("as full causal attention, the same up to {} tokens", w.tokens)});
+       WindowPricing(w.tokens)});
 }
 
 }  // namespace

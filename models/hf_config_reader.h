@@ -145,7 +145,6 @@ inline std::optional<double> Number(const ConfigReader& config, std::string_view
   return NumberOf(config.Find({key}).second);
 }
 
-
 // What the family's modeling code runs that domino prices otherwise (ModelSpec::approximations),
 // with the fields that state what a framework can be told to build (ModelSpec::qkv_bias, qk_norm,
 // rotary_fraction, window): hf_approximations.cc. Errors go to `config`.

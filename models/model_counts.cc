@@ -50,11 +50,23 @@ ParameterCounts CountParameters(const ModelSpec& model) {
   return counts;
 }
 
+double CausalKeys(double seq_len, double window) {
+  if (window <= 0 || window >= seq_len) return seq_len / 2;
+  return window - window * window / (2 * seq_len);
+}
+
 double TrainingFlopsPerToken(const ModelSpec& model, int seq_len, AttentionCount count) {
   const double matmul = static_cast<double>(CountParameters(model).matmul);
   const double attention_width = static_cast<double>(model.q_hidden());
-  const double attention = 12.0 * model.layers * static_cast<double>(seq_len) * attention_width;
-  return 6.0 * matmul + (count == AttentionCount::kCausal ? attention / 2 : attention);
+  const double s = static_cast<double>(seq_len);
+  if (count == AttentionCount::kFull)
+    return 6.0 * matmul + 12.0 * model.layers * s * attention_width;
+  double keys = 0;  // over the layers
+  for (int l = 0; l < model.layers; ++l)
+    keys += count == AttentionCount::kCausalWindow && model.window.Covers(l)
+                ? CausalKeys(s, model.window.tokens)
+                : s / 2;
+  return 6.0 * matmul + 12.0 * keys * attention_width;
 }
 
 }  // namespace domino

@@ -24,14 +24,22 @@ struct ParameterCounts {
 
 ParameterCounts CountParameters(const ModelSpec& model);
 
+// The keys a query attends to on average in a causal sequence of `seq_len` tokens: half of them,
+// or with a sliding window of `window` tokens below seq_len (0: none) min(i, window) for query i,
+// window - window^2 / (2 seq_len), which meets seq_len / 2 at window = seq_len. A kernel that skips
+// the key blocks outside the window does that much work.
+double CausalKeys(double seq_len, double window);
+
 // How model FLOPs count the attention scores of a causal model: every s x s product, as
-// Megatron-LM's and PaLM's MFU do (an upper bound that ignores the mask), or the lower triangle
-// that a causal kernel computes (half).
-enum class AttentionCount { kFull, kCausal };
+// Megatron-LM's and PaLM's MFU do (an upper bound that ignores the mask), the lower triangle
+// that a causal kernel computes (half), or that triangle within the model's sliding window on the
+// layers it covers (kCausalWindow: what kernels that skip the blocks outside the window compute).
+enum class AttentionCount { kFull, kCausal, kCausalWindow };
 
 // Model FLOPs to train on one token at sequence length `seq_len`: 6 * matmul parameters (forward
 // 2N, backward 4N) plus the attention term 12 * layers * seq_len * (heads * head_dim) for QK^T
-// and attention-times-V (forward 4 * s * h per token per layer, times 3), halved with kCausal.
+// and attention-times-V (forward 4 * s * h per token per layer, times 3), halved with kCausal,
+// each windowed layer's with kCausalWindow 12 * CausalKeys(s, window) * (heads * head_dim).
 // Recompute is not included.
 double TrainingFlopsPerToken(const ModelSpec& model, int seq_len,
                              AttentionCount count = AttentionCount::kFull);

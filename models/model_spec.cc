@@ -15,6 +15,13 @@
 
 namespace domino {
 
+std::string WindowPricing(int tokens) {
+  return fmt::format(
+      "as the window where the plan's stack runs it (megatron-core) without context "
+      "parallelism, else as full causal attention, the same up to {} tokens",
+      tokens);
+}
+
 int FullEvery(const std::vector<bool>& windowed) {
   const int layers = static_cast<int>(windowed.size());
   if (std::find(windowed.begin(), windowed.end(), false) == windowed.end()) return 0;
@@ -104,7 +111,7 @@ void ReadWindow(YamlMap& map, ModelSpec* model) {
                    covered == model->layers
                        ? std::string("on every layer")
                        : fmt::format("on {} of {} layers", covered, model->layers)),
-       fmt::format("as full causal attention, the same up to {} tokens", w.tokens)});
+       WindowPricing(w.tokens)});
 }
 
 // The attention's features (ModelSpec::qkv_bias, qk_norm, rotary_fraction, window), which

@@ -64,6 +64,11 @@ struct AttentionWindow {
   }
 };
 
+// How a plan prices a sliding window of `tokens` tokens (the `as` of its Approximation): as the
+// window where the plan's stack runs it and no context parallelism rings the attention
+// (Plan::WindowedLayer), else as full causal attention, the same up to `tokens` tokens.
+std::string WindowPricing(int tokens);
+
 // The smallest n >= 2 for which layer i (from 0) is windowed exactly when (i + 1) % n != 0: the
 // pattern AttentionWindow::full_every and Megatron-Core's integer window_attn_skip_freq state
 // (Gemma 3's 6, Gemma 2's 2 from the first layer); 0 when none does or every layer is windowed.

@@ -59,16 +59,27 @@ std::vector<std::string> ModelApproximations(const Plan& plan,
     const auto it = std::find_if(launched.begin(), launched.end(), [&](const LaunchedFeature& f) {
       return a.feature != ModelFeature::kNone && f.feature == a.feature;
     });
+    // A window is priced as such where the plan's stack runs it (Plan::prices_window), else as
+    // full causal attention: what the approximation's `as` says in general, said of this plan.
+    std::string as = a.as;
+    const bool window = a.feature == ModelFeature::kWindow;
+    if (window)
+      as = fmt::format("as full causal attention, the same up to {} tokens",
+                       plan.model.window.tokens);
     if (it == launched.end()) {
       out.push_back(
-          fmt::format("model {}: {}: priced and exported {}", plan.model.name, a.what, a.as));
+          window && plan.prices_window()
+              ? fmt::format("model {}: {}: priced as the window, exported {}", plan.model.name,
+                            a.what, as)
+              : fmt::format("model {}: {}: priced and exported {}", plan.model.name, a.what, as));
       continue;
     }
+    if (window && plan.prices_window()) continue;  // launched as priced: no difference
     std::string settings;
     for (const std::string& s : it->settings)
       settings += fmt::format("{}{}", settings.empty() ? "" : joiner, s);
     out.push_back(fmt::format("model {}: {}: launched ({}), priced {}", plan.model.name, a.what,
-                              settings, a.as));
+                              settings, as));
   }
   return out;
 }

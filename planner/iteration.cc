@@ -98,11 +98,12 @@ class IterationBuilder {
 
   Status Build() {
     const std::vector<int> layers = ChunkLayers(plan_);
+    const std::vector<int> windowed = ChunkWindowedLayers(plan_);
     it_.stages = pp_;
     it_.chunks = v_;
     it_.micro_batches = m_;
     for (int vs = 0; vs < total_vs_; ++vs)
-      it_.virtual_stages.push_back({layers[vs], vs == 0, vs == total_vs_ - 1});
+      it_.virtual_stages.push_back({layers[vs], vs == 0, vs == total_vs_ - 1, windowed[vs]});
     orders_.resize(pp_);
     last_backward_.assign(pp_, std::vector<size_t>(v_, 0));
     for (int s = 0; s < pp_; ++s) {
@@ -507,7 +508,7 @@ Result<Iteration> LowerIteration(const Plan& plan, const IterationOptions& optio
     for (const PassSpec& pass : it.passes) {
       Result<Schedule> schedule =
           LowerStage(plan, LowerOptions{pass.chunk.layers, pass.chunk.embedding, pass.chunk.head,
-                                        pass.forward, pass.backward});
+                                        pass.forward, pass.backward, pass.chunk.windowed_layers});
       if (!schedule.ok()) return schedule.error();
       it.pass_schedules.push_back(std::move(schedule).value());
     }

@@ -27,11 +27,13 @@ struct PipelineStep {
 std::vector<PipelineStep> PipelineOrder(int stage, int stages, int chunks, int micro_batches);
 
 // A model chunk (virtual stage): its layers, with the embedding in front (the first) and the
-// final norm, LM head and loss behind (the last).
+// final norm, LM head and loss behind (the last); `windowed_layers` of them priced with the
+// model's sliding window (ChunkWindowedLayers), so that chunks of one shape share a pass.
 struct ChunkShape {
   int layers = 0;
   bool embedding = false;
   bool head = false;
+  int windowed_layers = 0;
   auto operator<=>(const ChunkShape&) const = default;
 };
 

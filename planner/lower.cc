@@ -218,6 +218,8 @@ int32_t Lowering::Attention(OpFunc func, const OpTags& tags, double flops_factor
   op.sequences = plan_.micro_batch / p_;
   op.seq_len = plan_.local_seq_len();
   op.heads = a_, op.kv_heads = g_, op.head_dim = d_;
+  if (tags.layer >= 0 && tags.layer < options_.windowed_layers)
+    op.window = plan_.model.window.tokens;
   op.flops = flops_factor * 4.0 * op.sequences * op.seq_len * op.seq_len * a_ * d_;
   op.bytes = static_cast<double>(slice_tokens_) * (2 * a_ + 2 * g_) * d_ * e_ * flops_factor;
   return Compute(op, std::move(deps), reads, writes);

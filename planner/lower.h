@@ -20,12 +20,16 @@ Result<Schedule> Lower(const Plan& plan);
 // cross-entropy loss behind (the last), its forward pass, its backward pass, or both. The
 // plan's recompute adds forward ops (phase recompute) to the backward pass: the attention core
 // (selective) or each whole layer (full).
+// `windowed_layers` of the chunk's layers run the model's sliding window (Plan::WindowedLayer):
+// the first ones, which prices a chunk whose windowed layers lie elsewhere (Gemma 2's every
+// other one) within a layer's overlap of its own order.
 struct LowerOptions {
   int layers = -1;
   bool embedding = false;
   bool head = false;
   bool forward = true;
   bool backward = true;
+  int windowed_layers = 0;
 };
 Result<Schedule> LowerStage(const Plan& plan, const LowerOptions& options);
 

@@ -201,6 +201,18 @@ struct Plan {
     if (attention) return *attention;
     return model.head_width() > kMaxFusedHeadDim ? AttentionKernel::kUnfused : stack.attention;
   }
+  // Whether layer `layer` (from 0) is priced with the model's sliding window: the window covers
+  // it, the stack's kernels run windows (StackSpec::sliding_window) and the plan's attention is
+  // fused, without context parallelism (whose ring domino prices over full causal attention).
+  bool WindowedLayer(int layer) const {
+    return stack.sliding_window && cp == 1 && attention_kernel() != AttentionKernel::kUnfused &&
+           model.window.Covers(layer);
+  }
+  bool prices_window() const {
+    for (int l = 0; l < model.layers; ++l)
+      if (WindowedLayer(l)) return true;
+    return false;
+  }
   Fp8Recipe fp8_scaling() const { return fp8_recipe.value_or(Fp8Recipe::kDelayed); }
   bool applies_dropout() const { return dropout.value_or(stack.dropout); }
   bool launches_from_graphs() const { return cuda_graphs.value_or(stack.cuda_graphs); }
@@ -327,6 +339,10 @@ std::optional<PlanRuleFailure> CheckPipelineSplit(const Plan& plan);
 // going to the middle stages first, since the first stage also embeds and the last runs the LM
 // head (126 layers on 16 stages: 7, 8 x 14, 7).
 std::vector<int> ChunkLayers(const Plan& plan);
+
+// How many layers of each virtual pipeline stage (as ChunkLayers) are priced with the model's
+// sliding window (Plan::WindowedLayer): the stages take the layers in order.
+std::vector<int> ChunkWindowedLayers(const Plan& plan);
 
 // Parses plan YAML; resolves `model` and `cluster` through the catalogs; applies CheckPlanRules,
 // reporting the failing key's file:line:column. Missing sections take the defaults above, with

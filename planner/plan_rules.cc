@@ -36,6 +36,17 @@ std::vector<int> ChunkLayers(const Plan& plan) {
   return out;
 }
 
+std::vector<int> ChunkWindowedLayers(const Plan& plan) {
+  const std::vector<int> layers = ChunkLayers(plan);
+  std::vector<int> out(layers.size(), 0);
+  int first = 0;
+  for (size_t vs = 0; vs < layers.size(); ++vs) {
+    for (int l = first; l < first + layers[vs]; ++l) out[vs] += plan.WindowedLayer(l) ? 1 : 0;
+    first += layers[vs];
+  }
+  return out;
+}
+
 std::optional<PlanRuleFailure> CheckPipelineSplit(const Plan& p) {
   const int64_t chunks = static_cast<int64_t>(p.pp) * p.virtual_stages;
   const std::string_view split = PipelineSplitName(p.pipeline_split);

@@ -250,6 +250,9 @@ struct Op {
   OpTags tags;
   int64_t m = 0, n = 0, k = 0;                                                // GEMM shape
   int64_t sequences = 0, seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;  // attention
+  // A sliding attention window: each query attends to the `window` tokens before it (0: to every
+  // earlier token), the kernel skipping the key blocks outside (LowerOptions::windowed_layers).
+  int32_t window = 0;
   double flops = 0;  // attention and elementwise
   double bytes = 0;  // elementwise traffic, or a collective's buffer per rank
   // Decomposed overlap: a collective that moves only rows [part * R / parts, (part + 1) * R /

@@ -130,6 +130,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Enum("grad_reduce", &stack.grad_reduce, Need::kOptional, kGradReduces);
   map.Enum("grad_sync", &stack.grad_sync, Need::kOptional, kGradSyncs);
   map.Bool("cp_merge_kernels", &stack.cp_merge_kernels, Need::kOptional);
+  map.Bool("sliding_window", &stack.sliding_window, Need::kOptional);
   map.Bool("fused_squared_relu", &stack.fused_squared_relu, Need::kOptional);
   map.Enum("rope", &stack.rope, Need::kOptional, kRopeKernels);
   map.Enum("attention_copies", &stack.attention_copies, Need::kOptional, kAttentionCopies);

@@ -184,6 +184,10 @@ struct StackSpec {
   // dKV) into the running result, and copies the half blocks a causal step reads, in elementwise
   // kernels of their own (Transformer Engine's p2p CP) rather than inside the attention kernels.
   bool cp_merge_kernels = false;
+  // Its fused attention kernels run a model's sliding window (ModelSpec::window), skipping the key
+  // blocks outside it, so the window's layers are priced as such (Plan::WindowedLayer). Without
+  // it, a window is priced, as the stack would run it, as full causal attention.
+  bool sliding_window = false;
   // The embedding's weight gradient as PyTorch's F.embedding leaves it: backward fills a dense
   // gradient of the rank's whole vocabulary part with zeros and adds the micro-batch's rows into
   // it, and the framework's gradient hook then adds that table into the accumulated gradient
@@ -239,7 +243,7 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`,
+// `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `sliding_window`,
 // `dense_embedding_grad`, `fused_squared_relu`, `fp32_scores`, `overlap_p2p` and
 // `fp8_amax_reduction` (false), `cross_entropy` (vocab-parallel), `grad_reduce` (fp32), `grad_sync`
 // (layer), `rope` (fused), `attention_copies` (none), `wgrad_overlaps_tp_comm`,

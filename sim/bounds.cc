@@ -22,21 +22,23 @@ constexpr double kUsToMs = 1e-3;
 // The bound of IdealLowerBoundMs from passes priced by `costs`.
 Result<double> PassesBoundMs(const Plan& plan, const CostModel& ideal) {
   const int pp = plan.pp, v = plan.virtual_stages, m = plan.micro_batches();
-  const std::vector<int> layers = ChunkLayers(plan);
+  const std::vector<int> layers = ChunkLayers(plan), windowed = ChunkWindowedLayers(plan);
   const int total = pp * v;
   if (total == 1) {  // one pass, forward and backward back to back, as Predict runs it
-    Result<Schedule> s = LowerStage(plan, LowerOptions{layers[0], true, true, true, true});
+    Result<Schedule> s =
+        LowerStage(plan, LowerOptions{layers[0], true, true, true, true, windowed[0]});
     if (!s.ok()) return s.error();
     return m * Simulate(*s, ideal.CostAll(*s), ideal.device()).end_us() * kUsToMs;
   }
   // Ideal forward and backward of each virtual stage, each distinct pass simulated once.
   std::vector<double> fwd(total), bwd(total);
-  std::map<std::tuple<int, bool, bool, bool>, double> done;
+  std::map<std::tuple<int, bool, bool, bool, int>, double> done;
   auto pass_us = [&](int vs, bool forward) -> Result<double> {
     const bool first = vs == 0, last = vs == total - 1;
-    const auto key = std::make_tuple(layers[vs], first, last, forward);
+    const auto key = std::make_tuple(layers[vs], first, last, forward, windowed[vs]);
     if (auto it = done.find(key); it != done.end()) return it->second;
-    Result<Schedule> s = LowerStage(plan, LowerOptions{layers[vs], first, last, forward, !forward});
+    Result<Schedule> s =
+        LowerStage(plan, LowerOptions{layers[vs], first, last, forward, !forward, windowed[vs]});
     if (!s.ok()) return s.error();
     const double us = Simulate(*s, ideal.CostAll(*s), ideal.device()).end_us();
     done.emplace(key, us);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/model_counts.h"
 #include "planner/iteration.h"
 #include "sim/gemm_model.h"
 
@@ -209,14 +210,16 @@ OpCost CostModel::AttentionCost(const Op& op) const {
   if (attention_ != AttentionKernel::kUnfused) {
     constexpr double kBlock = 128;
     cost.tiles = batch_heads * std::ceil(s / kBlock);
-    // Each query block attends to s/2 keys on average under the causal mask, and takes as long
-    // again as the GPU's overhead keys would (attention_overhead_keys; FlashAttention-2's own,
-    // flash2_overhead_keys, where the plan runs it).
+    // Each query block attends to s/2 keys on average under the causal mask (CausalKeys: fewer
+    // with a sliding window), and takes as long again as the GPU's overhead keys would
+    // (attention_overhead_keys; FlashAttention-2's own, flash2_overhead_keys, where the plan runs
+    // it).
     const bool flash2 = attention_ == AttentionKernel::kFlash2;
     const double overhead_keys =
         flash2 ? (backward ? gpu_.flash2_backward_overhead_keys : gpu_.flash2_overhead_keys)
                : (backward ? gpu_.attention_backward_overhead_keys : gpu_.attention_overhead_keys);
-    double work = (backward ? 2.5 : 1.0) * 4.0 * kBlock * (s / 2 + overhead_keys) * d;
+    double work =
+        (backward ? 2.5 : 1.0) * 4.0 * kBlock * (CausalKeys(s, op.window) + overhead_keys) * d;
     const double efficiency =
         flash2 ? (backward ? gpu_.flash2_backward_efficiency : gpu_.flash2_efficiency)
                : (backward ? gpu_.attention_backward_efficiency : gpu_.attention_efficiency);

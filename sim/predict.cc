@@ -241,7 +241,7 @@ Result<LoweredPasses> LowerPasses(const Plan& plan, const Iteration& it) {
   for (const PassSpec& spec : it.passes) {
     Result<Schedule> schedule =
         LowerStage(plan, LowerOptions{spec.chunk.layers, spec.chunk.embedding, spec.chunk.head,
-                                      spec.forward, spec.backward});
+                                      spec.forward, spec.backward, spec.chunk.windowed_layers});
     if (!schedule.ok()) return schedule.error();
     out.schedules.push_back(std::make_unique<Schedule>(std::move(schedule).value()));
     out.engines.emplace_back(*out.schedules.back());
@@ -284,6 +284,8 @@ IterationShape ShapeOf(const Plan& plan) {
                    c.position_embedding,
                    c.final_norm,
                    c.lm_head};
+  // The chunks' windowed layers (ChunkShape::windowed_layers).
+  for (int windowed : ChunkWindowedLayers(plan)) shape.numbers.push_back(windowed);
   return shape;
 }
 
@@ -678,7 +680,8 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
       p.ideal_timeline = std::move(only.ideal);
     } else {
       Result<Schedule> schedule =
-          LowerStage(plan, LowerOptions{chunk.layers, chunk.embedding, chunk.head, true, true});
+          LowerStage(plan, LowerOptions{chunk.layers, chunk.embedding, chunk.head, true, true,
+                                        chunk.windowed_layers});
       if (!schedule.ok()) return schedule.error();
       p.schedule = std::move(schedule).value();
       CostOptions ideal_options = options;
@@ -707,8 +710,10 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   }
 
   PlanFigures& f = p.figures;
-  const double model_flops_per_token =
-      TrainingFlopsPerToken(plan.model, plan.seq_len, AttentionCount::kCausal);
+  // The attention FLOPs its kernels compute: within the window where the plan prices it.
+  const AttentionCount counted =
+      plan.prices_window() ? AttentionCount::kCausalWindow : AttentionCount::kCausal;
+  const double model_flops_per_token = TrainingFlopsPerToken(plan.model, plan.seq_len, counted);
   f.iteration_ms = iteration_us * kUsToMs;
   // Never past the iteration (the same ops with the TP collectives on top): summed in another
   // order, the two can differ in their last bit.
@@ -722,8 +727,8 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
   double peak = plan.cluster.node.gpu.peak(plan.precision);
   if (peak <= 0) peak = plan.cluster.node.gpu.peak(Dtype::kBf16);
   f.mfu = f.tflops_per_gpu / peak;
-  p.mfu_full_attention = f.mfu * TrainingFlopsPerToken(plan.model, plan.seq_len) /
-                         TrainingFlopsPerToken(plan.model, plan.seq_len, AttentionCount::kCausal);
+  p.mfu_full_attention =
+      f.mfu * TrainingFlopsPerToken(plan.model, plan.seq_len) / model_flops_per_token;
   f.memory_gib_per_gpu = EstimateMemory(plan).total_bytes() / (1 << 30);
   return p;
 }

@@ -395,9 +395,10 @@ TEST(HfConfig, FeaturesAFrameworkCanBuildAreFields) {
   const ModelSpec mistral = load("Mistral-7B-v0.1");
   EXPECT_EQ(mistral.window.tokens, 4096);
   EXPECT_TRUE(mistral.window.Covers(0) && mistral.window.Covers(31));
-  EXPECT_THAT(Texts(mistral), ::testing::ElementsAre(
-                                  "a sliding attention window of 4096 tokens (sliding_window): "
-                                  "priced as full causal attention, the same up to 4096 tokens"));
+  EXPECT_THAT(Texts(mistral),
+              ::testing::ElementsAre("a sliding attention window of 4096 tokens (sliding_window): "
+                                     "priced " +
+                                     WindowPricing(4096)));
   EXPECT_EQ(load("Phi-3-mini-4k-instruct").window.tokens, 2047);
   EXPECT_EQ(load("Phi-3-mini-4k-instruct").rotary_fraction, 1);
 
@@ -413,7 +414,8 @@ TEST(HfConfig, FeaturesAFrameworkCanBuildAreFields) {
             "same three matrices");
   EXPECT_EQ(gemma2.approximations.back().Text(),
             "a sliding attention window of 4096 tokens (sliding_window) on every other layer: "
-            "priced as full causal attention, the same up to 4096 tokens");
+            "priced " +
+                WindowPricing(4096));
 }
 
 // Gemma 3: 1B's Gemma3ForCausalLM (gemma3_text) and 4B's Gemma3ForConditionalGeneration, whose
@@ -450,8 +452,8 @@ TEST(HfConfig, Gemma3ReadsItsTextModel) {
           "an RMSNorm after the attention and after the MLP besides the ones before them (Gemma "
           "3's post-norms): priced and exported with the norms before only",
           "a sliding attention window of 512 tokens (sliding_window) on 22 of 26 layers "
-          "(sliding_window_pattern 6: layers 5, 11, 17, 23 attend in full): priced as full "
-          "causal attention, the same up to 512 tokens"));
+          "(sliding_window_pattern 6: layers 5, 11, 17, 23 attend in full): priced " +
+              WindowPricing(512)));
 
   // The 4B's text_config leaves out the heads, the vocabulary and the positions: Gemma3TextConfig's
   // 8, 4 and 256 wide, 262,208 and 131,072.
@@ -475,7 +477,7 @@ TEST(HfConfig, Gemma3ReadsItsTextModel) {
                   HasSubstr("(Gemma 3's post-norms)"),
                   "a sliding attention window of 1024 tokens (sliding_window) on 29 of 34 layers "
                   "(sliding_window_pattern 6: layers 5, 11, 17, 23, 29 attend in full): priced "
-                  "as full causal attention, the same up to 1024 tokens",
+                  "" + WindowPricing(1024),
                   "a vision tower (vision_config) and its projection into the language model "
                   "(Gemma3ForConditionalGeneration): priced and exported as the language model "
                   "alone"));
@@ -521,7 +523,7 @@ TEST(HfConfig, Gemma3sLayerTypesSayWhichLayersSlide) {
   const ModelSpec all = gemma3(R"("layer_types": ["sliding_attention", "sliding_attention"])");
   EXPECT_TRUE(all.window.Covers(0) && all.window.Covers(1));
   EXPECT_THAT(Texts(all).back(), HasSubstr("64 tokens (sliding_window) on every layer "
-                                           "(layer_types): priced as full"));
+                                           "(layer_types): priced as the window"));
   // A pattern of 1: every layer attends in full, and no window is listed.
   const ModelSpec none = gemma3(R"("sliding_window_pattern": 1)");
   EXPECT_EQ(none.window.tokens, 0);
@@ -571,13 +573,13 @@ TEST(HfConfig, QwenSlidesFromMaxWindowLayersOn) {
               ::testing::ElementsAre(HasSubstr("Qwen2"),
                                      "a sliding attention window of 64 tokens (sliding_window) on "
                                      "the last 1 of 2 layers (the first max_window_layers 1 attend "
-                                     "in full): priced as full causal attention, the same up to "
-                                     "64 tokens"));
+                                     "in full): priced " +
+                                         WindowPricing(64)));
   const ModelSpec all = qwen("qwen3", R"("use_sliding_window": true, "sliding_window": 64, )"
                                       R"("max_window_layers": 0)");
   EXPECT_TRUE(all.window.Covers(0) && all.window.Covers(1));
   EXPECT_THAT(Texts(all).back(), HasSubstr("64 tokens (sliding_window) on every layer "
-                                           "(max_window_layers 0): priced as full"));
+                                           "(max_window_layers 0): priced as the window"));
   // The default 28 covers no layer of 2; nor does a window without use_sliding_window.
   EXPECT_EQ(qwen("qwen2", R"("use_sliding_window": true, "sliding_window": 64)").window.tokens, 0);
   EXPECT_EQ(qwen("qwen2", R"("sliding_window": 64, "max_window_layers": 0)").window.tokens, 0);

@@ -144,7 +144,8 @@ TEST(ParseModel, ReadsTheAttentionsFeatures) {
                          "rotary positions on 25% of each head (rotary_fraction 0.25): priced as "
                          "rotating all of it",
                          "a sliding attention window of 8 tokens (window) on 5 of 12 layers: "
-                         "priced as full causal attention, the same up to 8 tokens"));
+                         "priced " +
+                             WindowPricing(8)));
   const std::string flow = ModelToFlowYaml(*model);
   EXPECT_THAT(flow, HasSubstr("tied_embeddings: true, qkv_bias: true, qk_norm: true, "
                               "rotary_fraction: 0.25, window: {tokens: 8, first_layer: 2, every: "

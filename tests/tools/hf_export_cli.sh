@@ -62,8 +62,14 @@ PLAN
 grep -q -- "--qk-layernorm" "$tmp/inline.txt" || fail "qk_norm not launched: $(cat "$tmp/inline.txt")"
 grep -q -- "--window-size 256,0" "$tmp/inline.txt" || fail "window not launched"
 grep -q -- "--window-attn-skip-freq 2" "$tmp/inline.txt" || fail "window's full layers not launched"
-grep -q "^# differs: model windowed: a sliding attention window of 256 tokens (window) on 2 of 4 layers: launched" \
-  "$tmp/inline.txt" || fail "no differs line for the window: $(grep differs "$tmp/inline.txt")"
+# The window runs as megatron-core prices it (cp 1): no difference to name; with the stack domino,
+# whose kernels run none, it is one.
+grep -q "^# differs: model windowed: a sliding attention window" "$tmp/inline.txt" &&
+  fail "a priced window named a difference: $(grep differs "$tmp/inline.txt")"
+sed 's/^cluster: dgx-h100:1$/cluster: dgx-h100:1\nstack: domino/' "$tmp/inline.yaml" >"$tmp/unpriced.yaml"
+"$domino" export "$tmp/unpriced.yaml" --to megatron >"$tmp/unpriced.txt" || fail "export of the domino stack failed"
+grep -q "^# differs: model windowed: a sliding attention window of 256 tokens (window) on 2 of 4 layers: launched (--window-size 256,0 --window-attn-skip-freq 2), priced as full causal attention, the same up to 256 tokens$" \
+  "$tmp/unpriced.txt" || fail "no differs line for the window: $(grep differs "$tmp/unpriced.txt")"
 sed -i 's/qk_norm: true/qkv_bias: true, bias: true/; s/bias: false, //' "$tmp/inline.yaml"
 "$domino" simulate --plan "$tmp/inline.yaml" >/dev/null 2>"$tmp/err.txt" && fail "qkv_bias with bias accepted"
 grep -q "inline.yaml:1:.*model.qkv_bias: biases on Q, K and V only need bias: false" "$tmp/err.txt" ||
