@@ -36,9 +36,27 @@ std::string CaveatLine(const GpuSpec& gpu) {
   return gpu.caveat.empty() ? "" : fmt::format("# note: {}: {}\n", gpu.name, gpu.caveat);
 }
 
+std::string WindowLine(const Plan& plan) {
+  const AttentionWindow& w = plan.model.window;
+  bool covers = false;
+  for (int l = 0; l < plan.model.layers && !covers; ++l) covers = w.Covers(l);
+  if (!covers || w.tokens >= plan.seq_len || plan.prices_window()) return "";
+  const std::string why = !plan.stack.sliding_window
+                              ? fmt::format("the stack {}'s kernels run no window", plan.stack.name)
+                          : plan.cp > 1
+                              ? fmt::format(
+                                    "context parallelism (cp {}) rings the attention, whose p2p "
+                                    "ring domino prices over full causal attention",
+                                    plan.cp)
+                              : std::string("the plan's attention is unfused");
+  return fmt::format(
+      "# note: {}: its sliding window of {} tokens is priced as full causal attention: {}\n",
+      plan.model.name, w.tokens, why);
+}
+
 void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& out) {
   const PlanFigures& f = p.figures;
-  out << Describe(plan) << CaveatLine(plan.cluster.node.gpu) << "\n";
+  out << Describe(plan) << CaveatLine(plan.cluster.node.gpu) << WindowLine(plan) << "\n";
   Table summary({"figure", "value"});
   summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
   summary.AddRow({"ideal (TP comm free)", fmt::format("{:.2f} ms", f.ideal_ms)});

@@ -22,6 +22,11 @@ void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& o
 // (GpuSpec::caveat); "" otherwise.
 std::string CaveatLine(const GpuSpec& gpu);
 
+// "# note: MODEL: ...\n" where the model's sliding window covers a layer, is shorter than the
+// plan's sequence and the plan prices it as full causal attention (Plan::WindowedLayer), saying
+// why; "" otherwise.
+std::string WindowLine(const Plan& plan);
+
 }  // namespace domino::cli
 
 #endif  // DOMINO_TOOLS_PREDICTION_TEXT_H_

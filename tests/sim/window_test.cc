@@ -58,8 +58,7 @@ TEST(WindowTest, AWindowedTileAttendsToItsWindow) {
   const double sm_rate = 989e6 / 132;
   EXPECT_NEAR(model.Cost(op).wave_us, 4.0 * 128 * (960 + 184) * 128 / (sm_rate * 0.59), 1e-9);
   op.tags.phase = Phase::kBackward;
-  EXPECT_NEAR(model.Cost(op).wave_us, 2.5 * 4.0 * 128 * (960 + 500) * 128 / (sm_rate * 0.53),
-              1e-9);
+  EXPECT_NEAR(model.Cost(op).wave_us, 2.5 * 4.0 * 128 * (960 + 500) * 128 / (sm_rate * 0.53), 1e-9);
 }
 
 TEST(WindowTest, APlanPricesTheWindowWhereItsStackRunsIt) {
@@ -76,8 +75,7 @@ TEST(WindowTest, APlanPricesTheWindowWhereItsStackRunsIt) {
   EXPECT_LT(windowed.figures.iteration_ms, full.figures.iteration_ms);
   EXPECT_NEAR(windowed.busy_ms[attention] / full.busy_ms[attention], 0.3, 0.05);
   EXPECT_NEAR(full.figures.iteration_ms - windowed.figures.iteration_ms,
-              full.busy_ms[attention] - windowed.busy_ms[attention],
-              0.1 * full.busy_ms[attention]);
+              full.busy_ms[attention] - windowed.busy_ms[attention], 0.1 * full.busy_ms[attention]);
   // A window as long as the sequence, a stack that runs none, and context parallelism's ring all
   // price full causal attention.
   EXPECT_EQ(predict(Sequence(8192), 8192).figures.iteration_ms, full.figures.iteration_ms);

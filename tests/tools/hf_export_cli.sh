@@ -70,6 +70,9 @@ sed 's/^cluster: dgx-h100:1$/cluster: dgx-h100:1\nstack: domino/' "$tmp/inline.y
 "$domino" export "$tmp/unpriced.yaml" --to megatron >"$tmp/unpriced.txt" || fail "export of the domino stack failed"
 grep -q "^# differs: model windowed: a sliding attention window of 256 tokens (window) on 2 of 4 layers: launched (--window-size 256,0 --window-attn-skip-freq 2), priced as full causal attention, the same up to 256 tokens$" \
   "$tmp/unpriced.txt" || fail "no differs line for the window: $(grep differs "$tmp/unpriced.txt")"
+"$domino" simulate --plan "$tmp/unpriced.yaml" | grep -q "^# note: windowed: its sliding window of 256 tokens is priced as full causal attention: the stack domino's kernels run no window$" ||
+  fail "simulate names no unpriced window: $("$domino" simulate --plan "$tmp/unpriced.yaml" | head -4)"
+"$domino" simulate --plan "$tmp/inline.yaml" | grep -q "^# note: windowed" && fail "a priced window has a note"
 sed -i 's/qk_norm: true/qkv_bias: true, bias: true/; s/bias: false, //' "$tmp/inline.yaml"
 "$domino" simulate --plan "$tmp/inline.yaml" >/dev/null 2>"$tmp/err.txt" && fail "qkv_bias with bias accepted"
 grep -q "inline.yaml:1:.*model.qkv_bias: biases on Q, K and V only need bias: false" "$tmp/err.txt" ||
