@@ -111,9 +111,17 @@ void ShowModel(const std::string& name) {
   params.AddRow({"total", fmt::format("{} ({})", counts.total, Billions(counts.total))});
   params.Print(std::cout);
   std::cout << fmt::format(
-      "\ntraining FLOPs per token at seq {}: {:.4g} (6N = {:.4g}, attention {:.4g})\n\n", m.seq_len,
+      "\ntraining FLOPs per token at seq {}: {:.4g} (6N = {:.4g}, attention {:.4g})\n", m.seq_len,
       TrainingFlopsPerToken(m, m.seq_len), 6.0 * counts.matmul,
       TrainingFlopsPerToken(m, m.seq_len) - 6.0 * counts.matmul);
+  // What MFU counts (README "MFU convention"): the causal half, within a window a plan prices.
+  const double causal = TrainingFlopsPerToken(m, m.seq_len, AttentionCount::kCausal);
+  const double windowed = TrainingFlopsPerToken(m, m.seq_len, AttentionCount::kCausalWindow);
+  std::cout << fmt::format(
+      "attention as MFU counts it: {:.4g} causal{}\n\n", causal - 6.0 * counts.matmul,
+      windowed < causal
+          ? fmt::format(", {:.4g} within the sliding window", windowed - 6.0 * counts.matmul)
+          : "");
   LayerShape shape{.sequences = 1, .seq_len = m.seq_len, .tp = 1, .bytes_per_element = 2};
   Table ops({"layer op", "kind", "m", "n", "k", "fwd GFLOP", "bwd GFLOP", "fwd MB"});
   for (const LayerOp& op : LayerOps(m, shape)) {

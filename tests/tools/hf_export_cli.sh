@@ -73,6 +73,11 @@ grep -q "^# differs: model windowed: a sliding attention window of 256 tokens (w
 "$domino" simulate --plan "$tmp/unpriced.yaml" | grep -q "^# note: windowed: its sliding window of 256 tokens is priced as full causal attention: the stack domino's kernels run no window$" ||
   fail "simulate names no unpriced window: $("$domino" simulate --plan "$tmp/unpriced.yaml" | head -4)"
 "$domino" simulate --plan "$tmp/inline.yaml" | grep -q "^# note: windowed" && fail "a priced window has a note"
+# `models` counts the attention as MFU does: 12 x 4 layers x 1024 keys x 512 causal, 240 keys
+# (256 - 256^2 / 4096) within the window.
+printf 'name: w\nlayers: 4\nhidden: 512\nheads: 8\nffn: 1024\nvocab: 1000\nseq_len: 2048\nactivation: swiglu\nnorm: rmsnorm\nwindow: 256\n' >"$tmp/w.yaml"
+"$domino" models "$tmp/w.yaml" | grep -q "^attention as MFU counts it: 2.517e+07 causal, 5.898e+06 within the sliding window$" ||
+  fail "models counts no window: $("$domino" models "$tmp/w.yaml" | grep MFU)"
 sed -i 's/qk_norm: true/qkv_bias: true, bias: true/; s/bias: false, //' "$tmp/inline.yaml"
 "$domino" simulate --plan "$tmp/inline.yaml" >/dev/null 2>"$tmp/err.txt" && fail "qkv_bias with bias accepted"
 grep -q "inline.yaml:1:.*model.qkv_bias: biases on Q, K and V only need bias: false" "$tmp/err.txt" ||
