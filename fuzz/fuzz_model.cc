@@ -1,6 +1,8 @@
 // libFuzzer target: the model loader on arbitrary text.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "models/model_counts.h"
@@ -14,6 +16,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     domino::ParameterCounts counts = domino::CountParameters(*model);
     (void)counts;
     (void)domino::TrainingFlopsPerToken(*model, model->seq_len);
+    (void)domino::TrainingFlopsPerToken(*model, model->seq_len,
+                                        domino::AttentionCount::kCausalWindow);
+    // What a plan writes of its inline model reads back to itself.
+    const std::string flow = domino::ModelToFlowYaml(*model);
+    domino::Result<domino::ModelSpec> back = domino::ParseModel(flow, "flow.yaml");
+    if (!back.ok() || domino::ModelToFlowYaml(*back) != flow) std::abort();
   }
   return 0;
 }

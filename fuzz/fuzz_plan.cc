@@ -14,6 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!plan.ok()) return 0;
   (void)domino::EstimateMemory(*plan);
   (void)domino::PlanToYaml(*plan);
+  (void)domino::ChunkWindowedLayers(*plan);
   if (plan->model.layers / plan->pp <= 8) (void)domino::Lower(*plan);
   return 0;
 }
