@@ -205,8 +205,8 @@ struct Plan {
   // it, the stack's kernels run windows (StackSpec::sliding_window) and the plan's attention is
   // fused, without context parallelism (whose ring domino prices over full causal attention).
   bool WindowedLayer(int layer) const {
-    return stack.sliding_window && cp == 1 && attention_kernel() != AttentionKernel::kUnfused &&
-           model.window.Covers(layer);
+    return model.window.Covers(layer) && stack.sliding_window && cp == 1 &&
+           attention_kernel() != AttentionKernel::kUnfused;
   }
   bool prices_window() const {
     for (int l = 0; l < model.layers; ++l)
