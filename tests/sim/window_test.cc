@@ -50,7 +50,8 @@ TEST(WindowTest, AWindowedTileAttendsToItsWindow) {
   // A 128-query tile of 8192 causal tokens under a window of 1024 takes 1024 - 1024^2 / 16384 =
   // 960 keys of the main loop, plus the H100's 184 overhead keys (cost_model_test's
   // FlashAttentionTilesPayTheirOverheadKeys: 4096 + 184 without the window).
-  const CostModel model(Sequence(8192), {});
+  const Plan plan = Sequence(8192);  // the cost model keeps a reference to its plan
+  const CostModel model(plan, {});
   Op op;
   op.kind = OpKind::kAttention;
   op.sequences = 2, op.seq_len = 8192, op.heads = 4, op.kv_heads = 4, op.head_dim = 128;
