@@ -114,5 +114,4 @@ OpCost PassCost(double duration_us, double gemm_us, int sms, double stall_share)
   return cost;
 }
 
-
 }  // namespace domino::sim
