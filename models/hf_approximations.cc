@@ -61,8 +61,6 @@ void AddGemma3Window(ConfigReader& config, AttentionWindow w, ModelSpec* model) 
   w.full_every = FullEvery(sliding);
   const std::string what =
       fmt::format("a sliding attention window of {} tokens (sliding_window)", w.tokens);
-  const std::string as =
-      fmt::format("as full causal attention, the same up to {} tokens", w.tokens);
   if (full.empty()) {
     model->window = w;
     model->approximations.push_back({ModelFeature::kWindow,
@@ -80,7 +78,7 @@ void AddGemma3Window(ConfigReader& config, AttentionWindow w, ModelSpec* model) 
         {ModelFeature::kNone,
          fmt::format("{} on {} ({}), a layer pattern domino's window does not state", what,
                      LayerList(slide), source),
-         as});
+         FullAttentionPricing(w.tokens)});
   }
 }
 

@@ -15,11 +15,14 @@
 
 namespace domino {
 
+std::string FullAttentionPricing(int tokens) {
+  return fmt::format("as full causal attention, the same up to {} tokens", tokens);
+}
+
 std::string WindowPricing(int tokens) {
-  return fmt::format(
-      "as the window where the plan's stack runs it (megatron-core) without context "
-      "parallelism, else as full causal attention, the same up to {} tokens",
-      tokens);
+  return "as the window where the plan's stack runs it (megatron-core) without context "
+         "parallelism, else " +
+         FullAttentionPricing(tokens);
 }
 
 int FullEvery(const std::vector<bool>& windowed) {
@@ -101,8 +104,7 @@ void ReadWindow(YamlMap& map, ModelSpec* model) {
     (void)sub->Finish();
   }
   if (map.failed()) return;
-  int covered = 0;
-  for (int l = 0; l < model->layers; ++l) covered += w.Covers(l) ? 1 : 0;
+  const int covered = w.CoveredLayers(model->layers);
   if (covered == 0) return map.Fail("window", "covers no layer: every layer would attend in full");
   model->window = w;
   model->approximations.push_back(

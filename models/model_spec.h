@@ -62,12 +62,20 @@ struct AttentionWindow {
     return tokens > 0 && layer >= first_layer && (layer - first_layer) % every == 0 &&
            (full_every == 0 || (layer + 1) % full_every != 0);
   }
+  // How many of a model's `layers` it covers.
+  int CoveredLayers(int layers) const {
+    int covered = 0;
+    for (int l = 0; l < layers; ++l) covered += Covers(l) ? 1 : 0;
+    return covered;
+  }
 };
 
 // How a plan prices a sliding window of `tokens` tokens (the `as` of its Approximation): as the
 // window where the plan's stack runs it and no context parallelism rings the attention
-// (Plan::WindowedLayer), else as full causal attention, the same up to `tokens` tokens.
+// (Plan::WindowedLayer), else as full causal attention (FullAttentionPricing).
 std::string WindowPricing(int tokens);
+// "as full causal attention, the same up to TOKENS tokens": a window priced as no window.
+std::string FullAttentionPricing(int tokens);
 
 // The smallest n >= 2 for which layer i (from 0) is windowed exactly when (i + 1) % n != 0: the
 // pattern AttentionWindow::full_every and Megatron-Core's integer window_attn_skip_freq state

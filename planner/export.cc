@@ -55,6 +55,7 @@ std::vector<std::string> ModelApproximations(const Plan& plan,
                                              std::span<const LaunchedFeature> launched,
                                              std::string_view joiner) {
   std::vector<std::string> out;
+  const bool priced_window = plan.prices_window();
   for (const Approximation& a : plan.model.approximations) {
     const auto it = std::find_if(launched.begin(), launched.end(), [&](const LaunchedFeature& f) {
       return a.feature != ModelFeature::kNone && f.feature == a.feature;
@@ -63,18 +64,16 @@ std::vector<std::string> ModelApproximations(const Plan& plan,
     // full causal attention: what the approximation's `as` says in general, said of this plan.
     std::string as = a.as;
     const bool window = a.feature == ModelFeature::kWindow;
-    if (window)
-      as = fmt::format("as full causal attention, the same up to {} tokens",
-                       plan.model.window.tokens);
+    if (window) as = FullAttentionPricing(plan.model.window.tokens);
     if (it == launched.end()) {
       out.push_back(
-          window && plan.prices_window()
+          window && priced_window
               ? fmt::format("model {}: {}: priced as the window, exported {}", plan.model.name,
                             a.what, as)
               : fmt::format("model {}: {}: priced and exported {}", plan.model.name, a.what, as));
       continue;
     }
-    if (window && plan.prices_window()) continue;  // launched as priced: no difference
+    if (window && priced_window) continue;  // launched as priced: no difference
     std::string settings;
     for (const std::string& s : it->settings)
       settings += fmt::format("{}{}", settings.empty() ? "" : joiner, s);

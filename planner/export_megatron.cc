@@ -113,9 +113,7 @@ std::vector<LaunchedFeature> NemoFeatures(const ModelSpec& m) {
 // no windowed layer: those launch the p2p ring.
 std::optional<std::string_view> WindowedCpCommType(const Plan& plan) {
   const ModelSpec& m = plan.model;
-  bool windowed = false;
-  for (int l = 0; l < m.layers && !windowed; ++l) windowed = m.window.Covers(l);
-  if (plan.cp == 1 || !windowed) return std::nullopt;
+  if (plan.cp == 1 || m.window.CoveredLayers(m.layers) == 0) return std::nullopt;
   const int heads = m.heads / plan.tp, kv_heads = m.kv_heads / plan.tp;
   if (heads % plan.cp == 0 && kv_heads % plan.cp == 0) return "a2a";
   return "all_gather";

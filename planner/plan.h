@@ -204,14 +204,13 @@ struct Plan {
   // Whether layer `layer` (from 0) is priced with the model's sliding window: the window covers
   // it, the stack's kernels run windows (StackSpec::sliding_window) and the plan's attention is
   // fused, without context parallelism (whose ring domino prices over full causal attention).
-  bool WindowedLayer(int layer) const {
-    return model.window.Covers(layer) && stack.sliding_window && cp == 1 &&
-           attention_kernel() != AttentionKernel::kUnfused;
-  }
+  bool WindowedLayer(int layer) const { return model.window.Covers(layer) && RunsWindow(); }
   bool prices_window() const {
-    for (int l = 0; l < model.layers; ++l)
-      if (WindowedLayer(l)) return true;
-    return false;
+    return model.window.CoveredLayers(model.layers) > 0 && RunsWindow();
+  }
+  // The conditions of WindowedLayer besides the window's own layers.
+  bool RunsWindow() const {
+    return stack.sliding_window && cp == 1 && attention_kernel() != AttentionKernel::kUnfused;
   }
   Fp8Recipe fp8_scaling() const { return fp8_recipe.value_or(Fp8Recipe::kDelayed); }
   bool applies_dropout() const { return dropout.value_or(stack.dropout); }

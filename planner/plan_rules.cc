@@ -39,6 +39,7 @@ std::vector<int> ChunkLayers(const Plan& plan) {
 std::vector<int> ChunkWindowedLayers(const Plan& plan) {
   const std::vector<int> layers = ChunkLayers(plan);
   std::vector<int> out(layers.size(), 0);
+  if (!plan.RunsWindow()) return out;
   int first = 0;
   for (size_t vs = 0; vs < layers.size(); ++vs) {
     for (int l = first; l < first + layers[vs]; ++l) out[vs] += plan.WindowedLayer(l) ? 1 : 0;

@@ -38,9 +38,8 @@ std::string CaveatLine(const GpuSpec& gpu) {
 
 std::string WindowLine(const Plan& plan) {
   const AttentionWindow& w = plan.model.window;
-  bool covers = false;
-  for (int l = 0; l < plan.model.layers && !covers; ++l) covers = w.Covers(l);
-  if (!covers || w.tokens >= plan.seq_len || plan.prices_window()) return "";
+  if (w.CoveredLayers(plan.model.layers) == 0 || w.tokens >= plan.seq_len || plan.prices_window())
+    return "";
   const std::string why = !plan.stack.sliding_window
                               ? fmt::format("the stack {}'s kernels run no window", plan.stack.name)
                           : plan.cp > 1
