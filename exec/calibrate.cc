@@ -175,6 +175,7 @@ Result<HardwareProfile> CalibrateCpu(const Plan& plan, Communicator& comm,
             return comm.ReduceScatter(in.data(), out.data(), n_out);
           case CollectiveOp::kAllGather:
             return comm.AllGather(in.data(), out.data(), n_in);
+          case CollectiveOp::kAllToAll:  // context parallelism's a2a: not in a calibrated pass
           case CollectiveOp::kNone:
             break;
         }

@@ -215,8 +215,9 @@ Status CudaBackend::EnqueueCollective(int32_t id) {
       case CollectiveOp::kAllGather:
         e = cuda::NcclAllGather(nccl_, src, dst, n_in);
         break;
+      case CollectiveOp::kAllToAll:  // context parallelism's a2a, which execute refuses
       case CollectiveOp::kNone:
-        e = Error("not a collective");
+        e = Error("not a collective this executor runs");
         break;
     }
   }

@@ -318,6 +318,14 @@ Extent DefaultExtent(const Plan& plan, BackendKind backend) {
   return plan.pp == 1 && plan.dp == 1 && plan.cp == 1 ? Extent::kModel : Extent::kStep;
 }
 
+Status CheckContextParallelism(const Plan& plan) {
+  if (plan.cp == 1 || plan.cp_communication() == CpComm::kP2p) return Status::Ok();
+  return Error(
+      fmt::format("parallel.cp_comm {}: the executor runs context parallelism as the p2p "
+                  "ring only (exec/ring_attention.h); `simulate` predicts {}",
+                  CpCommName(plan.cp_communication()), CpCommName(plan.cp_communication())));
+}
+
 Result<Schedule> LowerForExecution(const Plan& plan, Extent extent) {
   if (plan.cp > 1 && extent != Extent::kStep)
     return Error(

@@ -94,6 +94,7 @@ Status RunCollective(const Schedule& schedule, int32_t id, Backend& backend, Com
       DOMINO_RETURN_IF_ERROR(comm.AllGather(in.data(), out.data(), n_in));
       DOMINO_RETURN_IF_ERROR(backend.Unpack(writes[0], out.data()));
       return Status::Ok();
+    case CollectiveOp::kAllToAll:  // context parallelism's a2a, which execute refuses
     case CollectiveOp::kNone:
       break;
   }

@@ -507,6 +507,7 @@ double StepBytesPerRank(const Plan& plan) {
 
 Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Communicator& world,
                                        const ExecuteOptions& options) {
+  DOMINO_RETURN_IF_ERROR(CheckContextParallelism(plan));
   const int ranks = plan.tp * plan.cp * plan.pp * plan.dp;
   if (world.size() != ranks)
     return Error(fmt::format("the plan has {} = {} ranks; {} were launched", RanksText(plan), ranks,

@@ -22,6 +22,7 @@ int RingSteps(Collective kind, int n) {
       return 2 * (n - 1);
     case Collective::kReduceScatter:
     case Collective::kAllGather:
+    case Collective::kAllToAll:  // one exchange with each peer
       return n - 1;
     case Collective::kSendRecv:
       return 1;
@@ -91,6 +92,8 @@ std::string_view CollectiveName(Collective kind) {
       return "all-gather";
     case Collective::kSendRecv:
       return "send-recv";
+    case Collective::kAllToAll:
+      return "all-to-all";
   }
   return "?";
 }
@@ -102,6 +105,7 @@ double BusbwFactor(Collective kind, int n) {
       return 2.0 * (n - 1) / n;
     case Collective::kReduceScatter:
     case Collective::kAllGather:
+    case Collective::kAllToAll:
       return static_cast<double>(n - 1) / n;
     case Collective::kSendRecv:
       return 1.0;
@@ -176,7 +180,8 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
                         TransferUs(bytes * factor, nvlink_GBps * node.ll128.bandwidth_factor);
       double ll_us = node.ll.base_latency_us + RingSteps(kind, n) * node.ll.nvlink_step_latency_us +
                      TransferUs(bytes * factor, nvlink_GBps * node.ll.bandwidth_factor);
-      consider(std::min({simple_us, ll128_us, ll_us}), "ring");
+      consider(std::min({simple_us, ll128_us, ll_us}),
+               kind == Collective::kAllToAll ? "p2p" : "ring");
     }
     if (nvls && (any || algorithm == CollectiveAlgorithm::kNvls)) {
       double nvls_GBps = node.nvls_busbw_GBps * NvlsFraction(n, node.gpus_per_node) * ramp;
@@ -204,6 +209,12 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
       if (k > 1) intra_us = TransferUs(bytes * factor, nvlink_GBps);
       inter_us = TransferUs(bytes * factor, network_GBps);
     }
+    if (kind == Collective::kAllToAll) {
+      // Each rank's share for its node's peers over NVLink, the rest through one NIC of its own.
+      const double rank_network_GBps = nic_GBps * std::min(1.0, static_cast<double>(node.nics) / k);
+      intra_us = TransferUs(bytes * (k - 1) / n, nvlink_GBps);
+      inter_us = TransferUs(bytes * (n - k) / n, rank_network_GBps);
+    }
     double transfer_us = std::max(intra_us, inter_us);
     double simple_us = node.network.base_latency_us + inter_steps * node.network.step_latency_us +
                        intra_steps * node.nvlink.step_latency_us + transfer_us;
@@ -213,7 +224,8 @@ Result<CollectiveEstimate> EstimateCollectiveWith(const NodeSpec& node, Collecti
     double ll_us = node.ll.base_latency_us + inter_steps * node.ll.network_step_latency_us +
                    intra_steps * node.ll.nvlink_step_latency_us +
                    transfer_us / node.ll.bandwidth_factor;
-    consider(std::min({simple_us, ll128_us, ll_us}), "hierarchical");
+    consider(std::min({simple_us, ll128_us, ll_us}),
+             kind == Collective::kAllToAll ? "p2p" : "hierarchical");
   }
   const int depth = static_cast<int>(std::ceil(std::log2(nodes)));
   // Bytes a node's NICs carry each way, per byte of the tree's share: NCCL's double binary tree

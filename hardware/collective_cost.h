@@ -8,7 +8,7 @@
 
 namespace domino {
 
-enum class Collective { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kSendRecv, kAllToAll };
 
 std::string_view CollectiveName(Collective kind);  // "all-reduce", "reduce-scatter", ...
 
@@ -19,7 +19,7 @@ enum class CollectiveAlgorithm { kAuto, kRing, kNvls, kTree, kSharp };
 std::string_view CollectiveAlgorithmName(CollectiveAlgorithm algorithm);  // "auto", "ring", ...
 
 // nccl-tests' bus-bandwidth factor for `n` ranks: 2(n-1)/n for all-reduce, (n-1)/n for
-// reduce-scatter and all-gather, 1 for send/recv; busbw = algbw * factor.
+// reduce-scatter, all-gather and all-to-all, 1 for send/recv; busbw = algbw * factor.
 double BusbwFactor(Collective kind, int n);
 
 // CommGroup is where the ranks of one collective sit: `size` ranks over `nodes_spanned` nodes,
@@ -44,8 +44,8 @@ struct CollectiveEstimate {
   double time_us = 0;
   double busbw_GBps = 0;  // 1 GB = 1e9 bytes, as NCCL counts
   double algbw_GBps = 0;
-  // "ring", "nvls", "hierarchical" (a ring across nodes), "tree", "nvls-tree", "nvls-sharp" or
-  // "none"
+  // "ring", "nvls", "hierarchical" (a ring across nodes), "tree", "nvls-tree", "nvls-sharp",
+  // "p2p" (an all-to-all) or "none"
   std::string_view algorithm = "none";
   int ctas = 0;
   double hbm_bytes = 0;
@@ -104,6 +104,20 @@ struct CollectiveEstimate {
 // network step):
 //     time = nvls_latency_us + ib_sharp_latency_us
 //            + max(bytes * f / B_nvls, bytes / (min(k, nics) * B_nic)).
+// An all-to-all (NCCL's alltoall: a send and a receive of bytes / n with every peer, grouped) is
+// "p2p". Its busbw factor is (n-1)/n because 1/n of the buffer stays local; inside one node the
+// rest goes at the effective NVLink bandwidth of the ring's other collectives (an NCCL maintainer,
+// nccl-tests #212: ~370 GB/s on DGX-H100 "as BusBw when running non-allreduce operations"), so it
+// is priced as the ring's formula with n-1 steps, one per peer. Across nodes each rank sends
+// bytes * (k-1)/n to its own node's peers over NVLink and bytes * (n-k)/n to the others through
+// one NIC, never more ("Alltoall cannot aggregate the bandwidth of multiple NICs", nccl-tests
+// #267; busbw N/(N-1) times a GPU's network bandwidth on N nodes, nccl-tests #130), at the same
+// time:
+//     time = network.base_latency_us + (N-1) * network.step_latency_us
+//            + (n-N) * nvlink.step_latency_us
+//            + max(bytes * (k-1)/n / B_nv, bytes * (n-k)/n / (min(1, nics/k) * B_nic))
+// with the three protocols' figures as for the ring. No row of the validation table measures an
+// all-to-all.
 // ctas = node.comm_ctas; hbm_bytes = bytes * f * node.comm_hbm_factor.
 // Time grows with bytes and shrinks with any bandwidth or efficiency. `algorithm` other than
 // kAuto restricts the choice to that algorithm; where it does not apply (NVLS without NVLS, a

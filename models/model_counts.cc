@@ -50,9 +50,12 @@ ParameterCounts CountParameters(const ModelSpec& model) {
   return counts;
 }
 
-double CausalKeys(double seq_len, double window) {
-  if (window <= 0 || window >= seq_len) return seq_len / 2;
-  return window - window * window / (2 * seq_len);
+double CausalKeys(double seq_len, double window, double first_query) {
+  const double o = first_query, end = first_query + seq_len;
+  if (window <= 0 || window >= end) return o + seq_len / 2;
+  if (window <= o) return window;
+  // Queries o .. window see p keys, the rest window.
+  return ((window * window - o * o) / 2 + (end - window) * window) / seq_len;
 }
 
 double TrainingFlopsPerToken(const ModelSpec& model, int seq_len, AttentionCount count) {

@@ -27,8 +27,11 @@ ParameterCounts CountParameters(const ModelSpec& model);
 // The keys a query attends to on average in a causal sequence of `seq_len` tokens: half of them,
 // or with a sliding window of `window` tokens below seq_len (0: none) min(i, window) for query i,
 // window - window^2 / (2 seq_len), which meets seq_len / 2 at window = seq_len. A kernel that skips
-// the key blocks outside the window does that much work.
-double CausalKeys(double seq_len, double window);
+// the key blocks outside the window does that much work. With `first_query`, the mean over
+// queries first_query .. first_query + seq_len of a longer sequence (a chunk of it, as context
+// parallelism's all_gather computes): min(i, window) for query i, first_query + seq_len / 2
+// without a window.
+double CausalKeys(double seq_len, double window, double first_query = 0);
 
 // How model FLOPs count the attention scores of a causal model: every s x s product, as
 // Megatron-LM's and PaLM's MFU do (an upper bound that ignores the mask), the lower triangle

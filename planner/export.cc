@@ -190,7 +190,7 @@ std::optional<WindowLayers> MegatronWindowLayers(const ModelSpec& m) {
   if (std::find(windowed.begin(), windowed.end(), false) == windowed.end()) return std::nullopt;
   // Megatron-Core's integer N puts full attention on layer numbers (from 1) that N divides
   // (megatron/core/transformer/utils.py, is_layer_window_attention): Gemma 2's is 2.
-  if (const int n = FullEvery(windowed); n > 0) return WindowLayers{.every = n};
+  if (const int n = FullEvery(windowed); n > 0) return WindowLayers{.every = n, .pattern = {}};
   return WindowLayers{.pattern = std::vector<int>(windowed.begin(), windowed.end())};
 }
 

@@ -99,34 +99,33 @@ std::vector<LaunchedFeature> NemoFeatures(const ModelSpec& m) {
   return out;
 }
 
-// Transformer Engine's context parallelism refuses a sliding window over its p2p ring, the comm
-// type domino prices: attn_forward_func_with_cp asserts cp_comm_type "a2a" or "all_gather" for a
-// windowed layer (TransformerEngine v2.0 pytorch/attention.py to v2.18
-// pytorch/attention/dot_product_attention/context_parallel.py). Megatron-Core hands cp_comm_type
-// to TE as it is (core_r0.10.0 to core_v0.19.0 megatron/core/extensions/transformer_engine.py,
-// TEDotProductAttention), so the one these exports give every layer is one of those, in TE's
-// spelling, when any layer is windowed. a2a (Ulysses-style) scatters each tensor-parallel rank's
-// heads over the CP group and asserts that cp divides its query heads and its key/value heads
-// (AttnFuncWithCPAndQKVOA2A); all_gather gathers K and V whole and has no rule on heads
-// (AttnFuncWithCPAndKVAllGather). NeMo's Hugging Face importer picks a2a for any config with a
-// window (NeMo 8cfedd72 nemo/collections/llm/gpt/model/mistral.py). Nothing without cp or with
-// no windowed layer: those launch the p2p ring.
-std::optional<std::string_view> WindowedCpCommType(const Plan& plan) {
+// The cp_comm_type a Megatron-Core launch of the plan runs (nothing without cp): the plan's
+// (Plan::cp_communication), in Transformer Engine's spelling, which Megatron-Core hands to TE as
+// it is (core_r0.10.0 to core_v0.19.0 megatron/core/extensions/transformer_engine.py,
+// TEDotProductAttention), for every layer. One exception: a plan on a stack that runs only the
+// p2p ring, with a windowed layer, which TE refuses (attn_forward_func_with_cp asserts a2a or
+// all_gather for a windowed layer, TransformerEngine v2.0 pytorch/attention.py to v2.18
+// pytorch/attention/dot_product_attention/context_parallel.py): it launches a2a where cp divides
+// each tensor-parallel rank's query and key/value heads (AttnFuncWithCPAndQKVOA2A asserts it),
+// else all_gather, as NeMo's Hugging Face importer picks a2a for any config with a window (NeMo
+// 8cfedd72 nemo/collections/llm/gpt/model/mistral.py); LaunchedCpDifference says so.
+std::optional<std::string_view> LaunchedCpCommType(const Plan& plan) {
+  if (plan.cp == 1) return std::nullopt;
+  const CpComm comm = plan.cp_communication();
   const ModelSpec& m = plan.model;
-  if (plan.cp == 1 || m.window.CoveredLayers(m.layers) == 0) return std::nullopt;
-  const int heads = m.heads / plan.tp, kv_heads = m.kv_heads / plan.tp;
-  if (heads % plan.cp == 0 && kv_heads % plan.cp == 0) return "a2a";
-  return "all_gather";
+  if (comm != CpComm::kP2p || m.window.CoveredLayers(m.layers) == 0) return CpCommName(comm);
+  return plan.cp_divides_heads() ? "a2a" : "all_gather";
 }
 
-// What launching WindowedCpCommType's `comm_type` (as `key` and it) differs by: domino priced the
-// p2p ring.
-std::string WindowedCpDifference(const Plan& plan, std::string_view key,
-                                 std::string_view comm_type) {
+// What launching LaunchedCpCommType's `comm_type` (as `key` and it) differs by, when it is not
+// the plan's: domino priced the p2p ring.
+std::optional<std::string> LaunchedCpDifference(const Plan& plan, std::string_view key,
+                                                std::string_view comm_type) {
+  if (comm_type == CpCommName(plan.cp_communication())) return std::nullopt;
   std::string text = fmt::format(
-      "context parallelism over a sliding window: launched ({}{}), priced as the p2p ring, which "
-      "Transformer Engine refuses with a window",
-      key, comm_type);
+      "context parallelism over a sliding window: launched ({}{}), priced as the p2p ring the "
+      "plan's stack {} runs, which Transformer Engine refuses with a window",
+      key, comm_type, plan.stack.name);
   if (comm_type != "a2a")
     text += fmt::format(
         " (a2a needs cp {} to divide the {} heads and {} key/value heads per tensor-parallel rank)",
@@ -153,9 +152,10 @@ std::string ExportMegatron(const Plan& plan) {
       m.vocab));
   for (const std::string& d : ModelApproximations(plan, MegatronFeatures(m, true)))
     out.differs.push_back(d);
-  const std::optional<std::string_view> cp_comm_type = WindowedCpCommType(plan);
+  const std::optional<std::string_view> cp_comm_type = LaunchedCpCommType(plan);
   if (cp_comm_type)
-    out.differs.push_back(WindowedCpDifference(plan, "--cp-comm-type ", *cp_comm_type));
+    if (auto d = LaunchedCpDifference(plan, "--cp-comm-type ", *cp_comm_type))
+      out.differs.push_back(std::move(*d));
   if (std::optional<std::string> slicing = DominoSlicing(plan)) {
     out.differs.push_back(
         *slicing +
@@ -183,8 +183,6 @@ std::string ExportMegatron(const Plan& plan) {
   args.push_back(fmt::format("--tensor-model-parallel-size {}", plan.tp));
   args.push_back(fmt::format("--pipeline-model-parallel-size {}", plan.pp));
   if (plan.cp > 1) {
-    // Ring attention (TE's "p2p"), the comm type domino models, unless a window rules it out
-    // (WindowedCpCommType).
     args.push_back(fmt::format("--context-parallel-size {}", plan.cp));
     args.push_back(fmt::format("--cp-comm-type {}", cp_comm_type.value_or("p2p")));
   }
@@ -293,9 +291,10 @@ std::string ExportNemo(const Plan& plan) {
   for (const std::string& d : ModelApproximations(plan, features, ", ")) out.differs.push_back(d);
   // NeMo 1 passes cp_comm_type on as it does the window's keys: build_transformer_config copies
   // every model key named after a TransformerConfig field (Megatron-Core's from core_r0.10.0).
-  const std::optional<std::string_view> cp_comm_type = WindowedCpCommType(plan);
+  const std::optional<std::string_view> cp_comm_type = LaunchedCpCommType(plan);
   if (cp_comm_type)
-    out.differs.push_back(WindowedCpDifference(plan, "cp_comm_type: ", *cp_comm_type));
+    if (auto d = LaunchedCpDifference(plan, "cp_comm_type: ", *cp_comm_type))
+      out.differs.push_back(std::move(*d));
   if (std::optional<std::string> slicing = DominoSlicing(plan)) {
     out.differs.push_back(*slicing +
                           ": NeMo has no such key; Megatron-Core runs each micro-batch whole "
@@ -351,7 +350,8 @@ std::string ExportNemo(const Plan& plan) {
   body += fmt::format("  tensor_model_parallel_size: {}\n", plan.tp);
   body += fmt::format("  pipeline_model_parallel_size: {}\n", plan.pp);
   if (plan.cp > 1) body += fmt::format("  context_parallel_size: {}\n", plan.cp);
-  if (cp_comm_type) body += fmt::format("  cp_comm_type: {}\n", *cp_comm_type);
+  if (cp_comm_type && *cp_comm_type != "p2p")  // NeMo's default is the ring
+    body += fmt::format("  cp_comm_type: {}\n", *cp_comm_type);
   body += fmt::format("  virtual_pipeline_model_parallel_size: {}\n",
                       plan.virtual_stages > 1 ? std::to_string(plan.virtual_stages) : "null");
   if (plan.virtual_stages > 1)

@@ -184,6 +184,12 @@ std::string ExportTorchtitan(const Plan& plan) {
                         plan.split_counts_loss() ? 1 : 0);
   }
   body += fmt::format("context_parallel_degree = {}\n", plan.cp);
+  if (plan.cp > 1 && plan.cp_communication() != CpComm::kP2p)
+    out.differs.push_back(fmt::format(
+        "cp_comm {}: torchtitan runs context parallelism as PyTorch's ring attention "
+        "(torch.distributed.tensor.experimental.context_parallel), priced as Transformer Engine's "
+        "{}",
+        CpCommName(plan.cp_communication()), CpCommName(plan.cp_communication())));
   body += "\n[activation_checkpoint]\n";
   body += fmt::format("mode = \"{}\"\n", RecomputeName(plan.recompute));
   if (plan.recompute == Recompute::kSelective) body += "selective_ac_option = \"op\"\n";

@@ -208,9 +208,7 @@ int32_t Lowering::Elementwise(OpFunc func, const OpTags& tags, double bytes, Dep
 
 // The attention core of a row slice (a ring attention step with context parallelism: a causal
 // block of the local tokens).
-int32_t Lowering::Attention(OpFunc func, const OpTags& tags, double flops_factor,
-                            std::initializer_list<TensorUse> reads,
-                            std::initializer_list<TensorUse> writes, Deps deps) {
+Op Lowering::AttentionOp(OpFunc func, const OpTags& tags, double flops_factor) const {
   Op op;
   op.kind = OpKind::kAttention;
   op.func = func;
@@ -222,7 +220,13 @@ int32_t Lowering::Attention(OpFunc func, const OpTags& tags, double flops_factor
     op.window = plan_.model.window.tokens;
   op.flops = flops_factor * 4.0 * op.sequences * op.seq_len * op.seq_len * a_ * d_;
   op.bytes = static_cast<double>(slice_tokens_) * (2 * a_ + 2 * g_) * d_ * e_ * flops_factor;
-  return Compute(op, std::move(deps), reads, writes);
+  return op;
+}
+
+int32_t Lowering::Attention(OpFunc func, const OpTags& tags, double flops_factor,
+                            std::initializer_list<TensorUse> reads,
+                            std::initializer_list<TensorUse> writes, Deps deps) {
+  return Compute(AttentionOp(func, tags, flops_factor), std::move(deps), reads, writes);
 }
 
 // Appends a TP collective over `bytes` (nccl-tests size) that waits for `producer`. It reads

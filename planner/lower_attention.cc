@@ -17,7 +17,9 @@
 // pass over what those kernels move (CpMergeBytes); the softmax statistics' corrections, a few
 // bytes per query, are left out.
 
+#include <algorithm>
 #include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "planner/lowering.h"
@@ -61,7 +63,7 @@ int32_t Lowering::RingTransfer(const OpTags& tags, int step, double bytes, Deps 
 }
 
 // The attention core of slice i (forward or recomputed: kAttn; backward: kAttnGrad): one op,
-// or with context parallelism the ring of cp steps described at the top of this file.
+// or with context parallelism as the plan's cp_communication() runs it.
 void Lowering::AttentionCore(OpFunc func, const OpTags& tags, int l, int i) {
   const LayerTensors& t = tensors_[l];
   const bool backward = func == OpFunc::kAttnGrad;
@@ -75,6 +77,131 @@ void Lowering::AttentionCore(OpFunc func, const OpTags& tags, int l, int i) {
     }
     return;
   }
+  switch (plan_.cp_communication()) {
+    case CpComm::kP2p:
+      return RingAttentionCore(func, tags, l, i);
+    case CpComm::kAllGather:
+      return GatheredAttentionCore(func, tags, l, i);
+    case CpComm::kA2a:
+      return AllToAllAttentionCore(func, tags, l, i);
+  }
+}
+
+int32_t Lowering::CpCollective(OpFunc func, CollectiveOp kind, const OpTags& tags, double bytes,
+                               TensorUse in, TensorUse out) {
+  Op op;
+  op.kind = OpKind::kCollective;
+  op.stream = Stream::kCpComm;
+  op.func = func;
+  op.collective = kind;
+  op.group = Group::kCp;
+  op.tags = tags;
+  op.bytes = bytes;
+  const int32_t deps[] = {last_compute_};
+  const int32_t id = s_.Add(op, std::span(deps, last_compute_ >= 0 ? 1 : 0), std::span(&in, 1),
+                            std::span(&out, 1));
+  sync_.push_back(id);
+  return id;
+}
+
+// Context parallelism's all_gather as Transformer Engine runs it (TransformerEngine
+// pytorch/attention/dot_product_attention/context_parallel.py, AttnFuncWithCPAndKVAllGather, the
+// sbhd layout Megatron-Core uses), for the CP rank whose work is the most, cp - 1 (its chunks
+// cp - 1 and cp lie nearest the middle: with the causal mask every rank does the same work, with a
+// sliding window those two see the most keys). Forward: K and V all-gathered on the compute
+// stream, unoverlapped (nccl-tests size: cp times the rank's KV block), and put back in sequence
+// order (index_select: a read and a write of the gathered KV); then each of the rank's two chunks
+// of s / 2cp queries attends to the keys before it (op.first_query: its position; within the
+// window, the kernel gets only the keys it covers), its queries copied out and its output copied
+// in (four passes over the local queries' size in all). Backward: the gather and its reorder
+// again, dK and dV of the whole sequence zero-filled, the two chunks' backward (their q, out and
+// dout parts copied out, dq copied in: eight passes), each chunk's dK and dV added into the
+// range of keys it saw (a read of each and a write), reordered back, and reduce-scattered
+// (unoverlapped); the QKV input gradient waits for that.
+void Lowering::GatheredAttentionCore(OpFunc func, const OpTags& tags, int l, int i) {
+  const LayerTensors& t = tensors_[l];
+  const bool backward = func == OpFunc::kAttnGrad;
+  const double factor = backward ? 2.0 : 1.0;
+  const int64_t chunk = plan_.local_seq_len() / 2;
+  const double kv = KvBlockBytes(), gathered = cp_ * kv;
+  const double q = RowBytes(a_ * d_);
+  const View kv_cols{i * slice_tokens_, (i + 1) * slice_tokens_, a_ * d_, qkv_n_};
+  const TensorUse qkv = SliceOf(t.qkv, i);
+  CpCollective(OpFunc::kCpAllGather, CollectiveOp::kAllGather, tags, gathered, Use(t.qkv, kv_cols),
+               Use(t.qkv, kv_cols));
+  Elementwise(OpFunc::kCpCopy, tags, 2 * gathered, {}, {qkv}, {qkv});
+  const int window = AttentionOp(func, tags, factor).window;
+  double seen_keys = 0;  // the two chunks' key ranges, in tokens
+  for (int j = 0; j < 2; ++j) {
+    OpTags step_tags = tags;
+    step_tags.ring_step = static_cast<int8_t>(j);
+    Op op = AttentionOp(func, step_tags, factor);
+    const int64_t first = (cp_ - 1 + j) * chunk;
+    op.seq_len = chunk;
+    op.first_query = static_cast<int32_t>(first);
+    const int64_t keys = first + chunk - (window > 0 ? std::max<int64_t>(0, first - window) : 0);
+    seen_keys += static_cast<double>(keys);
+    op.flops = factor * 4.0 * op.sequences * chunk * keys * a_ * d_;
+    op.bytes =
+        static_cast<double>(op.sequences) * (2 * a_ * chunk + 2 * g_ * keys) * d_ * e_ * factor;
+    if (backward) {
+      Compute(op, {}, {qkv, SliceOf(t.g_ctx, i)}, {SliceOf(t.g_qkv, i)});
+    } else {
+      Compute(op, {}, {qkv}, {SliceOf(t.ctx, i)});
+    }
+  }
+  if (!backward) {
+    Elementwise(OpFunc::kCpCopy, tags, 4 * q, {}, {qkv}, {SliceOf(t.ctx, i)});
+    return;
+  }
+  const TensorUse g_qkv = SliceOf(t.g_qkv, i);
+  // Zero fill, the chunks' copies and adds, the reorder back.
+  const double adds = 3 * kv * seen_keys / (2.0 * static_cast<double>(chunk));
+  Elementwise(OpFunc::kCpCopy, tags, gathered + 8 * q + adds + 2 * gathered, {}, {g_qkv}, {g_qkv});
+  CpCollective(OpFunc::kCpReduceScatter, CollectiveOp::kReduceScatter, tags, gathered,
+               Use(t.g_qkv, kv_cols), Use(t.g_qkv, kv_cols));
+}
+
+// Context parallelism's a2a as Transformer Engine runs it (context_parallel.py,
+// AttnFuncWithCPAndQKVOA2A and flash_attn_a2a_communicate, the sbhd layout): each rank trades its
+// sequence shard of Q, K and V for all the sequence's tokens of 1/cp of its heads, runs the
+// attention over the whole sequence with them (causal, within the window where the stack runs
+// it), and trades the output back. Around each all-to-all (nccl-tests size: the tensor on this
+// rank) the tensors are copied twice, a movedim before it and the chunk reorder after it (four
+// passes over the tensor). Backward: dout the same way in, then dQ, dK and dV out. The
+// all-to-alls are waited for (TE's cp stream, which the compute stream waits on) and overlap only
+// each other's copies, which are priced in line.
+void Lowering::AllToAllAttentionCore(OpFunc func, const OpTags& tags, int l, int i) {
+  const LayerTensors& t = tensors_[l];
+  const bool backward = func == OpFunc::kAttnGrad;
+  const double factor = backward ? 2.0 : 1.0;
+  const double qkv_bytes = RowBytes(qkv_n_), out_bytes = RowBytes(a_ * d_);
+  const TensorUse qkv = SliceOf(t.qkv, i);
+  auto trade = [&](TensorUse tensor, double bytes) {
+    Elementwise(OpFunc::kCpCopy, tags, 2 * bytes, {}, {tensor}, {tensor});
+    CpCollective(OpFunc::kCpAllToAll, CollectiveOp::kAllToAll, tags, bytes, tensor, tensor);
+    Elementwise(OpFunc::kCpCopy, tags, 2 * bytes, {}, {tensor}, {tensor});
+  };
+  Op op = AttentionOp(func, tags, factor);
+  op.seq_len = plan_.seq_len;
+  op.heads = a_ / cp_, op.kv_heads = g_ / cp_;
+  op.flops = factor * 4.0 * op.sequences * op.seq_len * op.seq_len * op.heads * d_;
+  if (backward) {
+    trade(SliceOf(t.g_ctx, i), out_bytes);
+    Compute(op, {}, {qkv, SliceOf(t.g_ctx, i)}, {SliceOf(t.g_qkv, i)});
+    trade(SliceOf(t.g_qkv, i), qkv_bytes);
+  } else {
+    trade(qkv, qkv_bytes);
+    Compute(op, {}, {qkv}, {SliceOf(t.ctx, i)});
+    trade(SliceOf(t.ctx, i), out_bytes);
+  }
+}
+
+// Context parallelism's p2p ring of cp steps described at the top of this file.
+void Lowering::RingAttentionCore(OpFunc func, const OpTags& tags, int l, int i) {
+  const LayerTensors& t = tensors_[l];
+  const bool backward = func == OpFunc::kAttnGrad;
+  const double factor = backward ? 2.0 : 1.0;
   const int64_t rows = slice_tokens_;
   const View kv{i * rows, (i + 1) * rows, a_ * d_, qkv_n_};
   int32_t transfer = -1, block = -1;

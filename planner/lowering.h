@@ -112,6 +112,9 @@ class Lowering {
                       std::initializer_list<TensorUse> reads,
                       std::initializer_list<TensorUse> writes);
 
+  // The attention core's op over row slice i's local queries (ring steps and a2a change its
+  // shape).
+  Op AttentionOp(OpFunc func, const OpTags& tags, double flops_factor) const;
   int32_t Attention(OpFunc func, const OpTags& tags, double flops_factor,
                     std::initializer_list<TensorUse> reads, std::initializer_list<TensorUse> writes,
                     Deps deps = {});
@@ -199,6 +202,13 @@ class Lowering {
   int32_t RingTransfer(const OpTags& tags, int step, double bytes, Deps deps,
                        std::initializer_list<TensorUse> buffers);
   void AttentionCore(OpFunc func, const OpTags& tags, int l, int i);
+  void RingAttentionCore(OpFunc func, const OpTags& tags, int l, int i);
+  void GatheredAttentionCore(OpFunc func, const OpTags& tags, int l, int i);
+  void AllToAllAttentionCore(OpFunc func, const OpTags& tags, int l, int i);
+  // A collective of all_gather or a2a context parallelism over the CP group, on the cp-comm
+  // stream after the compute issued last; the next compute op waits for it.
+  int32_t CpCollective(OpFunc func, CollectiveOp kind, const OpTags& tags, double bytes,
+                       TensorUse in, TensorUse out);
   void Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i);
   // Whether the stack rotates Q and K: a model with rotary positions and a stack that runs them.
   bool RotatesQk() const {

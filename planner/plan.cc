@@ -45,6 +45,11 @@ constexpr std::array<std::pair<std::string_view, PipelineSplit>, 4> kPipelineSpl
     {"loss", PipelineSplit::kLoss},
     {"ends", PipelineSplit::kEnds},
 }};
+constexpr std::array<std::pair<std::string_view, CpComm>, 3> kCpComms = {{
+    {"p2p", CpComm::kP2p},
+    {"all_gather", CpComm::kAllGather},
+    {"a2a", CpComm::kA2a},
+}};
 constexpr std::array<std::pair<std::string_view, Dtype>, 3> kPrecisions = {{
     {"bf16", Dtype::kBf16},
     {"fp16", Dtype::kFp16},
@@ -169,6 +174,12 @@ std::string_view PipelineSplitName(PipelineSplit split) {
   return "layers";
 }
 
+std::string_view CpCommName(CpComm comm) {
+  for (const auto& [name, value] : kCpComms)
+    if (value == comm) return name;
+  return "p2p";
+}
+
 std::string_view RecomputeName(Recompute recompute) {
   for (const auto& [name, value] : kRecomputes)
     if (value == recompute) return name;
@@ -186,6 +197,7 @@ std::span<const std::pair<std::string_view, Placement>> PlacementNames() { retur
 std::span<const std::pair<std::string_view, PipelineSplit>> PipelineSplitNames() {
   return kPipelineSplits;
 }
+std::span<const std::pair<std::string_view, CpComm>> CpCommNames() { return kCpComms; }
 
 Status ResolvePlan(Plan& plan, bool check_rules) {
   if (!plan.model_ref.empty()) {
@@ -297,6 +309,7 @@ Result<Plan> ParsePlanNode(const YAML::Node& doc, std::string_view file,
   if (auto parallel = root.Map("parallel", Need::kOptional)) {
     parallel->Int("tp", &plan.tp, Need::kOptional, Range(kTpBound));
     parallel->Int("cp", &plan.cp, Need::kOptional, Range(kCpBound));
+    ReadOverride(*parallel, "cp_comm", CpCommNames(), &plan.cp_comm);
     parallel->Int("pp", &plan.pp, Need::kOptional, Range(kPpBound));
     parallel->Int("dp", &plan.dp, Need::kOptional, Range(kDpBound));
     parallel->Bool("sequence_parallel", &plan.sequence_parallel, Need::kOptional);
@@ -434,6 +447,9 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
   FlowMap parallel;
   parallel.Add("tp", p.tp);
   if (p.cp != 1) parallel.Add("cp", p.cp);
+  // The comm type when the plan names it or its default is not the ring.
+  if (p.cp_comm || (p.cp != 1 && p.cp_communication() != CpComm::kP2p))
+    parallel.Add("cp_comm", CpCommName(p.cp_communication()));
   parallel.Add("pp", p.pp).Add("dp", p.dp).Add("sequence_parallel", p.sequence_parallel);
   parallel.Add("virtual_stages", p.virtual_stages);
   if (p.pipeline_split != PipelineSplit::kLayers) {

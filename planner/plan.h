@@ -40,6 +40,16 @@ enum class Placement { kTpDpPp, kTpPpDp };
 // last model chunk hold one layer fewer. Llama 3.1 405B's 126 layers on pp 8 x vp 8 = 64 chunks
 // run that way (Megatron-Bridge's recipe): 128 / 64 = 2 per chunk, 1 in the first and the last.
 enum class PipelineSplit { kLayers, kEmbedding, kLoss, kEnds };
+// How context parallelism brings each rank's queries together with the keys they attend to
+// (`parallel.cp_comm`, Transformer Engine's cp_comm_type, Megatron-LM's --cp-comm-type):
+// - p2p: the ring, each rank's K and V passed on to the next CP rank while the attention
+//   computes with the block before (AttnFuncWithCPAndKVP2P);
+// - all_gather: K and V all-gathered over the CP group before the attention, and their gradients
+//   reduce-scattered after its backward, neither overlapped (AttnFuncWithCPAndKVAllGather: "KV
+//   all-gather between CP ranks is exposed", Llama 3's context parallelism);
+// - a2a: Ulysses-style all-to-alls that trade the sequence shard of Q, K and V for a shard of the
+//   heads over the whole sequence, and back for the output (AttnFuncWithCPAndQKVOA2A).
+enum class CpComm { kP2p, kAllGather, kA2a };
 
 std::string_view ScopeName(OverlapScope scope);  // "none", "intra-layer", "inter-layer"
 std::string_view RecomputeName(Recompute recompute);
@@ -47,6 +57,7 @@ std::string_view MethodName(OverlapMethod method);    // "domino", "decomposed",
 std::string_view PlacementName(Placement placement);  // "tp-dp-pp", "tp-pp-dp"
 // "layers", "embedding", "loss", "ends"
 std::string_view PipelineSplitName(PipelineSplit split);
+std::string_view CpCommName(CpComm comm);  // "p2p", "all_gather", "a2a"
 
 // The names a plan file (and the matching command-line flag) gives each choice.
 std::span<const std::pair<std::string_view, Dtype>> PrecisionNames();       // bf16, fp16, fp8
@@ -56,6 +67,7 @@ std::span<const std::pair<std::string_view, OverlapMethod>> MethodNames();
 std::span<const std::pair<std::string_view, Recompute>> RecomputeNames();
 std::span<const std::pair<std::string_view, Placement>> PlacementNames();
 std::span<const std::pair<std::string_view, PipelineSplit>> PipelineSplitNames();
+std::span<const std::pair<std::string_view, CpComm>> CpCommNames();
 
 // Predicted (or measured) figures of a plan: the `predicted:` and `measured:` blocks of a report.
 // Times in milliseconds per training iteration on the critical rank.
@@ -90,8 +102,11 @@ struct Plan {
   // parallel
   int tp = 32;
   // Context parallelism: each sequence cut into 2 * cp chunks, rank r of the CP group holding
-  // chunks r and 2 * cp - 1 - r (causal load balance), attention run as ring attention.
+  // chunks r and 2 * cp - 1 - r (causal load balance), its attention run as cp_communication()
+  // says.
   int cp = 1;
+  // How (CpComm). Unset: cp_communication()'s default.
+  std::optional<CpComm> cp_comm;
   int pp = 1;
   int dp = 1;
   bool sequence_parallel = false;
@@ -203,14 +218,35 @@ struct Plan {
   }
   // Whether layer `layer` (from 0) is priced with the model's sliding window: the window covers
   // it, the stack's kernels run windows (StackSpec::sliding_window) and the plan's attention is
-  // fused, without context parallelism (whose ring domino prices over full causal attention).
+  // fused, and context parallelism, if any, is not the p2p ring (which Transformer Engine runs
+  // over full causal attention only).
   bool WindowedLayer(int layer) const { return model.window.Covers(layer) && RunsWindow(); }
   bool prices_window() const {
     return model.window.CoveredLayers(model.layers) > 0 && RunsWindow();
   }
   // The conditions of WindowedLayer besides the window's own layers.
   bool RunsWindow() const {
-    return stack.sliding_window && cp == 1 && attention_kernel() != AttentionKernel::kUnfused;
+    return stack.sliding_window && attention_kernel() != AttentionKernel::kUnfused &&
+           (cp == 1 || cp_communication() != CpComm::kP2p);
+  }
+  // Whether the stack's fused kernels would run a window of the model's (RunsWindow but for the
+  // context parallelism).
+  bool StackRunsWindow() const {
+    return stack.sliding_window && attention_kernel() != AttentionKernel::kUnfused &&
+           model.window.CoveredLayers(model.layers) > 0;
+  }
+  // Whether cp divides each tensor-parallel rank's query heads and key/value heads, as a2a's
+  // head scatter needs.
+  bool cp_divides_heads() const {
+    return tp > 0 && cp > 0 && (model.heads / tp) % cp == 0 && (model.kv_heads / tp) % cp == 0;
+  }
+  // The plan's cp_comm, else: p2p, or where the stack's kernels run a window of the model's and
+  // it runs more than the ring (StackSpec::cp_a2a_and_all_gather), a2a when cp divides each TP
+  // rank's heads and all_gather when not (Transformer Engine refuses a window over its ring).
+  CpComm cp_communication() const {
+    if (cp_comm) return *cp_comm;
+    if (!stack.cp_a2a_and_all_gather || !StackRunsWindow()) return CpComm::kP2p;
+    return cp_divides_heads() ? CpComm::kA2a : CpComm::kAllGather;
   }
   Fp8Recipe fp8_scaling() const { return fp8_recipe.value_or(Fp8Recipe::kDelayed); }
   bool applies_dropout() const { return dropout.value_or(stack.dropout); }

@@ -120,6 +120,46 @@ std::optional<PlanRuleFailure> CheckPlanWideRules(const Plan& p) {
   return std::nullopt;
 }
 
+// parallel.cp_comm: only with context parallelism, run by the stack, a2a with cp dividing each
+// TP rank's heads, and not the ring over a window the stack's kernels run (Transformer Engine's
+// attn_forward_func_with_cp asserts a2a or all_gather for a windowed layer).
+namespace {
+
+std::optional<PlanRuleFailure> CheckCpComm(const Plan& p) {
+  auto fail = [](std::string rule) {
+    return std::optional<PlanRuleFailure>(PlanRuleFailure{"parallel.cp_comm", std::move(rule)});
+  };
+  if (p.cp == 1) {
+    if (p.cp_comm)
+      return fail(
+          fmt::format("cp_comm ({}) says how context parallelism communicates, and the "
+                      "plan's cp is 1",
+                      CpCommName(*p.cp_comm)));
+    return std::nullopt;
+  }
+  const CpComm comm = p.cp_communication();
+  if (comm != CpComm::kP2p && !p.stack.cp_a2a_and_all_gather)
+    return fail(
+        fmt::format("stack {} runs context parallelism as the p2p ring only, not {} (a "
+                    "stack that runs Transformer Engine's, megatron-core, has all three)",
+                    p.stack.name, CpCommName(comm)));
+  if (comm == CpComm::kA2a && !p.cp_divides_heads())
+    return fail(
+        fmt::format("a2a scatters each tensor-parallel rank's heads over the CP group: cp "
+                    "({}) must divide its {} query heads and {} key/value heads "
+                    "(heads/tp, kv_heads/tp); all_gather has no such rule",
+                    p.cp, p.model.heads / p.tp, p.model.kv_heads / p.tp));
+  if (comm == CpComm::kP2p && p.stack.cp_a2a_and_all_gather && p.StackRunsWindow())
+    return fail(fmt::format(
+        "Transformer Engine's p2p ring refuses a sliding window, and the model's window of {} "
+        "tokens covers {} of its {} layers: cp_comm a2a{} or all_gather",
+        p.model.window.tokens, p.model.window.CoveredLayers(p.model.layers), p.model.layers,
+        p.cp_divides_heads() ? "" : " (once cp divides each TP rank's heads)"));
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   const ModelSpec& m = p.model;
   auto fail = [](std::string key, std::string rule) {
@@ -169,6 +209,7 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                                               "kernels)",
                                               m.head_width())
                                 : ""));
+  if (auto failure = CheckCpComm(p)) return failure;
   if (m.heads % p.tp != 0)
     return fail("parallel.tp",
                 fmt::format("tp ({}) must divide the model's heads ({})", p.tp, m.heads));

@@ -26,6 +26,8 @@ std::string_view CollectiveKindName(CollectiveOp kind) {
       return "reducescatter";
     case CollectiveOp::kAllGather:
       return "allgather";
+    case CollectiveOp::kAllToAll:
+      return "alltoall";
     case CollectiveOp::kNone:
       break;
   }

@@ -69,7 +69,11 @@ std::string_view OpFuncName(OpFunc func) {
       "attn.copy",
       "attn.copy.grad",
       "amax.allreduce",
-      "amax.update"};
+      "amax.update",
+      "cp.allgather",
+      "cp.reducescatter",
+      "cp.alltoall",
+      "cp.copy"};
   int index = static_cast<int>(func);
   return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
 }

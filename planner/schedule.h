@@ -33,7 +33,7 @@ enum class OpKind : uint8_t {
   kPass,
 };
 
-enum class CollectiveOp : uint8_t { kAllReduce, kReduceScatter, kAllGather, kNone };
+enum class CollectiveOp : uint8_t { kAllReduce, kReduceScatter, kAllGather, kAllToAll, kNone };
 // kEmbedding: the first and last pipeline stages, which share the tied word embedding. kCp: the
 // context-parallel ring (a rank and its neighbours in it). kDp spans DP x CP ranks (gradients are
 // reduced over both).
@@ -118,6 +118,14 @@ enum class OpFunc : uint8_t {
   // sequence parallelism: a scaled tensor's amax over TP before its all-gather.
   kAmaxAllReduce,
   kAmaxUpdate,
+  // Context parallelism's all_gather and a2a (Plan::cp_communication): K and V all-gathered over
+  // the CP group (and, backward, their gradients reduce-scattered), or Q, K and V traded by
+  // all-to-all for a shard of the heads (and the output back); kCpCopy, the copies Transformer
+  // Engine makes of them around these collectives and the attention.
+  kCpAllGather,
+  kCpReduceScatter,
+  kCpAllToAll,
+  kCpCopy,
   kCount,
 };
 std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce", ...
@@ -253,6 +261,10 @@ struct Op {
   // A sliding attention window: each query attends to the `window` tokens before it (0: to every
   // earlier token), the kernel skipping the key blocks outside (LowerOptions::windowed_layers).
   int32_t window = 0;
+  // The position in its sequence of the attention's first query (0: the queries are a whole
+  // sequence from its start, or a ring step's causal block): context parallelism's all_gather
+  // computes a chunk of the sequence's queries against the keys before them.
+  int32_t first_query = 0;
   double flops = 0;  // attention and elementwise
   double bytes = 0;  // elementwise traffic, or a collective's buffer per rank
   // Decomposed overlap: a collective that moves only rows [part * R / parts, (part + 1) * R /

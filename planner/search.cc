@@ -40,7 +40,7 @@ bool Better(const Candidate& a, const Candidate& b, Objective objective) {
 
 std::string DescribeConfiguration(const Plan& p) {
   std::string out = fmt::format("tp {}", p.tp);
-  if (p.cp > 1) out += fmt::format(" cp {}", p.cp);
+  if (p.cp > 1) out += fmt::format(" cp {} {}", p.cp, CpCommName(p.cp_communication()));
   out += fmt::format(" pp {} dp {}", p.pp, p.dp);
   if (p.virtual_stages > 1) out += fmt::format(" v {}", p.virtual_stages);
   if (p.pipeline_split != PipelineSplit::kLayers)
@@ -221,6 +221,22 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   // Outer configurations: everything but the Domino dimensions.
   std::vector<Plan> outers;
   const bool fsdp = space.fsdp.value_or(false);
+  // The comm types a candidate with cp > 1 is tried with (none below that): the pinned one, else
+  // each one its stack runs that its model and heads allow (the ring not over a window the
+  // stack's kernels run, a2a where cp divides each TP rank's heads).
+  auto cp_comms = [&space](const Plan& candidate) {
+    std::vector<std::optional<CpComm>> comms;
+    if (candidate.cp == 1) return std::vector<std::optional<CpComm>>{std::nullopt};
+    if (space.cp_comm) return std::vector<std::optional<CpComm>>{space.cp_comm};
+    if (!candidate.stack.cp_a2a_and_all_gather)
+      return std::vector<std::optional<CpComm>>{std::nullopt};
+    for (const auto& [name, comm] : CpCommNames()) {
+      if (comm == CpComm::kP2p && candidate.StackRunsWindow()) continue;
+      if (comm == CpComm::kA2a && !candidate.cp_divides_heads()) continue;
+      comms.push_back(comm);
+    }
+    return comms;
+  };
   auto add_outers = [&](int cp) {
     if (gpus % cp != 0) return;
     for (int tp : Divisors(gpus / cp, gpus / cp)) {
@@ -272,21 +288,24 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
               for (int dist = fsdp ? 1 : 0; dist <= (dp * cp > 1 ? 1 : 0); ++dist) {
                 if (space.distributed_optimizer && *space.distributed_optimizer != (dist == 1))
                   continue;
-                Plan plan = base;
-                plan.tp = tp, plan.cp = cp, plan.pp = pp, plan.dp = dp, plan.virtual_stages = v;
-                plan.pipeline_split = split.pipeline_split;
-                plan.micro_batch = mb;
-                plan.sequence_parallel = sp == 1;
-                plan.distributed_optimizer = dist == 1;
-                plan.fsdp = fsdp;
-                plan.row_split = plan.col_split = 1;
-                plan.scope = OverlapScope::kNone;
-                plan.method = OverlapMethod::kDomino;
-                plan.chunks = plan.rs_chunks = 0;
-                plan.copy_engine.reset();
-                plan.predicted.reset();
-                plan.measured.reset();
-                outers.push_back(std::move(plan));
+                for (const std::optional<CpComm>& comm : cp_comms(split)) {
+                  Plan plan = base;
+                  plan.cp_comm = comm;
+                  plan.tp = tp, plan.cp = cp, plan.pp = pp, plan.dp = dp, plan.virtual_stages = v;
+                  plan.pipeline_split = split.pipeline_split;
+                  plan.micro_batch = mb;
+                  plan.sequence_parallel = sp == 1;
+                  plan.distributed_optimizer = dist == 1;
+                  plan.fsdp = fsdp;
+                  plan.row_split = plan.col_split = 1;
+                  plan.scope = OverlapScope::kNone;
+                  plan.method = OverlapMethod::kDomino;
+                  plan.chunks = plan.rs_chunks = 0;
+                  plan.copy_engine.reset();
+                  plan.predicted.reset();
+                  plan.measured.reset();
+                  outers.push_back(std::move(plan));
+                }
               }
             }
           }

@@ -44,6 +44,9 @@ struct SearchSpace {
   int tp = 0, cp = 0, pp = 0, dp = 0, virtual_stages = 0, micro_batch = 0;
   std::optional<bool> sequence_parallel, distributed_optimizer, fsdp;
   std::optional<Recompute> recompute;
+  // Context parallelism's comm type (Plan::cp_comm): pinned, or each one the stack runs and the
+  // plan allows (p2p, all_gather, a2a) for every candidate with cp > 1.
+  std::optional<CpComm> cp_comm;
   std::vector<int> row_splits = {1, 2, 4, 8};
   std::vector<int> col_splits = {1, 2, 4};
   std::vector<OverlapScope> scopes = {OverlapScope::kNone, OverlapScope::kIntraLayer,

@@ -18,6 +18,8 @@ Collective ToCollective(CollectiveOp op) {
       return Collective::kReduceScatter;
     case CollectiveOp::kAllGather:
       return Collective::kAllGather;
+    case CollectiveOp::kAllToAll:
+      return Collective::kAllToAll;
     case CollectiveOp::kNone:
       break;
   }
@@ -40,6 +42,7 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       pp_pair_(PpPair(plan)),
       embedding_pair_(EmbeddingPair(plan)),
       cp_ring_(CpRing(plan)),
+      cp_group_(CpGroup(plan)),
       stage_group_(StageGroup(plan)) {
   // A precision the GPU lacks runs in the first 16- or 32-bit type it has (fp32's peak is always
   // above 0), never at a zero peak, which would make every op last forever. Plans that pass
@@ -218,8 +221,8 @@ OpCost CostModel::AttentionCost(const Op& op) const {
     const double overhead_keys =
         flash2 ? (backward ? gpu_.flash2_backward_overhead_keys : gpu_.flash2_overhead_keys)
                : (backward ? gpu_.attention_backward_overhead_keys : gpu_.attention_overhead_keys);
-    double work =
-        (backward ? 2.5 : 1.0) * 4.0 * kBlock * (CausalKeys(s, op.window) + overhead_keys) * d;
+    double work = (backward ? 2.5 : 1.0) * 4.0 * kBlock *
+                  (CausalKeys(s, op.window, op.first_query) + overhead_keys) * d;
     const double efficiency =
         flash2 ? (backward ? gpu_.flash2_backward_efficiency : gpu_.flash2_efficiency)
                : (backward ? gpu_.attention_backward_efficiency : gpu_.attention_efficiency);
@@ -273,8 +276,8 @@ CommGroup CostModel::GroupOf(const Op& op) const {
       return pp_pair_;
     case Group::kEmbedding:
       return embedding_pair_;
-    case Group::kCp:
-      return cp_ring_;
+    case Group::kCp:  // a ring step's neighbours, or the whole group's collective
+      return op.kind == OpKind::kSendRecv ? cp_ring_ : cp_group_;
     case Group::kStage:
       return stage_group_;
     case Group::kTp:

@@ -108,11 +108,14 @@ CommGroup StageGroup(const Plan& plan) {
   return Slowest(plan, {l.tp, l.cp, l.dp}, FirstRanks(node, {l.pp}));
 }
 
-CommGroup CpRing(const Plan& plan) {
+CommGroup CpGroup(const Plan& plan) {
   const Layout l = LayoutOf(plan);
   const int64_t node = plan.cluster.gpus_per_node;
-  const CommGroup ring = Slowest(plan, {l.cp}, FirstRanks(node, {l.tp, l.dp, l.pp}));
-  return ring.nodes_spanned > 1 ? CommGroup{2, 2, 1} : CommGroup{2, 1, 2};
+  return Slowest(plan, {l.cp}, FirstRanks(node, {l.tp, l.dp, l.pp}));
+}
+
+CommGroup CpRing(const Plan& plan) {
+  return CpGroup(plan).nodes_spanned > 1 ? CommGroup{2, 2, 1} : CommGroup{2, 1, 2};
 }
 
 CommGroup PpPair(const Plan& plan) {

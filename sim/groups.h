@@ -23,6 +23,9 @@ CommGroup DpGroup(const Plan& plan);
 // Every GPU of one pipeline stage, tp x cp x dp ranks (the group fp8 delayed scaling reduces its
 // amaxes over, Group::kStage): its TP ranks adjacent, then CP and DP as in DpGroup.
 CommGroup StageGroup(const Plan& plan);
+// A whole CP group (its ranks tp apart), the slowest of them: where all_gather and a2a context
+// parallelism run their collectives.
+CommGroup CpGroup(const Plan& plan);
 // Two neighbours of the CP ring (tp ranks apart): a step is as slow as the ring's slowest hop,
 // {2, 2, 1} once any ring crosses a node boundary, {2, 1, 2} otherwise.
 CommGroup CpRing(const Plan& plan);

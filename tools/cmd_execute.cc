@@ -289,7 +289,10 @@ void Run(ExecuteFlags& flags) {
                fmt::format("--steps counts the training steps of --extent step; this run's extent "
                            "is {}: give --iterations",
                            exec::ExtentName(extent)));
-  // The schedule first: a plan this extent cannot run is said before how to launch it.
+  // What the executor cannot run, then the schedule: a plan this extent cannot run is said before
+  // how to launch it.
+  if (Status runs = exec::CheckContextParallelism(*plan); !runs.ok())
+    FailOnRank("execute", rank, fmt::format("{}: {}", what, runs.message()));
   Result<Schedule> schedule =
       whole_step ? Result<Schedule>(Schedule{}) : exec::LowerForExecution(*plan, extent);
   if (!schedule.ok()) FailOnRank("execute", rank, schedule.message());

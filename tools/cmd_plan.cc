@@ -104,6 +104,8 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   space.tp = f.tp, space.cp = f.cp, space.pp = f.pp, space.dp = f.dp;
   space.virtual_stages = f.virtual_stages;
   space.micro_batch = f.micro_batch;
+  for (const auto& [name, comm] : CpCommNames())
+    if (f.cp_comm == name) space.cp_comm = comm;
   if (f.row_split > 0) space.row_splits = {f.row_split};
   if (f.col_split > 0) space.col_splits = {f.col_split};
   std::string fix;
@@ -291,6 +293,7 @@ void Run(const PlanCommandFlags& flags) {
   // Flags describe the base plan; the defaults of the built-in plan must not pin anything.
   PlanFlags base_flags = flags.plan;
   base_flags.tp = base_flags.cp = base_flags.pp = base_flags.dp = base_flags.virtual_stages = 0;
+  base_flags.cp_comm.clear();  // the search's (SearchSpace::cp_comm)
   // The global batch defaults to one micro-batch per DP rank, as for `simulate`: the micro-batch
   // and dp pinned by a flag or by --fix count alike.
   if (base_flags.micro_batch == 0) base_flags.micro_batch = space->micro_batch;
@@ -446,9 +449,10 @@ void Run(const PlanCommandFlags& flags) {
 // the defaults that `simulate` takes, which the shared help gives, do not apply.
 void SaySearched(CLI::App* sub) {
   static const std::regex kDefault("default: [^)]*");
-  for (const char* name : {"--micro-batch", "--tp", "--cp", "--pp", "--dp", "--virtual-stages",
-                           "--sp", "--row-split", "--col-split", "--scope", "--method", "--chunks",
-                           "--recompute", "--distributed-optimizer", "--fsdp"}) {
+  for (const char* name :
+       {"--micro-batch", "--tp", "--cp", "--cp-comm", "--pp", "--dp", "--virtual-stages", "--sp",
+        "--row-split", "--col-split", "--scope", "--method", "--chunks", "--recompute",
+        "--distributed-optimizer", "--fsdp"}) {
     CLI::Option* option = sub->get_option(name);
     const std::string said =
         std::regex_replace(option->get_description(), kDefault, "default: searched");

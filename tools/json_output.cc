@@ -142,6 +142,7 @@ Json PlanJson(const Plan& p) {
                       {"pipeline_split", PipelineSplitName(p.pipeline_split)},
                       {"overlap_p2p", p.p2p_overlapped()},
                       {"placement", PlacementName(p.placement)}};
+  if (p.cp > 1) plan["parallel"]["cp_comm"] = CpCommName(p.cp_communication());
   plan["overlap"] = {{"row_split", p.row_split},
                      {"col_split", p.col_split},
                      {"scope", ScopeName(p.scope)},

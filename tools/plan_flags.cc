@@ -65,6 +65,7 @@ Status ApplyNamedFlag(std::string_view flag, const std::string& text, Plan* plan
     return ApplyOverride("grad-reduce", text, GradReduceNames(), &plan->grad_reduce);
   if (flag == "grad-sync")
     return ApplyOverride("grad-sync", text, GradSyncNames(), &plan->grad_sync);
+  if (flag == "cp-comm") return ApplyOverride("cp-comm", text, CpCommNames(), &plan->cp_comm);
   return Status::Ok();
 }
 
@@ -84,6 +85,7 @@ constexpr std::pair<std::string_view, std::string PlanFlags::*> kNamedFlags[] = 
     {"softmax", &PlanFlags::softmax},
     {"grad-reduce", &PlanFlags::grad_reduce},
     {"grad-sync", &PlanFlags::grad_sync},
+    {"cp-comm", &PlanFlags::cp_comm},
 };
 
 // A flag of ApplyNamedFlag's checked as it is parsed, so that an unknown name is a usage error
@@ -179,9 +181,15 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
   app->add_option("--tp", f->tp, "tensor-parallel degree (default: the GPUs left by cp, pp and dp)")
       ->check(Bounded(kTpBound));
   app->add_option("--cp", f->cp,
-                  "context-parallel degree: ring attention over seq-len/cp tokens per GPU "
+                  "context-parallel degree: attention over seq-len/cp tokens per GPU "
                   "(default: 1)")
       ->check(Bounded(kCpBound));
+  app->add_option("--cp-comm", f->cp_comm,
+                  "with --cp: p2p (the KV ring) | all_gather (KV gathered, Llama 3's) | a2a "
+                  "(Ulysses' head scatter), Transformer Engine's cp_comm_type (default: p2p, or "
+                  "over a sliding window a2a where cp divides each TP rank's heads, else "
+                  "all_gather)")
+      ->check(NamedValue("cp-comm"));
   app->add_option("--pp", f->pp, "pipeline-parallel degree (default: 1)")->check(Bounded(kPpBound));
   app->add_option("--dp", f->dp, "data-parallel degree (default: 1)")->check(Bounded(kDpBound));
   app->add_option("--virtual-stages", f->virtual_stages,

@@ -35,6 +35,7 @@ struct PlanFlags {
   std::string fp8_recipe;       // "delayed" / "current"
   std::string fp8_cast;         // "norm-and-activation" / "norm" / "linear"
   std::string softmax;          // "fused" / "scale-mask-softmax" / "scale-softmax"
+  std::string cp_comm;          // "p2p" / "all_gather" / "a2a"
 };
 
 // Declares the flags on `app`. With `with_plan_file`, also --plan.

@@ -24,7 +24,8 @@ std::string Describe(const Plan& p) {
       "# tp {}{}, pp {}{}, dp {}, sequence parallel {} | row split {}, col split {}, scope {}{}\n",
       p.model.name, p.cluster.name, p.cluster.total_gpus(), p.cluster.node.gpu.name,
       DtypeName(p.precision), p.stack.name, p.seq_len, p.micro_batch, p.global_batch,
-      p.micro_batches(), p.tp, p.cp > 1 ? fmt::format(", cp {}", p.cp) : "", p.pp,
+      p.micro_batches(), p.tp,
+      p.cp > 1 ? fmt::format(", cp {} ({})", p.cp, CpCommName(p.cp_communication())) : "", p.pp,
       PipelineSplitText(p), p.dp, p.sequence_parallel ? "on" : "off", p.row_split, p.col_split,
       ScopeName(p.scope),
       p.method == OverlapMethod::kDomino
@@ -44,8 +45,8 @@ std::string WindowLine(const Plan& plan) {
                               ? fmt::format("the stack {}'s kernels run no window", plan.stack.name)
                           : plan.cp > 1
                               ? fmt::format(
-                                    "context parallelism (cp {}) rings the attention, whose p2p "
-                                    "ring domino prices over full causal attention",
+                                    "context parallelism (cp {}) runs the p2p ring, over full "
+                                    "causal attention",
                                     plan.cp)
                               : std::string("the plan's attention is unfused");
   return fmt::format(

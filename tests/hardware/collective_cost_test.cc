@@ -13,7 +13,8 @@ using ::testing::HasSubstr;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr Collective kAllKinds[] = {Collective::kAllReduce, Collective::kReduceScatter,
-                                    Collective::kAllGather, Collective::kSendRecv};
+                                    Collective::kAllGather, Collective::kSendRecv,
+                                    Collective::kAllToAll};
 
 // A DGX-H100-like node with NVLS off, so every figure below is checkable by hand.
 NodeSpec TestNode() {
@@ -84,7 +85,9 @@ TEST(CollectiveCostTest, BusbwFactors) {
   EXPECT_DOUBLE_EQ(BusbwFactor(Collective::kReduceScatter, 8), 0.875);
   EXPECT_DOUBLE_EQ(BusbwFactor(Collective::kAllGather, 4), 0.75);
   EXPECT_DOUBLE_EQ(BusbwFactor(Collective::kSendRecv, 2), 1.0);
+  EXPECT_DOUBLE_EQ(BusbwFactor(Collective::kAllToAll, 8), 0.875);
   EXPECT_EQ(CollectiveName(Collective::kReduceScatter), "reduce-scatter");
+  EXPECT_EQ(CollectiveName(Collective::kAllToAll), "all-to-all");
 }
 
 TEST(CollectiveCostTest, OneRankIsANoOp) {
@@ -110,6 +113,42 @@ TEST(CollectiveCostTest, RingAllReduceInsideANode) {
   // Large rings approach the line rate times the efficiency (~365 GB/s busbw on DGX-H100).
   EXPECT_GT(e.busbw_GBps, 360);
   EXPECT_LT(e.busbw_GBps, 364.5);
+}
+
+// Inside a node an all-to-all moves (n-1)/n of its buffer at the ring's NVLink rate, one step per
+// peer: the all-gather's time. Across N nodes each rank's (n-k)/n for other nodes goes through one
+// NIC, so busbw approaches N/(N-1) times a NIC's (nccl-tests #130), while its node's (k-1)/n
+// crosses NVLink at the same time.
+TEST(CollectiveCostTest, AllToAll) {
+  const double bytes = 256 * kMiB;
+  CollectiveEstimate inside =
+      EstimateCollective(TestNode(), Collective::kAllToAll, bytes, {8, 1, 8});
+  ExpectRelNear(inside.time_us, 8.4 + 7 * 3.4 + 0.875 * bytes / 364.5e3);
+  EXPECT_EQ(inside.algorithm, "p2p");
+  EXPECT_EQ(inside.time_us,
+            EstimateCollective(TestNode(), Collective::kAllGather, bytes, {8, 1, 8}).time_us);
+  // 2 nodes of 8: half the buffer through one 46.5 GB/s NIC; 7/16 over NVLink meanwhile.
+  CollectiveEstimate two = EstimateCollective(TestNode(), Collective::kAllToAll, bytes, {16, 2, 8});
+  ExpectRelNear(two.time_us, 8.4 + 14 + 14 * 3.4 + 0.5 * bytes / 46.5e3);
+  EXPECT_EQ(two.algorithm, "p2p");
+  const double plateau = 2 * 46.5 * 15 / 16;
+  EXPECT_LT(two.busbw_GBps, plateau);
+  EXPECT_GT(EstimateCollective(TestNode(), Collective::kAllToAll, 16 * kGiB, {16, 2, 8}).busbw_GBps,
+            plateau * 0.999);
+  // One rank per node: all of (n-1)/n through its NIC; 8 nodes, 7/8 of the buffer.
+  CollectiveEstimate strided =
+      EstimateCollective(TestNode(), Collective::kAllToAll, bytes, {8, 8, 1});
+  ExpectRelNear(strided.time_us, 8.4 + 7 * 14 + 0.875 * bytes / 46.5e3);
+  // Two ranks per node share no NIC: each has its own, whatever the ring's min(k, nics) / k.
+  NodeSpec two_nics = TestNode();
+  two_nics.nics = 2;
+  CollectiveEstimate shared =
+      EstimateCollective(two_nics, Collective::kAllToAll, bytes, {16, 2, 8});
+  ExpectRelNear(shared.time_us, 8.4 + 14 + 14 * 3.4 + 0.5 * bytes / (46.5e3 * 2 / 8));
+  // NCCL has no NVLS or tree all-to-all.
+  EXPECT_FALSE(EstimateCollectiveWith(WithNvls(TestNode()), Collective::kAllToAll, bytes, {8, 1, 8},
+                                      CollectiveAlgorithm::kNvls)
+                   .ok());
 }
 
 TEST(CollectiveCostTest, RingReduceScatterAllGatherAndSendRecv) {

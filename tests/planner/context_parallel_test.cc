@@ -146,6 +146,32 @@ TEST(ContextParallelTest, PlanYamlRoundTripsCp) {
   // Without context parallelism the key is not written: such plans keep their YAML.
   back->cp = 1, back->tp = 8;
   EXPECT_THAT(PlanToYaml(*back), HasSubstr("parallel: {tp: 8, pp: 1,"));
+  // The ring, the default, is written only when the plan names it; another comm type always.
+  std::string gathered = kPlan;
+  gathered.replace(gathered.find("cp: 4"), 5, "cp: 4, cp_comm: all_gather");
+  Result<Plan> comm = ParsePlan(gathered, "plan.yaml");
+  ASSERT_TRUE(comm.ok()) << comm.message();
+  EXPECT_EQ(comm->cp_communication(), CpComm::kAllGather);
+  EXPECT_THAT(PlanToYaml(*comm), HasSubstr("parallel: {tp: 2, cp: 4, cp_comm: all_gather, pp: 1,"));
+  Result<Plan> again = ParsePlan(PlanToYaml(*comm), "again.yaml");
+  ASSERT_TRUE(again.ok()) << again.message();
+  EXPECT_EQ(PlanToYaml(*again), PlanToYaml(*comm));
+  // A windowed model's default, a2a, is written though not named.
+  std::string windowed = kPlan;
+  windowed.replace(windowed.find("model: gpt3-2.7b"), 16,
+                   "model: {name: w, layers: 4, hidden: 256, heads: 8, ffn: 1024, vocab: 1000, "
+                   "seq_len: 512, activation: gelu, norm: layernorm, window: 64}");
+  Result<Plan> window = ParsePlan(windowed, "plan.yaml");
+  ASSERT_TRUE(window.ok()) << window.message();
+  EXPECT_THAT(PlanToYaml(*window), HasSubstr("cp: 4, cp_comm: a2a,"));  // cp divides 4 heads a rank
+  // A misspelt type names the key and the choices.
+  std::string typo = kPlan;
+  typo.replace(typo.find("cp: 4"), 5, "cp: 4, cp_comm: ring");
+  Result<Plan> bad = ParsePlan(typo, "plan.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:4:"));
+  EXPECT_THAT(bad.message(), HasSubstr("cp_comm"));
+  EXPECT_THAT(bad.message(), HasSubstr("p2p"));
 }
 
 TEST(ContextParallelTest, BadCpNamesTheKeyAndTheRule) {

@@ -32,6 +32,11 @@ TEST(WindowTest, CausalKeysByHand) {
   EXPECT_DOUBLE_EQ(CausalKeys(8, 8), 4);    // a window as long as the sequence changes nothing
   EXPECT_DOUBLE_EQ(CausalKeys(8, 100), 4);  // nor a longer one
   EXPECT_DOUBLE_EQ(CausalKeys(32768, 4096), 3840);
+  // A chunk of queries 3072 .. 4096 of a longer sequence: 3584 keys without a window; with 2048,
+  // queries 1536 .. 2048 see 1792 on average and the next 512 see 2048: 1920.
+  EXPECT_DOUBLE_EQ(CausalKeys(1024, 0, 3072), 3584);
+  EXPECT_DOUBLE_EQ(CausalKeys(1024, 2048, 1536), 1920);
+  EXPECT_DOUBLE_EQ(CausalKeys(1024, 1024, 4096), 1024);  // past the window: all of it
 }
 
 TEST(WindowTest, ModelFlopsCountTheWindowOnItsLayers) {
@@ -82,7 +87,14 @@ TEST(WindowTest, APlanPricesTheWindowWhereItsStackRunsIt) {
   EXPECT_EQ(predict(Sequence(8192), 8192).figures.iteration_ms, full.figures.iteration_ms);
   EXPECT_EQ(predict(Sequence(8192, 1, "deepspeed-domino"), 1024).figures.iteration_ms,
             predict(Sequence(8192, 1, "deepspeed-domino"), 0).figures.iteration_ms);
-  EXPECT_EQ(predict(Sequence(8192, 2), 1024).figures.iteration_ms,
+  Plan ring = Sequence(8192, 2);
+  ring.stack.cp_a2a_and_all_gather = false;  // a stack that runs only the ring
+  EXPECT_EQ(predict(ring, 1024).figures.iteration_ms, predict(ring, 0).figures.iteration_ms);
+  // megatron-core's context parallelism runs the window as a2a (cp 2 divides the heads): priced.
+  Plan a2a = Sequence(8192, 2);
+  a2a.model.window = AttentionWindow{.tokens = 1024};
+  EXPECT_EQ(a2a.cp_communication(), CpComm::kA2a);
+  EXPECT_LT(predict(Sequence(8192, 2), 1024).figures.iteration_ms,
             predict(Sequence(8192, 2), 0).figures.iteration_ms);
 }
 

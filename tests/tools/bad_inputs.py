@@ -487,6 +487,20 @@ CASES = [
     ("a window over no layer", "a model whose sliding window starts at its last layer, which attends in full",
      {"m.yaml": GOOD_MODEL + "window: {tokens: 64, first_layer: 3, full_every: 2}\n"},
      ["models", "{tmp}/m.yaml"], r"m\.yaml:10:\d+: window: covers no layer: every layer would attend in full", None),
+    ("a CP comm type without CP", "parallel.cp_comm in a plan whose cp is 1",
+     {"p.yaml": PLAN.replace("parallel: {tp: 8, pp: 1, dp: 1}", "parallel: {tp: 8, pp: 1, dp: 1, cp_comm: a2a}")},
+     ["simulate", "{tmp}/p.yaml"],
+     r"p\.yaml:4:\d+: parallel\.cp_comm: cp_comm \(a2a\) says how context parallelism communicates, and the plan's cp is 1", None),
+    ("a2a over heads CP cannot split", "--cp-comm a2a with one key/value head a TP rank (Llama 3 8B at tp 8)", {},
+     ["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100:2", "--tp", "8", "--cp", "2", "--cp-comm", "a2a", "--seq-len", "8192"],
+     r"parallel\.cp_comm: a2a scatters each tensor-parallel rank's heads over the CP group: cp \(2\) must divide its 4 query heads and 1 key/value heads", None),
+    ("the ring over a window", "--cp-comm p2p for a windowed model on megatron-core, whose Transformer Engine refuses it",
+     {"m.yaml": GOOD_MODEL + "window: 8\n"},
+     ["simulate", "--model", "{tmp}/m.yaml", "--cluster", "dgx-h100:1:4", "--tp", "2", "--cp", "2", "--cp-comm", "p2p", "--seq-len", "16"],
+     r"parallel\.cp_comm: Transformer Engine's p2p ring refuses a sliding window, and the model's window of 8 tokens covers \d+ of its \d+ layers: cp_comm a2a", None),
+    ("a CP comm type the executor lacks", "execute of a plan with cp_comm a2a (the executor rings its own)", {},
+     ["execute", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1:4", "--tp", "2", "--cp", "2", "--cp-comm", "a2a", "--seq-len", "16", "--micro-batch", "1"],
+     r"the plan: parallel\.cp_comm a2a: the executor runs context parallelism as the p2p ring only", None),
 ]
 
 # The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any
