@@ -1,9 +1,11 @@
 // Context parallelism (cp > 1) gives each rank seq_len / cp tokens of every sequence (chunks r
 // and 2cp-1-r of 2cp, Megatron-Core's causal load balance): every GEMM, norm and collective works
-// on those tokens, and the attention core becomes ring attention as Transformer Engine's "p2p" CP
-// runs it. Forward: cp steps, step j an attention block of the local queries against the KV block
-// that started j ranks back; while block j computes, the cp-comm stream passes the block on
-// (sends it to the next CP rank, receives the next one: 2 * kv_heads/tp * head_dim * local tokens
+// on those tokens, and the attention core runs as the plan's CpComm: all_gather and a2a below
+// (GatheredAttentionCore, AllToAllAttentionCore), or ring attention as Transformer Engine's "p2p"
+// CP runs it, which this comment describes. Forward: cp steps, step j an attention block of the
+// local queries against the KV block that started j ranks back; while block j computes, the cp-comm
+// stream passes the block on (sends it to the next CP rank, receives the next one: 2 * kv_heads/tp
+// * head_dim * local tokens
 // * bytes), so block j+1 waits only for that transfer. Causal: the diagonal block (step 0) is the
 // local queries against their own keys under the mask; every other step is half a block unmasked
 // (both local chunks against the earlier half of the KV, or the later chunk against all of it),

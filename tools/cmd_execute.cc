@@ -289,8 +289,7 @@ void Run(ExecuteFlags& flags) {
                fmt::format("--steps counts the training steps of --extent step; this run's extent "
                            "is {}: give --iterations",
                            exec::ExtentName(extent)));
-  // What the executor cannot run, then the schedule: a plan this extent cannot run is said before
-  // how to launch it.
+  // What the executor or this extent cannot run is said before how to launch it.
   if (Status runs = exec::CheckContextParallelism(*plan); !runs.ok())
     FailOnRank("execute", rank, fmt::format("{}: {}", what, runs.message()));
   Result<Schedule> schedule =

@@ -161,7 +161,7 @@ bool SameOuter(const Plan& a, const Plan& b) {
          a.virtual_stages == b.virtual_stages && a.micro_batch == b.micro_batch &&
          a.sequence_parallel == b.sequence_parallel &&
          a.distributed_optimizer == b.distributed_optimizer && a.fsdp == b.fsdp &&
-         a.recompute == b.recompute;
+         a.recompute == b.recompute && a.cp_communication() == b.cp_communication();
 }
 
 std::string FiguresFlow(const Candidate& c) {

@@ -221,7 +221,8 @@ TEST(CpCommTest, CollectivesSpanTheCpGroup) {
   EXPECT_GT(seen, 0);
 }
 
-// Each prediction holds its invariants, the same twice; over a window a2a and all_gather price it,
+// Each prediction holds its invariants (ideal <= iteration, the search's bounds below it, MFU a
+// fraction), the same twice; over a window a2a and all_gather price it,
 // and every comm type is within a few percent of the others here.
 TEST(CpCommTest, PredictionsHoldTheirInvariants) {
   Plan windowed = CpPlan(4, 32768);
@@ -232,6 +233,11 @@ TEST(CpCommTest, PredictionsHoldTheirInvariants) {
     Result<Prediction> p = Predict(plan), again = Predict(plan);
     ASSERT_TRUE(p.ok() && again.ok()) << p.message();
     EXPECT_LE(p->figures.ideal_ms, p->figures.iteration_ms);
+    // The search's bounds lower the same attention.
+    Result<double> ideal = IdealLowerBoundMs(plan), bound = LowerBoundMs(plan);
+    ASSERT_TRUE(ideal.ok() && bound.ok());
+    EXPECT_LE(*ideal, *bound);
+    EXPECT_LE(*bound, p->figures.iteration_ms);
     EXPECT_EQ(p->figures.iteration_ms, again->figures.iteration_ms);
     EXPECT_GT(p->figures.mfu, 0);
     EXPECT_LE(p->figures.mfu, 1);
