@@ -328,6 +328,10 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   }
   for (int cp : SearchCpDegrees(base, space, cp1_fits))
     if (cp > 1) add_outers(cp);
+  if (space.cp_comm && space.cp == 1)
+    return Error(fmt::format("--cp-comm {} says how context parallelism communicates, and cp is "
+                             "pinned to 1",
+                             CpCommName(*space.cp_comm)));
   if (space.dp > 0 && space.tp > 0 && space.pp > 0 && space.cp > 1 &&
       static_cast<int64_t>(space.tp) * space.cp * space.pp * space.dp != gpus)
     return Error(fmt::format("--fix: tp*cp*pp*dp = {}*{}*{}*{} must equal the cluster's {} GPUs",
