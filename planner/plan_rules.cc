@@ -120,11 +120,11 @@ std::optional<PlanRuleFailure> CheckPlanWideRules(const Plan& p) {
   return std::nullopt;
 }
 
+namespace {
+
 // parallel.cp_comm: only with context parallelism, run by the stack, a2a with cp dividing each
 // TP rank's heads, and not the ring over a window the stack's kernels run (Transformer Engine's
 // attn_forward_func_with_cp asserts a2a or all_gather for a windowed layer).
-namespace {
-
 std::optional<PlanRuleFailure> CheckCpComm(const Plan& p) {
   auto fail = [](std::string rule) {
     return std::optional<PlanRuleFailure>(PlanRuleFailure{"parallel.cp_comm", std::move(rule)});

@@ -224,12 +224,11 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   // The comm types a candidate with cp > 1 is tried with (none below that): the pinned one, else
   // each one its stack runs that its model and heads allow (the ring not over a window the
   // stack's kernels run, a2a where cp divides each TP rank's heads).
-  auto cp_comms = [&space](const Plan& candidate) {
+  auto cp_comms = [&space](const Plan& candidate) -> std::vector<std::optional<CpComm>> {
+    if (candidate.cp == 1 || (!space.cp_comm && !candidate.stack.cp_a2a_and_all_gather))
+      return {std::nullopt};
+    if (space.cp_comm) return {space.cp_comm};
     std::vector<std::optional<CpComm>> comms;
-    if (candidate.cp == 1) return std::vector<std::optional<CpComm>>{std::nullopt};
-    if (space.cp_comm) return std::vector<std::optional<CpComm>>{space.cp_comm};
-    if (!candidate.stack.cp_a2a_and_all_gather)
-      return std::vector<std::optional<CpComm>>{std::nullopt};
     for (const auto& [name, comm] : CpCommNames()) {
       if (comm == CpComm::kP2p && candidate.StackRunsWindow()) continue;
       if (comm == CpComm::kA2a && !candidate.cp_divides_heads()) continue;
@@ -329,9 +328,10 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   for (int cp : SearchCpDegrees(base, space, cp1_fits))
     if (cp > 1) add_outers(cp);
   if (space.cp_comm && space.cp == 1)
-    return Error(fmt::format("--cp-comm {} says how context parallelism communicates, and cp is "
-                             "pinned to 1",
-                             CpCommName(*space.cp_comm)));
+    return Error(
+        fmt::format("--cp-comm {} says how context parallelism communicates, and cp is "
+                    "pinned to 1",
+                    CpCommName(*space.cp_comm)));
   if (space.dp > 0 && space.tp > 0 && space.pp > 0 && space.cp > 1 &&
       static_cast<int64_t>(space.tp) * space.cp * space.pp * space.dp != gpus)
     return Error(fmt::format("--fix: tp*cp*pp*dp = {}*{}*{}*{} must equal the cluster's {} GPUs",

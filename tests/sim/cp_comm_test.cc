@@ -6,11 +6,14 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 
 #include "hardware/collective_cost.h"
 #include "models/model_counts.h"
 #include "planner/lower.h"
+#include "planner/search.h"
 #include "sim/cost_model.h"
 #include "sim/groups.h"
 #include "sim/predict.h"
@@ -245,6 +248,44 @@ TEST(CpCommTest, PredictionsHoldTheirInvariants) {
   Result<Prediction> full = Predict(CpPlan(4, 32768)), window = Predict(windowed);
   ASSERT_TRUE(full.ok() && window.ok());
   EXPECT_LT(window->figures.iteration_ms, full->figures.iteration_ms);
+}
+
+// Records the comm type of each plan the search evaluates.
+class CommRecorder : public Evaluator {
+ public:
+  Result<PlanFigures> Evaluate(const Plan& plan) override {
+    seen.insert(CpCommName(plan.cp_communication()));
+    PlanFigures f;
+    f.iteration_ms = f.ideal_ms = 1;
+    f.tokens_per_s = 1;
+    return f;
+  }
+  std::set<std::string_view> seen;
+};
+
+// The search tries each comm type the stack runs and the plan allows, or the pinned one.
+TEST(CpCommTest, TheSearchTriesEachCommType) {
+  auto searched = [](Plan base, const SearchSpace& pins) {
+    SearchSpace space = pins;
+    space.tp = 2, space.cp = 4;
+    space.row_splits = {1}, space.col_splits = {1}, space.scopes = {OverlapScope::kNone};
+    CommRecorder recorder;
+    Result<SearchResult> result = SearchPlans(base, space, recorder);
+    EXPECT_TRUE(result.ok()) << result.message();
+    return recorder.seen;
+  };
+  using Seen = std::set<std::string_view>;
+  const Plan base = CpPlan(4, 32768);
+  EXPECT_EQ(searched(base, {}), (Seen{"p2p", "all_gather", "a2a"}));
+  Plan windowed = base;
+  windowed.model.window = AttentionWindow{.tokens = 4096};
+  EXPECT_EQ(searched(windowed, {}), (Seen{"all_gather", "a2a"}));
+  windowed.model.kv_heads = 4;  // 2 a rank: no a2a at cp 4
+  EXPECT_EQ(searched(windowed, {}), (Seen{"all_gather"}));
+  SearchSpace pinned;
+  pinned.cp_comm = CpComm::kAllGather;
+  EXPECT_EQ(searched(base, pinned), (Seen{"all_gather"}));
+  EXPECT_EQ(searched(CpPlan(4, 32768, "domino"), {}), (Seen{"p2p"}));
 }
 
 }  // namespace
