@@ -108,10 +108,14 @@ std::vector<LaunchedFeature> NemoFeatures(const ModelSpec& m) {
 // pytorch/attention/dot_product_attention/context_parallel.py): it launches a2a where cp divides
 // each tensor-parallel rank's query and key/value heads (AttnFuncWithCPAndQKVOA2A asserts it),
 // else all_gather, as NeMo's Hugging Face importer picks a2a for any config with a window (NeMo
-// 8cfedd72 nemo/collections/llm/gpt/model/mistral.py); LaunchedCpDifference says so.
-std::optional<std::string_view> LaunchedCpCommType(const Plan& plan) {
+// 8cfedd72 nemo/collections/llm/gpt/model/mistral.py); LaunchedCpDifference says so. A
+// framework without `hierarchical` context-parallel groups (NeMo: no
+// hierarchical_context_parallel_sizes, which Megatron-LM's --hierarchical-context-parallel-sizes
+// and Megatron-Bridge's model config set) launches a2a+p2p as the ring.
+std::optional<std::string_view> LaunchedCpCommType(const Plan& plan, bool hierarchical = true) {
   if (plan.cp == 1) return std::nullopt;
-  const CpComm comm = plan.cp_communication();
+  CpComm comm = plan.cp_communication();
+  if (comm == CpComm::kA2aP2p && !hierarchical) comm = CpComm::kP2p;
   const ModelSpec& m = plan.model;
   if (comm != CpComm::kP2p || m.window.CoveredLayers(m.layers) == 0) return CpCommName(comm);
   return plan.cp_divides_heads() ? "a2a" : "all_gather";
@@ -122,6 +126,12 @@ std::optional<std::string_view> LaunchedCpCommType(const Plan& plan) {
 std::optional<std::string> LaunchedCpDifference(const Plan& plan, std::string_view key,
                                                 std::string_view comm_type) {
   if (comm_type == CpCommName(plan.cp_communication())) return std::nullopt;
+  if (plan.cp_communication() == CpComm::kA2aP2p)
+    return fmt::format(
+        "cp_comm a2a+p2p (a2a groups of {}): NeMo builds no hierarchical context-parallel groups "
+        "(it has no hierarchical_context_parallel_sizes, which Megatron-Bridge's model config "
+        "and Megatron-LM's --hierarchical-context-parallel-sizes set): launched ({}{})",
+        plan.cp_a2a_ranks(), key, comm_type);
   std::string text = fmt::format(
       "context parallelism over a sliding window: launched ({}{}), priced as the p2p ring the "
       "plan's stack {} runs, which Transformer Engine refuses with a window",
@@ -185,6 +195,9 @@ std::string ExportMegatron(const Plan& plan) {
   if (plan.cp > 1) {
     args.push_back(fmt::format("--context-parallel-size {}", plan.cp));
     args.push_back(fmt::format("--cp-comm-type {}", cp_comm_type.value_or("p2p")));
+    if (plan.cp_communication() == CpComm::kA2aP2p)
+      args.push_back(fmt::format("--hierarchical-context-parallel-sizes {} {}", plan.cp_a2a_ranks(),
+                                 plan.cp / plan.cp_a2a_ranks()));
   }
   if (plan.virtual_stages > 1) {
     args.push_back(
@@ -291,7 +304,8 @@ std::string ExportNemo(const Plan& plan) {
   for (const std::string& d : ModelApproximations(plan, features, ", ")) out.differs.push_back(d);
   // NeMo 1 passes cp_comm_type on as it does the window's keys: build_transformer_config copies
   // every model key named after a TransformerConfig field (Megatron-Core's from core_r0.10.0).
-  const std::optional<std::string_view> cp_comm_type = LaunchedCpCommType(plan);
+  const std::optional<std::string_view> cp_comm_type =
+      LaunchedCpCommType(plan, /*hierarchical=*/false);
   if (cp_comm_type)
     if (auto d = LaunchedCpDifference(plan, "cp_comm_type: ", *cp_comm_type))
       out.differs.push_back(std::move(*d));

@@ -39,10 +39,12 @@ namespace domino::lowering {
 // merges f (KV + 3 Q) + (1 - f) (Q + 1.5 Q). Backward: step 0 copies KV into the ring buffer
 // (2 KV), copies dQ (2 Q), concatenates dK and dV (2 KV) and copies dKV (2 KV); a step i > 0
 // adds f (KV + 3 Q + KV + 1.5 KV) + (1 - f) (3 Q + 1.5 Q + 2 KV + 3 KV).
-double Lowering::CpMergeBytes(int step, bool backward) const {
+// Over a ring of `steps` ranks (cp, or a2a+p2p's cp / cp_a2a, whose ranks hold cp_a2a times the
+// tokens of 1/cp_a2a of the heads: the same Q and KV bytes).
+double Lowering::CpMergeBytes(int step, bool backward, int steps) const {
   const double q = static_cast<double>(slice_tokens_) * a_ * d_ * e_, kv = KvBlockBytes();
   if (step == 0) return backward ? 6 * kv + 2 * q : 2 * kv + 4 * q;
-  const double f = static_cast<double>(cp_ - step) / cp_;
+  const double f = static_cast<double>(steps - step) / steps;
   return backward ? f * (3.5 * kv + 3 * q) + (1 - f) * (5 * kv + 4.5 * q)
                   : f * (kv + 3 * q) + (1 - f) * 2.5 * q;
 }
@@ -81,22 +83,32 @@ void Lowering::AttentionCore(OpFunc func, const OpTags& tags, int l, int i) {
   }
   switch (plan_.cp_communication()) {
     case CpComm::kP2p:
-      return RingAttentionCore(func, tags, l, i);
+      return RingAttentionCore(func, tags, l, i, 1);
     case CpComm::kAllGather:
       return GatheredAttentionCore(func, tags, l, i);
     case CpComm::kA2a:
       return AllToAllAttentionCore(func, tags, l, i);
+    case CpComm::kA2aP2p: {
+      // a2a+p2p (AttnFuncWithCPAndKVP2P with two CP groups): a2a's trade inside each group of
+      // cp_a2a ranks, then the ring over the groups with their tokens and 1/cp_a2a of the heads;
+      // backward, the output's gradient in, the ring's backward, dQ, dK and dV out.
+      const TensorUse in = backward ? SliceOf(t.g_ctx, i) : SliceOf(t.qkv, i);
+      const TensorUse out = backward ? SliceOf(t.g_qkv, i) : SliceOf(t.ctx, i);
+      CpTrade(tags, in, RowBytes(backward ? a_ * d_ : qkv_n_), Group::kCpA2a);
+      RingAttentionCore(func, tags, l, i, plan_.cp_a2a_ranks());
+      return CpTrade(tags, out, RowBytes(backward ? qkv_n_ : a_ * d_), Group::kCpA2a);
+    }
   }
 }
 
 int32_t Lowering::CpCollective(OpFunc func, CollectiveOp kind, const OpTags& tags, double bytes,
-                               TensorUse in, TensorUse out) {
+                               TensorUse in, TensorUse out, Group group) {
   Op op;
   op.kind = OpKind::kCollective;
   op.stream = Stream::kCpComm;
   op.func = func;
   op.collective = kind;
-  op.group = Group::kCp;
+  op.group = group;
   op.tags = tags;
   op.bytes = bytes;
   const int32_t deps[] = {last_compute_};
@@ -179,61 +191,77 @@ void Lowering::AllToAllAttentionCore(OpFunc func, const OpTags& tags, int l, int
   const double factor = backward ? 2.0 : 1.0;
   const double qkv_bytes = RowBytes(qkv_n_), out_bytes = RowBytes(a_ * d_);
   const TensorUse qkv = SliceOf(t.qkv, i);
-  auto trade = [&](TensorUse tensor, double bytes) {
-    Elementwise(OpFunc::kCpCopy, tags, 2 * bytes, {}, {tensor}, {tensor});
-    CpCollective(OpFunc::kCpAllToAll, CollectiveOp::kAllToAll, tags, bytes, tensor, tensor);
-    Elementwise(OpFunc::kCpCopy, tags, 2 * bytes, {}, {tensor}, {tensor});
-  };
   Op op = AttentionOp(func, tags, factor);
   op.seq_len = plan_.seq_len;
   op.heads = a_ / cp_, op.kv_heads = g_ / cp_;
   op.flops = factor * 4.0 * op.sequences * op.seq_len * op.seq_len * op.heads * d_;
   if (backward) {
-    trade(SliceOf(t.g_ctx, i), out_bytes);
+    CpTrade(tags, SliceOf(t.g_ctx, i), out_bytes, Group::kCp);
     Compute(op, {}, {qkv, SliceOf(t.g_ctx, i)}, {SliceOf(t.g_qkv, i)});
-    trade(SliceOf(t.g_qkv, i), qkv_bytes);
+    CpTrade(tags, SliceOf(t.g_qkv, i), qkv_bytes, Group::kCp);
   } else {
-    trade(qkv, qkv_bytes);
+    CpTrade(tags, qkv, qkv_bytes, Group::kCp);
     Compute(op, {}, {qkv}, {SliceOf(t.ctx, i)});
-    trade(SliceOf(t.ctx, i), out_bytes);
+    CpTrade(tags, SliceOf(t.ctx, i), out_bytes, Group::kCp);
   }
 }
 
-// Context parallelism's p2p ring of cp steps described at the top of this file.
-void Lowering::RingAttentionCore(OpFunc func, const OpTags& tags, int l, int i) {
+// One all-to-all of `tensor` (`bytes` on this rank) over `group` with Transformer Engine's copies
+// around it (flash_attn_a2a_communicate, sbhd: a movedim before, the chunk reorder after, two
+// passes each).
+void Lowering::CpTrade(const OpTags& tags, TensorUse tensor, double bytes, Group group) {
+  Elementwise(OpFunc::kCpCopy, tags, 2 * bytes, {}, {tensor}, {tensor});
+  CpCollective(OpFunc::kCpAllToAll, CollectiveOp::kAllToAll, tags, bytes, tensor, tensor, group);
+  Elementwise(OpFunc::kCpCopy, tags, 2 * bytes, {}, {tensor}, {tensor});
+}
+
+// Context parallelism's p2p ring described at the top of this file, of cp steps; under a2a+p2p,
+// of cp / a2a steps after the trade inside groups of `a2a` ranks, each rank then holding a2a times
+// the tokens of 1/a2a of the heads (the same Q and KV bytes, each block a2a times the work).
+void Lowering::RingAttentionCore(OpFunc func, const OpTags& tags, int l, int i, int a2a) {
   const LayerTensors& t = tensors_[l];
   const bool backward = func == OpFunc::kAttnGrad;
   const double factor = backward ? 2.0 : 1.0;
+  const int steps = cp_ / a2a;
   const int64_t rows = slice_tokens_;
   const View kv{i * rows, (i + 1) * rows, a_ * d_, qkv_n_};
+  // A block of the ring: the causal block of the rank's tokens (Attention's op, widened by a2a).
+  auto block_op = [&](const OpTags& step_tags, std::initializer_list<TensorUse> reads,
+                      std::initializer_list<TensorUse> writes, Deps deps) {
+    Op op = AttentionOp(func, step_tags, factor);
+    op.seq_len *= a2a;
+    op.heads /= a2a, op.kv_heads /= a2a;
+    op.flops *= a2a;
+    return Compute(op, std::move(deps), reads, writes);
+  };
   int32_t transfer = -1, block = -1;
-  for (int j = 0; j < cp_; ++j) {
+  for (int j = 0; j < steps; ++j) {
     OpTags step_tags = tags;
     step_tags.ring_step = static_cast<int8_t>(j);
     if (backward) {
       // Step j sends the KV block for step j+1 and the dKV accumulated through step j-1.
-      const double bytes = KvBlockBytes() * (j == 0 || j == cp_ - 1 ? 1 : 2);
+      const double bytes = KvBlockBytes() * (j == 0 || j == steps - 1 ? 1 : 2);
       Deps after = j == 0 ? Deps{last_compute_} : Deps{transfer, block};
       const int32_t next =
           RingTransfer(tags, j, bytes, std::move(after), {Use(t.qkv, kv), Use(t.g_qkv, kv)});
-      block = Attention(func, step_tags, factor, {SliceOf(t.qkv, i), SliceOf(t.g_ctx, i)},
-                        {SliceOf(t.g_qkv, i)}, j == 0 ? Deps{} : Deps{transfer});
+      block = block_op(step_tags, {SliceOf(t.qkv, i), SliceOf(t.g_ctx, i)}, {SliceOf(t.g_qkv, i)},
+                       j == 0 ? Deps{} : Deps{transfer});
       // The next transfer carries the dKV this merge accumulates.
       if (plan_.stack.cp_merge_kernels)
-        block = Elementwise(OpFunc::kCpMerge, step_tags, CpMergeBytes(j, true), {},
+        block = Elementwise(OpFunc::kCpMerge, step_tags, CpMergeBytes(j, true, steps), {},
                             {SliceOf(t.g_qkv, i)}, {SliceOf(t.g_qkv, i)});
       transfer = next;
     } else {
       // Double-buffered: step j's transfer receives into the buffer block j-1 read.
       int32_t next = -1;
-      if (j + 1 < cp_)
+      if (j + 1 < steps)
         next = RingTransfer(tags, j, KvBlockBytes(),
                             j == 0 ? Deps{last_compute_} : Deps{transfer, block}, {Use(t.qkv, kv)});
-      block = Attention(func, step_tags, factor, {SliceOf(t.qkv, i)}, {SliceOf(t.ctx, i)},
-                        j == 0 ? Deps{} : Deps{transfer});
+      block = block_op(step_tags, {SliceOf(t.qkv, i)}, {SliceOf(t.ctx, i)},
+                       j == 0 ? Deps{} : Deps{transfer});
       if (plan_.stack.cp_merge_kernels)
-        Elementwise(OpFunc::kCpMerge, step_tags, CpMergeBytes(j, false), {}, {SliceOf(t.ctx, i)},
-                    {SliceOf(t.ctx, i)});
+        Elementwise(OpFunc::kCpMerge, step_tags, CpMergeBytes(j, false, steps), {},
+                    {SliceOf(t.ctx, i)}, {SliceOf(t.ctx, i)});
       transfer = next;
     }
   }

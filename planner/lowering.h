@@ -198,17 +198,18 @@ class Lowering {
   // lower_attention.cc: the attention core, and ring attention with context parallelism.
   // Bytes of one KV block of a row slice: K and V of this rank's kv heads for its local tokens.
   double KvBlockBytes() const { return 2.0 * g_ * d_ * slice_tokens_ * e_; }
-  double CpMergeBytes(int step, bool backward) const;
+  double CpMergeBytes(int step, bool backward, int steps) const;
   int32_t RingTransfer(const OpTags& tags, int step, double bytes, Deps deps,
                        std::initializer_list<TensorUse> buffers);
   void AttentionCore(OpFunc func, const OpTags& tags, int l, int i);
-  void RingAttentionCore(OpFunc func, const OpTags& tags, int l, int i);
+  void RingAttentionCore(OpFunc func, const OpTags& tags, int l, int i, int a2a);
   void GatheredAttentionCore(OpFunc func, const OpTags& tags, int l, int i);
   void AllToAllAttentionCore(OpFunc func, const OpTags& tags, int l, int i);
   // A collective of all_gather or a2a context parallelism over the CP group, on the cp-comm
   // stream after the compute issued last; the next compute op waits for it.
   int32_t CpCollective(OpFunc func, CollectiveOp kind, const OpTags& tags, double bytes,
-                       TensorUse in, TensorUse out);
+                       TensorUse in, TensorUse out, Group group = Group::kCp);
+  void CpTrade(const OpTags& tags, TensorUse tensor, double bytes, Group group);
   void Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i);
   // Whether the stack rotates Q and K: a model with rotary positions and a stack that runs them.
   bool RotatesQk() const {

@@ -45,10 +45,11 @@ constexpr std::array<std::pair<std::string_view, PipelineSplit>, 4> kPipelineSpl
     {"loss", PipelineSplit::kLoss},
     {"ends", PipelineSplit::kEnds},
 }};
-constexpr std::array<std::pair<std::string_view, CpComm>, 3> kCpComms = {{
+constexpr std::array<std::pair<std::string_view, CpComm>, 4> kCpComms = {{
     {"p2p", CpComm::kP2p},
     {"all_gather", CpComm::kAllGather},
     {"a2a", CpComm::kA2a},
+    {"a2a+p2p", CpComm::kA2aP2p},
 }};
 constexpr std::array<std::pair<std::string_view, Dtype>, 3> kPrecisions = {{
     {"bf16", Dtype::kBf16},
@@ -172,6 +173,17 @@ std::string_view PipelineSplitName(PipelineSplit split) {
   for (const auto& [name, value] : kPipelineSplits)
     if (value == split) return name;
   return "layers";
+}
+
+int Plan::DefaultCpA2a() const {
+  const int beside_tp = std::max(1, cluster.gpus_per_node / std::max(1, tp));
+  int anywhere = 0;
+  for (int a = cp / 2; a >= 2; --a) {
+    if (cp % a != 0 || !divides_heads(a)) continue;
+    if (a <= beside_tp) return a;
+    if (anywhere == 0) anywhere = a;
+  }
+  return anywhere;
 }
 
 std::string_view CpCommName(CpComm comm) {
@@ -310,6 +322,7 @@ Result<Plan> ParsePlanNode(const YAML::Node& doc, std::string_view file,
     parallel->Int("tp", &plan.tp, Need::kOptional, Range(kTpBound));
     parallel->Int("cp", &plan.cp, Need::kOptional, Range(kCpBound));
     ReadOverride(*parallel, "cp_comm", CpCommNames(), &plan.cp_comm);
+    parallel->Int("cp_a2a", &plan.cp_a2a, Need::kOptional, Range(kCpA2aBound));
     parallel->Int("pp", &plan.pp, Need::kOptional, Range(kPpBound));
     parallel->Int("dp", &plan.dp, Need::kOptional, Range(kDpBound));
     parallel->Bool("sequence_parallel", &plan.sequence_parallel, Need::kOptional);
@@ -450,6 +463,8 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
   // The comm type when the plan names it or its default is not the ring.
   if (p.cp_comm || (p.cp != 1 && p.cp_communication() != CpComm::kP2p))
     parallel.Add("cp_comm", CpCommName(p.cp_communication()));
+  if (p.cp_a2a > 0 || (p.cp != 1 && p.cp_communication() == CpComm::kA2aP2p))
+    parallel.Add("cp_a2a", p.cp_a2a > 0 ? p.cp_a2a : p.cp_a2a_ranks());
   parallel.Add("pp", p.pp).Add("dp", p.dp).Add("sequence_parallel", p.sequence_parallel);
   parallel.Add("virtual_stages", p.virtual_stages);
   if (p.pipeline_split != PipelineSplit::kLayers) {

@@ -48,8 +48,12 @@ enum class PipelineSplit { kLayers, kEmbedding, kLoss, kEnds };
 //   reduce-scattered after its backward, neither overlapped (AttnFuncWithCPAndKVAllGather: "KV
 //   all-gather between CP ranks is exposed", Llama 3's context parallelism);
 // - a2a: Ulysses-style all-to-alls that trade the sequence shard of Q, K and V for a shard of the
-//   heads over the whole sequence, and back for the output (AttnFuncWithCPAndQKVOA2A).
-enum class CpComm { kP2p, kAllGather, kA2a };
+//   heads over the whole sequence, and back for the output (AttnFuncWithCPAndQKVOA2A);
+// - a2a+p2p: hierarchical, a2a inside groups of cp_a2a consecutive CP ranks (a shard of the heads
+//   over cp_a2a ranks' tokens), then the p2p ring over the cp / cp_a2a groups
+//   (AttnFuncWithCPAndKVP2P with a list of two CP groups; Megatron-LM's
+//   --hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a).
+enum class CpComm { kP2p, kAllGather, kA2a, kA2aP2p };
 
 std::string_view ScopeName(OverlapScope scope);  // "none", "intra-layer", "inter-layer"
 std::string_view RecomputeName(Recompute recompute);
@@ -57,7 +61,7 @@ std::string_view MethodName(OverlapMethod method);    // "domino", "decomposed",
 std::string_view PlacementName(Placement placement);  // "tp-dp-pp", "tp-pp-dp"
 // "layers", "embedding", "loss", "ends"
 std::string_view PipelineSplitName(PipelineSplit split);
-std::string_view CpCommName(CpComm comm);  // "p2p", "all_gather", "a2a"
+std::string_view CpCommName(CpComm comm);  // "p2p", "all_gather", "a2a", "a2a+p2p"
 
 // The names a plan file (and the matching command-line flag) gives each choice.
 std::span<const std::pair<std::string_view, Dtype>> PrecisionNames();       // bf16, fp16, fp8
@@ -107,6 +111,9 @@ struct Plan {
   int cp = 1;
   // How (CpComm). Unset: cp_communication()'s default.
   std::optional<CpComm> cp_comm;
+  // a2a+p2p: the ranks of each a2a group (hierarchical_context_parallel_sizes[0]); 0: the
+  // default of cp_a2a_ranks().
+  int cp_a2a = 0;
   int pp = 1;
   int dp = 1;
   bool sequence_parallel = false;
@@ -235,17 +242,31 @@ struct Plan {
     return stack.sliding_window && attention_kernel() != AttentionKernel::kUnfused &&
            model.window.CoveredLayers(model.layers) > 0;
   }
-  // Whether cp divides each tensor-parallel rank's query heads and key/value heads, as a2a's
-  // head scatter needs.
-  bool cp_divides_heads() const {
-    return tp > 0 && cp > 0 && (model.heads / tp) % cp == 0 && (model.kv_heads / tp) % cp == 0;
+  // Whether `ranks` divides each tensor-parallel rank's query heads and key/value heads, as an
+  // a2a's head scatter over that many ranks needs; cp_divides_heads over the CP group.
+  bool divides_heads(int ranks) const {
+    return tp > 0 && ranks > 0 && (model.heads / tp) % ranks == 0 &&
+           (model.kv_heads / tp) % ranks == 0;
   }
+  bool cp_divides_heads() const { return divides_heads(cp); }
+  // The ranks an a2a scatters the heads over: cp under a2a, the a2a groups' under a2a+p2p (the
+  // plan's cp_a2a, else DefaultCpA2a()), 1 otherwise.
+  int cp_a2a_ranks() const {
+    const CpComm comm = cp_communication();
+    if (comm == CpComm::kA2a) return cp;
+    if (comm != CpComm::kA2aP2p) return 1;
+    return cp_a2a > 0 ? cp_a2a : DefaultCpA2a();
+  }
+  // a2a+p2p's default a2a group: the most ranks, dividing cp and each TP rank's heads and leaving
+  // a ring of at least 2, that fit in a node beside their TP ranks (the a2a on NVLink, the ring
+  // across nodes), else that number anywhere; 0 when none does.
+  int DefaultCpA2a() const;
   // The plan's cp_comm, else: p2p, or where the stack's kernels run a window of the model's and
-  // it runs more than the ring (StackSpec::cp_a2a_and_all_gather), a2a when cp divides each TP
+  // it runs more than the ring (StackSpec::te_cp_comm_types), a2a when cp divides each TP
   // rank's heads and all_gather when not (Transformer Engine refuses a window over its ring).
   CpComm cp_communication() const {
     if (cp_comm) return *cp_comm;
-    if (!stack.cp_a2a_and_all_gather || !StackRunsWindow()) return CpComm::kP2p;
+    if (!stack.te_cp_comm_types || !StackRunsWindow()) return CpComm::kP2p;
     return cp_divides_heads() ? CpComm::kA2a : CpComm::kAllGather;
   }
   Fp8Recipe fp8_scaling() const { return fp8_recipe.value_or(Fp8Recipe::kDelayed); }
@@ -321,6 +342,7 @@ inline constexpr PlanIntBound kMicroBatchBound{"training.micro_batch", 1, 1 << 2
 inline constexpr PlanIntBound kGlobalBatchBound{"training.global_batch", 1, 1 << 24};
 inline constexpr PlanIntBound kTpBound{"parallel.tp", 1, 1 << 20};
 inline constexpr PlanIntBound kCpBound{"parallel.cp", 1, 128};
+inline constexpr PlanIntBound kCpA2aBound{"parallel.cp_a2a", 1, 64};
 inline constexpr PlanIntBound kPpBound{"parallel.pp", 1, 1 << 20};
 inline constexpr PlanIntBound kDpBound{"parallel.dp", 1, 1 << 20};
 inline constexpr PlanIntBound kVirtualStagesBound{"parallel.virtual_stages", 1, 1024};

@@ -122,14 +122,22 @@ std::optional<PlanRuleFailure> CheckPlanWideRules(const Plan& p) {
 
 namespace {
 
-// parallel.cp_comm: only with context parallelism, run by the stack, a2a with cp dividing each
-// TP rank's heads, and not the ring over a window the stack's kernels run (Transformer Engine's
+// parallel.cp_comm and cp_a2a: only with context parallelism, run by the stack, a2a with cp
+// dividing each TP rank's heads, a2a+p2p with groups that do and leave a ring, cp_a2a only with
+// a2a+p2p, and no ring over a window the stack's kernels run (Transformer Engine's
 // attn_forward_func_with_cp asserts a2a or all_gather for a windowed layer).
 std::optional<PlanRuleFailure> CheckCpComm(const Plan& p) {
-  auto fail = [](std::string rule) {
-    return std::optional<PlanRuleFailure>(PlanRuleFailure{"parallel.cp_comm", std::move(rule)});
+  auto fail_at = [](std::string_view key, std::string rule) {
+    return std::optional<PlanRuleFailure>(PlanRuleFailure{std::string(key), std::move(rule)});
   };
+  auto fail = [&](std::string rule) { return fail_at("parallel.cp_comm", std::move(rule)); };
+  auto fail_a2a = [&](std::string rule) { return fail_at("parallel.cp_a2a", std::move(rule)); };
   if (p.cp == 1) {
+    if (p.cp_a2a > 0)
+      return fail_a2a(
+          fmt::format("cp_a2a ({}) sizes the a2a groups of a2a+p2p context parallelism, and "
+                      "the plan's cp is 1",
+                      p.cp_a2a));
     if (p.cp_comm)
       return fail(
           fmt::format("cp_comm ({}) says how context parallelism communicates, and the "
@@ -138,7 +146,7 @@ std::optional<PlanRuleFailure> CheckCpComm(const Plan& p) {
     return std::nullopt;
   }
   const CpComm comm = p.cp_communication();
-  if (comm != CpComm::kP2p && !p.stack.cp_a2a_and_all_gather)
+  if (comm != CpComm::kP2p && !p.stack.te_cp_comm_types)
     return fail(
         fmt::format("stack {} runs context parallelism as the p2p ring only, not {} (a "
                     "stack that runs Transformer Engine's, megatron-core, has all three)",
@@ -149,11 +157,37 @@ std::optional<PlanRuleFailure> CheckCpComm(const Plan& p) {
                     "({}) must divide its {} query heads and {} key/value heads "
                     "(heads/tp, kv_heads/tp); all_gather has no such rule",
                     p.cp, p.model.heads / p.tp, p.model.kv_heads / p.tp));
-  if (comm == CpComm::kP2p && p.stack.cp_a2a_and_all_gather && p.StackRunsWindow())
+  if (p.cp_a2a > 0 && comm != CpComm::kA2aP2p)
+    return fail_a2a(
+        fmt::format("cp_a2a ({}) sizes the a2a groups of a2a+p2p; the plan's cp_comm is {}",
+                    p.cp_a2a, CpCommName(comm)));
+  if (comm == CpComm::kA2aP2p) {
+    const int a = p.cp_a2a_ranks();
+    if (p.cp_a2a == 0 && a == 0)
+      return fail(fmt::format(
+          "a2a+p2p needs a2a groups of at least 2 ranks that divide cp ({}) and each "
+          "tensor-parallel rank's {} query heads and {} key/value heads, leaving a ring of at "
+          "least 2: none does",
+          p.cp, p.model.heads / p.tp, p.model.kv_heads / p.tp));
+    if (a < 2 || p.cp % a != 0 || p.cp / a < 2)
+      return fail_a2a(
+          fmt::format("a2a+p2p: cp_a2a ({}) must divide cp ({}) and leave a ring of at "
+                      "least 2 (2 <= cp_a2a <= cp / 2)",
+                      a, p.cp));
+    if (!p.divides_heads(a))
+      return fail_a2a(
+          fmt::format("a2a+p2p scatters each tensor-parallel rank's heads over its a2a "
+                      "group: cp_a2a ({}) must divide its {} query heads and {} "
+                      "key/value heads (heads/tp, kv_heads/tp)",
+                      a, p.model.heads / p.tp, p.model.kv_heads / p.tp));
+  }
+  if ((comm == CpComm::kP2p || comm == CpComm::kA2aP2p) && p.stack.te_cp_comm_types &&
+      p.StackRunsWindow())
     return fail(fmt::format(
-        "Transformer Engine's p2p ring refuses a sliding window, and the model's window of {} "
+        "Transformer Engine's p2p ring{} refuses a sliding window, and the model's window of {} "
         "tokens covers {} of its {} layers: cp_comm a2a{} or all_gather",
-        p.model.window.tokens, p.model.window.CoveredLayers(p.model.layers), p.model.layers,
+        comm == CpComm::kA2aP2p ? " (a2a+p2p's)" : "", p.model.window.tokens,
+        p.model.window.CoveredLayers(p.model.layers), p.model.layers,
         p.cp_divides_heads() ? "" : " (once cp divides each TP rank's heads)"));
   return std::nullopt;
 }

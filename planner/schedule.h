@@ -38,8 +38,8 @@ enum class CollectiveOp : uint8_t { kAllReduce, kReduceScatter, kAllGather, kAll
 // context-parallel ring (a rank and its neighbours in it). kDp spans DP x CP ranks (gradients are
 // reduced over both).
 // kStage: every GPU of one pipeline stage (tp x cp x dp ranks), the group fp8 delayed scaling
-// reduces its amaxes over.
-enum class Group : uint8_t { kNone, kTp, kDp, kPp, kEmbedding, kCp, kStage };
+// reduces its amaxes over. kCpA2a: an a2a group of a2a+p2p context parallelism (cp_a2a CP ranks).
+enum class Group : uint8_t { kNone, kTp, kDp, kPp, kEmbedding, kCp, kStage, kCpA2a };
 enum class Phase : uint8_t { kForward, kBackward, kRecompute, kOptimizer };
 
 // What an op computes, for traces and for an executor that runs the schedule numerically. The

@@ -40,7 +40,10 @@ bool Better(const Candidate& a, const Candidate& b, Objective objective) {
 
 std::string DescribeConfiguration(const Plan& p) {
   std::string out = fmt::format("tp {}", p.tp);
-  if (p.cp > 1) out += fmt::format(" cp {} {}", p.cp, CpCommName(p.cp_communication()));
+  if (p.cp > 1) {
+    out += fmt::format(" cp {} {}", p.cp, CpCommName(p.cp_communication()));
+    if (p.cp_communication() == CpComm::kA2aP2p) out += fmt::format(":{}", p.cp_a2a_ranks());
+  }
   out += fmt::format(" pp {} dp {}", p.pp, p.dp);
   if (p.virtual_stages > 1) out += fmt::format(" v {}", p.virtual_stages);
   if (p.pipeline_split != PipelineSplit::kLayers)
@@ -222,16 +225,19 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   std::vector<Plan> outers;
   const bool fsdp = space.fsdp.value_or(false);
   // The comm types a candidate with cp > 1 is tried with (none below that): the pinned one, else
-  // each one its stack runs that its model and heads allow (the ring not over a window the
-  // stack's kernels run, a2a where cp divides each TP rank's heads).
+  // each one its stack runs that its model and heads allow (no ring, p2p or a2a+p2p's, over a
+  // window the stack's kernels run; a2a where cp divides each TP rank's heads; a2a+p2p with its
+  // default a2a groups, where there are some).
   auto cp_comms = [&space](const Plan& candidate) -> std::vector<std::optional<CpComm>> {
-    if (candidate.cp == 1 || (!space.cp_comm && !candidate.stack.cp_a2a_and_all_gather))
+    if (candidate.cp == 1 || (!space.cp_comm && !candidate.stack.te_cp_comm_types))
       return {std::nullopt};
     if (space.cp_comm) return {space.cp_comm};
     std::vector<std::optional<CpComm>> comms;
     for (const auto& [name, comm] : CpCommNames()) {
-      if (comm == CpComm::kP2p && candidate.StackRunsWindow()) continue;
+      const bool ring = comm == CpComm::kP2p || comm == CpComm::kA2aP2p;
+      if (ring && candidate.StackRunsWindow()) continue;
       if (comm == CpComm::kA2a && !candidate.cp_divides_heads()) continue;
+      if (comm == CpComm::kA2aP2p && space.cp_a2a == 0 && candidate.DefaultCpA2a() == 0) continue;
       comms.push_back(comm);
     }
     return comms;
@@ -290,6 +296,7 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
                 for (const std::optional<CpComm>& comm : cp_comms(split)) {
                   Plan plan = base;
                   plan.cp_comm = comm;
+                  plan.cp_a2a = comm == CpComm::kA2aP2p ? space.cp_a2a : 0;
                   plan.tp = tp, plan.cp = cp, plan.pp = pp, plan.dp = dp, plan.virtual_stages = v;
                   plan.pipeline_split = split.pipeline_split;
                   plan.micro_batch = mb;
@@ -327,6 +334,9 @@ Result<SearchResult> SearchPlans(const Plan& base, const SearchSpace& space, Eva
   }
   for (int cp : SearchCpDegrees(base, space, cp1_fits))
     if (cp > 1) add_outers(cp);
+  if (space.cp_a2a > 0 && space.cp_comm && *space.cp_comm != CpComm::kA2aP2p)
+    return Error(fmt::format("--cp-a2a {} sizes the a2a groups of a2a+p2p, and --cp-comm is {}",
+                             space.cp_a2a, CpCommName(*space.cp_comm)));
   if (space.cp_comm && space.cp == 1)
     return Error(
         fmt::format("--cp-comm {} says how context parallelism communicates, and cp is "

@@ -47,6 +47,7 @@ struct SearchSpace {
   // Context parallelism's comm type (Plan::cp_comm): pinned, or each one the stack runs and the
   // plan allows (p2p, all_gather, a2a) for every candidate with cp > 1.
   std::optional<CpComm> cp_comm;
+  int cp_a2a = 0;  // a2a+p2p's a2a groups (Plan::cp_a2a), pinned; 0: each plan's default
   std::vector<int> row_splits = {1, 2, 4, 8};
   std::vector<int> col_splits = {1, 2, 4};
   std::vector<OverlapScope> scopes = {OverlapScope::kNone, OverlapScope::kIntraLayer,

@@ -131,7 +131,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Enum("grad_sync", &stack.grad_sync, Need::kOptional, kGradSyncs);
   map.Bool("cp_merge_kernels", &stack.cp_merge_kernels, Need::kOptional);
   map.Bool("sliding_window", &stack.sliding_window, Need::kOptional);
-  map.Bool("cp_a2a_and_all_gather", &stack.cp_a2a_and_all_gather, Need::kOptional);
+  map.Bool("te_cp_comm_types", &stack.te_cp_comm_types, Need::kOptional);
   map.Bool("fused_squared_relu", &stack.fused_squared_relu, Need::kOptional);
   map.Enum("rope", &stack.rope, Need::kOptional, kRopeKernels);
   map.Enum("attention_copies", &stack.attention_copies, Need::kOptional, kAttentionCopies);

@@ -188,9 +188,9 @@ struct StackSpec {
   // blocks outside it, so the window's layers are priced as such (Plan::WindowedLayer). Without
   // it, a window is priced, as the stack would run it, as full causal attention.
   bool sliding_window = false;
-  // Its context parallelism also runs as all_gather and a2a (Plan::cp_comm, CpComm), not only as
-  // the p2p ring.
-  bool cp_a2a_and_all_gather = false;
+  // Its context parallelism runs Transformer Engine's four comm types (Plan::cp_comm, CpComm:
+  // p2p, all_gather, a2a and a2a+p2p), not only the p2p ring.
+  bool te_cp_comm_types = false;
   // The embedding's weight gradient as PyTorch's F.embedding leaves it: backward fills a dense
   // gradient of the rank's whole vocabulary part with zeros and adds the micro-batch's rows into
   // it, and the framework's gradient hook then adds that table into the accumulated gradient
@@ -247,7 +247,7 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
 // `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `sliding_window`,
-// `cp_a2a_and_all_gather`,// `dense_embedding_grad`, `fused_squared_relu`, `fp32_scores`,
+// `te_cp_comm_types`, `dense_embedding_grad`, `fused_squared_relu`, `fp32_scores`,
 // `overlap_p2p` and `fp8_amax_reduction` (false), `cross_entropy` (vocab-parallel), `grad_reduce`
 // (fp32), `grad_sync` (layer), `rope` (fused), `attention_copies` (none), `wgrad_overlaps_tp_comm`,
 // `sliced_fc1_wgrad_overlaps_tp_comm`, `fused_wgrad_accumulation`,

@@ -43,6 +43,7 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
       embedding_pair_(EmbeddingPair(plan)),
       cp_ring_(CpRing(plan)),
       cp_group_(CpGroup(plan)),
+      cp_a2a_group_(CpA2aGroup(plan)),
       stage_group_(StageGroup(plan)) {
   // A precision the GPU lacks runs in the first 16- or 32-bit type it has (fp32's peak is always
   // above 0), never at a zero peak, which would make every op last forever. Plans that pass
@@ -278,6 +279,8 @@ CommGroup CostModel::GroupOf(const Op& op) const {
       return embedding_pair_;
     case Group::kCp:  // a ring step's neighbours, or the whole group's collective
       return op.kind == OpKind::kSendRecv ? cp_ring_ : cp_group_;
+    case Group::kCpA2a:
+      return cp_a2a_group_;
     case Group::kStage:
       return stage_group_;
     case Group::kTp:

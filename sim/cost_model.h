@@ -57,7 +57,8 @@ struct CostOptions {
 // of it move. A pipeline send moves its bytes to the neighbour; its recv costs nothing (it ends
 // when the send does). A CP ring step (kCpSendRecv) is a send/recv of its bytes between CP
 // neighbours (CpRing): it sends one way while receiving the other, each direction at the link's
-// per-direction bandwidth; all_gather's and a2a's collectives span the CP group (CpGroup). A
+// per-direction bandwidth; all_gather's and a2a's collectives span the CP group (CpGroup),
+// a2a+p2p's all-to-alls its a2a group (CpA2aGroup). A
 // calibrated profile's collectives are the TP group's. Optimizer step: its bytes over achieved HBM
 // bandwidth, one launch. Every compute op pays one kernel launch.
 class CostModel {
@@ -92,7 +93,8 @@ class CostModel {
   SoftmaxKernels softmax_ = SoftmaxKernels::kFused;  // Plan::softmax_kernels
   Fp8Cast fp8_cast_ = Fp8Cast::kNormAndActivation;   // Plan::fp8_casts
   bool copy_engine_parts_ = false;  // decomposed collective parts take no SMs (Plan::copy_engine)
-  CommGroup tp_group_, dp_group_, pp_pair_, embedding_pair_, cp_ring_, cp_group_, stage_group_;
+  CommGroup tp_group_, dp_group_, pp_pair_, embedding_pair_, cp_ring_, cp_group_, cp_a2a_group_,
+      stage_group_;
   CommGroup GroupOf(const Op& op) const;
   Dtype gemm_dtype_ = Dtype::kBf16;       // the plan's precision, where the GPU has it
   Dtype attention_dtype_ = Dtype::kBf16;  // 16-bit even under fp8

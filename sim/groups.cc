@@ -88,6 +88,11 @@ CommGroup Pair(const Plan& plan, int64_t stride, const std::vector<char>& firsts
   return Slowest(plan, {{stride, 2}}, firsts);
 }
 
+// Ranks of each a2a group under a2a+p2p (at least 1; 1 for any other comm type).
+int64_t A2aRanks(const Plan& plan) {
+  return plan.cp_communication() == CpComm::kA2aP2p ? std::max(1, plan.cp_a2a_ranks()) : 1;
+}
+
 }  // namespace
 
 CommGroup TpGroup(const Plan& plan) {
@@ -114,8 +119,20 @@ CommGroup CpGroup(const Plan& plan) {
   return Slowest(plan, {l.cp}, FirstRanks(node, {l.tp, l.dp, l.pp}));
 }
 
+CommGroup CpA2aGroup(const Plan& plan) {
+  const Layout l = LayoutOf(plan);
+  const int64_t node = plan.cluster.gpus_per_node, a = A2aRanks(plan);
+  return Slowest(plan, {{l.cp.stride, a}},
+                 FirstRanks(node, {l.tp, {l.cp.stride * a, l.cp.count / a}, l.dp, l.pp}));
+}
+
 CommGroup CpRing(const Plan& plan) {
-  return CpGroup(plan).nodes_spanned > 1 ? CommGroup{2, 2, 1} : CommGroup{2, 1, 2};
+  // The ring's ranks: every CP rank, or under a2a+p2p one of each a2a group.
+  const Layout l = LayoutOf(plan);
+  const int64_t node = plan.cluster.gpus_per_node, a = A2aRanks(plan);
+  const CommGroup ring = Slowest(plan, {{l.cp.stride * a, l.cp.count / a}},
+                                 FirstRanks(node, {l.tp, {l.cp.stride, a}, l.dp, l.pp}));
+  return ring.nodes_spanned > 1 ? CommGroup{2, 2, 1} : CommGroup{2, 1, 2};
 }
 
 CommGroup PpPair(const Plan& plan) {

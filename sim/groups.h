@@ -26,8 +26,10 @@ CommGroup StageGroup(const Plan& plan);
 // A whole CP group (its ranks tp apart), the slowest of them: where all_gather and a2a context
 // parallelism run their collectives.
 CommGroup CpGroup(const Plan& plan);
-// Two neighbours of the CP ring (tp ranks apart): a step is as slow as the ring's slowest hop,
-// {2, 2, 1} once any ring crosses a node boundary, {2, 1, 2} otherwise.
+// An a2a group of a2a+p2p context parallelism: cp_a2a consecutive CP ranks (tp apart).
+CommGroup CpA2aGroup(const Plan& plan);
+// Two neighbours of the CP ring (tp ranks apart; under a2a+p2p, tp x cp_a2a): a step is as slow
+// as the ring's slowest hop, {2, 2, 1} once any ring crosses a node boundary, {2, 1, 2} otherwise.
 CommGroup CpRing(const Plan& plan);
 // Two pipeline neighbours (tp * cp * dp, or tp * cp, ranks apart): across nodes where any stage's
 // rank and the next stage's sit in different nodes.

@@ -106,6 +106,7 @@ Result<SearchSpace> SpaceFor(const PlanCommandFlags& flags) {
   space.micro_batch = f.micro_batch;
   for (const auto& [name, comm] : CpCommNames())
     if (f.cp_comm == name) space.cp_comm = comm;
+  space.cp_a2a = f.cp_a2a;
   if (f.row_split > 0) space.row_splits = {f.row_split};
   if (f.col_split > 0) space.col_splits = {f.col_split};
   std::string fix;
@@ -293,7 +294,8 @@ void Run(const PlanCommandFlags& flags) {
   // Flags describe the base plan; the defaults of the built-in plan must not pin anything.
   PlanFlags base_flags = flags.plan;
   base_flags.tp = base_flags.cp = base_flags.pp = base_flags.dp = base_flags.virtual_stages = 0;
-  base_flags.cp_comm.clear();  // the search's (SearchSpace::cp_comm)
+  base_flags.cp_comm.clear();  // the search's (SearchSpace::cp_comm, cp_a2a)
+  base_flags.cp_a2a = 0;
   // The global batch defaults to one micro-batch per DP rank, as for `simulate`: the micro-batch
   // and dp pinned by a flag or by --fix count alike.
   if (base_flags.micro_batch == 0) base_flags.micro_batch = space->micro_batch;

@@ -143,6 +143,8 @@ Json PlanJson(const Plan& p) {
                       {"overlap_p2p", p.p2p_overlapped()},
                       {"placement", PlacementName(p.placement)}};
   if (p.cp > 1) plan["parallel"]["cp_comm"] = CpCommName(p.cp_communication());
+  if (p.cp > 1 && p.cp_communication() == CpComm::kA2aP2p)
+    plan["parallel"]["cp_a2a"] = p.cp_a2a_ranks();
   plan["overlap"] = {{"row_split", p.row_split},
                      {"col_split", p.col_split},
                      {"scope", ScopeName(p.scope)},

@@ -186,10 +186,15 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
       ->check(Bounded(kCpBound));
   app->add_option("--cp-comm", f->cp_comm,
                   "with --cp: p2p (the KV ring) | all_gather (KV gathered, Llama 3's) | a2a "
-                  "(Ulysses' head scatter), Transformer Engine's cp_comm_type (default: p2p, or "
-                  "over a sliding window a2a where cp divides each TP rank's heads, else "
-                  "all_gather)")
+                  "(Ulysses' head scatter) | a2a+p2p (a2a in groups, the ring across them), "
+                  "Transformer Engine's cp_comm_type (default: p2p, or over a sliding window a2a "
+                  "where cp divides each TP rank's heads, else all_gather)")
       ->check(NamedValue("cp-comm"));
+  app->add_option("--cp-a2a", f->cp_a2a,
+                  "with --cp-comm a2a+p2p: the ranks of each a2a group, the ring over cp/N groups "
+                  "(Megatron-LM's --hierarchical-context-parallel-sizes N cp/N; default: the most "
+                  "that fit in a node beside their TP ranks)")
+      ->check(Bounded(kCpA2aBound));
   app->add_option("--pp", f->pp, "pipeline-parallel degree (default: 1)")->check(Bounded(kPpBound));
   app->add_option("--dp", f->dp, "data-parallel degree (default: 1)")->check(Bounded(kDpBound));
   app->add_option("--virtual-stages", f->virtual_stages,
@@ -320,6 +325,7 @@ Result<Plan> BuildPlan(const PlanFlags& f, bool check_rules) {
   set(f.seq_len, &plan.seq_len);
   set(f.micro_batch, &plan.micro_batch);
   set(f.cp, &plan.cp);
+  set(f.cp_a2a, &plan.cp_a2a);
   set(f.pp, &plan.pp);
   set(f.dp, &plan.dp);
   set(f.virtual_stages, &plan.virtual_stages);

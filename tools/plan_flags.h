@@ -19,7 +19,7 @@ struct PlanFlags {
   std::string stack;
   std::string precision;
   int seq_len = 0, micro_batch = 0, global_batch = 0;
-  int tp = 0, cp = 0, pp = 0, dp = 0, virtual_stages = 0;
+  int tp = 0, cp = 0, pp = 0, dp = 0, virtual_stages = 0, cp_a2a = 0;
   int recompute_layers = -1;      // -1: not given
   std::string sequence_parallel;  // "true" / "false" (--sp / --no-sp)
   int row_split = 0, col_split = 0, chunks = 0, rs_chunks = 0;

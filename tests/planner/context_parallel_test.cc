@@ -156,6 +156,13 @@ TEST(ContextParallelTest, PlanYamlRoundTripsCp) {
   Result<Plan> again = ParsePlan(PlanToYaml(*comm), "again.yaml");
   ASSERT_TRUE(again.ok()) << again.message();
   EXPECT_EQ(PlanToYaml(*again), PlanToYaml(*comm));
+  // a2a+p2p's groups are written though not named: 8 / tp 2 = 4 GPUs beside each TP pair, 2 of
+  // which divide cp 4 leaving a ring of 2.
+  std::string h = kPlan;
+  h.replace(h.find("cp: 4"), 5, "cp: 4, cp_comm: a2a+p2p");
+  Result<Plan> hierarchical = ParsePlan(h, "plan.yaml");
+  ASSERT_TRUE(hierarchical.ok()) << hierarchical.message();
+  EXPECT_THAT(PlanToYaml(*hierarchical), HasSubstr("cp: 4, cp_comm: a2a+p2p, cp_a2a: 2, pp: 1,"));
   // A windowed model's default, a2a, is written though not named.
   std::string windowed = kPlan;
   windowed.replace(windowed.find("model: gpt3-2.7b"), 16,
@@ -230,6 +237,28 @@ TEST(ContextParallelTest, ExportNamesEachFrameworksCpSetting) {
   ASSERT_FALSE(deepspeed.ok());
   EXPECT_THAT(deepspeed.message(), HasSubstr("cp 4 (it has no context parallelism)"));
   EXPECT_EQ(deepspeed.message().find('\n'), std::string::npos);
+  // The plan's comm type; a2a+p2p with its hierarchical sizes, which NeMo lacks.
+  std::string gathered = kPlan;
+  gathered.replace(gathered.find("cp: 4"), 5, "cp: 4, cp_comm: all_gather");
+  Result<Plan> ag = ParsePlan(gathered, "plan.yaml");
+  ASSERT_TRUE(ag.ok()) << ag.message();
+  EXPECT_THAT(*ExportPlan(*ag, ExportTarget::kMegatron),
+              HasSubstr("--cp-comm-type all_gather \\\n"));
+  EXPECT_THAT(*ExportPlan(*ag, ExportTarget::kNemo), HasSubstr("  cp_comm_type: all_gather\n"));
+  EXPECT_THAT(*ExportPlan(*ag, ExportTarget::kTorchtitan),
+              HasSubstr("# differs: cp_comm all_gather: torchtitan runs context parallelism as "
+                        "PyTorch's ring attention"));
+  std::string hierarchical = kPlan;
+  hierarchical.replace(hierarchical.find("cp: 4"), 5, "cp: 4, cp_comm: a2a+p2p");
+  Result<Plan> h = ParsePlan(hierarchical, "plan.yaml");
+  ASSERT_TRUE(h.ok()) << h.message();
+  EXPECT_THAT(*ExportPlan(*h, ExportTarget::kMegatron),
+              HasSubstr("--cp-comm-type a2a+p2p \\\n--hierarchical-context-parallel-sizes 2 2 "
+                        "\\\n"));
+  const std::string h_nemo = *ExportPlan(*h, ExportTarget::kNemo);
+  EXPECT_THAT(h_nemo, HasSubstr("# differs: cp_comm a2a+p2p (a2a groups of 2): NeMo builds no "
+                                "hierarchical context-parallel groups"));
+  EXPECT_THAT(h_nemo, Not(HasSubstr("\n  cp_comm_type:")));  // the ring, NeMo's default
 }
 
 }  // namespace

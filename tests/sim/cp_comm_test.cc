@@ -103,6 +103,87 @@ TEST(CpCommTest, RulesNameTheKey) {
             "stack domino runs context parallelism as the p2p ring only, not all_gather (a stack "
             "that runs Transformer Engine's, megatron-core, has all three)");
   EXPECT_FALSE(CheckPlanRules(WithComm(CpPlan(4), CpComm::kAllGather)).has_value());
+  // a2a+p2p: cp_a2a only with it, its groups dividing cp with a ring left, and the heads.
+  auto rule_a2a = [](const Plan& plan) {
+    std::optional<PlanRuleFailure> failure = CheckPlanRules(plan);
+    EXPECT_TRUE(failure.has_value());
+    if (!failure) return std::string();
+    EXPECT_EQ(failure->key, "parallel.cp_a2a");
+    return failure->rule;
+  };
+  Plan sized = WithComm(CpPlan(4), CpComm::kA2a);
+  sized.cp_a2a = 2;
+  EXPECT_EQ(rule_a2a(sized),
+            "cp_a2a (2) sizes the a2a groups of a2a+p2p; the plan's cp_comm is a2a");
+  Plan whole = WithComm(CpPlan(4), CpComm::kA2aP2p);
+  whole.cp_a2a = 4;
+  EXPECT_EQ(rule_a2a(whole),
+            "a2a+p2p: cp_a2a (4) must divide cp (4) and leave a ring of at least "
+            "2 (2 <= cp_a2a <= cp / 2)");
+  Plan odd = WithComm(CpPlan(4), CpComm::kA2aP2p);
+  odd.model.kv_heads = 2;  // 1 a rank
+  EXPECT_EQ(rule(odd),
+            "a2a+p2p needs a2a groups of at least 2 ranks that divide cp (4) and each "
+            "tensor-parallel rank's 16 query heads and 1 key/value heads, leaving a ring of at "
+            "least 2: none does");
+  odd.cp_a2a = 2;
+  EXPECT_EQ(rule_a2a(odd),
+            "a2a+p2p scatters each tensor-parallel rank's heads over its a2a "
+            "group: cp_a2a (2) must divide its 16 query heads and 1 key/value "
+            "heads (heads/tp, kv_heads/tp)");
+  odd.model.kv_heads = 4;  // 2 a rank: cp_a2a 2 divides them
+  EXPECT_FALSE(CheckPlanRules(odd).has_value());
+  Plan ring_window = WithComm(CpPlan(4), CpComm::kA2aP2p);
+  ring_window.model.window = AttentionWindow{.tokens = 1024};
+  EXPECT_EQ(rule(ring_window),
+            "Transformer Engine's p2p ring (a2a+p2p's) refuses a sliding window, and the model's "
+            "window of 1024 tokens covers 32 of its 32 layers: cp_comm a2a or all_gather");
+}
+
+// a2a+p2p's default a2a group: the most ranks that divide cp and the heads, leave a ring, and fit
+// in a node beside their TP ranks.
+TEST(CpCommTest, A2aGroupsStayInANodeByDefault) {
+  Plan plan = WithComm(CpPlan(8, 8192, "", "dgx-h100:2"), CpComm::kA2aP2p);  // tp 2 x cp 8
+  EXPECT_EQ(plan.cp_a2a_ranks(), 4);                                         // 4 x tp 2 = a node
+  EXPECT_EQ(CpA2aGroup(plan).nodes_spanned, 1);
+  EXPECT_EQ(CpA2aGroup(plan).size, 4);
+  EXPECT_EQ(CpRing(plan).nodes_spanned, 2);  // the ring's hop: a node apart
+  plan.cp_a2a = 2;
+  EXPECT_EQ(plan.cp_a2a_ranks(), 2);
+  EXPECT_EQ(WithComm(plan, CpComm::kA2a).cp_a2a_ranks(), 8);
+  EXPECT_EQ(WithComm(plan, CpComm::kP2p).cp_a2a_ranks(), 1);
+}
+
+// a2a+p2p: per layer the a2a's four trades inside the a2a groups and a ring of cp / cp_a2a steps
+// whose blocks hold cp_a2a times the tokens of 1/cp_a2a of the heads: the ring's causal work.
+TEST(CpCommTest, A2aP2pTradesThenRings) {
+  Plan plan = WithComm(CpPlan(4), CpComm::kA2aP2p);
+  plan.cp_a2a = 2;
+  const Schedule s = LowerAll(plan);
+  std::map<OpFunc, int> count = CountFuncs(s);
+  const int layers = plan.model.layers;
+  EXPECT_EQ(count[OpFunc::kCpAllToAll], 4 * layers);
+  EXPECT_EQ(count[OpFunc::kAttn], 2 * layers);        // 2 ring steps
+  EXPECT_EQ(count[OpFunc::kCpSendRecv], 3 * layers);  // 1 forward, 2 backward
+  for (const Op& op : s.ops()) {
+    if (op.func == OpFunc::kCpAllToAll) EXPECT_EQ(op.group, Group::kCpA2a);
+    if (op.kind == OpKind::kAttention) {
+      EXPECT_EQ(op.seq_len, 4096);  // 2 ranks' 2048 tokens
+      EXPECT_EQ(op.heads, 8);
+    }
+  }
+  const CostModel model(plan, CostOptions{});
+  const Plan ring = CpPlan(4);
+  const CostModel ring_model(ring, CostOptions{});
+  const Schedule ring_s = LowerAll(ring);
+  auto main_loop_keys = [](const Schedule& s) {  // sum over blocks of tiles x keys, layer 0
+    double work = 0;
+    for (const Op& op : s.ops())
+      if (op.kind == OpKind::kAttention && op.tags.layer == 0 && op.tags.phase == Phase::kForward)
+        work += static_cast<double>(op.heads) * op.seq_len * op.seq_len / 2;
+    return work;
+  };
+  EXPECT_DOUBLE_EQ(main_loop_keys(s), main_loop_keys(ring_s));
 }
 
 // all_gather: per layer, K and V gathered forward and again backward, their gradients
@@ -276,12 +357,15 @@ TEST(CpCommTest, TheSearchTriesEachCommType) {
   };
   using Seen = std::set<std::string_view>;
   const Plan base = CpPlan(4, 32768);
-  EXPECT_EQ(searched(base, {}), (Seen{"p2p", "all_gather", "a2a"}));
+  EXPECT_EQ(searched(base, {}), (Seen{"p2p", "all_gather", "a2a", "a2a+p2p"}));
   Plan windowed = base;
   windowed.model.window = AttentionWindow{.tokens = 4096};
-  EXPECT_EQ(searched(windowed, {}), (Seen{"all_gather", "a2a"}));
-  windowed.model.kv_heads = 4;  // 2 a rank: no a2a at cp 4
+  EXPECT_EQ(searched(windowed, {}), (Seen{"all_gather", "a2a"}));  // no ring over the window
+  windowed.model.kv_heads = 4;                                     // 2 a rank: no a2a at cp 4
   EXPECT_EQ(searched(windowed, {}), (Seen{"all_gather"}));
+  Plan narrow = base;
+  narrow.model.kv_heads = 2;  // 1 a rank: no a2a group at all
+  EXPECT_EQ(searched(narrow, {}), (Seen{"p2p", "all_gather"}));
   SearchSpace pinned;
   pinned.cp_comm = CpComm::kAllGather;
   EXPECT_EQ(searched(base, pinned), (Seen{"all_gather"}));

@@ -88,7 +88,7 @@ TEST(WindowTest, APlanPricesTheWindowWhereItsStackRunsIt) {
   EXPECT_EQ(predict(Sequence(8192, 1, "deepspeed-domino"), 1024).figures.iteration_ms,
             predict(Sequence(8192, 1, "deepspeed-domino"), 0).figures.iteration_ms);
   Plan ring = Sequence(8192, 2);
-  ring.stack.cp_a2a_and_all_gather = false;  // a stack that runs only the ring
+  ring.stack.te_cp_comm_types = false;  // a stack that runs only the ring
   EXPECT_EQ(predict(ring, 1024).figures.iteration_ms, predict(ring, 0).figures.iteration_ms);
   // megatron-core's context parallelism runs the window as a2a (cp 2 divides the heads): priced.
   Plan a2a = Sequence(8192, 2);
