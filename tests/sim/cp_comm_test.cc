@@ -1,6 +1,6 @@
-// Context parallelism's three comm types (Plan::cp_communication): which one a plan runs, the
-// rules that refuse one, how all_gather and a2a lower (planner/lower_attention.cc), and what they
-// cost beside the p2p ring.
+// Context parallelism's four comm types (Plan::cp_communication): which one a plan runs, the
+// rules that refuse one, how all_gather, a2a and a2a+p2p lower (planner/lower_attention.cc), and
+// what they cost beside the p2p ring.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,14 +74,17 @@ TEST(CpCommTest, TheRingUnlessTheStackRunsAWindowOfTheModels) {
   EXPECT_EQ(WithComm(CpPlan(2), CpComm::kAllGather).cp_communication(), CpComm::kAllGather);
 }
 
+// The rule `plan` breaks, which must be one of `key`'s.
+std::string RuleOf(const Plan& plan, std::string_view key) {
+  std::optional<PlanRuleFailure> failure = CheckPlanRules(plan);
+  EXPECT_TRUE(failure.has_value());
+  if (!failure) return std::string();
+  EXPECT_EQ(failure->key, key);
+  return failure->rule;
+}
+
 TEST(CpCommTest, RulesNameTheKey) {
-  auto rule = [](const Plan& plan) {
-    std::optional<PlanRuleFailure> failure = CheckPlanRules(plan);
-    EXPECT_TRUE(failure.has_value());
-    if (!failure) return std::string();
-    EXPECT_EQ(failure->key, "parallel.cp_comm");
-    return failure->rule;
-  };
+  auto rule = [](const Plan& plan) { return RuleOf(plan, "parallel.cp_comm"); };
   Plan one = CpPlan(1);
   one.cp_comm = CpComm::kA2a;
   EXPECT_EQ(rule(one),
@@ -101,16 +104,10 @@ TEST(CpCommTest, RulesNameTheKey) {
       "tokens covers 32 of its 32 layers: cp_comm a2a or all_gather");
   EXPECT_EQ(rule(WithComm(CpPlan(2, 8192, "domino"), CpComm::kAllGather)),
             "stack domino runs context parallelism as the p2p ring only, not all_gather (a stack "
-            "that runs Transformer Engine's, megatron-core, has all three)");
+            "that runs Transformer Engine's, megatron-core, has all four)");
   EXPECT_FALSE(CheckPlanRules(WithComm(CpPlan(4), CpComm::kAllGather)).has_value());
   // a2a+p2p: cp_a2a only with it, its groups dividing cp with a ring left, and the heads.
-  auto rule_a2a = [](const Plan& plan) {
-    std::optional<PlanRuleFailure> failure = CheckPlanRules(plan);
-    EXPECT_TRUE(failure.has_value());
-    if (!failure) return std::string();
-    EXPECT_EQ(failure->key, "parallel.cp_a2a");
-    return failure->rule;
-  };
+  auto rule_a2a = [](const Plan& plan) { return RuleOf(plan, "parallel.cp_a2a"); };
   Plan sized = WithComm(CpPlan(4), CpComm::kA2a);
   sized.cp_a2a = 2;
   EXPECT_EQ(rule_a2a(sized),
