@@ -1,8 +1,9 @@
 // Context parallelism (cp > 1) gives each rank seq_len / cp tokens of every sequence (chunks r
 // and 2cp-1-r of 2cp, Megatron-Core's causal load balance): every GEMM, norm and collective works
 // on those tokens, and the attention core runs as the plan's CpComm: all_gather and a2a below
-// (GatheredAttentionCore, AllToAllAttentionCore), or ring attention as Transformer Engine's "p2p"
-// CP runs it, which this comment describes. Forward: cp steps, step j an attention block of the
+// (GatheredAttentionCore, AllToAllAttentionCore), a2a+p2p (a2a's trades in groups around a ring
+// over them, AttentionCore), or ring attention as Transformer Engine's "p2p" CP runs it, which
+// this comment describes. Forward: cp steps, step j an attention block of the
 // local queries against the KV block that started j ranks back; while block j computes, the cp-comm
 // stream passes the block on (sends it to the next CP rank, receives the next one: 2 * kv_heads/tp
 // * head_dim * local tokens

@@ -205,8 +205,9 @@ class Lowering {
   void RingAttentionCore(OpFunc func, const OpTags& tags, int l, int i, int a2a);
   void GatheredAttentionCore(OpFunc func, const OpTags& tags, int l, int i);
   void AllToAllAttentionCore(OpFunc func, const OpTags& tags, int l, int i);
-  // A collective of all_gather or a2a context parallelism over the CP group, on the cp-comm
-  // stream after the compute issued last; the next compute op waits for it.
+  // A collective of all_gather, a2a or a2a+p2p context parallelism over `group` (the CP group,
+  // or a2a+p2p's a2a group), on the cp-comm stream after the compute issued last; the next
+  // compute op waits for it.
   int32_t CpCollective(OpFunc func, CollectiveOp kind, const OpTags& tags, double bytes,
                        TensorUse in, TensorUse out, Group group = Group::kCp);
   void CpTrade(const OpTags& tags, TensorUse tensor, double bytes, Group group);

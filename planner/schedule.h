@@ -118,10 +118,10 @@ enum class OpFunc : uint8_t {
   // sequence parallelism: a scaled tensor's amax over TP before its all-gather.
   kAmaxAllReduce,
   kAmaxUpdate,
-  // Context parallelism's all_gather and a2a (Plan::cp_communication): K and V all-gathered over
-  // the CP group (and, backward, their gradients reduce-scattered), or Q, K and V traded by
-  // all-to-all for a shard of the heads (and the output back); kCpCopy, the copies Transformer
-  // Engine makes of them around these collectives and the attention.
+  // Context parallelism's all_gather, a2a and a2a+p2p (Plan::cp_communication): K and V
+  // all-gathered over the CP group (and, backward, their gradients reduce-scattered), or Q, K and
+  // V traded by all-to-all for a shard of the heads (and the output back); kCpCopy, the copies
+  // Transformer Engine makes of them around these collectives and the attention.
   kCpAllGather,
   kCpReduceScatter,
   kCpAllToAll,
