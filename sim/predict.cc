@@ -26,7 +26,7 @@ constexpr double kUsToMs = 1e-3;
 struct PassSim {
   Timeline real, ideal;
   std::vector<OpCost> costs;
-  double tp_comm_us = 0;
+  double tp_comm_us = 0, cp_comm_us = 0;
   double stall_share = 0;  // PassShares::stall
   double gemm_share = 0;   // PassShares::gemm
 };
@@ -390,6 +390,8 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
     std::vector<std::pair<size_t, OpCost>> priced;
     for (size_t j = 0; j < schedule.size(); ++j) {
       const Op& op = schedule.ops()[j];
+      if (op.group == Group::kCp || op.group == Group::kCpA2a)
+        sim.cp_comm_us += sim.costs[j].alone_us;
       if (op.group != Group::kTp) continue;
       if (op.kind == OpKind::kCollective) sim.tp_comm_us += sim.costs[j].alone_us;
       if (op.kind == OpKind::kCollective || op.kind == OpKind::kSendRecv) {
@@ -549,13 +551,14 @@ Result<Prediction> PredictAtClock(const Plan& plan, const CostOptions& options,
           Simulate(p.schedule, CostModel(plan, ideal_options).CostAll(p.schedule), device);
     }
   }
-  // TP collectives of stage 0: each of its passes' (whole, uncontended), once per micro-batch.
-  double tp_comm_us = 0;
+  // TP and CP communication of stage 0: each of its passes' (whole, uncontended), once per
+  // micro-batch.
   for (size_t i = 0; i < n; ++i) {
     const Op& op = s.ops()[i];
-    if (CountsPassOnce(op, it)) tp_comm_us += passes[op.pass].tp_comm_us;
+    if (!CountsPassOnce(op, it)) continue;
+    p.tp_comm_ms += passes[op.pass].tp_comm_us * kUsToMs;
+    p.cp_comm_ms += passes[op.pass].cp_comm_us * kUsToMs;
   }
-  p.tp_comm_ms = tp_comm_us * kUsToMs;
   p.gemm_duty = run.gemm_duty;
   p.tensor_clock = options.tensor_clock;
   p.ideal_gemm_ms = ideal_gemm_us * kUsToMs;

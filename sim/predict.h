@@ -44,6 +44,9 @@ struct Prediction {
   PlanFigures figures;
   IterationBreakdown breakdown;
   double tp_comm_ms = 0;  // uncontended TP collective time per iteration on stage 0
+  // Uncontended context-parallel communication per iteration on stage 0: ring transfers,
+  // all_gather's gathers and reduce-scatters, a2a's all-to-alls.
+  double cp_comm_ms = 0;
   double dp_comm_ms = 0;  // uncontended DP collective time per iteration (stage 0)
   double serial_ms = 0;   // nothing overlapped: every op, transfer and collective in turn
   // MFU with attention counted unmasked, as Megatron-LM, NeMo and the DGX Cloud recipes count it

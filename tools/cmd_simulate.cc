@@ -94,6 +94,7 @@ Json PredictionJson(const Plan& plan, const sim::Prediction& p,
   document["predicted"] = FiguresJson(p.figures);
   document["mfu_full_attention"] = p.mfu_full_attention;
   document["tp_comm_ms"] = p.tp_comm_ms;
+  document["cp_comm_ms"] = p.cp_comm_ms;
   document["dp_comm_ms"] = p.dp_comm_ms;
   document["serial_ms"] = p.serial_ms;
   document["gemm_duty"] = p.gemm_duty;

@@ -68,6 +68,8 @@ void PrintPrediction(const Plan& plan, const sim::Prediction& p, std::ostream& o
       {"exposed TP comm (iteration - ideal)", fmt::format("{:.2f} ms", f.exposed_comm_ms)});
   summary.AddRow({"comm share", fmt::format("{:.1f}%", 100 * f.exposed_comm_ms / f.iteration_ms)});
   summary.AddRow({"TP comm (uncontended)", fmt::format("{:.2f} ms", p.tp_comm_ms)});
+  if (plan.cp > 1)
+    summary.AddRow({"CP comm (uncontended)", fmt::format("{:.2f} ms", p.cp_comm_ms)});
   // Over a pipeline, TP time on the critical stage also lengthens the fill and drain, so the
   // exposure can pass one stage's TP time: the fraction is held at 0 then, and says why.
   summary.AddRow(

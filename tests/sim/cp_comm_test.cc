@@ -322,10 +322,14 @@ TEST(CpCommTest, PredictionsHoldTheirInvariants) {
     EXPECT_EQ(p->figures.iteration_ms, again->figures.iteration_ms);
     EXPECT_GT(p->figures.mfu, 0);
     EXPECT_LE(p->figures.mfu, 1);
+    EXPECT_GT(p->cp_comm_ms, 0);  // its CP communication, whatever the type
   }
   Result<Prediction> full = Predict(CpPlan(4, 32768)), window = Predict(windowed);
   ASSERT_TRUE(full.ok() && window.ok());
   EXPECT_LT(window->figures.iteration_ms, full->figures.iteration_ms);
+  Result<Prediction> none = Predict(CpPlan(1, 32768));
+  ASSERT_TRUE(none.ok()) << none.message();
+  EXPECT_EQ(none->cp_comm_ms, 0);
 }
 
 // Records the comm type of each plan the search evaluates.

@@ -196,7 +196,7 @@ def test_simulate():
                             "micro_batches": int}, "resolved")
     check(doc["resolved"]["gpus"] == 64 and doc["resolved"]["micro_batches"] == 64, "resolved")
     typed(doc["predicted"], FIGURES, "predicted")
-    typed(doc, {"mfu_full_attention": NUMBER, "tp_comm_ms": NUMBER, "dp_comm_ms": NUMBER,
+    typed(doc, {"mfu_full_attention": NUMBER, "tp_comm_ms": NUMBER, "cp_comm_ms": NUMBER, "dp_comm_ms": NUMBER,
                 "serial_ms": NUMBER, "ops_per_micro_batch": int}, "simulate")
     check(sorted(doc["busy_ms"]) == sorted(["gemm", "attention", "elementwise", "tp-comm",
                                             "other-comm"]), f"busy_ms keys {list(doc['busy_ms'])}")
