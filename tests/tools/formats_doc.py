@@ -179,9 +179,9 @@ def study_keys():
 
 
 def validation_keys():
-    keys, values = getters("sim/validate.cc", r"\nResult<ValidationTable> ParseValidationTable\(",
+    keys, values = getters("sim/validation_table.cc", r"\nResult<ValidationTable> ParseValidationTable\(",
                            r"\nStatus ReadRow\(", r"\nvoid ReadMeasured\(", r"\nbool ReadGpuShape\(")
-    keys |= set(table_names("sim/validate.cc", "kUnits"))  # measured.UNIT
+    keys |= set(table_names("sim/validation_table.cc", "kUnits"))  # measured.UNIT
     return keys, values
 
 
