@@ -20,8 +20,8 @@ std::string FullAttentionPricing(int tokens) {
 }
 
 std::string WindowPricing(int tokens) {
-  return "as the window where the plan's stack runs it (megatron-core) without context "
-         "parallelism, else " +
+  return "as the window where the plan's stack runs it (megatron-core) and context parallelism, "
+         "if any, is not the p2p ring, else " +
          FullAttentionPricing(tokens);
 }
 

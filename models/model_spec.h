@@ -71,7 +71,7 @@ struct AttentionWindow {
 };
 
 // How a plan prices a sliding window of `tokens` tokens (the `as` of its Approximation): as the
-// window where the plan's stack runs it and no context parallelism rings the attention
+// window where the plan's stack runs it and context parallelism, if any, is not the p2p ring
 // (Plan::WindowedLayer), else as full causal attention (FullAttentionPricing).
 std::string WindowPricing(int tokens);
 // "as full causal attention, the same up to TOKENS tokens": a window priced as no window.

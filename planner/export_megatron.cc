@@ -118,7 +118,7 @@ std::optional<std::string_view> LaunchedCpCommType(const Plan& plan, bool hierar
   if (comm == CpComm::kA2aP2p && !hierarchical) comm = CpComm::kP2p;
   const ModelSpec& m = plan.model;
   if (comm != CpComm::kP2p || m.window.CoveredLayers(m.layers) == 0) return CpCommName(comm);
-  return plan.cp_divides_heads() ? "a2a" : "all_gather";
+  return CpCommName(plan.WindowCpComm());
 }
 
 // What launching LaunchedCpCommType's `comm_type` (as `key` and it) differs by, when it is not

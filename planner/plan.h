@@ -233,15 +233,19 @@ struct Plan {
   }
   // The conditions of WindowedLayer besides the window's own layers.
   bool RunsWindow() const {
-    return stack.sliding_window && attention_kernel() != AttentionKernel::kUnfused &&
-           (cp == 1 || cp_communication() != CpComm::kP2p);
+    return WindowKernels() && (cp == 1 || cp_communication() != CpComm::kP2p);
   }
-  // Whether the stack's fused kernels would run a window of the model's (RunsWindow but for the
-  // context parallelism).
+  // Whether the stack's fused kernels run windows (RunsWindow but for the context parallelism).
+  bool WindowKernels() const {
+    return stack.sliding_window && attention_kernel() != AttentionKernel::kUnfused;
+  }
+  // Whether they would run a window of the model's.
   bool StackRunsWindow() const {
-    return stack.sliding_window && attention_kernel() != AttentionKernel::kUnfused &&
-           model.window.CoveredLayers(model.layers) > 0;
+    return WindowKernels() && model.window.CoveredLayers(model.layers) > 0;
   }
+  // The comm type for context parallelism over a window, which Transformer Engine runs over no
+  // ring: a2a where cp divides each TP rank's heads, else all_gather.
+  CpComm WindowCpComm() const { return cp_divides_heads() ? CpComm::kA2a : CpComm::kAllGather; }
   // Whether `ranks` divides each tensor-parallel rank's query heads and key/value heads, as an
   // a2a's head scatter over that many ranks needs; cp_divides_heads over the CP group.
   bool divides_heads(int ranks) const {
@@ -267,7 +271,7 @@ struct Plan {
   CpComm cp_communication() const {
     if (cp_comm) return *cp_comm;
     if (!stack.te_cp_comm_types || !StackRunsWindow()) return CpComm::kP2p;
-    return cp_divides_heads() ? CpComm::kA2a : CpComm::kAllGather;
+    return WindowCpComm();
   }
   Fp8Recipe fp8_scaling() const { return fp8_recipe.value_or(Fp8Recipe::kDelayed); }
   bool applies_dropout() const { return dropout.value_or(stack.dropout); }
@@ -387,6 +391,9 @@ std::optional<PlanRuleFailure> CheckPlanWideRules(const Plan& plan);
 // The part of CheckPlanRules that concerns how pp * virtual_stages chunks cut the model (the
 // pipeline_split's divisibility and a layer left in every chunk), for a search's candidates.
 std::optional<PlanRuleFailure> CheckPipelineSplit(const Plan& plan);
+// The part of CheckPlanRules on parallel.cp_comm and cp_a2a (the stack runs the comm type, the
+// heads split, no ring over a window the stack's kernels run), for a search's candidates.
+std::optional<PlanRuleFailure> CheckCpComm(const Plan& plan);
 
 // Layers of each virtual pipeline stage (pp * virtual_stages of them; virtual stage c * pp + s is
 // chunk c of stage s). A split that counts an end (Plan::pipeline_split) gives every chunk

@@ -120,8 +120,6 @@ std::optional<PlanRuleFailure> CheckPlanWideRules(const Plan& p) {
   return std::nullopt;
 }
 
-namespace {
-
 // parallel.cp_comm and cp_a2a: only with context parallelism, run by the stack, a2a with cp
 // dividing each TP rank's heads, a2a+p2p with groups that do and leave a ring, cp_a2a only with
 // a2a+p2p, and no ring over a window the stack's kernels run (Transformer Engine's
@@ -191,8 +189,6 @@ std::optional<PlanRuleFailure> CheckCpComm(const Plan& p) {
         p.cp_divides_heads() ? "" : " (once cp divides each TP rank's heads)"));
   return std::nullopt;
 }
-
-}  // namespace
 
 std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
   const ModelSpec& m = p.model;
