@@ -82,6 +82,17 @@ Status CheckSameOnEveryRank(Communicator& comm, std::string_view text) {
   return Status::Ok();
 }
 
+Status Communicator::AllToAll(const float* in, float* out, int64_t count) {
+  const int n = size(), me = rank();
+  std::copy_n(in + me * count, count, out + me * count);
+  // Round k: send to the rank k ahead, receive from the rank k behind.
+  for (int k = 1; k < n; ++k) {
+    const int to = (me + k) % n, from = (me + n - k) % n;
+    DOMINO_RETURN_IF_ERROR(SendRecv(in + to * count, to, out + from * count, from, count));
+  }
+  return Status::Ok();
+}
+
 Status Communicator::Send(const float*, int64_t, int) {
   return Error("this communicator has no point-to-point sends");
 }
@@ -155,6 +166,9 @@ class Borrowed final : public Communicator {
   }
   Status Gather(const float* in, float* out, int64_t count) override {
     return c_.Gather(in, out, count);
+  }
+  Status AllToAll(const float* in, float* out, int64_t count) override {
+    return c_.AllToAll(in, out, count);
   }
   Status SendRecv(const float* send, int to, float* recv, int from, int64_t count) override {
     return c_.SendRecv(send, to, recv, from, count);

@@ -28,6 +28,9 @@ class Communicator {
   virtual Status AllGather(const float* in, float* out, int64_t count) = 0;
   // As AllGather, but only rank 0 receives; `out` may be null elsewhere.
   virtual Status Gather(const float* in, float* out, int64_t count) = 0;
+  // out[r * count, (r + 1) * count) = rank r's in[rank * count, (rank + 1) * count), on every
+  // rank (context parallelism's a2a). By default, size - 1 SendRecv rounds.
+  virtual Status AllToAll(const float* in, float* out, int64_t count);
   // Sends send[0, count) to rank `to` and receives recv[0, count) from rank `from` (pipeline
   // activations and gradients); deadlock-free when every rank of a ring or chain calls it.
   virtual Status SendRecv(const float* send, int to, float* recv, int from, int64_t count) = 0;

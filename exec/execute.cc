@@ -279,6 +279,8 @@ Result<CommMode> ParseCommMode(std::string_view name) {
 Plan ReferencePlan(const Plan& plan) {
   Plan ref = plan;
   ref.tp = ref.pp = ref.dp = ref.cp = 1;
+  ref.cp_comm.reset();
+  ref.cp_a2a = 0;
   ref.cluster.nodes = 1;
   ref.cluster.gpus_per_node = 1;
   ref.model.layers = plan.model.layers / plan.pp;  // one stage's layers
@@ -316,14 +318,6 @@ Result<Extent> ParseExtent(std::string_view name) {
 Extent DefaultExtent(const Plan& plan, BackendKind backend) {
   if (backend != BackendKind::kCpu) return Extent::kLayerStack;
   return plan.pp == 1 && plan.dp == 1 && plan.cp == 1 ? Extent::kModel : Extent::kStep;
-}
-
-Status CheckContextParallelism(const Plan& plan) {
-  if (plan.cp == 1 || plan.cp_communication() == CpComm::kP2p) return Status::Ok();
-  return Error(
-      fmt::format("parallel.cp_comm {}: the executor runs context parallelism as the p2p "
-                  "ring only (exec/ring_attention.h); `simulate` predicts {}",
-                  CpCommName(plan.cp_communication()), CpCommName(plan.cp_communication())));
 }
 
 Result<Schedule> LowerForExecution(const Plan& plan, Extent extent) {

@@ -50,9 +50,6 @@ Extent DefaultExtent(const Plan& plan, BackendKind backend);
 // than one pipeline stage or data-parallel replica (its whole steps run its Iteration:
 // exec/step.h), and for Extent::kStep.
 Result<Schedule> LowerForExecution(const Plan& plan, Extent extent);
-// Whether the executor runs the plan's context parallelism: the p2p ring (exec/ring_attention.h)
-// only, not all_gather, a2a or a2a+p2p (Plan::cp_communication), which `simulate` predicts.
-Status CheckContextParallelism(const Plan& plan);
 
 // Adam (no weight decay) on fp32 master weights. A larger eps than training's 1e-8 keeps the
 // update a smooth function of the gradient, so that rounding differences between a sharded run

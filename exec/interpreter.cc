@@ -94,7 +94,7 @@ Status RunCollective(const Schedule& schedule, int32_t id, Backend& backend, Com
       DOMINO_RETURN_IF_ERROR(comm.AllGather(in.data(), out.data(), n_in));
       DOMINO_RETURN_IF_ERROR(backend.Unpack(writes[0], out.data()));
       return Status::Ok();
-    case CollectiveOp::kAllToAll:  // context parallelism's a2a, which execute refuses
+    case CollectiveOp::kAllToAll:  // context parallelism's a2a: exec/cp_attention.h
     case CollectiveOp::kNone:
       break;
   }
@@ -109,6 +109,7 @@ bool RunsNothing(const Op& op) {
     case OpFunc::kAmaxAllReduce:
     case OpFunc::kAmaxUpdate:
     case OpFunc::kCpMerge:
+    case OpFunc::kCpCopy:
     case OpFunc::kAttnCopy:
     case OpFunc::kAttnCopyGrad:
       return true;

@@ -30,7 +30,9 @@ class Backend {
 // True for an op of a stack's own kernels that this executor's kernels leave nothing to do for:
 // fp8 scaling's amax reductions and updates (fp8 runs as bf16 here), context parallelism's merge
 // kernels (the ring folds each block into its running result itself), and the copies around the
-// attention (its attention reads Q, K and V and writes the context and their gradients in place).
+// attention, context parallelism's included (its attention reads Q, K and V and writes the
+// context and their gradients in place; exec/cp_attention.h keeps what it gathers or trades in
+// its own order).
 // RunOp does nothing for them, and a calibration does not time them.
 bool RunsNothing(const Op& op);
 

@@ -66,6 +66,12 @@ class MpiCommunicator final : public Communicator {
                             MPI_FLOAT, 0, comm_),
                  "gather");
   }
+  Status AllToAll(const float* in, float* out, int64_t count) override {
+    DOMINO_RETURN_IF_ERROR(CheckCount(count * size_));
+    return Check(MPI_Alltoall(in, static_cast<int>(count), MPI_FLOAT, out, static_cast<int>(count),
+                              MPI_FLOAT, comm_),
+                 "all-to-all");
+  }
   [[noreturn]] void Abort(int exit_code) override {
     MPI_Abort(MPI_COMM_WORLD, exit_code);  // every rank, not only this group's
     std::_Exit(exit_code);

@@ -14,7 +14,6 @@
 #include "exec/cpu_kernels.h"
 #include "exec/cuda_backend.h"
 #include "exec/interpreter.h"
-#include "exec/ring_attention.h"
 #include "exec/step_device.h"
 #include "exec/step_runner.h"
 #include "planner/lower.h"
@@ -122,6 +121,11 @@ Result<Groups> SplitGroups(const Plan& plan, Communicator& world, const RankCoor
 }
 
 Status StepRunner::Init() {
+  if (plan_.cp > 1) {
+    Result<std::unique_ptr<CpAttention>> cp = CpAttention::Create(plan_, *g_.cp);
+    if (!cp.ok()) return cp.error();
+    cp_attention_ = std::move(cp).value();
+  }
   const int vs_total = static_cast<int>(it_.virtual_stages.size());
   std::vector<int> first(vs_total + 1, 0);
   for (int vs = 0; vs < vs_total; ++vs) first[vs + 1] = first[vs] + it_.virtual_stages[vs].layers;
@@ -354,9 +358,8 @@ Status StepRunner::RunPass(const Op& op, int32_t id) {
     if (o.func == OpFunc::kResidualGrad) continue;
     // A stack's merge kernels, amax reductions and copies around the attention (interpreter.h).
     if (RunsNothing(o)) continue;
-    if (plan_.cp > 1 &&
-        (o.func == OpFunc::kAttn || o.func == OpFunc::kAttnGrad || o.func == OpFunc::kCpSendRecv)) {
-      DOMINO_RETURN_IF_ERROR(ring_->Run(s, static_cast<int32_t>(cursor), backend));
+    if (cp_attention_ && CpAttention::Runs(o)) {
+      DOMINO_RETURN_IF_ERROR(cp_attention_->Run(s, static_cast<int32_t>(cursor), backend));
       continue;
     }
     if (device_ && o.kind == OpKind::kCollective && plan_.tp > 1) {
@@ -507,7 +510,6 @@ double StepBytesPerRank(const Plan& plan) {
 
 Result<ExecuteResult> ExecuteIteration(const Plan& plan, const Iteration& it, Communicator& world,
                                        const ExecuteOptions& options) {
-  DOMINO_RETURN_IF_ERROR(CheckContextParallelism(plan));
   const int ranks = plan.tp * plan.cp * plan.pp * plan.dp;
   if (world.size() != ranks)
     return Error(fmt::format("the plan has {} = {} ranks; {} were launched", RanksText(plan), ranks,

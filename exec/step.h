@@ -54,10 +54,10 @@ Plan StepReferencePlan(const Plan& plan);
 //    gradients of the layer, reduce-scatters them over DP x CP and adds them to the rank's shard
 //    (the step starts the shards at zero; no bucket op runs);
 //  - with context parallelism (cp > 1) each rank holds its CP rank's tokens of every sequence
-//    (CpPosition) and the attention core runs as ring attention, op by op as the schedule has it:
-//    each block folds the current KV block into the local queries' online softmax (backward: adds
-//    its share of dQ, dK and dV, the latter travelling with their block), each transfer passes
-//    the block to the next CP rank.
+//    (CpPosition) and the attention core runs as the plan's cp_communication(), op by op as the
+//    schedule has it (exec/cp_attention.h): the ring's blocks and transfers, all_gather's
+//    gather, chunks and reduce-scatter, a2a's all-to-alls around the attention over 1/cp of the
+//    heads, a2a+p2p's within its groups around the ring between them.
 // Micro-batch g = dp_rank x micro-batches + i of a step reads tokens [g x tokens, (g + 1) x
 // tokens) of the seed's token stream; every step reads the same batch.
 //

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "exec/communicator.h"
+#include "exec/cp_attention.h"
 #include "exec/cpu_backend.h"
 #include "exec/cuda_backend.h"
 #include "exec/interpreter.h"
-#include "exec/ring_attention.h"
 #include "exec/step.h"
 #include "exec/step_device.h"
 #include "planner/iteration.h"
@@ -96,9 +96,7 @@ class StepRunner {
  public:
   StepRunner(const Plan& plan, const Iteration& it, const RankCoords& me, Groups groups,
              const ExecuteOptions& options)
-      : plan_(plan), it_(it), me_(me), g_(std::move(groups)), options_(options) {
-    if (plan_.cp > 1) ring_ = std::make_unique<RingAttention>(plan_, me_.cp, *g_.cp);
-  }
+      : plan_(plan), it_(it), me_(me), g_(std::move(groups)), options_(options) {}
 
   Status Init();
   Status Step(int step, Timeline* timeline);
@@ -176,8 +174,8 @@ class StepRunner {
   std::set<std::tuple<bool, int16_t, int16_t>> sends_;  // (backward, sender's vs, micro-batch)
   std::vector<int32_t> mine_;                           // this rank's iteration ops, in order
   std::vector<float> scratch_in_, scratch_out_, recv_, shard_, reduce_;
-  std::unique_ptr<RingAttention> ring_;  // context parallelism (cp > 1)
-  std::unique_ptr<StepDevice> device_;   // CUDA with --comm nccl: transport on the device
+  std::unique_ptr<CpAttention> cp_attention_;  // context parallelism (cp > 1)
+  std::unique_ptr<StepDevice> device_;         // CUDA with --comm nccl: transport on the device
 };
 
 // With ExecuteOptions::check: runs the single-rank reference on rank 0 and compares the losses,

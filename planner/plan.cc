@@ -175,6 +175,13 @@ std::string_view PipelineSplitName(PipelineSplit split) {
   return "layers";
 }
 
+std::string Plan::CpCommText() const {
+  const CpComm comm = cp_communication();
+  return comm == CpComm::kA2aP2p
+             ? fmt::format("{}, a2a groups of {}", CpCommName(comm), cp_a2a_ranks())
+             : std::string(CpCommName(comm));
+}
+
 int Plan::DefaultCpA2a() const {
   const int beside_tp = std::max(1, cluster.gpus_per_node / std::max(1, tp));
   int anywhere = 0;

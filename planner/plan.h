@@ -261,6 +261,9 @@ struct Plan {
     if (comm != CpComm::kA2aP2p) return 1;
     return cp_a2a > 0 ? cp_a2a : DefaultCpA2a();
   }
+  // How context parallelism communicates, as `simulate` and `execute` print it: "all_gather",
+  // "a2a+p2p, a2a groups of 8".
+  std::string CpCommText() const;
   // a2a+p2p's default a2a group: the most ranks, dividing cp and each TP rank's heads and leaving
   // a ring of at least 2, that fit in a node beside their TP ranks (the a2a on NVLink, the ring
   // across nodes), else that number anywhere; 0 when none does.

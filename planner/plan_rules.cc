@@ -146,8 +146,8 @@ std::optional<PlanRuleFailure> CheckCpComm(const Plan& p) {
   const CpComm comm = p.cp_communication();
   if (comm != CpComm::kP2p && !p.stack.te_cp_comm_types)
     return fail(
-        fmt::format("stack {} runs context parallelism as the p2p ring only, not {} (a "
-                    "stack that runs Transformer Engine's, megatron-core, has all four)",
+        fmt::format("stack {} runs context parallelism as the p2p ring only, not {} "
+                    "(megatron-core, Transformer Engine's, and domino run all four)",
                     p.stack.name, CpCommName(comm)));
   if (comm == CpComm::kA2a && !p.cp_divides_heads())
     return fail(

@@ -179,9 +179,10 @@ void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchE
                const exec::ExecuteResult& r, const PlanFigures& f, std::ostream& out) {
   out << fmt::format(
       "# {} executed on the {} backend: {} rank(s), launcher: {}\n"
-      "# {}{}{} | {} micro-batches of {} x seq {} per replica | row split {}, col split {}, "
+      "# {}{}{}{} | {} micro-batches of {} x seq {} per replica | row split {}, col split {}, "
       "sequence parallel {}{} | {} training step(s), {} ops on rank 0\n\n",
       plan.model.name, backend, env.size, env.source, exec::RanksText(plan),
+      plan.cp > 1 ? fmt::format(" (context parallelism {})", plan.CpCommText()) : "",
       plan.virtual_stages > 1
           ? fmt::format(" (interleaved, {} chunks per stage)", plan.virtual_stages)
           : "",
@@ -289,9 +290,7 @@ void Run(ExecuteFlags& flags) {
                fmt::format("--steps counts the training steps of --extent step; this run's extent "
                            "is {}: give --iterations",
                            exec::ExtentName(extent)));
-  // What the executor or this extent cannot run is said before how to launch it.
-  if (Status runs = exec::CheckContextParallelism(*plan); !runs.ok())
-    FailOnRank("execute", rank, fmt::format("{}: {}", what, runs.message()));
+  // What this extent cannot run is said before how to launch it.
   Result<Schedule> schedule =
       whole_step ? Result<Schedule>(Schedule{}) : exec::LowerForExecution(*plan, extent);
   if (!schedule.ok()) FailOnRank("execute", rank, schedule.message());

@@ -24,12 +24,7 @@ std::string Describe(const Plan& p) {
       "# tp {}{}, pp {}{}, dp {}, sequence parallel {} | row split {}, col split {}, scope {}{}\n",
       p.model.name, p.cluster.name, p.cluster.total_gpus(), p.cluster.node.gpu.name,
       DtypeName(p.precision), p.stack.name, p.seq_len, p.micro_batch, p.global_batch,
-      p.micro_batches(), p.tp,
-      p.cp > 1 ? fmt::format(", cp {} ({}{})", p.cp, CpCommName(p.cp_communication()),
-                             p.cp_communication() == CpComm::kA2aP2p
-                                 ? fmt::format(", a2a groups of {}", p.cp_a2a_ranks())
-                                 : "")
-               : "",
+      p.micro_batches(), p.tp, p.cp > 1 ? fmt::format(", cp {} ({})", p.cp, p.CpCommText()) : "",
       p.pp, PipelineSplitText(p), p.dp, p.sequence_parallel ? "on" : "off", p.row_split,
       p.col_split, ScopeName(p.scope),
       p.method == OverlapMethod::kDomino

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -64,6 +65,27 @@ TEST(LocalGroupTest, SendRecvPassesAlongARing) {
     std::vector<float> send = {static_cast<float>(r), 100.0f + r}, recv(2);
     ASSERT_TRUE(c.SendRecv(send.data(), (r + 1) % 4, recv.data(), (r + 3) % 4, 2).ok());
     EXPECT_EQ(recv, (std::vector<float>{static_cast<float>((r + 3) % 4), 100.0f + (r + 3) % 4}));
+  });
+}
+
+TEST(LocalGroupTest, AllToAllGivesEachRankItsBlockOfEveryRank) {
+  // Rank r sends block j (2 elements: 10 r + j, -(10 r + j)) to rank j; rank j receives block
+  // r from rank r. Also within a split group (the a2a groups of context parallelism).
+  OnRanks(3, [](int r, Communicator& c) {
+    std::vector<float> in, out(6), want;
+    for (int j = 0; j < 3; ++j) in.insert(in.end(), {10.0f * r + j, -(10.0f * r + j)});
+    for (int s = 0; s < 3; ++s) want.insert(want.end(), {10.0f * s + r, -(10.0f * s + r)});
+    ASSERT_TRUE(c.AllToAll(in.data(), out.data(), 2).ok());
+    EXPECT_EQ(out, want);
+  });
+  OnRanks(4, [](int r, Communicator& c) {
+    Result<std::unique_ptr<Communicator>> pair = c.Split(r / 2, r % 2);
+    ASSERT_TRUE(pair.ok()) << pair.message();
+    const std::vector<float> in = {100.0f * r, 100.0f * r + 1};
+    std::vector<float> out(2);
+    ASSERT_TRUE((*pair)->AllToAll(in.data(), out.data(), 1).ok());
+    const int first = r / 2 * 2;  // the pair's ranks: first, first + 1
+    EXPECT_EQ(out, (std::vector<float>{100.0f * first + r % 2, 100.0f * (first + 1) + r % 2}));
   });
 }
 
@@ -154,6 +176,9 @@ TEST(SelfCommunicatorTest, CollectivesOfOneAreCopies) {
   ASSERT_TRUE(c.AllGather(v.data(), out.data(), 2).ok());
   EXPECT_EQ(out, v);
   ASSERT_TRUE(c.ReduceScatter(v.data(), out.data(), 2).ok());
+  EXPECT_EQ(out, v);
+  std::fill(out.begin(), out.end(), 0.0f);
+  ASSERT_TRUE(c.AllToAll(v.data(), out.data(), 2).ok());
   EXPECT_EQ(out, v);
   std::vector<float> got(2);
   ASSERT_TRUE(c.SendRecv(v.data(), 0, got.data(), 0, 2).ok());

@@ -118,21 +118,45 @@ TEST(StepTest, ContextParallelTokensAreLoadBalancedChunks) {
 }
 
 TEST(StepTest, ContextParallelStepMatchesTheReference) {
-  // CP 2 x TP 2 on tiny-llama (causal, grouped-query attention): the ring's transfers are in the
-  // schedule, and the loss, gradients and weights match the single rank.
-  const Plan plan = TinyPlan("tiny-llama", 2, 1, 1, 0, /*cp=*/2);
-  const Iteration it = IterationOf(plan);
-  Result<Schedule> pass = LowerStage(plan, LowerOptions{plan.model.layers, true, true, true, true});
-  ASSERT_TRUE(pass.ok());
-  int transfers = 0;
-  for (const Op& op : pass->ops()) transfers += op.func == OpFunc::kCpSendRecv;
-  EXPECT_GT(transfers, 0);
-  std::vector<Result<ExecuteResult>> results = RunRanks(plan, it);
-  for (const auto& r : results) {
-    ASSERT_TRUE(r.ok()) << r.message();
-    EXPECT_TRUE(r->passed);
+  // Every CP comm type on tiny-llama (causal, grouped-query attention: 8 heads over 4 key/value
+  // heads): the schedule has its transfers or collectives, and the loss, gradients and weights
+  // match the single rank. TP 2 beside the ring and a2a (2 heads a rank over cp 2), row slices
+  // under all_gather (each slice gathers its own keys), a2a+p2p's groups of 2 around a ring of 2.
+  struct Case {
+    CpComm comm;
+    int tp, cp, row_split;
+    OpFunc moves;  // the op that moves the keys
+  };
+  const Case cases[] = {{CpComm::kP2p, 2, 2, 1, OpFunc::kCpSendRecv},
+                        {CpComm::kAllGather, 1, 2, 2, OpFunc::kCpAllGather},
+                        {CpComm::kA2a, 2, 2, 1, OpFunc::kCpAllToAll},
+                        {CpComm::kA2a, 1, 4, 1, OpFunc::kCpAllToAll},
+                        {CpComm::kA2aP2p, 1, 4, 1, OpFunc::kCpSendRecv}};
+  for (const Case& k : cases) {
+    Plan plan = TinyPlan("tiny-llama", k.tp, 1, 1, 0, k.cp);
+    plan.cp_comm = k.comm;
+    plan.row_split = k.row_split;
+    ASSERT_FALSE(CheckPlanRules(plan).has_value()) << CheckPlanRules(plan)->rule;
+    Result<Schedule> pass =
+        LowerStage(plan, LowerOptions{plan.model.layers, true, true, true, true});
+    ASSERT_TRUE(pass.ok()) << pass.message();
+    int moves = 0, trades = 0;
+    for (const Op& op : pass->ops()) {
+      moves += op.func == k.moves;
+      trades += op.func == OpFunc::kCpAllToAll;
+    }
+    EXPECT_GT(moves, 0) << CpCommName(k.comm);
+    EXPECT_EQ(trades > 0, k.comm == CpComm::kA2a || k.comm == CpComm::kA2aP2p);
+    std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.ok()) << CpCommName(k.comm) << ": " << r.message();
+      EXPECT_TRUE(r->passed) << CpCommName(k.comm) << " tp " << k.tp << " cp " << k.cp;
+    }
+    ASSERT_EQ(results[0]->losses.size(), 2u);
+    EXPECT_LT(results[0]->losses[1], results[0]->losses[0]);
+    for (const TensorCheck& c : results[0]->checks)
+      EXPECT_TRUE(c.ok) << CpCommName(k.comm) << " " << c.name << " " << c.rel_error;
   }
-  for (const TensorCheck& c : results[0]->checks) EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
 }
 
 TEST(StepTest, DroppingARingTransferFailsTheCheck) {

@@ -102,9 +102,9 @@ TEST(CpCommTest, RulesNameTheKey) {
       rule(ring),
       "Transformer Engine's p2p ring refuses a sliding window, and the model's window of 1024 "
       "tokens covers 32 of its 32 layers: cp_comm a2a or all_gather");
-  EXPECT_EQ(rule(WithComm(CpPlan(2, 8192, "domino"), CpComm::kAllGather)),
-            "stack domino runs context parallelism as the p2p ring only, not all_gather (a stack "
-            "that runs Transformer Engine's, megatron-core, has all four)");
+  EXPECT_EQ(rule(WithComm(CpPlan(2, 8192, "deepspeed-domino"), CpComm::kAllGather)),
+            "stack deepspeed-domino runs context parallelism as the p2p ring only, not all_gather "
+            "(megatron-core, Transformer Engine's, and domino run all four)");
   EXPECT_FALSE(CheckPlanRules(WithComm(CpPlan(4), CpComm::kAllGather)).has_value());
   // a2a+p2p: cp_a2a only with it, its groups dividing cp with a ring left, and the heads.
   auto rule_a2a = [](const Plan& plan) { return RuleOf(plan, "parallel.cp_a2a"); };
@@ -367,7 +367,10 @@ TEST(CpCommTest, TheSearchTriesEachCommType) {
   SearchSpace pinned;
   pinned.cp_comm = CpComm::kAllGather;
   EXPECT_EQ(searched(base, pinned), (Seen{"all_gather"}));
-  EXPECT_EQ(searched(CpPlan(4, 32768, "domino"), {}), (Seen{"p2p"}));
+  // A stack that runs only the ring; this project's executor runs all four.
+  EXPECT_EQ(searched(CpPlan(4, 32768, "deepspeed-domino"), {}), (Seen{"p2p"}));
+  EXPECT_EQ(searched(CpPlan(4, 32768, "domino"), {}),
+            (Seen{"p2p", "all_gather", "a2a", "a2a+p2p"}));
 }
 
 }  // namespace

@@ -508,9 +508,9 @@ CASES = [
     ("a2a groups that leave no ring", "--cp-comm a2a+p2p --cp-a2a 4 with cp 4", {},
      ["simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--tp", "2", "--cp", "4", "--cp-comm", "a2a+p2p", "--cp-a2a", "4", "--seq-len", "8192"],
      r"parallel\.cp_a2a: a2a\+p2p: cp_a2a \(4\) must divide cp \(4\) and leave a ring of at least 2", None),
-    ("a CP comm type the executor lacks", "execute of a plan with cp_comm a2a (the executor rings its own)", {},
-     ["execute", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1:4", "--tp", "2", "--cp", "2", "--cp-comm", "a2a", "--seq-len", "16", "--micro-batch", "1"],
-     r"the plan: parallel\.cp_comm a2a: the executor runs context parallelism as the p2p ring only", None),
+    ("CP in a layer stack", "execute --extent layers of a plan with context parallelism (its attention spans the CP group's steps)", {},
+     ["execute", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1:4", "--tp", "2", "--cp", "2", "--cp-comm", "a2a", "--seq-len", "16", "--micro-batch", "1", "--extent", "layers"],
+     r"context parallelism \(cp 2\) is executed in whole training steps \(--extent step\), not as layers", None),
 ]
 
 # The exit code of each case (README, `domino --help`): 2 a usage error, 3 no plan fits, 1 any
