@@ -173,7 +173,7 @@ void Run(CalibrateFlags& flags) {
         env->size, flags.repeats);
   Result<HardwareProfile> profile = cuda ? exec::CalibrateCuda(*plan, **comm, options)
                                          : exec::CalibrateCpu(*plan, **comm, options);
-  if (!profile.ok()) FailOnRank("calibrate", rank, profile.message());
+  if (!profile.ok()) watch.FailRun(profile.message());
   if (rank != 0) return;
   CheckOk("calibrate", WriteFileAtomically(flags.out_path, ProfileToYaml(*profile), true));
   // With the profile on stdout ("-"), what it says goes to stderr.

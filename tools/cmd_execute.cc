@@ -443,7 +443,7 @@ void Run(ExecuteFlags& flags) {
   Result<exec::ExecuteResult> result =
       whole_step ? exec::ExecuteStep(*plan, *comm, options)
                  : exec::ExecuteSchedule(*plan, std::move(schedule).value(), *comm, options);
-  if (!result.ok()) FailOnRank("execute", rank, result.message());
+  if (!result.ok()) watch.FailRun(result.message());
   if (rank != 0) {
     if (!result->passed) throw CLI::RuntimeError(1);
     return;

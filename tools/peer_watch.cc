@@ -37,6 +37,17 @@ void PeerWatch::Step(size_t done) {
   if (fault_.kind == "die") std::_Exit(9);
   if (fault_.kind == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  if (fault_.kind == "fail") FailRun(fmt::format("injected failure after {} {}", done, steps_));
+}
+
+void PeerWatch::FailRun(const std::string& message) {
+  if (group_ == nullptr || group_->size() <= 1) FailOnRank(command_, rank_, message);
+  if (rank_ != 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+  const std::string line = fmt::format("domino {}: {}{}\n", command_,
+                                       rank_ == 0 ? "" : fmt::format("rank {}: ", rank_), message);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+  group_->Abort(kExitBadInput);
 }
 
 PeerWatch::Fault PeerWatch::ParseFault(const char* text) {

@@ -15,8 +15,11 @@ namespace domino::cli {
 // and this rank waits on it in a collective), one line says so and every rank is aborted (exit
 // 3) instead of waiting forever.
 //
+// A run that fails on this rank alone (a device error, say) would leave its peers waiting for it
+// the same way: FailRun says why on this rank and aborts every rank at once.
+//
 // For tests, DOMINO_FAULT_INJECT plays such a peer: "die@RANK:STEP" ends rank RANK abruptly at
-// its step STEP, "hang@RANK:STEP" stops it there forever.
+// its step STEP, "hang@RANK:STEP" stops it there forever, "fail@RANK:STEP" fails its run there.
 class PeerWatch {
  public:
   // `command` and `steps` (what a step is: "ops", "measurements") are named in the message;
@@ -27,10 +30,14 @@ class PeerWatch {
 
   // Step `done` (counted from 1) is done: beats the watchdog.
   void Step(size_t done);
+  // Ends the run, failed on this rank: prints "domino COMMAND: [rank R: ]MESSAGE" (a rank other
+  // than 0 waits a second first, so that where every rank fails alike rank 0 says it, once) and
+  // aborts every rank (exit 1), which may wait for this one in a collective. Alone, as Fail.
+  [[noreturn]] void FailRun(const std::string& message);
 
  private:
   struct Fault {
-    std::string kind;  // "die", "hang" or "": none
+    std::string kind;  // "die", "hang", "fail" or "": none
     int rank = -1;
     long step = -1;
   };

@@ -1,6 +1,7 @@
 #!/bin/bash
 # A peer that dies or hangs mid-run (execute, calibrate): the launch ends non-zero within the
-# timeout, with a clear message, instead of hanging. Usage: peer_faults.sh DOMINO MPIEXEC SOURCE_DIR
+# timeout, with a clear message, instead of hanging. A run that fails on one rank alone ends every
+# rank at once, that rank saying why. Usage: peer_faults.sh DOMINO MPIEXEC SOURCE_DIR
 set -uo pipefail
 domino=$1 mpiexec=$2 src=$3
 flags=(--model "$src/models/examples/tiny-gpt.yaml" --cluster dgx-h100:1:2 --tp 2 --seq-len 16
@@ -13,7 +14,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 for command in execute calibrate; do
   extra=()
   [[ $command == calibrate ]] && extra=(--out "$tmp/profile.yaml" --repeats 1)
-  for fault in hang die; do
+  for fault in hang die fail; do
     start=$(date +%s)
     out=$(DOMINO_FAULT_INJECT="$fault@1:20" timeout 60 "$mpiexec" -np 2 --oversubscribe \
           -x DOMINO_FAULT_INJECT "$domino" "$command" "${flags[@]}" "${extra[@]}" 2>&1)
@@ -23,7 +24,11 @@ for command in execute calibrate; do
     ((rc != 124)) || fail "$command $fault: still running after 60 s"
     ((took <= 30)) || fail "$command $fault: took $took s"
     [[ ! -e $tmp/profile.yaml ]] || fail "$command $fault: wrote a profile"
-    if [[ $fault == hang ]]; then
+    if [[ $fault == fail ]]; then
+      grep -q "^domino $command: rank 1: injected failure after 20 [a-z]*$" <<<"$out" ||
+        fail "$command fail: the failed rank did not say why: $out"
+      ! grep -q "no progress for" <<<"$out" || fail "$command fail: waited for the watchdog: $out"
+    elif [[ $fault == hang ]]; then
       grep -q "^domino $command: rank [0-9]*: no progress for [0-9]* s after [0-9]* [a-z]*; a peer" \
         <<<"$out" || fail "$command hang: no clear message: $out"
     else
