@@ -6,6 +6,7 @@
 
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "exec/communicator.h"
@@ -169,20 +170,26 @@ TEST(CudaStepFakeTest, FsdpStepsGatherAndReduceEachLayerOnNccl) {
   EXPECT_EQ(accumulates, (2 * 7 + 2 * 8 + 2 * 2 + 2 * 3 + 2) * plan.dp * options.steps);
 }
 
-// Context parallelism's ring passes its blocks through the host; the rest of the step runs on
-// the device all the same.
+// Context parallelism's attention core passes its blocks through the host, as each comm type
+// lays it out; the rest of the step runs on the device all the same.
 TEST(CudaStepFakeTest, WholeStepsWithContextParallelismRunOnNccl) {
-  const Plan plan = testing_util::MakePlan(StepKnobs(1, 2, 1, 1, 4));
-  ExecuteOptions options;
-  options.backend = BackendKind::kCuda;
-  options.cuda.comm = CommMode::kNccl;
-  Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
-  ASSERT_TRUE(it.ok()) << it.message();
-  std::vector<Status> status;
-  const std::vector<fake::Stats> counted = FakeRanks(plan, *it, options, &status);
-  for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank].message();
-    EXPECT_GT(counted[rank].nccl_collectives, 0) << rank;  // the buckets, over DP x CP
+  for (const auto& [comm, cp] : {std::pair{CpComm::kP2p, 2}, std::pair{CpComm::kAllGather, 2},
+                                 std::pair{CpComm::kA2a, 2}, std::pair{CpComm::kA2aP2p, 4}}) {
+    Plan plan = testing_util::MakePlan(StepKnobs(1, cp, 1, 1, 4 * cp));
+    plan.cp_comm = comm;
+    ASSERT_FALSE(CheckPlanRules(plan).has_value()) << CheckPlanRules(plan)->rule;
+    ExecuteOptions options;
+    options.backend = BackendKind::kCuda;
+    options.cuda.comm = CommMode::kNccl;
+    Result<Iteration> it = LowerIteration(plan, IterationOptions{false});
+    ASSERT_TRUE(it.ok()) << it.message();
+    std::vector<Status> status;
+    const std::vector<fake::Stats> counted = FakeRanks(plan, *it, options, &status);
+    for (int rank = 0; rank < cp; ++rank) {
+      ASSERT_TRUE(status[rank].ok())
+          << CpCommName(comm) << " rank " << rank << ": " << status[rank].message();
+      EXPECT_GT(counted[rank].nccl_collectives, 0) << rank;  // the buckets, over DP x CP
+    }
   }
 }
 
