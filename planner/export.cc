@@ -121,6 +121,10 @@ std::vector<std::string> KernelDifferences(const Plan& plan, std::string_view fr
     out.push_back(fmt::format(
         "softmax scale-mask-softmax: {} has no switch for the unfused scale, mask and softmax",
         framework));
+  if (!plan.branch_dropout(false) && plan.applies_dropout())
+    out.push_back(fmt::format(
+        "mlp_dropout false: {}'s hidden dropout runs after the MLP too, as after the attention",
+        framework));
   if (plan.precision == Dtype::kFp8 && plan.fp8_casts() != fp8.cast)
     out.push_back(fmt::format("fp8_cast {}: {} casts as fp8_cast {} does ({})",
                               Fp8CastName(plan.fp8_casts()), framework, Fp8CastName(fp8.cast),

@@ -83,8 +83,10 @@ struct FrameworkFp8Cast {
 
 // The plan's kernels that `framework` cannot be told to run: unfused attention without a mask
 // (training.softmax scale-softmax: a GPT's attention is causal), the scale, mask and softmax
-// unfused where the framework has no switch for it (`unfused_softmax_switch` false), and fp8
-// inputs cast where the framework's modules do not cast them (`fp8`).
+// unfused where the framework has no switch for it (`unfused_softmax_switch` false), a dropout
+// after the attention but not after the MLP (training.mlp_dropout false: the frameworks' hidden
+// dropout runs after both), and fp8 inputs cast where the framework's modules do not cast them
+// (`fp8`).
 std::vector<std::string> KernelDifferences(const Plan& plan, std::string_view framework,
                                            bool unfused_softmax_switch, FrameworkFp8Cast fp8);
 

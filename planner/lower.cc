@@ -265,15 +265,16 @@ Lowering::Deps Lowering::ForwardEntry(int l, Block block, int i) {
   if (block == Block::kAttention) {
     if (l > 0 && !recomputing_) {  // a recomputed layer starts from its saved input
       const LayerTensors& prev = tensors_[l - 1];
-      Elementwise(
-          OpFunc::kResidual2, Tags(l - 1, i, -1, fwd_phase_), ResidualBytes(hb), std::move(deps),
-          {SliceOf(prev.mid, i), SliceOf(Reduced(prev.fc2, prev.fc2_s), i)}, {SliceOf(t.x, i)});
+      Elementwise(OpFunc::kResidual2, Tags(l - 1, i, -1, fwd_phase_), ResidualBytes(hb, false),
+                  std::move(deps),
+                  {SliceOf(prev.mid, i), SliceOf(Reduced(prev.fc2, prev.fc2_s), i)},
+                  {SliceOf(t.x, i)});
       deps = {};
     }
     norm = Elementwise(OpFunc::kLn1, tags, 2 * hb, std::move(deps),
                        {SliceOf(t.x, i), WholeOf(t.w_ln1)}, {SliceOf(Reduced(t.ln1, t.ln1_s), i)});
   } else {
-    Elementwise(OpFunc::kResidual1, tags, ResidualBytes(hb), std::move(deps),
+    Elementwise(OpFunc::kResidual1, tags, ResidualBytes(hb, true), std::move(deps),
                 {SliceOf(t.x, i), SliceOf(Reduced(t.proj, t.proj_s), i)}, {SliceOf(t.mid, i)});
     norm = Elementwise(OpFunc::kLn2, tags, 2 * hb, {}, {SliceOf(t.mid, i), WholeOf(t.w_ln2)},
                        {SliceOf(Reduced(t.ln2, t.ln2_s), i)});
@@ -396,25 +397,26 @@ Lowering::Deps Lowering::BackwardEntry(int l, Block block, int i, bool final) {
     // The top layer's output gradient arrives from the loss (or the next stage).
     tags = Tags(l, i, -1, Phase::kBackward);
     grad_tensor = out_grad_;
-    grad_out =
-        Elementwise(OpFunc::kResidualGrad, tags, hb, std::move(deps), {}, {SliceOf(out_grad_, i)});
+    grad_out = Elementwise(OpFunc::kResidualGrad, tags, hb + DropoutGradBytes(hb, false),
+                           std::move(deps), {}, {SliceOf(out_grad_, i)});
   } else if (block == Block::kMlp) {
     // Entering layer l's MLP from layer l+1's attention: ln1 backward of layer l+1, plus the
     // gradient that reached layer l+1's mid through the residual.
     const LayerTensors& up = tensors_[l + 1];
     tags = Tags(l + 1, i, -1, Phase::kBackward);
     grad_tensor = up.g_x;
-    grad_out = NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, up.x,
-                        Reduced(up.g_ln1, up.g_ln1_s), up.w_ln1, up.g_mid, up.g_x, up.g_w_ln1);
+    grad_out =
+        NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, up.x, Reduced(up.g_ln1, up.g_ln1_s),
+                 up.w_ln1, up.g_mid, up.g_x, up.g_w_ln1, DropoutGradBytes(hb, false));
   } else {
     const LayerTensors& t = tensors_[l];
     tags = Tags(l, i, -1, Phase::kBackward);
     grad_tensor = final ? t.g_x : t.g_mid;
-    grad_out = final
-                   ? NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, t.x,
-                              Reduced(t.g_ln1, t.g_ln1_s), t.w_ln1, t.g_mid, t.g_x, t.g_w_ln1)
-                   : NormGrad(OpFunc::kLn2Grad, tags, std::move(deps), i, t.mid,
-                              Reduced(t.g_ln2, t.g_ln2_s), t.w_ln2, OutGrad(l), t.g_mid, t.g_w_ln2);
+    grad_out = final ? NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, t.x,
+                                Reduced(t.g_ln1, t.g_ln1_s), t.w_ln1, t.g_mid, t.g_x, t.g_w_ln1)
+                     : NormGrad(OpFunc::kLn2Grad, tags, std::move(deps), i, t.mid,
+                                Reduced(t.g_ln2, t.g_ln2_s), t.w_ln2, OutGrad(l), t.g_mid,
+                                t.g_w_ln2, DropoutGradBytes(hb, true));
   }
   if (!sp_ || final) return {grad_out};
   const LayerTensors& t = tensors_[l];

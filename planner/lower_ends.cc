@@ -91,7 +91,7 @@ void Lowering::HeadForward(int i) {
   Deps deps = std::move(waits_[i]);
   waits_[i].clear();
   const double hb = NormRows() * h_ * e_;
-  Elementwise(OpFunc::kResidual2, tags, ResidualBytes(hb), std::move(deps),
+  Elementwise(OpFunc::kResidual2, tags, ResidualBytes(hb, false), std::move(deps),
               {SliceOf(t.mid, i), SliceOf(Reduced(t.fc2, t.fc2_s), i)}, {SliceOf(head_x_, i)});
   int32_t norm = Elementwise(OpFunc::kFinalNorm, tags, 2 * hb, {},
                              {SliceOf(head_x_, i), WholeOf(w_final_norm_)},
@@ -138,8 +138,9 @@ void Lowering::HeadBackward(int i) {
                        SliceOf(g_head_ln_, i), SliceOf(g_head_ln_, i));
   if (overlap_wgrad) weight_grad();
   const double hb = NormRows() * h_ * e_;
+  // The final norm's backward, and the top layer's MLP dropout's on the gradient it writes.
   head_grad_[i] = Elementwise(
-      OpFunc::kFinalNormGrad, tags, 5 * hb, {comm},
+      OpFunc::kFinalNormGrad, tags, 5 * hb + DropoutGradBytes(hb, false), {comm},
       {SliceOf(head_x_, i), SliceOf(Reduced(g_head_ln_, g_head_ln_s_), i), WholeOf(w_final_norm_)},
       {SliceOf(out_grad_, i), WholeOf(g_w_final_norm_)});
 }

@@ -21,7 +21,8 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const bool drop_scores = flash_attention || plan.recompute == Recompute::kSelective;
   // A layer that full recompute redoes keeps only its input; the others keep what they store, in
   // bytes per s*b*h: the part TP leaves whole without SP (the norms' inputs 4, the attention's
-  // and the MLP's inputs 2 + 2, and with dropout its two masks 2) and the part it splits (Q and
+  // and the MLP's inputs 2 + 2, and with dropout its masks, 1 for each branch that runs one) and
+  // the part it splits (Q and
   // the attention's output 2 + 2 times q_hidden/h, K and V 2 each times kv_hidden/h, the MLP's
   // first output and its activation's, 4*ffn/h, or 6*ffn/h when gated), plus the unfused
   // attention's scores: the softmax's output 2*a*s/h, and with dropout its mask and output 3 more
@@ -36,7 +37,8 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const double q = m.q_hidden() / h, kv = m.kv_hidden() / h;
   const double gemm_input = fp8 ? 1 : 2;
   const double mlp = ((m.activation == Activation::kSwiglu ? 4.0 : 2.0) + gemm_input) * m.ffn / h;
-  const double whole = (dropout ? 6 : 4) + 2 * gemm_input;
+  const double masks = (plan.branch_dropout(true) ? 1 : 0) + (plan.branch_dropout(false) ? 1 : 0);
+  const double whole = 4 + masks + 2 * gemm_input;
   const double split = 4 * q + 4 * kv + mlp + (fp8 ? q : 0);
   const double scores = drop_scores ? 0 : (dropout ? 5 : 2) * a * s / h;
   const double recomputed = 2 * s * b * h / (plan.sequence_parallel ? t : 1);

@@ -319,6 +319,7 @@ Result<Plan> ParsePlanNode(const YAML::Node& doc, std::string_view file,
     ReadOverride(*training, "attention", AttentionKernelNames(), &plan.attention);
     ReadOverride(*training, "fp8_recipe", Fp8RecipeNames(), &plan.fp8_recipe);
     ReadOverride(*training, "dropout", &plan.dropout);
+    ReadOverride(*training, "mlp_dropout", &plan.mlp_dropout);
     ReadOverride(*training, "fused_bias_dropout_add", &plan.fused_bias_dropout_add);
     ReadOverride(*training, "cuda_graphs", &plan.cuda_graphs);
     ReadOverride(*training, "softmax", SoftmaxKernelsNames(), &plan.softmax);
@@ -460,6 +461,7 @@ std::string PlanToYaml(const Plan& p, std::string_view comment) {
   if (p.attention) training.Add("attention", AttentionKernelName(*p.attention));
   if (p.fp8_recipe) training.Add("fp8_recipe", Fp8RecipeName(*p.fp8_recipe));
   if (p.dropout) training.Add("dropout", *p.dropout);
+  if (p.mlp_dropout) training.Add("mlp_dropout", *p.mlp_dropout);
   if (p.fused_bias_dropout_add) training.Add("fused_bias_dropout_add", *p.fused_bias_dropout_add);
   if (p.cuda_graphs) training.Add("cuda_graphs", *p.cuda_graphs);
   if (p.softmax) training.Add("softmax", SoftmaxKernelsName(*p.softmax));

@@ -178,6 +178,10 @@ struct Plan {
   // Dropout in the layers (`training.dropout`: a run whose hidden and attention dropout are not
   // zero, as Transformer Engine's modules default to 0.1). Unset: the stack's (StackSpec::dropout).
   std::optional<bool> dropout;
+  // The hidden dropout after the MLP's second linear (`training.mlp_dropout`), where the plan has
+  // dropout: false runs it after the attention's projection only, as Transformer Engine's
+  // getting-started PyTorchTransformerLayer does. Unset: true.
+  std::optional<bool> mlp_dropout;
   // The bias, dropout and residual add after the projection and the second MLP linear in one
   // kernel (`training.fused_bias_dropout_add`; Megatron-LM's --no-bias-dropout-fusion turns it
   // off, and a model built of Transformer Engine's Linear modules adds the bias in the GEMM and
@@ -278,6 +282,10 @@ struct Plan {
   }
   Fp8Recipe fp8_scaling() const { return fp8_recipe.value_or(Fp8Recipe::kDelayed); }
   bool applies_dropout() const { return dropout.value_or(stack.dropout); }
+  // Whether the residual branch after the attention (false: after the MLP) runs a dropout.
+  bool branch_dropout(bool attention) const {
+    return applies_dropout() && (attention || mlp_dropout.value_or(true));
+  }
   bool launches_from_graphs() const { return cuda_graphs.value_or(stack.cuda_graphs); }
   bool fuses_bias_dropout_add() const {
     return fused_bias_dropout_add.value_or(stack.fused_bias_dropout_add);

@@ -85,6 +85,12 @@ std::optional<PlanRuleFailure> CheckPlanWideRules(const Plan& p) {
     return PlanRuleFailure{"training.fp8_recipe",
                            fmt::format("an fp8 recipe needs precision fp8 (the plan's is {})",
                                        DtypeName(p.precision))};
+  if (p.mlp_dropout && !p.applies_dropout())
+    return PlanRuleFailure{
+        "training.mlp_dropout",
+        fmt::format("says whether the MLP's hidden dropout runs, and the plan runs no dropout "
+                    "(training.dropout{})",
+                    p.dropout ? " false" : fmt::format(" unset: stack {} has none", p.stack.name))};
   if (p.fp8_cast && p.precision != Dtype::kFp8)
     return PlanRuleFailure{"training.fp8_cast",
                            fmt::format("says how fp8 inputs are cast and needs precision fp8 (the "

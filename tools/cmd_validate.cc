@@ -47,7 +47,7 @@ std::string Configuration(const sim::ValidationRow& row) {
   if (row.plan) {
     const Plan& p = *row.plan;
     return fmt::format(
-        "{} {} {} {}x{}{} tp{}{} pp{}{}{} dp{} mb{} gb{} seq{}{}{}{}{}{}{}{}{}", p.model.name,
+        "{} {} {} {}x{}{} tp{}{} pp{}{}{} dp{} mb{} gb{} seq{}{}{}{}{}{}{}{}{}{}", p.model.name,
         p.stack_ref, DtypeName(p.precision), p.cluster.nodes, p.cluster.node.name,
         // Part of a node (8 GPUs of a 72-GPU rack) says how many.
         p.cluster.gpus_per_node != p.cluster.node.gpus_per_node
@@ -67,6 +67,7 @@ std::string Configuration(const sim::ValidationRow& row) {
         p.attention ? " " + std::string(AttentionKernelName(*p.attention)) : "",
         p.softmax ? " " + std::string(SoftmaxKernelsName(*p.softmax)) : "",
         p.dropout ? (*p.dropout ? " dropout" : " no-dropout") : "",
+        p.mlp_dropout && !*p.mlp_dropout ? " no-mlp-dropout" : "",
         p.fused_bias_dropout_add ? (*p.fused_bias_dropout_add ? " fused-bda" : " unfused-bda") : "",
         p.fp8_cast ? " fp8-cast-" + std::string(Fp8CastName(*p.fp8_cast)) : "");
   }

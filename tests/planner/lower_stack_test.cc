@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "planner/lower.h"
@@ -138,6 +140,54 @@ TEST(LowerStackTest, TheActivationMovesTheBytesOfItsKernels) {
     }
     EXPECT_EQ(seen, 2);
   }
+}
+
+TEST(LowerStackTest, EachResidualBranchRunsItsDropoutBothWays) {
+  // gpt3-2.7b's layers (hidden 2560) at tp 8 without SP on megatron-core (bias, dropout and add
+  // fused), two of them: one pass over a residual is 1024 tokens x 2560 x 2 bytes. The residual
+  // adds read two passes and write one; a branch's dropout adds its 1-byte mask forward, and
+  // backward a pass that reads the gradient and the mask and writes the gradient: the attention
+  // branch's on the ln2 backward that writes it, the MLP branch's on layer 1's ln1 backward (for
+  // layer 0) and on the stack's output gradient (layer 1, no head); layer 0's ln1 backward, the
+  // stack's input gradient, enters no branch. training.mlp_dropout false keeps the attention
+  // branch's only (TE's getting-started layer).
+  const double pass = 1024.0 * 2560 * 2, mask = pass / 2;
+  struct Case {
+    std::optional<bool> dropout, mlp_dropout;
+    double attn, mlp;  // 0 or 1: the branch runs a dropout
+  };
+  for (const Case& c : {Case{false, std::nullopt, 0, 0}, Case{true, std::nullopt, 1, 1},
+                        Case{true, false, 1, 0}, Case{true, true, 1, 1}}) {
+    SCOPED_TRACE(fmt::format("dropout {} mlp_dropout {}", *c.dropout,
+                             c.mlp_dropout ? fmt::format("{}", *c.mlp_dropout) : "unset"));
+    Plan plan = MakePlan(PlanKnobs{});
+    plan.dropout = c.dropout;
+    plan.mlp_dropout = c.mlp_dropout;
+    ASSERT_FALSE(CheckPlanRules(plan).has_value());
+    Result<Schedule> s = LowerStage(plan, LowerOptions{2, false, false, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    std::map<std::pair<OpFunc, int>, double> bytes;  // by op and layer
+    for (const Op& op : s->ops()) bytes[{op.func, op.tags.layer}] += op.bytes;
+    const double grad = 2 * pass + mask;
+    for (int l = 0; l < 2; ++l) {
+      EXPECT_DOUBLE_EQ((bytes[{OpFunc::kResidual1, l}]), 3 * pass + c.attn * mask) << l;
+      EXPECT_DOUBLE_EQ((bytes[{OpFunc::kLn2Grad, l}]), 6 * pass + c.attn * grad) << l;
+    }
+    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kResidual2, 0}]), 3 * pass + c.mlp * mask);
+    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kLn1Grad, 1}]), 6 * pass + c.mlp * grad);
+    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kLn1Grad, 0}]), 6 * pass);
+    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kResidualGrad, 1}]), pass + c.mlp * grad);
+  }
+  // Without dropout there is no MLP dropout to turn off.
+  Plan none = MakePlan(PlanKnobs{});
+  none.dropout = false;
+  none.mlp_dropout = false;
+  const std::optional<PlanRuleFailure> rule = CheckPlanRules(none);
+  ASSERT_TRUE(rule.has_value());
+  EXPECT_EQ(rule->key, "training.mlp_dropout");
+  EXPECT_EQ(rule->rule,
+            "says whether the MLP's hidden dropout runs, and the plan runs no dropout "
+            "(training.dropout false)");
 }
 
 TEST(LowerStackTest, RotaryPositionsRotateQAndKAsTheStackRunsThem) {

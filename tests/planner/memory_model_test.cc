@@ -129,6 +129,9 @@ TEST(MemoryModelTest, WithoutDropoutNoMaskIsKept) {
   EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 32 * 2);
   plan.stack.dropout = true;
   EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 34 * 2);
+  // Dropout after the attention only (training.mlp_dropout false): one mask of the two.
+  plan.mlp_dropout = false;
+  EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 33 * 2);
 }
 
 TEST(MemoryModelTest, Fp8LinearsKeepTheirInputsInFp8) {

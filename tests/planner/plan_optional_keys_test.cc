@@ -217,6 +217,21 @@ TEST(PlanToYamlTest, DropoutAndItsFusionAreWrittenOnlyWhenSetAndReadBack) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.message(), HasSubstr("plan.yaml:8"));
   EXPECT_THAT(bad.message(), HasSubstr("dropout"));
+  // The MLP's dropout, turned off: written, read back, and only where the plan has dropout.
+  Result<Plan> attention_only =
+      ParsePlan(Edit({{"  global_batch: 16\n",
+                       "  global_batch: 16\n  dropout: true\n  mlp_dropout: false\n"}}),
+                "plan.yaml");
+  ASSERT_TRUE(attention_only.ok()) << attention_only.message();
+  EXPECT_TRUE(attention_only->branch_dropout(true));
+  EXPECT_FALSE(attention_only->branch_dropout(false));
+  const std::string written = PlanToYaml(*attention_only);
+  EXPECT_THAT(written, HasSubstr("dropout: true, mlp_dropout: false"));
+  Result<Plan> again = ParsePlan(written, "back.yaml");
+  ASSERT_TRUE(again.ok()) << again.message();
+  EXPECT_EQ(again->mlp_dropout, std::optional<bool>(false));
+  EXPECT_TRUE(plain->branch_dropout(false) == plain->applies_dropout());
+  EXPECT_THAT(PlanToYaml(*plain), Not(HasSubstr("mlp_dropout")));
 }
 
 TEST(PlanToYamlTest, Fp8RecipeIsWrittenOnlyWhenSetAndNeedsFp8) {
