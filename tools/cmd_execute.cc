@@ -195,6 +195,9 @@ void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchE
       : plan.distributed_optimizer ? ", distributed optimizer"
                                    : "",
       r.losses.size(), r.schedule.size());
+  if (plan.cp > 1 && backend.starts_with("CUDA"))
+    out << "# note: context parallelism's attention core runs on the host (exec/cp_attention.h): "
+           "the passes' times include it, so they are a numeric check, not the GPU's timing\n\n";
   Table summary({"measured on rank 0 (last step)", "value"});
   for (size_t i = 0; i < r.losses.size(); ++i)
     summary.AddRow({fmt::format("loss, step {} (mean cross-entropy)", i + 1),
