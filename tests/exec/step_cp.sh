@@ -1,7 +1,8 @@
 #!/bin/bash
 # Whole training steps with context parallelism through the launcher's MPI, one run for each of
 # Transformer Engine's CP comm types, each checked against the single rank: the p2p ring beside
-# TP, all_gather over row slices, a2a (MPI's all-to-all) beside TP, and a2a+p2p (split groups).
+# TP, all_gather over row slices, a2a (MPI's all-to-all) beside TP, and a2a+p2p (split groups);
+# then under recompute, whose forward runs the core again in the backward.
 # Usage: step_cp.sh DOMINO MPIEXEC SOURCE_DIR
 set -uo pipefail
 domino=$1 mpiexec=$2 src=$3
@@ -23,4 +24,7 @@ run 2 2 p2p p2p
 run 1 2 all_gather all_gather --row-split 2
 run 2 2 a2a a2a
 run 1 4 a2a+p2p "a2a+p2p, a2a groups of 2"
+run 1 2 all_gather all_gather --recompute selective
+run 1 2 a2a a2a --recompute full
+run 1 4 a2a+p2p "a2a+p2p, a2a groups of 2" --recompute full
 echo "context parallel steps ok"
