@@ -196,16 +196,20 @@ class Borrowed final : public Communicator {
 // or free its buffer.
 struct LocalGroup::Shared {
   explicit Shared(int n) : size(n), inputs(n, nullptr) {}
-  void Barrier() {
+  // False when the group is stopped (LocalGroup::Stop) before every member arrived: the caller's
+  // collective fails.
+  bool Barrier() {
     std::unique_lock lock(mutex);
+    if (stopped) return false;
     const uint64_t generation = barrier_generation;
     if (++arrived == size) {
       arrived = 0;
       ++barrier_generation;
       cv.notify_all();
-    } else {
-      cv.wait(lock, [&] { return barrier_generation != generation; });
+      return true;
     }
+    cv.wait(lock, [&] { return barrier_generation != generation || stopped; });
+    return barrier_generation != generation;  // all arrived, even if stopped since
   }
   int size;
   std::vector<const float*> inputs;
@@ -213,6 +217,7 @@ struct LocalGroup::Shared {
   std::condition_variable cv;
   int arrived = 0;
   uint64_t barrier_generation = 0;
+  bool stopped = false;
   // Point-to-point messages in flight, by (from, to), in send order.
   std::map<std::pair<int, int>, std::deque<std::vector<float>>> mail;
   // Split: each rank's (color, key), then its new group and rank in it; the groups made.
@@ -229,31 +234,31 @@ class LocalGroup::Member final : public Communicator {
 
   Status AllReduce(float* data, int64_t count) override {
     std::vector<float> sum(static_cast<size_t>(count));
-    Publish(data);
+    if (!Publish(data)) return Stopped();
     SumBlock(0, count, sum.data());
-    shared_->Barrier();  // everyone has read every input
+    if (!shared_->Barrier()) return Stopped();  // everyone has read every input
     std::copy(sum.begin(), sum.end(), data);
     return Status::Ok();
   }
   Status ReduceScatter(const float* in, float* out, int64_t count) override {
-    Publish(in);
+    if (!Publish(in)) return Stopped();
     SumBlock(rank_ * count, count, out);
-    shared_->Barrier();
+    if (!shared_->Barrier()) return Stopped();
     return Status::Ok();
   }
   Status AllGather(const float* in, float* out, int64_t count) override {
-    Publish(in);
+    if (!Publish(in)) return Stopped();
     for (int r = 0; r < shared_->size; ++r)
       std::copy(shared_->inputs[r], shared_->inputs[r] + count, out + r * count);
-    shared_->Barrier();
+    if (!shared_->Barrier()) return Stopped();
     return Status::Ok();
   }
   Status Gather(const float* in, float* out, int64_t count) override {
-    Publish(in);
+    if (!Publish(in)) return Stopped();
     if (rank_ == 0)
       for (int r = 0; r < shared_->size; ++r)
         std::copy(shared_->inputs[r], shared_->inputs[r] + count, out + r * count);
-    shared_->Barrier();
+    if (!shared_->Barrier()) return Stopped();
     return Status::Ok();
   }
   // Deadlock-free in a ring: the send never waits for its receiver.
@@ -274,7 +279,8 @@ class LocalGroup::Member final : public Communicator {
       return Error(fmt::format("recv: peer {} is not a rank of {}", from, shared_->size));
     std::unique_lock lock(shared_->mutex);
     auto& inbox = shared_->mail[{from, rank_}];
-    shared_->cv.wait(lock, [&] { return !inbox.empty(); });
+    shared_->cv.wait(lock, [&] { return !inbox.empty() || shared_->stopped; });
+    if (inbox.empty()) return Stopped();
     std::vector<float> message = std::move(inbox.front());
     inbox.pop_front();
     if (static_cast<int64_t>(message.size()) != count)
@@ -290,7 +296,7 @@ class LocalGroup::Member final : public Communicator {
       if (sh.split_requests.empty()) sh.split_requests.resize(sh.size);
       sh.split_requests[rank_] = {color, key};
     }
-    sh.Barrier();
+    if (!sh.Barrier()) return Stopped();
     if (rank_ == 0) {
       // Rank 0 makes every new group; each rank then takes its member.
       std::map<int, std::vector<std::pair<int, int>>> by_color;  // color: (key, rank)
@@ -304,17 +310,18 @@ class LocalGroup::Member final : public Communicator {
           sh.split_assigned[members[i].second] = {sh.children.back().get(), static_cast<int>(i)};
       }
     }
-    sh.Barrier();
+    if (!sh.Barrier()) return Stopped();
     auto [group, index] = sh.split_assigned[rank_];
-    sh.Barrier();  // before a later split overwrites the assignment
+    if (!sh.Barrier()) return Stopped();  // before a later split overwrites the assignment
     return std::unique_ptr<Communicator>(std::make_unique<Borrowed>(group->member(index)));
   }
 
  private:
-  void Publish(const float* in) {
+  bool Publish(const float* in) {
     shared_->inputs[rank_] = in;
-    shared_->Barrier();
+    return shared_->Barrier();
   }
+  static Error Stopped() { return Error("the group was stopped: a peer failed"); }
   // out[i] = sum over ranks, in rank order, of input[offset + i].
   void SumBlock(int64_t offset, int64_t count, float* out) const {
     for (int64_t i = 0; i < count; ++i) {
@@ -335,5 +342,16 @@ LocalGroup::LocalGroup(int size) : shared_(std::make_unique<Shared>(size)) {
 LocalGroup::~LocalGroup() = default;
 
 Communicator& LocalGroup::member(int rank) { return *members_[rank]; }
+
+void LocalGroup::Stop() {
+  std::vector<LocalGroup*> children;
+  {
+    std::unique_lock lock(shared_->mutex);
+    shared_->stopped = true;
+    shared_->cv.notify_all();
+    for (const auto& child : shared_->children) children.push_back(child.get());
+  }
+  for (LocalGroup* child : children) child->Stop();
+}
 
 }  // namespace domino::exec

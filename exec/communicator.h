@@ -83,6 +83,10 @@ class LocalGroup {
   LocalGroup(const LocalGroup&) = delete;
   LocalGroup& operator=(const LocalGroup&) = delete;
   Communicator& member(int rank);
+  // Stops the group and the groups split from it, from any thread: every collective, receive and
+  // split waiting or called on a member then fails ("the group was stopped: a peer failed"), so
+  // that the other ranks of a rank that failed return instead of waiting for it forever.
+  void Stop();
 
  private:
   struct Shared;

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -87,6 +89,48 @@ TEST(LocalGroupTest, AllToAllGivesEachRankItsBlockOfEveryRank) {
     const int first = r / 2 * 2;  // the pair's ranks: first, first + 1
     EXPECT_EQ(out, (std::vector<float>{100.0f * first + r % 2, 100.0f * (first + 1) + r % 2}));
   });
+}
+
+TEST(LocalGroupTest, StopFailsWhatWaitsForAFailedRank) {
+  // Rank 2 fails before the all-reduce and stops the group: ranks 0 and 1, waiting in it (or in a
+  // receive from rank 2, or in a split group's collective), fail instead of waiting forever.
+  LocalGroup group(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      Communicator& c = group.member(r);
+      if (r == 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        group.Stop();
+        return;
+      }
+      std::vector<float> v = {1.0f};
+      Status status = r == 0 ? c.AllReduce(v.data(), 1) : c.Recv(v.data(), 1, 2);
+      errors[r] = status.ok() ? "ok" : status.message();
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(errors[0], "the group was stopped: a peer failed");
+  EXPECT_EQ(errors[1], "the group was stopped: a peer failed");
+  // A split group stops with its parent.
+  LocalGroup parent(2);
+  std::vector<std::string> split_errors(2);
+  threads.clear();
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      Result<std::unique_ptr<Communicator>> alone = parent.member(r).Split(r, 0);
+      ASSERT_TRUE(alone.ok()) << alone.message();
+      if (r == 1) {
+        parent.Stop();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::vector<float> v = {1.0f};
+      Status status = (*alone)->AllReduce(v.data(), 1);
+      split_errors[r] = status.ok() ? "ok" : status.message();
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(split_errors[0], "the group was stopped: a peer failed");
 }
 
 TEST(LocalGroupTest, SendsDoNotWaitForTheReceiverAndArriveInOrder) {

@@ -89,6 +89,7 @@ std::vector<fake::Stats> FakeRanks(const Plan& plan, const Iteration& iteration,
     threads.emplace_back([&, rank] {
       Result<ExecuteResult> r = ExecuteIteration(plan, iteration, group.member(rank), options);
       (*status)[rank] = r.ok() ? Status::Ok() : r.error();
+      if (!r.ok()) group.Stop();  // the others would wait for this rank forever
       counted[rank] = fake::Counters();
     });
   for (std::thread& t : threads) t.join();

@@ -83,8 +83,10 @@ inline std::vector<Result<ExecuteResult>> RunRanks(const Plan& plan, const Sched
   ExecuteOptions options;
   options.check = true;
   for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back(
-        [&, r] { results[r].emplace(ExecuteSchedule(plan, schedule, group.member(r), options)); });
+    threads.emplace_back([&, r] {
+      results[r].emplace(ExecuteSchedule(plan, schedule, group.member(r), options));
+      if (!results[r]->ok()) group.Stop();  // the others would wait for this rank forever
+    });
   }
   for (std::thread& t : threads) t.join();
   std::vector<Result<ExecuteResult>> out;

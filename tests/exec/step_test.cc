@@ -47,6 +47,7 @@ std::vector<Result<ExecuteResult>> RunRanks(
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       results[r].emplace(ExecuteIteration(plan, iteration, group.member(r), options));
+      if (!results[r]->ok()) group.Stop();  // the others would wait for this rank forever
     });
   for (std::thread& t : threads) t.join();
   std::vector<Result<ExecuteResult>> out;
