@@ -235,7 +235,7 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                             2 * p.cp, p.seq_len));
   // A framework's ring attention runs over its fused kernels: Transformer Engine disables
   // UnfusedDotProductAttention under context parallelism and Megatron-Core's local attention
-  // asserts cp 1. This project's executor (fp32_scores) rings its own.
+  // asserts cp 1. This project's executor (fp32_scores) runs its own over its attention.
   if (p.cp > 1 && p.attention_kernel() == AttentionKernel::kUnfused && !p.stack.fp32_scores)
     return fail("parallel.cp",
                 fmt::format("context parallelism needs fused attention (Transformer Engine runs "
