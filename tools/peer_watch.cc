@@ -48,6 +48,7 @@ void PeerWatch::FailRun(const std::string& message) {
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
   group_->Abort(kExitBadInput);
+  std::_Exit(kExitBadInput);  // not reached: Abort never returns
 }
 
 PeerWatch::Fault PeerWatch::ParseFault(const char* text) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "planner/export.h"
 #include "planner/plan.h"
@@ -332,5 +333,22 @@ TEST(ExportFeatures, AWindowWithoutContextParallelismSetsNoCommType) {
   }
 }
 
+TEST(ExportFeatures, ADropoutAfterTheAttentionOnlyIsNamedAsADifference) {
+  // training.mlp_dropout false: every framework's hidden dropout runs after both branches.
+  std::string drop(kLlama8b3dFullRecompute);
+  drop.replace(drop.find("global_batch: 16}"), 17,
+               "global_batch: 16, dropout: true, mlp_dropout: false}");
+  for (const auto& [target, name] :
+       {std::pair{ExportTarget::kMegatron, "Megatron-LM"}, std::pair{ExportTarget::kNemo, "NeMo"},
+        std::pair{ExportTarget::kTorchtitan, "torchtitan"}}) {
+    Result<std::string> out = Export(drop.c_str(), target);
+    ASSERT_TRUE(out.ok()) << out.message();
+    EXPECT_THAT(*out, HasSubstr(fmt::format("# differs: mlp_dropout false: {}'s hidden dropout "
+                                            "runs after the MLP too, as after the attention",
+                                            name)));
+  }
+}
+
 }  // namespace
+
 }  // namespace domino

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <utility>
 
 #include "planner/plan.h"
 #include "tests/planner/export_test_plans.h"
@@ -451,19 +450,6 @@ TEST(Export, UnfusedSoftmaxAndFp8CastsAreWrittenOrNamedAsDifferences) {
   ASSERT_TRUE(m.ok()) << m.message();
   EXPECT_THAT(*m, Not(HasSubstr("--no-masked-softmax-fusion")));
   EXPECT_THAT(*m, HasSubstr("# differs: softmax scale-softmax: Megatron-LM's GPT attention masks"));
-  // A dropout after the attention only: every framework's hidden dropout runs after both.
-  std::string drop(kLlama8b3dFullRecompute);
-  drop.replace(drop.find("global_batch: 16}"), 17,
-               "global_batch: 16, dropout: true, mlp_dropout: false}");
-  for (const auto& [target, name] :
-       {std::pair{ExportTarget::kMegatron, "Megatron-LM"}, std::pair{ExportTarget::kNemo, "NeMo"},
-        std::pair{ExportTarget::kTorchtitan, "torchtitan"}}) {
-    Result<std::string> out = Export(drop.c_str(), target);
-    ASSERT_TRUE(out.ok()) << out.message();
-    EXPECT_THAT(*out, HasSubstr(fmt::format("# differs: mlp_dropout false: {}'s hidden dropout "
-                                            "runs after the MLP too, as after the attention",
-                                            name)));
-  }
   // fp8 inputs: Megatron-Core's norms write QKV's and fc1's, fc2's linear casts its own (the
   // megatron-core stack's norm); torchao's float8 linears cast every one (linear).
   std::string fp8(kLlama8b3dFullRecompute);
