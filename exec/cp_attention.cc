@@ -249,8 +249,8 @@ Status CpAttention::Trade(const Schedule& s, int32_t id, Backend& backend, const
   const int a = a2a_;
   const Dims dm = DimsOf(s, id);
   const int64_t q = dm.q_cols(), kv = dm.kv_cols(), rows = dm.rows;
-  // A row of this rank's share, and of the TP rank's heads: [Q | K | V], or [Q] for the
-  // output and its gradient.
+  // `share` columns a row of this rank's heads, `full` of the TP rank's: [Q | K | V], or [Q] for
+  // the output and its gradient.
   auto found = cores_.find(key);
   if (found == cores_.end()) {
     // The trade in: forward the rank's qkv rows, backward the output's gradient.
