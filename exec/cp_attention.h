@@ -56,7 +56,7 @@ class CpAttention {
     std::vector<int64_t> seq, pos;
   };
   // Keys of one or more CP ranks: rows x [K | V] forward, [K | V | dK | dV] backward, over this
-  // rank's key/value heads; `owner` is where they came from (Core::KeysAt).
+  // rank's key/value heads; `owner` is where they came from (KeysAt).
   struct Keys {
     std::vector<float> data;
     int owner = 0;
