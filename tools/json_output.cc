@@ -127,6 +127,7 @@ Json PlanJson(const Plan& p) {
                       {"dropout", p.applies_dropout()},
                       {"fused_bias_dropout_add", p.fuses_bias_dropout_add()},
                       {"cuda_graphs", p.launches_from_graphs()}};
+  if (p.applies_dropout()) plan["training"]["mlp_dropout"] = p.branch_dropout(false);
   if (p.precision == Dtype::kFp8) {
     plan["training"]["fp8_recipe"] = Fp8RecipeName(p.fp8_scaling());
     plan["training"]["fp8_cast"] = Fp8CastName(p.fp8_casts());

@@ -176,6 +176,16 @@ def test_plan():
         check(doc["plan"]["model"]["head_dim"] == 256 and
               doc["plan"]["model"]["positions"] == "rotary", "inline model keys")
         check_loads_back(doc["plan"], doc["predicted"], "simulate of an inline model")
+        # A dropout after the attention only says so, and loads back.
+        drop = os.path.join(tmp, "drop.yaml")
+        with open(drop, "w") as f:
+            f.write("model: gpt3-2.7b\ncluster: dgx-h100:1\ntraining: {seq_len: 2048, "
+                    "micro_batch: 2, global_batch: 16, dropout: true, mlp_dropout: false}\n"
+                    "parallel: {tp: 8}\n")
+        doc = document("simulate", drop, schema="domino.simulate/1")
+        check(doc["plan"]["training"]["dropout"] is True and
+              doc["plan"]["training"]["mlp_dropout"] is False, "mlp_dropout in the JSON plan")
+        check_loads_back(doc["plan"], doc["predicted"], "simulate with mlp_dropout false")
     # And simulate's, with the settings a plan may leave to its stack set otherwise.
     for extra in (["--cuda-graphs"], ["--stack", "megatron-2021", "--precision", "fp16"]):
         doc = document("simulate", "--model", "gpt3-2.7b", "--cluster", "dgx-h100:1", "--dp", "8",
