@@ -68,6 +68,14 @@ Result<std::unique_ptr<CpAttention>> CpAttention::Create(const Plan& plan, Commu
   return a;
 }
 
+double CpAttention::HostFlopsPerCore(const Plan& plan) {
+  const double sequences = static_cast<double>(plan.micro_batch) / plan.row_split;
+  const double local = static_cast<double>(plan.local_seq_len());
+  // Causal: each query sees the keys before it, half the sequence on average.
+  return 4.0 * sequences * local * (plan.seq_len / 2.0) * (plan.model.heads / plan.tp) *
+         plan.model.head_width();
+}
+
 bool CpAttention::Runs(const Op& op) {
   switch (op.func) {
     case OpFunc::kAttn:

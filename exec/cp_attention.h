@@ -40,6 +40,14 @@ namespace domino::exec {
 // phase, so the micro-batches' backends and the recompute's cores stay apart.
 class CpAttention {
  public:
+  // The floating-point work of one forward attention core of `plan` on one rank (a layer's row
+  // slice of a micro-batch; the backward's is about 2.5 times it), as this class runs it on the
+  // host: each local query against the keys before it, 4 head_dim operations a key and head.
+  static double HostFlopsPerCore(const Plan& plan);
+  // The most HostFlopsPerCore that `execute` runs: 50 GFLOP, about a minute of one host core
+  // (a forward core of Llama 3 8B at seq 8192 over cp 2, one sequence, is 275).
+  static constexpr double kMaxHostFlopsPerCore = 50e9;
+
   // Called by every rank of `cp` (a2a+p2p splits it into its groups); this rank is cp.rank().
   static Result<std::unique_ptr<CpAttention>> Create(const Plan& plan, Communicator& cp);
   // Whether `op` is one of context parallelism's: the attention core (kAttn, kAttnGrad) or a

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "exec/communicator.h"
+#include "exec/cp_attention.h"
 #include "exec/cpu_backend.h"
 #include "exec/cuda_device.h"
 #include "exec/execute.h"
@@ -117,6 +118,19 @@ void Run(ExecuteFlags& flags) {
   Result<Schedule> schedule =
       whole_step ? Result<Schedule>(Schedule{}) : exec::LowerForExecution(*plan, extent);
   if (!schedule.ok()) FailOnRank("execute", rank, schedule.message());
+  // Context parallelism's attention core runs on the host on every backend: a plan whose core
+  // would take minutes there is refused before it starts (its peers would wait for it until
+  // --timeout).
+  if (whole_step && plan->cp > 1) {
+    const double flops = exec::CpAttention::HostFlopsPerCore(*plan);
+    if (flops > exec::CpAttention::kMaxHostFlopsPerCore)
+      FailOnRank("execute", rank,
+                 fmt::format("{}: context parallelism's attention core runs on the host "
+                             "(exec/cp_attention.h), and this plan's takes {:.0f} GFLOP a layer "
+                             "and micro-batch there, over {:.0f}; check context parallelism at a "
+                             "smaller --seq-len or --micro-batch (or a small model)",
+                             what, flops * 1e-9, exec::CpAttention::kMaxHostFlopsPerCore * 1e-9));
+  }
   const int ranks = whole_step ? plan->tp * plan->cp * plan->pp * plan->dp : plan->tp;
   if (!emulate && env->size != ranks) {
     FailOnRank("execute", rank,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "exec/communicator.h"
+#include "exec/cp_attention.h"
 #include "exec/cpu_backend.h"
 #include "planner/iteration.h"
 #include "planner/lower.h"
@@ -158,6 +159,15 @@ TEST(StepTest, ContextParallelStepMatchesTheReference) {
     for (const TensorCheck& c : results[0]->checks)
       EXPECT_TRUE(c.ok) << CpCommName(k.comm) << " " << c.name << " " << c.rel_error;
   }
+}
+
+TEST(StepTest, ContextParallelHostWorkIsEachQueryAgainstTheKeysBeforeIt) {
+  // tiny-llama (8 heads of 8) at seq 16 over cp 2, 4 sequences in 2 row slices: 2 sequences x 8
+  // local queries x 8 keys on average x 8 heads x 4 x 8 = 32,768 operations a core.
+  Plan plan = TinyPlan("tiny-llama", 1, 1, 1, 0, /*cp=*/2);
+  plan.row_split = 2;
+  EXPECT_DOUBLE_EQ(CpAttention::HostFlopsPerCore(plan), 2.0 * 8 * 8 * 8 * 4 * 8);
+  EXPECT_LT(CpAttention::HostFlopsPerCore(plan), CpAttention::kMaxHostFlopsPerCore);
 }
 
 TEST(StepTest, DroppingARingTransferFailsTheCheck) {
