@@ -186,6 +186,45 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
                         out(1).data);
       return Status::Ok();
     }
+    case OpFunc::kQkNorm:
+    case OpFunc::kQkNormGrad: {
+      // A norm over each head's head_dim columns of [Q | K], Q's heads with the first gain and
+      // K's with the second (gains [Q's | K's]).
+      const bool backward = op.func == OpFunc::kQkNormGrad;
+      if (!need(backward ? 3 : 2, backward ? 3 : 2))
+        return fail(backward ? "the QK-norm's backward reads Q and K, their gradients and the gains"
+                             : "the QK-norm reads Q, K and the gains");
+      const int64_t d = op.head_dim, heads = op.heads + op.kv_heads;
+      const cpu::ConstMat x = in(0);
+      const cpu::ConstMat gains = in(backward ? 2 : 1);
+      if (d <= 0 || x.cols != heads * d || gains.cols != 2 * d)
+        return fail("the QK-norm's shape does not match its views");
+      auto head = [&](auto m, int64_t j) {
+        m.data += j * d;
+        m.cols = d;
+        return m;
+      };
+      auto gain = [&](int64_t j) { return gains.data + (j < op.heads ? 0 : d); };
+      if (!backward) {
+        // Keep Q and K as they came, then normalize them in place.
+        cpu::Mat kept = out(1), y = out(0);
+        for (int64_t r = 0; r < x.rows; ++r)
+          std::copy(x.data + r * x.stride, x.data + r * x.stride + x.cols,
+                    kept.data + r * kept.stride);
+        for (int64_t j = 0; j < heads; ++j)
+          cpu::NormForward(norm, head(cpu::ConstMat(kept), j), gain(j), kNormEps, head(y, j));
+        return Status::Ok();
+      }
+      // The input gradient into g_qk, then over the output gradient it replaces.
+      cpu::Mat dx = out(1), dy_out = out(0);
+      for (int64_t j = 0; j < heads; ++j)
+        cpu::NormBackward(norm, head(in(0), j), gain(j), kNormEps, head(in(1), j), head(dx, j),
+                          /*accumulate_dx=*/false, out(2).data + (j < op.heads ? 0 : d));
+      for (int64_t r = 0; r < dx.rows; ++r)
+        std::copy(dx.data + r * dx.stride, dx.data + r * dx.stride + dx.cols,
+                  dy_out.data + r * dy_out.stride);
+      return Status::Ok();
+    }
     case OpFunc::kResidual1:
     case OpFunc::kResidual2:
       if (!need(2, 1)) return fail("a residual add reads two tensors and writes one");

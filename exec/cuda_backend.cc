@@ -167,6 +167,9 @@ void CudaBackend::FindAccumulators() {
       case OpFunc::kFinalNormGrad:
         add(schedule_.writes(op)[1]);
         break;
+      case OpFunc::kQkNormGrad:
+        add(schedule_.writes(op)[2]);
+        break;
       case OpFunc::kEmbedGrad:
       case OpFunc::kLmHeadGradWeight:
         add(schedule_.writes(op)[0]);

@@ -78,6 +78,15 @@ Status CudaBackend::Enqueue(int32_t id) {
         e = cuda::NormBackward(context_, Rms(), in(0), in(2).data, kNormEps, in(1), out(0), true,
                                out(1).data);
       break;
+    case OpFunc::kQkNorm:  // Q and K kept in out(1), normalized in place
+      e = cuda::HeadNormForward(context_, Rms(), op.heads + op.kv_heads, op.heads, out(0),
+                                in(1).data, kNormEps, out(1));
+      break;
+    case OpFunc::kQkNormGrad:  // the input gradient into out(1), then over the output's
+      e = cuda::HeadNormBackward(context_, Rms(), op.heads + op.kv_heads, op.heads, in(0),
+                                 in(2).data, kNormEps, in(1), out(1), out(2).data);
+      if (e.ok()) e = cuda::Copy(context_, out(1), out(0));
+      break;
     case OpFunc::kResidual1:
     case OpFunc::kResidual2:
       e = cuda::Add(context_, in(0), in(1), out(0));

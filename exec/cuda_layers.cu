@@ -254,6 +254,88 @@ __global__ void AddColumnSumsKernel(const float* partial, int64_t parts, int64_t
   }
 }
 
+// A QK-norm's rows (HeadNormForward): logical row r of a [Q | K] view `heads` heads wide is head
+// r % heads of token r / heads, its `d` columns at this offset from the view's data.
+__device__ int64_t HeadRow(int64_t r, int64_t heads, int64_t d, int64_t stride) {
+  return r / heads * stride + r % heads * d;
+}
+
+// One block per head row: keeps it in `kept`, then normalizes it in place from there, Q's heads
+// (the first q_heads) with gamma[0, d), K's with gamma[d, 2d).
+template <typename T>
+__global__ void HeadNormForwardKernel(bool rms, Mat<T> x, int64_t heads, int64_t q_heads,
+                                      const T* gamma, float eps, Mat<T> kept) {
+  const int64_t d = x.cols / heads;
+  for (int64_t r = blockIdx.x; r < x.rows * heads; r += gridDim.x) {
+    T* xr = x.data + HeadRow(r, heads, d, x.stride);
+    T* kr = kept.data + HeadRow(r, heads, d, kept.stride);
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) kr[j] = xr[j];
+    __syncthreads();
+    float mean, inv;
+    RowStats(rms, kr, d, eps, &mean, &inv);
+    const T* g = gamma + (r % heads < q_heads ? 0 : d);
+    StoreRow(xr, d, false,
+             [&](int64_t j) { return (ToFloat(kr[j]) - mean) * inv * ToFloat(g[j]); });
+    __syncthreads();  // the next row's copy comes after every thread has read this one
+  }
+}
+
+// One block per head row: dx (NormBackwardRowsKernel's formulas), and the row's mean and 1/std
+// into stats[2r] and stats[2r + 1] for HeadNormGammaPartialKernel.
+template <typename T>
+__global__ void HeadNormBackwardRowsKernel(bool rms, Mat<T> x, Mat<T> dy, Mat<T> dx, int64_t heads,
+                                           int64_t q_heads, const T* gamma, float eps,
+                                           float* stats) {
+  const int64_t d = x.cols / heads;
+  for (int64_t r = blockIdx.x; r < x.rows * heads; r += gridDim.x) {
+    const T* xr = x.data + HeadRow(r, heads, d, x.stride);
+    const T* dyr = dy.data + HeadRow(r, heads, d, dy.stride);
+    const T* g = gamma + (r % heads < q_heads ? 0 : d);
+    float mean, inv;
+    RowStats(rms, xr, d, eps, &mean, &inv);
+    float sg = 0.0f, sgx = 0.0f;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      const float xhat = (ToFloat(xr[j]) - mean) * inv;
+      const float gy = ToFloat(dyr[j]) * ToFloat(g[j]);
+      sg += gy;
+      sgx += gy * xhat;
+    }
+    const float mean_g = rms ? 0.0f : BlockSum(sg) / static_cast<float>(d);
+    const float mean_gx = BlockSum(sgx) / static_cast<float>(d);
+    if (threadIdx.x == 0) {
+      stats[2 * r] = mean;
+      stats[2 * r + 1] = inv;
+    }
+    StoreRow(dx.data + HeadRow(r, heads, d, dx.stride), d, false, [&](int64_t j) {
+      const float xhat = (ToFloat(xr[j]) - mean) * inv;
+      return inv * (ToFloat(dyr[j]) * ToFloat(g[j]) - mean_g - xhat * mean_gx);
+    });
+  }
+}
+
+// partial[c * 2d + j] = the sum of dy * xhat over tokens chunk c (blockIdx.y) of gain column j:
+// column j % d of Q's heads for j < d, of K's for the rest. One thread per column.
+template <typename T>
+__global__ void HeadNormGammaPartialKernel(Mat<T> x, Mat<T> dy, int64_t heads, int64_t q_heads,
+                                           const float* stats, int64_t chunk_tokens,
+                                           float* partial) {
+  const int64_t d = x.cols / heads;
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= 2 * d) return;
+  const int64_t c = j % d;
+  const int64_t first = j < d ? 0 : q_heads, last = j < d ? q_heads : heads;
+  const int64_t begin = blockIdx.y * chunk_tokens, end = min(x.rows, begin + chunk_tokens);
+  float s = 0.0f;
+  for (int64_t t = begin; t < end; ++t) {
+    for (int64_t h = first; h < last; ++h) {
+      const int64_t r = t * heads + h;
+      const float xhat = (x.Get(t, h * d + c) - stats[2 * r]) * stats[2 * r + 1];
+      s += dy.Get(t, h * d + c) * xhat;
+    }
+  }
+  partial[blockIdx.y * 2 * d + j] = s;
+}
+
 // Lets `kernel` take `bytes` of dynamic shared memory: more than the default 48 KiB where the
 // device allows it. False where it does not (the caller runs the kernel unstaged).
 template <typename K>
@@ -364,6 +446,70 @@ Status NormBackward(Context* c, bool rms, DView x, const void* gamma, float eps,
       AddColumnSumsKernel<T>
           <<<FlatBlocks(n), kThreads, 0, Current(c)>>>(partial, used, n, static_cast<T*>(dgamma));
       if (Status e = Launched("norm backward dgamma"); !e.ok()) return e;
+    }
+    return Status::Ok();
+  });
+}
+
+// Kept and normalized in one kernel: a block per head row.
+Status HeadNormForward(Context* c, bool rms, int64_t heads, int64_t q_heads, DView x,
+                       const void* gamma, float eps, DView kept) {
+  if (!Valid(x) || !Valid(kept) || !SameShape(x, kept))
+    return Error("QK-norm: x and its kept copy differ in shape");
+  if (heads <= 0 || q_heads < 0 || q_heads > heads || x.cols % heads != 0)
+    return Error("QK-norm: the view is not a whole number of heads");
+  if (Empty(x)) return Status::Ok();
+  if (gamma == nullptr) return Error("QK-norm: no gamma");
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    HeadNormForwardKernel<T><<<RowBlocks(x.rows * heads), kThreads, 0, Current(c)>>>(
+        rms, Typed<T>(x), heads, q_heads, static_cast<const T*>(gamma), eps, Typed<T>(kept));
+    return Launched("QK-norm");
+  });
+}
+
+// As NormBackward: the row kernel (dx and each head row's statistics in the stream's reduction
+// buffer), the partial sums of the gains' gradients over chunks of tokens, the column sums into
+// dgamma; tokens beyond what the buffer holds go in slices.
+Status HeadNormBackward(Context* c, bool rms, int64_t heads, int64_t q_heads, DView x,
+                        const void* gamma, float eps, DView dy, DView dx, void* dgamma) {
+  if (!Valid(x) || !Valid(dy) || !Valid(dx) || !SameShape(x, dy) || !SameShape(x, dx))
+    return Error("QK-norm backward: x, dy and dx differ in shape");
+  if (heads <= 0 || q_heads < 0 || q_heads > heads || x.cols % heads != 0)
+    return Error("QK-norm backward: the view is not a whole number of heads");
+  if (Empty(x)) return Status::Ok();
+  if (gamma == nullptr || dgamma == nullptr) return Error("QK-norm backward: no gamma or dgamma");
+  const int64_t d = x.cols / heads, n = 2 * d;
+  // Half the buffer for a slice's statistics (2 floats a head row), half for the chunks' sums.
+  const int64_t half = static_cast<int64_t>(kReduceFloats) / 2;
+  if (n > half) return Error("QK-norm backward: heads too wide");
+  const int64_t slice_tokens = std::clamp<int64_t>(half / (2 * heads), 1, x.rows);
+  float* buffer = c->reduce[c->current];
+  return ByType(c->type, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    for (int64_t first = 0; first < x.rows; first += slice_tokens) {
+      const int64_t tokens = std::min(slice_tokens, x.rows - first);
+      const auto slice = [&](DView v) {
+        return Typed<T>(
+            DView{Offset(v.data, first * v.stride, Bytes(c)), tokens, v.cols, v.stride});
+      };
+      float* stats = buffer;
+      float* partial = buffer + half;
+      const int64_t chunks = std::clamp<int64_t>(half / n, 1, std::min<int64_t>(tokens, 1024));
+      const int64_t chunk_tokens = (tokens + chunks - 1) / chunks;
+      const int64_t used = (tokens + chunk_tokens - 1) / chunk_tokens;
+      HeadNormBackwardRowsKernel<T><<<RowBlocks(tokens * heads), kThreads, 0, Current(c)>>>(
+          rms, slice(x), slice(dy), slice(dx), heads, q_heads, static_cast<const T*>(gamma), eps,
+          stats);
+      if (Status e = Launched("QK-norm backward"); !e.ok()) return e;
+      const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
+                      static_cast<unsigned>(used));
+      HeadNormGammaPartialKernel<T><<<grid, kThreads, 0, Current(c)>>>(
+          slice(x), slice(dy), heads, q_heads, stats, chunk_tokens, partial);
+      if (Status e = Launched("QK-norm backward dgamma partial sums"); !e.ok()) return e;
+      AddColumnSumsKernel<T>
+          <<<FlatBlocks(n), kThreads, 0, Current(c)>>>(partial, used, n, static_cast<T*>(dgamma));
+      if (Status e = Launched("QK-norm backward dgamma"); !e.ok()) return e;
     }
     return Status::Ok();
   });

@@ -111,6 +111,14 @@ Status Add(Context* context, DView a, DView b, DView c);
 Status NormForward(Context* context, bool rms, DView x, const void* gamma, float eps, DView y);
 Status NormBackward(Context* context, bool rms, DView x, const void* gamma, float eps, DView dy,
                     DView dx, bool accumulate_dx, void* dgamma);
+// A norm on each head of Q and of K: a row of x is [Q | K], `heads` heads of x.cols / heads
+// columns, the first q_heads Q's; gamma holds Q's gain, then K's. Forward keeps x in `kept` (x's
+// shape) and normalizes x in place; backward writes dx from x (as kept) and dy, and adds the
+// gains' gradients into dgamma (2 x.cols / heads elements).
+Status HeadNormForward(Context* context, bool rms, int64_t heads, int64_t q_heads, DView x,
+                       const void* gamma, float eps, DView kept);
+Status HeadNormBackward(Context* context, bool rms, int64_t heads, int64_t q_heads, DView x,
+                        const void* gamma, float eps, DView dy, DView dx, void* dgamma);
 Status Gelu(Context* context, DView x, DView y);
 Status GeluBackward(Context* context, DView x, DView dy, DView dx);
 Status Swiglu(Context* context, DView x, DView y);

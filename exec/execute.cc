@@ -97,6 +97,8 @@ std::vector<Compared> ComparedTensors(const Schedule& s, int layers) {
     roles.push_back({LayerRole(TensorKind::kNormWeight, TensorSlot::kLn1, l, true)});
     for (TensorSlot w : {TensorSlot::kQkv, TensorSlot::kProj})
       roles.push_back({LayerRole(TensorKind::kWeight, w, l, true)});
+    const TensorRole qk_norm = LayerRole(TensorKind::kNormWeight, TensorSlot::kQkNorm, l, true);
+    if (FindTensor(s.tensors(), qk_norm) >= 0) roles.push_back({qk_norm});
     roles.push_back({LayerRole(TensorKind::kNormWeight, TensorSlot::kLn2, l, true)});
     for (TensorSlot w : {TensorSlot::kFc1, TensorSlot::kFc2})
       roles.push_back({LayerRole(TensorKind::kWeight, w, l, true)});

@@ -134,13 +134,8 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
     model->qkv_bias = true;
     out.push_back({ModelFeature::kQkvBias, "biases on Q, K and V only (Qwen2)", "without them"});
   }
-  if (family == Family::kQwen3 || family == Family::kGemma3) {
-    model->qk_norm = true;
-    out.push_back({ModelFeature::kQkNorm,
-                   fmt::format("an RMSNorm on each head of Q and of K ({}'s q_norm and k_norm)",
-                               family == Family::kQwen3 ? "Qwen3" : "Gemma 3"),
-                   "without them"});
-  }
+  // Qwen3's and Gemma 3's q_norm and k_norm: priced (ModelSpec::qk_norm), no approximation.
+  if (family == Family::kQwen3 || family == Family::kGemma3) model->qk_norm = true;
   if (IsGemma(family))
     out.push_back({ModelFeature::kNone, "a GeLU-gated MLP (Gemma's GeGLU)",
                    "as SwiGLU (a SiLU gate), the same three matrices"});

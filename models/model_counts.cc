@@ -32,13 +32,20 @@ int64_t LayerBiasParameters(const ModelSpec& model) {
   return attention + mlp;
 }
 
+// The gains (and a LayerNorm's shifts) of a QK-norm: one norm over a head's width for Q's heads
+// and one for K's (ModelSpec::qk_norm).
+int64_t QkNormParameters(const ModelSpec& model) {
+  if (!model.qk_norm) return 0;
+  return (model.norm == Norm::kLayerNorm ? 4 : 2) * int64_t{model.head_width()};
+}
+
 }  // namespace
 
 ParameterCounts CountParameters(const ModelSpec& model) {
   const int64_t h = model.hidden;
   ParameterCounts counts;
-  counts.per_layer =
-      LayerMatmulParameters(model) + LayerBiasParameters(model) + 2 * NormParameters(model);
+  counts.per_layer = LayerMatmulParameters(model) + LayerBiasParameters(model) +
+                     2 * NormParameters(model) + QkNormParameters(model);
   counts.layers = counts.per_layer * model.layers;
   counts.embedding = model.vocab * h;
   counts.position_embedding = model.learned_positions() ? int64_t{model.seq_len} * h : 0;

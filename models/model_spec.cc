@@ -117,8 +117,8 @@ void ReadWindow(YamlMap& map, ModelSpec* model) {
 }
 
 // The attention's features (ModelSpec::qkv_bias, qk_norm, rotary_fraction, window), which
-// ParseHfConfig sets from a config.json: each one given is an approximation too, since domino
-// prices the model without it and an export launches it.
+// ParseHfConfig sets from a config.json. Each one given but qk_norm, which domino prices, is an
+// approximation too: domino prices the model without it, and an export launches it.
 void ReadFeatures(YamlMap& map, ModelSpec* model) {
   map.Bool("qkv_bias", &model->qkv_bias, Need::kOptional);
   map.Bool("qk_norm", &model->qk_norm, Need::kOptional);
@@ -131,11 +131,6 @@ void ReadFeatures(YamlMap& map, ModelSpec* model) {
                     "every linear has its biases)");
   if (model->qkv_bias)
     out.push_back({ModelFeature::kQkvBias, "biases on Q, K and V only (qkv_bias)", "without them"});
-  if (model->qk_norm)
-    out.push_back({ModelFeature::kQkNorm,
-                   fmt::format("a {} on each head of Q and of K (qk_norm)",
-                               model->norm == Norm::kRmsNorm ? "RMSNorm" : "LayerNorm"),
-                   "without them"});
   if (model->rotary_fraction < 1) {
     if (model->learned_positions())
       return map.Fail("rotary_fraction",

@@ -28,9 +28,10 @@ std::string_view ActivationName(Activation activation);
 std::string_view NormName(Norm norm);
 std::string_view PositionsName(Positions positions);  // "learned", "rotary"
 
-// What a model's attention runs that domino's pricing leaves out but a framework can be told to
-// build: each a field of ModelSpec below, so that an export launches the model its file describes.
-// kNone: what no field states (Gemma's GeLU gate, Gemma 2's post-norms).
+// What a model's attention runs that a framework can be told to build: each a field of ModelSpec
+// below, so that an export launches the model its file describes. domino prices kQkNorm; the
+// others it prices otherwise (an Approximation). kNone: what no field states (Gemma's GeLU gate,
+// Gemma 2's post-norms).
 enum class ModelFeature { kNone, kQkvBias, kQkNorm, kPartialRotary, kWindow };
 
 // Something a model's file describes that domino prices otherwise (ModelSpec::approximations),
@@ -106,9 +107,9 @@ struct ModelSpec {
   bool bias = true;  // biases on every linear layer
   bool tied_embeddings = true;
   // What the attention runs besides, as a model YAML's keys of these names or a Hugging Face
-  // config says (ReadModel and ParseHfConfig set each with its approximation below): domino prices
-  // the model without them, and an export passes them to a framework that has a setting for them
-  // (planner/export.h).
+  // config says (ReadModel and ParseHfConfig set each, but qk_norm, with its approximation below):
+  // domino prices the model without them, but with qk_norm, and an export passes them to a
+  // framework that has a setting for them (planner/export.h).
   bool qkv_bias = false;       // with `bias` false: biases on Q, K and V only (Qwen2)
   bool qk_norm = false;        // a `norm` on each head of Q and of K (Qwen3's q_norm and k_norm)
   double rotary_fraction = 1;  // of each head's width that rotary positions turn (GPT-NeoX 0.25)

@@ -80,6 +80,15 @@ std::vector<std::string> ModelApproximations(const Plan& plan,
     out.push_back(fmt::format("model {}: {}: launched ({}), priced {}", plan.model.name, a.what,
                               settings, as));
   }
+  // A feature domino prices (no approximation) that the export cannot launch.
+  const bool launches_qk_norm =
+      std::any_of(launched.begin(), launched.end(),
+                  [](const LaunchedFeature& f) { return f.feature == ModelFeature::kQkNorm; });
+  if (plan.model.qk_norm && !launches_qk_norm)
+    out.push_back(fmt::format(
+        "model {}: {} on each head of Q and of K (qk_norm): priced with "
+        "them, exported without them",
+        plan.model.name, plan.model.norm == Norm::kRmsNorm ? "an RMSNorm" : "a LayerNorm"));
   return out;
 }
 

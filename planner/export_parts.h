@@ -45,7 +45,9 @@ struct LaunchedFeature {
 // What the plan's model file describes and domino prices otherwise (ModelSpec::approximations),
 // as differences: "model NAME: WHAT: priced and exported AS", or, for a feature the export
 // launches, "model NAME: WHAT: launched (SETTINGS), priced AS", its settings joined by `joiner`:
-// the run has it, the prediction does not.
+// the run has it, the prediction does not. Then a feature domino prices that the export does not
+// launch (qk_norm without a ModelFeature::kQkNorm in `launched`): "...: priced with them, exported
+// without them".
 std::vector<std::string> ModelApproximations(const Plan& plan,
                                              std::span<const LaunchedFeature> launched = {},
                                              std::string_view joiner = " ");

@@ -310,6 +310,7 @@ void Lowering::ForwardCompute(int l, Block block, int i, const Deps& entry) {
     for (int j = 0; j < pieces; ++j)
       Gemm(OpFunc::kQkv, PieceTags(tags, j), piece_rows, qkv_n_, h_, PieceDeps(entry, j),
            {Use(t.ln1, Piece(i, j, h_)), WholeOf(t.w_qkv)}, {Use(t.qkv, Piece(i, j, qkv_n_))});
+    QkNorm(tags, t, i);
     Rope(OpFunc::kRope, tags, t.qkv, i);
     CopiesAroundAttention(OpFunc::kAttnCopy, tags, t.qkv, i);
     AttentionCore(OpFunc::kAttn, tags, l, i);
@@ -448,6 +449,7 @@ void Lowering::BackwardCompute(int l, Block block, int i, const Deps& entry) {
       AttentionCore(OpFunc::kAttn, Tags(l, i, -1, Phase::kRecompute), l, i);
     AttentionCore(OpFunc::kAttnGrad, tags, l, i);
     Rope(OpFunc::kRopeGrad, tags, t.g_qkv, i);
+    QkNormGrad(tags, t, i);
     CopiesAroundAttention(OpFunc::kAttnCopyGrad, tags, t.g_qkv, i);
   } else {
     // Unfused squared ReLU's autograd: pow's backward, grad * (2 * r.pow(1)), three kernels

@@ -287,6 +287,44 @@ void Lowering::Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i) {
   Compute(op, {}, {SliceOf(qkv, i)}, {SliceOf(qkv, i)});
 }
 
+// The norm on each head of Q and of K (ModelSpec::qk_norm) over row slice i, between the QKV GEMM
+// and the rotary embeddings as Megatron-Core's SelfAttention runs its q_layernorm and
+// k_layernorm (Transformer Engine's norms on the split Q and K): a read and a write of Q and K.
+// The op keeps them as they came in `qk` (the input the norm's backward reads, which Transformer
+// Engine's norm saves) and normalizes them in place in qkv. Nothing without qk_norm.
+void Lowering::QkNorm(const OpTags& tags, const LayerTensors& t, int i) {
+  if (t.qk < 0) return;
+  const int64_t cols = (a_ + g_) * d_;
+  const TensorUse qk_of_qkv = Use(t.qkv, View{i * slice_tokens_, (i + 1) * slice_tokens_, 0, cols});
+  Op op;
+  op.kind = OpKind::kElementwise;
+  op.func = OpFunc::kQkNorm;
+  op.tags = tags;
+  op.bytes = 2 * RowBytes(cols);
+  op.heads = a_, op.kv_heads = g_, op.head_dim = d_;
+  Compute(op, {}, {qk_of_qkv, WholeOf(t.w_qk_norm)}, {qk_of_qkv, SliceOf(t.qk, i)});
+}
+
+// The norm's backward over row slice i, after the rotary embeddings' (the gradients of Q and K
+// that come out of it are those of the norm's output): a read of Q and K as they came and of
+// their gradients, and a write of the gradients of what the QKV GEMM produced (the norm's input
+// gradient, in `g_qk`, then in place in QKV's gradient for its input-gradient GEMM), the gains'
+// gradients accumulated in the same pass (Transformer Engine's norm backward).
+void Lowering::QkNormGrad(const OpTags& tags, const LayerTensors& t, int i) {
+  if (t.qk < 0) return;
+  const int64_t cols = (a_ + g_) * d_;
+  const TensorUse qk_of_grad =
+      Use(t.g_qkv, View{i * slice_tokens_, (i + 1) * slice_tokens_, 0, cols});
+  Op op;
+  op.kind = OpKind::kElementwise;
+  op.func = OpFunc::kQkNormGrad;
+  op.tags = tags;
+  op.bytes = 3 * RowBytes(cols);
+  op.heads = a_, op.kv_heads = g_, op.head_dim = d_;
+  Compute(op, {}, {SliceOf(t.qk, i), qk_of_grad, WholeOf(t.w_qk_norm)},
+          {qk_of_grad, SliceOf(t.g_qk, i), WholeOf(t.g_w_qk_norm)});
+}
+
 // The copies around the attention core that StackSpec::attention_copies describes
 // (AttentionCopies), over row slice i of `tensor`: forward, before the core (kAttnCopy on qkv) or
 // after it (`after_core`, kAttnCopy on ctx); backward, before the QKV GEMM's input gradient

@@ -69,6 +69,16 @@ LayerTensors Lowering::MakeTensors(int l) {
   // Each rank's norms see its own tokens under SP: their weight gradients are partial sums.
   t.g_w_ln1 = weight(kLn1, true, true, 1, h_, partial);
   t.g_w_ln2 = weight(kLn2, true, true, 1, h_, partial);
+  t.qk = t.g_qk = t.w_qk_norm = t.g_w_qk_norm = -1;
+  if (plan_.model.qk_norm) {
+    t.qk = act(Act(kQkNorm, l), (a_ + g_) * d_, Shard::kQkCols, kv);
+    t.g_qk = act(Grad(kQkNorm, l), (a_ + g_) * d_, Shard::kQkCols, kv);
+    t.w_qk_norm = weight(kQkNorm, true, false, 1, 2 * d_, Shard::kReplicated);
+    // Each rank normalizes its own heads (and, under SP, all its tokens' of them): the gains'
+    // gradients are partial sums over TP.
+    t.g_w_qk_norm = weight(kQkNorm, true, true, 1, 2 * d_,
+                           plan_.tp > 1 ? Shard::kPartialSum : Shard::kReplicated);
+  }
   return t;
 }
 

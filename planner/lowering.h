@@ -32,6 +32,9 @@ struct LayerTensors {
   int32_t g_x, g_ln1, g_ln1_s, g_qkv, g_ctx, g_mid, g_mid_full, g_ln2, g_ln2_s, g_fc1, g_act;
   int32_t g_out_full;
   int32_t g_w_qkv, g_w_proj, g_w_fc1, g_w_fc2, g_w_ln1, g_w_ln2;
+  // With ModelSpec::qk_norm: Q and K before their norm (qk), its gradient, the two gains ([Q's |
+  // K's], head_dim each) and their gradient.
+  int32_t qk, g_qk, w_qk_norm, g_w_qk_norm;
 };
 
 // Lowers one plan (a model chunk of LowerOptions) into a Schedule: Run() once.
@@ -221,6 +224,8 @@ class Lowering {
                        TensorUse in, TensorUse out, Group group = Group::kCp);
   void CpTrade(const OpTags& tags, TensorUse tensor, double bytes, Group group);
   void Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i);
+  void QkNorm(const OpTags& tags, const LayerTensors& t, int i);
+  void QkNormGrad(const OpTags& tags, const LayerTensors& t, int i);
   // Whether the stack rotates Q and K: a model with rotary positions and a stack that runs them.
   bool RotatesQk() const {
     return !plan_.model.learned_positions() && plan_.stack.rope != RopeKernel::kNone;

@@ -32,14 +32,15 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   // quantized, 1 byte instead of 2 (module/linear.py: saved_inputmat is the quantized input): the
   // QKV and fc1 inputs (the norms' outputs, whole part 2 -> 1 each) and fc2's (the activation's
   // output, ffn/h 2 -> 1); the projection keeps an fp8 copy of the attention's output besides the
-  // 16-bit one attention keeps for its backward (+q).
+  // 16-bit one attention keeps for its backward (+q). A QK-norm (ModelSpec::qk_norm) keeps its
+  // input, Q and K as the QKV GEMM wrote them, 2 * (q + kv) (Transformer Engine's norm saves it).
   const bool dropout = plan.applies_dropout(), fp8 = plan.precision == Dtype::kFp8;
   const double q = m.q_hidden() / h, kv = m.kv_hidden() / h;
   const double gemm_input = fp8 ? 1 : 2;
   const double mlp = ((m.activation == Activation::kSwiglu ? 4.0 : 2.0) + gemm_input) * m.ffn / h;
   const double masks = (plan.branch_dropout(true) ? 1 : 0) + (plan.branch_dropout(false) ? 1 : 0);
   const double whole = 4 + masks + 2 * gemm_input;
-  const double split = 4 * q + 4 * kv + mlp + (fp8 ? q : 0);
+  const double split = 4 * q + 4 * kv + mlp + (fp8 ? q : 0) + (m.qk_norm ? 2 * (q + kv) : 0);
   const double scores = drop_scores ? 0 : (dropout ? 5 : 2) * a * s / h;
   const double recomputed = 2 * s * b * h / (plan.sequence_parallel ? t : 1);
   const double kept = plan.sequence_parallel ? s * b * h / t * (whole + split + scores)

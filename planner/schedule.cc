@@ -73,7 +73,9 @@ std::string_view OpFuncName(OpFunc func) {
       "cp.allgather",
       "cp.reducescatter",
       "cp.alltoall",
-      "cp.copy"};
+      "cp.copy",
+      "qk_norm",
+      "qk_norm.grad"};
   int index = static_cast<int>(func);
   return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
 }
@@ -136,6 +138,7 @@ Shape2 WholeShape(const Tensor& t, int tp) {
     case Shard::kCols:
     case Shard::kQkvCols:
     case Shard::kGluCols:
+    case Shard::kQkCols:
       return {t.rows, t.cols * tp};
     case Shard::kReplicated:
     case Shard::kPartialSum:
@@ -155,6 +158,11 @@ Shape2 WholeIndex(const Tensor& t, int rank, int tp, int64_t row, int64_t col) {
       if (col < q) return {row, rank * q + col};
       if (col < q + kv) return {row, q * tp + rank * kv + (col - q)};
       return {row, q * tp + kv * tp + rank * kv + (col - q - kv)};
+    }
+    case Shard::kQkCols: {
+      const int64_t kv = t.part_cols, q = t.cols - kv;
+      if (col < q) return {row, rank * q + col};
+      return {row, q * tp + rank * kv + (col - q)};
     }
     case Shard::kGluCols: {
       const int64_t half = t.cols / 2;
@@ -192,9 +200,9 @@ int32_t FindTensor(std::span<const Tensor> tensors, const TensorRole& role) {
 }
 
 std::string RoleName(const TensorRole& role) {
-  static constexpr std::array<std::string_view, 15> kSlots = {
-      "",    "x",   "ln1", "qkv", "ctx",   "proj",       "mid",    "ln2",
-      "fc1", "act", "fc2", "out", "embed", "final_norm", "lm_head"};
+  static constexpr std::array<std::string_view, 16> kSlots = {
+      "",    "x",   "ln1", "qkv", "ctx",   "proj",       "mid",     "ln2",
+      "fc1", "act", "fc2", "out", "embed", "final_norm", "lm_head", "qk_norm"};
   std::string name = role.layer >= 0 ? fmt::format("l{}.", role.layer) : "";
   // The ends' data: the tokens the embedding looks up, the labels the loss reads, and the LM
   // head's output.

@@ -126,6 +126,13 @@ enum class OpFunc : uint8_t {
   kCpReduceScatter,
   kCpAllToAll,
   kCpCopy,
+  // A norm on each head of Q and of K (ModelSpec::qk_norm) after the QKV GEMM, before the rotary
+  // embeddings: kQkNorm keeps the slice's Q and K as they came (the input its backward needs) and
+  // normalizes them in place; kQkNormGrad, after the rotary embeddings' backward, turns their
+  // gradients into the gradients of what came out of the GEMM, in place, and accumulates the two
+  // gains' gradients.
+  kQkNorm,
+  kQkNormGrad,
   kCount,
 };
 std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce", ...
@@ -147,6 +154,7 @@ enum class Shard : uint8_t {
   // columns, so rank r's Q is columns r * |Q| of the whole Q, and so on (heads stay whole).
   kQkvCols,
   kGluCols,  // columns [gate | up], each half split by columns like kCols
+  kQkCols,   // columns [Q | K], K `part_cols` wide (per rank), each split by columns like kQkvCols
   // Sequence parallelism: the tokens of each of `part_cols` row slices are split over ranks;
   // local row i * (rows / slices) + j is row i * (rows * t / slices) + r * (rows / slices) + j.
   kSequence,
@@ -158,7 +166,7 @@ enum class Shard : uint8_t {
 enum class TensorKind : uint8_t {
   kInput,           // the stage's input activations: the first layer's x (no embedding before it)
   kWeight,          // a GEMM weight: slot kQkv, kProj, kFc1, kFc2, kEmbedding or kLmHead
-  kNormWeight,      // a norm's gain: slot kLn1, kLn2 or kFinalNorm
+  kNormWeight,      // a norm's gain: slot kLn1, kLn2, kFinalNorm or kQkNorm ([Q's | K's])
   kActivation,      // a value the forward pass computes, named by its slot
   kOptimizerState,  // Adam's moments and fp32 master copy of the weight in `slot`
   kLoss,
@@ -182,6 +190,7 @@ enum class TensorSlot : uint8_t {
   kEmbedding,
   kFinalNorm,
   kLmHead,  // the LM head (its output: the logits)
+  kQkNorm,  // the norm on each head of Q and of K (its activation: their values before it)
 };
 
 // Sequence parallelism holds some values twice: whole on every rank and as this rank's sequence

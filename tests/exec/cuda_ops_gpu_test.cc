@@ -131,6 +131,59 @@ TEST_P(CudaOpsTypedTest, NormsMatchCpu) {
     }
 }
 
+TEST_P(CudaOpsTypedTest, HeadNormsMatchTheCpuNormOfEachHead) {
+  // A QK-norm's [Q | K] rows: offset in a wider matrix, and packed with so many tokens that the
+  // backward's statistics go in slices.
+  struct Shape {
+    int64_t tokens, heads, q_heads, d;
+    bool packed;
+  };
+  for (const Shape& shape : {Shape{300, 6, 4, 16, false}, Shape{70000, 9, 8, 128, true}})
+    for (bool rms : {false, true}) {
+      SCOPED_TRACE(testing::Message() << (rms ? "rmsnorm " : "layernorm ") << shape.tokens
+                                      << " tokens x " << shape.heads << " heads of " << shape.d);
+      const int64_t rows = shape.tokens, d = shape.d, cols = shape.heads * d;
+      const cpu::NormKind kind = rms ? cpu::NormKind::kRmsNorm : cpu::NormKind::kLayerNorm;
+      const auto make = [&](int64_t r, int64_t c, float lo = -1.0f, float hi = 1.0f) {
+        return Make(r, c, lo, hi, shape.packed);
+      };
+      const Matrix x = make(rows, cols, -2.0f, 2.5f), gamma = make(1, 2 * d, 0.5f, 1.5f);
+      const Matrix kept = make(rows, cols), dy = make(rows, cols), dx = make(rows, cols);
+      const Matrix dgamma = make(1, 2 * d);
+      std::vector<float> want_y(static_cast<size_t>(rows * cols));
+      std::vector<float> want_dx(want_y.size()), want_dgamma = dgamma.host;
+      for (int64_t j = 0; j < shape.heads; ++j) {
+        const int64_t gain = j < shape.q_heads ? 0 : d;
+        const cpu::ConstMat head(x.host.data() + j * d, rows, d, cols);
+        cpu::NormForward(kind, head, gamma.host.data() + gain, kEps,
+                         cpu::Mat{want_y.data() + j * d, rows, d, cols});
+        cpu::NormBackward(kind, head, gamma.host.data() + gain, kEps,
+                          cpu::ConstMat(dy.host.data() + j * d, rows, d, cols),
+                          cpu::Mat{want_dx.data() + j * d, rows, d, cols},
+                          /*accumulate_dx=*/false, want_dgamma.data() + gain);
+      }
+      ASSERT_EQ(Msg(cuda::HeadNormForward(context_, rms, shape.heads, shape.q_heads, x.view,
+                                          gamma.view.data, kEps, kept.view)),
+                "");
+      ExpectNear(Read(kept.view), x.host, "QK-norm kept input");
+      ExpectNear(Read(x.view), want_y, "QK-norm forward, in place");
+      ExpectOutsideKept(x, "QK-norm forward");
+      ASSERT_EQ(
+          Msg(cuda::HeadNormBackward(context_, rms, shape.heads, shape.q_heads, kept.view,
+                                     gamma.view.data, kEps, dy.view, dx.view, dgamma.view.data)),
+          "");
+      ExpectNear(Read(dx.view), want_dx, "QK-norm dx");
+      ExpectOutsideKept(dx, "QK-norm dx");
+      // The reference adds its rows one by one in fp32: within 1e-3 of the largest sum at most.
+      const std::vector<float> got = Read(dgamma.view);
+      float peak = 1e-3f;
+      for (float w : want_dgamma) peak = std::max(peak, std::abs(w));
+      for (int64_t j = 0; j < 2 * d; ++j)
+        EXPECT_NEAR(got[j], want_dgamma[j], std::max(1e-3, 2 * Tolerance()) * peak)
+            << "QK-norm dgamma column " << j;
+    }
+}
+
 TEST_P(CudaOpsTypedTest, ActivationsMatchCpu) {
   const int64_t rows = 40, f = 72;
   {

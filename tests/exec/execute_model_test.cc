@@ -36,9 +36,11 @@ Schedule LowerModel(const Plan& plan) {
   return s.ok() ? std::move(s).value() : Schedule{};
 }
 
-// Output, loss, embedding gradient, six per layer, final norm, and the LM head's when untied.
+// Output, loss, embedding gradient, six per layer (seven with a QK-norm), final norm, and the LM
+// head's when untied.
 size_t ModelChecks(const Plan& plan) {
-  return 3u + 6 * plan.model.layers + 1 + (plan.model.tied_embeddings ? 0 : 1);
+  return 3u + (plan.model.qk_norm ? 7 : 6) * plan.model.layers + 1 +
+         (plan.model.tied_embeddings ? 0 : 1);
 }
 
 TEST(ExecuteTest, TheWholeModelMatchesTheReference) {
@@ -181,7 +183,7 @@ TEST(ExecuteTest, TheWholeModelRunsWithOnePipelineStageAndReplicaOnTheCpu) {
 // differences.
 TEST(ExecuteTest, TheWholeModelsGradientsMatchFiniteDifferences) {
   // tiny-qwen3's heads are wider than hidden / heads: QKV writes 8 x 16 + 2 x 4 x 16 columns and
-  // proj reads 128.
+  // proj reads 128; its Q and K go through a norm on each head.
   for (const char* model : {"tiny-gpt", "tiny-llama", "tiny-qwen3"}) {
     SCOPED_TRACE(model);
     Plan plan = OneRankPlan(model);
@@ -223,6 +225,14 @@ TEST(ExecuteTest, TheWholeModelsGradientsMatchFiniteDifferences) {
                                  {weight, kProj, 1, plan.model.q_hidden() * h - 3},
                                  {norm, kLn1, 0, 3}};
     if (!plan.model.tied_embeddings) probes.push_back({weight, kLmHead, -1, 9 * h + 4});
+    if (plan.model.qk_norm) {  // Q's gain, then K's
+      const int64_t d = plan.model.head_width();
+      probes.push_back({norm, kQkNorm, 0, 3});
+      probes.push_back({norm, kQkNorm, 1, d + 5});
+      // Row 1, column 7 of K: through K's norm.
+      const int64_t qkv_cols = plan.model.q_hidden() + 2 * plan.model.kv_hidden();
+      probes.push_back({weight, kQkv, 1, qkv_cols + plan.model.q_hidden() + 7});
+    }
     for (const Probe& probe : probes) {
       const int32_t t = id(probe.kind, probe.slot, probe.layer),
                     g = id(probe.kind, probe.slot, probe.layer, /*gradient=*/true);

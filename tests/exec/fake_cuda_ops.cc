@@ -304,6 +304,13 @@ Status NormForward(Context* c, bool, DView, const void*, float, DView) {
 Status NormBackward(Context* c, bool, DView, const void*, float, DView, DView, bool, void* dgamma) {
   return Launch(c, fake::kElementwiseUs, Accumulate(dgamma));
 }
+Status HeadNormForward(Context* c, bool, int64_t, int64_t, DView, const void*, float, DView) {
+  return Launch(c, fake::kElementwiseUs);
+}
+Status HeadNormBackward(Context* c, bool, int64_t, int64_t, DView, const void*, float, DView, DView,
+                        void* dgamma) {
+  return Launch(c, fake::kElementwiseUs, Accumulate(dgamma));
+}
 Status Embedding(Context* c, DView, int64_t, DView, DView) {
   return Launch(c, fake::kElementwiseUs);
 }

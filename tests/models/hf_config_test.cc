@@ -332,8 +332,8 @@ TEST(HfConfig, HeadsNeedNotBeHiddenOverHeadsWide) {
   EXPECT_FALSE(qwen->bias);
   EXPECT_FALSE(qwen->tied_embeddings);
   EXPECT_EQ(qwen->activation, Activation::kSwiglu);
-  EXPECT_THAT(Texts(*qwen),
-              ::testing::ElementsAre(HasSubstr("an RMSNorm on each head of Q and of K (Qwen3's")));
+  EXPECT_TRUE(qwen->qk_norm);
+  EXPECT_THAT(Texts(*qwen), ::testing::IsEmpty());  // its QK-norm is priced
 
   // Absent: 256 in Gemma, 128 in Qwen3, hidden / heads (16 here) elsewhere; given as hidden /
   // heads, the spec is the one without it.
@@ -380,8 +380,7 @@ TEST(HfConfig, FeaturesAFrameworkCanBuildAreFields) {
   const ModelSpec qwen3 = load("Qwen3-32B");
   EXPECT_TRUE(qwen3.qk_norm);
   EXPECT_FALSE(qwen3.qkv_bias);
-  EXPECT_THAT(Texts(qwen3), ::testing::ElementsAre("an RMSNorm on each head of Q and of K (Qwen3's "
-                                                   "q_norm and k_norm): priced without them"));
+  EXPECT_THAT(Texts(qwen3), ::testing::IsEmpty());  // priced: no approximation
 
   const ModelSpec pythia = load("pythia-1.4b");
   EXPECT_EQ(pythia.rotary_fraction, 0.25);
@@ -445,8 +444,6 @@ TEST(HfConfig, Gemma3ReadsItsTextModel) {
   EXPECT_THAT(
       Texts(*one),
       ::testing::ElementsAre(
-          "an RMSNorm on each head of Q and of K (Gemma 3's q_norm and k_norm): priced without "
-          "them",
           "a GeLU-gated MLP (Gemma's GeGLU): priced and exported as SwiGLU (a SiLU gate), the "
           "same three matrices",
           "an RMSNorm after the attention and after the MLP besides the ones before them (Gemma "
@@ -473,8 +470,7 @@ TEST(HfConfig, Gemma3ReadsItsTextModel) {
   EXPECT_EQ(four->window.full_every, 6);
   EXPECT_THAT(Texts(*four),
               ::testing::ElementsAre(
-                  HasSubstr("(Gemma 3's q_norm and k_norm)"), HasSubstr("(Gemma's GeGLU)"),
-                  HasSubstr("(Gemma 3's post-norms)"),
+                  HasSubstr("(Gemma's GeGLU)"), HasSubstr("(Gemma 3's post-norms)"),
                   "a sliding attention window of 1024 tokens (sliding_window) on 29 of 34 layers "
                   "(sliding_window_pattern 6: layers 5, 11, 17, 23, 29 attend in full): priced "
                   "" + WindowPricing(1024),
@@ -527,11 +523,11 @@ TEST(HfConfig, Gemma3sLayerTypesSayWhichLayersSlide) {
   // A pattern of 1: every layer attends in full, and no window is listed.
   const ModelSpec none = gemma3(R"("sliding_window_pattern": 1)");
   EXPECT_EQ(none.window.tokens, 0);
-  EXPECT_EQ(none.approximations.size(), 3u);
+  EXPECT_EQ(none.approximations.size(), 2u);
   // A full layer first: no window states it, so none is set and the export says it differs.
   const ModelSpec first = gemma3(R"("layer_types": ["full_attention", "sliding_attention"])");
   EXPECT_EQ(first.window.tokens, 0);
-  ASSERT_EQ(first.approximations.size(), 4u);
+  ASSERT_EQ(first.approximations.size(), 3u);
   EXPECT_EQ(first.approximations.back().feature, ModelFeature::kNone);
   EXPECT_EQ(first.approximations.back().Text(),
             "a sliding attention window of 64 tokens (sliding_window) on layer 1 (layer_types), a "

@@ -136,11 +136,11 @@ TEST(ParseModel, ReadsTheAttentionsFeatures) {
   EXPECT_EQ(model->window.every, 2);
   EXPECT_EQ(model->window.full_every, 6);
   // Layers 2, 4, 6, 8 and 10, less 5 and 11 (which are not even among them): five of twelve.
+  // The QK-norm is priced: no approximation.
   std::vector<std::string> texts;
   for (const Approximation& a : model->approximations) texts.push_back(a.Text());
   EXPECT_THAT(texts, ::testing::ElementsAre(
                          "biases on Q, K and V only (qkv_bias): priced without them",
-                         "a RMSNorm on each head of Q and of K (qk_norm): priced without them",
                          "rotary positions on 25% of each head (rotary_fraction 0.25): priced as "
                          "rotating all of it",
                          "a sliding attention window of 8 tokens (window) on 5 of 12 layers: "
@@ -153,7 +153,7 @@ TEST(ParseModel, ReadsTheAttentionsFeatures) {
   Result<ModelSpec> back = ParseModel(flow, "flow.yaml");
   ASSERT_TRUE(back.ok()) << back.message();
   EXPECT_EQ(ModelToFlowYaml(*back), flow);
-  EXPECT_EQ(back->approximations.size(), 4u);
+  EXPECT_EQ(back->approximations.size(), 3u);
 
   // A window of tokens alone covers every layer; a model without features writes none.
   Result<ModelSpec> every = ParseModel(Join(kGoodLines) + "window: 4\n", "good.yaml");

@@ -1,0 +1,126 @@
+#include <gtest/gtest.h>
+
+#include <tuple>
+#include <vector>
+
+#include "models/model_counts.h"
+#include "planner/lower.h"
+#include "planner/memory_model.h"
+#include "tests/planner/test_plans.h"
+
+// A model's QK-norm (ModelSpec::qk_norm, Qwen3's and Gemma 3's q_norm and k_norm): its ops, its
+// tensors, the activations it keeps and its gains.
+namespace domino {
+namespace {
+
+using testing_util::MakePlan;
+using testing_util::PlanKnobs;
+
+TEST(LowerQkNormTest, ANormOnEachHeadOfQAndKRunsBetweenQkvAndTheRotaryEmbeddings) {
+  // gpt3-2.7b at tp 8 with rotary positions: 4 query heads and 4 key heads of 80 a rank, 4 x 256
+  // tokens in bf16, in one slice or two. A pass over Q and K of a slice is 1024 / p x 640 x 2
+  // bytes: the norm reads and writes them (2 passes), its backward reads them and their gradients
+  // and writes the input's (3).
+  for (int p : {1, 2}) {
+    SCOPED_TRACE(p);
+    PlanKnobs k;
+    k.row_split = p;
+    Plan plan = MakePlan(k);
+    plan.model.positions = Positions::kRotary;
+    plan.model.qk_norm = true;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{1, false, false, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    const double pass = 1024.0 / p * 640 * 2;
+    std::vector<OpFunc> order;  // slice 0's attention ops in schedule order
+    int norms = 0, grads = 0;
+    for (const Op& op : s->ops()) {
+      if (op.func == OpFunc::kQkNorm || op.func == OpFunc::kQkNormGrad) {
+        const bool backward = op.func == OpFunc::kQkNormGrad;
+        (backward ? grads : norms) += 1;
+        EXPECT_EQ(op.kind, OpKind::kElementwise);
+        EXPECT_DOUBLE_EQ(op.bytes, (backward ? 3 : 2) * pass);
+        EXPECT_EQ(std::tuple(op.heads, op.kv_heads, op.head_dim), std::tuple(4, 4, 80));
+        // Q and K of the slice's rows in QKV (or its gradient), and the kept input.
+        const std::span<const TensorUse> reads = s->reads(op), writes = s->writes(op);
+        ASSERT_EQ(reads.size(), backward ? 3u : 2u);
+        ASSERT_EQ(writes.size(), backward ? 3u : 2u);
+        const TensorUse& qk_of_qkv = backward ? reads[1] : reads[0];
+        EXPECT_EQ(qk_of_qkv.view.col_begin, 0);
+        EXPECT_EQ(qk_of_qkv.view.col_end, 640);
+        EXPECT_EQ(qk_of_qkv.view.row_end - qk_of_qkv.view.row_begin, 1024 / p);
+        EXPECT_EQ(writes[0].tensor, qk_of_qkv.tensor);  // in place
+        EXPECT_EQ(writes[0].view, qk_of_qkv.view);
+      }
+      if (op.tags.row_slice > 0) continue;
+      for (OpFunc f :
+           {OpFunc::kQkv, OpFunc::kQkNorm, OpFunc::kRope, OpFunc::kAttn, OpFunc::kAttnGrad,
+            OpFunc::kRopeGrad, OpFunc::kQkNormGrad, OpFunc::kQkvGradInput})
+        if (op.func == f) order.push_back(f);
+    }
+    EXPECT_EQ(norms, p);
+    EXPECT_EQ(grads, p);
+    EXPECT_EQ(order, (std::vector{OpFunc::kQkv, OpFunc::kQkNorm, OpFunc::kRope, OpFunc::kAttn,
+                                  OpFunc::kAttnGrad, OpFunc::kRopeGrad, OpFunc::kQkNormGrad,
+                                  OpFunc::kQkvGradInput}));
+  }
+  // Without qk_norm: none.
+  Result<Schedule> plain = LowerStage(MakePlan({}), LowerOptions{1, false, false, true, true});
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  for (const Op& op : plain->ops())
+    EXPECT_TRUE(op.func != OpFunc::kQkNorm && op.func != OpFunc::kQkNormGrad);
+}
+
+TEST(LowerQkNormTest, ItsTensorsMapOntoTheWholeModelsQAndK) {
+  // tp 8: a rank's kept Q and K are 320 + 320 columns of the whole model's 2560 + 2560; the two
+  // gains, 80 each, are whole on every rank and their gradient a partial sum over TP (each rank
+  // normalizes its own heads).
+  PlanKnobs k;
+  Plan plan = MakePlan(k);
+  plan.model.qk_norm = true;
+  Result<Schedule> s = LowerStage(plan, LowerOptions{1, false, false, true, true});
+  ASSERT_TRUE(s.ok()) << s.message();
+  auto find = [&](TensorKind kind, bool gradient) {
+    TensorRole role;
+    role.kind = kind, role.slot = TensorSlot::kQkNorm, role.gradient = gradient, role.layer = 0;
+    const int32_t id = FindTensor(s->tensors(), role);
+    EXPECT_GE(id, 0) << RoleName(role);
+    return id >= 0 ? s->tensors()[id] : Tensor{};
+  };
+  const Tensor kept = find(TensorKind::kActivation, false);
+  EXPECT_EQ(RoleName(kept.role), "l0.qk_norm");
+  EXPECT_EQ(std::tuple(kept.rows, kept.cols, kept.shard, kept.part_cols),
+            std::tuple(int64_t{1024}, int64_t{640}, Shard::kQkCols, int64_t{320}));
+  EXPECT_EQ(WholeShape(kept, 8).cols, 5120);
+  EXPECT_EQ(WholeIndex(kept, 3, 8, 5, 7).cols, 3 * 320 + 7);           // Q
+  EXPECT_EQ(WholeIndex(kept, 3, 8, 5, 320 + 7).cols, 2560 + 960 + 7);  // K
+  const Tensor gains = find(TensorKind::kNormWeight, false);
+  EXPECT_EQ(RoleName(gains.role), "l0.qk_norm.w");
+  EXPECT_EQ(std::tuple(gains.rows, gains.cols, gains.shard),
+            std::tuple(int64_t{1}, int64_t{160}, Shard::kReplicated));
+  EXPECT_EQ(find(TensorKind::kNormWeight, true).shard, Shard::kPartialSum);
+  EXPECT_EQ(find(TensorKind::kActivation, true).shard, Shard::kQkCols);
+}
+
+TEST(LowerQkNormTest, ItKeepsItsInputAndAddsTwoGainsALayer) {
+  // gpt3-2.7b at tp 8, 4 x 256 tokens, flash attention: the norm keeps Q and K as they came, 2 x
+  // (2560 + 2560) bytes a token over 8 ranks: 1024 x 1280 bytes a layer.
+  PlanKnobs k;
+  Plan plan = MakePlan(k);
+  const MemoryEstimate plain = EstimateMemory(plan, /*flash_attention=*/true);
+  plan.model.qk_norm = true;
+  const MemoryEstimate normed = EstimateMemory(plan, /*flash_attention=*/true);
+  EXPECT_DOUBLE_EQ(normed.activation_bytes - plain.activation_bytes, 32 * 1024.0 * 1280);
+  // Its gains: a LayerNorm's scale and shift over a head (80) for Q and for K; an RMSNorm's scale.
+  for (const auto& [norm, gains] :
+       {std::tuple{Norm::kLayerNorm, 4 * 80}, {Norm::kRmsNorm, 2 * 80}}) {
+    ModelSpec m = plan.model;
+    m.norm = norm;
+    m.qk_norm = false;
+    const int64_t without = CountParameters(m).per_layer;
+    m.qk_norm = true;
+    EXPECT_EQ(CountParameters(m).per_layer - without, gains);
+  }
+}
+
+}  // namespace
+}  // namespace domino
