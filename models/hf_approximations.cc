@@ -139,14 +139,11 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
   if (IsGemma(family))
     out.push_back({ModelFeature::kNone, "a GeLU-gated MLP (Gemma's GeGLU)",
                    "as SwiGLU (a SiLU gate), the same three matrices"});
-  // Gemma 3 keeps Gemma 2's post-norms; its soft-caps are null unless a config sets them
-  // (Gemma3TextConfig's defaults), and QK-norm takes their place.
+  // Gemma 3 keeps Gemma 2's post-norms (priced: ModelSpec::post_norms, no approximation); its
+  // soft-caps are null unless a config sets them (Gemma3TextConfig's defaults), and QK-norm takes
+  // their place.
   if (family == Family::kGemma2 || family == Family::kGemma3) {
-    out.push_back({ModelFeature::kNone,
-                   fmt::format("an RMSNorm after the attention and after the MLP besides the ones "
-                               "before them ({}'s post-norms)",
-                               family == Family::kGemma2 ? "Gemma 2" : "Gemma 3"),
-                   "with the norms before only"});
+    model->post_norms = true;
     if (const std::optional<double> cap = Number(config, "attn_logit_softcapping"); cap && *cap > 0)
       out.push_back(
           {ModelFeature::kNone,

@@ -45,7 +45,7 @@ ParameterCounts CountParameters(const ModelSpec& model) {
   const int64_t h = model.hidden;
   ParameterCounts counts;
   counts.per_layer = LayerMatmulParameters(model) + LayerBiasParameters(model) +
-                     2 * NormParameters(model) + QkNormParameters(model);
+                     (model.post_norms ? 4 : 2) * NormParameters(model) + QkNormParameters(model);
   counts.layers = counts.per_layer * model.layers;
   counts.embedding = model.vocab * h;
   counts.position_embedding = model.learned_positions() ? int64_t{model.seq_len} * h : 0;

@@ -110,8 +110,12 @@ struct ModelSpec {
   // config says (ReadModel and ParseHfConfig set each, but qk_norm, with its approximation below):
   // domino prices the model without them, but with qk_norm, and an export passes them to a
   // framework that has a setting for them (planner/export.h).
-  bool qkv_bias = false;       // with `bias` false: biases on Q, K and V only (Qwen2)
-  bool qk_norm = false;        // a `norm` on each head of Q and of K (Qwen3's q_norm and k_norm)
+  bool qkv_bias = false;  // with `bias` false: biases on Q, K and V only (Qwen2)
+  bool qk_norm = false;   // a `norm` on each head of Q and of K (Qwen3's q_norm and k_norm)
+  // A `norm` on the attention's and on the MLP's output before each residual add, besides the
+  // norms before them (Gemma 2's and Gemma 3's post_attention_layernorm and
+  // post_feedforward_layernorm). Priced; the executor runs none (docs/formats.md).
+  bool post_norms = false;
   double rotary_fraction = 1;  // of each head's width that rotary positions turn (GPT-NeoX 0.25)
   AttentionWindow window;      // a sliding window (Mistral; Gemma 2's every other layer)
   // What the file it was read from describes and domino prices otherwise (a feature above, or what

@@ -80,15 +80,23 @@ std::vector<std::string> ModelApproximations(const Plan& plan,
     out.push_back(fmt::format("model {}: {}: launched ({}), priced {}", plan.model.name, a.what,
                               settings, as));
   }
-  // A feature domino prices (no approximation) that the export cannot launch.
+  // Features domino prices (no approximation) that the export does not launch: the QK-norm where
+  // the framework has no setting for it, post-norms everywhere (none of these frameworks has one).
   const bool launches_qk_norm =
       std::any_of(launched.begin(), launched.end(),
                   [](const LaunchedFeature& f) { return f.feature == ModelFeature::kQkNorm; });
+  const std::string_view norm = plan.model.norm == Norm::kRmsNorm ? "an RMSNorm" : "a LayerNorm";
   if (plan.model.qk_norm && !launches_qk_norm)
-    out.push_back(fmt::format(
-        "model {}: {} on each head of Q and of K (qk_norm): priced with "
-        "them, exported without them",
-        plan.model.name, plan.model.norm == Norm::kRmsNorm ? "an RMSNorm" : "a LayerNorm"));
+    out.push_back(
+        fmt::format("model {}: {} on each head of Q and of K (qk_norm): priced with "
+                    "them, exported without them",
+                    plan.model.name, norm));
+  if (plan.model.post_norms)
+    out.push_back(
+        fmt::format("model {}: {} after the attention and after the MLP besides the "
+                    "ones before them (post_norms): priced with them, exported without "
+                    "them",
+                    plan.model.name, norm));
   return out;
 }
 

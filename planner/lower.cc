@@ -398,7 +398,7 @@ Lowering::Deps Lowering::BackwardEntry(int l, Block block, int i, bool final) {
     // The top layer's output gradient arrives from the loss (or the next stage).
     tags = Tags(l, i, -1, Phase::kBackward);
     grad_tensor = out_grad_;
-    grad_out = Elementwise(OpFunc::kResidualGrad, tags, hb + DropoutGradBytes(hb, false),
+    grad_out = Elementwise(OpFunc::kResidualGrad, tags, hb + BranchGradBytes(hb, false),
                            std::move(deps), {}, {SliceOf(out_grad_, i)});
   } else if (block == Block::kMlp) {
     // Entering layer l's MLP from layer l+1's attention: ln1 backward of layer l+1, plus the
@@ -408,7 +408,7 @@ Lowering::Deps Lowering::BackwardEntry(int l, Block block, int i, bool final) {
     grad_tensor = up.g_x;
     grad_out =
         NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, up.x, Reduced(up.g_ln1, up.g_ln1_s),
-                 up.w_ln1, up.g_mid, up.g_x, up.g_w_ln1, DropoutGradBytes(hb, false));
+                 up.w_ln1, up.g_mid, up.g_x, up.g_w_ln1, BranchGradBytes(hb, false));
   } else {
     const LayerTensors& t = tensors_[l];
     tags = Tags(l, i, -1, Phase::kBackward);
@@ -417,7 +417,7 @@ Lowering::Deps Lowering::BackwardEntry(int l, Block block, int i, bool final) {
                                 Reduced(t.g_ln1, t.g_ln1_s), t.w_ln1, t.g_mid, t.g_x, t.g_w_ln1)
                      : NormGrad(OpFunc::kLn2Grad, tags, std::move(deps), i, t.mid,
                                 Reduced(t.g_ln2, t.g_ln2_s), t.w_ln2, OutGrad(l), t.g_mid,
-                                t.g_w_ln2, DropoutGradBytes(hb, true));
+                                t.g_w_ln2, BranchGradBytes(hb, true));
   }
   if (!sp_ || final) return {grad_out};
   const LayerTensors& t = tensors_[l];

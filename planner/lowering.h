@@ -148,19 +148,25 @@ class Lowering {
   // Bytes of the residual add after the attention projection (`attention`) or the second MLP
   // linear, over `hb` bytes of activations, as the stack runs it: one fused pass (read both,
   // write; with the branch's dropout, a 1-byte mask too), or a bias pass, a dropout pass and an
-  // add pass.
+  // add pass. A model's post-norm (ModelSpec::post_norms) reads the branch's output and writes
+  // it normalized first: two passes more, priced on this op.
   double ResidualBytes(double hb, bool attention) const {
     const bool dropout = plan_.branch_dropout(attention);
     const double mask = dropout ? hb / e_ : 0;
-    if (plan_.fuses_bias_dropout_add()) return 3 * hb + mask;
-    return (plan_.model.bias ? 2 * hb : 0) + (dropout ? 2 * hb + mask : 0) + 3 * hb;
+    const double post_norm = plan_.model.post_norms ? 2 * hb : 0;
+    if (plan_.fuses_bias_dropout_add()) return 3 * hb + mask + post_norm;
+    return (plan_.model.bias ? 2 * hb : 0) + (dropout ? 2 * hb + mask : 0) + 3 * hb + post_norm;
   }
-  // Bytes of the branch's dropout backward, over `hb` bytes of gradients: a pass that reads the
-  // gradient and the mask and writes the gradient to the projection or fc2 (PyTorch's
-  // native_dropout_backward, and the backward of Megatron's fused bias-dropout-add); none
-  // without dropout (a dropout of p = 0 returns its input).
-  double DropoutGradBytes(double hb, bool attention) const {
-    return plan_.branch_dropout(attention) ? 2 * hb + hb / e_ : 0;
+  // Bytes of the backward of what the branch runs before the residual add, over `hb` bytes of
+  // gradients, priced on the op that writes the residual gradient the branch takes: its dropout's,
+  // a pass that reads the gradient and the mask and writes the gradient to the projection or fc2
+  // (PyTorch's native_dropout_backward, and the backward of Megatron's fused bias-dropout-add;
+  // none without dropout: a dropout of p = 0 returns its input); and, first, a post-norm's, which
+  // reads the branch's output and the gradient and writes the gradient of its input (three
+  // passes, its gain's gradient in the same kernel as Transformer Engine's norms compute it).
+  double BranchGradBytes(double hb, bool attention) const {
+    return (plan_.branch_dropout(attention) ? 2 * hb + hb / e_ : 0) +
+           (plan_.model.post_norms ? 3 * hb : 0);
   }
   // Rows a norm or residual touches: a sequence-parallel shard, or the whole slice.
   double NormRows() const {
@@ -186,8 +192,8 @@ class Lowering {
   // after Transformer Engine's or apex's norm backward, which computes the weight's gradient in
   // the same kernel); the executor's kernels do the same work as a row kernel that reads x, dy and
   // the upstream gradient and writes dx, and a kernel that reads x and dy again for dw
-  // (exec/cuda_layers.cu NormBackward). `extra` bytes are the dropout backward of the branch dx
-  // enters (DropoutGradBytes), priced on this op.
+  // (exec/cuda_layers.cu NormBackward). `extra` bytes are the backward of what the branch dx
+  // enters runs before its residual add (BranchGradBytes), priced on this op.
   int32_t NormGrad(OpFunc func, const OpTags& tags, Deps deps, int i, int32_t x, int32_t dy,
                    int32_t w, int32_t upstream, int32_t dx, int32_t dw, double extra = 0) {
     return Elementwise(func, tags, 6 * NormRows() * h_ * e_ + extra, std::move(deps),

@@ -22,8 +22,8 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   // A layer that full recompute redoes keeps only its input; the others keep what they store, in
   // bytes per s*b*h: the part TP leaves whole without SP (the norms' inputs 4, the attention's
   // and the MLP's inputs 2 + 2, and with dropout its masks, 1 for each branch that runs one) and
-  // the part it splits (Q and
-  // the attention's output 2 + 2 times q_hidden/h, K and V 2 each times kv_hidden/h, the MLP's
+  // the part it splits (Q and the attention's output 2 + 2 times q_hidden/h, K and V 2 each times
+  // kv_hidden/h, the MLP's
   // first output and its activation's, 4*ffn/h, or 6*ffn/h when gated), plus the unfused
   // attention's scores: the softmax's output 2*a*s/h, and with dropout its mask and output 3 more
   // (Korthikanti et al. 2022's 34 + 5as/h). Without dropout PyTorch and Transformer Engine keep
@@ -39,7 +39,9 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const double gemm_input = fp8 ? 1 : 2;
   const double mlp = ((m.activation == Activation::kSwiglu ? 4.0 : 2.0) + gemm_input) * m.ffn / h;
   const double masks = (plan.branch_dropout(true) ? 1 : 0) + (plan.branch_dropout(false) ? 1 : 0);
-  const double whole = 4 + masks + 2 * gemm_input;
+  // Post-norms (ModelSpec::post_norms) keep their inputs, the attention's and the MLP's outputs,
+  // 2 + 2 in the whole part.
+  const double whole = 4 + masks + 2 * gemm_input + (m.post_norms ? 4 : 0);
   const double split = 4 * q + 4 * kv + mlp + (fp8 ? q : 0) + (m.qk_norm ? 2 * (q + kv) : 0);
   const double scores = drop_scores ? 0 : (dropout ? 5 : 2) * a * s / h;
   const double recomputed = 2 * s * b * h / (plan.sequence_parallel ? t : 1);

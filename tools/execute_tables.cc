@@ -3,6 +3,7 @@
 #include "tools/execute_tables.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <initializer_list>
@@ -61,6 +62,21 @@ void PrintChecks(const std::vector<exec::TensorCheck>& checks, const std::string
   table.Print(out);
 }
 
+// What the prediction prices and the executor's kernels leave out (docs/formats.md), as a note
+// under the header; nothing when the plan has none of it.
+void PrintUnrun(const Plan& plan, std::ostream& out) {
+  std::vector<std::string> unrun;
+  if (plan.applies_dropout()) unrun.push_back("dropout (its masks and passes)");
+  if (plan.model.post_norms) unrun.push_back("the post-norms");
+  if (plan.model.window.tokens > 0)
+    unrun.push_back("the sliding window (full causal attention runs)");
+  if (!unrun.empty())
+    out << fmt::format(
+        "# note: priced, not run by the executor: {}; the ops that carry them run "
+        "without them\n\n",
+        fmt::join(unrun, ", "));
+}
+
 }  // namespace
 
 void PrintRun(const Plan& plan, exec::Extent extent, const std::string& backend,
@@ -80,6 +96,7 @@ void PrintRun(const Plan& plan, exec::Extent extent, const std::string& backend,
           ? fmt::format("whole model (embedding, {} layers, LM head, loss)", plan.model.layers)
           : fmt::format("layer stack of {} layers", plan.model.layers / plan.pp),
       plan.micro_batch, plan.seq_len, r.schedule.size());
+  PrintUnrun(plan, out);
   Table summary({"measured on rank 0", "value"});
   if (r.loss) summary.AddRow({"loss (mean cross-entropy)", fmt::format("{:.6f}", *r.loss)});
   summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
@@ -162,6 +179,7 @@ void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchE
   if (plan.cp > 1 && backend.starts_with("CUDA"))
     out << "# note: context parallelism's attention core runs on the host (exec/cp_attention.h): "
            "the passes' times include it, so they are a numeric check, not the GPU's timing\n\n";
+  PrintUnrun(plan, out);
   Table summary({"measured on rank 0 (last step)", "value"});
   for (size_t i = 0; i < r.losses.size(); ++i)
     summary.AddRow({fmt::format("loss, step {} (mean cross-entropy)", i + 1),

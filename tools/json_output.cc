@@ -57,6 +57,7 @@ Json ModelKeysJson(const ModelSpec& m) {
   if (m.positions != Positions::kByNorm) keys["positions"] = PositionsName(m.positions);
   if (m.qkv_bias) keys["qkv_bias"] = true;
   if (m.qk_norm) keys["qk_norm"] = true;
+  if (m.post_norms) keys["post_norms"] = true;
   if (m.rotary_fraction < 1) keys["rotary_fraction"] = m.rotary_fraction;
   if (m.window.tokens > 0) {
     Json window{{"tokens", m.window.tokens}};

@@ -139,10 +139,10 @@ TEST(HfConfig, WhatASpecCannotSayIsListedAsAnApproximation) {
               ::testing::ElementsAre(HasSubstr("biases on Q, K and V only (Qwen2)")));
   EXPECT_THAT(approximations("gemma-2b"),
               ::testing::ElementsAre(HasSubstr("a GeLU-gated MLP (Gemma's GeGLU)")));
+  // Gemma 2's post-norms are priced (ModelSpec::post_norms): no approximation.
   EXPECT_THAT(approximations("gemma-2-9b"),
               ::testing::ElementsAre(
                   HasSubstr("a GeLU-gated MLP (Gemma's GeGLU)"),
-                  HasSubstr("(Gemma 2's post-norms): priced and exported with the norms before"),
                   HasSubstr("attention scores soft-capped at 50 (attn_logit_softcapping)"),
                   HasSubstr("logits soft-capped at 30 (final_logit_softcapping)"),
                   HasSubstr("a sliding attention window of 4096 tokens (sliding_window) on "
@@ -437,6 +437,7 @@ TEST(HfConfig, Gemma3ReadsItsTextModel) {
   EXPECT_FALSE(one->bias);
   EXPECT_TRUE(one->tied_embeddings);
   EXPECT_TRUE(one->qk_norm);
+  EXPECT_TRUE(one->post_norms);
   EXPECT_EQ(one->window.tokens, 512);
   EXPECT_EQ(one->window.full_every, 6);
   for (int layer = 0; layer < one->layers; ++layer)
@@ -446,8 +447,6 @@ TEST(HfConfig, Gemma3ReadsItsTextModel) {
       ::testing::ElementsAre(
           "a GeLU-gated MLP (Gemma's GeGLU): priced and exported as SwiGLU (a SiLU gate), the "
           "same three matrices",
-          "an RMSNorm after the attention and after the MLP besides the ones before them (Gemma "
-          "3's post-norms): priced and exported with the norms before only",
           "a sliding attention window of 512 tokens (sliding_window) on 22 of 26 layers "
           "(sliding_window_pattern 6: layers 5, 11, 17, 23 attend in full): priced " +
               WindowPricing(512)));
@@ -470,7 +469,7 @@ TEST(HfConfig, Gemma3ReadsItsTextModel) {
   EXPECT_EQ(four->window.full_every, 6);
   EXPECT_THAT(Texts(*four),
               ::testing::ElementsAre(
-                  HasSubstr("(Gemma's GeGLU)"), HasSubstr("(Gemma 3's post-norms)"),
+                  HasSubstr("(Gemma's GeGLU)"),
                   "a sliding attention window of 1024 tokens (sliding_window) on 29 of 34 layers "
                   "(sliding_window_pattern 6: layers 5, 11, 17, 23, 29 attend in full): priced "
                   "" + WindowPricing(1024),
@@ -523,11 +522,11 @@ TEST(HfConfig, Gemma3sLayerTypesSayWhichLayersSlide) {
   // A pattern of 1: every layer attends in full, and no window is listed.
   const ModelSpec none = gemma3(R"("sliding_window_pattern": 1)");
   EXPECT_EQ(none.window.tokens, 0);
-  EXPECT_EQ(none.approximations.size(), 2u);
+  EXPECT_EQ(none.approximations.size(), 1u);
   // A full layer first: no window states it, so none is set and the export says it differs.
   const ModelSpec first = gemma3(R"("layer_types": ["full_attention", "sliding_attention"])");
   EXPECT_EQ(first.window.tokens, 0);
-  ASSERT_EQ(first.approximations.size(), 3u);
+  ASSERT_EQ(first.approximations.size(), 2u);
   EXPECT_EQ(first.approximations.back().feature, ModelFeature::kNone);
   EXPECT_EQ(first.approximations.back().Text(),
             "a sliding attention window of 64 tokens (sliding_window) on layer 1 (layer_types), a "

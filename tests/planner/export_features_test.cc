@@ -179,6 +179,11 @@ overlap: {row_split: 2, col_split: 1, scope: inter-layer}
   EXPECT_THAT(e.megatron, HasSubstr("--normalization RMSNorm \\\n--qk-layernorm \\\n"
                                     "--window-size 1024,0 \\\n--window-attn-skip-freq 6 \\\n"));
   EXPECT_THAT(e.megatron, Not(HasSubstr("on each head of Q and of K")));  // priced: no difference
+  // Its post-norms are priced, and no framework here builds them.
+  for (const std::string* text : {&e.megatron, &e.nemo, &e.deepspeed, &e.torchtitan})
+    EXPECT_THAT(*text, HasSubstr("# differs: model gemma-3-4b-pt: an RMSNorm after the attention "
+                                 "and after the MLP besides the ones before them (post_norms): "
+                                 "priced with them, exported without them\n"));
   EXPECT_THAT(e.megatron, Not(HasSubstr("sliding attention window")));
   EXPECT_THAT(e.megatron,
               HasSubstr("# differs: model gemma-3-4b-pt: a vision tower (vision_config) and its "

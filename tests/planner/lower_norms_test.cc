@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <map>
+#include <span>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "models/model_counts.h"
@@ -8,15 +11,16 @@
 #include "planner/memory_model.h"
 #include "tests/planner/test_plans.h"
 
-// A model's QK-norm (ModelSpec::qk_norm, Qwen3's and Gemma 3's q_norm and k_norm): its ops, its
-// tensors, the activations it keeps and its gains.
+// The norms a model runs besides each layer's two: a QK-norm (ModelSpec::qk_norm, Qwen3's and
+// Gemma 3's q_norm and k_norm), its ops, its tensors, the activations it keeps and its gains; and
+// post-norms (ModelSpec::post_norms, Gemma 2's and Gemma 3's), priced on the residual ops.
 namespace domino {
 namespace {
 
 using testing_util::MakePlan;
 using testing_util::PlanKnobs;
 
-TEST(LowerQkNormTest, ANormOnEachHeadOfQAndKRunsBetweenQkvAndTheRotaryEmbeddings) {
+TEST(LowerNormsTest, ANormOnEachHeadOfQAndKRunsBetweenQkvAndTheRotaryEmbeddings) {
   // gpt3-2.7b at tp 8 with rotary positions: 4 query heads and 4 key heads of 80 a rank, 4 x 256
   // tokens in bf16, in one slice or two. A pass over Q and K of a slice is 1024 / p x 640 x 2
   // bytes: the norm reads and writes them (2 passes), its backward reads them and their gradients
@@ -70,7 +74,7 @@ TEST(LowerQkNormTest, ANormOnEachHeadOfQAndKRunsBetweenQkvAndTheRotaryEmbeddings
     EXPECT_TRUE(op.func != OpFunc::kQkNorm && op.func != OpFunc::kQkNormGrad);
 }
 
-TEST(LowerQkNormTest, ItsTensorsMapOntoTheWholeModelsQAndK) {
+TEST(LowerNormsTest, ItsTensorsMapOntoTheWholeModelsQAndK) {
   // tp 8: a rank's kept Q and K are 320 + 320 columns of the whole model's 2560 + 2560; the two
   // gains, 80 each, are whole on every rank and their gradient a partial sum over TP (each rank
   // normalizes its own heads).
@@ -101,7 +105,7 @@ TEST(LowerQkNormTest, ItsTensorsMapOntoTheWholeModelsQAndK) {
   EXPECT_EQ(find(TensorKind::kActivation, true).shard, Shard::kQkCols);
 }
 
-TEST(LowerQkNormTest, ItKeepsItsInputAndAddsTwoGainsALayer) {
+TEST(LowerNormsTest, ItKeepsItsInputAndAddsTwoGainsALayer) {
   // gpt3-2.7b at tp 8, 4 x 256 tokens, flash attention: the norm keeps Q and K as they came, 2 x
   // (2560 + 2560) bytes a token over 8 ranks: 1024 x 1280 bytes a layer.
   PlanKnobs k;
@@ -120,6 +124,73 @@ TEST(LowerQkNormTest, ItKeepsItsInputAndAddsTwoGainsALayer) {
     m.qk_norm = true;
     EXPECT_EQ(CountParameters(m).per_layer - without, gains);
   }
+}
+
+TEST(LowerNormsTest, PostNormsArePricedOnTheResidualOpsBothWays) {
+  // gpt3-2.7b's layers (hidden 2560) at tp 8 without SP on megatron-core, two of them, without
+  // dropout: one pass over a residual is 1024 tokens x 2560 x 2 bytes. A post-norm reads the
+  // branch's output and writes it normalized before the add (2 passes on residual1 and
+  // residual2); backward it reads that output and the gradient and writes its input's gradient
+  // (3 passes) on the op that writes the gradient the branch takes: ln2.grad (attention), layer
+  // 1's ln1.grad (layer 0's MLP) and the stack's output gradient (layer 1's MLP, no head). Layer
+  // 0's ln1.grad, the stack's input gradient, enters no branch.
+  const double pass = 1024.0 * 2560 * 2;
+  for (bool post : {false, true}) {
+    SCOPED_TRACE(post);
+    Plan plan = MakePlan(PlanKnobs{});
+    plan.dropout = false;
+    plan.model.post_norms = post;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{2, false, false, true, true});
+    ASSERT_TRUE(s.ok()) << s.message();
+    std::map<std::pair<OpFunc, int>, double> bytes;  // by op and layer
+    for (const Op& op : s->ops()) bytes[{op.func, op.tags.layer}] += op.bytes;
+    const double forward = post ? 2 * pass : 0, backward = post ? 3 * pass : 0;
+    for (int l = 0; l < 2; ++l) {
+      EXPECT_DOUBLE_EQ((bytes[{OpFunc::kResidual1, l}]), 3 * pass + forward) << l;
+      EXPECT_DOUBLE_EQ((bytes[{OpFunc::kLn2Grad, l}]), 6 * pass + backward) << l;
+    }
+    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kResidual2, 0}]), 3 * pass + forward);
+    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kLn1Grad, 1}]), 6 * pass + backward);
+    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kLn1Grad, 0}]), 6 * pass);
+    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kResidualGrad, 1}]), pass + backward);
+  }
+  // With the head: the top layer's MLP branch takes the final norm's gradient.
+  auto head_bytes = [&](bool post) {
+    Plan plan = MakePlan(PlanKnobs{});
+    plan.model.post_norms = post;
+    Result<Schedule> s = LowerStage(plan, LowerOptions{1, false, true, true, true});
+    EXPECT_TRUE(s.ok()) << s.message();
+    std::pair<double, double> bytes;  // residual2, final_norm.grad
+    for (const Op& op : s.ok() ? s->ops() : std::span<const Op>{}) {
+      if (op.func == OpFunc::kResidual2) bytes.first += op.bytes;
+      if (op.func == OpFunc::kFinalNormGrad) bytes.second += op.bytes;
+    }
+    return bytes;
+  };
+  const auto [plain_residual, plain_grad] = head_bytes(false);
+  const auto [post_residual, post_grad] = head_bytes(true);
+  EXPECT_DOUBLE_EQ(post_residual - plain_residual, 2 * pass);
+  EXPECT_DOUBLE_EQ(post_grad - plain_grad, 3 * pass);
+}
+
+TEST(LowerNormsTest, PostNormsKeepTheirInputsAndAddTwoNormsALayer) {
+  // gpt3-2.7b at tp 8, 4 x 256 tokens: each post-norm keeps its input, 2 bytes a token and hidden
+  // unit, whole on every rank without SP (1024 x 2560 x 4 bytes a layer for the two) and split by
+  // SP.
+  for (bool sp : {false, true}) {
+    PlanKnobs k;
+    k.sequence_parallel = sp;
+    Plan plan = MakePlan(k);
+    const double plain = EstimateMemory(plan, /*flash_attention=*/true).activation_bytes;
+    plan.model.post_norms = true;
+    EXPECT_DOUBLE_EQ(EstimateMemory(plan, /*flash_attention=*/true).activation_bytes - plain,
+                     32 * 1024.0 * 2560 * 4 / (sp ? 8 : 1))
+        << sp;
+  }
+  ModelSpec m = MakePlan({}).model;  // LayerNorm: a scale and a shift each
+  const int64_t without = CountParameters(m).per_layer;
+  m.post_norms = true;
+  EXPECT_EQ(CountParameters(m).per_layer - without, 2 * 2 * 2560);
 }
 
 }  // namespace
