@@ -149,11 +149,10 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
           {ModelFeature::kNone,
            fmt::format("attention scores soft-capped at {:g} (attn_logit_softcapping)", *cap),
            "without the cap"});
+    // Priced (ModelSpec::logit_softcap): no approximation.
     if (const std::optional<double> cap = Number(config, "final_logit_softcapping");
         cap && *cap > 0)
-      out.push_back({ModelFeature::kNone,
-                     fmt::format("logits soft-capped at {:g} (final_logit_softcapping)", *cap),
-                     "without the cap"});
+      model->logit_softcap = *cap;
   }
   // Phi-3's partial_rotary_factor (1 unless given; Phi-4-mini's 0.75), GPT-NeoX's rotary_pct
   // (GPTNeoXConfig's default 0.25). Megatron-Core rotates the first fraction of each head's

@@ -123,6 +123,7 @@ void ReadFeatures(YamlMap& map, ModelSpec* model) {
   map.Bool("qkv_bias", &model->qkv_bias, Need::kOptional);
   map.Bool("qk_norm", &model->qk_norm, Need::kOptional);
   map.Bool("post_norms", &model->post_norms, Need::kOptional);
+  map.Real("logit_softcap", &model->logit_softcap, Need::kOptional, RealRange{0, 1e6});
   map.Real("rotary_fraction", &model->rotary_fraction, Need::kOptional, RealRange{0, 1});
   if (map.failed()) return;
   std::vector<Approximation>& out = model->approximations;
@@ -221,6 +222,7 @@ std::string ModelToFlowYaml(const ModelSpec& m) {
   if (m.qkv_bias) features += ", qkv_bias: true";
   if (m.qk_norm) features += ", qk_norm: true";
   if (m.post_norms) features += ", post_norms: true";
+  if (m.logit_softcap > 0) features += fmt::format(", logit_softcap: {}", m.logit_softcap);
   if (m.rotary_fraction < 1) features += fmt::format(", rotary_fraction: {}", m.rotary_fraction);
   if (m.window.tokens > 0) {
     const AttentionWindow& w = m.window;

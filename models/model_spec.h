@@ -116,6 +116,10 @@ struct ModelSpec {
   // norms before them (Gemma 2's and Gemma 3's post_attention_layernorm and
   // post_feedforward_layernorm). Priced; the executor runs none (docs/formats.md).
   bool post_norms = false;
+  // The logits soft-capped at this value, cap * tanh(logits / cap) before the loss (Gemma 2's
+  // final_logit_softcapping, as Megatron-Bridge's Gemma2OutputLayer runs it in three PyTorch
+  // kernels); 0: none. Priced; the executor runs none.
+  double logit_softcap = 0;
   double rotary_fraction = 1;  // of each head's width that rotary positions turn (GPT-NeoX 0.25)
   AttentionWindow window;      // a sliding window (Mistral; Gemma 2's every other layer)
   // What the file it was read from describes and domino prices otherwise (a feature above, or what

@@ -91,6 +91,11 @@ std::vector<std::string> ModelApproximations(const Plan& plan,
         fmt::format("model {}: {} on each head of Q and of K (qk_norm): priced with "
                     "them, exported without them",
                     plan.model.name, norm));
+  if (plan.model.logit_softcap > 0)
+    out.push_back(
+        fmt::format("model {}: logits soft-capped at {:g} (logit_softcap): priced with "
+                    "the cap, exported without it",
+                    plan.model.name, plan.model.logit_softcap));
   if (plan.model.post_norms)
     out.push_back(
         fmt::format("model {}: {} after the attention and after the MLP besides the "

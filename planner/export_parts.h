@@ -46,8 +46,8 @@ struct LaunchedFeature {
 // as differences: "model NAME: WHAT: priced and exported AS", or, for a feature the export
 // launches, "model NAME: WHAT: launched (SETTINGS), priced AS", its settings joined by `joiner`:
 // the run has it, the prediction does not. Then a feature domino prices that the export does not
-// launch (qk_norm without a ModelFeature::kQkNorm in `launched`, post_norms): "...: priced with
-// them, exported without them".
+// launch (qk_norm without a ModelFeature::kQkNorm in `launched`, post_norms, logit_softcap):
+// "...: priced with them, exported without them".
 std::vector<std::string> ModelApproximations(const Plan& plan,
                                              std::span<const LaunchedFeature> launched = {},
                                              std::string_view joiner = " ");

@@ -18,21 +18,26 @@ namespace domino::lowering {
 // (read e, write 4), then max (read 4), subtract, exp (read and write 4 each), sum (read 4),
 // divide (read and write 4): e + 36 bytes; backward scales the softmax by the loss gradient
 // (read and write 4) and casts it back (read 4, write e): 12 + e. In fp32 the cast is no copy.
+// A soft cap on the logits (ModelSpec::logit_softcap: cap * tanh(logits / cap) as three PyTorch
+// kernels, Megatron-Bridge's logit_softcapping) reads and writes them three times before the
+// loss, 6 e; its autograd 7 e after it: the product's and the quotient's backward read and write
+// the gradient, tanh's reads its saved output and the gradient and writes.
 double Lowering::LossBytes(Phase phase) const {
   const double elements = static_cast<double>(slice_tokens_) * vocab_;
   const double cast = e_ < 4 ? 4 + e_ : 0;
   const bool forward = phase == Phase::kForward;
+  const double cap = plan_.model.logit_softcap > 0 ? (forward ? 6 : 7) * e_ : 0;
   switch (plan_.loss_kernels()) {
     case CrossEntropy::kFused:
-      return elements * (forward ? e_ : 2 * e_);
+      return elements * ((forward ? e_ : 2 * e_) + cap);
     case CrossEntropy::kTe:
-      return elements * (forward ? 3 * e_ : 2 * e_);
+      return elements * ((forward ? 3 * e_ : 2 * e_) + cap);
     case CrossEntropy::kMegatronFused:
-      return elements * (forward ? e_ + 20 : 4 + e_);
+      return elements * ((forward ? e_ + 20 : 4 + e_) + cap);
     case CrossEntropy::kVocabParallel:
       break;
   }
-  return elements * (forward ? cast + 32 : cast + 8);
+  return elements * ((forward ? cast + 32 : cast + 8) + cap);
 }
 
 // Vocab-parallel embedding of slice i: each rank looks up the tokens of its vocabulary part

@@ -139,12 +139,12 @@ TEST(HfConfig, WhatASpecCannotSayIsListedAsAnApproximation) {
               ::testing::ElementsAre(HasSubstr("biases on Q, K and V only (Qwen2)")));
   EXPECT_THAT(approximations("gemma-2b"),
               ::testing::ElementsAre(HasSubstr("a GeLU-gated MLP (Gemma's GeGLU)")));
-  // Gemma 2's post-norms are priced (ModelSpec::post_norms): no approximation.
+  // Gemma 2's post-norms and the logits' soft cap are priced (ModelSpec::post_norms,
+  // logit_softcap): no approximation.
   EXPECT_THAT(approximations("gemma-2-9b"),
               ::testing::ElementsAre(
                   HasSubstr("a GeLU-gated MLP (Gemma's GeGLU)"),
                   HasSubstr("attention scores soft-capped at 50 (attn_logit_softcapping)"),
-                  HasSubstr("logits soft-capped at 30 (final_logit_softcapping)"),
                   HasSubstr("a sliding attention window of 4096 tokens (sliding_window) on "
                             "every other layer")));
   EXPECT_THAT(approximations("Phi-3-mini-4k-instruct"),
@@ -407,6 +407,8 @@ TEST(HfConfig, FeaturesAFrameworkCanBuildAreFields) {
   EXPECT_TRUE(gemma2.window.Covers(0));
   EXPECT_FALSE(gemma2.window.Covers(1));
   EXPECT_TRUE(gemma2.window.Covers(40));
+  EXPECT_TRUE(gemma2.post_norms);
+  EXPECT_EQ(gemma2.logit_softcap, 30);
   EXPECT_EQ(gemma2.approximations.front().feature, ModelFeature::kNone);
   EXPECT_EQ(gemma2.approximations.front().Text(),
             "a GeLU-gated MLP (Gemma's GeGLU): priced and exported as SwiGLU (a SiLU gate), the "

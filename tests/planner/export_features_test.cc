@@ -116,6 +116,17 @@ TEST(ExportFeatures, Qwen3sQkNormIsLaunchedWhereTheFrameworkHasIt) {
   }
 }
 
+TEST(ExportFeatures, Gemma2sPricedPostNormsAndLogitCapAreNotLaunched) {
+  const Exports e = ExportAll(TpEight(HfDir("gemma-2-9b")));
+  for (const std::string* text : {&e.megatron, &e.nemo, &e.deepspeed, &e.torchtitan}) {
+    EXPECT_THAT(*text, HasSubstr("# differs: model gemma-2-9b: logits soft-capped at 30 "
+                                 "(logit_softcap): priced with the cap, exported without it\n"));
+    EXPECT_THAT(*text, HasSubstr("(post_norms): priced with them, exported without them\n"));
+    EXPECT_THAT(*text, HasSubstr("attention scores soft-capped at 50 (attn_logit_softcapping): "
+                                 "priced and exported without the cap\n"));
+  }
+}
+
 TEST(ExportFeatures, PartialRotaryIsARotaryPercent) {
   const Exports e = ExportAll(TpEight(HfDir("pythia-1.4b")));
   const std::string launched =

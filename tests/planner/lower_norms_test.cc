@@ -13,7 +13,9 @@
 
 // The norms a model runs besides each layer's two: a QK-norm (ModelSpec::qk_norm, Qwen3's and
 // Gemma 3's q_norm and k_norm), its ops, its tensors, the activations it keeps and its gains; and
-// post-norms (ModelSpec::post_norms, Gemma 2's and Gemma 3's), priced on the residual ops.
+// post-norms (ModelSpec::post_norms, Gemma 2's and Gemma 3's), priced on the residual ops; and the
+// memory of a soft cap on the logits (ModelSpec::logit_softcap), whose passes the loss ops carry
+// (lower_stack_test.cc).
 namespace domino {
 namespace {
 
@@ -191,6 +193,15 @@ TEST(LowerNormsTest, PostNormsKeepTheirInputsAndAddTwoNormsALayer) {
   const int64_t without = CountParameters(m).per_layer;
   m.post_norms = true;
   EXPECT_EQ(CountParameters(m).per_layer - without, 2 * 2 * 2560);
+}
+
+TEST(LowerNormsTest, ALogitSoftCapKeepsItsTanhsOutput) {
+  // gpt3-2.7b at tp 8, 4 x 256 tokens: the cap's tanh keeps its 16-bit output, 2 bytes a logit of
+  // the rank's 50257 / 8 vocabulary.
+  Plan plan = MakePlan({});
+  const double plain = EstimateMemory(plan).output_bytes;
+  plan.model.logit_softcap = 30;
+  EXPECT_DOUBLE_EQ(EstimateMemory(plan).output_bytes - plain, 1024.0 * 50257 * 2 / 8);
 }
 
 }  // namespace
