@@ -242,6 +242,29 @@ TEST(StepTest, ThreeDStepMatchesTheReference) {
   }
 }
 
+TEST(StepTest, AQkNormsGainsAreSummedOverTpAndUpdated) {
+  // tiny-qwen3 (a norm on each of its 8 query and 4 key heads) at tp 2 x dp 2, with and without
+  // SP: each TP rank normalizes half the heads, so the gains' gradients are partial sums over TP;
+  // both steps' losses, the gradients and the updated gains match one rank's.
+  for (const bool sp : {false, true}) {
+    SCOPED_TRACE(sp);
+    Plan plan = TinyPlan("tiny-qwen3", 2, 1, 2);
+    plan.sequence_parallel = sp;
+    ASSERT_TRUE(plan.model.qk_norm);
+    std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.ok()) << r.message();
+      EXPECT_TRUE(r->passed);
+    }
+    int gains = 0;
+    for (const TensorCheck& c : results[0]->checks) {
+      EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+      gains += c.name.find("qk_norm.w") != std::string::npos;
+    }
+    EXPECT_EQ(gains, 2 * 2);  // two layers' gradient and updated value
+  }
+}
+
 TEST(StepTest, Fp8AmaxReductionsHaveNothingToDoHere) {
   // The executor runs fp8 as bf16: the megatron-core stack's amax reductions (delayed scaling's
   // over the stage, current scaling's over TP with SP) are in its passes and are skipped.
