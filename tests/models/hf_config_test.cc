@@ -11,22 +11,16 @@
 
 #include "models/model_counts.h"
 #include "models/model_spec.h"
+#include "tests/models/hf_test_util.h"
 
 namespace domino {
 namespace {
 
+using hf_test::ExpectError;
+using hf_test::HfDir;
+using hf_test::LlamaWith;
+using hf_test::Texts;
 using ::testing::HasSubstr;
-
-std::string HfDir(const std::string& model) {
-  return std::string(DOMINO_SOURCE_DIR) + "/tests/models/data/hf/" + model;
-}
-
-// A model's approximations as `domino models` prints them.
-std::vector<std::string> Texts(const ModelSpec& model) {
-  std::vector<std::string> texts;
-  for (const Approximation& a : model.approximations) texts.push_back(a.Text());
-  return texts;
-}
 
 struct Published {
   const char* folder;
@@ -123,60 +117,6 @@ TEST(HfConfig, FamiliesMapToDominoShapes) {
   EXPECT_FALSE(pythia->tied_embeddings);
 }
 
-TEST(HfConfig, WhatASpecCannotSayIsListedAsAnApproximation) {
-  // Llama 3 and GPT-2 are what their specs say.
-  for (const char* exact : {"Meta-Llama-3-8B", "gpt2"}) {
-    Result<ModelSpec> m = LoadModel(HfDir(exact));
-    ASSERT_TRUE(m.ok()) << m.message();
-    EXPECT_TRUE(m->approximations.empty()) << exact;
-  }
-  auto approximations = [](const char* folder) {
-    Result<ModelSpec> m = LoadModel(HfDir(folder));
-    EXPECT_TRUE(m.ok()) << m.message();
-    return m.ok() ? Texts(*m) : std::vector<std::string>{};
-  };
-  EXPECT_THAT(approximations("Qwen2-7B"),
-              ::testing::ElementsAre(HasSubstr("biases on Q, K and V only (Qwen2)")));
-  EXPECT_THAT(approximations("gemma-2b"),
-              ::testing::ElementsAre(HasSubstr("a GeLU-gated MLP (Gemma's GeGLU)")));
-  // Gemma 2's post-norms and the logits' soft cap are priced (ModelSpec::post_norms,
-  // logit_softcap): no approximation.
-  EXPECT_THAT(approximations("gemma-2-9b"),
-              ::testing::ElementsAre(
-                  HasSubstr("a GeLU-gated MLP (Gemma's GeGLU)"),
-                  HasSubstr("attention scores soft-capped at 50 (attn_logit_softcapping)"),
-                  HasSubstr("a sliding attention window of 4096 tokens (sliding_window) on "
-                            "every other layer")));
-  EXPECT_THAT(approximations("Phi-3-mini-4k-instruct"),
-              ::testing::ElementsAre(HasSubstr("a sliding attention window of 2047 tokens")));
-  EXPECT_THAT(approximations("Mistral-7B-v0.1"),
-              ::testing::ElementsAre(HasSubstr("a sliding attention window of 4096 tokens")));
-  EXPECT_THAT(approximations("pythia-1.4b"),
-              ::testing::ElementsAre(HasSubstr("rotary positions on 25% of each head"),
-                                     HasSubstr("attention and MLP side by side")));
-  // A context stretched after pretraining: the default sequence is the pretraining length.
-  Result<ModelSpec> extended = ParseHfConfig(
-      R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
-          "num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100,
-          "max_position_embeddings": 131072,
-          "rope_scaling": {"factor": 8.0, "original_max_position_embeddings": 8192,
-                           "rope_type": "llama3"}})",
-      "config.json");
-  ASSERT_TRUE(extended.ok()) << extended.message();
-  EXPECT_EQ(extended->seq_len, 8192);
-  // Phi-3's 128k configs say it at the top level.
-  Result<ModelSpec> phi = ParseHfConfig(
-      R"({"model_type": "phi3", "num_hidden_layers": 2, "hidden_size": 64,
-          "num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100,
-          "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
-          "partial_rotary_factor": 0.75})",
-      "config.json");
-  ASSERT_TRUE(phi.ok()) << phi.message();
-  EXPECT_EQ(phi->seq_len, 4096);
-  EXPECT_THAT(Texts(*phi),
-              ::testing::ElementsAre(HasSubstr("rotary positions on 75% of each head")));
-}
-
 TEST(HfConfig, ReadsCharactersPastTheBasicPlaneAsJsonDumpsWritesThem) {
   // json.dumps escapes an emoji as a UTF-16 surrogate pair; a backslash escaping a backslash
   // before "ud83d" is no escape of one.
@@ -218,33 +158,6 @@ TEST(HfConfig, AConfigInTheWorkingFolderIsNamedAfterIt) {
   Result<ModelSpec> nested = ParseHfConfig(text, "/models/tiny/./config.json");
   ASSERT_TRUE(nested.ok()) << nested.message();
   EXPECT_EQ(nested->name, "tiny");
-}
-
-// A Llama config, one key per line, with `replace` substituted for line `line` (1-based; line 1
-// is "{").
-std::string LlamaWith(int line, const std::string& replace) {
-  std::vector<std::string> lines = {
-      "{",
-      R"(  "model_type": "llama",)",
-      R"(  "hidden_size": 64,)",
-      R"(  "intermediate_size": 128,)",
-      R"(  "max_position_embeddings": 256,)",
-      R"(  "num_attention_heads": 4,)",
-      R"(  "num_key_value_heads": 2,)",
-      R"(  "num_hidden_layers": 2,)",
-      R"(  "vocab_size": 100)",
-      "}",
-  };
-  if (line > 0) lines[line - 1] = replace;
-  std::string text;
-  for (const std::string& l : lines) text += l + "\n";
-  return text;
-}
-
-void ExpectError(const std::string& text, const std::string& expected) {
-  Result<ModelSpec> model = ParseHfConfig(text, "bad/config.json");
-  ASSERT_FALSE(model.ok()) << text;
-  EXPECT_EQ(model.message(), expected) << text;
 }
 
 TEST(HfConfig, RefusesWhatItCannotRead) {
@@ -362,63 +275,6 @@ TEST(HfConfig, HeadsNeedNotBeHiddenOverHeadsWide) {
 
 // What a framework can be told to build is a field besides its approximation, which says how
 // domino prices it; an export says whether it launches it (planner/export.h).
-TEST(HfConfig, FeaturesAFrameworkCanBuildAreFields) {
-  auto load = [](const char* folder) {
-    Result<ModelSpec> m = LoadModel(HfDir(folder));
-    EXPECT_TRUE(m.ok()) << m.message();
-    return m.ok() ? *m : ModelSpec{};
-  };
-  const ModelSpec qwen2 = load("Qwen2-7B");
-  EXPECT_TRUE(qwen2.qkv_bias);
-  EXPECT_FALSE(qwen2.bias);
-  EXPECT_EQ(qwen2.window.tokens, 0);  // use_sliding_window false
-  ASSERT_EQ(qwen2.approximations.size(), 1u);
-  EXPECT_EQ(qwen2.approximations[0].feature, ModelFeature::kQkvBias);
-  EXPECT_EQ(qwen2.approximations[0].Text(),
-            "biases on Q, K and V only (Qwen2): priced without them");
-
-  const ModelSpec qwen3 = load("Qwen3-32B");
-  EXPECT_TRUE(qwen3.qk_norm);
-  EXPECT_FALSE(qwen3.qkv_bias);
-  EXPECT_THAT(Texts(qwen3), ::testing::IsEmpty());  // priced: no approximation
-
-  const ModelSpec pythia = load("pythia-1.4b");
-  EXPECT_EQ(pythia.rotary_fraction, 0.25);
-  EXPECT_THAT(Texts(pythia),
-              ::testing::ElementsAre(
-                  "rotary positions on 25% of each head (rotary_pct 0.25): priced as rotating all "
-                  "of it",
-                  "attention and MLP side by side on one input (use_parallel_residual): priced and "
-                  "exported one after the other"));
-
-  const ModelSpec mistral = load("Mistral-7B-v0.1");
-  EXPECT_EQ(mistral.window.tokens, 4096);
-  EXPECT_TRUE(mistral.window.Covers(0) && mistral.window.Covers(31));
-  EXPECT_THAT(Texts(mistral),
-              ::testing::ElementsAre("a sliding attention window of 4096 tokens (sliding_window): "
-                                     "priced " +
-                                     WindowPricing(4096)));
-  EXPECT_EQ(load("Phi-3-mini-4k-instruct").window.tokens, 2047);
-  EXPECT_EQ(load("Phi-3-mini-4k-instruct").rotary_fraction, 1);
-
-  // Gemma 2 slides on layers 0, 2, 4, ... (transformers' Gemma2Config); its GeGLU is no field.
-  const ModelSpec gemma2 = load("gemma-2-9b");
-  EXPECT_EQ(gemma2.window.tokens, 4096);
-  EXPECT_TRUE(gemma2.window.Covers(0));
-  EXPECT_FALSE(gemma2.window.Covers(1));
-  EXPECT_TRUE(gemma2.window.Covers(40));
-  EXPECT_TRUE(gemma2.post_norms);
-  EXPECT_EQ(gemma2.logit_softcap, 30);
-  EXPECT_EQ(gemma2.approximations.front().feature, ModelFeature::kNone);
-  EXPECT_EQ(gemma2.approximations.front().Text(),
-            "a GeLU-gated MLP (Gemma's GeGLU): priced and exported as SwiGLU (a SiLU gate), the "
-            "same three matrices");
-  EXPECT_EQ(gemma2.approximations.back().Text(),
-            "a sliding attention window of 4096 tokens (sliding_window) on every other layer: "
-            "priced " +
-                WindowPricing(4096));
-}
-
 // Gemma 3: 1B's Gemma3ForCausalLM (gemma3_text) and 4B's Gemma3ForConditionalGeneration, whose
 // language model is its text_config and whose vision tower domino leaves out. Five layers of six
 // slide (Gemma3TextConfig: layer i attends in full when (i + 1) % sliding_window_pattern == 0).
@@ -495,101 +351,6 @@ TEST(HfConfig, Gemma3ReadsItsTextModel) {
     EXPECT_LT(std::abs(non_embedding - r.non_embedding) / r.non_embedding, 0.01) << r.model.name;
   }
 }
-
-TEST(HfConfig, Gemma3sLayerTypesSayWhichLayersSlide) {
-  auto gemma3 = [](const std::string& keys) {
-    std::string text =
-        LlamaWith(2, R"(  "model_type": "gemma3_text", "sliding_window": 64, )" + keys + ",");
-    Result<ModelSpec> m = ParseHfConfig(text, "gemma3/config.json");
-    EXPECT_TRUE(m.ok()) << m.message();
-    return m.ok() ? *m : ModelSpec{};
-  };
-  // LlamaWith's: 2 layers, 256 positions. A pattern of 2 is Gemma 2's.
-  const ModelSpec two = gemma3(R"("sliding_window_pattern": 2)");
-  EXPECT_TRUE(two.window.Covers(0));
-  EXPECT_FALSE(two.window.Covers(1));
-  EXPECT_THAT(Texts(two).back(),
-              HasSubstr("on 1 of 2 layers (sliding_window_pattern 2: layer 1 attends in full)"));
-  // Newer transformers write layer_types, which decides over the pattern.
-  const ModelSpec listed =
-      gemma3(R"("sliding_window_pattern": 6, "layer_types": ["sliding_attention", )"
-             R"("full_attention"])");
-  EXPECT_EQ(listed.window.full_every, 2);
-  EXPECT_THAT(Texts(listed).back(),
-              HasSubstr("on 1 of 2 layers (layer_types: layer 1 attends in full)"));
-  const ModelSpec all = gemma3(R"("layer_types": ["sliding_attention", "sliding_attention"])");
-  EXPECT_TRUE(all.window.Covers(0) && all.window.Covers(1));
-  EXPECT_THAT(Texts(all).back(), HasSubstr("64 tokens (sliding_window) on every layer "
-                                           "(layer_types): priced as the window"));
-  // A pattern of 1: every layer attends in full, and no window is listed.
-  const ModelSpec none = gemma3(R"("sliding_window_pattern": 1)");
-  EXPECT_EQ(none.window.tokens, 0);
-  EXPECT_EQ(none.approximations.size(), 1u);
-  // A full layer first: no window states it, so none is set and the export says it differs.
-  const ModelSpec first = gemma3(R"("layer_types": ["full_attention", "sliding_attention"])");
-  EXPECT_EQ(first.window.tokens, 0);
-  ASSERT_EQ(first.approximations.size(), 2u);
-  EXPECT_EQ(first.approximations.back().feature, ModelFeature::kNone);
-  EXPECT_EQ(first.approximations.back().Text(),
-            "a sliding attention window of 64 tokens (sliding_window) on layer 1 (layer_types), a "
-            "layer pattern domino's window does not state: priced and exported as full causal "
-            "attention, the same up to 64 tokens");
-
-  ExpectError(LlamaWith(2, R"(  "model_type": "gemma3_text", "sliding_window": 64,
-  "layer_types": ["sliding_attention"],)"),
-              "bad/config.json:3:18: layer_types: expected a list of num_hidden_layers (2) "
-              "\"sliding_attention\" or \"full_attention\"");
-  // Gemma3ForConditionalGeneration's errors name the key in text_config.
-  ExpectError(R"({"model_type": "gemma3", "text_config": {"hidden_size": "64"}})",
-              "bad/config.json:1:57: text_config.hidden_size: expected an integer");
-  ExpectError(R"({"model_type": "gemma3", "vision_config": {}})",
-              "bad/config.json:1:1: text_config: missing required key (the language model's "
-              "config)");
-  ExpectError(R"({"model_type": "gemma3", "text_config": {"model_type": "llama"}})",
-              "bad/config.json:1:56: text_config.model_type: expected gemma3_text in a gemma3 "
-              "config, got 'llama'");
-}
-
-// Qwen2Config and Qwen3Config slide layer i when use_sliding_window and i >= max_window_layers
-// (default 28): the first max_window_layers attend in full.
-TEST(HfConfig, QwenSlidesFromMaxWindowLayersOn) {
-  auto qwen = [](const std::string& type, const std::string& keys) {
-    std::string text = LlamaWith(2, "  \"model_type\": \"" + type + "\", " + keys + ",");
-    Result<ModelSpec> m = ParseHfConfig(text, "qwen/config.json");
-    EXPECT_TRUE(m.ok()) << m.message();
-    return m.ok() ? *m : ModelSpec{};
-  };
-  // LlamaWith's: 2 layers, 256 positions.
-  const ModelSpec last = qwen("qwen2", R"("use_sliding_window": true, "sliding_window": 64, )"
-                                       R"("max_window_layers": 1)");
-  EXPECT_EQ(last.window.tokens, 64);
-  EXPECT_EQ(last.window.first_layer, 1);
-  EXPECT_FALSE(last.window.Covers(0));
-  EXPECT_TRUE(last.window.Covers(1));
-  EXPECT_THAT(Texts(last),
-              ::testing::ElementsAre(HasSubstr("Qwen2"),
-                                     "a sliding attention window of 64 tokens (sliding_window) on "
-                                     "the last 1 of 2 layers (the first max_window_layers 1 attend "
-                                     "in full): priced " +
-                                         WindowPricing(64)));
-  const ModelSpec all = qwen("qwen3", R"("use_sliding_window": true, "sliding_window": 64, )"
-                                      R"("max_window_layers": 0)");
-  EXPECT_TRUE(all.window.Covers(0) && all.window.Covers(1));
-  EXPECT_THAT(Texts(all).back(), HasSubstr("64 tokens (sliding_window) on every layer "
-                                           "(max_window_layers 0): priced as the window"));
-  // The default 28 covers no layer of 2; nor does a window without use_sliding_window.
-  EXPECT_EQ(qwen("qwen2", R"("use_sliding_window": true, "sliding_window": 64)").window.tokens, 0);
-  EXPECT_EQ(qwen("qwen2", R"("sliding_window": 64, "max_window_layers": 0)").window.tokens, 0);
-  EXPECT_EQ(qwen("qwen2", R"("sliding_window": 64, "max_window_layers": 0)").approximations.size(),
-            1u);
-  ExpectError(LlamaWith(2, R"(  "model_type": "qwen2", "use_sliding_window": true,
-  "sliding_window": 64, "max_window_layers": -1,)"),
-              "bad/config.json:3:46: max_window_layers: must be between 0 and 32767, got -1");
-  ExpectError(LlamaWith(2, R"(  "model_type": "phi3", "partial_rotary_factor": 1.5,)"),
-              "bad/config.json:2:50: partial_rotary_factor: must be above 0 and at most 1, got "
-              "1.5");
-}
-
 TEST(HfConfig, ReadsTabIndentedAndOneLineJson) {
   std::string tabs = LlamaWith(0, "");
   for (size_t at = tabs.find("\n  "); at != std::string::npos; at = tabs.find("\n  ", at))
