@@ -186,9 +186,37 @@ __global__ void NormForwardKernel(bool rms, Mat<T> x, const T* gamma, float eps,
   }
 }
 
-// One block per row: dx (the formulas of cpu_kernels.cc), and the row's mean and 1/std into
-// stats[2r] and stats[2r + 1] for NormGammaPartialKernel. With `staged`, x's and dy's rows are
-// copied into dynamic shared memory first (dy's StagedPitch elements after x's).
+// One row's backward by the whole block: dxr = (or +=, `accumulate`) the gradient of the norm's
+// input (the formulas of cpu_kernels.cc) from its input xr and output gradient dyr, n elements
+// each, and the row's mean and 1/std into stat[0] and stat[1] for the gain's partial sums.
+template <typename T>
+__device__ void NormRowBackward(bool rms, const T* xr, const T* dyr, const T* gamma, int64_t n,
+                                float eps, T* dxr, bool accumulate, float* stat) {
+  float mean, inv;
+  RowStats(rms, xr, n, eps, &mean, &inv);
+  float sg = 0.0f, sgx = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float xhat = (ToFloat(xr[j]) - mean) * inv;
+    const float g = ToFloat(dyr[j]) * ToFloat(gamma[j]);
+    sg += g;
+    sgx += g * xhat;
+  }
+  const float mean_g = rms ? 0.0f : BlockSum(sg) / static_cast<float>(n);
+  const float mean_gx = BlockSum(sgx) / static_cast<float>(n);
+  if (threadIdx.x == 0) {
+    stat[0] = mean;
+    stat[1] = inv;
+  }
+  StoreRow(dxr, n, accumulate, [&](int64_t j) {
+    const float xhat = (ToFloat(xr[j]) - mean) * inv;
+    const float g = ToFloat(dyr[j]) * ToFloat(gamma[j]);
+    return inv * (g - mean_g - xhat * mean_gx);
+  });
+}
+
+// One block per row: NormRowBackward, its statistics into stats[2r] and stats[2r + 1] for
+// NormGammaPartialKernel. With `staged`, x's and dy's rows are copied into dynamic shared memory
+// first (dy's StagedPitch elements after x's).
 template <typename T>
 __global__ void NormBackwardRowsKernel(bool rms, Mat<T> x, const T* gamma, float eps, Mat<T> dy,
                                        Mat<T> dx, bool accumulate, float* stats, bool staged) {
@@ -202,26 +230,8 @@ __global__ void NormBackwardRowsKernel(bool rms, Mat<T> x, const T* gamma, float
       xr = StageRow(xr, n, rows);
       dyr = StageRow(dyr, n, rows + StagedPitch<T>(n));
     }
-    float mean, inv;
-    RowStats(rms, xr, n, eps, &mean, &inv);
-    float sg = 0.0f, sgx = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      const float xhat = (ToFloat(xr[j]) - mean) * inv;
-      const float g = ToFloat(dyr[j]) * ToFloat(gamma[j]);
-      sg += g;
-      sgx += g * xhat;
-    }
-    const float mean_g = rms ? 0.0f : BlockSum(sg) / static_cast<float>(n);
-    const float mean_gx = BlockSum(sgx) / static_cast<float>(n);
-    if (threadIdx.x == 0) {
-      stats[2 * r] = mean;
-      stats[2 * r + 1] = inv;
-    }
-    StoreRow(dx.data + r * dx.stride, n, accumulate, [&](int64_t j) {
-      const float xhat = (ToFloat(xr[j]) - mean) * inv;
-      const float g = ToFloat(dyr[j]) * ToFloat(gamma[j]);
-      return inv * (g - mean_g - xhat * mean_gx);
-    });
+    NormRowBackward(rms, xr, dyr, gamma, n, eps, dx.data + r * dx.stride, accumulate,
+                    stats + 2 * r);
     __syncthreads();  // the next row overwrites the staged ones
   }
 }
@@ -280,37 +290,18 @@ __global__ void HeadNormForwardKernel(bool rms, Mat<T> x, int64_t heads, int64_t
   }
 }
 
-// One block per head row: dx (NormBackwardRowsKernel's formulas), and the row's mean and 1/std
-// into stats[2r] and stats[2r + 1] for HeadNormGammaPartialKernel.
+// One block per head row: NormRowBackward with the head's gain, its statistics into stats[2r]
+// and stats[2r + 1] for HeadNormGammaPartialKernel.
 template <typename T>
 __global__ void HeadNormBackwardRowsKernel(bool rms, Mat<T> x, Mat<T> dy, Mat<T> dx, int64_t heads,
                                            int64_t q_heads, const T* gamma, float eps,
                                            float* stats) {
   const int64_t d = x.cols / heads;
-  for (int64_t r = blockIdx.x; r < x.rows * heads; r += gridDim.x) {
-    const T* xr = x.data + HeadRow(r, heads, d, x.stride);
-    const T* dyr = dy.data + HeadRow(r, heads, d, dy.stride);
-    const T* g = gamma + (r % heads < q_heads ? 0 : d);
-    float mean, inv;
-    RowStats(rms, xr, d, eps, &mean, &inv);
-    float sg = 0.0f, sgx = 0.0f;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      const float xhat = (ToFloat(xr[j]) - mean) * inv;
-      const float gy = ToFloat(dyr[j]) * ToFloat(g[j]);
-      sg += gy;
-      sgx += gy * xhat;
-    }
-    const float mean_g = rms ? 0.0f : BlockSum(sg) / static_cast<float>(d);
-    const float mean_gx = BlockSum(sgx) / static_cast<float>(d);
-    if (threadIdx.x == 0) {
-      stats[2 * r] = mean;
-      stats[2 * r + 1] = inv;
-    }
-    StoreRow(dx.data + HeadRow(r, heads, d, dx.stride), d, false, [&](int64_t j) {
-      const float xhat = (ToFloat(xr[j]) - mean) * inv;
-      return inv * (ToFloat(dyr[j]) * ToFloat(g[j]) - mean_g - xhat * mean_gx);
-    });
-  }
+  for (int64_t r = blockIdx.x; r < x.rows * heads; r += gridDim.x)
+    NormRowBackward(rms, x.data + HeadRow(r, heads, d, x.stride),
+                    dy.data + HeadRow(r, heads, d, dy.stride),
+                    gamma + (r % heads < q_heads ? 0 : d), d, eps,
+                    dx.data + HeadRow(r, heads, d, dx.stride), false, stats + 2 * r);
 }
 
 // partial[c * 2d + j] = the sum of dy * xhat over tokens chunk c (blockIdx.y) of gain column j:

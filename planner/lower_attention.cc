@@ -294,15 +294,9 @@ void Lowering::Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i) {
 // Engine's norm saves) and normalizes them in place in qkv. Nothing without qk_norm.
 void Lowering::QkNorm(const OpTags& tags, const LayerTensors& t, int i) {
   if (t.qk < 0) return;
-  const int64_t cols = (a_ + g_) * d_;
-  const TensorUse qk_of_qkv = Use(t.qkv, View{i * slice_tokens_, (i + 1) * slice_tokens_, 0, cols});
-  Op op;
-  op.kind = OpKind::kElementwise;
-  op.func = OpFunc::kQkNorm;
-  op.tags = tags;
-  op.bytes = 2 * RowBytes(cols);
-  op.heads = a_, op.kv_heads = g_, op.head_dim = d_;
-  Compute(op, {}, {qk_of_qkv, WholeOf(t.w_qk_norm)}, {qk_of_qkv, SliceOf(t.qk, i)});
+  const TensorUse qk_of_qkv = QkOf(t.qkv, i);
+  Compute(QkNormOp(OpFunc::kQkNorm, tags, 2), {}, {qk_of_qkv, WholeOf(t.w_qk_norm)},
+          {qk_of_qkv, SliceOf(t.qk, i)});
 }
 
 // The norm's backward over row slice i, after the rotary embeddings' (the gradients of Q and K
@@ -312,17 +306,27 @@ void Lowering::QkNorm(const OpTags& tags, const LayerTensors& t, int i) {
 // gradients accumulated in the same pass (Transformer Engine's norm backward).
 void Lowering::QkNormGrad(const OpTags& tags, const LayerTensors& t, int i) {
   if (t.qk < 0) return;
-  const int64_t cols = (a_ + g_) * d_;
-  const TensorUse qk_of_grad =
-      Use(t.g_qkv, View{i * slice_tokens_, (i + 1) * slice_tokens_, 0, cols});
+  const TensorUse qk_of_grad = QkOf(t.g_qkv, i);
+  Compute(QkNormOp(OpFunc::kQkNormGrad, tags, 3), {},
+          {SliceOf(t.qk, i), qk_of_grad, WholeOf(t.w_qk_norm)},
+          {qk_of_grad, SliceOf(t.g_qk, i), WholeOf(t.g_w_qk_norm)});
+}
+
+// Q and K, the first (a + g) d columns, of row slice i of `qkv` (QKV or its gradient).
+TensorUse Lowering::QkOf(int32_t qkv, int i) const {
+  return Use(qkv, View{i * slice_tokens_, (i + 1) * slice_tokens_, 0, (a_ + g_) * d_});
+}
+
+// A QK-norm op that makes `passes` passes over a slice's Q and K; it carries the heads' shape for
+// the executor's kernels.
+Op Lowering::QkNormOp(OpFunc func, const OpTags& tags, int passes) const {
   Op op;
   op.kind = OpKind::kElementwise;
-  op.func = OpFunc::kQkNormGrad;
+  op.func = func;
   op.tags = tags;
-  op.bytes = 3 * RowBytes(cols);
+  op.bytes = passes * RowBytes((a_ + g_) * d_);
   op.heads = a_, op.kv_heads = g_, op.head_dim = d_;
-  Compute(op, {}, {SliceOf(t.qk, i), qk_of_grad, WholeOf(t.w_qk_norm)},
-          {qk_of_grad, SliceOf(t.g_qk, i), WholeOf(t.g_w_qk_norm)});
+  return op;
 }
 
 // The copies around the attention core that StackSpec::attention_copies describes

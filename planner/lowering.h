@@ -232,6 +232,8 @@ class Lowering {
   void Rope(OpFunc func, const OpTags& tags, int32_t qkv, int i);
   void QkNorm(const OpTags& tags, const LayerTensors& t, int i);
   void QkNormGrad(const OpTags& tags, const LayerTensors& t, int i);
+  TensorUse QkOf(int32_t qkv, int i) const;
+  Op QkNormOp(OpFunc func, const OpTags& tags, int passes) const;
   // Whether the stack rotates Q and K: a model with rotary positions and a stack that runs them.
   bool RotatesQk() const {
     return !plan_.model.learned_positions() && plan_.stack.rope != RopeKernel::kNone;
