@@ -31,7 +31,7 @@ std::string_view PositionsName(Positions positions);  // "learned", "rotary"
 // What a model's attention runs that a framework can be told to build: each a field of ModelSpec
 // below, so that an export launches the model its file describes. domino prices kQkNorm; the
 // others it prices otherwise (an Approximation). kNone: what no field states (Gemma's GeLU gate,
-// Gemma 2's post-norms).
+// Gemma 2's soft-capped attention scores).
 enum class ModelFeature { kNone, kQkvBias, kQkNorm, kPartialRotary, kWindow };
 
 // Something a model's file describes that domino prices otherwise (ModelSpec::approximations),
@@ -123,9 +123,9 @@ struct ModelSpec {
   double rotary_fraction = 1;  // of each head's width that rotary positions turn (GPT-NeoX 0.25)
   AttentionWindow window;      // a sliding window (Mistral; Gemma 2's every other layer)
   // What the file it was read from describes and domino prices otherwise (a feature above, or what
-  // no field states: a Hugging Face config's post-norms or soft caps): `models` prints them and
-  // `export` names each as a difference. They are no model YAML key: ReadModel writes one for each
-  // feature key, and a model read from a config.json travels in a plan as its path
+  // no field states: a Hugging Face config's GeLU gate or attention soft cap): `models` prints them
+  // and `export` names each as a difference. They are no model YAML key: ReadModel writes one for
+  // each feature key, and a model read from a config.json travels in a plan as its path
   // (Plan::model_ref), read again with all of them.
   std::vector<Approximation> approximations;
 

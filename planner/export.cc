@@ -81,7 +81,8 @@ std::vector<std::string> ModelApproximations(const Plan& plan,
                               settings, as));
   }
   // Features domino prices (no approximation) that the export does not launch: the QK-norm where
-  // the framework has no setting for it, post-norms everywhere (none of these frameworks has one).
+  // the framework has no setting for it, the logits' soft cap and post-norms everywhere (none of
+  // these frameworks has one).
   const bool launches_qk_norm =
       std::any_of(launched.begin(), launched.end(),
                   [](const LaunchedFeature& f) { return f.feature == ModelFeature::kQkNorm; });
