@@ -97,6 +97,26 @@ TEST(LayerOps, ExactShapesTinyLlamaTp2) {
   EXPECT_DOUBLE_EQ(Find(ops, "attn").fwd_bytes, 8.0 * (2 * 2 + 2 * 1) * 2 * 4);
 }
 
+TEST(LayerOps, AQkNormAndPostNormsAddTheirPasses) {
+  // TinyLlama at tp 2 in fp32, 8 tokens: 2 query heads and 1 key head of 2 a rank, hidden 8 (a
+  // pass over Q and K is 8 x 3 x 2 x 4 bytes, over a residual 8 x 8 x 4).
+  LayerShape shape{.sequences = 1, .seq_len = 8, .tp = 2, .bytes_per_element = 4};
+  ModelSpec model = TinyLlama();
+  const std::vector<LayerOp> plain = LayerOps(model, shape);
+  model.qk_norm = true;
+  model.post_norms = true;
+  const std::vector<LayerOp> ops = LayerOps(model, shape);
+  ASSERT_EQ(ops.size(), plain.size() + 1);
+  EXPECT_EQ(ops[2].name, "qk_norm");  // after the QKV GEMM
+  const double qk = 8.0 * 3 * 2 * 4, residual = 8.0 * 8 * 4;
+  EXPECT_DOUBLE_EQ(Find(ops, "qk_norm").fwd_bytes, 2 * qk);
+  EXPECT_DOUBLE_EQ(Find(ops, "qk_norm").bwd_bytes, 3 * qk);
+  for (const char* name : {"residual1", "residual2"}) {
+    EXPECT_DOUBLE_EQ(Find(ops, name).fwd_bytes, Find(plain, name).fwd_bytes + 2 * residual);
+    EXPECT_DOUBLE_EQ(Find(ops, name).bwd_bytes, Find(plain, name).bwd_bytes + 3 * residual);
+  }
+}
+
 TEST(LayerOps, GemmFlopsAreTwicePerLayerMatmulParametersPerToken) {
   for (const char* name : {"gpt3-13b", "llama2-70b", "llama3-8b", "gpt-530b"}) {
     Result<ModelSpec> model = LoadModel(name);
