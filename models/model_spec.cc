@@ -71,6 +71,26 @@ std::string_view NormName(Norm norm) {
   return "unknown";
 }
 
+std::vector<PricedFeature> PricedFeatures(const ModelSpec& m) {
+  const std::string_view norm = m.norm == Norm::kRmsNorm ? "an RMSNorm" : "a LayerNorm";
+  std::vector<PricedFeature> out;
+  if (m.qk_norm)
+    out.push_back({ModelFeature::kQkNorm,
+                   fmt::format("{} on each head of Q and of K (qk_norm)", norm),
+                   "priced with them, exported without them"});
+  if (m.logit_softcap > 0)
+    out.push_back({ModelFeature::kNone,
+                   fmt::format("logits soft-capped at {:g} (logit_softcap)", m.logit_softcap),
+                   "priced with the cap, exported without it"});
+  if (m.post_norms)
+    out.push_back({ModelFeature::kNone,
+                   fmt::format("{} after the attention and after the MLP besides the ones before "
+                               "them (post_norms)",
+                               norm),
+                   "priced with them, exported without them"});
+  return out;
+}
+
 std::string Approximation::Text() const {
   return fmt::format("{}: priced {}{}", what, feature == ModelFeature::kNone ? "and exported " : "",
                      as);

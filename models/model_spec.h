@@ -47,6 +47,16 @@ struct Approximation {
   std::string Text() const;
 };
 
+// A feature beyond the model's shape that domino prices (ModelSpec::qk_norm, post_norms,
+// logit_softcap), in words: `what` it is ("an RMSNorm on each head of Q and of K (qk_norm)") and
+// `exported` what an export that cannot launch it says ("priced with them, exported without
+// them"). `domino models` prints `what`; kQkNorm for the QK-norm, which some frameworks launch.
+struct PricedFeature {
+  ModelFeature feature = ModelFeature::kNone;
+  std::string what;
+  std::string exported;
+};
+
 // A sliding attention window: on the layers it covers, each query attends to the `tokens` before
 // it (transformers' sliding_window; Megatron-Core's window_size (tokens, 0), as NeMo's Hugging
 // Face importers map it) instead of to every earlier token. Layers are counted from 0.
@@ -137,6 +147,10 @@ struct ModelSpec {
            (positions == Positions::kByNorm && norm == Norm::kLayerNorm);
   }
 };
+
+// The features of `model` that domino prices beyond its shape, in this order: the QK-norm, the
+// logits' soft cap, the post-norms.
+std::vector<PricedFeature> PricedFeatures(const ModelSpec& model);
 
 // Parses and validates model YAML. `file` names the source in messages
 // ("FILE:LINE:COLUMN: KEY: RULE"). Rules: every key known and present (kv_heads defaults to

@@ -83,26 +83,14 @@ std::vector<std::string> ModelApproximations(const Plan& plan,
   // Features domino prices (no approximation) that the export does not launch: the QK-norm where
   // the framework has no setting for it, the logits' soft cap and post-norms everywhere (none of
   // these frameworks has one).
-  const bool launches_qk_norm =
-      std::any_of(launched.begin(), launched.end(),
-                  [](const LaunchedFeature& f) { return f.feature == ModelFeature::kQkNorm; });
-  const std::string_view norm = plan.model.norm == Norm::kRmsNorm ? "an RMSNorm" : "a LayerNorm";
-  if (plan.model.qk_norm && !launches_qk_norm)
-    out.push_back(
-        fmt::format("model {}: {} on each head of Q and of K (qk_norm): priced with "
-                    "them, exported without them",
-                    plan.model.name, norm));
-  if (plan.model.logit_softcap > 0)
-    out.push_back(
-        fmt::format("model {}: logits soft-capped at {:g} (logit_softcap): priced with "
-                    "the cap, exported without it",
-                    plan.model.name, plan.model.logit_softcap));
-  if (plan.model.post_norms)
-    out.push_back(
-        fmt::format("model {}: {} after the attention and after the MLP besides the "
-                    "ones before them (post_norms): priced with them, exported without "
-                    "them",
-                    plan.model.name, norm));
+  for (const PricedFeature& p : PricedFeatures(plan.model)) {
+    const bool launches =
+        p.feature != ModelFeature::kNone &&
+        std::any_of(launched.begin(), launched.end(),
+                    [&](const LaunchedFeature& f) { return f.feature == p.feature; });
+    if (!launches)
+      out.push_back(fmt::format("model {}: {}: {}", plan.model.name, p.what, p.exported));
+  }
   return out;
 }
 

@@ -100,12 +100,7 @@ void ShowModel(const std::string& name) {
       m.learned_positions() ? "learned" : "rotary");
   // The features domino prices beyond the shape, then what the file describes that domino prices
   // otherwise, and how.
-  std::vector<std::string> priced;
-  if (m.qk_norm) priced.push_back("a norm on each head of Q and of K (qk_norm)");
-  if (m.post_norms) priced.push_back("norms after the attention and after the MLP (post_norms)");
-  if (m.logit_softcap > 0)
-    priced.push_back(fmt::format("logits soft-capped at {:g} (logit_softcap)", m.logit_softcap));
-  for (const std::string& p : priced) std::cout << "priced: " << p << "\n";
+  for (const PricedFeature& p : PricedFeatures(m)) std::cout << "priced: " << p.what << "\n";
   for (const Approximation& a : m.approximations) std::cout << "approximated: " << a.Text() << "\n";
   std::cout << "\n";
   Table params({"parameters", "count"});
