@@ -111,7 +111,7 @@ CpAttention::Rows CpAttention::KeysAt(int owner, int64_t rows) const {
   return RowsOf(owner * a2a_, a2a_, rows);
 }
 
-Status CpAttention::Run(const Schedule& s, int32_t id, Backend& backend) {
+Status CpAttention::Run(const Schedule& s, int32_t id, Backend& backend, int window) {
   const Op& op = s.op(id);
   if (s.reads(op).empty() || s.writes(op).empty())
     return Error(fmt::format("op {} ({}): no tensor to read or write", id, s.Label(id)));
@@ -135,7 +135,7 @@ Status CpAttention::Run(const Schedule& s, int32_t id, Backend& backend) {
       return Transfer(s, id, backend, key);
     case OpFunc::kAttn:
     case OpFunc::kAttnGrad:
-      return Attend(s, id, backend, key);
+      return Attend(s, id, backend, key, window);
     default:
       return wrong();
   }
@@ -305,7 +305,8 @@ Status CpAttention::Trade(const Schedule& s, int32_t id, Backend& backend, const
   return Status::Ok();
 }
 
-Status CpAttention::Attend(const Schedule& s, int32_t id, Backend& backend, const Key& key) {
+Status CpAttention::Attend(const Schedule& s, int32_t id, Backend& backend, const Key& key,
+                           int window) {
   const Op& op = s.op(id);
   const bool backward = op.func == OpFunc::kAttnGrad;
   const bool gathered = comm_ == CpComm::kAllGather;
@@ -344,9 +345,9 @@ Status CpAttention::Attend(const Schedule& s, int32_t id, Backend& backend, cons
     c.acc.assign(queries * static_cast<size_t>(dm.dim), 0.0);
   }
   if (gathered) {
-    for (Keys& k : c.keys) Fold(dm, c, k, backward, step);
+    for (Keys& k : c.keys) Fold(dm, c, k, backward, step, window);
   } else {
-    Fold(dm, c, c.keys[0], backward, -1);
+    Fold(dm, c, c.keys[0], backward, -1, window);
     if (!backward && c.has_next) {
       std::swap(c.keys[0], c.next);
       c.has_next = false;
@@ -396,10 +397,11 @@ Status CpAttention::Finish(const Schedule& s, int32_t id, Backend& backend, cons
   return Status::Ok();
 }
 
-// Folds `keys` into the core's queries, causally by position within each sequence. Forward:
-// the online softmax. Backward: P = exp(scale q k - lse), dV += P dO, dS = P (dO v - rowsum(dO
-// o)), dQ += scale dS k, dK += scale dS q.
-void CpAttention::Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int chunk) const {
+// Folds `keys` into the core's queries, causally by position within each sequence (and within
+// the window). Forward: the online softmax. Backward: P = exp(scale q k - lse), dV += P dO, dS =
+// P (dO v - rowsum(dO o)), dQ += scale dS k, dK += scale dS q.
+void CpAttention::Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int chunk,
+                       int window) const {
   const Rows at = KeysAt(keys.owner, dm.rows);
   const int64_t d = dm.dim, q_cols = dm.q_cols(), kv = dm.kv_cols(), cols = q_cols + 2 * kv;
   const int64_t width = backward ? 4 * kv : 2 * kv, group = dm.heads / dm.kv_heads;
@@ -416,7 +418,9 @@ void CpAttention::Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int c
       if (backward)
         for (int64_t k = 0; k < d; ++k) o_dot += double{dO[k]} * c.saved->out[qh * d + k];
       for (int64_t u = 0; u < m; ++u) {
-        if (at.seq[u] != c.at.seq[row] || at.pos[u] > c.at.pos[row]) continue;
+        if (at.seq[u] != c.at.seq[row] || at.pos[u] > c.at.pos[row] ||
+            (window > 0 && c.at.pos[row] - at.pos[u] > window))
+          continue;
         float* key_row = keys.data.data() + u * width;
         const float* kr = key_row + g * d;
         const float* vr = key_row + kv + g * d;

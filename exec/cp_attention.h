@@ -53,8 +53,10 @@ class CpAttention {
   // Whether `op` is one of context parallelism's: the attention core (kAttn, kAttnGrad) or a
   // transfer or collective of the CP groups.
   static bool Runs(const Op& op);
-  // Runs op `id` of `schedule` (one that Runs) on `backend`'s tensors.
-  Status Run(const Schedule& schedule, int32_t id, Backend& backend);
+  // Runs op `id` of `schedule` (one that Runs) on `backend`'s tensors; the attention within a
+  // sliding `window` of tokens (the model's where it covers the op's layer; 0: none), each query
+  // at position t attending to the keys at t - window .. t.
+  Status Run(const Schedule& schedule, int32_t id, Backend& backend, int window);
 
  private:
   CpAttention(const Plan& plan, Communicator& cp) : plan_(plan), cp_(cp) {}
@@ -107,7 +109,7 @@ class CpAttention {
   Status ReduceScatter(const Schedule& s, int32_t id, Backend& backend, const Key& key);
   Status Trade(const Schedule& s, int32_t id, Backend& backend, const Key& key);
   Status Transfer(const Schedule& s, int32_t id, Backend& backend, const Key& key);
-  Status Attend(const Schedule& s, int32_t id, Backend& backend, const Key& key);
+  Status Attend(const Schedule& s, int32_t id, Backend& backend, const Key& key, int window);
   // The core of `key`, or for the p2p ring at its first op (a transfer or block of step 0) a
   // new one with the rank's own block.
   Result<Core*> CoreOf(const Schedule& s, int32_t id, Backend& backend, const Key& key);
@@ -122,8 +124,9 @@ class CpAttention {
   // written now unless a trade out or the reduce-scatter follows.
   Status Finish(const Schedule& s, int32_t id, Backend& backend, const Key& key, Core& c,
                 const Dims& dm, bool backward);
-  // Folds `keys` into the core's queries (only chunk `chunk` of each local sequence, if >= 0).
-  void Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int chunk) const;
+  // Folds `keys` into the core's queries (only chunk `chunk` of each local sequence, if >= 0),
+  // those within `window` tokens before each query (0: all before it).
+  void Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int chunk, int window) const;
 
   const Plan& plan_;
   Communicator& cp_;

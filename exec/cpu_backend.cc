@@ -110,7 +110,11 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
     case OpFunc::kAttnGrad: {
       const bool backward = op.func == OpFunc::kAttnGrad;
       if (!need(backward ? 2 : 1, 1)) return fail("attention reads qkv (and the output gradient)");
-      cpu::AttentionShape shape{op.sequences, op.seq_len, op.heads, op.kv_heads, op.head_dim};
+      // The model's sliding window where it covers the layer (the chunk's first layer on), which
+      // the schedule prices only where a stack's kernels skip what lies outside it.
+      cpu::AttentionShape shape{
+          op.sequences, op.seq_len,  op.heads,
+          op.kv_heads,  op.head_dim, model_.window.TokensAt(offsets_.layer + op.tags.layer)};
       cpu::ConstMat qkv = in(0);
       if (qkv.rows != shape.sequences * shape.seq_len ||
           qkv.cols != (shape.heads + 2 * shape.kv_heads) * shape.head_dim)
@@ -284,9 +288,10 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
         return fail(fmt::format("the loss statistics need tp + 1 = {} columns per token", tp_ + 1));
       if (backward)
         cpu::CrossEntropyBackward(in(0), in(1), in(2), vocab_begin, model_.vocab,
-                                  WholeShape(logits, tp_).rows, out(0));
+                                  WholeShape(logits, tp_).rows, out(0), model_.logit_softcap);
       else
-        cpu::CrossEntropyStats(in(0), in(1), vocab_begin, model_.vocab, rank_, out(0));
+        cpu::CrossEntropyStats(in(0), in(1), vocab_begin, model_.vocab, rank_, out(0),
+                               model_.logit_softcap);
       return Status::Ok();
     }
     case OpFunc::kResidualGrad: {

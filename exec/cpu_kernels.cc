@@ -84,8 +84,9 @@ void CheckAttentionShape(const AttentionShape& s, ConstMat qkv) {
   assert(qkv.cols == (s.heads + 2 * s.kv_heads) * s.head_dim);
 }
 
-// P = softmax(scale Q K^T) of query head h of sequence `seq`, causal: P(t, u) for u <= t, and 0
-// above the diagonal. seq_len x seq_len, in fp32; each row is shifted by its maximum before exp.
+// P = softmax(scale Q K^T) of query head h of sequence `seq`, causal: P(t, u) for FirstKey(t) <=
+// u <= t, and 0 elsewhere. seq_len x seq_len, in fp32; each row is shifted by its maximum before
+// exp.
 RowMajor Probabilities(const AttentionShape& s, ConstMat qkv, int64_t seq, int64_t h) {
   const HeadColumns col = Columns(s, h);
   const int64_t row0 = seq * s.seq_len, n = s.seq_len;
@@ -94,13 +95,15 @@ RowMajor Probabilities(const AttentionShape& s, ConstMat qkv, int64_t seq, int64
   p.noalias() =
       Block(qkv, row0, col.q, n, s.head_dim) * Block(qkv, row0, col.k, n, s.head_dim).transpose();
   for (int64_t t = 0; t < n; ++t) {
-    const float peak = p.row(t).head(t + 1).maxCoeff();
+    const int64_t lo = FirstKey(t, s.window), keys = t + 1 - lo;
+    const float peak = p.row(t).segment(lo, keys).maxCoeff();
     float sum = 0;
-    for (int64_t u = 0; u <= t; ++u) {
+    for (int64_t u = lo; u <= t; ++u) {
       p(t, u) = std::exp((p(t, u) - peak) * scale);
       sum += p(t, u);
     }
-    p.row(t).head(t + 1) /= sum;
+    p.row(t).segment(lo, keys) /= sum;
+    p.row(t).head(lo).setZero();
     p.row(t).tail(n - t - 1).setZero();
   }
   return p;
@@ -351,7 +354,7 @@ void EmbeddingBackward(ConstMat tokens, int64_t vocab_begin, ConstMat dy, Mat dt
 }
 
 void CrossEntropyStats(ConstMat logits, ConstMat labels, int64_t vocab_begin, int64_t vocab,
-                       int part, Mat stats) {
+                       int part, Mat stats, double softcap) {
   const int parts = static_cast<int>(stats.cols) - 1;
   assert(labels.cols == 1 && labels.rows == logits.rows && stats.rows == logits.rows);
   assert(part >= 0 && part < parts);
@@ -363,13 +366,14 @@ void CrossEntropyStats(ConstMat logits, ConstMat labels, int64_t vocab_begin, in
     if (valid == 0) {
       out[part] = std::numeric_limits<float>::lowest();
     } else {
-      const float peak = *std::max_element(z, z + valid);
+      double peak = SoftCapped(z[0], softcap);
+      for (int64_t c = 1; c < valid; ++c) peak = std::max(peak, SoftCapped(z[c], softcap));
       double sum = 0;
-      for (int64_t c = 0; c < valid; ++c) sum += std::exp(static_cast<double>(z[c]) - peak);
+      for (int64_t c = 0; c < valid; ++c) sum += std::exp(SoftCapped(z[c], softcap) - peak);
       out[part] = static_cast<float>(peak + std::log(sum));
     }
     const int64_t label = LocalRow(labels.data[j * labels.stride], vocab_begin, valid);
-    if (label >= 0) out[parts] = z[label];
+    if (label >= 0) out[parts] = static_cast<float>(SoftCapped(z[label], softcap));
   }
 }
 
@@ -390,7 +394,7 @@ double MeanCrossEntropy(ConstMat stats) {
 }
 
 void CrossEntropyBackward(ConstMat logits, ConstMat labels, ConstMat stats, int64_t vocab_begin,
-                          int64_t vocab, int64_t tokens, Mat dlogits) {
+                          int64_t vocab, int64_t tokens, Mat dlogits, double softcap) {
   assert(SameShape(logits, dlogits) && labels.rows == logits.rows && stats.rows == logits.rows);
   const int64_t valid = std::clamp<int64_t>(vocab - vocab_begin, 0, logits.cols);
   const double scale = 1.0 / static_cast<double>(tokens);
@@ -398,10 +402,15 @@ void CrossEntropyBackward(ConstMat logits, ConstMat labels, ConstMat stats, int6
     const float* z = logits.data + j * logits.stride;
     float* d = dlogits.data + j * dlogits.stride;
     const double lse = LogSumExp(stats, j);
-    for (int64_t c = 0; c < valid; ++c) d[c] = static_cast<float>(std::exp(z[c] - lse) * scale);
-    std::fill(d + valid, d + logits.cols, 0.0f);
     const int64_t label = LocalRow(labels.data[j * labels.stride], vocab_begin, valid);
-    if (label >= 0) d[label] -= static_cast<float>(scale);
+    for (int64_t c = 0; c < valid; ++c) {
+      const double capped = SoftCapped(z[c], softcap);
+      double g = std::exp(capped - lse) * scale - (c == label ? scale : 0.0);
+      // d(cap tanh(z / cap)) / dz = 1 - tanh^2 = 1 - (capped / cap)^2.
+      if (softcap > 0) g *= 1 - (capped / softcap) * (capped / softcap);
+      d[c] = static_cast<float>(g);
+    }
+    std::fill(d + valid, d + logits.cols, 0.0f);
   }
 }
 

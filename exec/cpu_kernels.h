@@ -1,6 +1,7 @@
 #ifndef DOMINO_EXEC_CPU_KERNELS_H_
 #define DOMINO_EXEC_CPU_KERNELS_H_
 
+#include <cmath>
 #include <cstdint>
 
 // fp32 reference kernels of one transformer layer and of the model's ends (embedding and
@@ -54,11 +55,18 @@ void SquaredReluBackward(ConstMat x, ConstMat dy, Mat dx);
 // tokens: qkv.rows = out.rows = sequences * seq_len, sequence-major. A row of qkv is [Q | K | V]:
 // Q has `heads` heads of `head_dim` columns, K and V `kv_heads` heads each; query head h uses
 // key/value head h / (heads / kv_heads). A row of out is the heads' outputs side by side. Scores
-// are scaled by 1/sqrt(head_dim); token t attends to tokens 0..t of its sequence; the softmax is
-// computed in fp32. qkv.cols = (heads + 2 kv_heads) head_dim; heads % kv_heads == 0.
+// are scaled by 1/sqrt(head_dim); token t attends to tokens 0..t of its sequence, or with a
+// sliding `window` (ModelSpec::window) to tokens t - window..t (Megatron-Core's window_size
+// (window, 0), flash-attn's window_size_left); the softmax is computed in fp32.
+// qkv.cols = (heads + 2 kv_heads) head_dim; heads % kv_heads == 0.
 struct AttentionShape {
   int64_t sequences = 0, seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t window = 0;  // 0: none
 };
+// The first key query t attends to under a sliding window of `window` tokens (0: none).
+inline int64_t FirstKey(int64_t t, int64_t window) {
+  return window > 0 && t > window ? t - window : 0;
+}
 void AttentionForward(const AttentionShape& shape, ConstMat qkv, Mat out);
 // dqkv (qkv's layout) = gradient of sum(out * dout) with respect to qkv; recomputes the softmax.
 void AttentionBackward(const AttentionShape& shape, ConstMat qkv, ConstMat dout, Mat dqkv);
@@ -87,17 +95,23 @@ void EmbeddingBackward(ConstMat tokens, int64_t vocab_begin, ConstMat dy, Mat dt
 // Per row j, with `parts` ranks: stats(j, part) = log-sum-exp of this part's valid logits (the
 // lowest float when it has none), stats(j, parts) = the logit of label labels[j] if this part
 // holds it, and every other column 0, so that the sum over parts of the stats is every part's
-// log-sum-exp and the label's logit. stats.cols = parts + 1.
+// log-sum-exp and the label's logit. stats.cols = parts + 1. With `softcap` > 0 every logit z is
+// taken as softcap * tanh(z / softcap) (ModelSpec::logit_softcap), here and in the backward.
 void CrossEntropyStats(ConstMat logits, ConstMat labels, int64_t vocab_begin, int64_t vocab,
-                       int part, Mat stats);
+                       int part, Mat stats, double softcap = 0);
+// softcap * tanh(z / softcap), or z when softcap is 0.
+inline double SoftCapped(double z, double softcap) {
+  return softcap > 0 ? softcap * std::tanh(z / softcap) : z;
+}
 // The log-sum-exp over the whole vocabulary of summed stats row `row` (its first cols - 1 entries).
 double LogSumExp(ConstMat stats, int64_t row);
 // The mean over rows of summed stats of the token losses log-sum-exp - label logit.
 double MeanCrossEntropy(ConstMat stats);
 // dlogits = (softmax(logits) - onehot(label)) / tokens over this part's valid columns (the
 // gradient of the mean loss over `tokens` tokens), 0 on padding; stats are the summed stats.
+// With `softcap` > 0, of the capped logits, times the cap's derivative 1 - tanh(z / softcap)^2.
 void CrossEntropyBackward(ConstMat logits, ConstMat labels, ConstMat stats, int64_t vocab_begin,
-                          int64_t vocab, int64_t tokens, Mat dlogits);
+                          int64_t vocab, int64_t tokens, Mat dlogits, double softcap = 0);
 
 }  // namespace domino::exec::cpu
 

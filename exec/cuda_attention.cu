@@ -7,24 +7,26 @@ namespace domino::exec::cuda {
 namespace {
 
 // One block per row of the scores of all sequences (row = sequence * n + query token t, n keys per
-// row, fp32, already scaled): the causal softmax in place, keys after t get probability 0. When
-// p_t is not null, the probabilities are also stored there as T for the next GEMM.
+// row, fp32, already scaled): the causal softmax in place, keys after t, and with a sliding
+// `window` (0: none) keys before t - window, get probability 0. When p_t is not null, the
+// probabilities are also stored there as T for the next GEMM.
 template <typename T>
-__global__ void CausalSoftmaxKernel(float* s, T* p_t, int64_t n) {
+__global__ void CausalSoftmaxKernel(float* s, T* p_t, int64_t n, int64_t window) {
   const int64_t row = blockIdx.x, t = row % n;
+  const int64_t lo = window > 0 && t > window ? t - window : 0;
   float* sr = s + row * n;
   float peak = -INFINITY;
-  for (int64_t u = threadIdx.x; u <= t; u += blockDim.x) peak = fmaxf(peak, sr[u]);
+  for (int64_t u = lo + threadIdx.x; u <= t; u += blockDim.x) peak = fmaxf(peak, sr[u]);
   peak = BlockMax(peak);
   float sum = 0.0f;
-  for (int64_t u = threadIdx.x; u <= t; u += blockDim.x) {
+  for (int64_t u = lo + threadIdx.x; u <= t; u += blockDim.x) {
     const float e = expf(sr[u] - peak);
     sr[u] = e;
     sum += e;
   }
   const float inv = 1.0f / BlockSum(sum);  // >= 1 term equals exp(0), so sum >= 1
   for (int64_t u = threadIdx.x; u < n; u += blockDim.x) {
-    const float p = u <= t ? sr[u] * inv : 0.0f;
+    const float p = u >= lo && u <= t ? sr[u] * inv : 0.0f;
     sr[u] = p;
     if (p_t != nullptr) p_t[row * n + u] = FromFloat<T>(p);
   }
@@ -70,10 +72,11 @@ AttentionScratch Carve(void* workspace, size_t cells) {
 }
 
 Status CheckAttention(const Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
-                      int64_t kv_heads, int64_t head_dim, DView qkv, DView out) {
+                      int64_t kv_heads, int64_t head_dim, int64_t window, DView qkv, DView out) {
   if (sequences < 0 || seq_len < 0 || heads <= 0 || kv_heads <= 0 || head_dim <= 0 ||
       heads % kv_heads != 0)
     return Error("attention: heads must be a positive multiple of kv_heads, sizes positive");
+  if (window < 0) return Error("attention: a sliding window of 0 (none) or more tokens");
   if (!Valid(qkv) || !Valid(out)) return Error("attention: an invalid view");
   if (qkv.rows != sequences * seq_len || qkv.cols != (heads + 2 * kv_heads) * head_dim)
     return Error("attention: qkv must be (sequences * seq_len) x ((heads + 2 kv_heads) head_dim)");
@@ -107,7 +110,7 @@ Operand AsOperand(const Output& o) {
 // S = scale Q_h K_g^T into scratch.s (fp32), then the causal softmax in place (and P as T into
 // scratch.p_t for 16-bit types). Returns the operand that holds P in the context's type.
 Status Probabilities(Context* c, const Operand& q, const Operand& k, int64_t sequences, int64_t n,
-                     float scale, const AttentionScratch& scratch, Operand* p) {
+                     int64_t window, float scale, const AttentionScratch& scratch, Operand* p) {
   const Output s{scratch.s, CUDA_R_32F, n, n, n, n * n};
   Status e = RowMajorGemm(c, q, false, k, true, s, scale, 0.0f, sequences);
   if (!e.ok()) return e;
@@ -117,8 +120,8 @@ Status Probabilities(Context* c, const Operand& q, const Operand& k, int64_t seq
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p_t = f32 ? nullptr : static_cast<T*>(scratch.p_t);
-    CausalSoftmaxKernel<T>
-        <<<static_cast<unsigned>(sequences * n), kThreads, 0, Current(c)>>>(scratch.s, p_t, n);
+    CausalSoftmaxKernel<T><<<static_cast<unsigned>(sequences * n), kThreads, 0, Current(c)>>>(
+        scratch.s, p_t, n, window);
     return Launched("causal softmax");
   });
 }
@@ -126,10 +129,10 @@ Status Probabilities(Context* c, const Operand& q, const Operand& k, int64_t seq
 }  // namespace
 
 // Per query head h (key/value head g), batched over sequences:
-//   S = scale Q_h K_g^T (fp32), P = causal softmax(S), O_h = P V_g.
+//   S = scale Q_h K_g^T (fp32), P = causal softmax(S) (within the window), O_h = P V_g.
 Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t kv_heads,
-                 int64_t head_dim, DView qkv, DView out) {
-  if (Status e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, qkv, out);
+                 int64_t head_dim, int64_t window, DView qkv, DView out) {
+  if (Status e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, window, qkv, out);
       !e.ok())
     return e;
   if (sequences == 0 || seq_len == 0) return Status::Ok();
@@ -142,7 +145,7 @@ Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, 
                   k = AsOperand(HeadBlock(c, qkv, n, d, col.k));
     const Operand v = AsOperand(HeadBlock(c, qkv, n, d, col.v));
     Operand p{};
-    Status e = Probabilities(c, q, k, sequences, n, scale, scratch, &p);
+    Status e = Probabilities(c, q, k, sequences, n, window, scale, scratch, &p);
     if (e.ok())
       e = RowMajorGemm(c, p, false, v, false, HeadBlock(c, out, n, d, h * d), 1.0f, 0.0f,
                        sequences);
@@ -156,8 +159,10 @@ Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, 
 //   dQ_h = scale dS K_g,  dK_g += scale dS^T Q_h.
 // dqkv is cleared first because the query heads of a group add into one dK_g and dV_g.
 Status AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
-                         int64_t kv_heads, int64_t head_dim, DView qkv, DView dout, DView dqkv) {
-  if (Status e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, qkv, dout);
+                         int64_t kv_heads, int64_t head_dim, int64_t window, DView qkv, DView dout,
+                         DView dqkv) {
+  if (Status e =
+          CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, window, qkv, dout);
       !e.ok())
     return e;
   if (!Valid(dqkv) || !SameShape(qkv, dqkv))
@@ -178,7 +183,7 @@ Status AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t
     const Operand v = AsOperand(HeadBlock(c, qkv, n, d, col.v));
     const Operand d_out = AsOperand(HeadBlock(c, dout, n, d, h * d));
     Operand p{};
-    Status e = Probabilities(c, q, k, sequences, n, scale, scratch, &p);
+    Status e = Probabilities(c, q, k, sequences, n, window, scale, scratch, &p);
     if (e.ok()) e = RowMajorGemm(c, d_out, false, v, true, dp, 1.0f, 0.0f, sequences);
     if (e.ok())
       e = RowMajorGemm(c, p, true, d_out, false, HeadBlock(c, dqkv, n, d, col.v), 1.0f, 1.0f,

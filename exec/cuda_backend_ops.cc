@@ -42,13 +42,15 @@ Status CudaBackend::Enqueue(int32_t id) {
     case OpFunc::kFc2GradWeight:
       e = cuda::Gemm(context_, in(0), true, in(1), false, out(0), true);
       break;
-    case OpFunc::kAttn:
+    case OpFunc::kAttn:  // within the model's window where it covers the layer (CpuBackend)
       e = cuda::Attention(context_, op.sequences, op.seq_len, op.heads, op.kv_heads, op.head_dim,
-                          in(0), out(0));
+                          model_.window.TokensAt(options_.fill.layer + op.tags.layer), in(0),
+                          out(0));
       break;
     case OpFunc::kAttnGrad:
-      e = cuda::AttentionBackward(context_, op.sequences, op.seq_len, op.heads, op.kv_heads,
-                                  op.head_dim, in(0), in(1), out(0));
+      e = cuda::AttentionBackward(
+          context_, op.sequences, op.seq_len, op.heads, op.kv_heads, op.head_dim,
+          model_.window.TokensAt(options_.fill.layer + op.tags.layer), in(0), in(1), out(0));
       break;
     case OpFunc::kRope:
     case OpFunc::kRopeGrad:  // in place: reads and writes the same view
@@ -127,9 +129,10 @@ Status CudaBackend::Enqueue(int32_t id) {
       const int64_t vocab_begin = WholeIndex(logits, rank_, tp_, 0, reads[0].view.col_begin).cols;
       e = op.func == OpFunc::kLoss
               ? cuda::CrossEntropyStats(context_, in(0), in(1), vocab_begin, model_.vocab, rank_,
-                                        out(0))
+                                        model_.logit_softcap, out(0))
               : cuda::CrossEntropyBackward(context_, in(0), in(1), in(2), vocab_begin, model_.vocab,
-                                           WholeShape(logits, tp_).rows, out(0));
+                                           WholeShape(logits, tp_).rows, model_.logit_softcap,
+                                           out(0));
       break;
     }
     default:

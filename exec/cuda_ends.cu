@@ -32,29 +32,39 @@ __global__ void EmbeddingBackwardKernel(Mat<float> tokens, int64_t vocab_begin, 
     AtomicAddTo(dtable.data + row * dtable.stride + c, dy.Get(j, c));
 }
 
+// A logit soft-capped (softcap * tanh(z / softcap), ModelSpec::logit_softcap), or as it is when
+// softcap is 0: taken as the kernels read each logit, never written.
+__device__ __forceinline__ float SoftCapped(float z, float softcap) {
+  return softcap > 0.0f ? softcap * tanhf(z / softcap) : z;
+}
+
 template <typename T>
 __global__ void CrossEntropyStatsKernel(Mat<T> logits, Mat<float> labels, int64_t vocab_begin,
-                                        int64_t valid, int part, Mat<float> stats) {
+                                        int64_t valid, int part, float softcap, Mat<float> stats) {
   const int64_t j = blockIdx.x;
   const int64_t parts = stats.cols - 1;
   for (int64_t c = threadIdx.x; c < stats.cols; c += blockDim.x)
     if (c != part && c != parts) stats.Set(j, c, 0.0f);
   float peak = -INFINITY;
-  for (int64_t c = threadIdx.x; c < valid; c += blockDim.x) peak = fmaxf(peak, logits.Get(j, c));
+  for (int64_t c = threadIdx.x; c < valid; c += blockDim.x)
+    peak = fmaxf(peak, SoftCapped(logits.Get(j, c), softcap));
   peak = BlockReduce(peak, MaxOp{}, -INFINITY);
   float sum = 0.0f;
-  for (int64_t c = threadIdx.x; c < valid; c += blockDim.x) sum += expf(logits.Get(j, c) - peak);
+  for (int64_t c = threadIdx.x; c < valid; c += blockDim.x)
+    sum += expf(SoftCapped(logits.Get(j, c), softcap) - peak);
   sum = BlockSum(sum);
   if (threadIdx.x != 0) return;
   stats.Set(j, part, valid > 0 ? peak + logf(sum) : -3.402823466e38f);
   const int64_t label = static_cast<int64_t>(labels.Get(j, 0)) - vocab_begin;
-  stats.Set(j, parts, label >= 0 && label < valid ? logits.Get(j, label) : 0.0f);
+  stats.Set(j, parts,
+            label >= 0 && label < valid ? SoftCapped(logits.Get(j, label), softcap) : 0.0f);
 }
 
+// With a soft cap, the gradient of the capped logit times the cap's derivative, 1 - tanh^2.
 template <typename T>
 __global__ void CrossEntropyBackwardKernel(Mat<T> logits, Mat<float> labels, Mat<float> stats,
                                            int64_t vocab_begin, int64_t valid, float scale,
-                                           Mat<T> dlogits) {
+                                           float softcap, Mat<T> dlogits) {
   const int64_t j = blockIdx.x;
   const int64_t parts = stats.cols - 1;
   float peak = -INFINITY;
@@ -64,8 +74,12 @@ __global__ void CrossEntropyBackwardKernel(Mat<T> logits, Mat<float> labels, Mat
   const float lse = peak + logf(sum);
   const int64_t label = static_cast<int64_t>(labels.Get(j, 0)) - vocab_begin;
   for (int64_t c = threadIdx.x; c < dlogits.cols; c += blockDim.x) {
-    float d = c < valid ? expf(logits.Get(j, c) - lse) * scale : 0.0f;
-    if (c == label && c < valid) d -= scale;
+    float d = 0.0f;
+    if (c < valid) {
+      const float capped = SoftCapped(logits.Get(j, c), softcap);
+      d = expf(capped - lse) * scale - (c == label ? scale : 0.0f);
+      if (softcap > 0.0f) d *= 1.0f - (capped / softcap) * (capped / softcap);
+    }
     dlogits.Set(j, c, d);
   }
 }
@@ -101,27 +115,33 @@ Status EmbeddingBackward(Context* c, DView tokens, int64_t vocab_begin, DView dy
 }
 
 Status CrossEntropyStats(Context* c, DView logits, DView labels, int64_t vocab_begin, int64_t vocab,
-                         int part, DView stats) {
+                         int part, double softcap, DView stats) {
   if (!Valid(logits) || !Valid(labels) || !Valid(stats) || labels.cols != 1 ||
       labels.rows != logits.rows || stats.rows != logits.rows || part < 0 || part >= stats.cols - 1)
     return Error("cross-entropy: logits, labels and stats disagree");
+  if (!(softcap >= 0))
+    return Error("cross-entropy: the logits' soft cap must be 0 (none) or above");
   if (Empty(logits)) return Status::Ok();
   if (logits.rows > INT_MAX) return Error("cross-entropy: too many tokens");
   const int64_t valid = std::clamp<int64_t>(vocab - vocab_begin, 0, logits.cols);
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     CrossEntropyStatsKernel<T><<<static_cast<unsigned>(logits.rows), kThreads, 0, Current(c)>>>(
-        Typed<T>(logits), Typed<float>(labels), vocab_begin, valid, part, Typed<float>(stats));
+        Typed<T>(logits), Typed<float>(labels), vocab_begin, valid, part,
+        static_cast<float>(softcap), Typed<float>(stats));
     return Launched("cross-entropy");
   });
 }
 
 Status CrossEntropyBackward(Context* c, DView logits, DView labels, DView stats,
-                            int64_t vocab_begin, int64_t vocab, int64_t tokens, DView dlogits) {
+                            int64_t vocab_begin, int64_t vocab, int64_t tokens, double softcap,
+                            DView dlogits) {
   if (!Valid(logits) || !Valid(labels) || !Valid(stats) || !Valid(dlogits) ||
       !SameShape(logits, dlogits) || labels.rows != logits.rows || stats.rows != logits.rows ||
       tokens <= 0)
     return Error("cross-entropy backward: logits, labels, stats and dlogits disagree");
+  if (!(softcap >= 0))
+    return Error("cross-entropy backward: the logits' soft cap must be 0 (none) or above");
   if (Empty(logits)) return Status::Ok();
   if (logits.rows > INT_MAX) return Error("cross-entropy backward: too many tokens");
   const int64_t valid = std::clamp<int64_t>(vocab - vocab_begin, 0, logits.cols);
@@ -129,7 +149,7 @@ Status CrossEntropyBackward(Context* c, DView logits, DView labels, DView stats,
     using T = typename decltype(tag)::type;
     CrossEntropyBackwardKernel<T><<<static_cast<unsigned>(logits.rows), kThreads, 0, Current(c)>>>(
         Typed<T>(logits), Typed<float>(labels), Typed<float>(stats), vocab_begin, valid,
-        1.0f / static_cast<float>(tokens), Typed<T>(dlogits));
+        1.0f / static_cast<float>(tokens), static_cast<float>(softcap), Typed<T>(dlogits));
     return Launched("cross-entropy backward");
   });
 }

@@ -132,12 +132,14 @@ Status SwigluBackward(Context* context, DView x, DView dy, DView dx);
 Status Rope(Context* context, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t local_len,
             int cp, int cp_rank, bool inverse, DView qkv);
 // Causal attention with grouped-query heads, the layout of exec/cpu_kernels.h: batched cuBLAS
-// GEMMs for the scores and the outputs, a fused causal softmax; needs
-// Reserve(AttentionWorkspaceBytes(...)).
+// GEMMs for the scores and the outputs, a fused causal softmax (within a sliding `window` of
+// tokens, as exec/cpu_kernels.h's AttentionShape; 0: none) that masks what the GEMMs compute;
+// needs Reserve(AttentionWorkspaceBytes(...)).
 Status Attention(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
-                 int64_t kv_heads, int64_t head_dim, DView qkv, DView out);
+                 int64_t kv_heads, int64_t head_dim, int64_t window, DView qkv, DView out);
 Status AttentionBackward(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
-                         int64_t kv_heads, int64_t head_dim, DView qkv, DView dout, DView dqkv);
+                         int64_t kv_heads, int64_t head_dim, int64_t window, DView qkv, DView dout,
+                         DView dqkv);
 
 // The model's ends, as exec/cpu_kernels.h computes them. Token ids and labels are fp32 whatever
 // the context's type (views of fp32 elements, one per row of a column; exact up to 2^24, every
@@ -150,13 +152,17 @@ Status EmbeddingBackward(Context* context, DView tokens, int64_t vocab_begin, DV
                          DView dtable);
 // Per token: its part's log-sum-exp of the logits in column `part` (of stats.cols - 1 parts, the
 // others 0) and its label's logit in the last column when this part holds the label (else 0);
-// columns at or past `vocab - vocab_begin` are padding and take no part.
+// columns at or past `vocab - vocab_begin` are padding and take no part. With `softcap` > 0 the
+// logits are taken as softcap * tanh(logits / softcap) (ModelSpec::logit_softcap), here and in
+// the backward, as the kernels read them.
 Status CrossEntropyStats(Context* context, DView logits, DView labels, int64_t vocab_begin,
-                         int64_t vocab, int part, DView stats);
-// dlogits = (softmax(logits) - onehot(label)) / tokens, from the stats summed over the parts.
-// `labels` and `stats` are fp32 whatever the context's type.
+                         int64_t vocab, int part, double softcap, DView stats);
+// dlogits = (softmax(logits) - onehot(label)) / tokens, from the stats summed over the parts (with
+// a soft cap: of the capped logits, times the cap's derivative). `labels` and `stats` are fp32
+// whatever the context's type.
 Status CrossEntropyBackward(Context* context, DView logits, DView labels, DView stats,
-                            int64_t vocab_begin, int64_t vocab, int64_t tokens, DView dlogits);
+                            int64_t vocab_begin, int64_t vocab, int64_t tokens, double softcap,
+                            DView dlogits);
 
 // A whole step's buckets (exec/step_device.h): fp32 device buffers, contiguous, whatever the
 // context's type. dst[i] += scale x src's element i (row-major over the view, of the context's

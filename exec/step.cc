@@ -359,7 +359,9 @@ Status StepRunner::RunPass(const Op& op, int32_t id) {
     // A stack's merge kernels, amax reductions and copies around the attention (interpreter.h).
     if (RunsNothing(o)) continue;
     if (cp_attention_ && CpAttention::Runs(o)) {
-      DOMINO_RETURN_IF_ERROR(cp_attention_->Run(s, static_cast<int32_t>(cursor), backend));
+      DOMINO_RETURN_IF_ERROR(
+          cp_attention_->Run(s, static_cast<int32_t>(cursor), backend,
+                             plan_.model.window.TokensAt(c.first_layer + o.tags.layer)));
       continue;
     }
     if (device_ && o.kind == OpKind::kCollective && plan_.tp > 1) {

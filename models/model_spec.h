@@ -73,6 +73,8 @@ struct AttentionWindow {
     return tokens > 0 && layer >= first_layer && (layer - first_layer) % every == 0 &&
            (full_every == 0 || (layer + 1) % full_every != 0);
   }
+  // The window of layer `layer`: its tokens where it covers the layer, else 0 (none).
+  int TokensAt(int layer) const { return Covers(layer) ? tokens : 0; }
   // How many of a model's `layers` it covers.
   int CoveredLayers(int layers) const {
     int covered = 0;

@@ -21,12 +21,14 @@ namespace domino::lowering {
 // A soft cap on the logits (ModelSpec::logit_softcap: cap * tanh(logits / cap) as three PyTorch
 // kernels, Megatron-Bridge's logit_softcapping) reads and writes them three times before the
 // loss, 6 e; its autograd 7 e after it: the product's and the quotient's backward read and write
-// the gradient, tanh's reads its saved output and the gradient and writes.
+// the gradient, tanh's reads its saved output and the gradient and writes. A stack whose loss
+// kernels take the cap as they go (StackSpec::fused_logit_softcap) moves no more bytes for it.
 double Lowering::LossBytes(Phase phase) const {
   const double elements = static_cast<double>(slice_tokens_) * vocab_;
   const double cast = e_ < 4 ? 4 + e_ : 0;
   const bool forward = phase == Phase::kForward;
-  const double cap = plan_.model.logit_softcap > 0 ? (forward ? 6 : 7) * e_ : 0;
+  const bool cap_passes = plan_.model.logit_softcap > 0 && !plan_.stack.fused_logit_softcap;
+  const double cap = cap_passes ? (forward ? 6 : 7) * e_ : 0;
   switch (plan_.loss_kernels()) {
     case CrossEntropy::kFused:
       return elements * ((forward ? e_ : 2 * e_) + cap);

@@ -49,9 +49,10 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
                                              : s * b * h * (whole + (split + scores) / t);
   // The last stage's LM head input and the loss's fp32 logits, one micro-batch's: its backward
   // follows its forward.
-  // A soft cap on the logits keeps its tanh's 16-bit output for the backward.
-  const double output =
-      (4 * s * b * (h + m.vocab) + (m.logit_softcap > 0 ? 2 * s * b * m.vocab : 0)) / t;
+  // A soft cap on the logits keeps its tanh's 16-bit output for the backward, unless the loss's
+  // kernels take it as they go (StackSpec::fused_logit_softcap: the backward takes it again).
+  const bool cap_kept = m.logit_softcap > 0 && !plan.stack.fused_logit_softcap;
+  const double output = (4 * s * b * (h + m.vocab) + (cap_kept ? 2 * s * b * m.vocab : 0)) / t;
   // 16-bit weights, their gradients (GradBytes) and the Adam state (AdamStateBytes: master, m and
   // v, 12 bytes in fp32). Weights are not sharded by CP; the distributed optimizer shards the
   // state over DP x CP, as Megatron's. FSDP shards all three and holds, besides, the gathered

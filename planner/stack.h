@@ -154,6 +154,11 @@ struct StackSpec {
   // autograd backward (Megatron-Core's squared_relu, which its bias-activation fusion does not
   // take).
   bool fused_squared_relu = false;
+  // A model's soft cap on the logits (ModelSpec::logit_softcap) inside the loss's own kernels,
+  // which take the tanh of each logit as they read it (forward) and scale its gradient by the
+  // tanh's derivative as they write it (backward), rather than as PyTorch kernels of its own
+  // through HBM before the loss and autograd's after it (Megatron-Bridge's logit_softcapping).
+  bool fused_logit_softcap = false;
   // Bias add, dropout and residual add in one pass after the attention projection and the second
   // MLP linear, rather than three.
   bool fused_bias_dropout_add = true;
@@ -247,7 +252,8 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
 // `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `sliding_window`,
-// `te_cp_comm_types`, `dense_embedding_grad`, `fused_squared_relu`, `fp32_scores`,
+// `te_cp_comm_types`, `dense_embedding_grad`, `fused_squared_relu`, `fused_logit_softcap`,
+// `fp32_scores`,
 // `overlap_p2p` and `fp8_amax_reduction` (false), `cross_entropy` (vocab-parallel), `grad_reduce`
 // (fp32), `grad_sync` (layer), `rope` (fused), `attention_copies` (none), `wgrad_overlaps_tp_comm`,
 // `sliced_fc1_wgrad_overlaps_tp_comm`, `fused_wgrad_accumulation`,

@@ -68,9 +68,6 @@ void PrintUnrun(const Plan& plan, std::ostream& out) {
   std::vector<std::string> unrun;
   if (plan.applies_dropout()) unrun.push_back("dropout (its masks and passes)");
   if (plan.model.post_norms) unrun.push_back("the post-norms");
-  if (plan.model.logit_softcap > 0) unrun.push_back("the logits' soft cap");
-  if (plan.model.window.tokens > 0)
-    unrun.push_back("the sliding window (full causal attention runs)");
   if (!unrun.empty())
     out << fmt::format(
         "# note: priced, not run by the executor: {}; the ops that carry them run "

@@ -4,109 +4,24 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <numbers>
-#include <random>
 #include <vector>
 
+#include "tests/exec/cpu_kernels_test_util.h"
+
+// The GEMM, norm and activation kernels by hand, against references and finite differences, and
+// every kernel on strided views (the attention's: cpu_attention_test.cc; the model's ends':
+// cpu_ends_test.cc).
 namespace domino::exec::cpu {
 namespace {
 
-using Vec = std::vector<double>;
-
-// A dense row-major matrix owning its data.
-struct Dense {
-  int64_t rows, cols;
-  std::vector<float> v;
-  Dense(int64_t r, int64_t c, float fill = 0) : rows(r), cols(c), v(r * c, fill) {}
-  float& at(int64_t r, int64_t c) { return v[r * cols + c]; }
-  float at(int64_t r, int64_t c) const { return v[r * cols + c]; }
-  Mat mat() { return Mat{v.data(), rows, cols, cols}; }
-  ConstMat cmat() const { return ConstMat(v.data(), rows, cols, cols); }
-  Vec ToDouble() const { return Vec(v.begin(), v.end()); }
-};
-
-Dense Random(int64_t rows, int64_t cols, uint32_t seed, float scale = 1) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  Dense d(rows, cols);
-  for (float& x : d.v) x = u(gen);
-  return d;
-}
-
-// A rows x cols view placed at column `left` of a wider buffer (rows + 2 x cols + left + 3), one
-// row down, with every other element set to a sentinel, so a kernel writing outside its view is
-// caught.
-class Padded {
- public:
-  static constexpr float kSentinel = -12345.0f;
-  Padded(int64_t rows, int64_t cols, int64_t left = 2)
-      : rows_(rows),
-        cols_(cols),
-        left_(left),
-        stride_(cols + left + 3),
-        buffer_((rows + 2) * stride_, kSentinel) {}
-  explicit Padded(const Dense& d, int64_t left = 2) : Padded(d.rows, d.cols, left) {
-    for (int64_t r = 0; r < rows_; ++r)
-      for (int64_t c = 0; c < cols_; ++c) buffer_[Index(r, c)] = d.at(r, c);
-  }
-  Mat mat() { return Mat{buffer_.data() + Index(0, 0), rows_, cols_, stride_}; }
-  ConstMat cmat() const { return ConstMat(buffer_.data() + Index(0, 0), rows_, cols_, stride_); }
-  Dense Contents() const {
-    Dense d(rows_, cols_);
-    for (int64_t r = 0; r < rows_; ++r)
-      for (int64_t c = 0; c < cols_; ++c) d.at(r, c) = buffer_[Index(r, c)];
-    return d;
-  }
-  // Number of elements outside the view that no longer hold the sentinel.
-  int64_t Clobbered() const {
-    int64_t n = 0;
-    for (int64_t r = 0; r < rows_ + 2; ++r) {
-      for (int64_t c = 0; c < stride_; ++c) {
-        const bool inside = r >= 1 && r <= rows_ && c >= left_ && c < left_ + cols_;
-        if (!inside && buffer_[r * stride_ + c] != kSentinel) ++n;
-      }
-    }
-    return n;
-  }
-
- private:
-  int64_t Index(int64_t r, int64_t c) const { return (r + 1) * stride_ + left_ + c; }
-  int64_t rows_, cols_, left_, stride_;
-  std::vector<float> buffer_;
-};
-
-void ExpectNear(const Dense& got, const Vec& want, double tolerance, const char* what) {
-  ASSERT_EQ(got.v.size(), want.size()) << what;
-  for (size_t i = 0; i < want.size(); ++i)
-    EXPECT_NEAR(got.v[i], want[i], tolerance * std::max(1.0, std::fabs(want[i])))
-        << what << " element " << i;
-}
-
-void ExpectNear(const Dense& got, const Dense& want, double tolerance, const char* what) {
-  ExpectNear(got, want.ToDouble(), tolerance, what);
-}
-
-// Central differences of a double-precision loss, element by element.
-Vec NumericGradient(Vec x, const std::function<double(const Vec&)>& loss) {
-  Vec grad(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i], h = 1e-5 * std::max(1.0, std::fabs(saved));
-    x[i] = saved + h;
-    const double up = loss(x);
-    x[i] = saved - h;
-    const double down = loss(x);
-    x[i] = saved;
-    grad[i] = (up - down) / (2 * h);
-  }
-  return grad;
-}
-
-double Dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
+using test_util::Dense;
+using test_util::Dot;
+using test_util::ExpectNear;
+using test_util::NumericGradient;
+using test_util::Padded;
+using test_util::Random;
+using test_util::Vec;
 
 // Double-precision references: the definitions the kernels must meet.
 
@@ -140,35 +55,6 @@ Vec SwigluReference(const Vec& x, int64_t rows, int64_t f) {
     }
   }
   return y;
-}
-
-Vec AttentionReference(const AttentionShape& s, const Vec& qkv) {
-  const int64_t d = s.head_dim, group = s.heads / s.kv_heads;
-  const int64_t in_cols = (s.heads + 2 * s.kv_heads) * d, out_cols = s.heads * d;
-  auto at = [&](int64_t row, int64_t col) { return qkv[row * in_cols + col]; };
-  Vec out(s.sequences * s.seq_len * out_cols);
-  for (int64_t seq = 0; seq < s.sequences; ++seq) {
-    const int64_t row0 = seq * s.seq_len;
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t k0 = (s.heads + h / group) * d, v0 = (s.heads + s.kv_heads + h / group) * d;
-      for (int64_t t = 0; t < s.seq_len; ++t) {
-        Vec p(t + 1);
-        double sum = 0;
-        for (int64_t u = 0; u <= t; ++u) {
-          double dot = 0;
-          for (int64_t i = 0; i < d; ++i) dot += at(row0 + t, h * d + i) * at(row0 + u, k0 + i);
-          p[u] = std::exp(dot / std::sqrt(static_cast<double>(d)));
-          sum += p[u];
-        }
-        for (int64_t i = 0; i < d; ++i) {
-          double o = 0;
-          for (int64_t u = 0; u <= t; ++u) o += p[u] / sum * at(row0 + u, v0 + i);
-          out[(row0 + t) * out_cols + h * d + i] = o;
-        }
-      }
-    }
-  }
-  return out;
 }
 
 // --- GEMM and Add -------------------------------------------------------------------------------
@@ -354,187 +240,6 @@ TEST(CpuKernelsTest, SwigluBackwardMatchesFiniteDifferences) {
              NumericGradient(x.ToDouble(),
                              [&](const Vec& v) { return Dot(SwigluReference(v, 2, 4), wd); }),
              1e-5, "[dgate | dup]");
-}
-
-// --- Attention ----------------------------------------------------------------------------------
-
-TEST(CpuKernelsTest, AttentionOverOneTokenReturnsTheMappedValueHead) {
-  // One key per query: the softmax is 1, so query head h returns V of kv head h / 2.
-  const AttentionShape s{3, 1, 4, 2, 3};
-  const Dense qkv = Random(3, (4 + 2 * 2) * 3, 13, 4);
-  Dense out(3, 12);
-  AttentionForward(s, qkv.cmat(), out.mat());
-  for (int64_t r = 0; r < 3; ++r)
-    for (int64_t h = 0; h < 4; ++h)
-      for (int64_t i = 0; i < 3; ++i)
-        EXPECT_FLOAT_EQ(out.at(r, h * 3 + i), qkv.at(r, (4 + 2) * 3 + (h / 2) * 3 + i));
-}
-
-TEST(CpuKernelsTest, AttentionIsCausal) {
-  const AttentionShape s{2, 5, 2, 2, 4};
-  const Dense qkv = Random(10, 6 * 4, 14);
-  Dense out(10, 8);
-  AttentionForward(s, qkv.cmat(), out.mat());
-  // Change K and V of token 3 of sequence 0: tokens 0..2 of it and all of sequence 1 keep their
-  // outputs exactly; tokens 3 and 4 of sequence 0 change.
-  Dense changed = qkv;
-  for (int64_t c = 2 * 4; c < 6 * 4; ++c) changed.at(3, c) += 1.0f;
-  Dense out2(10, 8);
-  AttentionForward(s, changed.cmat(), out2.mat());
-  for (int64_t r = 0; r < 10; ++r) {
-    for (int64_t c = 0; c < 8; ++c) {
-      if (r == 3 || r == 4)
-        EXPECT_NE(out2.at(r, c), out.at(r, c)) << "row " << r;
-      else
-        EXPECT_EQ(out2.at(r, c), out.at(r, c)) << "row " << r;
-    }
-  }
-}
-
-TEST(CpuKernelsTest, AttentionWithGroupedQueriesMatchesTheReference) {
-  const AttentionShape s{2, 7, 4, 2, 5};
-  const Dense qkv = Random(14, (4 + 2 * 2) * 5, 15, 2);
-  Dense out(14, 20);
-  AttentionForward(s, qkv.cmat(), out.mat());
-  ExpectNear(out, AttentionReference(s, qkv.ToDouble()), 1e-5, "out");
-}
-
-TEST(CpuKernelsTest, AttentionBackwardMatchesFiniteDifferences) {
-  const AttentionShape s{2, 3, 2, 1, 4};
-  const Dense qkv = Random(6, (2 + 2) * 4, 16, 2), w = Random(6, 8, 17);
-  const Vec wd = w.ToDouble();
-  Dense dqkv(6, 16, 9.0f);  // overwritten, not accumulated
-  AttentionBackward(s, qkv.cmat(), w.cmat(), dqkv.mat());
-  ExpectNear(dqkv,
-             NumericGradient(qkv.ToDouble(),
-                             [&](const Vec& v) { return Dot(AttentionReference(s, v), wd); }),
-             1e-5, "dqkv");
-}
-
-TEST(CpuKernelsTest, RopeByHand) {
-  // One query and one key/value head of 4 columns: pair c = 0 turns by the position in radians,
-  // pair c = 1 by position x 10000^(-1/2) = position / 100. Row 0 sits at position 0 (no turn),
-  // row 1 at position 1; V's columns are left alone; the inverse turns back. Strided: the view's
-  // padding stays untouched.
-  const RopeShape s{1, 1, 4};
-  Dense qkv(2, 12);
-  for (int64_t r = 0; r < 2; ++r)
-    for (int64_t c = 0; c < 12; ++c) qkv.at(r, c) = static_cast<float>(1 + c % 4 + 10 * (c / 4));
-  Padded padded(qkv);
-  const int64_t positions[] = {0, 1};
-  Rope(s, positions, /*inverse=*/false, padded.mat());
-  Dense out = padded.Contents();
-  EXPECT_EQ(padded.Clobbered(), 0);
-  const double c1 = std::cos(1.0), s1 = std::sin(1.0), c2 = std::cos(0.01), s2 = std::sin(0.01);
-  for (int64_t c = 0; c < 12; ++c) EXPECT_FLOAT_EQ(out.at(0, c), qkv.at(0, c)) << c;
-  for (int64_t head = 0; head < 2; ++head) {  // Q = [1 2 3 4], K = [11 12 13 14]
-    const double b = 10.0 * head;
-    const int64_t o = 4 * head;
-    EXPECT_FLOAT_EQ(out.at(1, o + 0), (b + 1) * c1 - (b + 3) * s1);
-    EXPECT_FLOAT_EQ(out.at(1, o + 2), (b + 3) * c1 + (b + 1) * s1);
-    EXPECT_FLOAT_EQ(out.at(1, o + 1), (b + 2) * c2 - (b + 4) * s2);
-    EXPECT_FLOAT_EQ(out.at(1, o + 3), (b + 4) * c2 + (b + 2) * s2);
-  }
-  for (int64_t c = 8; c < 12; ++c) EXPECT_FLOAT_EQ(out.at(1, c), qkv.at(1, c)) << c;
-  Rope(s, positions, /*inverse=*/true, padded.mat());
-  ExpectNear(padded.Contents(), qkv.ToDouble(), 1e-5, "inverse");
-}
-
-TEST(CpuKernelsTest, RopeKeepsScoresRelative) {
-  // With grouped queries (4 query heads over 2 key heads of 6 columns), a query at position p and
-  // a key at position u score the same as the pair shifted to p + 5 and u + 5: RoPE's point.
-  const RopeShape s{4, 2, 6};
-  const Dense base = Random(2, (4 + 2 * 2) * 6, 18);
-  auto score = [&](int64_t p, int64_t u, int64_t head) {
-    Dense x = base;
-    const int64_t positions[] = {p, u};
-    Rope(s, positions, false, x.mat());
-    double dot = 0;
-    for (int64_t c = 0; c < 6; ++c)
-      dot += double{x.at(0, head * 6 + c)} * x.at(1, (4 + head / 2) * 6 + c);
-    return dot;
-  };
-  for (int64_t head = 0; head < 4; ++head) EXPECT_NEAR(score(7, 3, head), score(12, 8, head), 1e-4);
-  EXPECT_GT(std::fabs(score(7, 3, 0) - score(7, 4, 0)), 1e-3);  // but not to the distance
-}
-
-// --- Embedding and cross-entropy ----------------------------------------------------------------
-
-TEST(CpuKernelsTest, EmbeddingPartsAddUpToTheWholeLookup) {
-  // A 6-token vocabulary of 2 features in two parts of 3 rows; tokens 0, 5, 3, 5.
-  Dense table(6, 2), tokens(4, 1);
-  for (int64_t r = 0; r < 6; ++r) table.at(r, 0) = static_cast<float>(r), table.at(r, 1) = -1;
-  tokens.v = {0, 5, 3, 5};
-  Dense part0(4, 2, 9), part1(4, 2, 9);
-  EmbeddingForward(tokens.cmat(), 0, ConstMat(table.v.data(), 3, 2, 2), part0.mat());
-  EmbeddingForward(tokens.cmat(), 3, ConstMat(table.v.data() + 6, 3, 2, 2), part1.mat());
-  // Part 0 holds token 0 only; part 1 tokens 5, 3, 5; a token of the other part reads zeros.
-  EXPECT_EQ(part0.v, (std::vector<float>{0, -1, 0, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(part1.v, (std::vector<float>{0, 0, 5, -1, 3, -1, 5, -1}));
-  // Backward: a token seen twice gets both rows of the gradient; other parts' tokens nothing.
-  Dense dy(4, 2), dtable(3, 2, 1);
-  dy.v = {1, 2, 3, 4, 5, 6, 7, 8};
-  EmbeddingBackward(tokens.cmat(), 3, dy.cmat(), dtable.mat());
-  EXPECT_EQ(dtable.v, (std::vector<float>{1 + 5, 1 + 6, 1, 1, 1 + 3 + 7, 1 + 4 + 8}));
-}
-
-TEST(CpuKernelsTest, CrossEntropyByHand) {
-  // Equal logits over a vocabulary of 4: the loss is ln 4 whatever the label, and the gradient
-  // (1/4 - onehot) / tokens.
-  Dense logits(2, 4, 0.5f), labels(2, 1), stats(2, 2), grad(2, 4);
-  labels.v = {1, 3};
-  CrossEntropyStats(logits.cmat(), labels.cmat(), 0, 4, 0, stats.mat());
-  EXPECT_NEAR(MeanCrossEntropy(stats.cmat()), std::log(4.0), 1e-6);
-  CrossEntropyBackward(logits.cmat(), labels.cmat(), stats.cmat(), 0, 4, 2, grad.mat());
-  EXPECT_NEAR(grad.at(0, 0), 0.125, 1e-7);
-  EXPECT_NEAR(grad.at(0, 1), -0.375, 1e-7);
-  EXPECT_NEAR(grad.at(1, 3), -0.375, 1e-7);
-  // Padding: with a vocabulary of 3 the fourth column takes no part (ln 3) and gets no gradient.
-  CrossEntropyStats(logits.cmat(), labels.cmat(), 0, 3, 0, stats.mat());
-  EXPECT_NEAR(LogSumExp(stats.cmat(), 0) - stats.at(0, 1), std::log(3.0), 1e-6);
-  CrossEntropyBackward(logits.cmat(), labels.cmat(), stats.cmat(), 0, 3, 2, grad.mat());
-  EXPECT_EQ(grad.at(0, 3), 0.0f);
-  EXPECT_NEAR(grad.at(0, 0), 0.5 / 3, 1e-7);
-}
-
-// The vocab-parallel split: each part's stats summed over parts give the whole vocabulary's loss
-// and each part's gradient is its columns of the whole gradient. The parts are uneven (5 + 3
-// columns) and the whole vocabulary (7) leaves one padded column in the last part.
-TEST(CpuKernelsTest, CrossEntropyOverVocabularyPartsEqualsTheWhole) {
-  const Dense logits = Random(3, 8, 21, 4);
-  Dense labels(3, 1);
-  labels.v = {6, 0, 4};
-  Dense whole_stats(3, 2), whole_grad(3, 8);
-  CrossEntropyStats(logits.cmat(), labels.cmat(), 0, 7, 0, whole_stats.mat());
-  CrossEntropyBackward(logits.cmat(), labels.cmat(), whole_stats.cmat(), 0, 7, 3, whole_grad.mat());
-  Dense sum(3, 3), part(3, 3);
-  for (int p = 0; p < 2; ++p) {
-    const int64_t begin = p == 0 ? 0 : 5, cols = p == 0 ? 5 : 3;
-    CrossEntropyStats(ConstMat(logits.v.data() + begin, 3, cols, 8), labels.cmat(), begin, 7, p,
-                      part.mat());
-    for (size_t i = 0; i < sum.v.size(); ++i) sum.v[i] += part.v[i];
-  }
-  EXPECT_NEAR(MeanCrossEntropy(sum.cmat()), MeanCrossEntropy(whole_stats.cmat()), 1e-5);
-  for (int p = 0; p < 2; ++p) {
-    const int64_t begin = p == 0 ? 0 : 5, cols = p == 0 ? 5 : 3;
-    Dense grad(3, cols);
-    CrossEntropyBackward(ConstMat(logits.v.data() + begin, 3, cols, 8), labels.cmat(), sum.cmat(),
-                         begin, 7, 3, grad.mat());
-    for (int64_t r = 0; r < 3; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        EXPECT_NEAR(grad.at(r, c), whole_grad.at(r, begin + c), 1e-6) << r << "," << begin + c;
-  }
-  // The gradient of the mean loss against central differences of the loss.
-  for (int64_t e : {int64_t{0}, int64_t{6}, int64_t{8 + 0}, int64_t{16 + 4}}) {
-    auto loss = [&](float delta) {
-      Dense moved = logits, stats(3, 2);
-      moved.v[e] += delta;
-      CrossEntropyStats(moved.cmat(), labels.cmat(), 0, 7, 0, stats.mat());
-      return MeanCrossEntropy(stats.cmat());
-    };
-    const double h = 1e-2, numeric = (loss(h) - loss(-h)) / (2 * h);
-    EXPECT_NEAR(whole_grad.v[e], numeric, 1e-4) << "logit " << e;
-  }
 }
 
 // --- Every kernel on strided views --------------------------------------------------------------

@@ -250,33 +250,39 @@ TEST_P(CudaOpsTypedTest, RopeMatchesCpu) {
 }
 
 TEST_P(CudaOpsTypedTest, GroupedQueryAttentionMatchesCpu) {
-  const cpu::AttentionShape s{2, 16, 4, 2, 8};
-  const int64_t rows = s.sequences * s.seq_len;
-  const int64_t qkv_cols = (s.heads + 2 * s.kv_heads) * s.head_dim, out_cols = s.heads * s.head_dim;
+  // Full causal attention, and within a sliding window of 5 tokens of the 16.
+  const cpu::AttentionShape full{2, 16, 4, 2, 8};
+  const int64_t rows = full.sequences * full.seq_len;
+  const int64_t qkv_cols = (full.heads + 2 * full.kv_heads) * full.head_dim;
+  const int64_t out_cols = full.heads * full.head_dim;
   const Matrix qkv = Make(rows, qkv_cols, -1.5f, 1.5f), out = Make(rows, out_cols);
   const Matrix dout = Make(rows, out_cols), dqkv = Make(rows, qkv_cols);
-  EXPECT_NE(Msg(cuda::Attention(context_, s.sequences, s.seq_len, s.heads, s.kv_heads, s.head_dim,
-                                qkv.view, out.view)),
+  EXPECT_NE(Msg(cuda::Attention(context_, full.sequences, full.seq_len, full.heads, full.kv_heads,
+                                full.head_dim, 0, qkv.view, out.view)),
             "")
       << "runs without its workspace";
-  ASSERT_EQ(
-      Msg(cuda::Reserve(context_, cuda::AttentionWorkspaceBytes(s.sequences, s.seq_len, s.heads))),
-      "");
-
-  std::vector<float> want_out(static_cast<size_t>(rows * out_cols));
-  std::vector<float> want_dqkv(static_cast<size_t>(rows * qkv_cols));
-  cpu::AttentionForward(s, HostView(qkv), HostView(&want_out, rows, out_cols));
-  cpu::AttentionBackward(s, HostView(qkv), HostView(dout), HostView(&want_dqkv, rows, qkv_cols));
-  ASSERT_EQ(Msg(cuda::Attention(context_, s.sequences, s.seq_len, s.heads, s.kv_heads, s.head_dim,
-                                qkv.view, out.view)),
+  ASSERT_EQ(Msg(cuda::Reserve(
+                context_, cuda::AttentionWorkspaceBytes(full.sequences, full.seq_len, full.heads))),
             "");
-  ASSERT_EQ(Msg(cuda::AttentionBackward(context_, s.sequences, s.seq_len, s.heads, s.kv_heads,
-                                        s.head_dim, qkv.view, dout.view, dqkv.view)),
-            "");
-  ExpectNear(Read(out.view), want_out, "attention");
-  ExpectNear(Read(dqkv.view), want_dqkv, "attention backward");
-  ExpectOutsideKept(out, "attention");
-  ExpectOutsideKept(dqkv, "attention backward");
+  for (const int64_t window : {int64_t{0}, int64_t{5}}) {
+    cpu::AttentionShape s = full;
+    s.window = window;
+    std::vector<float> want_out(static_cast<size_t>(rows * out_cols));
+    std::vector<float> want_dqkv(static_cast<size_t>(rows * qkv_cols));
+    cpu::AttentionForward(s, HostView(qkv), HostView(&want_out, rows, out_cols));
+    cpu::AttentionBackward(s, HostView(qkv), HostView(dout), HostView(&want_dqkv, rows, qkv_cols));
+    ASSERT_EQ(Msg(cuda::Attention(context_, s.sequences, s.seq_len, s.heads, s.kv_heads, s.head_dim,
+                                  s.window, qkv.view, out.view)),
+              "");
+    ASSERT_EQ(Msg(cuda::AttentionBackward(context_, s.sequences, s.seq_len, s.heads, s.kv_heads,
+                                          s.head_dim, s.window, qkv.view, dout.view, dqkv.view)),
+              "");
+    const std::string what = "attention, window " + std::to_string(window);
+    ExpectNear(Read(out.view), want_out, what);
+    ExpectNear(Read(dqkv.view), want_dqkv, what + ", backward");
+    ExpectOutsideKept(out, "attention");
+    ExpectOutsideKept(dqkv, "attention backward");
+  }
 }
 
 // Compute: c = a b, then the comm stream (after c): d = c + c and an emulated transfer, then
@@ -433,6 +439,42 @@ TEST_P(CudaOpsTypedTest, EmbeddingLooksUpIdsTheElementTypeCannotHold) {
     for (int64_t c = 0; c < hidden; ++c)
       ASSERT_EQ(got[t * hidden + c], table.host[static_cast<int64_t>(ids[t]) * hidden + c])
           << "token " << t << " column " << c;
+}
+
+// The loss's two kernels against the CPU's, without and with a soft cap on the logits (Gemma 2's
+// 30, taken as the kernels read them): part 1 of two of a vocabulary of 40 padded to 48, so 16 of
+// its 24 columns are valid; labels in and out of the part, one on its padding.
+TEST_P(CudaOpsTypedTest, CrossEntropyMatchesCpuWithAndWithoutASoftCap) {
+  const int64_t tokens = 6, cols = 24, vocab = 40, begin = 24;
+  const Matrix logits = Make(tokens, cols, -60.0f, 60.0f), dlogits = Make(tokens, cols);
+  const std::vector<float> labels = {24, 30, 3, 39, 45, 25};
+  const DView labels_view{Floats(context_, Type(), allocations_, labels), tokens, 1, 1};
+  float* d_stats = Floats(context_, Type(), allocations_, std::vector<float>(tokens * 3, 0.0f));
+  const DView stats_view{d_stats, tokens, 3, 3};
+  for (const double cap : {0.0, 30.0}) {
+    const std::string what = "cross-entropy, cap " + std::to_string(cap);
+    std::vector<float> want_stats(static_cast<size_t>(tokens * 3));
+    std::vector<float> want_grad(static_cast<size_t>(tokens * cols));
+    cpu::CrossEntropyStats(HostView(logits), HostView(labels, tokens, 1), begin, vocab, 1,
+                           HostView(&want_stats, tokens, 3), cap);
+    ASSERT_EQ(Msg(cuda::CrossEntropyStats(context_, logits.view, labels_view, begin, vocab, 1, cap,
+                                          stats_view)),
+              "");
+    ExpectNear(ReadFloats(context_, d_stats, tokens * 3), want_stats, what);
+    // The backward takes these stats as if summed over the parts (part 0's column is 0).
+    cpu::CrossEntropyBackward(HostView(logits), HostView(labels, tokens, 1),
+                              HostView(want_stats, tokens, 3), begin, vocab, tokens,
+                              HostView(&want_grad, tokens, cols), cap);
+    ASSERT_EQ(Msg(cuda::CrossEntropyBackward(context_, logits.view, labels_view, stats_view, begin,
+                                             vocab, tokens, cap, dlogits.view)),
+              "");
+    ExpectNear(Read(dlogits.view), want_grad, what + ", backward");
+    ExpectOutsideKept(dlogits, what + ", backward");
+  }
+  EXPECT_NE(Msg(cuda::CrossEntropyStats(context_, logits.view, labels_view, begin, vocab, 1, -1,
+                                        stats_view)),
+            "")
+      << "a negative cap";
 }
 
 #else  // DOMINO_HAVE_CUDA

@@ -44,7 +44,7 @@ size_t ModelChecks(const Plan& plan) {
 }
 
 TEST(ExecuteTest, TheWholeModelMatchesTheReference) {
-  for (const char* model : {"tiny-gpt", "tiny-llama", "tiny-qwen3"}) {
+  for (const char* model : {"tiny-gpt", "tiny-llama", "tiny-qwen3", "tiny-gemma2"}) {
     for (int tp : {1, 2, 4}) {
       // Baseline, row split 2, 2D, SP, SP with row split.
       for (int s : {0, 3, 10, 1, 12}) {
@@ -70,6 +70,33 @@ TEST(ExecuteTest, TheWholeModelMatchesTheReference) {
         }
       }
     }
+  }
+}
+
+// tiny-gemma2's sliding window (layer 0) and soft cap on the logits change what the executor
+// computes: the loss moves without either, and with the window as wide as the sequence the
+// attention is the full causal one.
+TEST(ExecuteTest, TheSlidingWindowAndTheSoftCapAreRun) {
+  auto loss = [](const Plan& plan) {
+    Result<Schedule> s = LowerForExecution(plan, Extent::kModel);
+    EXPECT_TRUE(s.ok()) << s.message();
+    std::vector<Result<ExecuteResult>> results = RunRanks(plan, *s, plan.tp);
+    EXPECT_TRUE(results[0].ok() && results[0]->loss.has_value());
+    return results[0].ok() && results[0]->loss ? *results[0]->loss : 0.0;
+  };
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE(testing::Message() << "tp " << tp);
+    const Plan plan = TinyPlan("tiny-gemma2", tp, kStrategies[0]);
+    ASSERT_EQ(plan.model.window.tokens, 5);
+    ASSERT_TRUE(plan.model.window.Covers(0) && !plan.model.window.Covers(1));
+    const double base = loss(plan);
+    Plan full = plan, wide = plan, uncapped = plan;
+    full.model.window = {};
+    wide.model.window.tokens = plan.seq_len - 1;
+    uncapped.model.logit_softcap = 0;
+    EXPECT_GT(std::fabs(loss(full) - base), 1e-6);
+    EXPECT_DOUBLE_EQ(loss(wide), loss(full));
+    EXPECT_GT(std::fabs(loss(uncapped) - base), 1e-3);
   }
 }
 
@@ -183,8 +210,9 @@ TEST(ExecuteTest, TheWholeModelRunsWithOnePipelineStageAndReplicaOnTheCpu) {
 // differences.
 TEST(ExecuteTest, TheWholeModelsGradientsMatchFiniteDifferences) {
   // tiny-qwen3's heads are wider than hidden / heads: QKV writes 8 x 16 + 2 x 4 x 16 columns and
-  // proj reads 128; its Q and K go through a norm on each head.
-  for (const char* model : {"tiny-gpt", "tiny-llama", "tiny-qwen3"}) {
+  // proj reads 128; its Q and K go through a norm on each head. tiny-gemma2's layer 0 attends
+  // within a sliding window and its logits are soft-capped.
+  for (const char* model : {"tiny-gpt", "tiny-llama", "tiny-qwen3", "tiny-gemma2"}) {
     SCOPED_TRACE(model);
     Plan plan = OneRankPlan(model);
     Schedule s = LowerModel(plan);

@@ -317,10 +317,11 @@ Status Embedding(Context* c, DView, int64_t, DView, DView) {
 Status EmbeddingBackward(Context* c, DView, int64_t, DView, DView dtable) {
   return Launch(c, fake::kElementwiseUs, Accumulate(dtable.data));
 }
-Status CrossEntropyStats(Context* c, DView, DView, int64_t, int64_t, int, DView) {
+Status CrossEntropyStats(Context* c, DView, DView, int64_t, int64_t, int, double, DView) {
   return Launch(c, fake::kElementwiseUs);
 }
-Status CrossEntropyBackward(Context* c, DView, DView, DView, int64_t, int64_t, int64_t, DView) {
+Status CrossEntropyBackward(Context* c, DView, DView, DView, int64_t, int64_t, int64_t, double,
+                            DView) {
   return Launch(c, fake::kElementwiseUs);
 }
 Status Gelu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
@@ -335,13 +336,13 @@ Status Rope(Context* c, int64_t, int64_t, int64_t, int64_t, int, int, bool, DVie
   return Launch(c, fake::kElementwiseUs);
 }
 Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t, int64_t,
-                 DView, DView) {
+                 int64_t, DView, DView) {
   if (c->workspace < AttentionWorkspaceBytes(sequences, seq_len, heads))
     return Error("no workspace");
   return Launch(c, fake::kAttentionUs);
 }
 Status AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t,
-                         int64_t, DView, DView, DView) {
+                         int64_t, int64_t, DView, DView, DView) {
   if (c->workspace < AttentionWorkspaceBytes(sequences, seq_len, heads))
     return Error("no workspace");
   return Launch(c, 2 * fake::kAttentionUs);

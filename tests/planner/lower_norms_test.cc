@@ -9,6 +9,7 @@
 #include "models/model_counts.h"
 #include "planner/lower.h"
 #include "planner/memory_model.h"
+#include "planner/stack.h"
 #include "tests/planner/test_plans.h"
 
 // The norms a model runs besides each layer's two: a QK-norm (ModelSpec::qk_norm, Qwen3's and
@@ -202,6 +203,13 @@ TEST(LowerNormsTest, ALogitSoftCapKeepsItsTanhsOutput) {
   const double plain = EstimateMemory(plan).output_bytes;
   plan.model.logit_softcap = 30;
   EXPECT_DOUBLE_EQ(EstimateMemory(plan).output_bytes - plain, 1024.0 * 50257 * 2 / 8);
+  // Loss kernels that take the cap as they read the logits keep nothing of it: the backward takes
+  // the tanh again (StackSpec::fused_logit_softcap, the executor's).
+  plan.stack.fused_logit_softcap = true;
+  EXPECT_DOUBLE_EQ(EstimateMemory(plan).output_bytes, plain);
+  Result<StackSpec> executor = LoadStack("domino");
+  ASSERT_TRUE(executor.ok()) << executor.message();
+  EXPECT_TRUE(executor->fused_logit_softcap);
 }
 
 }  // namespace

@@ -52,28 +52,31 @@ TEST(LowerStackTest, TheLossMovesTheBytesOfItsStacksCrossEntropy) {
   // A plan's own loss kernels over megatron-core's: Megatron-Core's --cross-entropy-loss-fusion
   // (cast with the max 2 + 4, subtract/exp/sum 8, divide 8; backward 4 + 2) and TE's Triton
   // kernels (read, read and write in place: 6; scale in place: 4). A soft cap on the logits
-  // (Gemma 2's) adds its three kernels' passes, 6 x 2 bytes, and their autograd's 7 x 2, to each.
-  for (const double cap : {0.0, 30.0})
-    for (const auto& [loss, forward, backward] :
-         {std::tuple{CrossEntropy::kMegatronFused, 22.0, 6.0},
-          std::tuple{CrossEntropy::kTe, 6.0, 4.0}, std::tuple{CrossEntropy::kFused, 2.0, 4.0},
-          std::tuple{CrossEntropy::kVocabParallel, 38.0, 14.0}}) {
-      SCOPED_TRACE(fmt::format("{} cap {}", CrossEntropyName(loss), cap));
-      Plan plan = MakePlan(PlanKnobs{});
-      plan.cross_entropy = loss;
-      plan.model.logit_softcap = cap;
-      Result<Schedule> s = LowerStage(plan, LowerOptions{-1, true, true, true, true});
-      ASSERT_TRUE(s.ok()) << s.message();
-      const double capped = cap > 0 ? 1 : 0;
-      for (const Op& op : s->ops()) {
-        if (op.func == OpFunc::kLoss) {
-          EXPECT_DOUBLE_EQ(op.bytes, (forward + capped * 12) * logits);
-        }
-        if (op.func == OpFunc::kLossGrad) {
-          EXPECT_DOUBLE_EQ(op.bytes, (backward + capped * 14) * logits);
+  // (Gemma 2's) adds its three kernels' passes, 6 x 2 bytes, and their autograd's 7 x 2, to each,
+  // unless the stack's loss kernels take it as they go (fused_logit_softcap: nothing more).
+  for (const bool fused_cap : {false, true})
+    for (const double cap : {0.0, 30.0})
+      for (const auto& [loss, forward, backward] :
+           {std::tuple{CrossEntropy::kMegatronFused, 22.0, 6.0},
+            std::tuple{CrossEntropy::kTe, 6.0, 4.0}, std::tuple{CrossEntropy::kFused, 2.0, 4.0},
+            std::tuple{CrossEntropy::kVocabParallel, 38.0, 14.0}}) {
+        SCOPED_TRACE(fmt::format("{} cap {} fused {}", CrossEntropyName(loss), cap, fused_cap));
+        Plan plan = MakePlan(PlanKnobs{});
+        plan.cross_entropy = loss;
+        plan.model.logit_softcap = cap;
+        plan.stack.fused_logit_softcap = fused_cap;
+        Result<Schedule> s = LowerStage(plan, LowerOptions{-1, true, true, true, true});
+        ASSERT_TRUE(s.ok()) << s.message();
+        const double capped = cap > 0 && !fused_cap ? 1 : 0;
+        for (const Op& op : s->ops()) {
+          if (op.func == OpFunc::kLoss) {
+            EXPECT_DOUBLE_EQ(op.bytes, (forward + capped * 12) * logits);
+          }
+          if (op.func == OpFunc::kLossGrad) {
+            EXPECT_DOUBLE_EQ(op.bytes, (backward + capped * 14) * logits);
+          }
         }
       }
-    }
 }
 
 TEST(LowerStackTest, TheEmbeddingGradientIsDenseWhereTheStackRunsFEmbedding) {

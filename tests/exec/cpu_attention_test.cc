@@ -1,0 +1,198 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "exec/cpu_kernels.h"
+#include "tests/exec/cpu_kernels_test_util.h"
+
+// The attention and rotary kernels against a double-precision reference, by hand and against
+// finite differences, with and without a sliding window.
+namespace domino::exec::cpu {
+namespace {
+
+using test_util::Dense;
+using test_util::Dot;
+using test_util::ExpectNear;
+using test_util::NumericGradient;
+using test_util::Padded;
+using test_util::Random;
+using test_util::Vec;
+
+Vec AttentionReference(const AttentionShape& s, const Vec& qkv) {
+  const int64_t d = s.head_dim, group = s.heads / s.kv_heads;
+  const int64_t in_cols = (s.heads + 2 * s.kv_heads) * d, out_cols = s.heads * d;
+  auto at = [&](int64_t row, int64_t col) { return qkv[row * in_cols + col]; };
+  Vec out(s.sequences * s.seq_len * out_cols);
+  for (int64_t seq = 0; seq < s.sequences; ++seq) {
+    const int64_t row0 = seq * s.seq_len;
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t k0 = (s.heads + h / group) * d, v0 = (s.heads + s.kv_heads + h / group) * d;
+      for (int64_t t = 0; t < s.seq_len; ++t) {
+        // Keys t - window .. t under a sliding window, else 0 .. t.
+        const int64_t first = s.window > 0 ? std::max<int64_t>(0, t - s.window) : 0;
+        Vec p(t + 1);
+        double sum = 0;
+        for (int64_t u = first; u <= t; ++u) {
+          double dot = 0;
+          for (int64_t i = 0; i < d; ++i) dot += at(row0 + t, h * d + i) * at(row0 + u, k0 + i);
+          p[u] = std::exp(dot / std::sqrt(static_cast<double>(d)));
+          sum += p[u];
+        }
+        for (int64_t i = 0; i < d; ++i) {
+          double o = 0;
+          for (int64_t u = first; u <= t; ++u) o += p[u] / sum * at(row0 + u, v0 + i);
+          out[(row0 + t) * out_cols + h * d + i] = o;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// --- Attention ----------------------------------------------------------------------------------
+
+TEST(CpuKernelsTest, AttentionOverOneTokenReturnsTheMappedValueHead) {
+  // One key per query: the softmax is 1, so query head h returns V of kv head h / 2.
+  const AttentionShape s{3, 1, 4, 2, 3};
+  const Dense qkv = Random(3, (4 + 2 * 2) * 3, 13, 4);
+  Dense out(3, 12);
+  AttentionForward(s, qkv.cmat(), out.mat());
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t i = 0; i < 3; ++i)
+        EXPECT_FLOAT_EQ(out.at(r, h * 3 + i), qkv.at(r, (4 + 2) * 3 + (h / 2) * 3 + i));
+}
+
+TEST(CpuKernelsTest, AttentionIsCausal) {
+  const AttentionShape s{2, 5, 2, 2, 4};
+  const Dense qkv = Random(10, 6 * 4, 14);
+  Dense out(10, 8);
+  AttentionForward(s, qkv.cmat(), out.mat());
+  // Change K and V of token 3 of sequence 0: tokens 0..2 of it and all of sequence 1 keep their
+  // outputs exactly; tokens 3 and 4 of sequence 0 change.
+  Dense changed = qkv;
+  for (int64_t c = 2 * 4; c < 6 * 4; ++c) changed.at(3, c) += 1.0f;
+  Dense out2(10, 8);
+  AttentionForward(s, changed.cmat(), out2.mat());
+  for (int64_t r = 0; r < 10; ++r) {
+    for (int64_t c = 0; c < 8; ++c) {
+      if (r == 3 || r == 4)
+        EXPECT_NE(out2.at(r, c), out.at(r, c)) << "row " << r;
+      else
+        EXPECT_EQ(out2.at(r, c), out.at(r, c)) << "row " << r;
+    }
+  }
+}
+
+TEST(CpuKernelsTest, AttentionWithGroupedQueriesMatchesTheReference) {
+  const AttentionShape s{2, 7, 4, 2, 5};
+  const Dense qkv = Random(14, (4 + 2 * 2) * 5, 15, 2);
+  Dense out(14, 20);
+  AttentionForward(s, qkv.cmat(), out.mat());
+  ExpectNear(out, AttentionReference(s, qkv.ToDouble()), 1e-5, "out");
+}
+
+TEST(CpuKernelsTest, AttentionBackwardMatchesFiniteDifferences) {
+  const AttentionShape s{2, 3, 2, 1, 4};
+  const Dense qkv = Random(6, (2 + 2) * 4, 16, 2), w = Random(6, 8, 17);
+  const Vec wd = w.ToDouble();
+  Dense dqkv(6, 16, 9.0f);  // overwritten, not accumulated
+  AttentionBackward(s, qkv.cmat(), w.cmat(), dqkv.mat());
+  ExpectNear(dqkv,
+             NumericGradient(qkv.ToDouble(),
+                             [&](const Vec& v) { return Dot(AttentionReference(s, v), wd); }),
+             1e-5, "dqkv");
+}
+
+// A sliding window of 3 tokens: each query attends to itself and the 3 before it (Megatron-Core's
+// window_size (3, 0)), against the reference forward and finite differences backward; K and V of
+// token 1 reach queries 1 to 4 only.
+TEST(CpuKernelsTest, AttentionWithinASlidingWindow) {
+  const AttentionShape s{2, 9, 4, 2, 3, 3};
+  const Dense qkv = Random(18, (4 + 2 * 2) * 3, 24, 2);
+  Dense out(18, 12);
+  AttentionForward(s, qkv.cmat(), out.mat());
+  ExpectNear(out, AttentionReference(s, qkv.ToDouble()), 1e-5, "out");
+  Dense changed = qkv, out2(18, 12);
+  for (int64_t c = 4 * 3; c < 8 * 3; ++c) changed.at(1, c) += 1.0f;
+  AttentionForward(s, changed.cmat(), out2.mat());
+  for (int64_t r = 0; r < 18; ++r) {
+    for (int64_t c = 0; c < 12; ++c) {
+      if (r >= 1 && r <= 4)
+        EXPECT_NE(out2.at(r, c), out.at(r, c)) << "row " << r;
+      else
+        EXPECT_EQ(out2.at(r, c), out.at(r, c)) << "row " << r;
+    }
+  }
+  // The window is no window from seq_len - 1 tokens up.
+  AttentionShape wide = s, full = s;
+  wide.window = 8;
+  full.window = 0;
+  Dense out_wide(18, 12), out_full(18, 12);
+  AttentionForward(wide, qkv.cmat(), out_wide.mat());
+  AttentionForward(full, qkv.cmat(), out_full.mat());
+  EXPECT_EQ(out_wide.v, out_full.v);
+  EXPECT_NE(out.v, out_full.v);
+
+  const AttentionShape small{1, 5, 2, 1, 2, 2};
+  const Dense x = Random(5, (2 + 2) * 2, 25, 2), w = Random(5, 4, 26);
+  const Vec wd = w.ToDouble();
+  Dense dqkv(5, 8);
+  AttentionBackward(small, x.cmat(), w.cmat(), dqkv.mat());
+  ExpectNear(dqkv,
+             NumericGradient(x.ToDouble(),
+                             [&](const Vec& v) { return Dot(AttentionReference(small, v), wd); }),
+             1e-5, "dqkv");
+}
+
+TEST(CpuKernelsTest, RopeByHand) {
+  // One query and one key/value head of 4 columns: pair c = 0 turns by the position in radians,
+  // pair c = 1 by position x 10000^(-1/2) = position / 100. Row 0 sits at position 0 (no turn),
+  // row 1 at position 1; V's columns are left alone; the inverse turns back. Strided: the view's
+  // padding stays untouched.
+  const RopeShape s{1, 1, 4};
+  Dense qkv(2, 12);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < 12; ++c) qkv.at(r, c) = static_cast<float>(1 + c % 4 + 10 * (c / 4));
+  Padded padded(qkv);
+  const int64_t positions[] = {0, 1};
+  Rope(s, positions, /*inverse=*/false, padded.mat());
+  Dense out = padded.Contents();
+  EXPECT_EQ(padded.Clobbered(), 0);
+  const double c1 = std::cos(1.0), s1 = std::sin(1.0), c2 = std::cos(0.01), s2 = std::sin(0.01);
+  for (int64_t c = 0; c < 12; ++c) EXPECT_FLOAT_EQ(out.at(0, c), qkv.at(0, c)) << c;
+  for (int64_t head = 0; head < 2; ++head) {  // Q = [1 2 3 4], K = [11 12 13 14]
+    const double b = 10.0 * head;
+    const int64_t o = 4 * head;
+    EXPECT_FLOAT_EQ(out.at(1, o + 0), (b + 1) * c1 - (b + 3) * s1);
+    EXPECT_FLOAT_EQ(out.at(1, o + 2), (b + 3) * c1 + (b + 1) * s1);
+    EXPECT_FLOAT_EQ(out.at(1, o + 1), (b + 2) * c2 - (b + 4) * s2);
+    EXPECT_FLOAT_EQ(out.at(1, o + 3), (b + 4) * c2 + (b + 2) * s2);
+  }
+  for (int64_t c = 8; c < 12; ++c) EXPECT_FLOAT_EQ(out.at(1, c), qkv.at(1, c)) << c;
+  Rope(s, positions, /*inverse=*/true, padded.mat());
+  ExpectNear(padded.Contents(), qkv.ToDouble(), 1e-5, "inverse");
+}
+
+TEST(CpuKernelsTest, RopeKeepsScoresRelative) {
+  // With grouped queries (4 query heads over 2 key heads of 6 columns), a query at position p and
+  // a key at position u score the same as the pair shifted to p + 5 and u + 5: RoPE's point.
+  const RopeShape s{4, 2, 6};
+  const Dense base = Random(2, (4 + 2 * 2) * 6, 18);
+  auto score = [&](int64_t p, int64_t u, int64_t head) {
+    Dense x = base;
+    const int64_t positions[] = {p, u};
+    Rope(s, positions, false, x.mat());
+    double dot = 0;
+    for (int64_t c = 0; c < 6; ++c)
+      dot += double{x.at(0, head * 6 + c)} * x.at(1, (4 + head / 2) * 6 + c);
+    return dot;
+  };
+  for (int64_t head = 0; head < 4; ++head) EXPECT_NEAR(score(7, 3, head), score(12, 8, head), 1e-4);
+  EXPECT_GT(std::fabs(score(7, 3, 0) - score(7, 4, 0)), 1e-3);  // but not to the distance
+}
+
+}  // namespace
+}  // namespace domino::exec::cpu
