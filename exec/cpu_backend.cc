@@ -252,12 +252,17 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
       return Status::Ok();
     }
     case OpFunc::kFinalNorm:
+    case OpFunc::kPostNorm1:
+    case OpFunc::kPostNorm2:
       if (!need(2, 1)) return fail("a norm reads its input and weight and writes one tensor");
       cpu::NormForward(norm, in(0), in(1).data, kNormEps, out(0));
       return Status::Ok();
     case OpFunc::kFinalNormGrad:
-      // The residual stream ends here: dx is the norm's backward alone; dgamma accumulates.
-      if (!need(3, 2)) return fail("the final norm's backward reads x, dy and gamma");
+    case OpFunc::kPostNorm1Grad:
+    case OpFunc::kPostNorm2Grad:
+      // The residual stream ends here, or (a post-norm) the gradient leaves it for the branch: dx
+      // is the norm's backward alone; dgamma accumulates.
+      if (!need(3, 2)) return fail("a norm's backward reads x, dy and gamma");
       cpu::NormBackward(norm, in(0), in(2).data, kNormEps, in(1), out(0), /*accumulate_dx=*/false,
                         out(1).data);
       return Status::Ok();

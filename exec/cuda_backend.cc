@@ -165,6 +165,8 @@ void CudaBackend::FindAccumulators() {
       case OpFunc::kLn1Grad:
       case OpFunc::kLn2Grad:
       case OpFunc::kFinalNormGrad:
+      case OpFunc::kPostNorm1Grad:
+      case OpFunc::kPostNorm2Grad:
         add(schedule_.writes(op)[1]);
         break;
       case OpFunc::kQkNormGrad:

@@ -108,9 +108,13 @@ Status CudaBackend::Enqueue(int32_t id) {
       break;
     }
     case OpFunc::kFinalNorm:
+    case OpFunc::kPostNorm1:
+    case OpFunc::kPostNorm2:
       e = cuda::NormForward(context_, Rms(), in(0), in(1).data, kNormEps, out(0));
       break;
-    case OpFunc::kFinalNormGrad:
+    case OpFunc::kFinalNormGrad:  // as the CPU backend: dx the norm's backward alone
+    case OpFunc::kPostNorm1Grad:
+    case OpFunc::kPostNorm2Grad:
       e = cuda::NormBackward(context_, Rms(), in(0), in(2).data, kNormEps, in(1), out(0), false,
                              out(1).data);
       break;

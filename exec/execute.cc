@@ -35,16 +35,13 @@ TensorRole LayerRole(TensorKind kind, TensorSlot slot, int layer, bool gradient 
 }
 
 // The stack's output: the top layer's mid plus its MLP output after the collective (with
-// sequence parallelism, the reduce-scattered shard).
+// sequence parallelism, the reduce-scattered shard; with post-norms, normalized).
 Result<Whole> GatherOutput(const Schedule& schedule, const Backend& backend, Communicator& comm,
-                           int top, bool sp) {
+                           int top, bool sp, bool post_norms) {
   Result<Whole> mid = GatherWhole(schedule, backend, comm,
                                   LayerRole(TensorKind::kActivation, TensorSlot::kMid, top));
   if (!mid.ok()) return mid;
-  Result<Whole> mlp =
-      GatherWhole(schedule, backend, comm,
-                  LayerRole(TensorKind::kActivation, TensorSlot::kFc2, top, false,
-                            sp ? TensorForm::kSequenceShard : TensorForm::kPrimary));
+  Result<Whole> mlp = GatherWhole(schedule, backend, comm, StackMlpOutputRole(top, sp, post_norms));
   if (!mlp.ok()) return mlp;
   for (size_t i = 0; i < mid->values.size(); ++i) mid->values[i] += mlp->values[i];
   return mid;
@@ -95,13 +92,19 @@ std::vector<Compared> ComparedTensors(const Schedule& s, int layers) {
     roles.push_back({LayerRole(TensorKind::kInput, TensorSlot::kX, 0, true)});
   for (int l = 0; l < layers; ++l) {
     roles.push_back({LayerRole(TensorKind::kNormWeight, TensorSlot::kLn1, l, true)});
+    // The gains of a norm that the model may lack (a QK-norm, post-norms), where it has it.
+    auto gain = [&](TensorSlot slot) {
+      const TensorRole role = LayerRole(TensorKind::kNormWeight, slot, l, true);
+      if (FindTensor(s.tensors(), role) >= 0) roles.push_back({role});
+    };
     for (TensorSlot w : {TensorSlot::kQkv, TensorSlot::kProj})
       roles.push_back({LayerRole(TensorKind::kWeight, w, l, true)});
-    const TensorRole qk_norm = LayerRole(TensorKind::kNormWeight, TensorSlot::kQkNorm, l, true);
-    if (FindTensor(s.tensors(), qk_norm) >= 0) roles.push_back({qk_norm});
+    gain(TensorSlot::kQkNorm);
+    gain(TensorSlot::kPostNorm1);
     roles.push_back({LayerRole(TensorKind::kNormWeight, TensorSlot::kLn2, l, true)});
     for (TensorSlot w : {TensorSlot::kFc1, TensorSlot::kFc2})
       roles.push_back({LayerRole(TensorKind::kWeight, w, l, true)});
+    gain(TensorSlot::kPostNorm2);
   }
   if (covers.head) {
     roles.push_back({LayerRole(TensorKind::kNormWeight, TensorSlot::kFinalNorm, -1, true)});
@@ -124,7 +127,8 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
   const int layers = plan.model.layers / plan.pp;
   const Covers covers = CoversOf(s);
   std::vector<Whole> got;
-  Result<Whole> output = GatherOutput(s, backend, comm, layers - 1, plan.sequence_parallel);
+  Result<Whole> output =
+      GatherOutput(s, backend, comm, layers - 1, plan.sequence_parallel, plan.model.post_norms);
   if (!output.ok()) return output.error();
   got.push_back(std::move(output).value());
   if (covers.head) {
@@ -151,7 +155,8 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
     Result<Timeline> ref_timeline = Interpret(*ref_schedule, ref, self);
     if (!ref_timeline.ok()) return ref_timeline.error();
     size_t next = 0;
-    Result<Whole> want = GatherOutput(*ref_schedule, ref, self, layers - 1, false);
+    Result<Whole> want =
+        GatherOutput(*ref_schedule, ref, self, layers - 1, false, plan.model.post_norms);
     if (!want.ok()) return want.error();
     result->checks.push_back(CompareTensors("output", got[next++], *want, options.tolerance));
     if (covers.head) {

@@ -78,9 +78,8 @@ Status Describe(const Plan& plan, Chunk& c) {
   c.input = FindTensor(tensors, RoleOf(TensorKind::kInput, kX, 0, false));
   c.input_grad = FindTensor(tensors, RoleOf(TensorKind::kInput, kX, 0, true));
   c.out_mid = FindTensor(tensors, RoleOf(TensorKind::kActivation, kMid, top, false));
-  c.out_mlp = FindTensor(
-      tensors, RoleOf(TensorKind::kActivation, kFc2, top, false,
-                      plan.sequence_parallel ? TensorForm::kSequenceShard : TensorForm::kPrimary));
+  c.out_mlp =
+      FindTensor(tensors, StackMlpOutputRole(top, plan.sequence_parallel, plan.model.post_norms));
   c.out_grad = FindTensor(tensors, RoleOf(TensorKind::kActivation, kOut, top, true));
   c.loss = FindTensor(tensors, RoleOf(TensorKind::kLoss, kLmHead, -1, false));
   if ((!c.shape.embedding && (c.input < 0 || c.input_grad < 0)) ||

@@ -68,23 +68,25 @@ std::vector<LayerOp> LayerOps(const ModelSpec& model, const LayerShape& shape) {
   attention.bwd_bytes = 2.0 * attention.fwd_bytes;
 
   // A QK-norm reads and writes Q and K forward, and backward reads them and their gradients and
-  // writes one; post-norms add a norm's read and write of the branch before each residual add and
-  // its three passes backward (the lowering's qk_norm ops and residual bytes).
+  // writes one; a post-norm reads the branch's output and writes it normalized before each
+  // residual add, and backward reads it and the gradient and writes one (the lowering's qk_norm
+  // and post_norm ops).
   const double qk = static_cast<double>(tokens) * static_cast<double>((a + g) * d);
-  const double post = model.post_norms ? 1 : 0;
   std::vector<LayerOp> ops;
   ops.push_back(Elementwise("ln1", 2 * th * e, 4 * th * e));
   ops.push_back(Gemm("qkv", tokens, (a + 2 * g) * d, h, shape.bytes_per_element, false));
   if (model.qk_norm) ops.push_back(Elementwise("qk_norm", 2 * qk * e, 3 * qk * e));
   ops.push_back(attention);
   ops.push_back(Gemm("proj", tokens, h, a * d, shape.bytes_per_element, true));
-  ops.push_back(Elementwise("residual1", (3 + 2 * post) * th * e, (3 + 3 * post) * th * e));
+  if (model.post_norms) ops.push_back(Elementwise("post_norm1", 2 * th * e, 3 * th * e));
+  ops.push_back(Elementwise("residual1", 3 * th * e, 3 * th * e));
   ops.push_back(Elementwise("ln2", 2 * th * e, 4 * th * e));
   ops.push_back(Gemm("fc1", tokens, swiglu ? 2 * f : f, h, shape.bytes_per_element, false));
   ops.push_back(swiglu ? Elementwise("act", 3 * tf * e, 5 * tf * e)
                        : Elementwise("act", 2 * tf * e, 3 * tf * e));
   ops.push_back(Gemm("fc2", tokens, h, f, shape.bytes_per_element, true));
-  ops.push_back(Elementwise("residual2", (3 + 2 * post) * th * e, (3 + 3 * post) * th * e));
+  if (model.post_norms) ops.push_back(Elementwise("post_norm2", 2 * th * e, 3 * th * e));
+  ops.push_back(Elementwise("residual2", 3 * th * e, 3 * th * e));
   return ops;
 }
 

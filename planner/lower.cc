@@ -96,6 +96,17 @@ Schedule Lowering::Run() {
       ForwardBlock(l, Block::kAttention);
       ForwardBlock(l, Block::kMlp);
     }
+    // A stack without the head hands its top layer's mid and MLP output to the next stage, which
+    // adds them (exec/step.h): with post-norms, the MLP output normalized.
+    if (!options_.head && plan_.model.post_norms) {
+      const LayerTensors& top = tensors_[layers_ - 1];
+      for (int i = 0; i < p_; ++i) {
+        Deps deps = std::move(waits_[i]);
+        waits_[i].clear();
+        PostNorm(OpFunc::kPostNorm2, Tags(layers_ - 1, i, -1, fwd_phase_), deps,
+                 Reduced(top.fc2, top.fc2_s), top.w_post2, top.post2, i);
+      }
+    }
     AmaxReduction(Phase::kForward);
     if (options_.head)
       for (int i = 0; i < p_; ++i) HeadForward(i);
@@ -265,17 +276,20 @@ Lowering::Deps Lowering::ForwardEntry(int l, Block block, int i) {
   if (block == Block::kAttention) {
     if (l > 0 && !recomputing_) {  // a recomputed layer starts from its saved input
       const LayerTensors& prev = tensors_[l - 1];
-      Elementwise(OpFunc::kResidual2, Tags(l - 1, i, -1, fwd_phase_), ResidualBytes(hb, false),
-                  std::move(deps),
-                  {SliceOf(prev.mid, i), SliceOf(Reduced(prev.fc2, prev.fc2_s), i)},
-                  {SliceOf(t.x, i)});
+      const OpTags prev_tags = Tags(l - 1, i, -1, fwd_phase_);
+      const int32_t branch = PostNorm(OpFunc::kPostNorm2, prev_tags, deps,
+                                      Reduced(prev.fc2, prev.fc2_s), prev.w_post2, prev.post2, i);
+      Elementwise(OpFunc::kResidual2, prev_tags, ResidualBytes(hb, false), std::move(deps),
+                  {SliceOf(prev.mid, i), SliceOf(branch, i)}, {SliceOf(t.x, i)});
       deps = {};
     }
     norm = Elementwise(OpFunc::kLn1, tags, 2 * hb, std::move(deps),
                        {SliceOf(t.x, i), WholeOf(t.w_ln1)}, {SliceOf(Reduced(t.ln1, t.ln1_s), i)});
   } else {
+    const int32_t branch =
+        PostNorm(OpFunc::kPostNorm1, tags, deps, Reduced(t.proj, t.proj_s), t.w_post1, t.post1, i);
     Elementwise(OpFunc::kResidual1, tags, ResidualBytes(hb, true), std::move(deps),
-                {SliceOf(t.x, i), SliceOf(Reduced(t.proj, t.proj_s), i)}, {SliceOf(t.mid, i)});
+                {SliceOf(t.x, i), SliceOf(branch, i)}, {SliceOf(t.mid, i)});
     norm = Elementwise(OpFunc::kLn2, tags, 2 * hb, {}, {SliceOf(t.mid, i), WholeOf(t.w_ln2)},
                        {SliceOf(Reduced(t.ln2, t.ln2_s), i)});
   }
@@ -283,6 +297,23 @@ Lowering::Deps Lowering::ForwardEntry(int l, Block block, int i) {
   bool attn = block == Block::kAttention;
   norm = TpAmaxReduction(tags, norm);
   return GatherParts(tags, norm, SliceOf(attn ? t.ln1_s : t.ln2_s, i), attn ? t.ln1 : t.ln2, i);
+}
+
+int32_t Lowering::PostNorm(OpFunc func, const OpTags& tags, Deps& deps, int32_t out, int32_t gain,
+                           int32_t normed, int i) {
+  if (!plan_.model.post_norms) return out;
+  Elementwise(func, tags, 2 * NormRows() * h_ * e_, std::move(deps),
+              {SliceOf(out, i), WholeOf(gain)}, {SliceOf(normed, i)});
+  deps = {};
+  return normed;
+}
+
+int32_t Lowering::PostNormGrad(OpFunc func, const OpTags& tags, int32_t producer, int32_t out,
+                               int32_t gain, int32_t dy, int32_t dx, int32_t dw, int i) {
+  if (!plan_.model.post_norms) return producer;
+  return Elementwise(func, tags, 3 * NormRows() * h_ * e_, {producer},
+                     {SliceOf(out, i), SliceOf(dy, i), WholeOf(gain)},
+                     {SliceOf(dx, i), WholeOf(dw)});
 }
 
 // The all-gather of slice i's shard `in` into `whole`, in c parts (one part: the plain one).
@@ -419,8 +450,18 @@ Lowering::Deps Lowering::BackwardEntry(int l, Block block, int i, bool final) {
                                 Reduced(t.g_ln2, t.g_ln2_s), t.w_ln2, OutGrad(l), t.g_mid,
                                 t.g_w_ln2, BranchGradBytes(hb, true));
   }
-  if (!sp_ || final) return {grad_out};
   const LayerTensors& t = tensors_[l];
+  // A post-norm's backward turns the residual gradient into the branch's (BranchGradient).
+  if (!final) {
+    const bool mlp = block == Block::kMlp;
+    grad_out = PostNormGrad(mlp ? OpFunc::kPostNorm2Grad : OpFunc::kPostNorm1Grad,
+                            Tags(l, i, -1, Phase::kBackward), grad_out,
+                            mlp ? Reduced(t.fc2, t.fc2_s) : Reduced(t.proj, t.proj_s),
+                            mlp ? t.w_post2 : t.w_post1, grad_tensor, mlp ? t.g_post2 : t.g_post1,
+                            mlp ? t.g_w_post2 : t.g_w_post1, i);
+    grad_tensor = BranchGradient(l, !mlp);
+  }
+  if (!sp_ || final) return {grad_out};
   int32_t full = block == Block::kMlp ? t.g_out_full : t.g_mid_full;
   grad_out = TpAmaxReduction(tags, grad_out);
   return GatherParts(tags, grad_out, SliceOf(grad_tensor, i), full, i);
@@ -433,7 +474,7 @@ void Lowering::BackwardCompute(int l, Block block, int i, const Deps& entry) {
   // Row-parallel GEMM (proj or fc2): input gradient (in decomposed pieces with SP, piece k under
   // the gradient's all-gather part k+1), then weight gradient. No collective of its own.
   int64_t k_in = attn ? a_ * d_ : f_;
-  int32_t grad_y = attn ? Reduced(t.g_mid, t.g_mid_full) : Reduced(OutGrad(l), t.g_out_full);
+  int32_t grad_y = Reduced(BranchGradient(l, attn), attn ? t.g_mid_full : t.g_out_full);
   int32_t x_in = attn ? t.ctx : t.act, g_in = attn ? t.g_ctx : t.g_act;
   const int pieces = sp_ ? c_ : 1;
   for (int j = 0; j < pieces; ++j)
@@ -543,6 +584,15 @@ void Lowering::RecomputeLayer(int l) {
 }
 
 }  // namespace lowering
+
+TensorRole StackMlpOutputRole(int top, bool sp, bool post_norms) {
+  TensorRole role;
+  role.kind = TensorKind::kActivation;
+  role.layer = static_cast<int16_t>(top);
+  role.slot = post_norms ? TensorSlot::kPostNorm2 : TensorSlot::kFc2;
+  if (sp && !post_norms) role.form = TensorForm::kSequenceShard;
+  return role;
+}
 
 Result<Schedule> Lower(const Plan& plan) {
   if (auto failure = CheckPlanRules(plan))

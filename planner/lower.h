@@ -33,6 +33,11 @@ struct LowerOptions {
 };
 Result<Schedule> LowerStage(const Plan& plan, const LowerOptions& options);
 
+// The role of the top layer's MLP output that a stack without the head hands on with its mid (the
+// next stage's input is their sum): fc2 after its collective (with sequence parallelism `sp`, the
+// reduce-scattered shard), or with post-norms (ModelSpec::post_norms) its normalized copy.
+TensorRole StackMlpOutputRole(int top, bool sp, bool post_norms);
+
 }  // namespace domino
 
 #endif  // DOMINO_PLANNER_LOWER_H_

@@ -98,8 +98,10 @@ void Lowering::HeadForward(int i) {
   Deps deps = std::move(waits_[i]);
   waits_[i].clear();
   const double hb = NormRows() * h_ * e_;
+  const int32_t branch =
+      PostNorm(OpFunc::kPostNorm2, tags, deps, Reduced(t.fc2, t.fc2_s), t.w_post2, t.post2, i);
   Elementwise(OpFunc::kResidual2, tags, ResidualBytes(hb, false), std::move(deps),
-              {SliceOf(t.mid, i), SliceOf(Reduced(t.fc2, t.fc2_s), i)}, {SliceOf(head_x_, i)});
+              {SliceOf(t.mid, i), SliceOf(branch, i)}, {SliceOf(head_x_, i)});
   int32_t norm = Elementwise(OpFunc::kFinalNorm, tags, 2 * hb, {},
                              {SliceOf(head_x_, i), WholeOf(w_final_norm_)},
                              {SliceOf(Reduced(head_ln_, head_ln_s_), i)});

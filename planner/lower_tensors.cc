@@ -69,6 +69,18 @@ LayerTensors Lowering::MakeTensors(int l) {
   // Each rank's norms see its own tokens under SP: their weight gradients are partial sums.
   t.g_w_ln1 = weight(kLn1, true, true, 1, h_, partial);
   t.g_w_ln2 = weight(kLn2, true, true, 1, h_, partial);
+  t.post1 = t.post2 = t.g_post1 = t.g_post2 = -1;
+  t.w_post1 = t.w_post2 = t.g_w_post1 = t.g_w_post2 = -1;
+  if (plan_.model.post_norms) {
+    t.post1 = ResidualTensor(Act(kPostNorm1, l)), t.post2 = ResidualTensor(Act(kPostNorm2, l));
+    t.g_post1 = ResidualTensor(Grad(kPostNorm1, l));
+    t.g_post2 = ResidualTensor(Grad(kPostNorm2, l));
+    t.w_post1 = weight(kPostNorm1, true, false, 1, h_, Shard::kReplicated);
+    t.w_post2 = weight(kPostNorm2, true, false, 1, h_, Shard::kReplicated);
+    // Under SP each rank normalizes its own tokens: partial sums, as the other norms' gains.
+    t.g_w_post1 = weight(kPostNorm1, true, true, 1, h_, partial);
+    t.g_w_post2 = weight(kPostNorm2, true, true, 1, h_, partial);
+  }
   t.qk = t.g_qk = t.w_qk_norm = t.g_w_qk_norm = -1;
   if (plan_.model.qk_norm) {
     t.qk = act(Act(kQkNorm, l), (a_ + g_) * d_, Shard::kQkCols, kv);

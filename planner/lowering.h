@@ -35,6 +35,10 @@ struct LayerTensors {
   // With ModelSpec::qk_norm: Q and K before their norm (qk), its gradient, the two gains ([Q's |
   // K's], head_dim each) and their gradient.
   int32_t qk, g_qk, w_qk_norm, g_w_qk_norm;
+  // With ModelSpec::post_norms: the attention's and the MLP's outputs normalized (residual-stream
+  // tensors, as the outputs are after their collective), the gradients of those outputs, the
+  // gains and their gradients.
+  int32_t post1, post2, g_post1, g_post2, w_post1, w_post2, g_w_post1, g_w_post2;
 };
 
 // Lowers one plan (a model chunk of LowerOptions) into a Schedule: Run() once.
@@ -148,25 +152,42 @@ class Lowering {
   // Bytes of the residual add after the attention projection (`attention`) or the second MLP
   // linear, over `hb` bytes of activations, as the stack runs it: one fused pass (read both,
   // write; with the branch's dropout, a 1-byte mask too), or a bias pass, a dropout pass and an
-  // add pass. A model's post-norm (ModelSpec::post_norms) reads the branch's output and writes
-  // it normalized first: two passes more, priced on this op.
+  // add pass. A model's post-norm (ModelSpec::post_norms) is an op of its own before it
+  // (PostNorm).
   double ResidualBytes(double hb, bool attention) const {
     const bool dropout = plan_.branch_dropout(attention);
     const double mask = dropout ? hb / e_ : 0;
-    const double post_norm = plan_.model.post_norms ? 2 * hb : 0;
-    if (plan_.fuses_bias_dropout_add()) return 3 * hb + mask + post_norm;
-    return (plan_.model.bias ? 2 * hb : 0) + (dropout ? 2 * hb + mask : 0) + 3 * hb + post_norm;
+    if (plan_.fuses_bias_dropout_add()) return 3 * hb + mask;
+    return (plan_.model.bias ? 2 * hb : 0) + (dropout ? 2 * hb + mask : 0) + 3 * hb;
   }
   // Bytes of the backward of what the branch runs before the residual add, over `hb` bytes of
   // gradients, priced on the op that writes the residual gradient the branch takes: its dropout's,
   // a pass that reads the gradient and the mask and writes the gradient to the projection or fc2
   // (PyTorch's native_dropout_backward, and the backward of Megatron's fused bias-dropout-add;
-  // none without dropout: a dropout of p = 0 returns its input); and, first, a post-norm's, which
-  // reads the branch's output and the gradient and writes the gradient of its input (three
-  // passes, its gain's gradient in the same kernel as Transformer Engine's norms compute it).
+  // none without dropout: a dropout of p = 0 returns its input). A post-norm's backward is an op
+  // of its own after it (PostNormGrad).
   double BranchGradBytes(double hb, bool attention) const {
-    return (plan_.branch_dropout(attention) ? 2 * hb + hb / e_ : 0) +
-           (plan_.model.post_norms ? 3 * hb : 0);
+    return plan_.branch_dropout(attention) ? 2 * hb + hb / e_ : 0;
+  }
+  // A model's post-norm (ModelSpec::post_norms) of slice i of the branch output `out` with gain
+  // `gain` into `normed`, after `deps`, which it takes: a norm's read and write of the branch's
+  // output, as Transformer Engine's norm module runs it. Returns what the residual add takes:
+  // `normed`, or `out` itself for a model without post-norms (`deps` then left as they are).
+  int32_t PostNorm(OpFunc func, const OpTags& tags, Deps& deps, int32_t out, int32_t gain,
+                   int32_t normed, int i);
+  // Its backward after `producer` wrote the residual gradient `dy` the branch takes: reads the
+  // branch's output `out` and `dy` and writes the gradient of `out` into `dx` (three passes, the
+  // gain's gradient accumulated in `dw` in the same kernel, as Transformer Engine's norms compute
+  // it). Returns the op, or `producer` for a model without post-norms.
+  int32_t PostNormGrad(OpFunc func, const OpTags& tags, int32_t producer, int32_t out, int32_t gain,
+                       int32_t dy, int32_t dx, int32_t dw, int i);
+  // The gradient of layer l's attention (`attention`) or MLP output that its row-parallel GEMM's
+  // input gradient takes: the residual gradient at mid or at the layer's output, or with
+  // post-norms that gradient through the post-norm's backward.
+  int32_t BranchGradient(int l, bool attention) const {
+    const LayerTensors& t = tensors_[l];
+    if (plan_.model.post_norms) return attention ? t.g_post1 : t.g_post2;
+    return attention ? t.g_mid : OutGrad(l);
   }
   // Rows a norm or residual touches: a sequence-parallel shard, or the whole slice.
   double NormRows() const {

@@ -133,6 +133,17 @@ enum class OpFunc : uint8_t {
   // gains' gradients.
   kQkNorm,
   kQkNormGrad,
+  // A model's norms after the attention and after the MLP, before each residual add
+  // (ModelSpec::post_norms: Gemma 2's and 3's post_attention_layernorm and
+  // post_feedforward_layernorm). kPostNorm1 normalizes the attention's output (after its
+  // collective) for residual1 to add, kPostNorm2 the MLP's for residual2 (at a stage's top layer
+  // without the head, for the next stage's input); backward, kPostNorm1Grad and kPostNorm2Grad
+  // turn the residual gradient the branch takes into the gradient of the branch's output and
+  // accumulate the gain's gradient.
+  kPostNorm1,
+  kPostNorm2,
+  kPostNorm1Grad,
+  kPostNorm2Grad,
   kCount,
 };
 std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce", ...
@@ -164,10 +175,10 @@ enum class Shard : uint8_t {
 // What a tensor is in the model. Backends and checks find tensors by role, and messages name
 // them by it (RoleName).
 enum class TensorKind : uint8_t {
-  kInput,           // the stage's input activations: the first layer's x (no embedding before it)
-  kWeight,          // a GEMM weight: slot kQkv, kProj, kFc1, kFc2, kEmbedding or kLmHead
-  kNormWeight,      // a norm's gain: slot kLn1, kLn2, kFinalNorm or kQkNorm ([Q's | K's])
-  kActivation,      // a value the forward pass computes, named by its slot
+  kInput,       // the stage's input activations: the first layer's x (no embedding before it)
+  kWeight,      // a GEMM weight: slot kQkv, kProj, kFc1, kFc2, kEmbedding or kLmHead
+  kNormWeight,  // a norm's gain: slot kLn1, kLn2, kFinalNorm, kQkNorm ([Q's | K's]) or kPostNorm*
+  kActivation,  // a value the forward pass computes, named by its slot
   kOptimizerState,  // Adam's moments and fp32 master copy of the weight in `slot`
   kLoss,
 };
@@ -191,6 +202,10 @@ enum class TensorSlot : uint8_t {
   kFinalNorm,
   kLmHead,  // the LM head (its output: the logits)
   kQkNorm,  // the norm on each head of Q and of K (its activation: their values before it)
+  // The post-norms after the attention and the MLP (their activation: the normalized branch
+  // output the residual add takes; its gradient: the gradient of the branch's output).
+  kPostNorm1,
+  kPostNorm2,
 };
 
 // Sequence parallelism holds some values twice: whole on every rank and as this rank's sequence

@@ -67,7 +67,6 @@ void PrintChecks(const std::vector<exec::TensorCheck>& checks, const std::string
 void PrintUnrun(const Plan& plan, std::ostream& out) {
   std::vector<std::string> unrun;
   if (plan.applies_dropout()) unrun.push_back("dropout (its masks and passes)");
-  if (plan.model.post_norms) unrun.push_back("the post-norms");
   if (!unrun.empty())
     out << fmt::format(
         "# note: priced, not run by the executor: {}; the ops that carry them run "

@@ -36,11 +36,11 @@ Schedule LowerModel(const Plan& plan) {
   return s.ok() ? std::move(s).value() : Schedule{};
 }
 
-// Output, loss, embedding gradient, six per layer (seven with a QK-norm), final norm, and the LM
-// head's when untied.
+// Output, loss, embedding gradient, six per layer (one more with a QK-norm, two with post-norms),
+// final norm, and the LM head's when untied.
 size_t ModelChecks(const Plan& plan) {
-  return 3u + (plan.model.qk_norm ? 7 : 6) * plan.model.layers + 1 +
-         (plan.model.tied_embeddings ? 0 : 1);
+  const int per_layer = 6 + (plan.model.qk_norm ? 1 : 0) + (plan.model.post_norms ? 2 : 0);
+  return 3u + per_layer * plan.model.layers + 1 + (plan.model.tied_embeddings ? 0 : 1);
 }
 
 TEST(ExecuteTest, TheWholeModelMatchesTheReference) {
@@ -211,7 +211,8 @@ TEST(ExecuteTest, TheWholeModelRunsWithOnePipelineStageAndReplicaOnTheCpu) {
 TEST(ExecuteTest, TheWholeModelsGradientsMatchFiniteDifferences) {
   // tiny-qwen3's heads are wider than hidden / heads: QKV writes 8 x 16 + 2 x 4 x 16 columns and
   // proj reads 128; its Q and K go through a norm on each head. tiny-gemma2's layer 0 attends
-  // within a sliding window and its logits are soft-capped.
+  // within a sliding window, its attention's and MLP's outputs are normalized before their
+  // residual adds, and its logits are soft-capped.
   for (const char* model : {"tiny-gpt", "tiny-llama", "tiny-qwen3", "tiny-gemma2"}) {
     SCOPED_TRACE(model);
     Plan plan = OneRankPlan(model);
@@ -253,6 +254,11 @@ TEST(ExecuteTest, TheWholeModelsGradientsMatchFiniteDifferences) {
                                  {weight, kProj, 1, plan.model.q_hidden() * h - 3},
                                  {norm, kLn1, 0, 3}};
     if (!plan.model.tied_embeddings) probes.push_back({weight, kLmHead, -1, 9 * h + 4});
+    if (plan.model.post_norms) {  // both gains, and a weight whose gradient crosses one
+      probes.push_back({norm, kPostNorm1, 0, 6});
+      probes.push_back({norm, kPostNorm2, 1, 9});
+      probes.push_back({weight, kFc1, 0, 13});
+    }
     if (plan.model.qk_norm) {  // Q's gain, then K's
       const int64_t d = plan.model.head_width();
       probes.push_back({norm, kQkNorm, 0, 3});

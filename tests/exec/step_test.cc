@@ -253,26 +253,39 @@ TEST(StepTest, ThreeDStepMatchesTheReference) {
   }
 }
 
-TEST(StepTest, AQkNormsGainsAreSummedOverTpAndUpdated) {
-  // tiny-qwen3 (a norm on each of its 8 query and 4 key heads) at tp 2 x dp 2, with and without
-  // SP: each TP rank normalizes half the heads, so the gains' gradients are partial sums over TP;
-  // both steps' losses, the gradients and the updated gains match one rank's.
-  for (const bool sp : {false, true}) {
-    SCOPED_TRACE(sp);
-    Plan plan = TinyPlan("tiny-qwen3", 2, 1, 2);
-    plan.sequence_parallel = sp;
-    ASSERT_TRUE(plan.model.qk_norm);
-    std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
-    for (const auto& r : results) {
-      ASSERT_TRUE(r.ok()) << r.message();
-      EXPECT_TRUE(r->passed);
+// The gains of the norms a model has besides each layer's two, with and without SP: their
+// gradients are partial sums over TP, and both steps' losses, the gradients and the updated gains
+// match one rank's.
+// - tiny-qwen3 (a norm on each of its 8 query and 4 key heads) at tp 2 x dp 2: each TP rank
+//   normalizes half the heads.
+// - tiny-gemma2 (post-norms, a window on layer 0) at tp 2 x pp 2: under SP each TP rank
+//   normalizes its own tokens; stage 0 hands its layer's mid and normalized MLP output on and
+//   takes the gradient of their sum back through the post-norm's backward.
+TEST(StepTest, ExtraNormsGainsAreSummedOverTpAndUpdated) {
+  struct Case {
+    const char* model;
+    int pp, dp;
+    const char* gain;  // in the names of the gains' checks
+    int checks;        // a gradient and an updated value for each layer's gains
+  };
+  for (const Case& k : {Case{"tiny-qwen3", 1, 2, "qk_norm.w", 2 * 2},
+                        Case{"tiny-gemma2", 2, 1, "post_norm", 2 * 2 * 2}}) {
+    for (const bool sp : {false, true}) {
+      SCOPED_TRACE(testing::Message() << k.model << " sp " << sp);
+      Plan plan = TinyPlan(k.model, 2, k.pp, k.dp);
+      plan.sequence_parallel = sp;
+      std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
+      for (const auto& r : results) {
+        ASSERT_TRUE(r.ok()) << r.message();
+        EXPECT_TRUE(r->passed);
+      }
+      int gains = 0;
+      for (const TensorCheck& c : results[0]->checks) {
+        EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+        gains += c.name.find(k.gain) != std::string::npos;
+      }
+      EXPECT_EQ(gains, k.checks);
     }
-    int gains = 0;
-    for (const TensorCheck& c : results[0]->checks) {
-      EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
-      gains += c.name.find("qk_norm.w") != std::string::npos;
-    }
-    EXPECT_EQ(gains, 2 * 2);  // two layers' gradient and updated value
   }
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/model_counts.h"
@@ -106,14 +107,20 @@ TEST(LayerOps, AQkNormAndPostNormsAddTheirPasses) {
   model.qk_norm = true;
   model.post_norms = true;
   const std::vector<LayerOp> ops = LayerOps(model, shape);
-  ASSERT_EQ(ops.size(), plain.size() + 1);
+  ASSERT_EQ(ops.size(), plain.size() + 3);
   EXPECT_EQ(ops[2].name, "qk_norm");  // after the QKV GEMM
   const double qk = 8.0 * 3 * 2 * 4, residual = 8.0 * 8 * 4;
   EXPECT_DOUBLE_EQ(Find(ops, "qk_norm").fwd_bytes, 2 * qk);
   EXPECT_DOUBLE_EQ(Find(ops, "qk_norm").bwd_bytes, 3 * qk);
-  for (const char* name : {"residual1", "residual2"}) {
-    EXPECT_DOUBLE_EQ(Find(ops, name).fwd_bytes, Find(plain, name).fwd_bytes + 2 * residual);
-    EXPECT_DOUBLE_EQ(Find(ops, name).bwd_bytes, Find(plain, name).bwd_bytes + 3 * residual);
+  // Each post-norm comes right before its residual add, which keeps its own bytes.
+  for (const auto& [norm, add] :
+       {std::pair{"post_norm1", "residual1"}, std::pair{"post_norm2", "residual2"}}) {
+    EXPECT_DOUBLE_EQ(Find(ops, norm).fwd_bytes, 2 * residual);
+    EXPECT_DOUBLE_EQ(Find(ops, norm).bwd_bytes, 3 * residual);
+    EXPECT_DOUBLE_EQ(Find(ops, add).fwd_bytes, Find(plain, add).fwd_bytes);
+    size_t at = 0;
+    while (at + 1 < ops.size() && ops[at].name != norm) ++at;
+    EXPECT_EQ(ops[at + 1].name, add);
   }
 }
 
