@@ -149,22 +149,24 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
       const bool backward = op.func == OpFunc::kActGrad;
       if (!need(backward ? 2 : 1, 1)) return fail("an activation reads its input (and gradient)");
       cpu::ConstMat x = in(0);
-      const bool glu = model_.activation == Activation::kSwiglu;  // input [gate | up]
+      const bool glu = Gated(model_.activation);  // input [gate | up]
+      const cpu::Gate gate =
+          model_.activation == Activation::kGeglu ? cpu::Gate::kGelu : cpu::Gate::kSilu;
       const bool squared = model_.activation == Activation::kSquaredRelu;
       const int64_t y_cols = backward ? in(1).cols : out(0).cols;
       if (x.cols != (glu ? 2 * y_cols : y_cols) || x.rows != out(0).rows)
-        return fail(glu ? "SwiGLU's input must be twice as wide as its output"
+        return fail(glu ? "a gated unit's input must be twice as wide as its output"
                         : "the activation's input and output must have the same shape");
       if (backward) {
         if (glu)
-          cpu::SwigluBackward(x, in(1), out(0));
+          cpu::GluBackward(gate, x, in(1), out(0));
         else if (squared)
           cpu::SquaredReluBackward(x, in(1), out(0));
         else
           cpu::GeluBackward(x, in(1), out(0));
       } else {
         if (glu)
-          cpu::SwigluForward(x, out(0));
+          cpu::GluForward(gate, x, out(0));
         else if (squared)
           cpu::SquaredReluForward(x, out(0));
         else

@@ -174,33 +174,35 @@ void NormBackward(NormKind kind, ConstMat x, const float* gamma, float eps, Cons
   }
 }
 
+namespace {
+
+float Gelu(float v) { return 0.5f * v * (1.0f + std::tanh(kGeluC * (v + kGeluA * v * v * v))); }
+
+// With u = c (x + a x^3) and t = tanh(u):
+//   dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
+float GeluSlope(float v) {
+  const float t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+}
+
+}  // namespace
+
 void GeluForward(ConstMat x, Mat y) {
   assert(SameShape(x, y));
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* xr = x.data + r * x.stride;
     float* yr = y.data + r * y.stride;
-    for (int64_t j = 0; j < x.cols; ++j) {
-      const float v = xr[j];
-      yr[j] = 0.5f * v * (1.0f + std::tanh(kGeluC * (v + kGeluA * v * v * v)));
-    }
+    for (int64_t j = 0; j < x.cols; ++j) yr[j] = Gelu(xr[j]);
   }
 }
 
-// With u = c (x + a x^3) and t = tanh(u):
-//   dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
 void GeluBackward(ConstMat x, ConstMat dy, Mat dx) {
   assert(SameShape(x, dy) && SameShape(x, dx));
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* xr = x.data + r * x.stride;
     const float* dyr = dy.data + r * dy.stride;
     float* dxr = dx.data + r * dx.stride;
-    for (int64_t j = 0; j < x.cols; ++j) {
-      const float v = xr[j];
-      const float t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
-      const float slope =
-          0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
-      dxr[j] = dyr[j] * slope;
-    }
+    for (int64_t j = 0; j < x.cols; ++j) dxr[j] = dyr[j] * GeluSlope(xr[j]);
   }
 }
 
@@ -226,19 +228,30 @@ void SquaredReluBackward(ConstMat x, ConstMat dy, Mat dx) {
   }
 }
 
-void SwigluForward(ConstMat x, Mat y) {
+namespace {
+
+// The gate's activation and its slope. SiLU, with s = sigmoid(g): g s, and s (1 + g (1 - s)).
+float GateValue(Gate gate, float g) { return gate == Gate::kSilu ? g * Sigmoid(g) : Gelu(g); }
+float GateSlope(Gate gate, float g) {
+  if (gate == Gate::kGelu) return GeluSlope(g);
+  const float s = Sigmoid(g);
+  return s * (1.0f + g * (1.0f - s));
+}
+
+}  // namespace
+
+void GluForward(Gate gate, ConstMat x, Mat y) {
   const int64_t f = y.cols;
   assert(x.rows == y.rows && x.cols == 2 * f);
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* xr = x.data + r * x.stride;
     float* yr = y.data + r * y.stride;
-    for (int64_t j = 0; j < f; ++j) yr[j] = xr[j] * Sigmoid(xr[j]) * xr[f + j];
+    for (int64_t j = 0; j < f; ++j) yr[j] = GateValue(gate, xr[j]) * xr[f + j];
   }
 }
 
-// With s = sigmoid(gate): d silu(gate) / d gate = s (1 + gate (1 - s)), so
-//   dgate = dy * up * s (1 + gate (1 - s)),  dup = dy * gate * s.
-void SwigluBackward(ConstMat x, ConstMat dy, Mat dx) {
+// dgate = dy * up * act'(gate),  dup = dy * act(gate).
+void GluBackward(Gate gate, ConstMat x, ConstMat dy, Mat dx) {
   const int64_t f = dy.cols;
   assert(x.rows == dy.rows && SameShape(x, dx) && x.cols == 2 * f);
   for (int64_t r = 0; r < x.rows; ++r) {
@@ -246,9 +259,9 @@ void SwigluBackward(ConstMat x, ConstMat dy, Mat dx) {
     const float* dyr = dy.data + r * dy.stride;
     float* dxr = dx.data + r * dx.stride;
     for (int64_t j = 0; j < f; ++j) {
-      const float gate = xr[j], up = xr[f + j], s = Sigmoid(gate);
-      dxr[j] = dyr[j] * up * s * (1.0f + gate * (1.0f - s));
-      dxr[f + j] = dyr[j] * gate * s;
+      const float g = xr[j], up = xr[f + j];
+      dxr[j] = dyr[j] * up * GateSlope(gate, g);
+      dxr[f + j] = dyr[j] * GateValue(gate, g);
     }
   }
 }

@@ -43,10 +43,11 @@ void NormBackward(NormKind kind, ConstMat x, const float* gamma, float eps, Cons
 // GeLU, tanh approximation: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void GeluForward(ConstMat x, Mat y);
 void GeluBackward(ConstMat x, ConstMat dy, Mat dx);
-// SwiGLU on x = [gate | up] (x.cols = 2 f, y.cols = f): y = silu(gate) * up, where
-// silu(g) = g * sigmoid(g).
-void SwigluForward(ConstMat x, Mat y);
-void SwigluBackward(ConstMat x, ConstMat dy, Mat dx);  // dx.cols = 2 f: [dgate | dup]
+// A gated linear unit on x = [gate | up] (x.cols = 2 f, y.cols = f): y = act(gate) * up, with
+// act SiLU (SwiGLU: silu(g) = g * sigmoid(g)) or the tanh GeLU above (GeGLU).
+enum class Gate { kSilu, kGelu };
+void GluForward(Gate gate, ConstMat x, Mat y);
+void GluBackward(Gate gate, ConstMat x, ConstMat dy, Mat dx);  // dx.cols = 2 f: [dgate | dup]
 // Squared ReLU (Nemotron-4): y = max(x, 0)^2, dy/dx = 2 max(x, 0).
 void SquaredReluForward(ConstMat x, Mat y);
 void SquaredReluBackward(ConstMat x, ConstMat dy, Mat dx);

@@ -142,7 +142,8 @@ class CudaBackend final : public Backend, public CudaRunner {
   Result<Timeline> ReadTimeline();
 
   bool Rms() const { return model_.norm == Norm::kRmsNorm; }
-  bool Swiglu() const { return model_.activation == Activation::kSwiglu; }
+  bool Glu() const { return Gated(model_.activation); }
+  bool GeluGate() const { return model_.activation == Activation::kGeglu; }
   bool SquaredRelu() const { return model_.activation == Activation::kSquaredRelu; }
   // Token ids and labels are fp32 whatever the element type (exact for every vocabulary), and so
   // are the loss statistics (each part's log-sum-exp and the label's logit): in bf16 a

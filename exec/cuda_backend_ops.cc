@@ -59,12 +59,12 @@ Status CudaBackend::Enqueue(int32_t id) {
                      op.func == OpFunc::kRopeGrad, out(0));
       break;
     case OpFunc::kAct:
-      e = Swiglu()        ? cuda::Swiglu(context_, in(0), out(0))
+      e = Glu()           ? cuda::Glu(context_, GeluGate(), in(0), out(0))
           : SquaredRelu() ? cuda::SquaredRelu(context_, in(0), out(0))
                           : cuda::Gelu(context_, in(0), out(0));
       break;
     case OpFunc::kActGrad:
-      e = Swiglu()        ? cuda::SwigluBackward(context_, in(0), in(1), out(0))
+      e = Glu()           ? cuda::GluBackward(context_, GeluGate(), in(0), in(1), out(0))
           : SquaredRelu() ? cuda::SquaredReluBackward(context_, in(0), in(1), out(0))
                           : cuda::GeluBackward(context_, in(0), in(1), out(0));
       break;

@@ -17,23 +17,23 @@ __global__ void AddKernel(Mat<T> a, Mat<T> b, Mat<T> c) {
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 
-template <typename T>
-__global__ void GeluKernel(Mat<T> x, Mat<T> y) {
-  FOR_EACH_ELEMENT(x.rows, x.cols, r, j) {
-    const float v = x.Get(r, j);
-    y.Set(r, j, 0.5f * v * (1.0f + tanhf(kGeluC * (v + kGeluA * v * v * v))));
-  }
+__device__ __forceinline__ float GeluOf(float v) {
+  return 0.5f * v * (1.0f + tanhf(kGeluC * (v + kGeluA * v * v * v)));
+}
+// With t = tanh(c (x + a x^3)): dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
+__device__ __forceinline__ float GeluSlope(float v) {
+  const float t = tanhf(kGeluC * (v + kGeluA * v * v * v));
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
 }
 
-// With t = tanh(c (x + a x^3)): dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
+template <typename T>
+__global__ void GeluKernel(Mat<T> x, Mat<T> y) {
+  FOR_EACH_ELEMENT(x.rows, x.cols, r, j) { y.Set(r, j, GeluOf(x.Get(r, j))); }
+}
+
 template <typename T>
 __global__ void GeluBackwardKernel(Mat<T> x, Mat<T> dy, Mat<T> dx) {
-  FOR_EACH_ELEMENT(x.rows, x.cols, r, j) {
-    const float v = x.Get(r, j), t = tanhf(kGeluC * (v + kGeluA * v * v * v));
-    const float slope =
-        0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
-    dx.Set(r, j, dy.Get(r, j) * slope);
-  }
+  FOR_EACH_ELEMENT(x.rows, x.cols, r, j) { dx.Set(r, j, dy.Get(r, j) * GeluSlope(x.Get(r, j))); }
 }
 
 template <typename T>
@@ -51,24 +51,33 @@ __global__ void SquaredReluBackwardKernel(Mat<T> x, Mat<T> dy, Mat<T> dx) {
   }
 }
 
-// x = [gate | up], y = silu(gate) * up.
+// A gate's activation and its slope: SiLU (with s = sigmoid(g): g s and s (1 + g (1 - s))) or
+// the tanh GeLU.
+__device__ __forceinline__ float GateValue(bool gelu, float g) {
+  return gelu ? GeluOf(g) : g / (1.0f + expf(-g));
+}
+__device__ __forceinline__ float GateSlope(bool gelu, float g) {
+  if (gelu) return GeluSlope(g);
+  const float s = 1.0f / (1.0f + expf(-g));
+  return s * (1.0f + g * (1.0f - s));
+}
+
+// x = [gate | up], y = act(gate) * up.
 template <typename T>
-__global__ void SwigluKernel(Mat<T> x, Mat<T> y) {
+__global__ void GluKernel(Mat<T> x, Mat<T> y, bool gelu) {
   FOR_EACH_ELEMENT(y.rows, y.cols, r, j) {
-    const float g = x.Get(r, j), u = x.Get(r, y.cols + j);
-    y.Set(r, j, g / (1.0f + expf(-g)) * u);
+    y.Set(r, j, GateValue(gelu, x.Get(r, j)) * x.Get(r, y.cols + j));
   }
 }
 
-// With s = sigmoid(gate): dgate = dy up s (1 + gate (1 - s)), dup = dy gate s.
+// dgate = dy up act'(gate), dup = dy act(gate).
 template <typename T>
-__global__ void SwigluBackwardKernel(Mat<T> x, Mat<T> dy, Mat<T> dx) {
+__global__ void GluBackwardKernel(Mat<T> x, Mat<T> dy, Mat<T> dx, bool gelu) {
   const int64_t f = dy.cols;
   FOR_EACH_ELEMENT(dy.rows, f, r, j) {
     const float g = x.Get(r, j), u = x.Get(r, f + j), d = dy.Get(r, j);
-    const float s = 1.0f / (1.0f + expf(-g));
-    dx.Set(r, j, d * u * s * (1.0f + g * (1.0f - s)));
-    dx.Set(r, f + j, d * g * s);
+    dx.Set(r, j, d * u * GateSlope(gelu, g));
+    dx.Set(r, f + j, d * GateValue(gelu, g));
   }
 }
 
@@ -551,27 +560,27 @@ Status SquaredReluBackward(Context* c, DView x, DView dy, DView dx) {
   });
 }
 
-Status Swiglu(Context* c, DView x, DView y) {
+Status Glu(Context* c, bool gelu, DView x, DView y) {
   if (!Valid(x) || !Valid(y) || x.rows != y.rows || x.cols != 2 * y.cols)
-    return Error("swiglu: x must be rows x 2f and y rows x f");
+    return Error("gated unit: x must be rows x 2f and y rows x f");
   if (Empty(y)) return Status::Ok();
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    SwigluKernel<T><<<RowBlocks(y.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(y));
-    return Launched("swiglu");
+    GluKernel<T><<<RowBlocks(y.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(y), gelu);
+    return Launched(gelu ? "geglu" : "swiglu");
   });
 }
 
-Status SwigluBackward(Context* c, DView x, DView dy, DView dx) {
+Status GluBackward(Context* c, bool gelu, DView x, DView dy, DView dx) {
   if (!Valid(x) || !Valid(dy) || !Valid(dx) || x.rows != dy.rows || x.cols != 2 * dy.cols ||
       !SameShape(x, dx))
-    return Error("swiglu backward: x and dx must be rows x 2f and dy rows x f");
+    return Error("gated unit backward: x and dx must be rows x 2f and dy rows x f");
   if (Empty(dy)) return Status::Ok();
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    SwigluBackwardKernel<T>
-        <<<RowBlocks(dy.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(dy), Typed<T>(dx));
-    return Launched("swiglu backward");
+    GluBackwardKernel<T><<<RowBlocks(dy.rows), kThreads, 0, Current(c)>>>(Typed<T>(x), Typed<T>(dy),
+                                                                          Typed<T>(dx), gelu);
+    return Launched(gelu ? "geglu backward" : "swiglu backward");
   });
 }
 

@@ -121,11 +121,13 @@ Status HeadNormBackward(Context* context, bool rms, int64_t heads, int64_t q_hea
                         const void* gamma, float eps, DView dy, DView dx, void* dgamma);
 Status Gelu(Context* context, DView x, DView y);
 Status GeluBackward(Context* context, DView x, DView dy, DView dx);
-Status Swiglu(Context* context, DView x, DView y);
+// A gated linear unit as exec/cpu_kernels.h's cpu::GluForward: x = [gate | up] (2f columns), y =
+// act(gate) * up, act the tanh GeLU (`gelu`: GeGLU) or SiLU (SwiGLU); backward dx = [dgate | dup].
+Status Glu(Context* context, bool gelu, DView x, DView y);
+Status GluBackward(Context* context, bool gelu, DView x, DView dy, DView dx);
 // Squared ReLU: y = max(x, 0)^2; dx = dy 2 max(x, 0).
 Status SquaredRelu(Context* context, DView x, DView y);
 Status SquaredReluBackward(Context* context, DView x, DView dy, DView dx);
-Status SwigluBackward(Context* context, DView x, DView dy, DView dx);
 // Rotary embeddings in place on qkv's Q and K heads, as exec/cpu_kernels.h's cpu::Rope: qkv's
 // rows are whole sequences of `local_len` tokens of CP rank `cp_rank` of `cp` (exec/positions.h
 // places them); `inverse` is the backward.

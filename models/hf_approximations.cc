@@ -136,9 +136,7 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
   }
   // Qwen3's and Gemma 3's q_norm and k_norm: priced (ModelSpec::qk_norm), no approximation.
   if (family == Family::kQwen3 || family == Family::kGemma3) model->qk_norm = true;
-  if (IsGemma(family))
-    out.push_back({ModelFeature::kNone, "a GeLU-gated MLP (Gemma's GeGLU)",
-                   "as SwiGLU (a SiLU gate), the same three matrices"});
+  // Gemma's GeLU-gated MLP: priced (Activation::kGeglu), no approximation.
   // Gemma 3 keeps Gemma 2's post-norms (priced: ModelSpec::post_norms, no approximation); its
   // soft-caps are null unless a config sets them (Gemma3TextConfig's defaults), and QK-norm takes
   // their place.

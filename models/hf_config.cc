@@ -107,19 +107,30 @@ const FamilyName* ReadFamily(ConfigReader& config) {
   return nullptr;
 }
 
-void CheckActivation(ConfigReader& config, Family family) {
+// The MLP's activation: GeLU (two matrices) in GPT-2 and GPT-NeoX; in the gated families SwiGLU,
+// or GeGLU where the config names a GeLU (Gemma's gelu_pytorch_tanh, its default when it names
+// none: transformers' GemmaConfig and its successors).
+Activation ReadActivation(ConfigReader& config, Family family) {
   const std::string_view key = family == Family::kGpt2 ? "activation_function" : "hidden_act";
   // Gemma's newer configs name the approximate GeLU it runs in `hidden_activation`.
   auto [found, value] =
       IsGemma(family) ? config.Find({"hidden_activation", key}) : config.Find({key});
-  if (!value.IsDefined()) return;
-  const std::string name = value.IsScalar() ? value.Scalar() : "";
-  const bool ok = Contains(kGeluNames, name) || (IsGated(family) && Contains(kSiluNames, name));
-  if (!ok) {
-    config.FailAt(value.Mark(), found,
-                  fmt::format("unsupported activation '{}': domino models {} MLPs", name,
-                              IsGated(family) ? "gated SiLU or GeLU (SwiGLU-shaped)" : "GeLU"));
+  if (!IsGated(family)) {
+    if (value.IsDefined() && !(value.IsScalar() && Contains(kGeluNames, value.Scalar())))
+      config.FailAt(value.Mark(), found,
+                    fmt::format("unsupported activation '{}': domino models GeLU MLPs",
+                                value.IsScalar() ? value.Scalar() : ""));
+    return Activation::kGelu;
   }
+  if (!value.IsDefined()) return IsGemma(family) ? Activation::kGeglu : Activation::kSwiglu;
+  const std::string name = value.IsScalar() ? value.Scalar() : "";
+  if (Contains(kGeluNames, name)) return Activation::kGeglu;
+  if (!Contains(kSiluNames, name))
+    config.FailAt(value.Mark(), found,
+                  fmt::format("unsupported activation '{}': domino models gated SiLU (SwiGLU) or "
+                              "GeLU (GeGLU) MLPs",
+                              name));
+  return Activation::kSwiglu;
 }
 
 std::string NameFromPath(std::string_view file) {
@@ -279,8 +290,7 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
         *original == std::floor(*original))
       model.seq_len = static_cast<int>(*original);
   }
-  CheckActivation(config, family);
-  model.activation = IsGated(family) ? Activation::kSwiglu : Activation::kGelu;
+  model.activation = ReadActivation(config, family);
   model.norm = IsGated(family) ? Norm::kRmsNorm : Norm::kLayerNorm;
   // GPT-2 learns absolute positions (wpe) and the Llama family rotates Q and K, as their norms
   // say by default; GPT-NeoX has LayerNorm and rotates part of each head (rotary_pct).

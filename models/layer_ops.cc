@@ -54,7 +54,7 @@ std::vector<LayerOp> LayerOps(const ModelSpec& model, const LayerShape& shape) {
   const int64_t a = model.heads / shape.tp;
   const int64_t g = model.kv_heads / shape.tp;
   const int64_t f = model.ffn / shape.tp;
-  const bool swiglu = model.activation == Activation::kSwiglu;
+  const bool swiglu = Gated(model.activation);        // GeGLU's passes are SwiGLU's
   const double th = static_cast<double>(tokens) * h;  // elements of one activation tensor
   const double tf = static_cast<double>(tokens) * f;  // elements of one MLP inner tensor
 

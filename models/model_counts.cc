@@ -18,7 +18,7 @@ int64_t LayerMatmulParameters(const ModelSpec& model) {
   const int64_t kv = model.kv_hidden();
   const int64_t f = model.ffn;
   const int64_t attention = h * (q + 2 * kv) + q * h;
-  const int64_t mlp = (model.activation == Activation::kSwiglu ? 3 : 2) * h * f;
+  const int64_t mlp = (Gated(model.activation) ? 3 : 2) * h * f;
   return attention + mlp;
 }
 
@@ -28,7 +28,7 @@ int64_t LayerBiasParameters(const ModelSpec& model) {
   const int64_t kv = model.kv_hidden();
   const int64_t f = model.ffn;
   const int64_t attention = (model.q_hidden() + 2 * kv) + h;
-  const int64_t mlp = (model.activation == Activation::kSwiglu ? 2 * f : f) + h;
+  const int64_t mlp = (Gated(model.activation) ? 2 * f : f) + h;
   return attention + mlp;
 }
 

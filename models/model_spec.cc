@@ -37,10 +37,11 @@ int FullEvery(const std::vector<bool>& windowed) {
 }
 namespace {
 
-constexpr std::array<std::pair<std::string_view, Activation>, 3> kActivations{{
+constexpr std::array<std::pair<std::string_view, Activation>, 4> kActivations{{
     {"gelu", Activation::kGelu},
     {"swiglu", Activation::kSwiglu},
     {"squared-relu", Activation::kSquaredRelu},
+    {"geglu", Activation::kGeglu},
 }};
 constexpr std::array<std::pair<std::string_view, Norm>, 2> kNorms{{
     {"layernorm", Norm::kLayerNorm},

@@ -14,9 +14,14 @@ namespace domino {
 
 class YamlMap;
 
-// The MLP's activation: GeLU (two matrices), SwiGLU (three, gated), or squared ReLU (two, as
-// Nemotron-4: relu(x)^2).
-enum class Activation { kGelu, kSwiglu, kSquaredRelu };
+// The MLP's activation: GeLU (two matrices), SwiGLU (three, gated by SiLU), squared ReLU (two, as
+// Nemotron-4: relu(x)^2), or GeGLU (three, gated by GeLU in its tanh form: Gemma's
+// gelu_pytorch_tanh).
+enum class Activation { kGelu, kSwiglu, kSquaredRelu, kGeglu };
+// Whether the MLP is gated: three matrices, the first writing [gate | up].
+inline bool Gated(Activation activation) {
+  return activation == Activation::kSwiglu || activation == Activation::kGeglu;
+}
 enum class Norm { kLayerNorm, kRmsNorm };
 // Where the attention learns token positions: learned absolute embeddings of `seq_len` rows added
 // to the token embedding (GPT), or rotary embeddings applied to Q and K in every layer (Llama,

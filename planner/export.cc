@@ -94,6 +94,13 @@ std::vector<std::string> ModelApproximations(const Plan& plan,
   return out;
 }
 
+std::optional<std::string> GegluDifference(const ModelSpec& m, std::string_view framework,
+                                           std::string_view launched) {
+  if (m.activation != Activation::kGeglu) return std::nullopt;
+  return fmt::format("model {}: a GeLU-gated MLP (geglu): {} has no setting for it; launched as {}",
+                     m.name, framework, launched);
+}
+
 std::optional<std::string> DominoSlicing(const Plan& plan) {
   if (plan.row_split == 1 && plan.col_split == 1 && plan.scope == OverlapScope::kNone)
     return std::nullopt;
@@ -267,7 +274,9 @@ void AddModelArguments(const ModelSpec& m, const Plan& plan, bool layer_options,
   args.push_back(fmt::format("--max-position-embeddings {}", MaxPositions(plan)));
   args.push_back(fmt::format("--position-embedding-type {}",
                              m.learned_positions() ? "learned_absolute" : "rope"));
-  if (layer_options && m.activation == Activation::kSwiglu) args.push_back("--swiglu");
+  // GeGLU has no flag of its own (--quick-geglu is x sigmoid(1.702 x)): SwiGLU's three matrices,
+  // a `# differs:` line says (GegluDifference).
+  if (layer_options && Gated(m.activation)) args.push_back("--swiglu");
   if (layer_options && m.activation == Activation::kSquaredRelu) args.push_back("--squared-relu");
   if (layer_options && m.norm == Norm::kRmsNorm) args.push_back("--normalization RMSNorm");
   for (const LaunchedFeature& f : MegatronFeatures(m, layer_options))

@@ -82,9 +82,11 @@ Result<std::string> ExportDeepSpeed(const Plan& plan) {
   if (m.norm == Norm::kRmsNorm)
     out.differs.push_back("RMSNorm: DeepSpeed-Domino's layers run LayerNorm");
   if (m.activation != Activation::kGelu)
-    out.differs.push_back(
-        fmt::format("{} MLP: DeepSpeed-Domino's layers run GeLU (over ffn {})",
-                    m.activation == Activation::kSwiglu ? "SwiGLU" : "squared-ReLU", m.ffn));
+    out.differs.push_back(fmt::format("{} MLP: DeepSpeed-Domino's layers run GeLU (over ffn {})",
+                                      m.activation == Activation::kSwiglu  ? "SwiGLU"
+                                      : m.activation == Activation::kGeglu ? "GeGLU"
+                                                                           : "squared-ReLU",
+                                      m.ffn));
   if (m.kv_heads != m.heads) {
     out.differs.push_back(fmt::format(
         "{} key/value heads: DeepSpeed-Domino has no grouped-query attention and runs {} "

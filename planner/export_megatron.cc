@@ -162,6 +162,9 @@ std::string ExportMegatron(const Plan& plan) {
       m.vocab));
   for (const std::string& d : ModelApproximations(plan, MegatronFeatures(m, true)))
     out.differs.push_back(d);
+  if (std::optional<std::string> d = GegluDifference(
+          m, "Megatron-LM", "SwiGLU (--swiglu), the same three matrices with a SiLU gate"))
+    out.differs.push_back(std::move(*d));
   const std::optional<std::string_view> cp_comm_type = LaunchedCpCommType(plan);
   if (cp_comm_type)
     if (auto d = LaunchedCpDifference(plan, "--cp-comm-type ", *cp_comm_type))
@@ -390,15 +393,19 @@ std::string ExportNemo(const Plan& plan) {
   body += fmt::format("  num_query_groups: {}\n",
                       m.kv_heads != m.heads ? std::to_string(m.kv_heads) : "null");
   if (m.head_dim > 0) body += fmt::format("  kv_channels: {}\n", m.head_dim);
+  // GeGLU is NeMo's fast-geglu, as its Gemma configs run it (megatron_gemma2_config.yaml).
   body +=
       fmt::format("  activation: {}\n", m.activation == Activation::kSwiglu        ? "swiglu"
                                         : m.activation == Activation::kSquaredRelu ? "squared-relu"
+                                        : m.activation == Activation::kGeglu       ? "fast-geglu"
                                                                                    : "gelu");
   body += fmt::format("  normalization: {}\n", m.norm == Norm::kRmsNorm ? "rmsnorm" : "layernorm");
   body += fmt::format("  bias: {}\n", YamlBool(m.bias));
-  // Megatron-Core fuses the bias only into GeLU with biases and SwiGLU (transformer_config.py);
-  // megatron_gpt_config.yaml asks for the fusion.
-  if (m.activation == Activation::kSquaredRelu || (m.activation == Activation::kGelu && !m.bias))
+  // Megatron-Core fuses the bias only into GeLU with biases and SwiGLU (transformer_config.py; its
+  // MLP raises on a fused GeGLU gate); megatron_gpt_config.yaml asks for the fusion, NeMo's Gemma
+  // configs turn it off.
+  if (m.activation == Activation::kSquaredRelu || m.activation == Activation::kGeglu ||
+      (m.activation == Activation::kGelu && !m.bias))
     body += "  bias_activation_fusion: false\n";
   body += fmt::format("  position_embedding_type: {}\n",
                       m.learned_positions() ? "learned_absolute" : "rope");

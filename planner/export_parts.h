@@ -52,6 +52,12 @@ std::vector<std::string> ModelApproximations(const Plan& plan,
                                              std::span<const LaunchedFeature> launched = {},
                                              std::string_view joiner = " ");
 
+// A GeGLU model's MLP where `framework` has no setting for it, launched as `launched` ("model
+// NAME: a GeLU-gated MLP (geglu): FRAMEWORK has no setting for it; launched as LAUNCHED");
+// nullopt for other activations.
+std::optional<std::string> GegluDifference(const ModelSpec& m, std::string_view framework,
+                                           std::string_view launched);
+
 // Domino's slicing in words, for the frameworks that have no option for it; nullopt for the
 // baseline.
 std::optional<std::string> DominoSlicing(const Plan& plan);

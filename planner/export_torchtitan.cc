@@ -50,6 +50,7 @@ std::string ExportTorchtitan(const Plan& plan) {
   if (m.norm != Norm::kRmsNorm) architecture.push_back("LayerNorm");
   if (m.activation == Activation::kGelu) architecture.push_back("a GeLU MLP");
   if (m.activation == Activation::kSquaredRelu) architecture.push_back("a squared-ReLU MLP");
+  if (m.activation == Activation::kGeglu) architecture.push_back("a GeLU-gated MLP (GeGLU)");
   if (m.learned_positions()) architecture.push_back("learned positions");
   if (m.bias) architecture.push_back("biases");
   if (m.tied_embeddings) architecture.push_back("tied embeddings");

@@ -68,7 +68,7 @@ Lowering::Lowering(const Plan& plan, const LowerOptions& options)
   a_ = m.heads / t;
   g_ = m.kv_heads / t;
   f_ = m.ffn / t;
-  f1_ = m.activation == Activation::kSwiglu ? 2 * f_ : f_;
+  f1_ = Gated(m.activation) ? 2 * f_ : f_;
   qkv_n_ = (a_ + 2 * g_) * d_;
   e_ = DtypeBytes(plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision);
   tokens_ = static_cast<int64_t>(plan.micro_batch) * plan.local_seq_len();
@@ -355,11 +355,15 @@ void Lowering::ForwardCompute(int l, Block block, int i, const Deps& entry) {
     // into the activation is one more pass over the first linear's output. Squared ReLU
     // unfused is two kernels (Megatron-Core's activations.squared_relu, torch.pow(F.relu(x),
     // 2); its bias_activation_fusion takes only GeLU and SwiGLU): four passes, and its bias
-    // always one of its own.
+    // always one of its own. GeGLU unfused is seven (UnfusedGegluPasses), its bias its own too.
     const bool squared =
         plan_.model.activation == Activation::kSquaredRelu && !plan_.stack.fused_squared_relu;
-    double act_bytes = (squared ? 4 * f_ : f1_ + f_) * RowBytes(1);
-    if (plan_.model.bias && (squared || !plan_.stack.fused_bias_gelu))
+    const bool geglu = UnfusedGeglu();
+    double act_bytes = (squared ? 4 * f_
+                        : geglu ? UnfusedGegluPasses(Phase::kForward) * f_
+                                : f1_ + f_) *
+                       RowBytes(1);
+    if (plan_.model.bias && (squared || geglu || !plan_.stack.fused_bias_gelu))
       act_bytes += 2 * f1_ * RowBytes(1);
     Elementwise(OpFunc::kAct, tags, act_bytes, {}, {SliceOf(t.fc1, i)}, {SliceOf(t.act, i)});
     in = t.act, w_out = t.w_fc2, out = t.fc2, k = f_;
@@ -497,7 +501,10 @@ void Lowering::BackwardCompute(int l, Block block, int i, const Deps& entry) {
     // (seven passes: PyTorch's pow_backward), then relu's threshold_backward (three).
     const bool squared =
         plan_.model.activation == Activation::kSquaredRelu && !plan_.stack.fused_squared_relu;
-    double bytes = (squared ? 10 * f_ : 2 * f1_ + f_) * RowBytes(1);
+    double bytes = (squared          ? 10 * f_
+                    : UnfusedGeglu() ? UnfusedGegluPasses(Phase::kBackward) * f_
+                                     : 2 * f1_ + f_) *
+                   RowBytes(1);
     Elementwise(OpFunc::kActGrad, tags, bytes, {}, {SliceOf(t.fc1, i), SliceOf(t.g_act, i)},
                 {SliceOf(t.g_fc1, i)});
   }

@@ -189,6 +189,20 @@ class Lowering {
     if (plan_.model.post_norms) return attention ? t.g_post1 : t.g_post2;
     return attention ? t.g_mid : OutGrad(l);
   }
+  // Whether the MLP is a GeGLU the stack runs as Megatron-Core's unfused gated linear unit
+  // (StackSpec::fused_geglu false).
+  bool UnfusedGeglu() const {
+    return plan_.model.activation == Activation::kGeglu && !plan_.stack.fused_geglu;
+  }
+  // Its passes over a rank's f MLP columns of a token. Megatron-Core's MLP runs a gate that is
+  // not F.silu or F.gelu without bias_activation_fusion (which raises on it), as glu()
+  // (transformer/mlp.py, core_v0.15.0 to HEAD): chunk [gate | up] (views), the GeLU of the gate
+  // (fast_gelu, one kernel under torch.compile, megatron/core/jit.py: read and write), up +
+  // glu_linear_offset (0: a copy all the same, read and write), their product (read 2, write 1):
+  // 7 forward. Backward, autograd: the product's two gradients (read 2, write 1 each), the
+  // GeLU's compiled backward (read the gate and its gradient, write), and chunk's backward, a
+  // cat of the two into the first linear's gradient (read 2, write 2): 13.
+  static double UnfusedGegluPasses(Phase phase) { return phase == Phase::kBackward ? 13 : 7; }
   // Rows a norm or residual touches: a sequence-parallel shard, or the whole slice.
   double NormRows() const {
     return sp_ ? static_cast<double>(slice_tokens_) / plan_.tp : slice_tokens_;

@@ -37,7 +37,11 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   const bool dropout = plan.applies_dropout(), fp8 = plan.precision == Dtype::kFp8;
   const double q = m.q_hidden() / h, kv = m.kv_hidden() / h;
   const double gemm_input = fp8 ? 1 : 2;
-  const double mlp = ((m.activation == Activation::kSwiglu ? 4.0 : 2.0) + gemm_input) * m.ffn / h;
+  // Megatron-Core's unfused GeGLU (StackSpec::fused_geglu false) keeps the gate's GeLU and the
+  // up half's copy for the product's backward: 2 + 2 more.
+  const bool unfused_geglu = m.activation == Activation::kGeglu && !plan.stack.fused_geglu;
+  const double mlp =
+      ((Gated(m.activation) ? 4.0 : 2.0) + (unfused_geglu ? 4.0 : 0.0) + gemm_input) * m.ffn / h;
   const double masks = (plan.branch_dropout(true) ? 1 : 0) + (plan.branch_dropout(false) ? 1 : 0);
   // Post-norms (ModelSpec::post_norms) keep their inputs, the attention's and the MLP's outputs,
   // 2 + 2 in the whole part.

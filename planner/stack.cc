@@ -133,6 +133,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("sliding_window", &stack.sliding_window, Need::kOptional);
   map.Bool("te_cp_comm_types", &stack.te_cp_comm_types, Need::kOptional);
   map.Bool("fused_squared_relu", &stack.fused_squared_relu, Need::kOptional);
+  map.Bool("fused_geglu", &stack.fused_geglu, Need::kOptional);
   map.Bool("fused_logit_softcap", &stack.fused_logit_softcap, Need::kOptional);
   map.Enum("rope", &stack.rope, Need::kOptional, kRopeKernels);
   map.Enum("attention_copies", &stack.attention_copies, Need::kOptional, kAttentionCopies);

@@ -154,6 +154,11 @@ struct StackSpec {
   // autograd backward (Megatron-Core's squared_relu, which its bias-activation fusion does not
   // take).
   bool fused_squared_relu = false;
+  // A GeGLU MLP (Activation::kGeglu) in one kernel each way, as SwiGLU runs (read [gate | up],
+  // write; backward read them and the gradient, write both gradients), rather than Megatron-Core's
+  // unfused gated linear unit (Lowering::UnfusedGegluPasses), whose bias-activation fusion takes
+  // no GeLU-tanh gate.
+  bool fused_geglu = false;
   // A model's soft cap on the logits (ModelSpec::logit_softcap) inside the loss's own kernels,
   // which take the tanh of each logit as they read it (forward) and scale its gradient by the
   // tanh's derivative as they write it (backward), rather than as PyTorch kernels of its own
@@ -252,7 +257,8 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
 // `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `sliding_window`,
-// `te_cp_comm_types`, `dense_embedding_grad`, `fused_squared_relu`, `fused_logit_softcap`,
+// `te_cp_comm_types`, `dense_embedding_grad`, `fused_squared_relu`, `fused_geglu`,
+// `fused_logit_softcap`,
 // `fp32_scores`,
 // `overlap_p2p` and `fp8_amax_reduction` (false), `cross_entropy` (vocab-parallel), `grad_reduce`
 // (fp32), `grad_sync` (layer), `rope` (fused), `attention_copies` (none), `wgrad_overlaps_tp_comm`,

@@ -46,12 +46,14 @@ double GeluReference(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
 }
 
-Vec SwigluReference(const Vec& x, int64_t rows, int64_t f) {
+// A gated linear unit: act(gate) * up, act SiLU or GeLU.
+Vec GluReference(Gate act, const Vec& x, int64_t rows, int64_t f) {
   Vec y(rows * f);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < f; ++j) {
       const double gate = x[r * 2 * f + j], up = x[r * 2 * f + f + j];
-      y[r * f + j] = gate / (1 + std::exp(-gate)) * up;
+      const double a = act == Gate::kSilu ? gate / (1 + std::exp(-gate)) : GeluReference(gate);
+      y[r * f + j] = a * up;
     }
   }
   return y;
@@ -184,9 +186,12 @@ TEST(CpuKernelsTest, ActivationsByHand) {
   EXPECT_NEAR(y.v[2], 0.841192 - 1, 1e-6);  // GeLU(-x) = GeLU(x) - x
   Dense glu(1, 4), out(1, 2);
   glu.v = {1, 0, 2, 5};  // [gate | up] = [1, 0 | 2, 5]
-  SwigluForward(glu.cmat(), out.mat());
+  GluForward(Gate::kSilu, glu.cmat(), out.mat());
   EXPECT_NEAR(out.v[0], 1.462117, 1e-6);  // silu(1) * 2 = 2 / (1 + e^-1)
   EXPECT_EQ(out.v[1], 0.0f);              // silu(0) = 0
+  GluForward(Gate::kGelu, glu.cmat(), out.mat());
+  EXPECT_NEAR(out.v[0], 2 * 0.841192, 1e-6);  // GeLU(1) * 2
+  EXPECT_EQ(out.v[1], 0.0f);                  // GeLU(0) = 0
 }
 
 TEST(CpuKernelsTest, GeluBackwardMatchesFiniteDifferences) {
@@ -229,17 +234,20 @@ TEST(CpuKernelsTest, SquaredReluByHandAndAgainstFiniteDifferences) {
              1e-5, "dx");
 }
 
-TEST(CpuKernelsTest, SwigluBackwardMatchesFiniteDifferences) {
+TEST(CpuKernelsTest, GatedUnitsBackwardMatchesFiniteDifferences) {
   const Dense x = Random(2, 8, 11, 3), w = Random(2, 4, 12);
   const Vec wd = w.ToDouble();
-  Dense y(2, 4), dx(2, 8);
-  SwigluForward(x.cmat(), y.mat());
-  ExpectNear(y, SwigluReference(x.ToDouble(), 2, 4), 1e-6, "y");
-  SwigluBackward(x.cmat(), w.cmat(), dx.mat());
-  ExpectNear(dx,
-             NumericGradient(x.ToDouble(),
-                             [&](const Vec& v) { return Dot(SwigluReference(v, 2, 4), wd); }),
-             1e-5, "[dgate | dup]");
+  for (const Gate gate : {Gate::kSilu, Gate::kGelu}) {
+    SCOPED_TRACE(gate == Gate::kSilu ? "swiglu" : "geglu");
+    Dense y(2, 4), dx(2, 8);
+    GluForward(gate, x.cmat(), y.mat());
+    ExpectNear(y, GluReference(gate, x.ToDouble(), 2, 4), 1e-6, "y");
+    GluBackward(gate, x.cmat(), w.cmat(), dx.mat());
+    ExpectNear(dx,
+               NumericGradient(x.ToDouble(),
+                               [&](const Vec& v) { return Dot(GluReference(gate, v, 2, 4), wd); }),
+               1e-5, "[dgate | dup]");
+  }
 }
 
 // --- Every kernel on strided views --------------------------------------------------------------
@@ -281,11 +289,11 @@ TEST(CpuKernelsTest, EveryKernelWorksOnStridedViews) {
     const Padded pdy3(dy3, 1);
     Dense y(4, 3), dx(4, 6);
     Padded py(4, 3, 2), pdx(4, 6, 5);
-    SwigluForward(x.cmat(), y.mat());
-    SwigluForward(px.cmat(), py.mat());
+    GluForward(Gate::kSilu, x.cmat(), y.mat());
+    GluForward(Gate::kSilu, px.cmat(), py.mat());
     check(y, py, "swiglu forward");
-    SwigluBackward(x.cmat(), dy3.cmat(), dx.mat());
-    SwigluBackward(px.cmat(), pdy3.cmat(), pdx.mat());
+    GluBackward(Gate::kSilu, x.cmat(), dy3.cmat(), dx.mat());
+    GluBackward(Gate::kSilu, px.cmat(), pdy3.cmat(), pdx.mat());
     check(dx, pdx, "swiglu backward");
   }
   {

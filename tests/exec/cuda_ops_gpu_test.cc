@@ -199,19 +199,21 @@ TEST_P(CudaOpsTypedTest, ActivationsMatchCpu) {
     ExpectOutsideKept(y, "gelu");
     ExpectOutsideKept(dx, "gelu backward");
   }
-  {
+  for (const cpu::Gate gate : {cpu::Gate::kSilu, cpu::Gate::kGelu}) {
+    const bool gelu = gate == cpu::Gate::kGelu;
+    const std::string what = gelu ? "geglu" : "swiglu";
     const Matrix x = Make(rows, 2 * f, -3.0f, 3.0f), y = Make(rows, f), dy = Make(rows, f);
     const Matrix dx = Make(rows, 2 * f);
     std::vector<float> want_y(static_cast<size_t>(rows * f));
     std::vector<float> want_dx(static_cast<size_t>(rows * 2 * f));
-    cpu::SwigluForward(HostView(x), HostView(&want_y, rows, f));
-    cpu::SwigluBackward(HostView(x), HostView(dy), HostView(&want_dx, rows, 2 * f));
-    ASSERT_EQ(Msg(cuda::Swiglu(context_, x.view, y.view)), "");
-    ASSERT_EQ(Msg(cuda::SwigluBackward(context_, x.view, dy.view, dx.view)), "");
-    ExpectNear(Read(y.view), want_y, "swiglu");
-    ExpectNear(Read(dx.view), want_dx, "swiglu backward");
-    ExpectOutsideKept(y, "swiglu");
-    ExpectOutsideKept(dx, "swiglu backward");
+    cpu::GluForward(gate, HostView(x), HostView(&want_y, rows, f));
+    cpu::GluBackward(gate, HostView(x), HostView(dy), HostView(&want_dx, rows, 2 * f));
+    ASSERT_EQ(Msg(cuda::Glu(context_, gelu, x.view, y.view)), "");
+    ASSERT_EQ(Msg(cuda::GluBackward(context_, gelu, x.view, dy.view, dx.view)), "");
+    ExpectNear(Read(y.view), want_y, what);
+    ExpectNear(Read(dx.view), want_dx, what + " backward");
+    ExpectOutsideKept(y, what);
+    ExpectOutsideKept(dx, what + " backward");
   }
   {
     const Matrix x = Make(rows, f, -3.0f, 3.0f), y = Make(rows, f), dy = Make(rows, f);

@@ -330,8 +330,10 @@ Status SquaredRelu(Context* c, DView, DView) { return Launch(c, fake::kElementwi
 Status SquaredReluBackward(Context* c, DView, DView, DView) {
   return Launch(c, fake::kElementwiseUs);
 }
-Status Swiglu(Context* c, DView, DView) { return Launch(c, fake::kElementwiseUs); }
-Status SwigluBackward(Context* c, DView, DView, DView) { return Launch(c, fake::kElementwiseUs); }
+Status Glu(Context* c, bool, DView, DView) { return Launch(c, fake::kElementwiseUs); }
+Status GluBackward(Context* c, bool, DView, DView, DView) {
+  return Launch(c, fake::kElementwiseUs);
+}
 Status Rope(Context* c, int64_t, int64_t, int64_t, int64_t, int, int, bool, DView) {
   return Launch(c, fake::kElementwiseUs);
 }

@@ -34,13 +34,11 @@ TEST(HfApproximations, WhatASpecCannotSayIsListedAsAnApproximation) {
   };
   EXPECT_THAT(approximations("Qwen2-7B"),
               ::testing::ElementsAre(HasSubstr("biases on Q, K and V only (Qwen2)")));
-  EXPECT_THAT(approximations("gemma-2b"),
-              ::testing::ElementsAre(HasSubstr("a GeLU-gated MLP (Gemma's GeGLU)")));
-  // Gemma 2's post-norms and the logits' soft cap are priced (ModelSpec::post_norms,
-  // logit_softcap): no approximation.
+  // Gemma's GeLU gate (Activation::kGeglu), Gemma 2's post-norms and the logits' soft cap are
+  // priced (ModelSpec::post_norms, logit_softcap): no approximation.
+  EXPECT_THAT(approximations("gemma-2b"), ::testing::IsEmpty());
   EXPECT_THAT(approximations("gemma-2-9b"),
               ::testing::ElementsAre(
-                  HasSubstr("a GeLU-gated MLP (Gemma's GeGLU)"),
                   HasSubstr("attention scores soft-capped at 50 (attn_logit_softcapping)"),
                   HasSubstr("a sliding attention window of 4096 tokens (sliding_window) on "
                             "every other layer")));
@@ -113,7 +111,8 @@ TEST(HfApproximations, FeaturesAFrameworkCanBuildAreFields) {
   EXPECT_EQ(load("Phi-3-mini-4k-instruct").window.tokens, 2047);
   EXPECT_EQ(load("Phi-3-mini-4k-instruct").rotary_fraction, 1);
 
-  // Gemma 2 slides on layers 0, 2, 4, ... (transformers' Gemma2Config); its GeGLU is no field.
+  // Gemma 2 slides on layers 0, 2, 4, ... (transformers' Gemma2Config); its attention's soft cap
+  // is no field.
   const ModelSpec gemma2 = load("gemma-2-9b");
   EXPECT_EQ(gemma2.window.tokens, 4096);
   EXPECT_TRUE(gemma2.window.Covers(0));
@@ -121,10 +120,11 @@ TEST(HfApproximations, FeaturesAFrameworkCanBuildAreFields) {
   EXPECT_TRUE(gemma2.window.Covers(40));
   EXPECT_TRUE(gemma2.post_norms);
   EXPECT_EQ(gemma2.logit_softcap, 30);
+  EXPECT_EQ(gemma2.activation, Activation::kGeglu);
   EXPECT_EQ(gemma2.approximations.front().feature, ModelFeature::kNone);
   EXPECT_EQ(gemma2.approximations.front().Text(),
-            "a GeLU-gated MLP (Gemma's GeGLU): priced and exported as SwiGLU (a SiLU gate), the "
-            "same three matrices");
+            "attention scores soft-capped at 50 (attn_logit_softcapping): priced and exported "
+            "without the cap");
   EXPECT_EQ(gemma2.approximations.back().Text(),
             "a sliding attention window of 4096 tokens (sliding_window) on every other layer: "
             "priced " +
@@ -159,11 +159,11 @@ TEST(HfApproximations, Gemma3sLayerTypesSayWhichLayersSlide) {
   // A pattern of 1: every layer attends in full, and no window is listed.
   const ModelSpec none = gemma3(R"("sliding_window_pattern": 1)");
   EXPECT_EQ(none.window.tokens, 0);
-  EXPECT_EQ(none.approximations.size(), 1u);
+  EXPECT_TRUE(none.approximations.empty());
   // A full layer first: no window states it, so none is set and the export says it differs.
   const ModelSpec first = gemma3(R"("layer_types": ["full_attention", "sliding_attention"])");
   EXPECT_EQ(first.window.tokens, 0);
-  ASSERT_EQ(first.approximations.size(), 2u);
+  ASSERT_EQ(first.approximations.size(), 1u);
   EXPECT_EQ(first.approximations.back().feature, ModelFeature::kNone);
   EXPECT_EQ(first.approximations.back().Text(),
             "a sliding attention window of 64 tokens (sliding_window) on layer 1 (layer_types), a "

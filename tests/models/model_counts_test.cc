@@ -49,6 +49,16 @@ TEST(CountParameters, SwigluBiasesByHand) {
   EXPECT_EQ(CountParameters(model).matmul, 2000);
 }
 
+TEST(CountParameters, AGeluGateHasSwiglusThreeMatrices) {
+  // GeGLU (Gemma's): gate, up and down as SwiGLU's, 3 * 8 * 32 = 768 of the 976.
+  ModelSpec model = TinyLlama();
+  model.activation = Activation::kGeglu;
+  EXPECT_TRUE(Gated(model.activation));
+  EXPECT_FALSE(Gated(Activation::kGelu) || Gated(Activation::kSquaredRelu));
+  EXPECT_EQ(CountParameters(model).per_layer, 976);
+  EXPECT_EQ(CountParameters(model).matmul, 2000);
+}
+
 TEST(TrainingFlopsPerToken, TinyGptByHand) {
   // 6 * matmul = 6 * 1616 = 9696; attention 12 * layers * seq_len * hidden = 12*2*16*8 = 3072.
   EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(TinyGpt(), 16), 9696.0 + 3072.0);

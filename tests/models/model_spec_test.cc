@@ -230,6 +230,10 @@ TEST(ParseModel, EnumNames) {
   Result<ModelSpec> squared = ParseModel(WithLine(8, "activation: squared-relu"), "good.yaml");
   ASSERT_TRUE(squared.ok()) << squared.message();
   EXPECT_EQ(squared->activation, Activation::kSquaredRelu);
+  EXPECT_EQ(ActivationName(Activation::kGeglu), "geglu");
+  Result<ModelSpec> geglu = ParseModel(WithLine(8, "activation: geglu"), "good.yaml");
+  ASSERT_TRUE(geglu.ok()) << geglu.message();
+  EXPECT_EQ(geglu->activation, Activation::kGeglu);
   EXPECT_EQ(NormName(Norm::kLayerNorm), "layernorm");
   EXPECT_EQ(NormName(Norm::kRmsNorm), "rmsnorm");
 }
@@ -272,7 +276,7 @@ TEST(ParseModelErrors, HeadsNotDivisibleByKvHeads) {
 
 TEST(ParseModelErrors, UnknownEnumValues) {
   ExpectError(WithLine(8, "activation: relu"), 8, "activation",
-              "unknown value 'relu' (expected gelu | swiglu | squared-relu)");
+              "unknown value 'relu' (expected gelu | swiglu | squared-relu | geglu)");
   ExpectError(WithLine(9, "norm: batchnorm"), 9, "norm",
               "unknown value 'batchnorm' (expected layernorm | rmsnorm)");
   ExpectError(Join(kGoodLines) + "positions: alibi\n", 10, "positions",

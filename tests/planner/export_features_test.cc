@@ -127,6 +127,29 @@ TEST(ExportFeatures, Gemma2sPricedPostNormsAndLogitCapAreNotLaunched) {
   }
 }
 
+// Gemma's GeLU-gated MLP: NeMo's fast-geglu (without the bias-activation fusion, which takes no
+// such gate, as NeMo's Gemma configs set it); Megatron-LM has no flag for it and launches SwiGLU's
+// matrices; DeepSpeed-Domino's layers run GeLU and torchtitan's llama3 SwiGLU.
+TEST(ExportFeatures, GemmasGeluGateIsFastGegluInNemoAndADifferenceElsewhere) {
+  const Exports e = ExportAll(TpEight(HfDir("gemma-2-9b")));
+  EXPECT_THAT(e.nemo, HasSubstr("  activation: fast-geglu\n"));
+  EXPECT_THAT(e.nemo, HasSubstr("  bias_activation_fusion: false\n"));
+  EXPECT_THAT(e.nemo, Not(HasSubstr("GeLU-gated")));
+  EXPECT_THAT(e.megatron, HasSubstr("--swiglu"));
+  EXPECT_THAT(e.megatron,
+              HasSubstr("# differs: model gemma-2-9b: a GeLU-gated MLP (geglu): Megatron-LM has no "
+                        "setting for it; launched as SwiGLU (--swiglu), the same three matrices "
+                        "with a SiLU gate\n"));
+  EXPECT_THAT(e.deepspeed, HasSubstr("GeGLU MLP: DeepSpeed-Domino's layers run GeLU"));
+  EXPECT_THAT(e.torchtitan, HasSubstr("a GeLU-gated MLP (GeGLU)"));
+  // A SwiGLU model says none of it.
+  const Exports llama = ExportAll(TpEight("llama3-8b"));
+  for (const std::string* text :
+       {&llama.megatron, &llama.nemo, &llama.deepspeed, &llama.torchtitan})
+    EXPECT_THAT(*text, Not(HasSubstr("GeGLU")));
+  EXPECT_THAT(llama.nemo, HasSubstr("  activation: swiglu\n"));
+}
+
 TEST(ExportFeatures, PartialRotaryIsARotaryPercent) {
   const Exports e = ExportAll(TpEight(HfDir("pythia-1.4b")));
   const std::string launched =

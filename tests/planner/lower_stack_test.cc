@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "planner/lower.h"
+#include "planner/memory_model.h"
 #include "tests/planner/test_plans.h"
 
 // The lowering as each software stack runs its kernels (planner/catalog/stacks): the loss, the
@@ -119,13 +120,20 @@ TEST(LowerStackTest, TheActivationMovesTheBytesOfItsKernels) {
   // read and write forward, two reads and a write backward; unfused (domino), the bias is two
   // more passes forward. Squared ReLU on megatron-core: relu and pow forward (4 passes) plus the
   // bias (2); backward pow's gradient (7) and relu's (3); the domino stack's own kernels: one pass
-  // each way, the bias its own.
+  // each way, the bias its own. The gated units read [gate | up] (2 passes) and write one, the
+  // bias over both halves (4); backward they read both and the gradient and write both (5).
+  // Megatron-Core fuses SwiGLU with its bias, and runs GeGLU as its unfused glu(): 7 passes
+  // forward (the gate's GeLU, a copy of up, the product) plus the bias's 4, and 13 backward.
   const double pass = 1024.0 * 1280 * 2;
   for (const auto& [stack, activation, forward, backward] :
        {std::tuple{"megatron-core", Activation::kGelu, 2.0, 3.0},
         std::tuple{"domino", Activation::kGelu, 4.0, 3.0},
         std::tuple{"megatron-core", Activation::kSquaredRelu, 6.0, 10.0},
-        std::tuple{"domino", Activation::kSquaredRelu, 4.0, 3.0}}) {
+        std::tuple{"domino", Activation::kSquaredRelu, 4.0, 3.0},
+        std::tuple{"megatron-core", Activation::kSwiglu, 3.0, 5.0},
+        std::tuple{"domino", Activation::kSwiglu, 7.0, 5.0},
+        std::tuple{"megatron-core", Activation::kGeglu, 11.0, 13.0},
+        std::tuple{"domino", Activation::kGeglu, 7.0, 5.0}}) {
     SCOPED_TRACE(std::string(stack) + " " + std::string(ActivationName(activation)));
     PlanKnobs k;
     k.stack = stack;
@@ -146,6 +154,24 @@ TEST(LowerStackTest, TheActivationMovesTheBytesOfItsKernels) {
       }
     }
     EXPECT_EQ(seen, 2);
+  }
+  // Megatron-Core's unfused GeGLU keeps the gate's GeLU and the copy of up for the product's
+  // backward: 2 + 2 bytes a token and MLP column more than SwiGLU, which keeps 2 more than GeLU
+  // (fc1's output is twice as wide). The domino stack's GeGLU keeps what SwiGLU keeps.
+  for (const char* stack : {"megatron-core", "domino"}) {
+    SCOPED_TRACE(stack);
+    PlanKnobs k;
+    k.stack = stack;
+    Plan plan = MakePlan(k);
+    std::map<Activation, double> kept;
+    for (Activation a : {Activation::kGelu, Activation::kSwiglu, Activation::kGeglu}) {
+      plan.model.activation = a;
+      kept[a] = EstimateMemory(plan).activation_bytes;
+    }
+    const double geglu_over_swiglu = kept[Activation::kGeglu] - kept[Activation::kSwiglu];
+    const double swiglu_over_gelu = kept[Activation::kSwiglu] - kept[Activation::kGelu];
+    EXPECT_GT(swiglu_over_gelu, 0);
+    EXPECT_DOUBLE_EQ(geglu_over_swiglu, std::string(stack) == "domino" ? 0 : 2 * swiglu_over_gelu);
   }
 }
 

@@ -124,7 +124,7 @@ def hf_keys():
     keys = set()
     for path, signature in (("models/hf_config.cc", r"\nResult<ModelSpec> ParseHfConfig\("),
                             ("models/hf_config.cc", r"\nconst FamilyName\* ReadFamily\("),
-                            ("models/hf_config.cc", r"\nvoid CheckActivation\("),
+                            ("models/hf_config.cc", r"\nActivation ReadActivation\("),
                             ("models/hf_approximations.cc", r"\nvoid AddApproximations\("),
                             ("models/hf_approximations.cc", r"\nvoid AddGemma3Window\("),
                             ("models/hf_approximations.cc", r"\nvoid AddWindow\(")):
