@@ -144,6 +144,11 @@ class CudaBackend final : public Backend, public CudaRunner {
   bool Rms() const { return model_.norm == Norm::kRmsNorm; }
   bool Glu() const { return Gated(model_.activation); }
   bool GeluGate() const { return model_.activation == Activation::kGeglu; }
+  // The model's sliding window where it covers the op's layer (the chunk's first layer on), as
+  // the CPU backend takes it; 0: none.
+  int64_t Window(const Op& op) const {
+    return model_.window.TokensAt(options_.fill.layer + op.tags.layer);
+  }
   bool SquaredRelu() const { return model_.activation == Activation::kSquaredRelu; }
   // Token ids and labels are fp32 whatever the element type (exact for every vocabulary), and so
   // are the loss statistics (each part's log-sum-exp and the label's logit): in bf16 a

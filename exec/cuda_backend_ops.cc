@@ -42,15 +42,13 @@ Status CudaBackend::Enqueue(int32_t id) {
     case OpFunc::kFc2GradWeight:
       e = cuda::Gemm(context_, in(0), true, in(1), false, out(0), true);
       break;
-    case OpFunc::kAttn:  // within the model's window where it covers the layer (CpuBackend)
+    case OpFunc::kAttn:
       e = cuda::Attention(context_, op.sequences, op.seq_len, op.heads, op.kv_heads, op.head_dim,
-                          model_.window.TokensAt(options_.fill.layer + op.tags.layer), in(0),
-                          out(0));
+                          Window(op), in(0), out(0));
       break;
     case OpFunc::kAttnGrad:
-      e = cuda::AttentionBackward(
-          context_, op.sequences, op.seq_len, op.heads, op.kv_heads, op.head_dim,
-          model_.window.TokensAt(options_.fill.layer + op.tags.layer), in(0), in(1), out(0));
+      e = cuda::AttentionBackward(context_, op.sequences, op.seq_len, op.heads, op.kv_heads,
+                                  op.head_dim, Window(op), in(0), in(1), out(0));
       break;
     case OpFunc::kRope:
     case OpFunc::kRopeGrad:  // in place: reads and writes the same view

@@ -1,8 +1,8 @@
 // The runtime half of exec/cuda_ops.h: contexts and their streams, memory and host transfers,
 // events, graph capture and the HBM measurement. The layer kernels and their launchers are in
-// cuda_layers.cu, cuda_attention.cu and cuda_ends.cu, the emulated collective in
-// cuda_emulation.cu, the GEMM measurements in cuda_gemm_bench.cu; what they share is in
-// cuda_common.cuh.
+// cuda_layers.cu, cuda_activations.cu, cuda_attention.cu and cuda_ends.cu, the emulated
+// collective in cuda_emulation.cu, the GEMM measurements in cuda_gemm_bench.cu; what they share
+// is in cuda_common.cuh.
 #include <cuda.h>  // types of the driver's cuStreamWaitValue32 only: nothing links libcuda
 
 #include <atomic>
