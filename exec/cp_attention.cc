@@ -408,6 +408,7 @@ void CpAttention::Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int c
   const int64_t n = static_cast<int64_t>(c.at.pos.size());
   const int64_t m = static_cast<int64_t>(at.pos.size()), half = dm.local / 2;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double cap = plan_.model.attention_softcap;  // 0: none
   for (int64_t row = 0; row < n; ++row) {
     if (chunk >= 0 && (row % dm.local) / half != chunk) continue;
     for (int64_t h = 0; h < dm.heads; ++h) {
@@ -427,6 +428,12 @@ void CpAttention::Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int c
         double score = 0;
         for (int64_t k = 0; k < d; ++k) score += double{qv[k]} * kr[k];
         score *= scale;
+        double cap_grad = 1;  // the soft cap's derivative, 1 - tanh^2
+        if (cap > 0) {
+          const double th = std::tanh(score / cap);
+          score = cap * th;
+          cap_grad = 1 - th * th;
+        }
         if (!backward) {
           const double mx = std::max(c.max[qh], score);
           const double rescale = std::exp(c.max[qh] - mx), w = std::exp(score - mx);
@@ -439,7 +446,7 @@ void CpAttention::Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int c
         const double p = std::exp(score - c.saved->lse[qh]);
         double dp = 0;
         for (int64_t k = 0; k < d; ++k) dp += double{dO[k]} * vr[k];
-        const double ds = p * (dp - o_dot);
+        const double ds = p * (dp - o_dot) * cap_grad;
         float* dk = key_row + 2 * kv + g * d;
         float* dv = key_row + 3 * kv + g * d;
         float* dq = c.dq.data() + row * q_cols + h * d;

@@ -86,14 +86,30 @@ void CheckAttentionShape(const AttentionShape& s, ConstMat qkv) {
 
 // P = softmax(scale Q K^T) of query head h of sequence `seq`, causal: P(t, u) for FirstKey(t) <=
 // u <= t, and 0 elsewhere. seq_len x seq_len, in fp32; each row is shifted by its maximum before
-// exp.
-RowMajor Probabilities(const AttentionShape& s, ConstMat qkv, int64_t seq, int64_t h) {
+// exp. With a soft cap the scaled scores are capped first, and `cap_grad`, when given, receives
+// the cap's derivative 1 - tanh^2 of each one.
+RowMajor Probabilities(const AttentionShape& s, ConstMat qkv, int64_t seq, int64_t h,
+                       RowMajor* cap_grad = nullptr) {
   const HeadColumns col = Columns(s, h);
   const int64_t row0 = seq * s.seq_len, n = s.seq_len;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   RowMajor p(n, n);
   p.noalias() =
       Block(qkv, row0, col.q, n, s.head_dim) * Block(qkv, row0, col.k, n, s.head_dim).transpose();
+  if (s.softcap > 0) {
+    // Scale, then cap: the exponentials below take the capped scores as they are.
+    p *= scale;
+    scale = 1.0f;
+    const float cap = static_cast<float>(s.softcap);
+    if (cap_grad != nullptr) cap_grad->resize(n, n);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t u = 0; u < n; ++u) {
+        const float th = std::tanh(p(t, u) / cap);
+        p(t, u) = cap * th;
+        if (cap_grad != nullptr) (*cap_grad)(t, u) = 1.0f - th * th;
+      }
+    }
+  }
   for (int64_t t = 0; t < n; ++t) {
     const int64_t lo = FirstKey(t, s.window), keys = t + 1 - lo;
     const float peak = p.row(t).segment(lo, keys).maxCoeff();
@@ -281,7 +297,8 @@ void AttentionForward(const AttentionShape& s, ConstMat qkv, Mat out) {
 
 // Per (sequence, query head), with O = P V, P = softmax(S), S = scale Q K^T (causal):
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP)),  dQ = scale dS K,
-//   dK = scale dS^T Q   (* elementwise; masked entries have P = 0, hence dS = 0).
+//   dK = scale dS^T Q   (* elementwise; masked entries have P = 0, hence dS = 0). With a soft
+// cap, P = softmax(cap tanh(S / cap)) and dS takes the factor 1 - tanh(S / cap)^2 as well.
 // The query heads of a group share one key/value head and add their dK and dV into it, so dqkv
 // is cleared first and every block accumulates.
 void AttentionBackward(const AttentionShape& s, ConstMat qkv, ConstMat dout, Mat dqkv) {
@@ -295,13 +312,15 @@ void AttentionBackward(const AttentionShape& s, ConstMat qkv, ConstMat dout, Mat
     const int64_t row0 = seq * n;
     for (int64_t h = 0; h < s.heads; ++h) {
       const HeadColumns col = Columns(s, h);
-      const RowMajor p = Probabilities(s, qkv, seq, h);
+      RowMajor cap_grad;
+      const RowMajor p = Probabilities(s, qkv, seq, h, &cap_grad);
       const MapC d_out = Block(dout, row0, h * d, n, d);
       Block(dqkv, row0, col.v, n, d).noalias() += p.transpose() * d_out;
       RowMajor ds(n, n);
       ds.noalias() = d_out * Block(qkv, row0, col.v, n, d).transpose();  // dP
       const Eigen::VectorXf row_dot = p.cwiseProduct(ds).rowwise().sum();
       ds = p.cwiseProduct(ds.colwise() - row_dot);
+      if (s.softcap > 0) ds = ds.cwiseProduct(cap_grad);
       Block(dqkv, row0, col.q, n, d).noalias() += scale * (ds * Block(qkv, row0, col.k, n, d));
       Block(dqkv, row0, col.k, n, d).noalias() +=
           scale * (ds.transpose() * Block(qkv, row0, col.q, n, d));

@@ -58,11 +58,14 @@ void SquaredReluBackward(ConstMat x, ConstMat dy, Mat dx);
 // key/value head h / (heads / kv_heads). A row of out is the heads' outputs side by side. Scores
 // are scaled by 1/sqrt(head_dim); token t attends to tokens 0..t of its sequence, or with a
 // sliding `window` (ModelSpec::window) to tokens t - window..t (Megatron-Core's window_size
-// (window, 0), flash-attn's window_size_left); the softmax is computed in fp32.
+// (window, 0), flash-attn's window_size_left); the softmax is computed in fp32. With `softcap` > 0
+// each scaled score s is soft-capped first, softcap * tanh(s / softcap) (ModelSpec::
+// attention_softcap), and the backward scales its gradient by 1 - tanh(s / softcap)^2.
 // qkv.cols = (heads + 2 kv_heads) head_dim; heads % kv_heads == 0.
 struct AttentionShape {
   int64_t sequences = 0, seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t window = 0;  // 0: none
+  double softcap = 0;  // 0: none
 };
 // The first key query t attends to under a sliding window of `window` tokens (0: none).
 inline int64_t FirstKey(int64_t t, int64_t window) {

@@ -8,15 +8,22 @@ namespace {
 
 // One block per row of the scores of all sequences (row = sequence * n + query token t, n keys per
 // row, fp32, already scaled): the causal softmax in place, keys after t, and with a sliding
-// `window` (0: none) keys before t - window, get probability 0. When p_t is not null, the
+// `window` (0: none) keys before t - window, get probability 0. With `softcap` > 0 each score is
+// soft-capped as it is read, softcap * tanh(s / softcap). The row's log-sum-exp goes to lse[row]
+// (the backward recovers each capped score from it and P). When p_t is not null, the
 // probabilities are also stored there as T for the next GEMM.
 template <typename T>
-__global__ void CausalSoftmaxKernel(float* s, T* p_t, int64_t n, int64_t window) {
+__global__ void CausalSoftmaxKernel(float* s, T* p_t, float* lse, int64_t n, int64_t window,
+                                    float softcap) {
   const int64_t row = blockIdx.x, t = row % n;
   const int64_t lo = window > 0 && t > window ? t - window : 0;
   float* sr = s + row * n;
   float peak = -INFINITY;
-  for (int64_t u = lo + threadIdx.x; u <= t; u += blockDim.x) peak = fmaxf(peak, sr[u]);
+  for (int64_t u = lo + threadIdx.x; u <= t; u += blockDim.x) {
+    // Each thread reads back below only the scores it writes here.
+    if (softcap > 0.0f) sr[u] = softcap * tanhf(sr[u] / softcap);
+    peak = fmaxf(peak, sr[u]);
+  }
   peak = BlockMax(peak);
   float sum = 0.0f;
   for (int64_t u = lo + threadIdx.x; u <= t; u += blockDim.x) {
@@ -24,7 +31,9 @@ __global__ void CausalSoftmaxKernel(float* s, T* p_t, int64_t n, int64_t window)
     sr[u] = e;
     sum += e;
   }
-  const float inv = 1.0f / BlockSum(sum);  // >= 1 term equals exp(0), so sum >= 1
+  const float total = BlockSum(sum);  // >= 1 term equals exp(0), so total >= 1
+  const float inv = 1.0f / total;
+  if (threadIdx.x == 0) lse[row] = peak + logf(total);
   for (int64_t u = threadIdx.x; u < n; u += blockDim.x) {
     const float p = u >= lo && u <= t ? sr[u] * inv : 0.0f;
     sr[u] = p;
@@ -34,8 +43,11 @@ __global__ void CausalSoftmaxKernel(float* s, T* p_t, int64_t n, int64_t window)
 
 // The softmax backward of one row (layout as CausalSoftmaxKernel): dS = P (dP - rowsum(P dP)),
 // written over dP in fp32 and, when ds_t is not null, as T. Masked keys have P = 0, so dS = 0.
+// With `softcap` > 0, times the cap's derivative 1 - (c / softcap)^2, the capped score c being
+// log P + the row's log-sum-exp (lse, as the forward kernel wrote it).
 template <typename T>
-__global__ void SoftmaxBackwardKernel(const float* p, float* dp, T* ds_t, int64_t n) {
+__global__ void SoftmaxBackwardKernel(const float* p, float* dp, T* ds_t, const float* lse,
+                                      int64_t n, float softcap) {
   const int64_t row = blockIdx.x;
   const float* pr = p + row * n;
   float* dr = dp + row * n;
@@ -43,19 +55,25 @@ __global__ void SoftmaxBackwardKernel(const float* p, float* dp, T* ds_t, int64_
   for (int64_t u = threadIdx.x; u < n; u += blockDim.x) dot += pr[u] * dr[u];
   dot = BlockSum(dot);
   for (int64_t u = threadIdx.x; u < n; u += blockDim.x) {
-    const float ds = pr[u] * (dr[u] - dot);
+    float ds = pr[u] * (dr[u] - dot);
+    if (softcap > 0.0f && pr[u] > 0.0f) {
+      const float th = (logf(pr[u]) + lse[row]) / softcap;
+      ds *= 1.0f - th * th;
+    }
     dr[u] = ds;
     if (ds_t != nullptr) ds_t[row * n + u] = FromFloat<T>(ds);
   }
 }
 
 // The attention scratch: fp32 scores/probabilities and their gradients, and T copies of both for
-// the GEMMs that take them as an operand, each `cells` entries (one query head, all sequences).
+// the GEMMs that take them as an operand, each `cells` entries (one query head, all sequences),
+// and each row's log-sum-exp.
 struct AttentionScratch {
   float* s;
   float* dp;
   void* p_t;
   void* ds_t;
+  float* lse;
 };
 
 AttentionScratch Carve(void* workspace, size_t cells) {
@@ -68,15 +86,20 @@ AttentionScratch Carve(void* workspace, size_t cells) {
   a.p_t = at;
   at += AlignUp(cells * 2, kAlign);
   a.ds_t = at;
+  at += AlignUp(cells * 2, kAlign);
+  a.lse = reinterpret_cast<float*>(at);  // AttentionWorkspaceBytes reserves a row's worth
   return a;
 }
 
 Status CheckAttention(const Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
-                      int64_t kv_heads, int64_t head_dim, int64_t window, DView qkv, DView out) {
+                      int64_t kv_heads, int64_t head_dim, int64_t window, double softcap, DView qkv,
+                      DView out) {
   if (sequences < 0 || seq_len < 0 || heads <= 0 || kv_heads <= 0 || head_dim <= 0 ||
       heads % kv_heads != 0)
     return Error("attention: heads must be a positive multiple of kv_heads, sizes positive");
   if (window < 0) return Error("attention: a sliding window of 0 (none) or more tokens");
+  if (!(softcap >= 0) || !std::isfinite(softcap))
+    return Error("attention: a soft cap of 0 (none) or a finite positive value");
   if (!Valid(qkv) || !Valid(out)) return Error("attention: an invalid view");
   if (qkv.rows != sequences * seq_len || qkv.cols != (heads + 2 * kv_heads) * head_dim)
     return Error("attention: qkv must be (sequences * seq_len) x ((heads + 2 kv_heads) head_dim)");
@@ -107,10 +130,12 @@ Operand AsOperand(const Output& o) {
   return Operand{o.data, o.type, o.rows, o.cols, o.ld, o.batch_stride};
 }
 
-// S = scale Q_h K_g^T into scratch.s (fp32), then the causal softmax in place (and P as T into
-// scratch.p_t for 16-bit types). Returns the operand that holds P in the context's type.
+// S = scale Q_h K_g^T into scratch.s (fp32), then the causal softmax of the soft-capped scores in
+// place (and P as T into scratch.p_t for 16-bit types, each row's log-sum-exp into scratch.lse).
+// Returns the operand that holds P in the context's type.
 Status Probabilities(Context* c, const Operand& q, const Operand& k, int64_t sequences, int64_t n,
-                     int64_t window, float scale, const AttentionScratch& scratch, Operand* p) {
+                     int64_t window, float softcap, float scale, const AttentionScratch& scratch,
+                     Operand* p) {
   const Output s{scratch.s, CUDA_R_32F, n, n, n, n * n};
   Status e = RowMajorGemm(c, q, false, k, true, s, scale, 0.0f, sequences);
   if (!e.ok()) return e;
@@ -121,7 +146,7 @@ Status Probabilities(Context* c, const Operand& q, const Operand& k, int64_t seq
     using T = typename decltype(tag)::type;
     T* p_t = f32 ? nullptr : static_cast<T*>(scratch.p_t);
     CausalSoftmaxKernel<T><<<static_cast<unsigned>(sequences * n), kThreads, 0, Current(c)>>>(
-        scratch.s, p_t, n, window);
+        scratch.s, p_t, scratch.lse, n, window, softcap);
     return Launched("causal softmax");
   });
 }
@@ -129,10 +154,11 @@ Status Probabilities(Context* c, const Operand& q, const Operand& k, int64_t seq
 }  // namespace
 
 // Per query head h (key/value head g), batched over sequences:
-//   S = scale Q_h K_g^T (fp32), P = causal softmax(S) (within the window), O_h = P V_g.
+//   S = scale Q_h K_g^T (fp32), P = causal softmax(cap(S)) (within the window), O_h = P V_g.
 Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t kv_heads,
-                 int64_t head_dim, int64_t window, DView qkv, DView out) {
-  if (Status e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, window, qkv, out);
+                 int64_t head_dim, int64_t window, double softcap, DView qkv, DView out) {
+  if (Status e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, window, softcap,
+                                qkv, out);
       !e.ok())
     return e;
   if (sequences == 0 || seq_len == 0) return Status::Ok();
@@ -145,7 +171,8 @@ Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, 
                   k = AsOperand(HeadBlock(c, qkv, n, d, col.k));
     const Operand v = AsOperand(HeadBlock(c, qkv, n, d, col.v));
     Operand p{};
-    Status e = Probabilities(c, q, k, sequences, n, window, scale, scratch, &p);
+    Status e = Probabilities(c, q, k, sequences, n, window, static_cast<float>(softcap), scale,
+                             scratch, &p);
     if (e.ok())
       e = RowMajorGemm(c, p, false, v, false, HeadBlock(c, out, n, d, h * d), 1.0f, 0.0f,
                        sequences);
@@ -155,14 +182,14 @@ Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, 
 }
 
 // Per query head h (key/value head g), batched over sequences, with P recomputed as forward:
-//   dP = dO_h V_g^T,  dV_g += P^T dO_h,  dS = P (dP - rowsum(P dP)),
+//   dP = dO_h V_g^T,  dV_g += P^T dO_h,  dS = P (dP - rowsum(P dP)) (times the cap's derivative),
 //   dQ_h = scale dS K_g,  dK_g += scale dS^T Q_h.
 // dqkv is cleared first because the query heads of a group add into one dK_g and dV_g.
 Status AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t heads,
-                         int64_t kv_heads, int64_t head_dim, int64_t window, DView qkv, DView dout,
-                         DView dqkv) {
-  if (Status e =
-          CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, window, qkv, dout);
+                         int64_t kv_heads, int64_t head_dim, int64_t window, double softcap,
+                         DView qkv, DView dout, DView dqkv) {
+  if (Status e = CheckAttention(c, sequences, seq_len, heads, kv_heads, head_dim, window, softcap,
+                                qkv, dout);
       !e.ok())
     return e;
   if (!Valid(dqkv) || !SameShape(qkv, dqkv))
@@ -183,7 +210,8 @@ Status AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t
     const Operand v = AsOperand(HeadBlock(c, qkv, n, d, col.v));
     const Operand d_out = AsOperand(HeadBlock(c, dout, n, d, h * d));
     Operand p{};
-    Status e = Probabilities(c, q, k, sequences, n, window, scale, scratch, &p);
+    Status e = Probabilities(c, q, k, sequences, n, window, static_cast<float>(softcap), scale,
+                             scratch, &p);
     if (e.ok()) e = RowMajorGemm(c, d_out, false, v, true, dp, 1.0f, 0.0f, sequences);
     if (e.ok())
       e = RowMajorGemm(c, p, true, d_out, false, HeadBlock(c, dqkv, n, d, col.v), 1.0f, 1.0f,
@@ -193,7 +221,7 @@ Status AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t
         using T = typename decltype(tag)::type;
         T* ds_t = f32 ? nullptr : static_cast<T*>(scratch.ds_t);
         SoftmaxBackwardKernel<T><<<static_cast<unsigned>(sequences * n), kThreads, 0, Current(c)>>>(
-            scratch.s, scratch.dp, ds_t, n);
+            scratch.s, scratch.dp, ds_t, scratch.lse, n, static_cast<float>(softcap));
         return Launched("softmax backward");
       });
     }

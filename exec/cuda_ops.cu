@@ -226,13 +226,14 @@ Status Reserve(Context* c, size_t bytes) {
 }
 
 // Scores and probabilities of one query head for all sequences at a time: fp32 S/P and dP/dS,
-// and 16-bit copies of P and dS (unused for fp32), each region 256-byte aligned. Independent of
-// `heads` because the kernels loop over heads.
+// 16-bit copies of P and dS (unused for fp32), and each row's fp32 log-sum-exp, each region
+// 256-byte aligned. Independent of `heads` because the kernels loop over heads.
 size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t heads) {
   if (sequences <= 0 || seq_len <= 0) return 0;
-  const size_t cells =
-      static_cast<size_t>(sequences) * static_cast<size_t>(seq_len) * static_cast<size_t>(seq_len);
-  return 2 * AlignUp(cells * 4, kAlign) + 2 * AlignUp(cells * 2, kAlign);
+  const size_t rows = static_cast<size_t>(sequences) * static_cast<size_t>(seq_len);
+  const size_t cells = rows * static_cast<size_t>(seq_len);
+  return 2 * AlignUp(cells * 4, kAlign) + 2 * AlignUp(cells * 2, kAlign) +
+         AlignUp(rows * 4, kAlign);
 }
 
 size_t EmulationWorkspaceBytes(double hbm_bytes) { return hbm_bytes > 0 ? kEmulationBytes : 0; }

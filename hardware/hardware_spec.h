@@ -77,7 +77,8 @@ struct GpuSpec {
   double attention_overhead_keys = 0;
   double attention_backward_overhead_keys = 0;
   // The same four for FlashAttention-2's kernels (AttentionKernel::kFlash2), where the GPU's
-  // flash kernel is another (cuDNN's on Hopper). A GPU file that omits them takes the flash ones.
+  // flash kernel is another (cuDNN's on Hopper), and for FlexAttention's (kFlex), which no
+  // measurement sets apart yet. A GPU file that omits them takes the flash ones.
   double flash2_efficiency = 0.5;
   double flash2_backward_efficiency = 0.5;
   double flash2_overhead_keys = 0;

@@ -142,12 +142,9 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
   // their place.
   if (family == Family::kGemma2 || family == Family::kGemma3) {
     model->post_norms = true;
+    // Priced (ModelSpec::attention_softcap, logit_softcap): no approximation.
     if (const std::optional<double> cap = Number(config, "attn_logit_softcapping"); cap && *cap > 0)
-      out.push_back(
-          {ModelFeature::kNone,
-           fmt::format("attention scores soft-capped at {:g} (attn_logit_softcapping)", *cap),
-           "without the cap"});
-    // Priced (ModelSpec::logit_softcap): no approximation.
+      model->attention_softcap = *cap;
     if (const std::optional<double> cap = Number(config, "final_logit_softcapping");
         cap && *cap > 0)
       model->logit_softcap = *cap;

@@ -79,6 +79,11 @@ std::vector<PricedFeature> PricedFeatures(const ModelSpec& m) {
     out.push_back({ModelFeature::kQkNorm,
                    fmt::format("{} on each head of Q and of K (qk_norm)", norm),
                    "priced with them, exported without them"});
+  if (m.attention_softcap > 0)
+    out.push_back({ModelFeature::kNone,
+                   fmt::format("attention scores soft-capped at {:g} (attention_softcap)",
+                               m.attention_softcap),
+                   "priced with the cap, exported without it"});
   if (m.logit_softcap > 0)
     out.push_back({ModelFeature::kNone,
                    fmt::format("logits soft-capped at {:g} (logit_softcap)", m.logit_softcap),
@@ -145,6 +150,7 @@ void ReadFeatures(YamlMap& map, ModelSpec* model) {
   map.Bool("qk_norm", &model->qk_norm, Need::kOptional);
   map.Bool("post_norms", &model->post_norms, Need::kOptional);
   map.Real("logit_softcap", &model->logit_softcap, Need::kOptional, RealRange{0, 1e6});
+  map.Real("attention_softcap", &model->attention_softcap, Need::kOptional, RealRange{0, 1e6});
   map.Real("rotary_fraction", &model->rotary_fraction, Need::kOptional, RealRange{0, 1});
   if (map.failed()) return;
   std::vector<Approximation>& out = model->approximations;
@@ -244,6 +250,8 @@ std::string ModelToFlowYaml(const ModelSpec& m) {
   if (m.qk_norm) features += ", qk_norm: true";
   if (m.post_norms) features += ", post_norms: true";
   if (m.logit_softcap > 0) features += fmt::format(", logit_softcap: {}", m.logit_softcap);
+  if (m.attention_softcap > 0)
+    features += fmt::format(", attention_softcap: {}", m.attention_softcap);
   if (m.rotary_fraction < 1) features += fmt::format(", rotary_fraction: {}", m.rotary_fraction);
   if (m.window.tokens > 0) {
     const AttentionWindow& w = m.window;

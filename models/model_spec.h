@@ -53,9 +53,10 @@ struct Approximation {
 };
 
 // A feature beyond the model's shape that domino prices (ModelSpec::qk_norm, post_norms,
-// logit_softcap), in words: `what` it is ("an RMSNorm on each head of Q and of K (qk_norm)") and
-// `exported` what an export that cannot launch it says ("priced with them, exported without
-// them"). `domino models` prints `what`; kQkNorm for the QK-norm, which some frameworks launch.
+// logit_softcap, attention_softcap), in words: `what` it is ("an RMSNorm on each head of Q and of K
+// (qk_norm)") and `exported` what an export that cannot launch it says ("priced with them, exported
+// without them"). `domino models` prints `what`; kQkNorm for the QK-norm, which some frameworks
+// launch.
 struct PricedFeature {
   ModelFeature feature = ModelFeature::kNone;
   std::string what;
@@ -131,12 +132,16 @@ struct ModelSpec {
   bool qk_norm = false;   // a `norm` on each head of Q and of K (Qwen3's q_norm and k_norm)
   // A `norm` on the attention's and on the MLP's output before each residual add, besides the
   // norms before them (Gemma 2's and Gemma 3's post_attention_layernorm and
-  // post_feedforward_layernorm). Priced; the executor runs none (docs/formats.md).
+  // post_feedforward_layernorm). Priced and run by the executor (docs/formats.md).
   bool post_norms = false;
   // The logits soft-capped at this value, cap * tanh(logits / cap) before the loss (Gemma 2's
   // final_logit_softcapping, as Megatron-Bridge's Gemma2OutputLayer runs it in three PyTorch
-  // kernels); 0: none. Priced; the executor runs none.
+  // kernels); 0: none. Priced and run by the executor's loss kernels.
   double logit_softcap = 0;
+  // The attention's scaled scores soft-capped at this value, cap * tanh(scores / cap) before the
+  // softmax (Gemma 2's attn_logit_softcapping); 0: none. Priced as the stack runs it
+  // (StackSpec::capped_attention, fused_attention_softcap) and run by the executor.
+  double attention_softcap = 0;
   double rotary_fraction = 1;  // of each head's width that rotary positions turn (GPT-NeoX 0.25)
   AttentionWindow window;      // a sliding window (Mistral; Gemma 2's every other layer)
   // What the file it was read from describes and domino prices otherwise (a feature above, or what
@@ -156,7 +161,7 @@ struct ModelSpec {
 };
 
 // The features of `model` that domino prices beyond its shape, in this order: the QK-norm, the
-// logits' soft cap, the post-norms.
+// attention's soft cap, the logits' soft cap, the post-norms.
 std::vector<PricedFeature> PricedFeatures(const ModelSpec& model);
 
 // Parses and validates model YAML. `file` names the source in messages
@@ -164,8 +169,9 @@ std::vector<PricedFeature> PricedFeatures(const ModelSpec& model);
 // heads, head_dim to hidden / heads, bias to true, tied_embeddings to true, positions by the
 // norm); sizes positive; hidden divisible by heads unless head_dim is given; heads divisible by
 // kv_heads; heads * head_dim at most 10,000,000 and, with rotary positions, an even head width;
-// activation gelu|swiglu|squared-relu; norm layernorm|rmsnorm; positions learned|rotary. The
-// attention's features are optional: qkv_bias (with bias false), qk_norm, rotary_fraction (above 0,
+// activation gelu|swiglu|squared-relu|geglu; norm layernorm|rmsnorm; positions learned|rotary. The
+// attention's features are optional: qkv_bias (with bias false), qk_norm, post_norms, the soft
+// caps logit_softcap and attention_softcap (at most 1e6), rotary_fraction (above 0,
 // at most 1; below 1 with rotary positions only) and window (tokens, or a mapping of
 // AttentionWindow's fields that covers at least one layer).
 Result<ModelSpec> ParseModel(std::string_view text, std::string_view file);

@@ -27,7 +27,8 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   // first output and its activation's, 4*ffn/h, or 6*ffn/h when gated), plus the unfused
   // attention's scores: the softmax's output 2*a*s/h, and with dropout its mask and output 3 more
   // (Korthikanti et al. 2022's 34 + 5as/h). Without dropout PyTorch and Transformer Engine keep
-  // no mask (a dropout of p = 0 returns its input).
+  // no mask (a dropout of p = 0 returns its input). A soft cap on the scores as PyTorch kernels
+  // of their own (StackSpec::fused_attention_softcap false) keeps its tanh's 16-bit output, 2as/h.
   // In fp8 each of Transformer Engine's linears keeps the input its weight gradient needs
   // quantized, 1 byte instead of 2 (module/linear.py: saved_inputmat is the quantized input): the
   // QKV and fc1 inputs (the norms' outputs, whole part 2 -> 1 each) and fc2's (the activation's
@@ -47,7 +48,8 @@ MemoryEstimate EstimateMemory(const Plan& plan, bool flash_attention) {
   // 2 + 2 in the whole part.
   const double whole = 4 + masks + 2 * gemm_input + (m.post_norms ? 4 : 0);
   const double split = 4 * q + 4 * kv + mlp + (fp8 ? q : 0) + (m.qk_norm ? 2 * (q + kv) : 0);
-  const double scores = drop_scores ? 0 : (dropout ? 5 : 2) * a * s / h;
+  const bool capped_scores = m.attention_softcap > 0 && !plan.stack.fused_attention_softcap;
+  const double scores = drop_scores ? 0 : ((dropout ? 5 : 2) + (capped_scores ? 2 : 0)) * a * s / h;
   const double recomputed = 2 * s * b * h / (plan.sequence_parallel ? t : 1);
   const double kept = plan.sequence_parallel ? s * b * h / t * (whole + split + scores)
                                              : s * b * h * (whole + (split + scores) / t);

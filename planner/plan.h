@@ -223,9 +223,17 @@ struct Plan {
   // pytorch/attention/dot_product_attention/utils.py get_attention_backend).
   static constexpr int kMaxFusedHeadDim = 256;
   CrossEntropy loss_kernels() const { return cross_entropy.value_or(stack.cross_entropy); }
+  // A model's soft-capped attention runs the stack's capped_attention where its own kernel is
+  // fused, but for FlexAttention under dropout: Megatron-Bridge's Gemma2FlexDotProductAttention
+  // falls back to its unfused attention when dropout runs.
   AttentionKernel attention_kernel() const {
     if (attention) return *attention;
-    return model.head_width() > kMaxFusedHeadDim ? AttentionKernel::kUnfused : stack.attention;
+    if (model.head_width() > kMaxFusedHeadDim) return AttentionKernel::kUnfused;
+    if (model.attention_softcap > 0 && stack.attention != AttentionKernel::kUnfused)
+      return stack.capped_attention == AttentionKernel::kFlex && applies_dropout()
+                 ? AttentionKernel::kUnfused
+                 : stack.capped_attention;
+    return stack.attention;
   }
   // Whether layer `layer` (from 0) is priced with the model's sliding window: the window covers
   // it, the stack's kernels run windows (StackSpec::sliding_window) and the plan's attention is

@@ -234,17 +234,23 @@ std::optional<PlanRuleFailure> CheckPlanRules(const Plan& p) {
                             "rank, for causal load balance): 2*cp must divide seq_len ({})",
                             2 * p.cp, p.seq_len));
   // A framework's ring attention runs over its fused kernels: Transformer Engine disables
-  // UnfusedDotProductAttention under context parallelism and Megatron-Core's local attention
-  // asserts cp 1. This project's executor (fp32_scores) runs its own over its attention.
-  if (p.cp > 1 && p.attention_kernel() == AttentionKernel::kUnfused && !p.stack.fp32_scores)
+  // UnfusedDotProductAttention under context parallelism, Megatron-Core's local attention asserts
+  // cp 1, and so does Megatron-Bridge's Gemma 2 attention (FlexAttention and unfused alike). This
+  // project's executor (fp32_scores) runs its own over its attention.
+  if (const AttentionKernel kernel = p.attention_kernel();
+      p.cp > 1 && (kernel == AttentionKernel::kUnfused || kernel == AttentionKernel::kFlex) &&
+      !p.stack.fp32_scores) {
+    std::string why;
+    if (!p.attention && p.stack.attention != AttentionKernel::kUnfused)
+      why = m.head_width() > Plan::kMaxFusedHeadDim
+                ? fmt::format(" (its heads, {} wide, are too wide for the fused kernels)",
+                              m.head_width())
+                : " (the model's attention_softcap, which the fused kernels do not take)";
     return fail("parallel.cp",
-                fmt::format("context parallelism needs fused attention (Transformer Engine runs "
-                            "no unfused attention under it); the plan's attention is unfused{}",
-                            !p.attention && p.stack.attention != AttentionKernel::kUnfused
-                                ? fmt::format(" (its heads, {} wide, are too wide for the fused "
-                                              "kernels)",
-                                              m.head_width())
-                                : ""));
+                fmt::format("context parallelism needs Transformer Engine's fused attention (it "
+                            "runs no other under it); the plan's attention is {}{}",
+                            AttentionKernelName(kernel), why));
+  }
   if (auto failure = CheckCpComm(p)) return failure;
   if (m.heads % p.tp != 0)
     return fail("parallel.tp",

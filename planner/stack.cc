@@ -13,10 +13,11 @@
 namespace domino {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, AttentionKernel>, 3> kAttentionKernels{{
+constexpr std::array<std::pair<std::string_view, AttentionKernel>, 4> kAttentionKernels{{
     {"flash", AttentionKernel::kFlash},
     {"flash2", AttentionKernel::kFlash2},
     {"unfused", AttentionKernel::kUnfused},
+    {"flex", AttentionKernel::kFlex},
 }};
 
 constexpr std::array<std::pair<std::string_view, SoftmaxKernels>, 3> kSoftmaxKernels{{
@@ -135,6 +136,8 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("fused_squared_relu", &stack.fused_squared_relu, Need::kOptional);
   map.Bool("fused_geglu", &stack.fused_geglu, Need::kOptional);
   map.Bool("fused_logit_softcap", &stack.fused_logit_softcap, Need::kOptional);
+  map.Bool("fused_attention_softcap", &stack.fused_attention_softcap, Need::kOptional);
+  map.Enum("capped_attention", &stack.capped_attention, Need::kOptional, kAttentionKernels);
   map.Enum("rope", &stack.rope, Need::kOptional, kRopeKernels);
   map.Enum("attention_copies", &stack.attention_copies, Need::kOptional, kAttentionCopies);
   map.Bool("dense_embedding_grad", &stack.dense_embedding_grad, Need::kOptional);

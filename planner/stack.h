@@ -17,9 +17,14 @@ namespace domino {
 // - flash2: FlashAttention-2's kernels (the flash-attn package, what Transformer Engine runs when
 //   NVTE_FUSED_ATTN=0 turns cuDNN's off, and PyTorch's SDPA flash backend), priced with the GPU's
 //   flash2 constants; on a GPU without them, flash's (Ampere, where flash is FlashAttention-2);
-// - unfused: batched GEMMs around a softmax with the s x s scores through HBM.
-enum class AttentionKernel { kFlash, kFlash2, kUnfused };
-std::string_view AttentionKernelName(AttentionKernel kernel);  // "flash", "flash2", "unfused"
+// - unfused: batched GEMMs around a softmax with the s x s scores through HBM;
+// - flex: PyTorch's FlexAttention, a Triton flash kernel compiled around a score modification
+//   (Megatron-Bridge's Gemma 2 attention, which passes its soft cap as one), priced with the
+//   GPU's flash2 constants: no measurement of its own sets it apart from FlashAttention-2 yet
+//   (`tools/torch-kernels` times it beside cuDNN's and FlashAttention-2's).
+enum class AttentionKernel { kFlash, kFlash2, kUnfused, kFlex };
+// "flash", "flash2", "unfused", "flex"
+std::string_view AttentionKernelName(AttentionKernel kernel);
 std::span<const std::pair<std::string_view, AttentionKernel>> AttentionKernelNames();
 
 // The kernels between unfused attention's two products, over the s x s scores (flash attention
@@ -164,6 +169,17 @@ struct StackSpec {
   // tanh's derivative as they write it (backward), rather than as PyTorch kernels of its own
   // through HBM before the loss and autograd's after it (Megatron-Bridge's logit_softcapping).
   bool fused_logit_softcap = false;
+  // The kernel that runs a model's soft-capped attention (ModelSpec::attention_softcap) where
+  // the stack's own `attention` is a fused kernel that takes no cap (Transformer Engine's take
+  // none): Megatron-Bridge's Gemma 2 attention runs FlexAttention with the cap as its score
+  // modification, and its unfused attention where dropout runs (Plan::attention_kernel).
+  AttentionKernel capped_attention = AttentionKernel::kUnfused;
+  // Unfused attention's soft cap inside the softmax's own kernels, which take the tanh of each
+  // score as they read it and scale its gradient by the tanh's derivative (this project's
+  // executor, exec/cuda_attention.cu), rather than PyTorch's three kernels over the scores
+  // through HBM before the softmax and autograd's after it (Megatron-Bridge's
+  // logit_softcapping in its unfused Gemma 2 attention).
+  bool fused_attention_softcap = false;
   // Bias add, dropout and residual add in one pass after the attention projection and the second
   // MLP linear, rather than three.
   bool fused_bias_dropout_add = true;
@@ -258,8 +274,8 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
 // `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `sliding_window`,
 // `te_cp_comm_types`, `dense_embedding_grad`, `fused_squared_relu`, `fused_geglu`,
-// `fused_logit_softcap`,
-// `fp32_scores`,
+// `fused_logit_softcap`, `fused_attention_softcap`,
+// `fp32_scores`, `capped_attention` (unfused),
 // `overlap_p2p` and `fp8_amax_reduction` (false), `cross_entropy` (vocab-parallel), `grad_reduce`
 // (fp32), `grad_sync` (layer), `rope` (fused), `attention_copies` (none), `wgrad_overlaps_tp_comm`,
 // `sliced_fc1_wgrad_overlaps_tp_comm`, `fused_wgrad_accumulation`,

@@ -70,6 +70,7 @@ CostModel::CostModel(const Plan& plan, const CostOptions& options)
   launch_us_ = options.cuda_graphs.value_or(plan.launches_from_graphs()) ? graph_launch_us
                                                                          : eager_launch_us_;
   attention_ = plan.attention_kernel();
+  capped_scores_ = plan.model.attention_softcap > 0 && !plan.stack.fused_attention_softcap;
   fp8_recipe_ = plan.fp8_scaling();
   norm_rows_share_ = plan.sequence_parallel && plan.tp > 1 ? 1.0 / plan.tp : 1.0;
   if (!plan.stack.fused_wgrad_accumulation) {
@@ -218,7 +219,9 @@ OpCost CostModel::AttentionCost(const Op& op) const {
     // with a sliding window), and takes as long again as the GPU's overhead keys would
     // (attention_overhead_keys; FlashAttention-2's own, flash2_overhead_keys, where the plan runs
     // it).
-    const bool flash2 = attention_ == AttentionKernel::kFlash2;
+    // FlexAttention at FlashAttention-2's constants (AttentionKernel::kFlex).
+    const bool flash2 =
+        attention_ == AttentionKernel::kFlash2 || attention_ == AttentionKernel::kFlex;
     const double overhead_keys =
         flash2 ? (backward ? gpu_.flash2_backward_overhead_keys : gpu_.flash2_overhead_keys)
                : (backward ? gpu_.attention_backward_overhead_keys : gpu_.attention_overhead_keys);
@@ -238,15 +241,19 @@ OpCost CostModel::AttentionCost(const Op& op) const {
     // kernel fused; scale, mask and softmax, three; scale and softmax without a mask, two),
     // dropout reads, writes and stores a 1-byte mask, PV reads P; backward writes dP, reads P for
     // dV, undoes dropout, reads P and dP and writes dS for the softmax (and reads and writes it
-    // for the scale's own kernel: five), and reads dS for dQ and dK.
+    // for the scale's own kernel: five), and reads dS for dQ and dK. A soft cap on the scores
+    // as PyTorch kernels of its own (capped_scores_: the division, the tanh and the product, each
+    // a read and a write) adds 6 forward, and 7 backward (the product's and the division's
+    // gradients a read and a write each, the tanh's reads its output and the gradient).
     const StackSpec& stack = plan_stack_;
+    const double cap_passes = capped_scores_ ? (backward ? 7 : 6) : 0;
     const double dropout = dropout_ ? 2.5 : 0;
     const bool fused = softmax_ == SoftmaxKernels::kFused;
     const double softmax_kernels =
         fused ? 1 : (softmax_ == SoftmaxKernels::kScaleMaskSoftmax ? 3 : 2);
     const double passes =
         backward ? 2 + dropout + (fused ? 3 : 5) + 2 : 1 + 2 * softmax_kernels + dropout + 1;
-    double score_bytes = passes * e;
+    double score_bytes = (passes + cap_passes) * e;
     double products = backward ? 4 : 2;
     if (stack.fp32_scores) {
       // The executor's kernels (exec/cuda_attention.cu), bytes per score. Forward: the QK^T GEMM
@@ -255,7 +262,7 @@ OpCost CostModel::AttentionCost(const Op& op) const {
       // a 16-bit copy (2 + 6); PV reads that copy (2): 20. Backward: P again (18, one more
       // GEMM), dP written in fp32 (4), P's copy read for dV (2), the softmax backward reads P and
       // dP twice (16) and writes dS in fp32 and as a copy (6), dQ and dK read the copy (4): 50.
-      score_bytes = backward ? 50 : 20;
+      score_bytes = (backward ? 50 : 20) + cap_passes * 4;
       products = backward ? 5 : 2;
     }
     OpCost gemm = GemmCost(GemmEstimateOf(s, s, d, attention_dtype_));

@@ -45,17 +45,16 @@ struct CostOptions {
 // the forward's work at the same efficiency (it recomputes the scores). Unfused attention (the
 // stack's choice): the QK^T and PV products (four in backward) as batched GEMMs over the whole
 // s x s, then the score passes through HBM the stack's kernels make (softmax fused or not,
-// dropout; fp32 scores with P recomputed in the backward, StackSpec::fp32_scores), added to the
-// GEMM time rather than overlapped with it.
-// Elementwise: bytes over achieved HBM bandwidth.
-// Collectives: EstimateCollective on the fabric the group spans (TP, DP, the pipeline neighbours,
-// the embedding pair, the CP ring's neighbours); a decomposed all-gather part on copy engines
-// (Plan::copy_engine, TP inside one node) is peer copies: kernel_launch_us + the rows it lacks
-// over NVLink at nvlink.GBps_per_direction * nvlink.efficiency, no CTAs, twice its bytes through
-// HBM (reduce-scatter parts stay SM-driven NCCL collectives); a decomposed all-gather's first
-// part holds the rank's own rows (TE's ring starts from the local shard), so only the others' rows
-// of it move. A pipeline send moves its bytes to the neighbour; its recv costs nothing (it ends
-// when the send does). A CP ring step (kCpSendRecv) is a send/recv of its bytes between CP
+// dropout, a soft cap; fp32 scores with P recomputed in the backward, StackSpec::fp32_scores),
+// added to the GEMM time rather than overlapped with it. Elementwise: bytes over achieved HBM
+// bandwidth. Collectives: EstimateCollective on the fabric the group spans (TP, DP, the pipeline
+// neighbours, the embedding pair, the CP ring's neighbours); a decomposed all-gather part on copy
+// engines (Plan::copy_engine, TP inside one node) is peer copies: kernel_launch_us + the rows it
+// lacks over NVLink at nvlink.GBps_per_direction * nvlink.efficiency, no CTAs, twice its bytes
+// through HBM (reduce-scatter parts stay SM-driven NCCL collectives); a decomposed all-gather's
+// first part holds the rank's own rows (TE's ring starts from the local shard), so only the others'
+// rows of it move. A pipeline send moves its bytes to the neighbour; its recv costs nothing (it
+// ends when the send does). A CP ring step (kCpSendRecv) is a send/recv of its bytes between CP
 // neighbours (CpRing): it sends one way while receiving the other, each direction at the link's
 // per-direction bandwidth; all_gather's and a2a's collectives span the CP group (CpGroup),
 // a2a+p2p's all-to-alls its a2a group (CpA2aGroup). A
@@ -91,7 +90,10 @@ class CostModel {
   StackSpec plan_stack_;
   bool dropout_ = false;                             // Plan::applies_dropout
   SoftmaxKernels softmax_ = SoftmaxKernels::kFused;  // Plan::softmax_kernels
-  Fp8Cast fp8_cast_ = Fp8Cast::kNormAndActivation;   // Plan::fp8_casts
+  // Unfused attention's scores soft-capped by kernels of their own (ModelSpec::attention_softcap
+  // without StackSpec::fused_attention_softcap).
+  bool capped_scores_ = false;
+  Fp8Cast fp8_cast_ = Fp8Cast::kNormAndActivation;  // Plan::fp8_casts
   bool copy_engine_parts_ = false;  // decomposed collective parts take no SMs (Plan::copy_engine)
   CommGroup tp_group_, dp_group_, pp_pair_, embedding_pair_, cp_ring_, cp_group_, cp_a2a_group_,
       stage_group_;

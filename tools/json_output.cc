@@ -59,6 +59,7 @@ Json ModelKeysJson(const ModelSpec& m) {
   if (m.qk_norm) keys["qk_norm"] = true;
   if (m.post_norms) keys["post_norms"] = true;
   if (m.logit_softcap > 0) keys["logit_softcap"] = m.logit_softcap;
+  if (m.attention_softcap > 0) keys["attention_softcap"] = m.attention_softcap;
   if (m.rotary_fraction < 1) keys["rotary_fraction"] = m.rotary_fraction;
   if (m.window.tokens > 0) {
     Json window{{"tokens", m.window.tokens}};

@@ -252,8 +252,9 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f, bool with_plan_file) {
       ->check(NamedValue("cross-entropy"));
   app->add_option("--attention", f->attention,
                   "the attention kernel: flash (the GPU's fused one, cuDNN's on Hopper) | flash2 "
-                  "(FlashAttention-2's, as NVTE_FUSED_ATTN=0 runs) | unfused (default: the "
-                  "stack's)")
+                  "(FlashAttention-2's, as NVTE_FUSED_ATTN=0 runs) | unfused | flex (PyTorch's "
+                  "FlexAttention; default: the stack's, or for a model's attention_softcap its "
+                  "capped_attention)")
       ->check(NamedValue("attention"));
   app->add_option("--fp8-recipe", f->fp8_recipe,
                   "with --precision fp8, how tensors are scaled: delayed (from earlier steps' "

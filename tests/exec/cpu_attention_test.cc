@@ -8,7 +8,7 @@
 #include "tests/exec/cpu_kernels_test_util.h"
 
 // The attention and rotary kernels against a double-precision reference, by hand and against
-// finite differences, with and without a sliding window.
+// finite differences, with and without a sliding window and a soft cap on the scores.
 namespace domino::exec::cpu {
 namespace {
 
@@ -37,7 +37,9 @@ Vec AttentionReference(const AttentionShape& s, const Vec& qkv) {
         for (int64_t u = first; u <= t; ++u) {
           double dot = 0;
           for (int64_t i = 0; i < d; ++i) dot += at(row0 + t, h * d + i) * at(row0 + u, k0 + i);
-          p[u] = std::exp(dot / std::sqrt(static_cast<double>(d)));
+          double score = dot / std::sqrt(static_cast<double>(d));
+          if (s.softcap > 0) score = s.softcap * std::tanh(score / s.softcap);
+          p[u] = std::exp(score);
           sum += p[u];
         }
         for (int64_t i = 0; i < d; ++i) {
@@ -145,6 +147,51 @@ TEST(CpuKernelsTest, AttentionWithinASlidingWindow) {
              NumericGradient(x.ToDouble(),
                              [&](const Vec& v) { return Dot(AttentionReference(small, v), wd); }),
              1e-5, "dqkv");
+}
+
+// A soft cap on the scaled scores (Gemma 2's attn_logit_softcapping) low enough to bend them:
+// against the reference forward (by hand for one pair of tokens) and finite differences backward,
+// with and without a window; a cap far above every score changes nothing measurable.
+TEST(CpuKernelsTest, AttentionOfSoftCappedScores) {
+  // One head of width 1, two tokens: query 1 scores q k0 = 2 and q k1 = 4 (scale 1); capped at 1
+  // they become tanh(2) and tanh(4), so the output is V's mean weighted by their exponentials.
+  const AttentionShape pair{1, 2, 1, 1, 1, 0, 1.0};
+  Dense qkv(2, 3);
+  qkv.at(0, 0) = 0.0f, qkv.at(0, 1) = 1.0f, qkv.at(0, 2) = 10.0f;  // q0, k0, v0
+  qkv.at(1, 0) = 2.0f, qkv.at(1, 1) = 2.0f, qkv.at(1, 2) = 20.0f;  // q1, k1, v1
+  Dense out(2, 1);
+  AttentionForward(pair, qkv.cmat(), out.mat());
+  const double w0 = std::exp(std::tanh(2.0)), w1 = std::exp(std::tanh(4.0));
+  EXPECT_FLOAT_EQ(out.at(0, 0), 10.0f);
+  EXPECT_NEAR(out.at(1, 0), (10 * w0 + 20 * w1) / (w0 + w1), 1e-5);
+  AttentionShape uncapped = pair;
+  uncapped.softcap = 0;
+  Dense plain(2, 1);
+  AttentionForward(uncapped, qkv.cmat(), plain.mat());
+  EXPECT_GT(plain.at(1, 0) - out.at(1, 0), 1.0f);  // uncapped, key 1 takes nearly all the weight
+
+  for (const int64_t window : {0, 2}) {
+    const AttentionShape s{2, 5, 4, 2, 3, window, 0.5};
+    const Dense x = Random(10, (4 + 2 * 2) * 3, 27, 2), w = Random(10, 12, 28);
+    Dense y(10, 12);
+    AttentionForward(s, x.cmat(), y.mat());
+    ExpectNear(y, AttentionReference(s, x.ToDouble()), 1e-5, "out");
+    const Vec wd = w.ToDouble();
+    Dense dqkv(10, 24);
+    AttentionBackward(s, x.cmat(), w.cmat(), dqkv.mat());
+    ExpectNear(dqkv,
+               NumericGradient(x.ToDouble(),
+                               [&](const Vec& v) { return Dot(AttentionReference(s, v), wd); }),
+               1e-5, "dqkv");
+    AttentionShape high = s, none = s;
+    high.softcap = 1e4;
+    none.softcap = 0;
+    Dense y_high(10, 12), y_none(10, 12);
+    AttentionForward(high, x.cmat(), y_high.mat());
+    AttentionForward(none, x.cmat(), y_none.mat());
+    ExpectNear(y_high, y_none.ToDouble(), 1e-5, "a cap far above the scores");
+    EXPECT_NE(y.v, y_none.v);
+  }
 }
 
 TEST(CpuKernelsTest, RopeByHand) {

@@ -76,7 +76,7 @@ TEST(ExecuteTest, TheWholeModelMatchesTheReference) {
 // tiny-gemma2's sliding window (layer 0) and soft cap on the logits change what the executor
 // computes: the loss moves without either, and with the window as wide as the sequence the
 // attention is the full causal one.
-TEST(ExecuteTest, TheSlidingWindowAndTheSoftCapAreRun) {
+TEST(ExecuteTest, TheSlidingWindowAndTheSoftCapsAreRun) {
   auto loss = [](const Plan& plan) {
     Result<Schedule> s = LowerForExecution(plan, Extent::kModel);
     EXPECT_TRUE(s.ok()) << s.message();
@@ -90,13 +90,15 @@ TEST(ExecuteTest, TheSlidingWindowAndTheSoftCapAreRun) {
     ASSERT_EQ(plan.model.window.tokens, 5);
     ASSERT_TRUE(plan.model.window.Covers(0) && !plan.model.window.Covers(1));
     const double base = loss(plan);
-    Plan full = plan, wide = plan, uncapped = plan;
+    Plan full = plan, wide = plan, uncapped = plan, scores_uncapped = plan;
     full.model.window = {};
     wide.model.window.tokens = plan.seq_len - 1;
     uncapped.model.logit_softcap = 0;
+    scores_uncapped.model.attention_softcap = 0;
     EXPECT_GT(std::fabs(loss(full) - base), 1e-6);
     EXPECT_DOUBLE_EQ(loss(wide), loss(full));
     EXPECT_GT(std::fabs(loss(uncapped) - base), 1e-3);
+    EXPECT_GT(std::fabs(loss(scores_uncapped) - base), 1e-6);
   }
 }
 

@@ -178,7 +178,7 @@ Status Reserve(Context* context, size_t bytes) {
   return NotCapturing(context, "reserve");
 }
 size_t AttentionWorkspaceBytes(int64_t sequences, int64_t seq_len, int64_t) {
-  return static_cast<size_t>(sequences * seq_len * seq_len * 12);
+  return static_cast<size_t>(sequences * seq_len * (seq_len * 12 + 4));
 }
 size_t EmulationWorkspaceBytes(double hbm_bytes) { return hbm_bytes > 0 ? size_t{512} << 20 : 0; }
 
@@ -338,13 +338,13 @@ Status Rope(Context* c, int64_t, int64_t, int64_t, int64_t, int, int, bool, DVie
   return Launch(c, fake::kElementwiseUs);
 }
 Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t, int64_t,
-                 int64_t, DView, DView) {
+                 int64_t, double, DView, DView) {
   if (c->workspace < AttentionWorkspaceBytes(sequences, seq_len, heads))
     return Error("no workspace");
   return Launch(c, fake::kAttentionUs);
 }
 Status AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t,
-                         int64_t, int64_t, DView, DView, DView) {
+                         int64_t, int64_t, double, DView, DView, DView) {
   if (c->workspace < AttentionWorkspaceBytes(sequences, seq_len, heads))
     return Error("no workspace");
   return Launch(c, 2 * fake::kAttentionUs);

@@ -34,14 +34,13 @@ TEST(HfApproximations, WhatASpecCannotSayIsListedAsAnApproximation) {
   };
   EXPECT_THAT(approximations("Qwen2-7B"),
               ::testing::ElementsAre(HasSubstr("biases on Q, K and V only (Qwen2)")));
-  // Gemma's GeLU gate (Activation::kGeglu), Gemma 2's post-norms and the logits' soft cap are
-  // priced (ModelSpec::post_norms, logit_softcap): no approximation.
+  // Gemma's GeLU gate (Activation::kGeglu), Gemma 2's post-norms and its soft caps on the
+  // attention's scores and the logits are priced (ModelSpec::post_norms, attention_softcap,
+  // logit_softcap): no approximation.
   EXPECT_THAT(approximations("gemma-2b"), ::testing::IsEmpty());
   EXPECT_THAT(approximations("gemma-2-9b"),
-              ::testing::ElementsAre(
-                  HasSubstr("attention scores soft-capped at 50 (attn_logit_softcapping)"),
-                  HasSubstr("a sliding attention window of 4096 tokens (sliding_window) on "
-                            "every other layer")));
+              ::testing::ElementsAre(HasSubstr("a sliding attention window of 4096 tokens "
+                                               "(sliding_window) on every other layer")));
   EXPECT_THAT(approximations("Phi-3-mini-4k-instruct"),
               ::testing::ElementsAre(HasSubstr("a sliding attention window of 2047 tokens")));
   EXPECT_THAT(approximations("Mistral-7B-v0.1"),
@@ -111,8 +110,7 @@ TEST(HfApproximations, FeaturesAFrameworkCanBuildAreFields) {
   EXPECT_EQ(load("Phi-3-mini-4k-instruct").window.tokens, 2047);
   EXPECT_EQ(load("Phi-3-mini-4k-instruct").rotary_fraction, 1);
 
-  // Gemma 2 slides on layers 0, 2, 4, ... (transformers' Gemma2Config); its attention's soft cap
-  // is no field.
+  // Gemma 2 slides on layers 0, 2, 4, ... (transformers' Gemma2Config).
   const ModelSpec gemma2 = load("gemma-2-9b");
   EXPECT_EQ(gemma2.window.tokens, 4096);
   EXPECT_TRUE(gemma2.window.Covers(0));
@@ -120,11 +118,9 @@ TEST(HfApproximations, FeaturesAFrameworkCanBuildAreFields) {
   EXPECT_TRUE(gemma2.window.Covers(40));
   EXPECT_TRUE(gemma2.post_norms);
   EXPECT_EQ(gemma2.logit_softcap, 30);
+  EXPECT_EQ(gemma2.attention_softcap, 50);
   EXPECT_EQ(gemma2.activation, Activation::kGeglu);
-  EXPECT_EQ(gemma2.approximations.front().feature, ModelFeature::kNone);
-  EXPECT_EQ(gemma2.approximations.front().Text(),
-            "attention scores soft-capped at 50 (attn_logit_softcapping): priced and exported "
-            "without the cap");
+  ASSERT_EQ(gemma2.approximations.size(), 1u);
   EXPECT_EQ(gemma2.approximations.back().Text(),
             "a sliding attention window of 4096 tokens (sliding_window) on every other layer: "
             "priced " +

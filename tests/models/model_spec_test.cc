@@ -128,12 +128,14 @@ TEST(ParseModel, ReadsTheAttentionsFeatures) {
   lines.push_back("window: {tokens: 8, first_layer: 2, every: 2, full_every: 6}");  // 14
   lines.push_back("post_norms: true");                                              // 15
   lines.push_back("logit_softcap: 30");                                             // 16
+  lines.push_back("attention_softcap: 50");                                         // 17
   Result<ModelSpec> model = ParseModel(Join(lines), "good.yaml");
   ASSERT_TRUE(model.ok()) << model.message();
   EXPECT_TRUE(model->qkv_bias);
   EXPECT_TRUE(model->qk_norm);
   EXPECT_TRUE(model->post_norms);
   EXPECT_EQ(model->logit_softcap, 30);
+  EXPECT_EQ(model->attention_softcap, 50);
   EXPECT_EQ(model->rotary_fraction, 0.25);
   EXPECT_EQ(model->window.tokens, 8);
   EXPECT_EQ(model->window.first_layer, 2);
@@ -152,7 +154,8 @@ TEST(ParseModel, ReadsTheAttentionsFeatures) {
                              WindowPricing(8)));
   const std::string flow = ModelToFlowYaml(*model);
   EXPECT_THAT(flow, HasSubstr("tied_embeddings: true, qkv_bias: true, qk_norm: true, "
-                              "post_norms: true, logit_softcap: 30, rotary_fraction: 0.25, window: "
+                              "post_norms: true, logit_softcap: 30, attention_softcap: 50, "
+                              "rotary_fraction: 0.25, window: "
                               "{tokens: 8, first_layer: 2, every: "
                               "2, full_every: 6}}"));
   Result<ModelSpec> back = ParseModel(flow, "flow.yaml");

@@ -116,14 +116,15 @@ TEST(ExportFeatures, Qwen3sQkNormIsLaunchedWhereTheFrameworkHasIt) {
   }
 }
 
-TEST(ExportFeatures, Gemma2sPricedPostNormsAndLogitCapAreNotLaunched) {
+TEST(ExportFeatures, Gemma2sPricedPostNormsAndSoftCapsAreNotLaunched) {
   const Exports e = ExportAll(TpEight(HfDir("gemma-2-9b")));
   for (const std::string* text : {&e.megatron, &e.nemo, &e.deepspeed, &e.torchtitan}) {
     EXPECT_THAT(*text, HasSubstr("# differs: model gemma-2-9b: logits soft-capped at 30 "
                                  "(logit_softcap): priced with the cap, exported without it\n"));
     EXPECT_THAT(*text, HasSubstr("(post_norms): priced with them, exported without them\n"));
-    EXPECT_THAT(*text, HasSubstr("attention scores soft-capped at 50 (attn_logit_softcapping): "
-                                 "priced and exported without the cap\n"));
+    EXPECT_THAT(*text, HasSubstr("# differs: model gemma-2-9b: attention scores soft-capped at 50 "
+                                 "(attention_softcap): priced with the cap, exported without "
+                                 "it\n"));
   }
 }
 
@@ -313,8 +314,11 @@ TEST(ExportFeatures, ContextParallelismOverAWindowIsA2aWhereTheHeadsSplit) {
                               "(--cp-comm-type a2a), priced as the p2p ring the plan's stack "
                               "domino runs, which Transformer Engine refuses with a window\n"),
                     HasSubstr("\n--context-parallel-size 2 \\\n--cp-comm-type a2a \\\n")));
-  // Gemma 2's window on every other layer: one comm type for all of them.
-  const std::string gemma = TpCp(HfDir("gemma-2-9b"), "dgx-h100:1:4", 2, 2);
+  // Gemma 3's window on five layers of six: one comm type for all of them. (Gemma 2's soft-capped
+  // attention runs no context parallelism on megatron-core: Megatron-Bridge's asserts cp 1.)
+  const std::string gemma = TpCp(HfDir("gemma-3-4b-pt"), "dgx-h100:1:4", 2, 2);
+  EXPECT_THAT(ParsePlan(TpCp(HfDir("gemma-2-9b"), "dgx-h100:1:4", 2, 2), "plan.yaml").message(),
+              HasSubstr("the plan's attention is flex"));
   EXPECT_THAT(ExportText(gemma, ExportTarget::kMegatron),
               HasSubstr("\n--context-parallel-size 2 \\\n--cp-comm-type a2a \\\n"));
   EXPECT_THAT(ExportText(gemma, ExportTarget::kNemo),

@@ -134,6 +134,17 @@ TEST(MemoryModelTest, WithoutDropoutNoMaskIsKept) {
   EXPECT_EQ(EstimateMemory(plan, true).activation_bytes, 4096.0 * 33 * 2);
 }
 
+TEST(MemoryModelTest, ASoftCapOnTheScoresKeepsItsTanhUnlessTheSoftmaxTakesIt) {
+  Plan plan = TinyPlan();
+  plan.model.attention_softcap = 50;
+  // PyTorch's tanh keeps its 16-bit output for the backward, 2as/h more over the scores:
+  // sbh (10 + 24/t + 7as/(ht)) = 8192 * (10 + 12 + 7*4*32/128) = 8192 * 29 per layer.
+  EXPECT_EQ(EstimateMemory(plan, /*flash_attention=*/false).activation_bytes, 8192.0 * 29 * 2);
+  EXPECT_EQ(EstimateMemory(plan, /*flash_attention=*/true).activation_bytes, 8192.0 * 22 * 2);
+  plan.stack.fused_attention_softcap = true;  // inside the softmax's kernels: nothing more
+  EXPECT_EQ(EstimateMemory(plan, false).activation_bytes, 8192.0 * 27 * 2);
+}
+
 TEST(MemoryModelTest, Fp8LinearsKeepTheirInputsInFp8) {
   Plan plan = TinyPlan();
   plan.precision = Dtype::kFp8;

@@ -159,12 +159,55 @@ TEST(PlanToYamlTest, HeadsWiderThanFusedKernelsTakeRunUnfused) {
       Edit({{"model: gpt3-13b", kWide}, {"  tp: 32\n", "  tp: 16\n  cp: 2\n"}}), "plan.yaml");
   ASSERT_FALSE(ring.ok());
   EXPECT_THAT(ring.message(),
-              HasSubstr("parallel.cp: context parallelism needs fused attention (Transformer "
-                        "Engine runs no unfused attention under it); the plan's attention is "
+              HasSubstr("parallel.cp: context parallelism needs Transformer Engine's fused "
+                        "attention (it runs no other under it); the plan's attention is "
                         "unfused (its heads, 512 wide, are too wide for the fused kernels)"));
   EXPECT_TRUE(ParsePlan(Edit({{"model: gpt3-13b", at256}, {"  tp: 32\n", "  tp: 16\n  cp: 2\n"}}),
                         "plan.yaml")
                   .ok());
+}
+
+// A soft cap on the attention's scores runs the stack's capped_attention where its own kernel is
+// fused and takes no cap: Megatron-Bridge's FlexAttention on megatron-core, its unfused attention
+// when dropout runs; a plan's own kernel wins. Neither runs under context parallelism.
+TEST(PlanToYamlTest, ASoftCappedAttentionRunsTheStacksCappedKernel) {
+  constexpr std::string_view kCapped =
+      "model: {name: c, layers: 2, hidden: 1024, heads: 8, kv_heads: 8, head_dim: 256, ffn: "
+      "4096, vocab: 1000, seq_len: 1024, activation: geglu, norm: rmsnorm, attention_softcap: 50}";
+  Result<Plan> capped = ParsePlan(Edit({{"model: gpt3-13b", kCapped},
+                                        {"  tp: 32\n", "  tp: 8\n"},
+                                        {"dgx-h100:4", "dgx-h100:1\nstack: megatron-core"}}),
+                                  "plan.yaml");
+  ASSERT_TRUE(capped.ok()) << capped.message();
+  EXPECT_EQ(capped->stack.attention, AttentionKernel::kFlash);
+  EXPECT_EQ(capped->stack.capped_attention, AttentionKernel::kFlex);
+  EXPECT_EQ(capped->attention_kernel(), AttentionKernel::kFlex);
+  Plan dropout = *capped;
+  dropout.dropout = true;
+  EXPECT_EQ(dropout.attention_kernel(), AttentionKernel::kUnfused);
+  Plan own = *capped;
+  own.attention = AttentionKernel::kFlash2;
+  EXPECT_EQ(own.attention_kernel(), AttentionKernel::kFlash2);
+  Plan uncapped = *capped;
+  uncapped.model.attention_softcap = 0;
+  EXPECT_EQ(uncapped.attention_kernel(), AttentionKernel::kFlash);
+  // The executor's stack runs its unfused kernels, cap or not.
+  Result<Plan> domino = ParsePlan(Edit({{"model: gpt3-13b", kCapped},
+                                        {"  tp: 32\n", "  tp: 8\n"},
+                                        {"dgx-h100:4", "dgx-h100:1\nstack: domino"}}),
+                                  "plan.yaml");
+  ASSERT_TRUE(domino.ok()) << domino.message();
+  EXPECT_EQ(domino->attention_kernel(), AttentionKernel::kUnfused);
+  EXPECT_TRUE(domino->stack.fused_attention_softcap);
+  Result<Plan> ring = ParsePlan(Edit({{"model: gpt3-13b", kCapped},
+                                      {"  tp: 32\n", "  tp: 4\n  cp: 2\n"},
+                                      {"dgx-h100:4", "dgx-h100:1\nstack: megatron-core"}}),
+                                "plan.yaml");
+  ASSERT_FALSE(ring.ok());
+  EXPECT_THAT(ring.message(),
+              HasSubstr("parallel.cp: context parallelism needs Transformer Engine's fused "
+                        "attention (it runs no other under it); the plan's attention is flex (the "
+                        "model's attention_softcap, which the fused kernels do not take)"));
 }
 
 TEST(PlanToYamlTest, CudaGraphsAreWrittenOnlyWhenSetAndReadBack) {

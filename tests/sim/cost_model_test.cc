@@ -364,5 +364,41 @@ TEST(CostModelTest, UnfusedAttentionWithFp32ScoresPricesTheExecutorsPasses) {
               extra_gemm_us + cells * (50 - 14) / hbm, 1e-6);
 }
 
+// A soft cap on the attention's scores (Gemma 2's): PyTorch's three kernels over the 16-bit
+// scores in unfused attention, 6 passes forward and 7 backward; nothing more inside the executor's
+// softmax (fused_attention_softcap); megatron-core's FlexAttention at FlashAttention-2's rates.
+TEST(CostModelTest, ASoftCapOnTheScoresIsPricedAsTheStackRunsIt) {
+  Op op;
+  op.kind = OpKind::kAttention;
+  op.sequences = 2, op.seq_len = 2048, op.heads = 4, op.kv_heads = 4, op.head_dim = 128;
+  op.bytes = 2.0 * 2 * 2048 * 4 * 128 * 4;
+  const double cells = 2.0 * 4 * 2048 * 2048;
+  const double hbm = 3350 * 0.88 * 1e3;  // bytes per us
+  Plan unfused = testing_util::MakePlan({});
+  unfused.attention = AttentionKernel::kUnfused;
+  Plan capped = unfused;
+  capped.model.attention_softcap = 50;
+  for (const Phase phase : {Phase::kForward, Phase::kBackward}) {
+    op.tags.phase = phase;
+    const double passes = phase == Phase::kForward ? 6 : 7;
+    EXPECT_NEAR(CostModel(capped, {}).Cost(op).alone_us - CostModel(unfused, {}).Cost(op).alone_us,
+                cells * passes * 2 / hbm, 1e-6);
+  }
+  Plan domino = testing_util::MakePlan({.stack = "domino"});
+  Plan domino_capped = domino;
+  domino_capped.model.attention_softcap = 50;
+  ASSERT_TRUE(domino_capped.stack.fused_attention_softcap);
+  EXPECT_EQ(CostModel(domino_capped, {}).Cost(op).alone_us,
+            CostModel(domino, {}).Cost(op).alone_us);
+  // megatron-core: FlexAttention, priced as FlashAttention-2, slower than its own cuDNN kernel.
+  Plan core = testing_util::MakePlan({});
+  Plan flex = core, flash2 = core;
+  flex.model.attention_softcap = 50;
+  ASSERT_EQ(flex.attention_kernel(), AttentionKernel::kFlex);
+  flash2.attention = AttentionKernel::kFlash2;
+  EXPECT_EQ(CostModel(flex, {}).Cost(op).wave_us, CostModel(flash2, {}).Cost(op).wave_us);
+  EXPECT_GT(CostModel(flex, {}).Cost(op).wave_us, CostModel(core, {}).Cost(op).wave_us);
+}
+
 }  // namespace
 }  // namespace domino::sim
