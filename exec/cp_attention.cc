@@ -111,7 +111,8 @@ CpAttention::Rows CpAttention::KeysAt(int owner, int64_t rows) const {
   return RowsOf(owner * a2a_, a2a_, rows);
 }
 
-Status CpAttention::Run(const Schedule& s, int32_t id, Backend& backend, int window) {
+Status CpAttention::Run(const Schedule& s, int32_t id, Backend& backend, int window,
+                        const AttentionDropout& dropout) {
   const Op& op = s.op(id);
   if (s.reads(op).empty() || s.writes(op).empty())
     return Error(fmt::format("op {} ({}): no tensor to read or write", id, s.Label(id)));
@@ -135,7 +136,7 @@ Status CpAttention::Run(const Schedule& s, int32_t id, Backend& backend, int win
       return Transfer(s, id, backend, key);
     case OpFunc::kAttn:
     case OpFunc::kAttnGrad:
-      return Attend(s, id, backend, key, window);
+      return Attend(s, id, backend, key, window, dropout);
     default:
       return wrong();
   }
@@ -306,7 +307,7 @@ Status CpAttention::Trade(const Schedule& s, int32_t id, Backend& backend, const
 }
 
 Status CpAttention::Attend(const Schedule& s, int32_t id, Backend& backend, const Key& key,
-                           int window) {
+                           int window, AttentionDropout dropout) {
   const Op& op = s.op(id);
   const bool backward = op.func == OpFunc::kAttnGrad;
   const bool gathered = comm_ == CpComm::kAllGather;
@@ -344,10 +345,14 @@ Status CpAttention::Attend(const Schedule& s, int32_t id, Backend& backend, cons
     c.sum.assign(queries, 0.0);
     c.acc.assign(queries * static_cast<size_t>(dm.dim), 0.0);
   }
+  // The masks' places: the slice's sequences from its first, and a2a's share of the TP rank's
+  // heads (share j goes to the group's rank j).
+  dropout.first_sequence += s.reads(op)[0].view.row_begin / dm.local;
+  if (a2a_ > 1) dropout.first_head += a2a_group_->rank() * dm.heads;
   if (gathered) {
-    for (Keys& k : c.keys) Fold(dm, c, k, backward, step, window);
+    for (Keys& k : c.keys) Fold(dm, c, k, backward, step, window, dropout);
   } else {
-    Fold(dm, c, c.keys[0], backward, -1, window);
+    Fold(dm, c, c.keys[0], backward, -1, window, dropout);
     if (!backward && c.has_next) {
       std::swap(c.keys[0], c.next);
       c.has_next = false;
@@ -400,8 +405,8 @@ Status CpAttention::Finish(const Schedule& s, int32_t id, Backend& backend, cons
 // Folds `keys` into the core's queries, causally by position within each sequence (and within
 // the window). Forward: the online softmax. Backward: P = exp(scale q k - lse), dV += P dO, dS =
 // P (dO v - rowsum(dO o)), dQ += scale dS k, dK += scale dS q.
-void CpAttention::Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int chunk,
-                       int window) const {
+void CpAttention::Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int chunk, int window,
+                       const AttentionDropout& dropout) const {
   const Rows at = KeysAt(keys.owner, dm.rows);
   const int64_t d = dm.dim, q_cols = dm.q_cols(), kv = dm.kv_cols(), cols = q_cols + 2 * kv;
   const int64_t width = backward ? 4 * kv : 2 * kv, group = dm.heads / dm.kv_heads;
@@ -434,24 +439,28 @@ void CpAttention::Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int c
           score = cap * th;
           cap_grad = 1 - th * th;
         }
+        // The dropout mask of this query and key: it scales the key's weight in the output (and
+        // backward, dV and dP), not the softmax's sum.
+        const double drop = dropout.Scale(c.at.seq[row], h, c.at.pos[row], at.pos[u]);
         if (!backward) {
           const double mx = std::max(c.max[qh], score);
           const double rescale = std::exp(c.max[qh] - mx), w = std::exp(score - mx);
           c.sum[qh] = c.sum[qh] * rescale + w;
           for (int64_t k = 0; k < d; ++k)
-            c.acc[qh * d + k] = c.acc[qh * d + k] * rescale + w * vr[k];
+            c.acc[qh * d + k] = c.acc[qh * d + k] * rescale + w * drop * vr[k];
           c.max[qh] = mx;
           continue;
         }
         const double p = std::exp(score - c.saved->lse[qh]);
         double dp = 0;
         for (int64_t k = 0; k < d; ++k) dp += double{dO[k]} * vr[k];
+        dp *= drop;
         const double ds = p * (dp - o_dot) * cap_grad;
         float* dk = key_row + 2 * kv + g * d;
         float* dv = key_row + 3 * kv + g * d;
         float* dq = c.dq.data() + row * q_cols + h * d;
         for (int64_t k = 0; k < d; ++k) {
-          dv[k] += static_cast<float>(p * dO[k]);
+          dv[k] += static_cast<float>(p * drop * dO[k]);
           dq[k] += static_cast<float>(scale * ds * kr[k]);
           dk[k] += static_cast<float>(scale * ds * qv[k]);
         }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "exec/communicator.h"
+#include "exec/dropout.h"
 #include "exec/interpreter.h"
 #include "models/base/result.h"
 #include "planner/plan.h"
@@ -19,7 +20,8 @@ namespace domino::exec {
 // backend, moves it over the CP groups and folds keys into each query's online softmax (running
 // max, sum and weighted V) in double, causally by position in the sequence. Forward ends with
 // the output and each query's log-sum-exp, kept for the backward, which adds each key's part of
-// dQ, dK and dV.
+// dQ, dK and dV. With dropout, each key's weight in the output is scaled by its mask (the running
+// sum is not), and backward dV and dP take the same mask.
 // - p2p, the ring: each rank's block is its tokens' K and V (backward, with their accumulated
 //   gradients). Forward: transfer j passes the current block to the next CP rank and receives the
 //   previous rank's (double-buffered: the block step j computes with stays), block j folds the
@@ -55,8 +57,11 @@ class CpAttention {
   static bool Runs(const Op& op);
   // Runs op `id` of `schedule` (one that Runs) on `backend`'s tensors; the attention within a
   // sliding `window` of tokens (the model's where it covers the op's layer; 0: none), each query
-  // at position t attending to the keys at t - window .. t.
-  Status Run(const Schedule& schedule, int32_t id, Backend& backend, int window);
+  // at position t attending to the keys at t - window .. t, its scores soft-capped where the
+  // model caps them, and with the layer's `dropout` (exec/dropout.h: its first sequence the
+  // micro-batch's, its first head the TP rank's; rate 0: none).
+  Status Run(const Schedule& schedule, int32_t id, Backend& backend, int window,
+             const AttentionDropout& dropout = {});
 
  private:
   CpAttention(const Plan& plan, Communicator& cp) : plan_(plan), cp_(cp) {}
@@ -109,7 +114,8 @@ class CpAttention {
   Status ReduceScatter(const Schedule& s, int32_t id, Backend& backend, const Key& key);
   Status Trade(const Schedule& s, int32_t id, Backend& backend, const Key& key);
   Status Transfer(const Schedule& s, int32_t id, Backend& backend, const Key& key);
-  Status Attend(const Schedule& s, int32_t id, Backend& backend, const Key& key, int window);
+  Status Attend(const Schedule& s, int32_t id, Backend& backend, const Key& key, int window,
+                AttentionDropout dropout);
   // The core of `key`, or for the p2p ring at its first op (a transfer or block of step 0) a
   // new one with the rank's own block.
   Result<Core*> CoreOf(const Schedule& s, int32_t id, Backend& backend, const Key& key);
@@ -125,8 +131,10 @@ class CpAttention {
   Status Finish(const Schedule& s, int32_t id, Backend& backend, const Key& key, Core& c,
                 const Dims& dm, bool backward);
   // Folds `keys` into the core's queries (only chunk `chunk` of each local sequence, if >= 0),
-  // those within `window` tokens before each query (0: all before it).
-  void Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int chunk, int window) const;
+  // those within `window` tokens before each query (0: all before it), under `dropout` (its
+  // first sequence the slice's, its first head the core's).
+  void Fold(const Dims& dm, Core& c, Keys& keys, bool backward, int chunk, int window,
+            const AttentionDropout& dropout) const;
 
   const Plan& plan_;
   Communicator& cp_;

@@ -113,13 +113,16 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
       // The model's sliding window where it covers the layer (the chunk's first layer on), which
       // the schedule prices only where a stack's kernels skip what lies outside it, and its soft
       // cap on the scores.
-      cpu::AttentionShape shape{op.sequences,
-                                op.seq_len,
-                                op.heads,
-                                op.kv_heads,
-                                op.head_dim,
-                                model_.window.TokensAt(offsets_.layer + op.tags.layer),
-                                model_.attention_softcap};
+      const int layer = offsets_.layer + op.tags.layer;
+      cpu::AttentionShape shape{
+          op.sequences,
+          op.seq_len,
+          op.heads,
+          op.kv_heads,
+          op.head_dim,
+          model_.window.TokensAt(layer),
+          model_.attention_softcap,
+          AttentionDropoutAt(offsets_, seed_, rank_, layer, op, reads[0].view)};
       cpu::ConstMat qkv = in(0);
       if (qkv.rows != shape.sequences * shape.seq_len ||
           qkv.cols != (shape.heads + 2 * shape.kv_heads) * shape.head_dim)

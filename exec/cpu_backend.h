@@ -23,7 +23,8 @@ namespace domino::exec {
 // the micro-batch's tokens; vocabulary padding takes no part in it. Biases and position
 // embeddings are not modelled.
 //
-// Given tensors are filled by FillGiven (exec/reference.h) with `offsets`.
+// Given tensors are filled by FillGiven (exec/reference.h) with `offsets`, which also say the
+// attention dropout's rate and where its masks sit (exec/dropout.h).
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const Schedule& schedule, const ModelSpec& model, int rank, int tp, uint64_t seed,

@@ -282,14 +282,27 @@ void GluBackward(Gate gate, ConstMat x, ConstMat dy, Mat dx) {
   }
 }
 
-// Per (sequence, query head): O = P V, with P from Probabilities and V of the mapped kv head.
+namespace {
+
+// Scales each entry of `m` (a query x key block of sequence `seq` and head h) by its dropout mask.
+void Drop(const AttentionShape& s, int64_t seq, int64_t h, RowMajor& m) {
+  if (s.dropout.rate <= 0) return;
+  for (int64_t t = 0; t < m.rows(); ++t)
+    for (int64_t u = 0; u < m.cols(); ++u) m(t, u) *= s.dropout.Scale(seq, h, t, u);
+}
+
+}  // namespace
+
+// Per (sequence, query head): O = drop(P) V, with P from Probabilities and V of the mapped kv
+// head.
 void AttentionForward(const AttentionShape& s, ConstMat qkv, Mat out) {
   CheckAttentionShape(s, qkv);
   assert(out.rows == qkv.rows && out.cols == s.heads * s.head_dim);
   const int64_t n = s.seq_len, d = s.head_dim;
   for (int64_t seq = 0; seq < s.sequences; ++seq) {
     for (int64_t h = 0; h < s.heads; ++h) {
-      const RowMajor p = Probabilities(s, qkv, seq, h);
+      RowMajor p = Probabilities(s, qkv, seq, h);
+      Drop(s, seq, h, p);
       Block(out, seq * n, h * d, n, d).noalias() = p * Block(qkv, seq * n, Columns(s, h).v, n, d);
     }
   }
@@ -298,7 +311,8 @@ void AttentionForward(const AttentionShape& s, ConstMat qkv, Mat out) {
 // Per (sequence, query head), with O = P V, P = softmax(S), S = scale Q K^T (causal):
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP)),  dQ = scale dS K,
 //   dK = scale dS^T Q   (* elementwise; masked entries have P = 0, hence dS = 0). With a soft
-// cap, P = softmax(cap tanh(S / cap)) and dS takes the factor 1 - tanh(S / cap)^2 as well.
+// cap, P = softmax(cap tanh(S / cap)) and dS takes the factor 1 - tanh(S / cap)^2 as well. With
+// dropout (mask M, kept entries scaled), O = (P * M) V: dV = (P * M)^T dO and dP = (dO V^T) * M.
 // The query heads of a group share one key/value head and add their dK and dV into it, so dqkv
 // is cleared first and every block accumulates.
 void AttentionBackward(const AttentionShape& s, ConstMat qkv, ConstMat dout, Mat dqkv) {
@@ -315,9 +329,12 @@ void AttentionBackward(const AttentionShape& s, ConstMat qkv, ConstMat dout, Mat
       RowMajor cap_grad;
       const RowMajor p = Probabilities(s, qkv, seq, h, &cap_grad);
       const MapC d_out = Block(dout, row0, h * d, n, d);
-      Block(dqkv, row0, col.v, n, d).noalias() += p.transpose() * d_out;
+      RowMajor dropped = p;
+      Drop(s, seq, h, dropped);
+      Block(dqkv, row0, col.v, n, d).noalias() += dropped.transpose() * d_out;
       RowMajor ds(n, n);
-      ds.noalias() = d_out * Block(qkv, row0, col.v, n, d).transpose();  // dP
+      ds.noalias() = d_out * Block(qkv, row0, col.v, n, d).transpose();  // dP of the dropped P
+      Drop(s, seq, h, ds);                                               // dP
       const Eigen::VectorXf row_dot = p.cwiseProduct(ds).rowwise().sum();
       ds = p.cwiseProduct(ds.colwise() - row_dot);
       if (s.softcap > 0) ds = ds.cwiseProduct(cap_grad);

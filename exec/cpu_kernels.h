@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "exec/dropout.h"
+
 // fp32 reference kernels of one transformer layer and of the model's ends (embedding and
 // cross-entropy), forward and backward, on row-major views.
 // Every kernel reads and writes only the rows x cols window of its views, never the padding
@@ -60,12 +62,15 @@ void SquaredReluBackward(ConstMat x, ConstMat dy, Mat dx);
 // sliding `window` (ModelSpec::window) to tokens t - window..t (Megatron-Core's window_size
 // (window, 0), flash-attn's window_size_left); the softmax is computed in fp32. With `softcap` > 0
 // each scaled score s is soft-capped first, softcap * tanh(s / softcap) (ModelSpec::
-// attention_softcap), and the backward scales its gradient by 1 - tanh(s / softcap)^2.
+// attention_softcap), and the backward scales its gradient by 1 - tanh(s / softcap)^2. With a
+// `dropout` rate, each probability is scaled by its mask (exec/dropout.h) before P V, and the
+// backward scales dP the same way.
 // qkv.cols = (heads + 2 kv_heads) head_dim; heads % kv_heads == 0.
 struct AttentionShape {
   int64_t sequences = 0, seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t window = 0;  // 0: none
   double softcap = 0;  // 0: none
+  AttentionDropout dropout;
 };
 // The first key query t attends to under a sliding window of `window` tokens (0: none).
 inline int64_t FirstKey(int64_t t, int64_t window) {

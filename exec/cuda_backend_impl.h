@@ -13,6 +13,7 @@
 
 #include "exec/cuda_backend.h"
 #include "exec/cuda_ops.h"
+#include "exec/reference.h"
 #include "exec/stream_plan.h"
 
 namespace domino::exec::internal {
@@ -148,6 +149,11 @@ class CudaBackend final : public Backend, public CudaRunner {
   // the CPU backend takes it; 0: none.
   int64_t Window(const Op& op) const {
     return model_.window.TokensAt(options_.fill.layer + op.tags.layer);
+  }
+  // Its attention dropout, placed as the CPU backend places it (exec/reference.h).
+  AttentionDropout Dropout(const Op& op) const {
+    return AttentionDropoutAt(options_.fill, seed_, rank_, options_.fill.layer + op.tags.layer, op,
+                              schedule_.reads(op)[0].view);
   }
   bool SquaredRelu() const { return model_.activation == Activation::kSquaredRelu; }
   // Token ids and labels are fp32 whatever the element type (exact for every vocabulary), and so

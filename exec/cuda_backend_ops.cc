@@ -44,12 +44,12 @@ Status CudaBackend::Enqueue(int32_t id) {
       break;
     case OpFunc::kAttn:
       e = cuda::Attention(context_, op.sequences, op.seq_len, op.heads, op.kv_heads, op.head_dim,
-                          Window(op), model_.attention_softcap, in(0), out(0));
+                          Window(op), model_.attention_softcap, Dropout(op), in(0), out(0));
       break;
     case OpFunc::kAttnGrad:
       e = cuda::AttentionBackward(context_, op.sequences, op.seq_len, op.heads, op.kv_heads,
-                                  op.head_dim, Window(op), model_.attention_softcap, in(0), in(1),
-                                  out(0));
+                                  op.head_dim, Window(op), model_.attention_softcap, Dropout(op),
+                                  in(0), in(1), out(0));
       break;
     case OpFunc::kRope:
     case OpFunc::kRopeGrad:  // in place: reads and writes the same view

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/dropout.h"
 #include "models/base/result.h"
 
 namespace domino::exec::cuda {
@@ -135,14 +136,15 @@ Status Rope(Context* context, int64_t heads, int64_t kv_heads, int64_t head_dim,
             int cp, int cp_rank, bool inverse, DView qkv);
 // Causal attention with grouped-query heads, the layout of exec/cpu_kernels.h: batched cuBLAS
 // GEMMs for the scores and the outputs, a fused causal softmax (within a sliding `window` of
-// tokens, of the scores soft-capped at `softcap`, as exec/cpu_kernels.h's AttentionShape; 0:
-// none) that masks what the GEMMs compute; needs Reserve(AttentionWorkspaceBytes(...)).
+// tokens, of the scores soft-capped at `softcap`, under `dropout`, as exec/cpu_kernels.h's
+// AttentionShape; 0: none) that masks what the GEMMs compute; needs
+// Reserve(AttentionWorkspaceBytes(...)).
 Status Attention(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
-                 int64_t kv_heads, int64_t head_dim, int64_t window, double softcap, DView qkv,
-                 DView out);
+                 int64_t kv_heads, int64_t head_dim, int64_t window, double softcap,
+                 const AttentionDropout& dropout, DView qkv, DView out);
 Status AttentionBackward(Context* context, int64_t sequences, int64_t seq_len, int64_t heads,
                          int64_t kv_heads, int64_t head_dim, int64_t window, double softcap,
-                         DView qkv, DView dout, DView dqkv);
+                         const AttentionDropout& dropout, DView qkv, DView dout, DView dqkv);
 
 // The model's ends, as exec/cpu_kernels.h computes them. Token ids and labels are fp32 whatever
 // the context's type (views of fp32 elements, one per row of a column; exact up to 2^24, every

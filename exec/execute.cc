@@ -8,6 +8,7 @@
 #include "exec/cpu_backend.h"
 #include "exec/cpu_kernels.h"
 #include "exec/cuda_backend.h"
+#include "exec/dropout.h"
 #include "exec/interpreter.h"
 #include "exec/step.h"
 #include "planner/lower.h"
@@ -151,7 +152,9 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
         LowerStage(ref_plan, LowerOptions{layers, covers.embedding, covers.head, true, true});
     if (!ref_schedule.ok()) return ref_schedule.error();
     SelfCommunicator self;
-    CpuBackend ref(*ref_schedule, ref_plan.model, 0, 1, options.seed);
+    FillOffsets fill;
+    fill.dropout = ref_plan.applies_dropout() ? kDropoutRate : 0;  // the run's masks
+    CpuBackend ref(*ref_schedule, ref_plan.model, 0, 1, options.seed, fill);
     Result<Timeline> ref_timeline = Interpret(*ref_schedule, ref, self);
     if (!ref_timeline.ok()) return ref_timeline.error();
     size_t next = 0;
@@ -376,14 +379,18 @@ Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Commu
   const Schedule& s = result.schedule;
   std::unique_ptr<CudaRunner> cuda;
   std::unique_ptr<CpuBackend> cpu;
+  FillOffsets fill;
+  fill.dropout = plan.applies_dropout() ? kDropoutRate : 0;
   if (options.backend == BackendKind::kCuda) {
+    CudaOptions cuda_options = options.cuda;
+    cuda_options.fill.dropout = fill.dropout;
     Result<std::unique_ptr<CudaRunner>> made =
         MakeCudaRunner(s, plan.model, emulate ? options.emulate_rank : comm.rank(), plan.tp,
-                       options.seed, options.cuda, comm);
+                       options.seed, cuda_options, comm);
     if (!made.ok()) return made.error();
     cuda = std::move(made).value();
   } else {
-    cpu = std::make_unique<CpuBackend>(s, plan.model, comm.rank(), comm.size(), options.seed);
+    cpu = std::make_unique<CpuBackend>(s, plan.model, comm.rank(), comm.size(), options.seed, fill);
   }
   Backend& backend = cuda ? cuda->backend() : *cpu;
   // Streams overlap on the GPU unless collectives go through the host one op at a time.

@@ -112,4 +112,13 @@ void FillGiven(const Tensor& t, const ModelSpec& model, int rank, int tp, uint64
           seed, model.vocab, offsets.token + TokenIndex(t, rank, tp, offsets, r, c) + next));
 }
 
+AttentionDropout AttentionDropoutAt(const FillOffsets& offsets, uint64_t seed, int rank, int layer,
+                                    const Op& op, const View& qkv) {
+  // The micro-batch's first sequence sits at its first token; the view's rows are whole sequences
+  // from its own first. Tensor parallelism cuts the heads evenly: rank r holds r * op.heads on.
+  const int64_t n = std::max<int64_t>(op.seq_len, 1);
+  return {offsets.dropout, AttentionDropoutStream(seed, layer),
+          offsets.token / n + qkv.row_begin / n, static_cast<int64_t>(rank) * op.heads};
+}
+
 }  // namespace domino::exec

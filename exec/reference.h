@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "exec/dropout.h"
 #include "exec/positions.h"
 #include "models/model_spec.h"
 #include "planner/schedule.h"
@@ -42,12 +43,14 @@ int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index);
 // l + layer_offset (weights draw that layer's values), and its token stream starts at token
 // token_offset (micro-batch g of an iteration starts at g x its tokens). With context parallelism
 // (cp > 1) the schedule's rows are the rank's tokens of each sequence: CpPosition says where they
-// sit in it.
+// sit in it. Dropout's masks hang on the same places (exec/dropout.h): `dropout` is the rate of
+// the plan's attention dropout (0: none).
 struct FillOffsets {
   int layer = 0;
   int64_t token = 0;
   int cp = 1, cp_rank = 0;
   int64_t seq_len = 0;  // the whole sequence's tokens (with cp > 1)
+  double dropout = 0;
 };
 
 // Fills `view` of rank `rank`'s `values` of a given tensor (IsGiven): token ids with
@@ -55,6 +58,12 @@ struct FillOffsets {
 // `offsets`.
 void FillGiven(const Tensor& tensor, const ModelSpec& model, int rank, int tp, uint64_t seed,
                const FillOffsets& offsets, const View& view, std::vector<float>& values);
+
+// The dropout of attention op `op` of global layer `layer` on TP rank `rank`, over the rows of
+// `qkv` (whole sequences of the micro-batch, without context parallelism): the rate `offsets`
+// say and where its sequences and heads sit in the whole step (exec/dropout.h).
+AttentionDropout AttentionDropoutAt(const FillOffsets& offsets, uint64_t seed, int rank, int layer,
+                                    const Op& op, const View& qkv);
 
 }  // namespace domino::exec
 

@@ -13,6 +13,7 @@
 #include "exec/cpu_backend.h"
 #include "exec/cpu_kernels.h"
 #include "exec/cuda_backend.h"
+#include "exec/dropout.h"
 #include "exec/interpreter.h"
 #include "exec/step_device.h"
 #include "exec/step_runner.h"
@@ -142,8 +143,9 @@ Status StepRunner::Init() {
     DOMINO_RETURN_IF_ERROR(Describe(plan_, *chunk));
     for (int mb = 0; mb < m; ++mb) {
       const int64_t global_mb = static_cast<int64_t>(me_.dp) * m + mb;
-      const FillOffsets fill{chunk->first_layer, global_mb * tokens, plan_.cp, me_.cp,
-                             plan_.seq_len};
+      const FillOffsets fill{chunk->first_layer, global_mb * tokens,
+                             plan_.cp,           me_.cp,
+                             plan_.seq_len,      plan_.applies_dropout() ? kDropoutRate : 0};
       if (options_.backend == BackendKind::kCuda) {
         CudaOptions cuda = options_.cuda;
         cuda.fill = fill;
@@ -358,9 +360,15 @@ Status StepRunner::RunPass(const Op& op, int32_t id) {
     // A stack's merge kernels, amax reductions and copies around the attention (interpreter.h).
     if (RunsNothing(o)) continue;
     if (cp_attention_ && CpAttention::Runs(o)) {
-      DOMINO_RETURN_IF_ERROR(
-          cp_attention_->Run(s, static_cast<int32_t>(cursor), backend,
-                             plan_.model.window.TokensAt(c.first_layer + o.tags.layer)));
+      // The layer's dropout masks from the micro-batch's first sequence and the TP rank's first
+      // head, as the backends place theirs (FillOffsets).
+      const int layer = c.first_layer + o.tags.layer;
+      const AttentionDropout dropout{
+          plan_.applies_dropout() ? kDropoutRate : 0, AttentionDropoutStream(options_.seed, layer),
+          (static_cast<int64_t>(me_.dp) * it_.micro_batches + mb) * plan_.micro_batch,
+          static_cast<int64_t>(me_.tp) * (plan_.model.heads / plan_.tp)};
+      DOMINO_RETURN_IF_ERROR(cp_attention_->Run(s, static_cast<int32_t>(cursor), backend,
+                                                plan_.model.window.TokensAt(layer), dropout));
       continue;
     }
     if (device_ && o.kind == OpKind::kCollective && plan_.tp > 1) {

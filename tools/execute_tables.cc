@@ -66,7 +66,9 @@ void PrintChecks(const std::vector<exec::TensorCheck>& checks, const std::string
 // under the header; nothing when the plan has none of it.
 void PrintUnrun(const Plan& plan, std::ostream& out) {
   std::vector<std::string> unrun;
-  if (plan.applies_dropout()) unrun.push_back("dropout (its masks and passes)");
+  // The attention's dropout runs (exec/dropout.h); the hidden dropout on the branches does not.
+  if (plan.branch_dropout(true) || plan.branch_dropout(false))
+    unrun.push_back("the residual branches' hidden dropout (its masks and passes)");
   if (!unrun.empty())
     out << fmt::format(
         "# note: priced, not run by the executor: {}; the ops that carry them run "

@@ -44,7 +44,8 @@ Vec AttentionReference(const AttentionShape& s, const Vec& qkv) {
         }
         for (int64_t i = 0; i < d; ++i) {
           double o = 0;
-          for (int64_t u = first; u <= t; ++u) o += p[u] / sum * at(row0 + u, v0 + i);
+          for (int64_t u = first; u <= t; ++u)
+            o += p[u] / sum * s.dropout.Scale(seq, h, t, u) * at(row0 + u, v0 + i);
           out[(row0 + t) * out_cols + h * d + i] = o;
         }
       }
@@ -192,6 +193,52 @@ TEST(CpuKernelsTest, AttentionOfSoftCappedScores) {
     ExpectNear(y_high, y_none.ToDouble(), 1e-5, "a cap far above the scores");
     EXPECT_NE(y.v, y_none.v);
   }
+}
+
+// Dropout on the probabilities (a rate of 0.3 so that a short sequence drops some): against the
+// reference forward and finite differences backward (the masks are fixed by place, so the
+// output is a smooth function of qkv); the masks hang on the sequences' and heads' places in the
+// whole step, so a call over the second sequence and the second pair of heads alone, told where
+// they sit, gives the whole call's values.
+TEST(CpuKernelsTest, AttentionWithDropout) {
+  const AttentionShape s{2, 6, 4, 2, 3, 0, 0.0, {0.3, AttentionDropoutStream(5, 2), 0, 0}};
+  const Dense x = Random(12, (4 + 2 * 2) * 3, 29, 2), w = Random(12, 12, 30);
+  Dense y(12, 12);
+  AttentionForward(s, x.cmat(), y.mat());
+  ExpectNear(y, AttentionReference(s, x.ToDouble()), 1e-5, "out");
+  AttentionShape none = s;
+  none.dropout.rate = 0;
+  Dense y_none(12, 12);
+  AttentionForward(none, x.cmat(), y_none.mat());
+  EXPECT_NE(y.v, y_none.v);
+  int64_t dropped = 0, keys = 0;
+  for (int64_t seq = 0; seq < 2; ++seq)
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t t = 0; t < 6; ++t)
+        for (int64_t u = 0; u <= t; ++u, ++keys) dropped += s.dropout.Scale(seq, h, t, u) == 0;
+  EXPECT_GT(dropped, keys / 8);  // 0.3 of 168: about 50
+  EXPECT_LT(dropped, keys / 2);
+  const Vec wd = w.ToDouble();
+  Dense dqkv(12, 24);
+  AttentionBackward(s, x.cmat(), w.cmat(), dqkv.mat());
+  ExpectNear(dqkv,
+             NumericGradient(x.ToDouble(),
+                             [&](const Vec& v) { return Dot(AttentionReference(s, v), wd); }),
+             1e-5, "dqkv");
+  // Sequence 1's rows and query heads 2 and 3 (key/value head 1) alone: [Q2 Q3 | K1 | V1].
+  AttentionShape part = s;
+  part.sequences = 1, part.heads = 2, part.kv_heads = 1;
+  part.dropout.first_sequence = 1, part.dropout.first_head = 2;
+  Dense x1(6, (2 + 2) * 3), y1(6, 6);
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t c = 0; c < 3; ++c) {
+      x1.at(r, c) = x.at(6 + r, 2 * 3 + c), x1.at(r, 3 + c) = x.at(6 + r, 3 * 3 + c);
+      x1.at(r, 6 + c) = x.at(6 + r, (4 + 1) * 3 + c);
+      x1.at(r, 9 + c) = x.at(6 + r, (4 + 2 + 1) * 3 + c);
+    }
+  AttentionForward(part, x1.cmat(), y1.mat());
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t c = 0; c < 6; ++c) EXPECT_EQ(y1.at(r, c), y.at(6 + r, 2 * 3 + c)) << r << " " << c;
 }
 
 TEST(CpuKernelsTest, RopeByHand) {

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "exec/cpu_kernels.h"
@@ -253,7 +254,8 @@ TEST_P(CudaOpsTypedTest, RopeMatchesCpu) {
 
 TEST_P(CudaOpsTypedTest, GroupedQueryAttentionMatchesCpu) {
   // Full causal attention, and within a sliding window of 5 tokens of the 16, each with and
-  // without a soft cap of 1 on the scores (which bends scores of this size).
+  // without a soft cap of 1 on the scores (which bends scores of this size), and with dropout
+  // (its masks placed at sequence 3 and head 2 on): the CPU kernels' masks, regenerated.
   const cpu::AttentionShape full{2, 16, 4, 2, 8};
   const int64_t rows = full.sequences * full.seq_len;
   const int64_t qkv_cols = (full.heads + 2 * full.kv_heads) * full.head_dim;
@@ -261,34 +263,43 @@ TEST_P(CudaOpsTypedTest, GroupedQueryAttentionMatchesCpu) {
   const Matrix qkv = Make(rows, qkv_cols, -1.5f, 1.5f), out = Make(rows, out_cols);
   const Matrix dout = Make(rows, out_cols), dqkv = Make(rows, qkv_cols);
   EXPECT_NE(Msg(cuda::Attention(context_, full.sequences, full.seq_len, full.heads, full.kv_heads,
-                                full.head_dim, 0, 0.0, qkv.view, out.view)),
+                                full.head_dim, 0, 0.0, {}, qkv.view, out.view)),
             "")
       << "runs without its workspace";
   ASSERT_EQ(Msg(cuda::Reserve(
                 context_, cuda::AttentionWorkspaceBytes(full.sequences, full.seq_len, full.heads))),
             "");
   EXPECT_NE(Msg(cuda::Attention(context_, full.sequences, full.seq_len, full.heads, full.kv_heads,
-                                full.head_dim, 0, -1.0, qkv.view, out.view)),
+                                full.head_dim, 0, -1.0, {}, qkv.view, out.view)),
             "")
       << "a negative soft cap";
-  for (const auto& [window, softcap] :
-       {std::pair<int64_t, double>{0, 0.0}, {5, 0.0}, {0, 1.0}, {5, 1.0}}) {
+  EXPECT_NE(Msg(cuda::Attention(context_, full.sequences, full.seq_len, full.heads, full.kv_heads,
+                                full.head_dim, 0, 0.0, {.rate = 1.0}, qkv.view, out.view)),
+            "")
+      << "a dropout rate of 1";
+  for (const auto& [window, softcap, rate] : {std::tuple<int64_t, double, double>{0, 0.0, 0.0},
+                                              {5, 0.0, 0.0},
+                                              {0, 1.0, 0.0},
+                                              {5, 1.0, 0.0},
+                                              {0, 0.0, 0.25},
+                                              {5, 1.0, 0.25}}) {
     cpu::AttentionShape s = full;
     s.window = window;
     s.softcap = softcap;
+    s.dropout = {rate, AttentionDropoutStream(7, 1), 3, 2};
     std::vector<float> want_out(static_cast<size_t>(rows * out_cols));
     std::vector<float> want_dqkv(static_cast<size_t>(rows * qkv_cols));
     cpu::AttentionForward(s, HostView(qkv), HostView(&want_out, rows, out_cols));
     cpu::AttentionBackward(s, HostView(qkv), HostView(dout), HostView(&want_dqkv, rows, qkv_cols));
     ASSERT_EQ(Msg(cuda::Attention(context_, s.sequences, s.seq_len, s.heads, s.kv_heads, s.head_dim,
-                                  s.window, s.softcap, qkv.view, out.view)),
+                                  s.window, s.softcap, s.dropout, qkv.view, out.view)),
               "");
     ASSERT_EQ(Msg(cuda::AttentionBackward(context_, s.sequences, s.seq_len, s.heads, s.kv_heads,
-                                          s.head_dim, s.window, s.softcap, qkv.view, dout.view,
-                                          dqkv.view)),
+                                          s.head_dim, s.window, s.softcap, s.dropout, qkv.view,
+                                          dout.view, dqkv.view)),
               "");
-    const std::string what =
-        "attention, window " + std::to_string(window) + ", soft cap " + std::to_string(softcap);
+    const std::string what = "attention, window " + std::to_string(window) + ", soft cap " +
+                             std::to_string(softcap) + ", dropout " + std::to_string(rate);
     ExpectNear(Read(out.view), want_out, what);
     ExpectNear(Read(dqkv.view), want_dqkv, what + ", backward");
     ExpectOutsideKept(out, "attention");

@@ -102,6 +102,31 @@ TEST(ExecuteTest, TheSlidingWindowAndTheSoftCapsAreRun) {
   }
 }
 
+// A plan with dropout: the executor drops the attention's probabilities by masks that hang on
+// each score's place in the whole step (exec/dropout.h), so every TP rank, row slice and column
+// split drops what the single rank of the reference drops, and the run passes; the loss moves.
+TEST(ExecuteTest, TheAttentionsDropoutIsPlacedByTheWholeStep) {
+  for (int s : {0, 3, 10, 12}) {
+    const Strategy& st = kStrategies[s];
+    SCOPED_TRACE(st.name);
+    Plan plan = TinyPlan("tiny-llama", 2, st);
+    plan.dropout = true;
+    std::vector<Result<ExecuteResult>> results = RunRanks(plan, LowerModel(plan), 2);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(results[r].ok()) << results[r].message();
+      EXPECT_TRUE(results[r]->passed) << "rank " << r;
+    }
+    for (const TensorCheck& c : results[0]->checks)
+      EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+    Plan none = plan;
+    none.dropout = false;
+    std::vector<Result<ExecuteResult>> plain = RunRanks(none, LowerModel(none), 2);
+    ASSERT_TRUE(plain[0].ok()) << plain[0].message();
+    ASSERT_TRUE(results[0]->loss && plain[0]->loss);
+    EXPECT_GT(std::fabs(*results[0]->loss - *plain[0]->loss), 1e-6);
+  }
+}
+
 TEST(ExecuteTest, ASquaredReluModelMatchesTheReference) {
   // tiny-gpt with Nemotron-4's MLP activation, relu(x)^2, at tp 2 with row split 2 and SP: the
   // sharded run's loss and every gradient match the single rank's, and they differ from GeLU's.

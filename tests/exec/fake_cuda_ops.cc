@@ -338,13 +338,13 @@ Status Rope(Context* c, int64_t, int64_t, int64_t, int64_t, int, int, bool, DVie
   return Launch(c, fake::kElementwiseUs);
 }
 Status Attention(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t, int64_t,
-                 int64_t, double, DView, DView) {
+                 int64_t, double, const AttentionDropout&, DView, DView) {
   if (c->workspace < AttentionWorkspaceBytes(sequences, seq_len, heads))
     return Error("no workspace");
   return Launch(c, fake::kAttentionUs);
 }
 Status AttentionBackward(Context* c, int64_t sequences, int64_t seq_len, int64_t heads, int64_t,
-                         int64_t, int64_t, double, DView, DView, DView) {
+                         int64_t, int64_t, double, const AttentionDropout&, DView, DView, DView) {
   if (c->workspace < AttentionWorkspaceBytes(sequences, seq_len, heads))
     return Error("no workspace");
   return Launch(c, 2 * fake::kAttentionUs);

@@ -172,6 +172,32 @@ TEST(StepTest, ContextParallelStepMatchesTheReference) {
   }
 }
 
+// Attention dropout under context parallelism: each comm type's core drops, by the masks' places
+// in the whole step (the micro-batch's sequences, the TP rank's and a2a's share of the heads, the
+// query's and key's positions), what the reference's single rank drops.
+TEST(StepTest, ContextParallelAttentionDropsWhatOneRankDrops) {
+  struct Case {
+    CpComm comm;
+    int tp, cp, row_split;
+  };
+  for (const Case& k : {Case{CpComm::kP2p, 2, 2, 1}, Case{CpComm::kAllGather, 1, 2, 2},
+                        Case{CpComm::kA2a, 2, 2, 1}, Case{CpComm::kA2aP2p, 1, 4, 1}}) {
+    SCOPED_TRACE(CpCommName(k.comm));
+    Plan plan = TinyPlan("tiny-llama", k.tp, 1, 1, 0, k.cp);
+    plan.cp_comm = k.comm;
+    plan.row_split = k.row_split;
+    plan.dropout = true;
+    ASSERT_FALSE(CheckPlanRules(plan).has_value()) << CheckPlanRules(plan)->rule;
+    std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.ok()) << r.message();
+      EXPECT_TRUE(r->passed);
+    }
+    for (const TensorCheck& c : results[0]->checks)
+      EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+  }
+}
+
 TEST(StepTest, ContextParallelHostWorkIsEachQueryAgainstTheKeysBeforeIt) {
   // tiny-llama (8 heads of 8) at seq 16 over cp 2, 4 sequences in 2 row slices: 2 sequences x 8
   // local queries x 8 keys on average x 8 heads x 4 x 8 = 32,768 operations a core.
