@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "exec/cuda_ops.h"
+#include "exec/host_device.h"
 
 namespace domino::exec::cuda {
 
@@ -150,13 +151,6 @@ __device__ float BlockReduce(float v, Op op, float identity) {
 
 __device__ float BlockSum(float v) { return BlockReduce(v, SumOp{}, 0.0f); }
 __device__ float BlockMax(float v) { return BlockReduce(v, MaxOp{}, -INFINITY); }
-
-__device__ __forceinline__ uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // A hash of (key, index) mapped to [-1, 1): the random values of the fills.
 __device__ __forceinline__ float UniformOf(uint64_t key, uint64_t index) {

@@ -1,46 +1,30 @@
 #ifndef DOMINO_EXEC_DROPOUT_H_
 #define DOMINO_EXEC_DROPOUT_H_
 
-// Dropout as the executor runs it, one rule for the host (the CPU kernels, context parallelism's
-// core) and the CUDA kernels. C++17, so that nvcc can include it.
+// The attention's dropout as the executor runs it, one rule for the host (the CPU kernels,
+// context parallelism's core) and the CUDA kernels. C++17, so that nvcc can include it. (The
+// hidden dropout on the residual branches is priced, not run: `execute` says so in a note.)
 //
-// Each element's mask is a hash of where it sits in the whole step (the run's seed, the layer, and
-// the element's sequence, head and positions, or token and column), not a draw from a generator
-// that advances: a forward and its backward regenerate the same mask, as FlashAttention's kernels
+// Each score's mask is a hash of where it sits in the whole step (the run's seed, the layer, and
+// the score's sequence, head and query and key positions), not a draw from a generator that
+// advances: a forward and its backward regenerate the same mask, as FlashAttention's kernels
 // regenerate theirs from a Philox offset, and a run cut over any tensor, context or pipeline
 // parallelism, row slices or micro-batches drops exactly the elements a single rank drops, which
 // `execute --check` compares. Kept elements are scaled by 1 / (1 - rate), as PyTorch's dropout.
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DOMINO_HOST_DEVICE __host__ __device__
-#else
-#define DOMINO_HOST_DEVICE
-#endif
+#include "exec/host_device.h"
 
 namespace domino::exec {
 
-// The rate of the executor's hidden and attention dropout where a plan runs dropout
-// (Plan::applies_dropout): Megatron-LM's --hidden-dropout and --attention-dropout defaults and
-// Transformer Engine's modules' 0.1. A plan's cost does not depend on it.
+// The rate of the executor's attention dropout where a plan runs dropout (Plan::applies_dropout):
+// Megatron-LM's --attention-dropout default and Transformer Engine's modules' 0.1. A plan's cost
+// does not depend on it.
 constexpr double kDropoutRate = 0.1;
 
-// splitmix64's finalizer: every bit of the result depends on every bit of x.
-DOMINO_HOST_DEVICE inline uint64_t DropoutMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// The stream of one layer's attention dropout (`attention`) or of its residual branch's
-// (`branch` 0 after the attention, 1 after the MLP), from the run's seed and the global layer.
+// The stream of one layer's attention dropout, from the run's seed and the global layer.
 DOMINO_HOST_DEVICE inline uint64_t AttentionDropoutStream(uint64_t seed, int64_t layer) {
-  return DropoutMix(seed ^ DropoutMix(0x6174746e00000000ull + static_cast<uint64_t>(layer)));
-}
-DOMINO_HOST_DEVICE inline uint64_t HiddenDropoutStream(uint64_t seed, int64_t layer, int branch) {
-  return DropoutMix(seed ^ DropoutMix(0x6869646e00000000ull + 2 * static_cast<uint64_t>(layer) +
-                                      static_cast<uint64_t>(branch)));
+  return SplitMix64(seed ^ SplitMix64(0x6174746e00000000ull + static_cast<uint64_t>(layer)));
 }
 
 // The factor element (a, b, c, d) of `stream` is multiplied by under a dropout of `rate`:
@@ -49,10 +33,10 @@ DOMINO_HOST_DEVICE inline uint64_t HiddenDropoutStream(uint64_t seed, int64_t la
 DOMINO_HOST_DEVICE inline float DropoutScale(uint64_t stream, int64_t a, int64_t b, int64_t c,
                                              int64_t d, double rate) {
   if (rate <= 0) return 1.0f;
-  uint64_t h = DropoutMix(stream ^ static_cast<uint64_t>(a));
-  h = DropoutMix(h ^ static_cast<uint64_t>(b));
-  h = DropoutMix(h ^ static_cast<uint64_t>(c));
-  h = DropoutMix(h ^ static_cast<uint64_t>(d));
+  uint64_t h = SplitMix64(stream ^ static_cast<uint64_t>(a));
+  h = SplitMix64(h ^ static_cast<uint64_t>(b));
+  h = SplitMix64(h ^ static_cast<uint64_t>(c));
+  h = SplitMix64(h ^ static_cast<uint64_t>(d));
   const double uniform = static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);  // 2^-53
   return uniform < rate ? 0.0f : static_cast<float>(1.0 / (1.0 - rate));
 }
@@ -71,7 +55,5 @@ struct AttentionDropout {
 };
 
 }  // namespace domino::exec
-
-#undef DOMINO_HOST_DEVICE
 
 #endif  // DOMINO_EXEC_DROPOUT_H_

@@ -6,11 +6,7 @@
 // so that nvcc can include it.
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DOMINO_HOST_DEVICE __host__ __device__
-#else
-#define DOMINO_HOST_DEVICE
-#endif
+#include "exec/host_device.h"
 
 namespace domino::exec {
 
@@ -36,7 +32,5 @@ DOMINO_HOST_DEVICE inline int64_t RowPosition(int64_t row, int64_t local_len, in
 constexpr double kRopeBase = 10000.0;
 
 }  // namespace domino::exec
-
-#undef DOMINO_HOST_DEVICE
 
 #endif  // DOMINO_EXEC_POSITIONS_H_

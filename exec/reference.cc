@@ -4,15 +4,10 @@
 #include <cmath>
 #include <thread>
 
+#include "exec/host_device.h"
+
 namespace domino::exec {
 namespace {
-
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // What a value is, independent of how it is stored: kind, slot, gradient and layer (not the
 // sequence-parallel form, not the row slice), so every sharding of it draws the same numbers.
@@ -21,7 +16,7 @@ uint64_t HashRole(const TensorRole& role) {
   key = key << 8 | static_cast<uint64_t>(role.slot);
   key = key << 8 | (role.gradient ? 1u : 0u);
   key = key << 16 | static_cast<uint16_t>(role.layer);
-  return SplitMix(key);
+  return SplitMix64(key);
 }
 
 // The token stream index (before the token offset) of row `row` of a tokens tensor.
@@ -39,7 +34,7 @@ int64_t TokenIndex(const Tensor& t, int rank, int tp, const FillOffsets& offsets
 float ReferenceValue(uint64_t seed, const TensorRole& role, int64_t fan_in, int64_t row,
                      int64_t col) {
   uint64_t bits =
-      SplitMix(seed ^ SplitMix(HashRole(role) ^ SplitMix(row * 0x100000001b3ull + col)));
+      SplitMix64(seed ^ SplitMix64(HashRole(role) ^ SplitMix64(row * 0x100000001b3ull + col)));
   float u =
       static_cast<float>(bits >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;  // [-1, 1)
   if (role.gradient) return u;
@@ -89,7 +84,7 @@ bool IsTokens(const TensorRole& role) {
 
 int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index) {
   constexpr uint64_t kTokenStream = 0x746f6b656e73ull;  // "tokens"
-  return static_cast<int64_t>(SplitMix(seed ^ SplitMix(kTokenStream ^ SplitMix(index))) %
+  return static_cast<int64_t>(SplitMix64(seed ^ SplitMix64(kTokenStream ^ SplitMix64(index))) %
                               static_cast<uint64_t>(vocab));
 }
 
