@@ -70,7 +70,7 @@ struct AttentionShape {
   int64_t sequences = 0, seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t window = 0;  // 0: none
   double softcap = 0;  // 0: none
-  AttentionDropout dropout;
+  AttentionDropout dropout = {};
 };
 // The first key query t attends to under a sliding window of `window` tokens (0: none).
 inline int64_t FirstKey(int64_t t, int64_t window) {

@@ -54,6 +54,26 @@ Vec AttentionReference(const AttentionShape& s, const Vec& qkv) {
   return out;
 }
 
+// The output of `s` at `qkv`.
+Dense Forward(const AttentionShape& s, const Dense& qkv) {
+  Dense out(qkv.rows, s.heads * s.head_dim);
+  AttentionForward(s, qkv.cmat(), out.mat());
+  return out;
+}
+
+// The backward of `s` at `qkv` against finite differences of the reference forward, for the
+// output gradient `w`.
+void ExpectBackwardMatchesFiniteDifferences(const AttentionShape& s, const Dense& qkv,
+                                            const Dense& w) {
+  const Vec wd = w.ToDouble();
+  Dense dqkv(qkv.rows, qkv.cols, 9.0f);  // overwritten, not accumulated
+  AttentionBackward(s, qkv.cmat(), w.cmat(), dqkv.mat());
+  ExpectNear(dqkv,
+             NumericGradient(qkv.ToDouble(),
+                             [&](const Vec& v) { return Dot(AttentionReference(s, v), wd); }),
+             1e-5, "dqkv");
+}
+
 // --- Attention ----------------------------------------------------------------------------------
 
 TEST(CpuKernelsTest, AttentionOverOneTokenReturnsTheMappedValueHead) {
@@ -100,13 +120,7 @@ TEST(CpuKernelsTest, AttentionWithGroupedQueriesMatchesTheReference) {
 TEST(CpuKernelsTest, AttentionBackwardMatchesFiniteDifferences) {
   const AttentionShape s{2, 3, 2, 1, 4};
   const Dense qkv = Random(6, (2 + 2) * 4, 16, 2), w = Random(6, 8, 17);
-  const Vec wd = w.ToDouble();
-  Dense dqkv(6, 16, 9.0f);  // overwritten, not accumulated
-  AttentionBackward(s, qkv.cmat(), w.cmat(), dqkv.mat());
-  ExpectNear(dqkv,
-             NumericGradient(qkv.ToDouble(),
-                             [&](const Vec& v) { return Dot(AttentionReference(s, v), wd); }),
-             1e-5, "dqkv");
+  ExpectBackwardMatchesFiniteDifferences(s, qkv, w);
 }
 
 // A sliding window of 3 tokens: each query attends to itself and the 3 before it (Megatron-Core's
@@ -133,21 +147,13 @@ TEST(CpuKernelsTest, AttentionWithinASlidingWindow) {
   AttentionShape wide = s, full = s;
   wide.window = 8;
   full.window = 0;
-  Dense out_wide(18, 12), out_full(18, 12);
-  AttentionForward(wide, qkv.cmat(), out_wide.mat());
-  AttentionForward(full, qkv.cmat(), out_full.mat());
-  EXPECT_EQ(out_wide.v, out_full.v);
+  const Dense out_full = Forward(full, qkv);
+  EXPECT_EQ(Forward(wide, qkv).v, out_full.v);
   EXPECT_NE(out.v, out_full.v);
 
   const AttentionShape small{1, 5, 2, 1, 2, 2};
   const Dense x = Random(5, (2 + 2) * 2, 25, 2), w = Random(5, 4, 26);
-  const Vec wd = w.ToDouble();
-  Dense dqkv(5, 8);
-  AttentionBackward(small, x.cmat(), w.cmat(), dqkv.mat());
-  ExpectNear(dqkv,
-             NumericGradient(x.ToDouble(),
-                             [&](const Vec& v) { return Dot(AttentionReference(small, v), wd); }),
-             1e-5, "dqkv");
+  ExpectBackwardMatchesFiniteDifferences(small, x, w);
 }
 
 // A soft cap on the scaled scores (Gemma 2's attn_logit_softcapping) low enough to bend them:
@@ -177,20 +183,12 @@ TEST(CpuKernelsTest, AttentionOfSoftCappedScores) {
     Dense y(10, 12);
     AttentionForward(s, x.cmat(), y.mat());
     ExpectNear(y, AttentionReference(s, x.ToDouble()), 1e-5, "out");
-    const Vec wd = w.ToDouble();
-    Dense dqkv(10, 24);
-    AttentionBackward(s, x.cmat(), w.cmat(), dqkv.mat());
-    ExpectNear(dqkv,
-               NumericGradient(x.ToDouble(),
-                               [&](const Vec& v) { return Dot(AttentionReference(s, v), wd); }),
-               1e-5, "dqkv");
+    ExpectBackwardMatchesFiniteDifferences(s, x, w);
     AttentionShape high = s, none = s;
     high.softcap = 1e4;
     none.softcap = 0;
-    Dense y_high(10, 12), y_none(10, 12);
-    AttentionForward(high, x.cmat(), y_high.mat());
-    AttentionForward(none, x.cmat(), y_none.mat());
-    ExpectNear(y_high, y_none.ToDouble(), 1e-5, "a cap far above the scores");
+    const Dense y_none = Forward(none, x);
+    ExpectNear(Forward(high, x), y_none.ToDouble(), 1e-5, "a cap far above the scores");
     EXPECT_NE(y.v, y_none.v);
   }
 }
@@ -218,13 +216,7 @@ TEST(CpuKernelsTest, AttentionWithDropout) {
         for (int64_t u = 0; u <= t; ++u, ++keys) dropped += s.dropout.Scale(seq, h, t, u) == 0;
   EXPECT_GT(dropped, keys / 8);  // 0.3 of 168: about 50
   EXPECT_LT(dropped, keys / 2);
-  const Vec wd = w.ToDouble();
-  Dense dqkv(12, 24);
-  AttentionBackward(s, x.cmat(), w.cmat(), dqkv.mat());
-  ExpectNear(dqkv,
-             NumericGradient(x.ToDouble(),
-                             [&](const Vec& v) { return Dot(AttentionReference(s, v), wd); }),
-             1e-5, "dqkv");
+  ExpectBackwardMatchesFiniteDifferences(s, x, w);
   // Sequence 1's rows and query heads 2 and 3 (key/value head 1) alone: [Q2 Q3 | K1 | V1].
   AttentionShape part = s;
   part.sequences = 1, part.heads = 2, part.kv_heads = 1;
