@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "tests/hardware/test_node.h"
+
 namespace domino {
 namespace {
 
@@ -16,27 +18,9 @@ constexpr Collective kAllKinds[] = {Collective::kAllReduce, Collective::kReduceS
                                     Collective::kAllGather, Collective::kSendRecv,
                                     Collective::kAllToAll};
 
-// A DGX-H100-like node with NVLS off, so every figure below is checkable by hand.
-NodeSpec TestNode() {
-  NodeSpec node;
-  node.name = "test-node";
-  node.gpus_per_node = 8;
-  node.nvlink = {.GBps_per_direction = 450,
-                 .efficiency = 0.81,
-                 .base_latency_us = 8.4,
-                 .step_latency_us = 3.4};
-  node.nvls = false;
-  node.nics = 8;
-  node.network = {
-      .GBps_per_direction = 50, .efficiency = 0.93, .base_latency_us = 8.4, .step_latency_us = 14};
-  node.comm_ctas = 16;
-  node.comm_hbm_factor = 2.5;
-  // No bandwidth ramp and no LL protocol, so the Simple/LL128 figures below hold by hand;
-  // LlWinsSmallMessages and BandwidthRampsWithSize cover them.
-  node.ramp.half_bytes = 0;
-  node.ll.base_latency_us = 1e9;
-  return node;
-}
+// A DGX-H100-like node with NVLS off, so every figure below is checkable by hand: no bandwidth
+// ramp and no LL protocol (LlWinsSmallMessages and BandwidthRampsWithSize cover them).
+NodeSpec TestNode() { return testing_util::HandCheckedNode(); }
 
 NodeSpec WithNvls(NodeSpec node) {
   node.nvls = true;

@@ -3,6 +3,7 @@
 #include "planner/lower.h"
 #include "sim/cost_model.h"
 #include "sim/predict.h"
+#include "tests/hardware/test_node.h"
 #include "tests/planner/test_plans.h"
 #include "tests/sim/cost_model_test_util.h"
 
@@ -170,24 +171,12 @@ TEST(CostModelTest, TpCommFreeIsTheIdeal) {
 // A DGX-H100 node without NVLS, so ring figures can be checked by hand.
 Plan RingPlan(int nodes) {
   Plan plan;
+  // No bandwidth ramp and no LL protocol: the figures below are Simple and LL128.
   NodeSpec& node = plan.cluster.node;
+  node = testing_util::HandCheckedNode();
   Result<GpuSpec> gpu = LoadGpu("h100-sxm");
   EXPECT_TRUE(gpu.ok());
   if (gpu.ok()) node.gpu = *gpu;
-  node.name = "ring-node";
-  node.ramp.half_bytes = 0;       // no bandwidth ramp and
-  node.ll.base_latency_us = 1e9;  // no LL protocol: the figures below are Simple and LL128
-  node.gpus_per_node = 8;
-  node.nvlink = {.GBps_per_direction = 450,
-                 .efficiency = 0.81,
-                 .base_latency_us = 8.4,
-                 .step_latency_us = 3.4};
-  node.nvls = false;
-  node.nics = 8;
-  node.network = {
-      .GBps_per_direction = 50, .efficiency = 0.93, .base_latency_us = 8.4, .step_latency_us = 14};
-  node.comm_ctas = 16;
-  node.comm_hbm_factor = 2.5;
   plan.cluster.nodes = nodes;
   plan.cluster.gpus_per_node = 8;
   plan.tp = 8 * nodes;
