@@ -22,6 +22,14 @@ std::string LayerList(const std::vector<int>& layers) {
   return (layers.size() == 1 ? "layer " : "layers ") + text;
 }
 
+// "a sliding attention window of 4096 tokens (sliding_window: each query and the 4095 before
+// it)": transformers' count, the query included, and domino's window.tokens.
+std::string WindowText(const AttentionWindow& w) {
+  return fmt::format(
+      "a sliding attention window of {} tokens (sliding_window: each query and the {} before it)",
+      w.keys(), w.tokens);
+}
+
 // Gemma 3 slides on five layers of six: transformers' Gemma3TextConfig makes layer i full when
 // (i + 1) % sliding_window_pattern == 0 (default 6), sliding otherwise; newer transformers (4.53
 // on, as we read it) write `layer_types`, one "sliding_attention" or "full_attention" a layer,
@@ -59,8 +67,7 @@ void AddGemma3Window(ConfigReader& config, AttentionWindow w, ModelSpec* model) 
       fmt::format("{} attend{} in full", LayerList(full), full.size() == 1 ? "s" : "");
   if (slide.empty()) return;  // every layer attends in full
   w.full_every = FullEvery(sliding);
-  const std::string what =
-      fmt::format("a sliding attention window of {} tokens (sliding_window)", w.tokens);
+  const std::string what = WindowText(w);
   if (full.empty()) {
     model->window = w;
     model->approximations.push_back({ModelFeature::kWindow,
@@ -98,7 +105,12 @@ void AddWindow(ConfigReader& config, Family family, ModelSpec* model) {
                                            ? Number(config, "sliding_window").value_or(4096)
                                            : Number(config, "sliding_window");
   if (!windowed || !window || *window <= 0 || *window >= model->seq_len) return;
-  AttentionWindow w{.tokens = static_cast<int>(*window)};
+  if (*window < 2)
+    return config.Fail("sliding_window",
+                       "must be at least 2: a window of 1 (each query attending to itself alone) "
+                       "is not modelled");
+  // transformers' W counts the query itself: W - 1 earlier tokens (AttentionWindow).
+  AttentionWindow w{.tokens = static_cast<int>(*window) - 1};
   std::string layers;
   if (family == Family::kGemma2) {
     w.every = 2;
@@ -121,9 +133,7 @@ void AddWindow(ConfigReader& config, Family family, ModelSpec* model) {
   }
   model->window = w;
   model->approximations.push_back(
-      {ModelFeature::kWindow,
-       fmt::format("a sliding attention window of {} tokens (sliding_window){}", w.tokens, layers),
-       WindowPricing(w.tokens)});
+      {ModelFeature::kWindow, fmt::format("{}{}", WindowText(w), layers), WindowPricing(w.tokens)});
 }
 
 }  // namespace

@@ -16,7 +16,8 @@
 namespace domino {
 
 std::string FullAttentionPricing(int tokens) {
-  return fmt::format("as full causal attention, the same up to {} tokens", tokens);
+  return fmt::format("as full causal attention, the same up to {} tokens",
+                     AttentionWindow{.tokens = tokens}.keys());
 }
 
 std::string WindowPricing(int tokens) {
@@ -135,10 +136,10 @@ void ReadWindow(YamlMap& map, ModelSpec* model) {
   model->window = w;
   model->approximations.push_back(
       {ModelFeature::kWindow,
-       fmt::format("a sliding attention window of {} tokens (window) {}", w.tokens,
-                   covered == model->layers
-                       ? std::string("on every layer")
-                       : fmt::format("on {} of {} layers", covered, model->layers)),
+       fmt::format(
+           "a sliding attention window of {} tokens before each query (window) {}", w.tokens,
+           covered == model->layers ? std::string("on every layer")
+                                    : fmt::format("on {} of {} layers", covered, model->layers)),
        WindowPricing(w.tokens)});
 }
 

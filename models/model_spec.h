@@ -63,11 +63,17 @@ struct PricedFeature {
   std::string exported;
 };
 
-// A sliding attention window: on the layers it covers, each query attends to the `tokens` before
-// it (transformers' sliding_window; Megatron-Core's window_size (tokens, 0), as NeMo's Hugging
-// Face importers map it) instead of to every earlier token. Layers are counted from 0.
+// A sliding attention window: on the layers it covers, each query attends to itself and the
+// `tokens` before it (Megatron-Core's window_size (tokens, 0)) instead of to every earlier token.
+// transformers' sliding_window counts the query too: its W is `tokens` W - 1, as Megatron-Bridge's
+// Hugging Face bridges map it (mistral_bridge.py, gemma2_bridge.py: window_size
+// (sliding_window - 1, 0); conversion/utils.py's mcore_to_hf_window_size adds the 1 back). Layers
+// are counted from 0.
 struct AttentionWindow {
-  int tokens = 0;       // 0: no window
+  int tokens = 0;  // 0: no window
+  // The keys a query past the window's start attends to, itself included (transformers'
+  // sliding_window): a sequence up to this long attends as it would in full.
+  int keys() const { return tokens + 1; }
   int first_layer = 0;  // the layers before attend in full (Qwen's max_window_layers)
   int every = 1;        // from first_layer on, every `every`-th layer has it (Gemma 2: 2)
   // Besides, layer i attends in full when (i + 1) % full_every == 0 (0: none): Gemma 3's
@@ -93,7 +99,8 @@ struct AttentionWindow {
 // window where the plan's stack runs it and context parallelism, if any, is not the p2p ring
 // (Plan::WindowedLayer), else as full causal attention (FullAttentionPricing).
 std::string WindowPricing(int tokens);
-// "as full causal attention, the same up to TOKENS tokens": a window priced as no window.
+// "as full causal attention, the same up to N tokens", N = tokens + 1 (AttentionWindow::keys): a
+// window of `tokens` before each query priced as no window.
 std::string FullAttentionPricing(int tokens);
 
 // The smallest n >= 2 for which layer i (from 0) is windowed exactly when (i + 1) % n != 0: the

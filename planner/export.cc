@@ -226,8 +226,8 @@ std::optional<WindowLayers> MegatronWindowLayers(const ModelSpec& m) {
 // --rotary-percent rotates that fraction of each head (arguments.py; DeepSpeed-Domino's
 // domino/language_model.py reads it too). --window-size L,R (tuple_type) and
 // --window-attn-skip-freq (moe_freq_type: an integer or a Python list expression, 1 a windowed
-// layer) are arguments.py's from core_v0.15.0; NeMo's Hugging Face importers map sliding_window
-// W to window_size (W, 0) (nemo/collections/llm/gpt/model/mistral.py, gemma2.py).
+// layer) are arguments.py's from core_v0.15.0; `window.tokens` is its left size as it is
+// (AttentionWindow: transformers' sliding_window W is window_size (W - 1, 0)).
 std::vector<LaunchedFeature> MegatronFeatures(const ModelSpec& m, bool layer_options) {
   std::vector<LaunchedFeature> out;
   if (layer_options && m.qkv_bias && !m.bias)

@@ -38,7 +38,7 @@ std::string CaveatLine(const GpuSpec& gpu) {
 
 std::string WindowLine(const Plan& plan) {
   const AttentionWindow& w = plan.model.window;
-  if (w.CoveredLayers(plan.model.layers) == 0 || w.tokens >= plan.seq_len || plan.prices_window())
+  if (w.CoveredLayers(plan.model.layers) == 0 || w.keys() >= plan.seq_len || plan.prices_window())
     return "";
   const std::string why = !plan.stack.sliding_window
                               ? fmt::format("the stack {}'s kernels run no window", plan.stack.name)
@@ -49,7 +49,8 @@ std::string WindowLine(const Plan& plan) {
                                     plan.cp)
                               : std::string("the plan's attention is unfused");
   return fmt::format(
-      "# note: {}: its sliding window of {} tokens is priced as full causal attention: {}\n",
+      "# note: {}: its sliding window of {} tokens before each query is priced as full causal "
+      "attention: {}\n",
       plan.model.name, w.tokens, why);
 }
 

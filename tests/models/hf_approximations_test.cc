@@ -40,7 +40,8 @@ TEST(HfApproximations, WhatASpecCannotSayIsListedAsAnApproximation) {
   EXPECT_THAT(approximations("gemma-2b"), ::testing::IsEmpty());
   EXPECT_THAT(approximations("gemma-2-9b"),
               ::testing::ElementsAre(HasSubstr("a sliding attention window of 4096 tokens "
-                                               "(sliding_window) on every other layer")));
+                                               "(sliding_window: each query and the 4095 before "
+                                               "it) on every other layer")));
   EXPECT_THAT(approximations("Phi-3-mini-4k-instruct"),
               ::testing::ElementsAre(HasSubstr("a sliding attention window of 2047 tokens")));
   EXPECT_THAT(approximations("Mistral-7B-v0.1"),
@@ -101,18 +102,22 @@ TEST(HfApproximations, FeaturesAFrameworkCanBuildAreFields) {
                   "exported one after the other"));
 
   const ModelSpec mistral = load("Mistral-7B-v0.1");
-  EXPECT_EQ(mistral.window.tokens, 4096);
+  // transformers' sliding_window 4096 counts the query: it and the 4095 before it, Megatron-Core's
+  // window_size (4095, 0) as Megatron-Bridge's bridges map it.
+  EXPECT_EQ(mistral.window.tokens, 4095);
+  EXPECT_EQ(mistral.window.keys(), 4096);
   EXPECT_TRUE(mistral.window.Covers(0) && mistral.window.Covers(31));
   EXPECT_THAT(Texts(mistral),
-              ::testing::ElementsAre("a sliding attention window of 4096 tokens (sliding_window): "
+              ::testing::ElementsAre("a sliding attention window of 4096 tokens (sliding_window: "
+                                     "each query and the 4095 before it): "
                                      "priced " +
-                                     WindowPricing(4096)));
-  EXPECT_EQ(load("Phi-3-mini-4k-instruct").window.tokens, 2047);
+                                     WindowPricing(4095)));
+  EXPECT_EQ(load("Phi-3-mini-4k-instruct").window.tokens, 2046);
   EXPECT_EQ(load("Phi-3-mini-4k-instruct").rotary_fraction, 1);
 
   // Gemma 2 slides on layers 0, 2, 4, ... (transformers' Gemma2Config).
   const ModelSpec gemma2 = load("gemma-2-9b");
-  EXPECT_EQ(gemma2.window.tokens, 4096);
+  EXPECT_EQ(gemma2.window.tokens, 4095);
   EXPECT_TRUE(gemma2.window.Covers(0));
   EXPECT_FALSE(gemma2.window.Covers(1));
   EXPECT_TRUE(gemma2.window.Covers(40));
@@ -122,9 +127,10 @@ TEST(HfApproximations, FeaturesAFrameworkCanBuildAreFields) {
   EXPECT_EQ(gemma2.activation, Activation::kGeglu);
   ASSERT_EQ(gemma2.approximations.size(), 1u);
   EXPECT_EQ(gemma2.approximations.back().Text(),
-            "a sliding attention window of 4096 tokens (sliding_window) on every other layer: "
+            "a sliding attention window of 4096 tokens (sliding_window: each query and the 4095 "
+            "before it) on every other layer: "
             "priced " +
-                WindowPricing(4096));
+                WindowPricing(4095));
 }
 
 TEST(HfApproximations, Gemma3sLayerTypesSayWhichLayersSlide) {
@@ -150,8 +156,10 @@ TEST(HfApproximations, Gemma3sLayerTypesSayWhichLayersSlide) {
               HasSubstr("on 1 of 2 layers (layer_types: layer 1 attends in full)"));
   const ModelSpec all = gemma3(R"("layer_types": ["sliding_attention", "sliding_attention"])");
   EXPECT_TRUE(all.window.Covers(0) && all.window.Covers(1));
-  EXPECT_THAT(Texts(all).back(), HasSubstr("64 tokens (sliding_window) on every layer "
-                                           "(layer_types): priced as the window"));
+  EXPECT_THAT(
+      Texts(all).back(),
+      HasSubstr("64 tokens (sliding_window: each query and the 63 before it) on every layer "
+                "(layer_types): priced as the window"));
   // A pattern of 1: every layer attends in full, and no window is listed.
   const ModelSpec none = gemma3(R"("sliding_window_pattern": 1)");
   EXPECT_EQ(none.window.tokens, 0);
@@ -162,10 +170,15 @@ TEST(HfApproximations, Gemma3sLayerTypesSayWhichLayersSlide) {
   ASSERT_EQ(first.approximations.size(), 1u);
   EXPECT_EQ(first.approximations.back().feature, ModelFeature::kNone);
   EXPECT_EQ(first.approximations.back().Text(),
-            "a sliding attention window of 64 tokens (sliding_window) on layer 1 (layer_types), a "
+            "a sliding attention window of 64 tokens (sliding_window: each query and the 63 before "
+            "it) on layer 1 (layer_types), a "
             "layer pattern domino's window does not state: priced and exported as full causal "
             "attention, the same up to 64 tokens");
 
+  // A window of the query alone has no Megatron-Core window (tokens 0 is none).
+  ExpectError(LlamaWith(2, R"(  "model_type": "gemma3_text", "sliding_window": 1,)"),
+              "bad/config.json:2:50: sliding_window: must be at least 2: a window of 1 (each query "
+              "attending to itself alone) is not modelled");
   ExpectError(LlamaWith(2, R"(  "model_type": "gemma3_text", "sliding_window": 64,
   "layer_types": ["sliding_attention"],)"),
               "bad/config.json:3:18: layer_types: expected a list of num_hidden_layers (2) "
@@ -193,21 +206,24 @@ TEST(HfApproximations, QwenSlidesFromMaxWindowLayersOn) {
   // LlamaWith's: 2 layers, 256 positions.
   const ModelSpec last = qwen("qwen2", R"("use_sliding_window": true, "sliding_window": 64, )"
                                        R"("max_window_layers": 1)");
-  EXPECT_EQ(last.window.tokens, 64);
+  EXPECT_EQ(last.window.tokens, 63);
   EXPECT_EQ(last.window.first_layer, 1);
   EXPECT_FALSE(last.window.Covers(0));
   EXPECT_TRUE(last.window.Covers(1));
   EXPECT_THAT(Texts(last),
               ::testing::ElementsAre(HasSubstr("Qwen2"),
-                                     "a sliding attention window of 64 tokens (sliding_window) on "
+                                     "a sliding attention window of 64 tokens (sliding_window: "
+                                     "each query and the 63 before it) on "
                                      "the last 1 of 2 layers (the first max_window_layers 1 attend "
                                      "in full): priced " +
-                                         WindowPricing(64)));
+                                         WindowPricing(63)));
   const ModelSpec all = qwen("qwen3", R"("use_sliding_window": true, "sliding_window": 64, )"
                                       R"("max_window_layers": 0)");
   EXPECT_TRUE(all.window.Covers(0) && all.window.Covers(1));
-  EXPECT_THAT(Texts(all).back(), HasSubstr("64 tokens (sliding_window) on every layer "
-                                           "(max_window_layers 0): priced as the window"));
+  EXPECT_THAT(
+      Texts(all).back(),
+      HasSubstr("64 tokens (sliding_window: each query and the 63 before it) on every layer "
+                "(max_window_layers 0): priced as the window"));
   // The default 28 covers no layer of 2; nor does a window without use_sliding_window.
   EXPECT_EQ(qwen("qwen2", R"("use_sliding_window": true, "sliding_window": 64)").window.tokens, 0);
   EXPECT_EQ(qwen("qwen2", R"("sliding_window": 64, "max_window_layers": 0)").window.tokens, 0);

@@ -296,15 +296,17 @@ TEST(HfConfig, Gemma3ReadsItsTextModel) {
   EXPECT_TRUE(one->tied_embeddings);
   EXPECT_TRUE(one->qk_norm);
   EXPECT_TRUE(one->post_norms);
-  EXPECT_EQ(one->window.tokens, 512);
+  EXPECT_EQ(one->window.tokens, 511);  // the query and 511 before it
   EXPECT_EQ(one->window.full_every, 6);
   for (int layer = 0; layer < one->layers; ++layer)
     EXPECT_EQ(one->window.Covers(layer), (layer + 1) % 6 != 0) << layer;
-  EXPECT_THAT(Texts(*one),
-              ::testing::ElementsAre(
-                  "a sliding attention window of 512 tokens (sliding_window) on 22 of 26 layers "
-                  "(sliding_window_pattern 6: layers 5, 11, 17, 23 attend in full): priced " +
-                  WindowPricing(512)));
+  EXPECT_THAT(
+      Texts(*one),
+      ::testing::ElementsAre(
+          "a sliding attention window of 512 tokens (sliding_window: each query and the 511 "
+          "before it) on 22 of 26 layers "
+          "(sliding_window_pattern 6: layers 5, 11, 17, 23 attend in full): priced " +
+          WindowPricing(511)));
 
   // The 4B's text_config leaves out the heads, the vocabulary and the positions: Gemma3TextConfig's
   // 8, 4 and 256 wide, 262,208 and 131,072.
@@ -320,13 +322,14 @@ TEST(HfConfig, Gemma3ReadsItsTextModel) {
   EXPECT_EQ(four->seq_len, 131072);
   EXPECT_TRUE(four->tied_embeddings);
   EXPECT_TRUE(four->qk_norm);
-  EXPECT_EQ(four->window.tokens, 1024);
+  EXPECT_EQ(four->window.tokens, 1023);
   EXPECT_EQ(four->window.full_every, 6);
   EXPECT_THAT(Texts(*four),
               ::testing::ElementsAre(
-                  "a sliding attention window of 1024 tokens (sliding_window) on 29 of 34 layers "
+                  "a sliding attention window of 1024 tokens (sliding_window: each query and the "
+                  "1023 before it) on 29 of 34 layers "
                   "(sliding_window_pattern 6: layers 5, 11, 17, 23, 29 attend in full): priced "
-                  "" + WindowPricing(1024),
+                  "" + WindowPricing(1023),
                   "a vision tower (vision_config) and its projection into the language model "
                   "(Gemma3ForConditionalGeneration): priced and exported as the language model "
                   "alone"));

@@ -145,13 +145,15 @@ TEST(ParseModel, ReadsTheAttentionsFeatures) {
   // The QK-norm and the post-norms are priced: no approximation.
   std::vector<std::string> texts;
   for (const Approximation& a : model->approximations) texts.push_back(a.Text());
-  EXPECT_THAT(texts, ::testing::ElementsAre(
-                         "biases on Q, K and V only (qkv_bias): priced without them",
-                         "rotary positions on 25% of each head (rotary_fraction 0.25): priced as "
-                         "rotating all of it",
-                         "a sliding attention window of 8 tokens (window) on 5 of 12 layers: "
-                         "priced " +
-                             WindowPricing(8)));
+  EXPECT_THAT(texts,
+              ::testing::ElementsAre(
+                  "biases on Q, K and V only (qkv_bias): priced without them",
+                  "rotary positions on 25% of each head (rotary_fraction 0.25): priced as "
+                  "rotating all of it",
+                  "a sliding attention window of 8 tokens before each query (window) on 5 of 12 "
+                  "layers: "
+                  "priced " +
+                      WindowPricing(8)));
   const std::string flow = ModelToFlowYaml(*model);
   EXPECT_THAT(flow, HasSubstr("tied_embeddings: true, qkv_bias: true, qk_norm: true, "
                               "post_norms: true, logit_softcap: 30, attention_softcap: 50, "

@@ -173,29 +173,32 @@ TEST(ExportFeatures, PartialRotaryIsARotaryPercent) {
 
 TEST(ExportFeatures, ASlidingWindowIsAWindowSizeOnItsLayers) {
   // Mistral's window on every layer, which the plan (megatron-core, cp 1) prices: Megatron-LM and
-  // NeMo launch it, no difference; DeepSpeed-Domino and torchtitan run full causal attention.
+  // NeMo launch it, no difference; DeepSpeed-Domino and torchtitan run full causal attention. Its
+  // sliding_window 4096 counts the query: window_size (4095, 0), as Megatron-Bridge maps it.
   const Exports mistral = ExportAll(TpEight(HfDir("Mistral-7B-v0.1")));
-  EXPECT_THAT(mistral.megatron, HasSubstr("--window-size 4096,0 \\\n--hidden-dropout"));
+  EXPECT_THAT(mistral.megatron, HasSubstr("--window-size 4095,0 \\\n--hidden-dropout"));
   EXPECT_THAT(mistral.megatron, Not(HasSubstr("sliding attention window")));
-  EXPECT_THAT(mistral.nemo, HasSubstr("  window_size: [4096, 0]\n  share_embeddings"));
+  EXPECT_THAT(mistral.nemo, HasSubstr("  window_size: [4095, 0]\n  share_embeddings"));
   EXPECT_THAT(mistral.nemo, Not(HasSubstr("sliding attention window")));
   for (const std::string* text : {&mistral.deepspeed, &mistral.torchtitan}) {
-    EXPECT_THAT(*text, HasSubstr("(sliding_window): priced as the window, exported as full causal "
-                                 "attention, the same up to 4096 tokens\n"));
+    EXPECT_THAT(*text, HasSubstr("(sliding_window: each query and the 4095 before it): priced as "
+                                 "the window, exported as full causal attention, the same up to "
+                                 "4096 tokens\n"));
     EXPECT_THAT(*text, Not(HasSubstr("window-size")));
   }
   // A stack whose kernels run no window prices it as full causal attention.
   const Exports unpriced = ExportAll(TpEight(HfDir("Mistral-7B-v0.1")) + "stack: domino\n");
   EXPECT_THAT(unpriced.megatron,
               HasSubstr("# differs: model Mistral-7B-v0.1: a sliding attention window of 4096 "
-                        "tokens (sliding_window): launched (--window-size 4096,0), priced as full "
-                        "causal attention, the same up to 4096 tokens\n"));
+                        "tokens (sliding_window: each query and the 4095 before it): launched "
+                        "(--window-size 4095,0), priced as full causal attention, the same up to "
+                        "4096 tokens\n"));
   // Gemma 2's on layers 0, 2, 4, ...: Megatron-Core's full attention on every second layer.
   const Exports gemma = ExportAll(TpEight(HfDir("gemma-2-9b")));
-  EXPECT_THAT(gemma.megatron, HasSubstr("--window-size 4096,0 \\\n--window-attn-skip-freq 2 \\\n"));
+  EXPECT_THAT(gemma.megatron, HasSubstr("--window-size 4095,0 \\\n--window-attn-skip-freq 2 \\\n"));
   EXPECT_THAT(gemma.megatron, Not(HasSubstr("sliding attention window")));
-  EXPECT_THAT(gemma.nemo, HasSubstr("  window_size: [4096, 0]\n  window_attn_skip_freq: 2\n"));
-  EXPECT_THAT(gemma.deepspeed, HasSubstr("(sliding_window) on every other layer: priced as the "
+  EXPECT_THAT(gemma.nemo, HasSubstr("  window_size: [4095, 0]\n  window_attn_skip_freq: 2\n"));
+  EXPECT_THAT(gemma.deepspeed, HasSubstr("4095 before it) on every other layer: priced as the "
                                          "window, exported as full causal attention"));
 }
 
@@ -212,7 +215,7 @@ overlap: {row_split: 2, col_split: 1, scope: inter-layer}
 )";
   const Exports e = ExportAll(plan);
   EXPECT_THAT(e.megatron, HasSubstr("--normalization RMSNorm \\\n--qk-layernorm \\\n"
-                                    "--window-size 1024,0 \\\n--window-attn-skip-freq 6 \\\n"));
+                                    "--window-size 1023,0 \\\n--window-attn-skip-freq 6 \\\n"));
   EXPECT_THAT(e.megatron, Not(HasSubstr("on each head of Q and of K")));  // priced: no difference
   // Its post-norms are priced, and no framework here builds them.
   for (const std::string* text : {&e.megatron, &e.nemo, &e.deepspeed, &e.torchtitan})
@@ -225,7 +228,7 @@ overlap: {row_split: 2, col_split: 1, scope: inter-layer}
                         "projection into the language model (Gemma3ForConditionalGeneration): "
                         "priced and exported as the language model alone\n"));
   EXPECT_THAT(e.nemo, HasSubstr("  qk_layernorm: true\n  name: decoder_block_gpt\n"
-                                "  window_size: [1024, 0]\n  window_attn_skip_freq: 6\n"));
+                                "  window_size: [1023, 0]\n  window_attn_skip_freq: 6\n"));
   for (const std::string* text : {&e.deepspeed, &e.torchtitan}) {
     EXPECT_THAT(*text, HasSubstr("attend in full): priced as the window, exported as full causal "
                                  "attention, the same up to 1024 tokens\n"));
@@ -243,10 +246,10 @@ TEST(ExportFeatures, QwensWindowFromMaxWindowLayersIsALayerPattern) {
       "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 4096,
       "use_sliding_window": true, "sliding_window": 1024, "max_window_layers": 2})";
   const Exports e = ExportAll(TpEight(dir.string()));
-  EXPECT_THAT(e.megatron, HasSubstr("--add-qkv-bias \\\n--window-size 1024,0 \\\n"
+  EXPECT_THAT(e.megatron, HasSubstr("--add-qkv-bias \\\n--window-size 1023,0 \\\n"
                                     "--window-attn-skip-freq \"[0]*2+[1]*4\" \\\n"));
   EXPECT_THAT(e.megatron, Not(HasSubstr("sliding attention window")));
-  EXPECT_THAT(e.nemo, HasSubstr("  qkv_bias: true\n  window_size: [1024, 0]\n"
+  EXPECT_THAT(e.nemo, HasSubstr("  qkv_bias: true\n  window_size: [1023, 0]\n"
                                 "  window_attn_skip_freq: [0, 0, 1, 1, 1, 1]\n"));
 }
 
@@ -289,7 +292,7 @@ TEST(ExportFeatures, ContextParallelismOverAWindowIsA2aWhereTheHeadsSplit) {
 --position-embedding-type rope \
 --swiglu \
 --normalization RMSNorm \
---window-size 4096,0 \
+--window-size 4095,0 \
 --hidden-dropout 0 \
 --attention-dropout 0 \
 --disable-bias-linear \

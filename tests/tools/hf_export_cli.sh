@@ -68,9 +68,9 @@ grep -q "^# differs: model windowed: a sliding attention window" "$tmp/inline.tx
   fail "a priced window named a difference: $(grep differs "$tmp/inline.txt")"
 sed 's/^cluster: dgx-h100:1$/cluster: dgx-h100:1\nstack: domino/' "$tmp/inline.yaml" >"$tmp/unpriced.yaml"
 "$domino" export "$tmp/unpriced.yaml" --to megatron >"$tmp/unpriced.txt" || fail "export of the domino stack failed"
-grep -q "^# differs: model windowed: a sliding attention window of 256 tokens (window) on 2 of 4 layers: launched (--window-size 256,0 --window-attn-skip-freq 2), priced as full causal attention, the same up to 256 tokens$" \
+grep -q "^# differs: model windowed: a sliding attention window of 256 tokens before each query (window) on 2 of 4 layers: launched (--window-size 256,0 --window-attn-skip-freq 2), priced as full causal attention, the same up to 257 tokens$" \
   "$tmp/unpriced.txt" || fail "no differs line for the window: $(grep differs "$tmp/unpriced.txt")"
-"$domino" simulate --plan "$tmp/unpriced.yaml" | grep -q "^# note: windowed: its sliding window of 256 tokens is priced as full causal attention: the stack domino's kernels run no window$" ||
+"$domino" simulate --plan "$tmp/unpriced.yaml" | grep -q "^# note: windowed: its sliding window of 256 tokens before each query is priced as full causal attention: the stack domino's kernels run no window$" ||
   fail "simulate names no unpriced window: $("$domino" simulate --plan "$tmp/unpriced.yaml" | head -4)"
 "$domino" simulate --plan "$tmp/inline.yaml" | grep -q "^# note: windowed" && fail "a priced window has a note"
 # `models` counts the attention as MFU does: 12 x 4 layers x 1024 keys x 512 causal, 240 keys
