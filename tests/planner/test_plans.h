@@ -20,7 +20,7 @@ struct PlanKnobs {
   int dp = 1;
   int virtual_stages = 1;
   bool distributed_optimizer = false;
-  std::string stack;  // "": the default
+  std::string stack = "";  // "": the default
   int seq_len = 256;
   int micro_batch = 4;
   int global_batch = 4;
