@@ -65,15 +65,13 @@ struct PricedFeature {
 
 // A sliding attention window: on the layers it covers, each query attends to itself and the
 // `tokens` before it (Megatron-Core's window_size (tokens, 0)) instead of to every earlier token.
-// transformers' sliding_window counts the query too: its W is `tokens` W - 1, as Megatron-Bridge's
+// transformers' sliding_window counts the query too (masking_utils.py, sliding_window_overlay: key
+// k is seen by query q when k > q - sliding_window): its W is `tokens` W - 1, as Megatron-Bridge's
 // Hugging Face bridges map it (mistral_bridge.py, gemma2_bridge.py: window_size
 // (sliding_window - 1, 0); conversion/utils.py's mcore_to_hf_window_size adds the 1 back). Layers
 // are counted from 0.
 struct AttentionWindow {
-  int tokens = 0;  // 0: no window
-  // The keys a query past the window's start attends to, itself included (transformers'
-  // sliding_window): a sequence up to this long attends as it would in full.
-  int keys() const { return tokens + 1; }
+  int tokens = 0;       // 0: no window
   int first_layer = 0;  // the layers before attend in full (Qwen's max_window_layers)
   int every = 1;        // from first_layer on, every `every`-th layer has it (Gemma 2: 2)
   // Besides, layer i attends in full when (i + 1) % full_every == 0 (0: none): Gemma 3's
@@ -81,6 +79,9 @@ struct AttentionWindow {
   // window_attn_skip_freq counts them (layer numbers from 1 that it divides).
   int full_every = 0;
 
+  // The keys a query past the window's start attends to, itself included (transformers'
+  // sliding_window): a sequence up to this long attends as it would in full.
+  int keys() const { return tokens + 1; }
   bool Covers(int layer) const {
     return tokens > 0 && layer >= first_layer && (layer - first_layer) % every == 0 &&
            (full_every == 0 || (layer + 1) % full_every != 0);
