@@ -29,6 +29,11 @@ CpuBackend::CpuBackend(const Schedule& schedule, const ModelSpec& model, int ran
   }
 }
 
+BranchDropout CpuBackend::Dropout(const Op& op, int branch, const TensorUse& residual) const {
+  return BranchDropoutAt(offsets_, seed_, rank_, tp_, offsets_.layer + op.tags.layer, branch,
+                         schedule_.tensors()[residual.tensor], residual.view);
+}
+
 double CpuBackend::BytesFor(const Schedule& schedule) {
   double bytes = 0;
   for (const Tensor& t : schedule.tensors()) bytes += 4.0 * t.rows * t.cols;
@@ -241,8 +246,14 @@ Status CpuBackend::Run(const Schedule& schedule, int32_t id) {
     }
     case OpFunc::kResidual1:
     case OpFunc::kResidual2:
+      // The branch (the second tensor) through its dropout, placed by the residual it writes.
       if (!need(2, 1)) return fail("a residual add reads two tensors and writes one");
-      cpu::Add(in(0), in(1), out(0));
+      cpu::Add(in(0), in(1), out(0), Dropout(op, op.func == OpFunc::kResidual1 ? 1 : 2, writes[0]));
+      return Status::Ok();
+    case OpFunc::kDropout1Grad:
+    case OpFunc::kDropout2Grad:
+      if (!need(1, 1)) return fail("a dropout's backward reads a gradient and writes one");
+      cpu::Dropout(in(0), Dropout(op, op.func == OpFunc::kDropout1Grad ? 1 : 2, writes[0]), out(0));
       return Status::Ok();
     case OpFunc::kEmbed:
     case OpFunc::kEmbedGrad: {

@@ -24,7 +24,8 @@ namespace domino::exec {
 // embeddings are not modelled.
 //
 // Given tensors are filled by FillGiven (exec/reference.h) with `offsets`, which also say the
-// attention dropout's rate and where its masks sit (exec/dropout.h).
+// dropouts' rates (the attention's and each residual branch's) and where their masks sit
+// (exec/dropout.h).
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const Schedule& schedule, const ModelSpec& model, int rank, int tp, uint64_t seed,
@@ -47,6 +48,10 @@ class CpuBackend final : public Backend {
   static double BytesFor(const Schedule& schedule);
 
  private:
+  // The hidden dropout of op's layer's attention (`branch` 1) or MLP (2) branch, placed by the
+  // residual-stream view `residual` (exec/reference.h BranchDropoutAt).
+  BranchDropout Dropout(const Op& op, int branch, const TensorUse& residual) const;
+
   const Schedule& schedule_;
   ModelSpec model_;
   int rank_, tp_;

@@ -136,14 +136,23 @@ void Gemm(ConstMat a, bool transpose_a, ConstMat b, bool transpose_b, Mat c, boo
   if (transpose_a && transpose_b) Multiply(ma.transpose(), mb.transpose(), mc, accumulate);
 }
 
-void Add(ConstMat a, ConstMat b, Mat c) {
+void Add(ConstMat a, ConstMat b, Mat c, const BranchDropout& dropout) {
   assert(SameShape(a, b) && SameShape(a, c));
   // Element by element, so an output aliasing an input reads each element before writing it.
   for (int64_t r = 0; r < c.rows; ++r) {
     const float* ar = a.data + r * a.stride;
     const float* br = b.data + r * b.stride;
     float* cr = c.data + r * c.stride;
-    for (int64_t j = 0; j < c.cols; ++j) cr[j] = ar[j] + br[j];
+    for (int64_t j = 0; j < c.cols; ++j) cr[j] = ar[j] + br[j] * dropout.Scale(r, j);
+  }
+}
+
+void Dropout(ConstMat a, const BranchDropout& dropout, Mat c) {
+  assert(SameShape(a, c));
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const float* ar = a.data + r * a.stride;
+    float* cr = c.data + r * c.stride;
+    for (int64_t j = 0; j < c.cols; ++j) cr[j] = ar[j] * dropout.Scale(r, j);
   }
 }
 

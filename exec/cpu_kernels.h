@@ -30,8 +30,11 @@ struct ConstMat {
 // c = op(a) * op(b) (or c += ... when accumulate), op = transpose when the flag is set. c must not
 // overlap a or b.
 void Gemm(ConstMat a, bool transpose_a, ConstMat b, bool transpose_b, Mat c, bool accumulate);
-// c = a + b (c may alias a or b).
-void Add(ConstMat a, ConstMat b, Mat c);
+// c = a + b (c may alias a or b); with `dropout` (exec/dropout.h: element (r, j) of the views,
+// rate 0: none), c = a + b scaled by its mask: a residual add after its branch's dropout.
+void Add(ConstMat a, ConstMat b, Mat c, const BranchDropout& dropout = {});
+// c = a scaled by `dropout`'s mask (c may alias a): the dropout's backward on the gradient.
+void Dropout(ConstMat a, const BranchDropout& dropout, Mat c);
 
 enum class NormKind { kLayerNorm, kRmsNorm };
 // Per row: LayerNorm y = (x - mean) / sqrt(var + eps) * gamma (no bias; var is the biased

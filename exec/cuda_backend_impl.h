@@ -155,6 +155,12 @@ class CudaBackend final : public Backend, public CudaRunner {
     return AttentionDropoutAt(options_.fill, seed_, rank_, options_.fill.layer + op.tags.layer, op,
                               schedule_.reads(op)[0].view);
   }
+  // The hidden dropout of its layer's attention (`branch` 1) or MLP (2) branch over the
+  // residual-stream view `residual`, as the CPU backend places it.
+  BranchDropout BranchDrop(const Op& op, int branch, const TensorUse& residual) const {
+    return BranchDropoutAt(options_.fill, seed_, rank_, tp_, options_.fill.layer + op.tags.layer,
+                           branch, schedule_.tensors()[residual.tensor], residual.view);
+  }
   bool SquaredRelu() const { return model_.activation == Activation::kSquaredRelu; }
   // Token ids and labels are fp32 whatever the element type (exact for every vocabulary), and so
   // are the loss statistics (each part's log-sum-exp and the label's logit): in bf16 a

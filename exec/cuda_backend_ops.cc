@@ -89,8 +89,15 @@ Status CudaBackend::Enqueue(int32_t id) {
       if (e.ok()) e = cuda::Copy(context_, out(1), out(0));
       break;
     case OpFunc::kResidual1:
-    case OpFunc::kResidual2:
-      e = cuda::Add(context_, in(0), in(1), out(0));
+    case OpFunc::kResidual2:  // the branch through its dropout, as the CPU backend runs it
+      e = cuda::Add(context_, in(0), in(1), out(0),
+                    BranchDrop(op, op.func == OpFunc::kResidual1 ? 1 : 2, writes[0]));
+      break;
+    case OpFunc::kDropout1Grad:
+    case OpFunc::kDropout2Grad:
+      e = cuda::Dropout(context_,
+                        BranchDrop(op, op.func == OpFunc::kDropout1Grad ? 1 : 2, writes[0]), in(0),
+                        out(0));
       break;
     case OpFunc::kResidualGrad:
       e = cuda::Copy(context_, residual_grads_.at(id), out(0));

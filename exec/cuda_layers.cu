@@ -10,8 +10,15 @@ namespace domino::exec::cuda {
 namespace {
 
 template <typename T>
-__global__ void AddKernel(Mat<T> a, Mat<T> b, Mat<T> c) {
-  FOR_EACH_ELEMENT(c.rows, c.cols, r, j) c.Set(r, j, a.Get(r, j) + b.Get(r, j));
+__global__ void AddKernel(Mat<T> a, Mat<T> b, Mat<T> c, BranchDropout dropout) {
+  FOR_EACH_ELEMENT(c.rows, c.cols, r, j) {
+    c.Set(r, j, a.Get(r, j) + b.Get(r, j) * dropout.Scale(r, j));
+  }
+}
+
+template <typename T>
+__global__ void DropoutKernel(Mat<T> a, Mat<T> c, BranchDropout dropout) {
+  FOR_EACH_ELEMENT(c.rows, c.cols, r, j) c.Set(r, j, a.Get(r, j) * dropout.Scale(r, j));
 }
 
 // Rotary embeddings in place on the Q and K heads of each row (exec/cpu_kernels.h, cpu::Rope):
@@ -307,15 +314,29 @@ Status Gemm(Context* c, DView a, bool transpose_a, DView b, bool transpose_b, DV
   return e;
 }
 
-Status Add(Context* c, DView a, DView b, DView out) {
+Status Add(Context* c, DView a, DView b, DView out, const BranchDropout& dropout) {
   if (!Valid(a) || !Valid(b) || !Valid(out) || !SameShape(a, out) || !SameShape(b, out))
     return Error("add: views differ in shape");
+  if (!(dropout.rate >= 0 && dropout.rate < 1)) return Error("add: a dropout rate in [0, 1)");
   if (Empty(out)) return Status::Ok();
   return ByType(c->type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    AddKernel<T>
-        <<<RowBlocks(out.rows), kThreads, 0, Current(c)>>>(Typed<T>(a), Typed<T>(b), Typed<T>(out));
+    AddKernel<T><<<RowBlocks(out.rows), kThreads, 0, Current(c)>>>(Typed<T>(a), Typed<T>(b),
+                                                                   Typed<T>(out), dropout);
     return Launched("add");
+  });
+}
+
+Status Dropout(Context* c, const BranchDropout& dropout, DView a, DView out) {
+  if (!Valid(a) || !Valid(out) || !SameShape(a, out))
+    return Error("dropout: views differ in shape");
+  if (!(dropout.rate >= 0 && dropout.rate < 1)) return Error("dropout: a rate in [0, 1)");
+  if (Empty(out)) return Status::Ok();
+  return ByType(c->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    DropoutKernel<T>
+        <<<RowBlocks(out.rows), kThreads, 0, Current(c)>>>(Typed<T>(a), Typed<T>(out), dropout);
+    return Launched("dropout");
   });
 }
 

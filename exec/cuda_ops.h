@@ -106,7 +106,11 @@ void OpenGate(Context* context);
 // accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F) whatever the element type.
 Status Gemm(Context* context, DView a, bool transpose_a, DView b, bool transpose_b, DView c,
             bool accumulate);
-Status Add(Context* context, DView a, DView b, DView c);
+// c = a + b, b scaled by `dropout`'s mask where it drops out (a residual add after its branch's
+// dropout: exec/cpu_kernels.h cpu::Add); c may alias a or b.
+Status Add(Context* context, DView a, DView b, DView c, const BranchDropout& dropout = {});
+// c = a scaled by `dropout`'s mask (the dropout's backward, exec/cpu_kernels.h cpu::Dropout).
+Status Dropout(Context* context, const BranchDropout& dropout, DView a, DView c);
 // LayerNorm (no bias) or RMSNorm per row with gamma (x.cols elements); backward as
 // exec/cpu_kernels.h says: dx = (or +=) the input gradient, dgamma += sum over rows.
 Status NormForward(Context* context, bool rms, DView x, const void* gamma, float eps, DView y);

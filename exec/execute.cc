@@ -36,15 +36,25 @@ TensorRole LayerRole(TensorKind kind, TensorSlot slot, int layer, bool gradient 
 }
 
 // The stack's output: the top layer's mid plus its MLP output after the collective (with
-// sequence parallelism, the reduce-scattered shard; with post-norms, normalized).
+// sequence parallelism, the reduce-scattered shard; with post-norms, normalized) through the MLP
+// branch's dropout of `plan` (the whole tensor's row r is token r of the run: exec/dropout.h).
 Result<Whole> GatherOutput(const Schedule& schedule, const Backend& backend, Communicator& comm,
-                           int top, bool sp, bool post_norms) {
+                           int top, bool sp, bool post_norms, const Plan& plan, uint64_t seed) {
   Result<Whole> mid = GatherWhole(schedule, backend, comm,
                                   LayerRole(TensorKind::kActivation, TensorSlot::kMid, top));
   if (!mid.ok()) return mid;
   Result<Whole> mlp = GatherWhole(schedule, backend, comm, StackMlpOutputRole(top, sp, post_norms));
   if (!mlp.ok()) return mlp;
-  for (size_t i = 0; i < mid->values.size(); ++i) mid->values[i] += mlp->values[i];
+  FillOffsets fill;
+  SetDropout(plan, &fill);
+  BranchDropout dropout;
+  dropout.rate = fill.branch_dropout[1];
+  dropout.stream = BranchDropoutStream(seed, top, 2);
+  if (mid->values.size() != mlp->values.size())
+    return Error("the stack's output: its parts differ in size");
+  for (int64_t r = 0; r < mid->rows; ++r)
+    for (int64_t j = 0; j < mid->cols; ++j)
+      mid->values[r * mid->cols + j] += mlp->values[r * mid->cols + j] * dropout.Scale(r, j);
   return mid;
 }
 
@@ -128,8 +138,8 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
   const int layers = plan.model.layers / plan.pp;
   const Covers covers = CoversOf(s);
   std::vector<Whole> got;
-  Result<Whole> output =
-      GatherOutput(s, backend, comm, layers - 1, plan.sequence_parallel, plan.model.post_norms);
+  Result<Whole> output = GatherOutput(s, backend, comm, layers - 1, plan.sequence_parallel,
+                                      plan.model.post_norms, plan, options.seed);
   if (!output.ok()) return output.error();
   got.push_back(std::move(output).value());
   if (covers.head) {
@@ -153,13 +163,13 @@ Status Check(const Plan& plan, const Schedule& s, const Backend& backend, Commun
     if (!ref_schedule.ok()) return ref_schedule.error();
     SelfCommunicator self;
     FillOffsets fill;
-    fill.dropout = ref_plan.applies_dropout() ? kDropoutRate : 0;  // the run's masks
+    SetDropout(ref_plan, &fill);  // the run's masks
     CpuBackend ref(*ref_schedule, ref_plan.model, 0, 1, options.seed, fill);
     Result<Timeline> ref_timeline = Interpret(*ref_schedule, ref, self);
     if (!ref_timeline.ok()) return ref_timeline.error();
     size_t next = 0;
-    Result<Whole> want =
-        GatherOutput(*ref_schedule, ref, self, layers - 1, false, plan.model.post_norms);
+    Result<Whole> want = GatherOutput(*ref_schedule, ref, self, layers - 1, false,
+                                      plan.model.post_norms, plan, options.seed);
     if (!want.ok()) return want.error();
     result->checks.push_back(CompareTensors("output", got[next++], *want, options.tolerance));
     if (covers.head) {
@@ -380,10 +390,10 @@ Result<ExecuteResult> ExecuteSchedule(const Plan& plan, Schedule schedule, Commu
   std::unique_ptr<CudaRunner> cuda;
   std::unique_ptr<CpuBackend> cpu;
   FillOffsets fill;
-  fill.dropout = plan.applies_dropout() ? kDropoutRate : 0;
+  SetDropout(plan, &fill);
   if (options.backend == BackendKind::kCuda) {
     CudaOptions cuda_options = options.cuda;
-    cuda_options.fill.dropout = fill.dropout;
+    SetDropout(plan, &cuda_options.fill);
     Result<std::unique_ptr<CudaRunner>> made =
         MakeCudaRunner(s, plan.model, emulate ? options.emulate_rank : comm.rank(), plan.tp,
                        options.seed, cuda_options, comm);

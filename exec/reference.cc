@@ -116,4 +116,25 @@ AttentionDropout AttentionDropoutAt(const FillOffsets& offsets, uint64_t seed, i
           offsets.token / n + qkv.row_begin / n, static_cast<int64_t>(rank) * op.heads};
 }
 
+void SetDropout(const Plan& plan, FillOffsets* fill) {
+  fill->dropout = plan.applies_dropout() ? kDropoutRate : 0;
+  fill->branch_dropout[0] = plan.branch_dropout(true) ? kDropoutRate : 0;
+  fill->branch_dropout[1] = plan.branch_dropout(false) ? kDropoutRate : 0;
+}
+
+BranchDropout BranchDropoutAt(const FillOffsets& offsets, uint64_t seed, int rank, int tp,
+                              int layer, int branch, const Tensor& tensor, const View& view) {
+  BranchDropout d;
+  d.rate = offsets.branch_dropout[branch == 1 ? 0 : 1];
+  d.stream = BranchDropoutStream(seed, layer, branch);
+  d.first_token = offsets.token;
+  const Shape2 first = WholeIndex(tensor, rank, tp, view.row_begin, view.col_begin);
+  d.whole_row = first.rows;
+  d.first_col = first.cols;
+  d.seq_len = std::max<int64_t>(offsets.seq_len, 1);
+  d.cp = offsets.cp;
+  d.cp_rank = offsets.cp_rank;
+  return d;
+}
+
 }  // namespace domino::exec

@@ -10,6 +10,7 @@
 #include "exec/dropout.h"
 #include "exec/positions.h"
 #include "models/model_spec.h"
+#include "planner/plan.h"
 #include "planner/schedule.h"
 
 namespace domino::exec {
@@ -44,14 +45,20 @@ int64_t ReferenceToken(uint64_t seed, int64_t vocab, int64_t index);
 // token_offset (micro-batch g of an iteration starts at g x its tokens). With context parallelism
 // (cp > 1) the schedule's rows are the rank's tokens of each sequence: CpPosition says where they
 // sit in it. Dropout's masks hang on the same places (exec/dropout.h): `dropout` is the rate of
-// the plan's attention dropout (0: none).
+// the plan's attention dropout, `branch_dropout` of the hidden dropout on the attention's and on
+// the MLP's residual branch (0: none; SetDropout).
 struct FillOffsets {
   int layer = 0;
   int64_t token = 0;
   int cp = 1, cp_rank = 0;
   int64_t seq_len = 0;  // the whole sequence's tokens (with cp > 1)
   double dropout = 0;
+  double branch_dropout[2] = {0, 0};  // [attention's, MLP's]
 };
+
+// Sets `fill`'s dropout rates to the plan's: kDropoutRate where it drops out (Plan::
+// applies_dropout, Plan::branch_dropout), else 0.
+void SetDropout(const Plan& plan, FillOffsets* fill);
 
 // Fills `view` of rank `rank`'s `values` of a given tensor (IsGiven): token ids with
 // ReferenceToken (a label is the next token), everything else with FillReference, both placed by
@@ -64,6 +71,12 @@ void FillGiven(const Tensor& tensor, const ModelSpec& model, int rank, int tp, u
 // say and where its sequences and heads sit in the whole step (exec/dropout.h).
 AttentionDropout AttentionDropoutAt(const FillOffsets& offsets, uint64_t seed, int rank, int layer,
                                     const Op& op, const View& qkv);
+
+// The hidden dropout of global layer `layer`'s attention (`branch` 1) or MLP (2) residual branch
+// over `view` of TP rank `rank`'s residual-stream tensor `tensor` (whole, or its sequence shard:
+// a view within one row slice), placed by `offsets` (exec/dropout.h).
+BranchDropout BranchDropoutAt(const FillOffsets& offsets, uint64_t seed, int rank, int tp,
+                              int layer, int branch, const Tensor& tensor, const View& view);
 
 }  // namespace domino::exec
 

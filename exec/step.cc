@@ -143,9 +143,9 @@ Status StepRunner::Init() {
     DOMINO_RETURN_IF_ERROR(Describe(plan_, *chunk));
     for (int mb = 0; mb < m; ++mb) {
       const int64_t global_mb = static_cast<int64_t>(me_.dp) * m + mb;
-      const FillOffsets fill{chunk->first_layer, global_mb * tokens,
-                             plan_.cp,           me_.cp,
-                             plan_.seq_len,      plan_.applies_dropout() ? kDropoutRate : 0};
+      FillOffsets fill{chunk->first_layer, global_mb * tokens, plan_.cp, me_.cp, plan_.seq_len};
+      SetDropout(plan_, &fill);
+      chunk->fills.push_back(fill);
       if (options_.backend == BackendKind::kCuda) {
         CudaOptions cuda = options_.cuda;
         cuda.fill = fill;
@@ -390,24 +390,38 @@ Status StepRunner::Transfer(const Op& op, int32_t id) {
   const int vs = c.vs;
   if (op.func == OpFunc::kPpSend) {
     const int to = StageOf(backward ? vs - 1 : vs + 1);
-    if (device_) {
-      CudaRunner& runner = *c.runners[op.tags.micro_batch];
-      return backward ? device_->Send(runner, c.input_grad, to)
-                      : device_->SendSum(runner, c.out_mid, c.out_mlp, to);
-    }
     if (backward) {
+      if (device_) return device_->Send(*c.runners[op.tags.micro_batch], c.input_grad, to);
       Result<std::vector<float>> grad = backend.Read(c.input_grad);
       if (!grad.ok()) return grad.error();
       return g_.pp->Send(grad->data(), static_cast<int64_t>(grad->size()), to);
     }
-    // The stack's output: the top layer's mid plus its MLP output (after its collective).
+    // The stack's output: the top layer's mid plus its MLP output (after its collective) through
+    // the MLP branch's dropout, placed by the output's rows: each row slice's run of them (a
+    // sequence-parallel shard's rows are whole rows only within a slice).
+    const Tensor& out = c.schedule.tensors()[c.out_mid];
+    const int64_t slices = out.shard == Shard::kSequence ? std::max<int64_t>(out.part_cols, 1) : 1;
+    std::vector<DroppedRows> dropout;
+    for (int64_t s = 0; s < slices; ++s) {
+      const View rows{s * out.rows / slices, (s + 1) * out.rows / slices, 0, out.cols};
+      dropout.push_back(
+          {rows.row_begin, rows.row_end,
+           BranchDropoutAt(c.fills[op.tags.micro_batch], options_.seed, me_.tp, plan_.tp,
+                           c.first_layer + c.shape.layers - 1, 2, out, rows)});
+    }
+    if (device_)
+      return device_->SendSum(*c.runners[op.tags.micro_batch], c.out_mid, c.out_mlp, dropout, to);
     Result<std::vector<float>> mid = backend.Read(c.out_mid);
     Result<std::vector<float>> mlp = backend.Read(c.out_mlp);
     if (!mid.ok()) return mid.error();
     if (!mlp.ok()) return mlp.error();
     if (mid->size() != mlp->size())
       return Error(fmt::format("iteration op {}: the output's parts differ in size", id));
-    for (size_t i = 0; i < mid->size(); ++i) (*mid)[i] += (*mlp)[i];
+    for (const DroppedRows& run : dropout)
+      for (int64_t r = run.row_begin; r < run.row_end; ++r)
+        for (int64_t j = 0; j < out.cols; ++j)
+          (*mid)[r * out.cols + j] +=
+              (*mlp)[r * out.cols + j] * run.dropout.Scale(r - run.row_begin, j);
     return g_.pp->Send(mid->data(), static_cast<int64_t>(mid->size()), to);
   }
   const int from_vs = backward ? vs + 1 : vs - 1;

@@ -195,7 +195,8 @@ class DeviceStep final : public StepDevice {
     return Status::Ok();
   }
 
-  Status SendSum(CudaRunner& runner, int32_t a, int32_t b, int peer) override {
+  Status SendSum(CudaRunner& runner, int32_t a, int32_t b, std::span<const DroppedRows> dropout,
+                 int peer) override {
     Result<Link*> found = LinkOf(me_, peer);
     if (!found.ok()) return found.error();
     Link& link = **found;
@@ -206,7 +207,21 @@ class DeviceStep final : public StepDevice {
     if (!stage.ok()) return stage.error();
     cuda::Context* c = link.lane.context;
     cuda::UseStream(c, cuda::StreamKind::kCompute);
-    DOMINO_RETURN_IF_ERROR(Ok(cuda::Add(c, x, y, cuda::DView{*stage, x.rows, x.cols, x.cols})));
+    const cuda::DView sum{*stage, x.rows, x.cols, x.cols};
+    // Row runs: each with its branch's dropout (one run, none, without it).
+    const size_t bytes = cuda::DTypeBytes(type_);
+    auto rows = [&](cuda::DView v, int64_t begin, int64_t end) {
+      return cuda::DView{static_cast<char*>(v.data) + begin * v.stride * bytes, end - begin, v.cols,
+                         v.stride};
+    };
+    if (dropout.empty()) DOMINO_RETURN_IF_ERROR(Ok(cuda::Add(c, x, y, sum)));
+    for (const DroppedRows& run : dropout) {
+      if (run.row_begin < 0 || run.row_end > x.rows || run.row_begin > run.row_end)
+        return Error("pipeline send: a dropout's rows outside the output");
+      DOMINO_RETURN_IF_ERROR(
+          Ok(cuda::Add(c, rows(x, run.row_begin, run.row_end), rows(y, run.row_begin, run.row_end),
+                       rows(sum, run.row_begin, run.row_end), run.dropout)));
+    }
     // The sum is complete before the host goes on (a recompute may write the parts again).
     DOMINO_RETURN_IF_ERROR(Ok(cuda::Synchronize(c)));
     return Post(link, /*send=*/true, *stage, Elements(x), type_);

@@ -17,10 +17,18 @@
 
 #include "exec/communicator.h"
 #include "exec/cuda_backend.h"
+#include "exec/dropout.h"
 #include "exec/execute.h"
 #include "models/base/result.h"
 
 namespace domino::exec {
+
+// A run of a tensor's rows, [row_begin, row_end), and the dropout its elements take
+// (exec/dropout.h: element (r, c) of the run is its r-th row's).
+struct DroppedRows {
+  int64_t row_begin = 0, row_end = 0;
+  BranchDropout dropout;
+};
 
 class StepDevice {
  public:
@@ -50,9 +58,11 @@ class StepDevice {
   // The runner's TP collective `id` (of a pass) on the TP group's NCCL communicator of the element
   // type, lent to the runner (CudaOptions::lent_nccl); waits.
   virtual Status TpCollective(CudaRunner& runner, int32_t id) = 0;
-  // To and from pipeline stage `peer`, in the runner's element type (Sum: tensors a + b) or fp32.
-  // Sends return at once; receives wait.
-  virtual Status SendSum(CudaRunner& runner, int32_t a, int32_t b, int peer) = 0;
+  // To and from pipeline stage `peer`, in the runner's element type (Sum: tensors a + b, b's row
+  // runs through `dropout`: a residual add after its branch's dropout) or fp32. Sends return at
+  // once; receives wait.
+  virtual Status SendSum(CudaRunner& runner, int32_t a, int32_t b,
+                         std::span<const DroppedRows> dropout, int peer) = 0;
   virtual Status Send(CudaRunner& runner, int32_t tensor, int peer) = 0;
   virtual Status Recv(CudaRunner& runner, int32_t tensor, int peer) = 0;
   virtual Status SendFloats(const float* data, int64_t count, int peer) = 0;

@@ -72,6 +72,7 @@ struct Chunk {
   std::vector<std::unique_ptr<CudaRunner>> cuda;
   std::vector<CudaRunner*> runners;  // `cuda`'s, for the device transport
   std::vector<size_t> cursor;        // per micro-batch: its next op
+  std::vector<FillOffsets> fills;    // per micro-batch: where its backend's values sit
   std::vector<Bucket> buckets;
   int32_t input = -1, input_grad = -1, out_mid = -1, out_mlp = -1, out_grad = -1, loss = -1;
 };

@@ -390,31 +390,37 @@ Lowering::Deps Lowering::BackwardEntry(int l, Block block, int i, bool final) {
     // The top layer's output gradient arrives from the loss (or the next stage).
     tags = Tags(l, i, -1, Phase::kBackward);
     grad_tensor = out_grad_;
-    grad_out = Elementwise(OpFunc::kResidualGrad, tags, hb + BranchGradBytes(hb, false),
-                           std::move(deps), {}, {SliceOf(out_grad_, i)});
+    grad_out =
+        Elementwise(OpFunc::kResidualGrad, tags, hb, std::move(deps), {}, {SliceOf(out_grad_, i)});
   } else if (block == Block::kMlp) {
     // Entering layer l's MLP from layer l+1's attention: ln1 backward of layer l+1, plus the
     // gradient that reached layer l+1's mid through the residual.
     const LayerTensors& up = tensors_[l + 1];
     tags = Tags(l + 1, i, -1, Phase::kBackward);
     grad_tensor = up.g_x;
-    grad_out =
-        NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, up.x, Reduced(up.g_ln1, up.g_ln1_s),
-                 up.w_ln1, up.g_mid, up.g_x, up.g_w_ln1, BranchGradBytes(hb, false));
+    grad_out = NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, up.x,
+                        Reduced(up.g_ln1, up.g_ln1_s), up.w_ln1, up.g_mid, up.g_x, up.g_w_ln1);
   } else {
     const LayerTensors& t = tensors_[l];
     tags = Tags(l, i, -1, Phase::kBackward);
     grad_tensor = final ? t.g_x : t.g_mid;
-    grad_out = final ? NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, t.x,
-                                Reduced(t.g_ln1, t.g_ln1_s), t.w_ln1, t.g_mid, t.g_x, t.g_w_ln1)
-                     : NormGrad(OpFunc::kLn2Grad, tags, std::move(deps), i, t.mid,
-                                Reduced(t.g_ln2, t.g_ln2_s), t.w_ln2, OutGrad(l), t.g_mid,
-                                t.g_w_ln2, BranchGradBytes(hb, true));
+    grad_out = final
+                   ? NormGrad(OpFunc::kLn1Grad, tags, std::move(deps), i, t.x,
+                              Reduced(t.g_ln1, t.g_ln1_s), t.w_ln1, t.g_mid, t.g_x, t.g_w_ln1)
+                   : NormGrad(OpFunc::kLn2Grad, tags, std::move(deps), i, t.mid,
+                              Reduced(t.g_ln2, t.g_ln2_s), t.w_ln2, OutGrad(l), t.g_mid, t.g_w_ln2);
   }
   const LayerTensors& t = tensors_[l];
-  // A post-norm's backward turns the residual gradient into the branch's (BranchGradient).
+  // The branch's dropout's backward, then a post-norm's, turn the residual gradient into the
+  // branch's (BranchGradient).
   if (!final) {
     const bool mlp = block == Block::kMlp;
+    if (const int32_t dropped = mlp ? t.g_drop2 : t.g_drop1; dropped >= 0) {
+      grad_out = Elementwise(mlp ? OpFunc::kDropout2Grad : OpFunc::kDropout1Grad,
+                             Tags(l, i, -1, Phase::kBackward), BranchGradBytes(hb, !mlp),
+                             {grad_out}, {SliceOf(grad_tensor, i)}, {SliceOf(dropped, i)});
+      grad_tensor = dropped;
+    }
     grad_out = PostNormGrad(mlp ? OpFunc::kPostNorm2Grad : OpFunc::kPostNorm1Grad,
                             Tags(l, i, -1, Phase::kBackward), grad_out,
                             mlp ? Reduced(t.fc2, t.fc2_s) : Reduced(t.proj, t.proj_s),

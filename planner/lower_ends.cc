@@ -147,9 +147,9 @@ void Lowering::HeadBackward(int i) {
                        SliceOf(g_head_ln_, i), SliceOf(g_head_ln_, i));
   if (overlap_wgrad) weight_grad();
   const double hb = NormRows() * h_ * e_;
-  // The final norm's backward, and the top layer's MLP dropout's on the gradient it writes.
+  // The final norm's backward.
   head_grad_[i] = Elementwise(
-      OpFunc::kFinalNormGrad, tags, 5 * hb + BranchGradBytes(hb, false), {comm},
+      OpFunc::kFinalNormGrad, tags, 5 * hb, {comm},
       {SliceOf(head_x_, i), SliceOf(Reduced(g_head_ln_, g_head_ln_s_), i), WholeOf(w_final_norm_)},
       {SliceOf(out_grad_, i), WholeOf(g_w_final_norm_)});
 }

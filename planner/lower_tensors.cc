@@ -81,6 +81,8 @@ LayerTensors Lowering::MakeTensors(int l) {
     t.g_w_post1 = weight(kPostNorm1, true, true, 1, h_, partial);
     t.g_w_post2 = weight(kPostNorm2, true, true, 1, h_, partial);
   }
+  t.g_drop1 = plan_.branch_dropout(true) ? ResidualTensor(Grad(kDropout1, l)) : -1;
+  t.g_drop2 = plan_.branch_dropout(false) ? ResidualTensor(Grad(kDropout2, l)) : -1;
   t.qk = t.g_qk = t.w_qk_norm = t.g_w_qk_norm = -1;
   if (plan_.model.qk_norm) {
     t.qk = act(Act(kQkNorm, l), (a_ + g_) * d_, Shard::kQkCols, kv);

@@ -39,6 +39,9 @@ struct LayerTensors {
   // tensors, as the outputs are after their collective), the gradients of those outputs, the
   // gains and their gradients.
   int32_t post1, post2, g_post1, g_post2, w_post1, w_post2, g_w_post1, g_w_post2;
+  // With Plan::branch_dropout: the residual gradient the attention's (g_drop1) and the MLP's
+  // (g_drop2) branch take through their dropout's backward (residual-stream tensors).
+  int32_t g_drop1, g_drop2;
 };
 
 // Lowers one plan (a model chunk of LowerOptions) into a Schedule: Run() once.
@@ -160,12 +163,11 @@ class Lowering {
     if (plan_.fuses_bias_dropout_add()) return 3 * hb + mask;
     return (plan_.model.bias ? 2 * hb : 0) + (dropout ? 2 * hb + mask : 0) + 3 * hb;
   }
-  // Bytes of the backward of what the branch runs before the residual add, over `hb` bytes of
-  // gradients, priced on the op that writes the residual gradient the branch takes: its dropout's,
-  // a pass that reads the gradient and the mask and writes the gradient to the projection or fc2
-  // (PyTorch's native_dropout_backward, and the backward of Megatron's fused bias-dropout-add;
-  // none without dropout: a dropout of p = 0 returns its input). A post-norm's backward is an op
-  // of its own after it (PostNormGrad).
+  // Bytes of the backward of the branch's dropout, over `hb` bytes of gradients (its op,
+  // kDropout1Grad or kDropout2Grad): a pass that reads the residual gradient and the mask and
+  // writes the gradient the branch takes (PyTorch's native_dropout_backward, and the backward of
+  // Megatron's fused bias-dropout-add; none without dropout: a dropout of p = 0 returns its input).
+  // A post-norm's backward is an op of its own after it (PostNormGrad).
   double BranchGradBytes(double hb, bool attention) const {
     return plan_.branch_dropout(attention) ? 2 * hb + hb / e_ : 0;
   }
@@ -182,11 +184,14 @@ class Lowering {
   int32_t PostNormGrad(OpFunc func, const OpTags& tags, int32_t producer, int32_t out, int32_t gain,
                        int32_t dy, int32_t dx, int32_t dw, int i);
   // The gradient of layer l's attention (`attention`) or MLP output that its row-parallel GEMM's
-  // input gradient takes: the residual gradient at mid or at the layer's output, or with
-  // post-norms that gradient through the post-norm's backward.
+  // input gradient takes: the residual gradient at mid or at the layer's output, through the
+  // branch's dropout's backward where it drops out, and with post-norms then through the
+  // post-norm's backward.
   int32_t BranchGradient(int l, bool attention) const {
     const LayerTensors& t = tensors_[l];
     if (plan_.model.post_norms) return attention ? t.g_post1 : t.g_post2;
+    const int32_t dropped = attention ? t.g_drop1 : t.g_drop2;
+    if (dropped >= 0) return dropped;
     return attention ? t.g_mid : OutGrad(l);
   }
   // Whether the MLP is a GeGLU the stack runs as Megatron-Core's unfused gated linear unit
@@ -227,11 +232,10 @@ class Lowering {
   // after Transformer Engine's or apex's norm backward, which computes the weight's gradient in
   // the same kernel); the executor's kernels do the same work as a row kernel that reads x, dy and
   // the upstream gradient and writes dx, and a kernel that reads x and dy again for dw
-  // (exec/cuda_layers.cu NormBackward). `extra` bytes are the backward of what the branch dx
-  // enters runs before its residual add (BranchGradBytes), priced on this op.
+  // (exec/cuda_layers.cu NormBackward).
   int32_t NormGrad(OpFunc func, const OpTags& tags, Deps deps, int i, int32_t x, int32_t dy,
-                   int32_t w, int32_t upstream, int32_t dx, int32_t dw, double extra = 0) {
-    return Elementwise(func, tags, 6 * NormRows() * h_ * e_ + extra, std::move(deps),
+                   int32_t w, int32_t upstream, int32_t dx, int32_t dw) {
+    return Elementwise(func, tags, 6 * NormRows() * h_ * e_, std::move(deps),
                        {SliceOf(x, i), SliceOf(dy, i), WholeOf(w), SliceOf(upstream, i)},
                        {SliceOf(dx, i), WholeOf(dw)});
   }

@@ -79,7 +79,9 @@ std::string_view OpFuncName(OpFunc func) {
       "post_norm1",
       "post_norm2",
       "post_norm1.grad",
-      "post_norm2.grad"};
+      "post_norm2.grad",
+      "dropout1.grad",
+      "dropout2.grad"};
   int index = static_cast<int>(func);
   return index < static_cast<int>(kNames.size()) ? kNames[index] : "op";
 }
@@ -204,9 +206,10 @@ int32_t FindTensor(std::span<const Tensor> tensors, const TensorRole& role) {
 }
 
 std::string RoleName(const TensorRole& role) {
-  static constexpr std::array<std::string_view, 18> kSlots = {
-      "",    "x",   "ln1", "qkv",   "ctx",        "proj",    "mid",     "ln2",        "fc1",
-      "act", "fc2", "out", "embed", "final_norm", "lm_head", "qk_norm", "post_norm1", "post_norm2"};
+  static constexpr std::array<std::string_view, 20> kSlots = {
+      "",        "x",       "ln1",        "qkv",        "ctx",      "proj",    "mid",
+      "ln2",     "fc1",     "act",        "fc2",        "out",      "embed",   "final_norm",
+      "lm_head", "qk_norm", "post_norm1", "post_norm2", "dropout1", "dropout2"};
   std::string name = role.layer >= 0 ? fmt::format("l{}.", role.layer) : "";
   // The ends' data: the tokens the embedding looks up, the labels the loss reads, and the LM
   // head's output.

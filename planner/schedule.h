@@ -144,6 +144,13 @@ enum class OpFunc : uint8_t {
   kPostNorm2,
   kPostNorm1Grad,
   kPostNorm2Grad,
+  // The backward of the dropout on the attention's (kDropout1Grad) and the MLP's (kDropout2Grad)
+  // residual branch (Plan::branch_dropout; its forward is part of kResidual1 and kResidual2): the
+  // residual gradient the branch takes, masked and scaled as the forward dropped the branch, into
+  // a tensor of its own (PyTorch's native_dropout_backward, and the backward of Megatron's fused
+  // bias-dropout-add: a kernel of its own after the one that writes the residual gradient).
+  kDropout1Grad,
+  kDropout2Grad,
   kCount,
 };
 std::string_view OpFuncName(OpFunc func);  // "qkv", "fc2.dgrad", "tp.allreduce", ...
@@ -206,6 +213,11 @@ enum class TensorSlot : uint8_t {
   // output the residual add takes; its gradient: the gradient of the branch's output).
   kPostNorm1,
   kPostNorm2,
+  // The dropout on the attention's and the MLP's residual branch (Plan::branch_dropout): no
+  // activation (its masks are a hash of where each element sits: exec/dropout.h); its gradient is
+  // the gradient of what the dropout takes, the branch's output (or its post-norm's).
+  kDropout1,
+  kDropout2,
 };
 
 // Sequence parallelism holds some values twice: whole on every rank and as this rank's sequence

@@ -3,7 +3,6 @@
 #include "tools/execute_tables.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <initializer_list>
@@ -62,20 +61,6 @@ void PrintChecks(const std::vector<exec::TensorCheck>& checks, const std::string
   table.Print(out);
 }
 
-// What the prediction prices and the executor's kernels leave out (docs/formats.md), as a note
-// under the header; nothing when the plan has none of it.
-void PrintUnrun(const Plan& plan, std::ostream& out) {
-  std::vector<std::string> unrun;
-  // The attention's dropout runs (exec/dropout.h); the hidden dropout on the branches does not.
-  if (plan.branch_dropout(true) || plan.branch_dropout(false))
-    unrun.push_back("the residual branches' hidden dropout (its masks and passes)");
-  if (!unrun.empty())
-    out << fmt::format(
-        "# note: priced, not run by the executor: {}; the ops that carry them run "
-        "without them\n\n",
-        fmt::join(unrun, ", "));
-}
-
 }  // namespace
 
 void PrintRun(const Plan& plan, exec::Extent extent, const std::string& backend,
@@ -95,7 +80,6 @@ void PrintRun(const Plan& plan, exec::Extent extent, const std::string& backend,
           ? fmt::format("whole model (embedding, {} layers, LM head, loss)", plan.model.layers)
           : fmt::format("layer stack of {} layers", plan.model.layers / plan.pp),
       plan.micro_batch, plan.seq_len, r.schedule.size());
-  PrintUnrun(plan, out);
   Table summary({"measured on rank 0", "value"});
   if (r.loss) summary.AddRow({"loss (mean cross-entropy)", fmt::format("{:.6f}", *r.loss)});
   summary.AddRow({"iteration", fmt::format("{:.2f} ms", f.iteration_ms)});
@@ -178,7 +162,6 @@ void PrintStep(const Plan& plan, const std::string& backend, const exec::LaunchE
   if (plan.cp > 1 && backend.starts_with("CUDA"))
     out << "# note: context parallelism's attention core runs on the host (exec/cp_attention.h): "
            "the passes' times include it, so they are a numeric check, not the GPU's timing\n\n";
-  PrintUnrun(plan, out);
   Table summary({"measured on rank 0 (last step)", "value"});
   for (size_t i = 0; i < r.losses.size(); ++i)
     summary.AddRow({fmt::format("loss, step {} (mean cross-entropy)", i + 1),

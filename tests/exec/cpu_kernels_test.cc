@@ -118,6 +118,37 @@ TEST(CpuKernelsTest, AddOnStridedViewsAndInPlace) {
   EXPECT_EQ(pa.Clobbered(), 0);
 }
 
+// A residual add after its branch's dropout (exec/dropout.h): each element of the branch is
+// dropped or scaled by 1 / (1 - rate) by a mask that hangs on its token and column, so a view of
+// the rows from a later row on draws the whole view's masks there, and the dropout's backward
+// draws them again. About a tenth of 64 x 64 elements drop at rate 0.1.
+TEST(CpuKernelsTest, AddAfterTheBranchsDropout) {
+  const int64_t n = 64;
+  const Dense x = Random(n, n, 11), b = Random(n, n, 12);
+  BranchDropout d{.rate = 0.1, .stream = BranchDropoutStream(7, 3, 2), .first_token = 128};
+  Dense sum(n, n), dropped(n, n);
+  Add(x.cmat(), b.cmat(), sum.mat(), d);
+  Dropout(b.cmat(), d, dropped.mat());
+  int zeros = 0;
+  for (int64_t i = 0; i < n * n; ++i) {
+    const float kept = dropped.v[i];
+    EXPECT_TRUE(kept == 0.0f || std::fabs(kept - b.v[i] / 0.9f) <= 1e-6f * std::fabs(b.v[i])) << i;
+    zeros += kept == 0.0f;
+    EXPECT_FLOAT_EQ(sum.v[i], x.v[i] + kept) << i;
+  }
+  EXPECT_GT(zeros, 0.07 * n * n);
+  EXPECT_LT(zeros, 0.13 * n * n);
+  // Rows 40 on as a view of their own: the same masks.
+  BranchDropout later = d;
+  later.whole_row = 40;
+  Dense part(n - 40, n);
+  Dropout(ConstMat(b.v.data() + 40 * n, n - 40, n, n), later, part.mat());
+  for (int64_t i = 0; i < (n - 40) * n; ++i) EXPECT_EQ(part.v[i], dropped.v[40 * n + i]) << i;
+  // Rate 0: a plain add.
+  Add(x.cmat(), b.cmat(), sum.mat(), BranchDropout{});
+  for (int64_t i = 0; i < n * n; ++i) EXPECT_EQ(sum.v[i], x.v[i] + b.v[i]);
+}
+
 // --- Norms --------------------------------------------------------------------------------------
 
 TEST(CpuKernelsTest, NormsByHand) {

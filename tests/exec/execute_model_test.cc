@@ -102,10 +102,12 @@ TEST(ExecuteTest, TheSlidingWindowAndTheSoftCapsAreRun) {
   }
 }
 
-// A plan with dropout: the executor drops the attention's probabilities by masks that hang on
-// each score's place in the whole step (exec/dropout.h), so every TP rank, row slice and column
-// split drops what the single rank of the reference drops, and the run passes; the loss moves.
-TEST(ExecuteTest, TheAttentionsDropoutIsPlacedByTheWholeStep) {
+// A plan with dropout: the executor drops the attention's probabilities and each residual
+// branch's output by masks that hang on each element's place in the whole step (exec/dropout.h),
+// so every TP rank, row slice, column split and sequence-parallel shard drops what the single
+// rank of the reference drops, and the run passes; the loss moves, and moves again without the
+// MLP branch's dropout.
+TEST(ExecuteTest, TheDropoutsArePlacedByTheWholeStep) {
   for (int s : {0, 3, 10, 12}) {
     const Strategy& st = kStrategies[s];
     SCOPED_TRACE(st.name);
@@ -124,6 +126,14 @@ TEST(ExecuteTest, TheAttentionsDropoutIsPlacedByTheWholeStep) {
     ASSERT_TRUE(plain[0].ok()) << plain[0].message();
     ASSERT_TRUE(results[0]->loss && plain[0]->loss);
     EXPECT_GT(std::fabs(*results[0]->loss - *plain[0]->loss), 1e-6);
+    Plan attention_branch = plan;
+    attention_branch.mlp_dropout = false;
+    std::vector<Result<ExecuteResult>> fewer =
+        RunRanks(attention_branch, LowerModel(attention_branch), 2);
+    ASSERT_TRUE(fewer[0].ok()) << fewer[0].message();
+    EXPECT_TRUE(fewer[0]->passed);
+    ASSERT_TRUE(fewer[0]->loss);
+    EXPECT_GT(std::fabs(*results[0]->loss - *fewer[0]->loss), 1e-6);
   }
 }
 
@@ -239,10 +249,23 @@ TEST(ExecuteTest, TheWholeModelsGradientsMatchFiniteDifferences) {
   // tiny-qwen3's heads are wider than hidden / heads: QKV writes 8 x 16 + 2 x 4 x 16 columns and
   // proj reads 128; its Q and K go through a norm on each head. tiny-gemma2's layer 0 attends
   // within a sliding window, its attention's and MLP's outputs are normalized before their
-  // residual adds, and its logits are soft-capped.
-  for (const char* model : {"tiny-gpt", "tiny-llama", "tiny-qwen3", "tiny-gemma2"}) {
-    SCOPED_TRACE(model);
+  // residual adds, and its logits are soft-capped. With dropout (tiny-llama, and tiny-gemma2,
+  // whose branches' dropouts come after their post-norms), the masks are fixed functions of where
+  // each element sits, so the loss is as differentiable as without: the attention's and both
+  // residual branches' backward must take the forward's masks.
+  struct Case {
+    const char* model;
+    bool dropout;
+  };
+  for (const Case& c :
+       {Case{"tiny-gpt", false}, Case{"tiny-llama", false}, Case{"tiny-qwen3", false},
+        Case{"tiny-gemma2", false}, Case{"tiny-llama", true}, Case{"tiny-gemma2", true}}) {
+    const char* model = c.model;
+    SCOPED_TRACE(testing::Message() << model << (c.dropout ? " with dropout" : ""));
     Plan plan = OneRankPlan(model);
+    plan.dropout = c.dropout;
+    FillOffsets fill;
+    SetDropout(plan, &fill);
     Schedule s = LowerModel(plan);
     auto id = [&](TensorKind kind, TensorSlot slot, int layer, bool gradient = false) {
       return PrimaryTensor(s, kind, slot, layer, gradient);
@@ -252,7 +275,7 @@ TEST(ExecuteTest, TheWholeModelsGradientsMatchFiniteDifferences) {
     const int32_t stats = id(TensorKind::kLoss, kLmHead, -1);
     SelfCommunicator self;
     auto run = [&](int32_t t, int64_t e, float delta, std::unique_ptr<CpuBackend>* keep) {
-      auto backend = std::make_unique<CpuBackend>(s, plan.model, 0, 1, /*seed=*/7);
+      auto backend = std::make_unique<CpuBackend>(s, plan.model, 0, 1, /*seed=*/7, fill);
       backend->mutable_data(t)[e] += delta;
       EXPECT_TRUE(Interpret(s, *backend, self).ok());
       const Tensor& st = s.tensors()[stats];

@@ -297,7 +297,12 @@ Status Gemm(Context* c, DView a, bool transpose_a, DView, bool, DView out, bool 
       c, fake::kLaunchUs + 2.0 * static_cast<double>(out.rows * out.cols) * k * fake::kUsPerFlop,
       accumulate ? Accumulate(out.data) : std::function<void()>{});
 }
-Status Add(Context* c, DView, DView, DView) { return Launch(c, fake::kElementwiseUs); }
+Status Add(Context* c, DView, DView, DView, const BranchDropout&) {
+  return Launch(c, fake::kElementwiseUs);
+}
+Status Dropout(Context* c, const BranchDropout&, DView, DView) {
+  return Launch(c, fake::kElementwiseUs);
+}
 Status NormForward(Context* c, bool, DView, const void*, float, DView) {
   return Launch(c, fake::kElementwiseUs);
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -276,6 +277,37 @@ TEST(StepTest, ThreeDStepMatchesTheReference) {
     if (s.ops()[i].stage != 0 && s.ops()[i].func != OpFunc::kEmbeddingAllReduce) {
       EXPECT_EQ(r0.timeline.ops[i].end_us, 0.0) << s.Label(static_cast<int32_t>(i));
     }
+  }
+}
+
+// The hidden dropout on the residual branches across the pipeline: stage 0 hands its top layer's
+// mid and MLP output on, and their sum takes the MLP branch's dropout as the reference's residual
+// add does (placed by each token's place in the step, under SP each TP rank's shard of each row
+// slice), and the gradient that comes back runs through the same masks. Both steps' losses,
+// every gradient and updated weight match one rank's; without the MLP branch's dropout the loss
+// moves.
+TEST(StepTest, TheResidualBranchesDropoutCrossesThePipeline) {
+  for (const bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "sp" : "no sp");
+    Plan plan = TinyPlan("tiny-llama", 2, 2, 1);
+    plan.sequence_parallel = sp;
+    plan.row_split = 2;
+    plan.dropout = true;
+    ASSERT_FALSE(CheckPlanRules(plan).has_value()) << CheckPlanRules(plan)->rule;
+    std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.ok()) << r.message();
+      EXPECT_TRUE(r->passed);
+    }
+    for (const TensorCheck& c : results[0]->checks)
+      EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+    Plan attention_only = plan;
+    attention_only.mlp_dropout = false;
+    std::vector<Result<ExecuteResult>> other =
+        RunRanks(attention_only, IterationOf(attention_only));
+    ASSERT_TRUE(other[0].ok()) << other[0].message();
+    ASSERT_FALSE(results[0]->losses.empty() || other[0]->losses.empty());
+    EXPECT_GT(std::fabs(results[0]->losses[0] - other[0]->losses[0]), 1e-6);
   }
 }
 

@@ -179,11 +179,12 @@ TEST(LowerStackTest, EachResidualBranchRunsItsDropoutBothWays) {
   // gpt3-2.7b's layers (hidden 2560) at tp 8 without SP on megatron-core (bias, dropout and add
   // fused), two of them: one pass over a residual is 1024 tokens x 2560 x 2 bytes. The residual
   // adds read two passes and write one; a branch's dropout adds its 1-byte mask forward, and
-  // backward a pass that reads the gradient and the mask and writes the gradient: the attention
-  // branch's on the ln2 backward that writes it, the MLP branch's on layer 1's ln1 backward (for
-  // layer 0) and on the stack's output gradient (layer 1, no head); layer 0's ln1 backward, the
-  // stack's input gradient, enters no branch. training.mlp_dropout false keeps the attention
-  // branch's only (TE's getting-started layer).
+  // backward an op of its own (kDropout1Grad, kDropout2Grad) after the one that writes the
+  // residual gradient (ln2's backward, layer 1's ln1 backward for layer 0's MLP, the stack's
+  // output gradient for layer 1's: no head): a pass that reads the gradient and the mask and
+  // writes the gradient the branch takes into a tensor of its own, which the branch's row-parallel
+  // GEMM reads. training.mlp_dropout false keeps the attention branch's only (TE's getting-started
+  // layer).
   const double pass = 1024.0 * 2560 * 2, mask = pass / 2;
   struct Case {
     std::optional<bool> dropout, mlp_dropout;
@@ -204,12 +205,32 @@ TEST(LowerStackTest, EachResidualBranchRunsItsDropoutBothWays) {
     const double grad = 2 * pass + mask;
     for (int l = 0; l < 2; ++l) {
       EXPECT_DOUBLE_EQ((bytes[{OpFunc::kResidual1, l}]), 3 * pass + c.attn * mask) << l;
-      EXPECT_DOUBLE_EQ((bytes[{OpFunc::kLn2Grad, l}]), 6 * pass + c.attn * grad) << l;
+      EXPECT_DOUBLE_EQ((bytes[{OpFunc::kLn2Grad, l}]), 6 * pass) << l;
+      EXPECT_DOUBLE_EQ((bytes[{OpFunc::kLn1Grad, l}]), 6 * pass) << l;
+      EXPECT_DOUBLE_EQ((bytes[{OpFunc::kDropout1Grad, l}]), c.attn * grad) << l;
+      EXPECT_DOUBLE_EQ((bytes[{OpFunc::kDropout2Grad, l}]), c.mlp * grad) << l;
     }
     EXPECT_DOUBLE_EQ((bytes[{OpFunc::kResidual2, 0}]), 3 * pass + c.mlp * mask);
-    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kLn1Grad, 1}]), 6 * pass + c.mlp * grad);
-    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kLn1Grad, 0}]), 6 * pass);
-    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kResidualGrad, 1}]), pass + c.mlp * grad);
+    EXPECT_DOUBLE_EQ((bytes[{OpFunc::kResidualGrad, 1}]), pass);
+    // Each dropout's backward reads the residual gradient and writes the one its branch's GEMMs
+    // read: proj's input gradient takes layer l's dropout1 gradient, fc2's its dropout2 gradient
+    // (without dropout: mid's gradient, and the layer output's: the next layer's x's or the
+    // stack's output's).
+    for (const Op& op : s->ops()) {
+      if (op.func != OpFunc::kProjGradInput && op.func != OpFunc::kFc2GradInput) continue;
+      const bool proj = op.func == OpFunc::kProjGradInput;
+      const TensorRole& read = s->tensors()[s->reads(op)[0].tensor].role;
+      EXPECT_TRUE(read.gradient) << RoleName(read);
+      if (proj) {
+        EXPECT_EQ(read.slot, c.attn > 0 ? TensorSlot::kDropout1 : TensorSlot::kMid);
+      } else if (c.mlp > 0) {
+        EXPECT_EQ(read.slot, TensorSlot::kDropout2) << RoleName(read);
+      } else {
+        EXPECT_NE(read.slot, TensorSlot::kDropout2) << RoleName(read);
+      }
+      if (read.slot == TensorSlot::kDropout1 || read.slot == TensorSlot::kDropout2)
+        EXPECT_EQ(read.layer, op.tags.layer);
+    }
   }
   // Without dropout there is no MLP dropout to turn off.
   Plan none = MakePlan(PlanKnobs{});
