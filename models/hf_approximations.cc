@@ -159,16 +159,27 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
         cap && *cap > 0)
       model->logit_softcap = *cap;
   }
-  // Phi-3's partial_rotary_factor (1 unless given; Phi-4-mini's 0.75), GPT-NeoX's rotary_pct
-  // (GPTNeoXConfig's default 0.25). Megatron-Core rotates the first fraction of each head's
-  // features, as both families do.
-  const std::string_view key = family == Family::kPhi3      ? "partial_rotary_factor"
+  // The share of each head the rotary embeddings turn: partial_rotary_factor, which transformers'
+  // rope initialization reads on any config (1 unless given; Phi-4-mini's 0.75), GPT-NeoX's
+  // rotary_pct (GPTNeoXConfig's default 0.25), or in transformers 5 either as rope_parameters'
+  // partial_rotary_factor (its configs move the legacy keys there). Megatron-Core rotates the
+  // first fraction of each head's features, as these families do.
+  YAML::Node parameters = config.Find({"rope_parameters"}).second;  // not const: as in hf_config.cc
+  const bool nested = parameters.IsMap() && parameters["partial_rotary_factor"].IsDefined() &&
+                      !parameters["partial_rotary_factor"].IsNull();
+  const std::string_view key = nested ? "rope_parameters.partial_rotary_factor"
                                : family == Family::kGptNeox ? "rotary_pct"
-                                                            : "";
-  if (!key.empty()) {
-    const double rotary = Number(config, key).value_or(family == Family::kGptNeox ? 0.25 : 1.0);
+                                                            : "partial_rotary_factor";
+  const YAML::Node value = nested ? parameters["partial_rotary_factor"] : config.Find({key}).second;
+  const std::optional<double> given = NumberOf(value);
+  const bool rotary_positions = family != Family::kGpt2;  // GPT-2 learns its positions
+  if (rotary_positions && value.IsDefined() && !given) {
+    config.FailAt(value.Mark(), key, "expected a number");
+  } else if (rotary_positions) {
+    const double rotary = given.value_or(family == Family::kGptNeox ? 0.25 : 1.0);
     if (rotary <= 0 || rotary > 1) {
-      config.Fail(key, fmt::format("must be above 0 and at most 1, got {:g}", rotary));
+      config.FailAt(value.Mark(), key,
+                    fmt::format("must be above 0 and at most 1, got {:g}", rotary));
     } else if (rotary < 1) {
       model->rotary_fraction = rotary;
       out.push_back({ModelFeature::kPartialRotary,

@@ -281,10 +281,15 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
       kSeqLenRange, gemma3_default(131'072)));
   // A context extended after pretraining (Llama 3.1's rope_scaling: 8,192 tokens stretched to
   // 131,072; Phi-3's top-level key: 4,096 to 131,072) trains at the length it was pretrained at:
-  // the default sequence is that one.
-  auto [scaling_key, scaling] = config.Find({"rope_scaling"});
+  // the default sequence is that one. transformers 5 writes rope_scaling's keys and the top-level
+  // one into a single rope_parameters mapping.
+  // Not const: a const node's [] of a missing key is an invalid node, which throws when read.
+  YAML::Node scaling = config.Find({"rope_scaling"}).second;
+  YAML::Node parameters = config.Find({"rope_parameters"}).second;
   for (const std::optional<double> original :
        {scaling.IsMap() ? NumberOf(scaling["original_max_position_embeddings"]) : std::nullopt,
+        parameters.IsMap() ? NumberOf(parameters["original_max_position_embeddings"])
+                           : std::nullopt,
         Number(config, "original_max_position_embeddings")}) {
     if (original && *original >= 1 && *original < model.seq_len &&
         *original == std::floor(*original))

@@ -72,6 +72,54 @@ TEST(HfApproximations, WhatASpecCannotSayIsListedAsAnApproximation) {
               ::testing::ElementsAre(HasSubstr("rotary positions on 75% of each head")));
 }
 
+// transformers 5 moves rope_scaling's keys and the legacy partial_rotary_factor, rotary_pct and
+// original_max_position_embeddings into one rope_parameters mapping; the same model reads the
+// same from either form, and partial_rotary_factor turns part of each head in any rotary family,
+// as transformers' rope initialization reads it.
+TEST(HfApproximations, Transformers5RopeParametersSayWhatTheLegacyKeysSaid) {
+  const std::string shape = R"("num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8,
+      "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 131072, )";
+  Result<ModelSpec> llama = ParseHfConfig(
+      R"({"model_type": "llama", )" + shape +
+          R"("rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+          "original_max_position_embeddings": 8192, "partial_rotary_factor": 0.5}})",
+      "config.json");
+  ASSERT_TRUE(llama.ok()) << llama.message();
+  EXPECT_EQ(llama->seq_len, 8192);
+  EXPECT_EQ(llama->rotary_fraction, 0.5);
+  EXPECT_THAT(Texts(*llama), ::testing::ElementsAre(
+                                 "rotary positions on 50% of each head "
+                                 "(rope_parameters.partial_rotary_factor 0.5): priced as rotating "
+                                 "all of it"));
+  // The legacy key on a Llama config too.
+  Result<ModelSpec> legacy = ParseHfConfig(
+      R"({"model_type": "llama", )" + shape + R"("partial_rotary_factor": 0.5})", "config.json");
+  ASSERT_TRUE(legacy.ok()) << legacy.message();
+  EXPECT_EQ(legacy->rotary_fraction, 0.5);
+  // GPT-NeoX without rotary_pct: GPTNeoXConfig's 0.25, unless rope_parameters says otherwise
+  // (RedPajama-INCITE's 1 turns the whole head: no approximation).
+  for (const auto& [keys, fraction] :
+       {std::pair<std::string, double>{"", 0.25},
+        {R"(, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 1.0})", 1.0},
+        {R"(, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.25})",
+         0.25}}) {
+    Result<ModelSpec> neox = ParseHfConfig(
+        R"({"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64,
+            "num_attention_heads": 8, "intermediate_size": 256, "vocab_size": 100,
+            "max_position_embeddings": 2048)" +
+            keys + "}",
+        "config.json");
+    ASSERT_TRUE(neox.ok()) << neox.message();
+    EXPECT_EQ(neox->rotary_fraction, fraction) << keys;
+  }
+  ExpectError(LlamaWith(2, R"(  "model_type": "llama", "partial_rotary_factor": "half",)"),
+              "bad/config.json:2:51: partial_rotary_factor: expected a number");
+  ExpectError(
+      LlamaWith(2, R"(  "model_type": "llama", "rope_parameters": {"partial_rotary_factor": 0},)"),
+      "bad/config.json:2:71: rope_parameters.partial_rotary_factor: must be above 0 and at most 1, "
+      "got 0");
+}
+
 TEST(HfApproximations, FeaturesAFrameworkCanBuildAreFields) {
   auto load = [](const char* folder) {
     Result<ModelSpec> m = LoadModel(HfDir(folder));
