@@ -39,6 +39,15 @@ Plan TinyPlan(const char* model, int tp, int pp, int dp, int layers = 0, int cp 
   return plan;
 }
 
+// Every rank ran and passed its check: each tensor it compared is within the tolerance.
+void ExpectPassed(const std::vector<Result<ExecuteResult>>& results) {
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_TRUE(r->passed);
+  }
+  for (const TensorCheck& c : results[0]->checks) EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+}
+
 // Runs `iteration` of `plan` on tp x pp x dp threads, one rank each; returns every rank's result.
 std::vector<Result<ExecuteResult>> RunRanks(
     const Plan& plan, const Iteration& iteration, const ExecuteOptions& options = [] {
@@ -189,13 +198,7 @@ TEST(StepTest, ContextParallelAttentionDropsWhatOneRankDrops) {
     plan.row_split = k.row_split;
     plan.dropout = true;
     ASSERT_FALSE(CheckPlanRules(plan).has_value()) << CheckPlanRules(plan)->rule;
-    std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
-    for (const auto& r : results) {
-      ASSERT_TRUE(r.ok()) << r.message();
-      EXPECT_TRUE(r->passed);
-    }
-    for (const TensorCheck& c : results[0]->checks)
-      EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+    ExpectPassed(RunRanks(plan, IterationOf(plan)));
   }
 }
 
@@ -294,13 +297,8 @@ TEST(StepTest, TheResidualBranchesDropoutCrossesThePipeline) {
     plan.row_split = 2;
     plan.dropout = true;
     ASSERT_FALSE(CheckPlanRules(plan).has_value()) << CheckPlanRules(plan)->rule;
-    std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
-    for (const auto& r : results) {
-      ASSERT_TRUE(r.ok()) << r.message();
-      EXPECT_TRUE(r->passed);
-    }
-    for (const TensorCheck& c : results[0]->checks)
-      EXPECT_TRUE(c.ok) << c.name << " " << c.rel_error;
+    const std::vector<Result<ExecuteResult>> results = RunRanks(plan, IterationOf(plan));
+    ASSERT_NO_FATAL_FAILURE(ExpectPassed(results));
     Plan attention_only = plan;
     attention_only.mlp_dropout = false;
     std::vector<Result<ExecuteResult>> other =

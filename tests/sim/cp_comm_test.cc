@@ -163,7 +163,9 @@ TEST(CpCommTest, A2aP2pTradesThenRings) {
   EXPECT_EQ(count[OpFunc::kAttn], 2 * layers);        // 2 ring steps
   EXPECT_EQ(count[OpFunc::kCpSendRecv], 3 * layers);  // 1 forward, 2 backward
   for (const Op& op : s.ops()) {
-    if (op.func == OpFunc::kCpAllToAll) EXPECT_EQ(op.group, Group::kCpA2a);
+    if (op.func == OpFunc::kCpAllToAll) {
+      EXPECT_EQ(op.group, Group::kCpA2a);
+    }
     if (op.kind == OpKind::kAttention) {
       EXPECT_EQ(op.seq_len, 4096);  // 2 ranks' 2048 tokens
       EXPECT_EQ(op.heads, 8);
