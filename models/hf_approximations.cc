@@ -164,13 +164,14 @@ void AddApproximations(ConfigReader& config, Family family, ModelSpec* model) {
   // rotary_pct (GPTNeoXConfig's default 0.25), or in transformers 5 either as rope_parameters'
   // partial_rotary_factor (its configs move the legacy keys there). Megatron-Core rotates the
   // first fraction of each head's features, as these families do.
-  YAML::Node parameters = config.Find({"rope_parameters"}).second;  // not const: as in hf_config.cc
-  const bool nested = parameters.IsMap() && parameters["partial_rotary_factor"].IsDefined() &&
-                      !parameters["partial_rotary_factor"].IsNull();
+  // Not const: a const node's [] of a missing key is an invalid node, which throws when read.
+  YAML::Node parameters = config.Find({"rope_parameters"}).second;
+  const YAML::Node factor = parameters.IsMap() ? parameters["partial_rotary_factor"] : YAML::Node();
+  const bool nested = factor.IsDefined() && !factor.IsNull();
   const std::string_view key = nested ? "rope_parameters.partial_rotary_factor"
                                : family == Family::kGptNeox ? "rotary_pct"
                                                             : "partial_rotary_factor";
-  const YAML::Node value = nested ? parameters["partial_rotary_factor"] : config.Find({key}).second;
+  const YAML::Node value = nested ? factor : config.Find({key}).second;
   const std::optional<double> given = NumberOf(value);
   const bool rotary_positions = family != Family::kGpt2;  // GPT-2 learns its positions
   if (rotary_positions && value.IsDefined() && !given) {
