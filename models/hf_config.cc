@@ -31,25 +31,47 @@ struct FamilyName {
   std::string_view model_type;
   std::string_view architecture;  // the class in `architectures`
   Family family;
+  std::string_view config_class;  // transformers' class of the (language model's) config
   // The language model's keys are in `text_config`, beside a vision tower's in vision_config
   // (transformers' Gemma3Config holds a Gemma3TextConfig and a SiglipVisionConfig).
   bool in_text_config = false;
 };
 constexpr std::array<FamilyName, 11> kFamilies{{
-    {"llama", "LlamaForCausalLM", Family::kLlama},
-    {"mistral", "MistralForCausalLM", Family::kMistral},
-    {"phi3", "Phi3ForCausalLM", Family::kPhi3},
-    {"qwen2", "Qwen2ForCausalLM", Family::kQwen2},
-    {"qwen3", "Qwen3ForCausalLM", Family::kQwen3},
-    {"gemma", "GemmaForCausalLM", Family::kGemma},
-    {"gemma2", "Gemma2ForCausalLM", Family::kGemma2},
-    {"gemma3_text", "Gemma3ForCausalLM", Family::kGemma3},                // Gemma 3 1B
-    {"gemma3", "Gemma3ForConditionalGeneration", Family::kGemma3, true},  // 4B, 12B, 27B
-    {"gpt2", "GPT2LMHeadModel", Family::kGpt2},
-    {"gpt_neox", "GPTNeoXForCausalLM", Family::kGptNeox},
+    {"llama", "LlamaForCausalLM", Family::kLlama, "LlamaConfig"},
+    {"mistral", "MistralForCausalLM", Family::kMistral, "MistralConfig"},
+    {"phi3", "Phi3ForCausalLM", Family::kPhi3, "Phi3Config"},
+    {"qwen2", "Qwen2ForCausalLM", Family::kQwen2, "Qwen2Config"},
+    {"qwen3", "Qwen3ForCausalLM", Family::kQwen3, "Qwen3Config"},
+    {"gemma", "GemmaForCausalLM", Family::kGemma, "GemmaConfig"},
+    {"gemma2", "Gemma2ForCausalLM", Family::kGemma2, "Gemma2Config"},
+    {"gemma3_text", "Gemma3ForCausalLM", Family::kGemma3, "Gemma3TextConfig"},  // Gemma 3 1B
+    {"gemma3", "Gemma3ForConditionalGeneration", Family::kGemma3, "Gemma3TextConfig",
+     true},  // 4B, 12B, 27B
+    {"gpt2", "GPT2LMHeadModel", Family::kGpt2, "GPT2Config"},
+    {"gpt_neox", "GPTNeoXForCausalLM", Family::kGptNeox, "GPTNeoXConfig"},
 }};
 
 bool IsGated(Family family) { return family != Family::kGpt2 && family != Family::kGptNeox; }
+
+// The key/value heads of a gated family's config that leaves num_key_value_heads out: its class's
+// default (MistralConfig 8; Qwen2Config and Qwen3Config 32; GemmaConfig 16; Gemma2Config and
+// Gemma3TextConfig 4), or nullopt for the heads (LlamaConfig's and Phi3Config's None).
+std::optional<int> KvHeadsDefault(Family family) {
+  switch (family) {
+    case Family::kMistral:
+      return 8;
+    case Family::kQwen2:
+    case Family::kQwen3:
+      return 32;
+    case Family::kGemma:
+      return 16;
+    case Family::kGemma2:
+    case Family::kGemma3:
+      return 4;
+    default:
+      return std::nullopt;
+  }
+}
 
 // Activations transformers names for the MLPs domino models: gated (SiLU or GeLU gate, three
 // matrices) in the Llama family, plain GeLU (two matrices) in GPT-2 and GPT-NeoX.
@@ -111,10 +133,17 @@ const FamilyName* ReadFamily(ConfigReader& config) {
 // or GeGLU where the config names a GeLU (Gemma's gelu_pytorch_tanh, its default when it names
 // none: transformers' GemmaConfig and its successors).
 Activation ReadActivation(ConfigReader& config, Family family) {
-  const std::string_view key = family == Family::kGpt2 ? "activation_function" : "hidden_act";
-  // Gemma's newer configs name the approximate GeLU it runs in `hidden_activation`.
-  auto [found, value] =
-      IsGemma(family) ? config.Find({"hidden_activation", key}) : config.Find({key});
+  // The key the family's MLP reads: GPT-2's activation_function, Gemma 2's and Gemma 3's
+  // hidden_activation (Gemma2MLP, Gemma3MLP), the others' hidden_act (Gemma 1's GemmaMLP too).
+  const std::string_view key = family == Family::kGpt2 ? "activation_function"
+                               : family == Family::kGemma2 || family == Family::kGemma3
+                                   ? "hidden_activation"
+                                   : "hidden_act";
+  if (auto [null_key, null] = config.FindNull({key}); null.IsDefined()) {
+    config.FailAt(null.Mark(), key, "expected an activation's name, got null");
+    return Activation::kGelu;
+  }
+  auto [found, value] = config.Find({key});
   if (!IsGated(family)) {
     if (value.IsDefined() && !(value.IsScalar() && Contains(kGeluNames, value.Scalar())))
       config.FailAt(value.Mark(), found,
@@ -269,11 +298,20 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
       config.Int(gpt2 ? std::initializer_list<std::string_view>{"n_head", "num_attention_heads"}
                       : std::initializer_list<std::string_view>{"num_attention_heads", "n_head"},
                  kHeadsRange, gemma3_default(8)));
-  model.kv_heads = static_cast<int>(
-      config.Int({"num_key_value_heads"}, kHeadsRange, gemma3 ? 4 : std::max(model.heads, 1)));
+  // Grouped key/value heads in the gated families only. Left out, a config's are its class's
+  // default (KvHeadsDefault); null, the heads where the class says so (LlamaConfig, MistralConfig,
+  // Phi3Config, Qwen2Config and Qwen3Config: `if num_key_value_heads is None`).
+  const std::optional<int> kv_default = KvHeadsDefault(family);
+  model.kv_heads = model.heads;
+  if (IsGated(family))
+    model.kv_heads = static_cast<int>(config.Int(
+        {"num_key_value_heads"}, kHeadsRange, kv_default.value_or(std::max(model.heads, 1)),
+        IsGemma(family) ? std::nullopt : std::optional<int64_t>(std::max(model.heads, 1))));
+  // GPT-2's MLP is n_inner wide, 4 x n_embd where it is null or left out (GPT2MLP).
   model.ffn = static_cast<int>(
-      gpt2 ? config.Int({"n_inner", "intermediate_size"}, kFfnRange, int64_t{4} * model.hidden)
-           : config.Int({"intermediate_size", "n_inner"}, kFfnRange, gemma3_default(9216)));
+      gpt2
+          ? config.Int({"n_inner"}, kFfnRange, int64_t{4} * model.hidden, int64_t{4} * model.hidden)
+          : config.Int({"intermediate_size", "n_inner"}, kFfnRange, gemma3_default(9216)));
   model.vocab = config.Int({"vocab_size"}, kVocabRange, gemma3_default(262'208));
   model.seq_len = static_cast<int>(config.Int(
       gpt2 ? std::initializer_list<std::string_view>{"n_positions", "max_position_embeddings"}
@@ -286,11 +324,24 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   // Not const: a const node's [] of a missing key is an invalid node, which throws when read.
   YAML::Node scaling = config.Find({"rope_scaling"}).second;
   YAML::Node parameters = config.Find({"rope_parameters"}).second;
-  for (const std::optional<double> original :
-       {scaling.IsMap() ? NumberOf(scaling["original_max_position_embeddings"]) : std::nullopt,
-        parameters.IsMap() ? NumberOf(parameters["original_max_position_embeddings"])
-                           : std::nullopt,
-        Number(config, "original_max_position_embeddings")}) {
+  const std::array<std::optional<double>, 3> given{
+      scaling.IsMap() ? NumberOf(scaling["original_max_position_embeddings"]) : std::nullopt,
+      parameters.IsMap() ? NumberOf(parameters["original_max_position_embeddings"]) : std::nullopt,
+      Number(config, "original_max_position_embeddings")};
+  // Phi-3's longrope stretches Phi3Config's original_max_position_embeddings, 4096 where the
+  // config leaves it out.
+  auto longrope = [](YAML::Node rope) {
+    if (!rope.IsMap()) return false;
+    for (const char* key : {"rope_type", "type"})
+      if (rope[key].IsScalar() && rope[key].Scalar() == "longrope") return true;
+    return false;
+  };
+  const std::optional<double> class_default =
+      family == Family::kPhi3 && (longrope(scaling) || longrope(parameters)) &&
+              std::none_of(given.begin(), given.end(), [](auto g) { return g.has_value(); })
+          ? std::optional<double>(4096)
+          : std::nullopt;
+  for (const std::optional<double> original : {given[0], given[1], given[2], class_default}) {
     if (original && *original >= 1 && *original < model.seq_len &&
         *original == std::floor(*original))
       model.seq_len = static_cast<int>(*original);
@@ -305,12 +356,17 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
     case Family::kGptNeox:  // attention_bias false takes the attention's only: see approximations
       model.bias = true;
       break;
-    case Family::kLlama:
-    case Family::kQwen3:
+    case Family::kLlama:  // attention_bias on q/k/v/o_proj, mlp_bias on the MLP's
+    {
+      const bool attention = config.Bool("attention_bias", false);
+      model.bias = config.Bool("mlp_bias", false) || attention;
+      break;
+    }
+    case Family::kQwen3:  // attention_bias only: their MLPs have none
     case Family::kGemma:
     case Family::kGemma2:
     case Family::kGemma3:
-      model.bias = config.Bool("attention_bias", false) || config.Bool("mlp_bias", false);
+      model.bias = config.Bool("attention_bias", false);
       break;
     case Family::kMistral:
     case Family::kPhi3:
@@ -320,6 +376,11 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   }
   const bool tied_by_default = family == Family::kGpt2 || IsGemma(family);
   model.tied_embeddings = config.Bool("tie_word_embeddings", tied_by_default);
+  // Gemma3ForConditionalGeneration ties its embeddings as the outer config says where it says
+  // (transformers 5 reads Gemma3Config's tie_word_embeddings; 4 read text_config's).
+  if (family_name->in_text_config && outer.Find({"tie_word_embeddings"}).second.IsDefined())
+    model.tied_embeddings = outer.Bool("tie_word_embeddings", tied_by_default);
+  if (outer.error()) return *outer.error();
   if (config.error()) return *config.error();
   AddApproximations(config, family, &model);
   // Gemma3Config builds a SigLIP vision tower whether or not vision_config is given.
@@ -336,16 +397,24 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   // (GemmaConfig), 128 (Qwen3Config) or hidden / heads (the others).
   // GPT-2's and GPT-NeoX's heads are always hidden / heads wide (transformers reads no head_dim).
   const int64_t family_head_dim = IsGemma(family) ? 256 : family == Family::kQwen3 ? 128 : 0;
+  // A null head_dim is hidden / heads where the class says so (LlamaConfig, MistralConfig).
+  const bool head_dim_may_be_null = family == Family::kLlama || family == Family::kMistral;
   if (IsGated(family))
-    model.head_dim = static_cast<int>(config.Int({"head_dim"}, kHiddenRange, family_head_dim));
+    model.head_dim = static_cast<int>(
+        config.Int({"head_dim"}, kHiddenRange, family_head_dim,
+                   head_dim_may_be_null ? std::optional<int64_t>(0) : std::nullopt));
   if (model.head_dim == 0 && model.hidden % model.heads != 0) {
     config.Fail(gpt2 ? "n_embd" : "hidden_size",
                 fmt::format("{} must be divisible by the {} attention heads{}", model.hidden,
                             model.heads, IsGated(family) ? ", or head_dim given" : ""));
   } else if (model.heads % model.kv_heads != 0) {
+    const bool left_out = !config.Find({"num_key_value_heads"}).second.IsDefined();
     config.Fail("num_key_value_heads",
-                fmt::format("the {} attention heads must be divisible by the {} key/value heads",
-                            model.heads, model.kv_heads));
+                fmt::format("the {} attention heads must be divisible by the {} key/value heads{}",
+                            model.heads, model.kv_heads,
+                            left_out ? fmt::format(" ({}'s default, the key left out)",
+                                                   family_name->config_class)
+                                     : ""));
   } else if (int64_t width = int64_t{model.heads} * model.head_width();
              width > kAttentionWidthRange.max) {
     config.Fail("head_dim",

@@ -48,15 +48,21 @@ namespace domino {
 // - a sliding attention window * (Mistral's and Phi-3's sliding_window, Gemma 2's on layers 0,
 //   2, 4, ...; Gemma 3's on five layers of six, layer i full when (i + 1) %
 //   sliding_window_pattern == 0, or as layer_types lists them; Qwen's with use_sliding_window, on
-//   the layers from max_window_layers on, as transformers' Qwen2Config and Qwen3Config place it),
-//   priced as full causal attention. A Gemma 3 layer_types list that AttentionWindow cannot state
-//   is an approximation without the field.
-// Llama's `attention_bias` / `mlp_bias` set ModelSpec.bias, which puts biases on every linear.
+//   the layers from max_window_layers on, as transformers' Qwen2Config and Qwen3Config place it;
+//   Gemma 2's and Qwen's too as a layer_types list gives them), priced as full causal attention.
+//   A layer_types list that AttentionWindow cannot state is an approximation without the field.
+// - biases on one side only: transformers' attention_bias (Q, K, V and the output projection) or
+//   Llama's mlp_bias without the other, read as ModelSpec.bias, biases on every linear.
+// A key left out takes its transformers class's default (MistralConfig's 8 key/value heads, a
+// 4096 sliding window, Gemma 2's soft caps of 50 and 30); a JSON null is what the class makes of
+// None where it says (num_key_value_heads: the heads; sliding_window, the soft caps: none) and an
+// error elsewhere, as transformers 5 refuses it (hf_config_reader.h, ConfigReader).
 //
 // Errors read "FILE:LINE:COLUMN: KEY: RULE": a config without `model_type` or `architectures`, an
 // architecture outside the families above (saying why where the config shows it: a mixture of
 // experts, or a language model nested in text_config other than Gemma 3's), a missing size, a
-// non-integer or out-of-range value, and an activation other than the family's (ReLU).
+// non-integer or out-of-range value, a null the key's class gives no meaning, an activation other
+// than the family's (ReLU), and attention both ways (Gemma 3's use_bidirectional_attention).
 Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file);
 
 // True when `path` names a Hugging Face config: a directory (holding config.json) or a file whose

@@ -40,7 +40,11 @@ inline bool IsGemma(Family family) {
 }
 
 // Reads the keys of one config.json that domino needs and ignores the rest (tokenizer ids, rope
-// settings, dtypes). JSON null means "the transformers default", as transformers reads it.
+// settings, dtypes). A key left out takes its config class's default (the caller's fallback). A
+// JSON null is not that default: transformers 4 passes it to the class as None and transformers
+// 5's strict config classes refuse it where they declare a number or a bool, so a null means
+// what the class makes of None where it says (num_key_value_heads: the heads; sliding_window and
+// the soft caps: none; the caller's `if_null`) and is an error elsewhere.
 class ConfigReader {
  public:
   // `prefix` names where the keys are in messages ("text_config." for a nested language model).
@@ -51,22 +55,28 @@ class ConfigReader {
 
   // The value under the first of `keys` present and not null, or an undefined node.
   std::pair<std::string_view, YAML::Node> Find(std::initializer_list<std::string_view> keys) const {
-    if (!root_.IsMap()) return {"", YAML::Node(YAML::NodeType::Undefined)};
-    for (std::string_view key : keys) {
-      for (const auto& entry : root_) {
-        if (entry.first.IsScalar() && entry.first.Scalar() == key && !entry.second.IsNull())
-          return {key, entry.second};
-      }
-    }
-    return {"", YAML::Node(YAML::NodeType::Undefined)};
+    return FindWhere(keys, false);
   }
+  // The first of `keys` present with a JSON null (its node, for its mark), or an undefined node.
+  std::pair<std::string_view, YAML::Node> FindNull(
+      std::initializer_list<std::string_view> keys) const {
+    return FindWhere(keys, true);
+  }
+  // Whether `key` is present with a JSON null.
+  bool IsNull(std::string_view key) const { return FindNull({key}).second.IsDefined(); }
 
-  // The first of `keys` that is present, as an integer within `range`; a missing one is an error
-  // naming the first key when `fallback` is empty.
+  // The first of `keys` given a value, as an integer within `range`. None given: `if_null` where
+  // one is null (an error without it), else `fallback` (an error naming the first key without
+  // it).
   int64_t Int(std::initializer_list<std::string_view> keys, IntRange range,
-              std::optional<int64_t> fallback = std::nullopt) {
+              std::optional<int64_t> fallback = std::nullopt,
+              std::optional<int64_t> if_null = std::nullopt) {
     auto [key, value] = Find(keys);
     if (!value.IsDefined()) {
+      if (auto [null_key, null] = FindNull(keys); null.IsDefined()) {
+        if (!if_null) FailAt(null.Mark(), null_key, "expected an integer, got null");
+        return if_null.value_or(fallback.value_or(0));
+      }
       if (!fallback) Fail(*keys.begin(), "missing required key");
       return fallback.value_or(0);
     }
@@ -87,15 +97,25 @@ class ConfigReader {
     return parsed;
   }
 
+  // `key`'s value; `fallback` where it is left out. A null is an error (transformers 4 reads it as
+  // false, transformers 5 refuses it).
   bool Bool(std::string_view key, bool fallback) {
     auto [found, value] = Find({key});
-    if (!value.IsDefined()) return fallback;
+    if (!value.IsDefined()) {
+      if (auto [null_key, null] = FindNull({key}); null.IsDefined())
+        FailAt(null.Mark(), key, "expected true or false, got null");
+      return fallback;
+    }
     if (value.IsScalar() && value.Tag() != "!" &&
         (value.Scalar() == "true" || value.Scalar() == "false"))
       return value.Scalar() == "true";
     FailAt(value.Mark(), key, "expected true or false");
     return fallback;
   }
+
+  // `key`'s number: `left_out` where the config leaves it out, none for a null (a window or a soft
+  // cap the class makes None), an error for what is not a number.
+  std::optional<double> NumberOr(std::string_view key, std::optional<double> left_out);
 
   std::optional<std::string> String(std::string_view key) {
     auto [found, value] = Find({key});
@@ -108,8 +128,10 @@ class ConfigReader {
     return value.Scalar();
   }
 
+  // Fails at `key`'s value (or its null), else at the object's start.
   void Fail(std::string_view key, std::string_view rule) {
-    auto [found, value] = Find({key});
+    YAML::Node value = Find({key}).second;
+    if (!value.IsDefined()) value = FindNull({key}).second;
     FailAt(value.IsDefined() ? value.Mark() : root_.Mark(), key, rule);
   }
 
@@ -126,6 +148,18 @@ class ConfigReader {
   const std::optional<Error>& error() const { return error_; }
 
  private:
+  std::pair<std::string_view, YAML::Node> FindWhere(std::initializer_list<std::string_view> keys,
+                                                    bool null) const {
+    if (!root_.IsMap()) return {"", YAML::Node(YAML::NodeType::Undefined)};
+    for (std::string_view key : keys) {
+      for (const auto& entry : root_) {
+        if (entry.first.IsScalar() && entry.first.Scalar() == key && entry.second.IsNull() == null)
+          return {key, entry.second};
+      }
+    }
+    return {"", YAML::Node(YAML::NodeType::Undefined)};
+  }
+
   YAML::Node root_;
   std::string file_;
   std::string prefix_;
@@ -143,6 +177,15 @@ inline std::optional<double> NumberOf(const YAML::Node& value) {
 }
 inline std::optional<double> Number(const ConfigReader& config, std::string_view key) {
   return NumberOf(config.Find({key}).second);
+}
+inline std::optional<double> ConfigReader::NumberOr(std::string_view key,
+                                                    std::optional<double> left_out) {
+  if (IsNull(key)) return std::nullopt;
+  const YAML::Node value = Find({key}).second;
+  if (!value.IsDefined()) return left_out;
+  const std::optional<double> number = NumberOf(value);
+  if (!number || value.Tag() == "!") FailAt(value.Mark(), key, "expected a number");
+  return value.Tag() == "!" ? std::nullopt : number;
 }
 
 // What the family's modeling code runs that domino prices otherwise (ModelSpec::approximations),

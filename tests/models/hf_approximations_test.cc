@@ -70,6 +70,22 @@ TEST(HfApproximations, WhatASpecCannotSayIsListedAsAnApproximation) {
   EXPECT_EQ(phi->seq_len, 4096);
   EXPECT_THAT(Texts(*phi),
               ::testing::ElementsAre(HasSubstr("rotary positions on 75% of each head")));
+  // Left out under longrope, it is Phi3Config's default, 4096; without a scaling it is unused.
+  const std::string phi_left_out =
+      R"({"model_type": "phi3", "num_hidden_layers": 2, "hidden_size": 64,
+          "num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100,
+          "max_position_embeddings": 131072, %s})";
+  auto phi_with = [&](const std::string& rope) {
+    std::string text = phi_left_out;
+    Result<ModelSpec> m = ParseHfConfig(text.replace(text.find("%s"), 2, rope), "config.json");
+    EXPECT_TRUE(m.ok()) << m.message();
+    return m.ok() ? m->seq_len : 0;
+  };
+  EXPECT_EQ(phi_with(R"("rope_scaling": {"type": "longrope", "long_factor": [1], )"
+                     R"("short_factor": [1]})"),
+            4096);
+  EXPECT_EQ(phi_with(R"("rope_parameters": {"rope_type": "longrope"})"), 4096);
+  EXPECT_EQ(phi_with(R"("rope_scaling": null)"), 131072);
 }
 
 // transformers 5 moves rope_scaling's keys and the legacy partial_rotary_factor, rotary_pct and
@@ -212,14 +228,28 @@ TEST(HfApproximations, Gemma3sLayerTypesSayWhichLayersSlide) {
   const ModelSpec none = gemma3(R"("sliding_window_pattern": 1)");
   EXPECT_EQ(none.window.tokens, 0);
   EXPECT_TRUE(none.approximations.empty());
-  // A full layer first: no window states it, so none is set and the export says it differs.
+  // Full layers first, then sliding ones: Qwen's max_window_layers pattern (first_layer).
   const ModelSpec first = gemma3(R"("layer_types": ["full_attention", "sliding_attention"])");
-  EXPECT_EQ(first.window.tokens, 0);
-  ASSERT_EQ(first.approximations.size(), 1u);
-  EXPECT_EQ(first.approximations.back().feature, ModelFeature::kNone);
-  EXPECT_EQ(first.approximations.back().Text(),
+  EXPECT_EQ(first.window.tokens, 63);
+  EXPECT_EQ(first.window.first_layer, 1);
+  EXPECT_FALSE(first.window.Covers(0));
+  EXPECT_TRUE(first.window.Covers(1));
+  EXPECT_THAT(Texts(first).back(),
+              HasSubstr("on 1 of 2 layers (layer_types: layer 0 attends in full)"));
+  // One sliding layer before two full ones: no window states it, so none is set and the export
+  // says it differs.
+  Result<ModelSpec> odd = ParseHfConfig(
+      R"({"model_type": "gemma3_text", "num_hidden_layers": 3, "sliding_window": 64,
+          "max_position_embeddings": 256, "layer_types": ["sliding_attention",
+          "full_attention", "full_attention"]})",
+      "gemma3/config.json");
+  ASSERT_TRUE(odd.ok()) << odd.message();
+  EXPECT_EQ(odd->window.tokens, 0);
+  ASSERT_EQ(odd->approximations.size(), 1u);
+  EXPECT_EQ(odd->approximations.back().feature, ModelFeature::kNone);
+  EXPECT_EQ(odd->approximations.back().Text(),
             "a sliding attention window of 64 tokens (sliding_window: each query and the 63 before "
-            "it) on layer 1 (layer_types), a "
+            "it) on layer 0 (layer_types), a "
             "layer pattern domino's window does not state: priced and exported as full causal "
             "attention, the same up to 64 tokens");
 
@@ -240,6 +270,82 @@ TEST(HfApproximations, Gemma3sLayerTypesSayWhichLayersSlide) {
   ExpectError(R"({"model_type": "gemma3", "text_config": {"model_type": "llama"}})",
               "bad/config.json:1:56: text_config.model_type: expected gemma3_text in a gemma3 "
               "config, got 'llama'");
+}
+
+// A window a config leaves out is its class's default (MistralConfig, Gemma2Config,
+// Gemma3TextConfig, Qwen2Config and Qwen3Config: 4096; Phi3Config: none); null is none, and an
+// error on Gemma's sliding layers. A layer_types list decides where Gemma 2 and Qwen slide too.
+TEST(HfApproximations, ALeftOutWindowIsTheClasssDefault) {
+  // LlamaWith's 2 layers, with 8192 positions and the family `type`.
+  auto config = [](const std::string& type, const std::string& keys) {
+    std::string text = LlamaWith(
+        5, R"(  "max_position_embeddings": 8192)" + (keys.empty() ? "" : ", " + keys) + ",");
+    return text.replace(text.find("\"llama\""), 7, "\"" + type + "\"");
+  };
+  auto parse = [&](const std::string& type, const std::string& keys) {
+    Result<ModelSpec> m = ParseHfConfig(config(type, keys), "window/config.json");
+    EXPECT_TRUE(m.ok()) << m.message();
+    return m.ok() ? *m : ModelSpec{};
+  };
+  const ModelSpec mistral = parse("mistral", "");
+  EXPECT_EQ(mistral.window.tokens, 4095);
+  EXPECT_TRUE(mistral.window.Covers(0) && mistral.window.Covers(1));
+  EXPECT_EQ(parse("mistral", R"("sliding_window": null)").window.tokens, 0);
+  EXPECT_EQ(parse("phi3", "").window.tokens, 0);  // Phi3Config's None
+  const ModelSpec gemma2 = parse("gemma2", "");
+  EXPECT_EQ(gemma2.window.tokens, 4095);
+  EXPECT_TRUE(gemma2.window.Covers(0));
+  EXPECT_FALSE(gemma2.window.Covers(1));
+  EXPECT_EQ(parse("gemma3_text", "").window.tokens, 4095);
+  EXPECT_EQ(parse("qwen2", "").window.tokens, 0);  // no use_sliding_window
+  const ModelSpec qwen = parse("qwen3", R"("use_sliding_window": true, "max_window_layers": 1)");
+  EXPECT_EQ(qwen.window.tokens, 4095);
+  EXPECT_EQ(qwen.window.first_layer, 1);
+  EXPECT_EQ(parse("qwen2", R"("use_sliding_window": true, "sliding_window": null)").window.tokens,
+            0);
+  // Gemma's sliding layers need a window: transformers' mask raises for a null one.
+  ExpectError(config("gemma2", R"("sliding_window": null)"),
+              "bad/config.json:5:54: sliding_window: null, but the model has sliding layers "
+              "(transformers' mask raises for them)");
+  EXPECT_EQ(parse("gemma3_text", R"("sliding_window": null, "layer_types": ["full_attention", )"
+                                 R"("full_attention"])")
+                .window.tokens,
+            0);
+  // layer_types decides over Gemma 2's every other layer and Qwen's max_window_layers.
+  const ModelSpec listed = parse(
+      "gemma2", R"("sliding_window": 64, "layer_types": ["full_attention", "sliding_attention"])");
+  EXPECT_FALSE(listed.window.Covers(0));
+  EXPECT_TRUE(listed.window.Covers(1));
+  EXPECT_THAT(Texts(listed).back(),
+              HasSubstr("on 1 of 2 layers (layer_types: layer 0 attends in full)"));
+  const ModelSpec qwen_listed =
+      parse("qwen2", R"("use_sliding_window": true, "max_window_layers": 28, )"
+                     R"("layer_types": ["sliding_attention", "sliding_attention"])");
+  EXPECT_TRUE(qwen_listed.window.Covers(0) && qwen_listed.window.Covers(1));
+  EXPECT_EQ(
+      parse("qwen2", R"("layer_types": ["sliding_attention", "sliding_attention"])").window.tokens,
+      0);  // the list places a window use_sliding_window does not give
+  // Gemma 2's soft caps left out are Gemma2Config's 50 and 30; null is none.
+  EXPECT_EQ(gemma2.attention_softcap, 50);
+  EXPECT_EQ(gemma2.logit_softcap, 30);
+  const ModelSpec uncapped =
+      parse("gemma2", R"("attn_logit_softcapping": null, "final_logit_softcapping": null)");
+  EXPECT_EQ(uncapped.attention_softcap, 0);
+  EXPECT_EQ(uncapped.logit_softcap, 0);
+  EXPECT_EQ(parse("gemma3_text", "").attention_softcap, 0);  // Gemma3TextConfig's None
+  ExpectError(config("mistral", R"("sliding_window": "4096")"),
+              "bad/config.json:5:54: sliding_window: expected a number");
+  ExpectError(config("gemma2", R"("attn_logit_softcapping": true)"),
+              "bad/config.json:5:62: attn_logit_softcapping: expected a number");
+  // EmbeddingGemma attends both ways; GPT-NeoX's null rotary_pct has no meaning.
+  ExpectError(config("gemma3_text", R"("use_bidirectional_attention": true)"),
+              "bad/config.json:5:67: use_bidirectional_attention: true: attention over the whole "
+              "sequence both ways (EmbeddingGemma's), which domino does not model: it prices "
+              "causal decoders");
+  ExpectError(config("gpt_neox", R"("rotary_pct": null)"),
+              "bad/config.json:5:50: rotary_pct: expected a number, got null");
+  ExpectError(config("gpt_neox", R"("use_parallel_residual": null)"),
+              "bad/config.json:5:61: use_parallel_residual: expected true or false, got null");
 }
 
 // Qwen2Config and Qwen3Config slide layer i when use_sliding_window and i >= max_window_layers

@@ -222,6 +222,86 @@ TEST(HfConfig, RefusesWhatItCannotRead) {
               "bad/config.json:2:17: model_type: expected a string");
 }
 
+// A key a config leaves out takes its transformers class's default; a null is what the class
+// makes of None where it says, and an error elsewhere (transformers 5 refuses it).
+TEST(HfConfig, ALeftOutKeyIsItsClasssDefaultAndANullItsNone) {
+  auto parse = [](const std::string& text) {
+    Result<ModelSpec> m = ParseHfConfig(text, "family/config.json");
+    EXPECT_TRUE(m.ok()) << m.message();
+    return m.ok() ? *m : ModelSpec{};
+  };
+  // LlamaWith's 4 heads and 2 key/value heads (line 7); 32 heads where the default must divide.
+  auto replaced = [](std::string text, const std::string& from, const std::string& to) {
+    return text.replace(text.find(from), from.size(), to);
+  };
+  auto kv_left_out = [&](const std::string& type) {
+    return parse(replaced(replaced(LlamaWith(7, ""), "llama", type), "\"num_attention_heads\": 4",
+                          "\"num_attention_heads\": 32"))
+        .kv_heads;
+  };
+  EXPECT_EQ(kv_left_out("llama"), 32);  // LlamaConfig's None: the heads
+  EXPECT_EQ(kv_left_out("phi3"), 32);
+  EXPECT_EQ(kv_left_out("mistral"), 8);  // MistralConfig's default
+  EXPECT_EQ(kv_left_out("qwen2"), 32);
+  EXPECT_EQ(kv_left_out("qwen3"), 32);
+  EXPECT_EQ(kv_left_out("gemma"), 16);
+  EXPECT_EQ(kv_left_out("gemma2"), 4);
+  EXPECT_EQ(kv_left_out("gemma3_text"), 4);
+  // A default that does not divide the heads says where it came from.
+  ExpectError(replaced(LlamaWith(7, ""), "llama", "mistral"),
+              "bad/config.json:1:1: num_key_value_heads: the 4 attention heads must be divisible "
+              "by the 8 key/value heads (MistralConfig's default, the key left out)");
+  // Null: the heads where the class says so (Llama to Qwen3), an error in Gemma's.
+  EXPECT_EQ(parse(LlamaWith(7, R"(  "num_key_value_heads": null,)")).kv_heads, 4);
+  ExpectError(replaced(LlamaWith(7, R"(  "num_key_value_heads": null,)"), "llama", "gemma"),
+              "bad/config.json:7:26: num_key_value_heads: expected an integer, got null");
+  // GPT-2 and GPT-NeoX have no grouped key/value heads: the key is not theirs.
+  EXPECT_EQ(parse(LlamaWith(2, R"(  "model_type": "gpt_neox",)")).kv_heads, 4);
+  // A null size, bool or activation is an error; a null head_dim is hidden / heads in Llama and
+  // Mistral (their classes' None), an error in the others.
+  ExpectError(LlamaWith(3, R"(  "hidden_size": null,)"),
+              "bad/config.json:3:18: hidden_size: expected an integer, got null");
+  ExpectError(LlamaWith(2, R"(  "model_type": "llama", "tie_word_embeddings": null,)"),
+              "bad/config.json:2:49: tie_word_embeddings: expected true or false, got null");
+  ExpectError(LlamaWith(2, R"(  "model_type": "llama", "hidden_act": null,)"),
+              "bad/config.json:2:40: hidden_act: expected an activation's name, got null");
+  EXPECT_EQ(parse(LlamaWith(2, R"(  "model_type": "llama", "head_dim": null,)")).head_dim, 0);
+  ExpectError(LlamaWith(2, R"(  "model_type": "qwen3", "head_dim": null,)"),
+              "bad/config.json:2:38: head_dim: expected an integer, got null");
+  // GPT-2's MLP is n_inner wide, 4 x n_embd for null; intermediate_size is not GPT-2's key.
+  const ModelSpec gpt2 = parse(
+      R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 256,
+          "vocab_size": 100, "n_inner": null, "intermediate_size": 777})");
+  EXPECT_EQ(gpt2.ffn, 256);
+  // Gemma3ForConditionalGeneration's own tie_word_embeddings, where given, over text_config's
+  // (transformers 5 reads the outer one).
+  const std::string gemma3 = R"({"model_type": "gemma3", %s"text_config": {"hidden_size": 64,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2,
+      "tie_word_embeddings": false}})";
+  auto with_outer = [&](const std::string& outer) { return replaced(gemma3, "%s", outer); };
+  EXPECT_FALSE(parse(with_outer("")).tied_embeddings);
+  EXPECT_TRUE(parse(with_outer(R"("tie_word_embeddings": true, )")).tied_embeddings);
+  // The key each family's MLP reads: Gemma's hidden_act, Gemma 2's and 3's hidden_activation.
+  EXPECT_EQ(parse(LlamaWith(2, R"(  "model_type": "gemma", "hidden_act": "silu",
+  "hidden_activation": "gelu_pytorch_tanh",)"))
+                .activation,
+            Activation::kSwiglu);
+  EXPECT_EQ(parse(LlamaWith(2, R"(  "model_type": "gemma2", "hidden_act": "silu",)")).activation,
+            Activation::kGeglu);  // Gemma2Config's hidden_activation default
+  // Biases: Llama's attention_bias and mlp_bias; Qwen3's and Gemma's MLPs have none.
+  EXPECT_FALSE(parse(LlamaWith(2, R"(  "model_type": "qwen3", "mlp_bias": true,)")).bias);
+  const ModelSpec attention_bias =
+      parse(LlamaWith(2, R"(  "model_type": "llama", "attention_bias": true,)"));
+  EXPECT_TRUE(attention_bias.bias);
+  EXPECT_THAT(Texts(attention_bias),
+              ::testing::ElementsAre("biases on the attention's linears only (attention_bias), "
+                                     "none on the MLP's: priced and exported with biases on every "
+                                     "linear"));
+  EXPECT_TRUE(Texts(parse(LlamaWith(2, R"(  "model_type": "llama", "attention_bias": true,
+  "mlp_bias": true,)")))
+                  .empty());
+}
+
 // Heads wider than hidden / heads: Q and the attention's output are heads x head_dim wide, K and
 // V kv_heads x head_dim; the family's default head_dim where the key is absent.
 TEST(HfConfig, HeadsNeedNotBeHiddenOverHeadsWide) {

@@ -126,10 +126,12 @@ def hf_keys():
                             ("models/hf_config.cc", r"\nconst FamilyName\* ReadFamily\("),
                             ("models/hf_config.cc", r"\nActivation ReadActivation\("),
                             ("models/hf_approximations.cc", r"\nvoid AddApproximations\("),
-                            ("models/hf_approximations.cc", r"\nvoid AddGemma3Window\("),
+                            ("models/hf_approximations.cc",
+                             r"\nstd::optional<std::vector<bool>> ReadLayerTypes\("),
                             ("models/hf_approximations.cc", r"\nvoid AddWindow\(")):
         text = body(path, signature)
-        for call in re.finditer(r"(?:config|outer)(?:\.|->)(?:Int|Bool|String|Find)\(", text):
+        calls = r"(?:config|outer)(?:\.|->)(?:Int|Bool|String|Find|NumberOr)\("
+        for call in re.finditer(calls, text):
             # The call's arguments up to its closing parenthesis; keys are its string literals.
             depth, i = 1, call.end()
             while depth:
