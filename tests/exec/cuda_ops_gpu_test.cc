@@ -82,6 +82,39 @@ TEST_P(CudaOpsTypedTest, AddCopyAndZero) {
       "");
 }
 
+// The residual branch's dropout (exec/dropout.h) draws on the device the masks the host draws:
+// a view placed in the middle of the step's tokens and columns, and one rank's chunks of context
+// parallelism, whose rows are two runs of the sequence.
+TEST_P(CudaOpsTypedTest, TheBranchsDropoutMatchesCpu) {
+  const int64_t rows = 33, cols = 70;
+  const Matrix a = Make(rows, cols), b = Make(rows, cols), c = Make(rows, cols);
+  const Matrix d = Make(rows, cols);
+  for (const BranchDropout& dropout : {BranchDropout{.rate = 0.1,
+                                      .stream = BranchDropoutStream(7, 3, 1),
+                                      .first_token = 4096,
+                                      .whole_row = 5,
+                                      .first_col = 140},
+                                       BranchDropout{.rate = 0.5,
+                                       .stream = BranchDropoutStream(7, 0, 2),
+                                       .first_token = 128,
+                                       .whole_row = 30,
+                                       .seq_len = 64,
+                                       .cp = 2,
+                                       .cp_rank = 1}}) {
+    SCOPED_TRACE(testing::Message() << "rate " << dropout.rate << " cp " << dropout.cp);
+    std::vector<float> want(static_cast<size_t>(rows * cols));
+    cpu::Add(HostView(a), HostView(b), HostView(&want, rows, cols), dropout);
+    ASSERT_EQ(Msg(cuda::Add(context_, a.view, b.view, c.view, dropout)), "");
+    ExpectNear(Read(c.view), want, "add with the branch's dropout");
+    ExpectOutsideKept(c, "add with the branch's dropout");
+    cpu::Dropout(HostView(a), dropout, HostView(&want, rows, cols));
+    ASSERT_EQ(Msg(cuda::Dropout(context_, dropout, a.view, d.view)), "");
+    ExpectNear(Read(d.view), want, "dropout");
+    ExpectOutsideKept(d, "dropout");
+    EXPECT_GT(std::count(want.begin(), want.end(), 0.0f), 0) << "no element dropped";
+  }
+}
+
 TEST_P(CudaOpsTypedTest, NormsMatchCpu) {
   // Rows offset in a wider matrix (element by element) and packed ones (16 bytes at a time); rows
   // so wide that staging them takes more than 48 KiB of shared memory; more rows than the
