@@ -320,10 +320,13 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
   // A context extended after pretraining (Llama 3.1's rope_scaling: 8,192 tokens stretched to
   // 131,072; Phi-3's top-level key: 4,096 to 131,072) trains at the length it was pretrained at:
   // the default sequence is that one. transformers 5 writes rope_scaling's keys and the top-level
-  // one into a single rope_parameters mapping.
+  // one into a single rope_parameters mapping, for Gemma 3 one per layer type (the full
+  // attention's is the model's context).
   // Not const: a const node's [] of a missing key is an invalid node, which throws when read.
   YAML::Node scaling = config.Find({"rope_scaling"}).second;
   YAML::Node parameters = config.Find({"rope_parameters"}).second;
+  if (parameters.IsMap() && parameters["full_attention"].IsMap())
+    parameters = parameters["full_attention"];
   const std::array<std::optional<double>, 3> given{
       scaling.IsMap() ? NumberOf(scaling["original_max_position_embeddings"]) : std::nullopt,
       parameters.IsMap() ? NumberOf(parameters["original_max_position_embeddings"]) : std::nullopt,

@@ -86,6 +86,16 @@ TEST(HfApproximations, WhatASpecCannotSayIsListedAsAnApproximation) {
             4096);
   EXPECT_EQ(phi_with(R"("rope_parameters": {"rope_type": "longrope"})"), 4096);
   EXPECT_EQ(phi_with(R"("rope_scaling": null)"), 131072);
+  // transformers 5's Gemma 3 keeps one rope_parameters per layer type: the full attention's
+  // says how far the context was stretched.
+  Result<ModelSpec> gemma3 = ParseHfConfig(
+      R"({"model_type": "gemma3_text", "max_position_embeddings": 131072, "rope_parameters":
+          {"full_attention": {"rope_type": "yarn", "factor": 4.0,
+                              "original_max_position_embeddings": 32768},
+           "sliding_attention": {"rope_type": "default"}}})",
+      "config.json");
+  ASSERT_TRUE(gemma3.ok()) << gemma3.message();
+  EXPECT_EQ(gemma3->seq_len, 32768);
 }
 
 // transformers 5 moves rope_scaling's keys and the legacy partial_rotary_factor, rotary_pct and
