@@ -51,6 +51,25 @@ grep -q -- "--method decomposed decomposes sequence parallelism's collectives" "
   fail "--method decomposed --no-sp: $(cat "$tmp/err.txt")"
 "$domino" plan "${args[@]}" --chunks 4 >/dev/null 2>"$tmp/err.txt" && fail "--chunks alone accepted"
 grep -q -- "--chunks 4 cuts decomposed overlap" "$tmp/err.txt" || fail "--chunks alone: $(cat "$tmp/err.txt")"
+# The default search leaves decomposed overlap out and says what it makes of the chosen degrees:
+# the best plan a decomposed search pinned to them finds (gpt3-13b on 4 DGX H100: tp 2, pp 4).
+"$domino" plan >"$tmp/default.txt" || fail "plan failed"
+hint=$(grep -A1 "^decomposed collective-matmul overlap, which --strategy all searches too, runs these degrees [0-9.]*x faster:$" \
+  "$tmp/default.txt" | sed -n '2s/^  \(.*\) ([0-9.]* ms)$/\1/p')
+[[ -n $hint ]] || fail "no decomposed hint: $(cat "$tmp/default.txt")"
+chosen=$(awk '$1 == "1" {$1 = ""; print}' "$tmp/default.txt" | sed 's/^ //; s/  .*//')
+degrees=$(sed -E 's/ (sp )?distopt.*//; s/^tp ([0-9]+) pp ([0-9]+) dp ([0-9]+) v ([0-9]+) mb ([0-9]+)$/tp=\1,pp=\2,dp=\3,v=\4,mb=\5/' <<<"$chosen")
+"$domino" plan --global-batch 16 --strategy decomposed --fix "$degrees,distopt=true" --format json >"$tmp/dec.json" ||
+  fail "plan --strategy decomposed --fix $degrees failed"
+best=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["top"][0]["description"])' "$tmp/dec.json")
+[[ $hint == "$best" ]] || fail "decomposed hint '$hint', pinned search '$best' (degrees $degrees)"
+"$domino" plan --format json | python3 -c 'import json,sys; d=json.load(sys.stdin)["decomposed"]; assert d["gain"] > 1 and d["description"] == sys.argv[1], d' "$hint" ||
+  fail "--format json: decomposed differs from the table's"
+# Not where the search had decomposed overlap, or a strategy that limits the slicing.
+"$domino" plan --strategy all >"$tmp/all.txt" || fail "plan --strategy all failed"
+! grep -q "runs these degrees" "$tmp/all.txt" || fail "decomposed hint under --strategy all"
+"$domino" plan --strategy row --format json | python3 -c 'import json,sys; assert json.load(sys.stdin)["decomposed"] is None' ||
+  fail "decomposed hint under --strategy row"
 # --top 3: three plans in the table, the chosen one and two runners-up in the file.
 ranked=$(grep -Ec "^ +[0-9]+  tp " "$tmp/m.txt")
 runners=$(awk '/^  runners_up:/{r=1; next} r && /^    - /{n++} END{print n+0}' "$tmp/m.yaml")
