@@ -483,6 +483,10 @@ CASES = [
      {"config.json": '{"model_type": "llama", "num_hidden_layers": 2, "num_hidden_layers": 3, "hidden_size": 64, '
                      '"num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16}\n'},
      ["models", "{tmp}/config.json"], r"config\.json:1:\d+: num_hidden_layers: given twice", None),
+    ("a config null of no meaning", "a Hugging Face config.json whose hidden_act is null (once SwiGLU, silently)",
+     {"config.json": '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8, '
+                     '"intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16, "hidden_act": null}\n'},
+     ["models", "{tmp}/config.json"], r"config\.json:1:\d+: hidden_act: expected an activation's name, got null", None),
     ("a report cut before its timeline", "compare of a measured report whose copy ended at its figures (once compared as a plan)",
      {"a.yaml": REPORT.format(op="qkv"),
       "b.yaml": "# domino execute report (rank 0)\nreport: execute\n" + REPORT.replace("predicted", "measured").format(op="qkv").split("timeline:")[0]},
