@@ -331,12 +331,13 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) {
       scaling.IsMap() ? NumberOf(scaling["original_max_position_embeddings"]) : std::nullopt,
       parameters.IsMap() ? NumberOf(parameters["original_max_position_embeddings"]) : std::nullopt,
       Number(config, "original_max_position_embeddings")};
-  // Phi-3's longrope stretches Phi3Config's original_max_position_embeddings, 4096 where the
-  // config leaves it out.
+  // Phi-3's longrope ("su" in its first configs) stretches Phi3Config's
+  // original_max_position_embeddings, 4096 where the config leaves it out.
   auto longrope = [](YAML::Node rope) {
     if (!rope.IsMap()) return false;
     for (const char* key : {"rope_type", "type"})
-      if (rope[key].IsScalar() && rope[key].Scalar() == "longrope") return true;
+      if (rope[key].IsScalar() && (rope[key].Scalar() == "longrope" || rope[key].Scalar() == "su"))
+        return true;
     return false;
   };
   const std::optional<double> class_default =

@@ -85,6 +85,7 @@ TEST(HfApproximations, WhatASpecCannotSayIsListedAsAnApproximation) {
                      R"("short_factor": [1]})"),
             4096);
   EXPECT_EQ(phi_with(R"("rope_parameters": {"rope_type": "longrope"})"), 4096);
+  EXPECT_EQ(phi_with(R"("rope_scaling": {"type": "su"})"), 4096);  // longrope's first name
   EXPECT_EQ(phi_with(R"("rope_scaling": null)"), 131072);
   // transformers 5's Gemma 3 keeps one rope_parameters per layer type: the full attention's
   // says how far the context was stretched.
