@@ -125,6 +125,7 @@ Result<StackSpec> ParseStack(std::string_view text, std::string_view file) {
   map.Bool("overlap_grad_reduce", &stack.overlap_grad_reduce, Need::kOptional);
   map.Bool("overlap_param_gather", &stack.overlap_param_gather, Need::kOptional);
   map.Enum("cross_entropy", &stack.cross_entropy, Need::kOptional, kCrossEntropies);
+  map.Bool("decomposed_overlap", &stack.decomposed_overlap, Need::kOptional);
   map.Bool("decomposed_copy_engine", &stack.decomposed_copy_engine, Need::kOptional);
   map.Int("decomposed_rs_chunks", &stack.decomposed_rs_chunks, Need::kOptional,
           IntRange{.min = 0, .max = kMaxSplit});

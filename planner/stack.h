@@ -195,6 +195,11 @@ struct StackSpec {
   bool overlap_param_gather = false;
   // How the loss runs over the logits (Plan::cross_entropy may say otherwise).
   CrossEntropy cross_entropy = CrossEntropy::kVocabParallel;
+  // Its software runs decomposed collective-matmul overlap (Plan::method decomposed and both):
+  // Transformer Engine's userbuffers under Megatron-Core, this project's executor. DeepSpeed-Domino
+  // and 2021's Megatron-LM run none. A plan may still price it on any stack, as a what-if; `domino
+  // plan` suggests it, where its default search left it out, only on a stack that runs it.
+  bool decomposed_overlap = false;
   // Decomposed overlap's all-gather parts go on copy engines unless a plan says otherwise
   // (Plan::copy_engine).
   bool decomposed_copy_engine = false;
@@ -272,14 +277,14 @@ inline constexpr std::string_view kDefaultStack = "megatron-core";
 
 // Parses stack YAML; `file` names the source in messages ("FILE:LINE:COLUMN: KEY: RULE"). Every
 // key is required except `dropout`, `cuda_graphs`, `overlap_grad_reduce`, `overlap_param_gather`,
-// `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`, `sliding_window`,
-// `te_cp_comm_types`, `dense_embedding_grad`, `fused_squared_relu`, `fused_geglu`,
-// `fused_logit_softcap`, `fused_attention_softcap`,
-// `fp32_scores`, `capped_attention` (unfused),
-// `overlap_p2p` and `fp8_amax_reduction` (false), `cross_entropy` (vocab-parallel), `grad_reduce`
-// (fp32), `grad_sync` (layer), `rope` (fused), `attention_copies` (none), `wgrad_overlaps_tp_comm`,
-// `sliced_fc1_wgrad_overlaps_tp_comm`, `fused_wgrad_accumulation`,
-// `sliced_mlp_fused_wgrad_accumulation` (true), and `fp8_cast` (norm-and-activation).
+// `decomposed_overlap`, `decomposed_copy_engine`, `decomposed_rs_chunks` (0), `cp_merge_kernels`,
+// `sliding_window`, `te_cp_comm_types`, `dense_embedding_grad`, `fused_squared_relu`,
+// `fused_geglu`, `fused_logit_softcap`, `fused_attention_softcap`, `fp32_scores`,
+// `capped_attention` (unfused), `overlap_p2p` and `fp8_amax_reduction` (false), `cross_entropy`
+// (vocab-parallel), `grad_reduce` (fp32), `grad_sync` (layer), `rope` (fused), `attention_copies`
+// (none), `wgrad_overlaps_tp_comm`, `sliced_fc1_wgrad_overlaps_tp_comm`,
+// `fused_wgrad_accumulation`, `sliced_mlp_fused_wgrad_accumulation` (true), and `fp8_cast`
+// (norm-and-activation).
 Result<StackSpec> ParseStack(std::string_view text, std::string_view file);
 // Loads a catalog stack by name or a YAML file by path; an unknown name lists the catalog.
 Result<StackSpec> LoadStack(std::string_view name_or_path);

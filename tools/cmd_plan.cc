@@ -208,13 +208,15 @@ std::vector<DimensionGain> GainsOver(const Candidate& baseline, const Plan& best
 }
 
 // The default search leaves decomposed collective-matmul overlap out (--strategy all adds it, at
-// several times the search's cost). Where it picked a plan with tensor parallelism, the best plan
-// with its degrees under decomposed overlap (sequence parallelism, each chunk count): one small
-// search of the same rules and memory, kept where it is faster.
+// several times the search's cost). Where it picked a plan with tensor parallelism on a stack that
+// runs decomposed overlap (StackSpec::decomposed_overlap), the best plan with its degrees under
+// decomposed overlap (sequence parallelism, each chunk count): one small search of the same rules
+// and memory, kept where it is faster.
 std::optional<Candidate> DecomposedAtBestDegrees(const Plan& base, const SearchSpace& searched,
                                                  const Plan& best, Evaluator& evaluator,
                                                  Objective objective) {
-  if (best.tp < 2 || searched.methods != std::vector<OverlapMethod>{OverlapMethod::kDomino} ||
+  if (best.tp < 2 || !best.stack.decomposed_overlap ||
+      searched.methods != std::vector<OverlapMethod>{OverlapMethod::kDomino} ||
       searched.sequence_parallel == false)
     return std::nullopt;
   SearchSpace space = searched;

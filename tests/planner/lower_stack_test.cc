@@ -228,8 +228,9 @@ TEST(LowerStackTest, EachResidualBranchRunsItsDropoutBothWays) {
       } else {
         EXPECT_NE(read.slot, TensorSlot::kDropout2) << RoleName(read);
       }
-      if (read.slot == TensorSlot::kDropout1 || read.slot == TensorSlot::kDropout2)
+      if (read.slot == TensorSlot::kDropout1 || read.slot == TensorSlot::kDropout2) {
         EXPECT_EQ(read.layer, op.tags.layer);
+      }
     }
   }
   // Without dropout there is no MLP dropout to turn off.

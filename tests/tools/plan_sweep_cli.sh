@@ -65,7 +65,11 @@ best=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["top"][0]
 [[ $hint == "$best" ]] || fail "decomposed hint '$hint', pinned search '$best' (degrees $degrees)"
 "$domino" plan --format json | python3 -c 'import json,sys; d=json.load(sys.stdin)["decomposed"]; assert d["gain"] > 1 and d["description"] == sys.argv[1], d' "$hint" ||
   fail "--format json: decomposed differs from the table's"
-# Not where the search had decomposed overlap, or a strategy that limits the slicing.
+# Not where the search had decomposed overlap, a strategy that limits the slicing, or a stack
+# whose software runs none (DeepSpeed-Domino).
+"$domino" plan --stack deepspeed-domino >"$tmp/ds.txt" || fail "plan --stack deepspeed-domino failed"
+grep -Eq "^ +1  tp [2-9]" "$tmp/ds.txt" || fail "deepspeed-domino's plan has no TP: the check below checks nothing"
+! grep -q "runs these degrees" "$tmp/ds.txt" || fail "decomposed hint for deepspeed-domino"
 "$domino" plan --strategy all >"$tmp/all.txt" || fail "plan --strategy all failed"
 ! grep -q "runs these degrees" "$tmp/all.txt" || fail "decomposed hint under --strategy all"
 "$domino" plan --strategy row --format json | python3 -c 'import json,sys; assert json.load(sys.stdin)["decomposed"] is None' ||
