@@ -228,7 +228,7 @@ std::optional<Candidate> DecomposedAtBestDegrees(const Plan& base, const SearchS
   space.micro_batch = best.micro_batch;
   space.distributed_optimizer = best.distributed_optimizer;
   space.fsdp = best.fsdp;
-  space.recompute = best.recompute;
+  // Recompute stays the search's (the lightest that fits): userbuffers may need more.
   if (best.cp > 1) space.cp_comm = best.cp_comm;
   space.timeout_s = 0;
   if (!ApplyStrategy("decomposed", &space).ok()) return std::nullopt;
