@@ -543,8 +543,9 @@ void SetupPlan(CLI::App* sub) {
       ->check(NonEmpty());
   sub->add_option("--strategy", flags->strategy,
                   "limit Domino slicing: baseline | row | col | 2d | any (default; the chosen "
-                  "degrees are then tried under decomposed overlap too, and said where faster); "
-                  "or search decomposed collective-matmul overlap: decomposed | both | all")
+                  "degrees are then tried under decomposed overlap too, on a stack that runs it, "
+                  "and said where faster); or search decomposed collective-matmul overlap: "
+                  "decomposed | both | all")
       ->check(CLI::IsMember({"baseline", "row", "col", "2d", "any", "decomposed", "both", "all"}));
   sub->add_option("--fix", flags->fix,
                   "pin dimensions: tp=8,cp=2,pp=1,dp=4,v=2,mb=4,sp=true,distopt=false,"
