@@ -233,7 +233,8 @@ std::optional<Candidate> DecomposedAtBestDegrees(const Plan& base, const SearchS
   space.timeout_s = 0;
   if (!ApplyStrategy("decomposed", &space).ok()) return std::nullopt;
   Result<SearchResult> result = SearchPlans(base, space, evaluator, objective);
-  if (!result.ok() || result->ranked.empty()) return std::nullopt;
+  // A search stopped by a signal says nothing about the best: no hint.
+  if (!result.ok() || result->ranked.empty() || result->stopped) return std::nullopt;
   return result->ranked.front();
 }
 
