@@ -122,6 +122,7 @@ void AddWindow(ConfigReader& config, Family family, ModelSpec* model) {
   if (!sliding && family == Family::kGemma3) {
     const int64_t pattern =
         config.Int({"sliding_window_pattern"}, IntRange{1, kLayersRange.max}, int64_t{6});
+    if (config.error()) return;  // a pattern out of range reads as 0: no layer is divided by it
     sliding.emplace(model->layers);
     for (int i = 0; i < model->layers; ++i) (*sliding)[i] = (i + 1) % pattern != 0;
     source = fmt::format("sliding_window_pattern {}", pattern);

@@ -272,6 +272,10 @@ TEST(HfApproximations, Gemma3sLayerTypesSayWhichLayersSlide) {
   "layer_types": ["sliding_attention"],)"),
               "bad/config.json:3:18: layer_types: expected a list of num_hidden_layers (2) "
               "\"sliding_attention\" or \"full_attention\"");
+  // A pattern of 0 is an error (it once divided by zero).
+  ExpectError(LlamaWith(2, R"(  "model_type": "gemma3_text", "sliding_window": 64,
+  "sliding_window_pattern": 0,)"),
+              "bad/config.json:3:29: sliding_window_pattern: must be between 1 and 32767, got 0");
   // Gemma3ForConditionalGeneration's errors name the key in text_config.
   ExpectError(R"({"model_type": "gemma3", "text_config": {"hidden_size": "64"}})",
               "bad/config.json:1:57: text_config.hidden_size: expected an integer");
